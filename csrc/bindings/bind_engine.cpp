@@ -1,0 +1,5 @@
+#include <pybind11/pybind11.h>
+namespace py = pybind11;
+namespace colibri::bindings {
+void bind_engine(py::module_& m) { (void)m; }
+}  // namespace colibri::bindings

@@ -1,0 +1,40 @@
+// Tensor element types. The numeric values are GGML's type ids, so a GGUF tensor's type
+// maps to a DType without a table, and block layouts are byte-identical to GGUF's.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace colibri {
+
+enum class DType : int {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q8_0 = 8,
+  Q8_1 = 9,   // activation format for Q4_1 (carries d * sum(q) per block)
+  Q4_K = 12,  // K-quants: reserved, not implemented yet
+  Q5_K = 13,
+  Q6_K = 14,
+  Q8_K = 15,
+  BF16 = 30,
+};
+
+struct TypeTraits {
+  const char* name;
+  int64_t block_size;  // elements per block (1 for plain float types)
+  int64_t type_size;   // bytes per block
+  bool implemented;    // has kernels in this build
+};
+
+// Throws Error(Unsupported) for an unknown id.
+const TypeTraits& type_traits(DType type);
+DType dtype_from_id(int id);
+std::string dtype_name(DType type);
+
+// Bytes of one row of `n` elements. Throws Error(InvalidArgument) unless n is a whole
+// number of blocks.
+std::size_t row_bytes(DType type, int64_t n);
+
+}  // namespace colibri

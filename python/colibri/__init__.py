@@ -1,0 +1,15 @@
+"""colibri: run huge Mixture-of-Experts language models on ordinary machines."""
+
+from __future__ import annotations
+
+import pkgutil
+
+# Development builds place the native module in build/dev/<name>/colibri/ (see
+# dev-build.sh); extending the package path lets `colibri._core` be found there.
+__path__ = pkgutil.extend_path(__path__, __name__)
+
+from . import errors  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "errors"]
