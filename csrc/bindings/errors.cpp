@@ -10,7 +10,7 @@ namespace colibri::bindings {
 
 static const char* python_class_for(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::InvalidArgument: return "ConfigError";
+    case ErrorKind::InvalidArgument: return "InvalidRequestError";
     case ErrorKind::Io: return "ModelIOError";
     case ErrorKind::Format: return "ModelFormatError";
     case ErrorKind::TokenOutOfRange: return "TokenOutOfRangeError";

@@ -8,7 +8,7 @@
 namespace colibri {
 
 enum class ErrorKind {
-  InvalidArgument,   // a bad value passed by the caller (-> ConfigError / ValueError)
+  InvalidArgument,   // a bad argument in a call (-> InvalidRequestError, a ValueError)
   Io,                // a read failed or came back short (-> ModelIOError)
   Format,            // the model's bytes are not what the manifest says (-> ModelFormatError)
   TokenOutOfRange,   // a token id outside [0, vocab) (-> TokenOutOfRangeError)

@@ -17,6 +17,10 @@ class ConfigError(ColibriError, ValueError):
     """A setting has an unknown name or an invalid value."""
 
 
+class InvalidRequestError(ColibriError, ValueError):
+    """A call's arguments are invalid (an empty token list, rolling back more than exists)."""
+
+
 class ModelNotFoundError(ColibriError, FileNotFoundError):
     """The model path does not exist."""
 
@@ -54,6 +58,7 @@ __all__ = [
     "ConfigError",
     "ContextOverflowError",
     "InternalError",
+    "InvalidRequestError",
     "ModelFormatError",
     "ModelIOError",
     "ModelNotFoundError",

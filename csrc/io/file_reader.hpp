@@ -1,0 +1,37 @@
+// Positional reads of model bytes. The core reads every tensor through (file, offset,
+// length) extents from the manifest; this is the one place that touches file descriptors.
+// Short reads and I/O errors become colibri::Error(Io) naming the file and the range.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace colibri {
+
+struct Extent {
+  int32_t file = 0;     // index into the reader's file list
+  uint64_t offset = 0;  // bytes from the start of the file
+  uint64_t length = 0;  // bytes
+};
+
+class FileSet {
+ public:
+  explicit FileSet(const std::vector<std::string>& paths);  // opens read-only; throws Io
+  ~FileSet();
+  FileSet(const FileSet&) = delete;
+  FileSet& operator=(const FileSet&) = delete;
+
+  std::size_t size() const { return fds_.size(); }
+  const std::string& path(int32_t file) const;
+  uint64_t file_size(int32_t file) const;
+
+  // Reads exactly extent.length bytes into dst. Throws Error(Io) on failure or EOF.
+  void read(const Extent& extent, void* dst) const;
+
+ private:
+  std::vector<std::string> paths_;
+  std::vector<int> fds_;
+};
+
+}  // namespace colibri

@@ -1,0 +1,63 @@
+#include "model/ops.hpp"
+
+#include <cmath>
+
+namespace colibri {
+
+void rms_norm_row(const float* x, const float* weight, int64_t n, float eps, float* out) {
+  // Accumulate in double: the oracle (torch, float32 with pairwise sums) is closer to the
+  // exact value than a naive float loop would be.
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * inv);
+}
+
+void rope_cos_sin(int64_t position, const float* inv_freq, int64_t half, float attention_factor,
+                  float* cos_sin) {
+  const float p = static_cast<float>(position);
+  for (int64_t i = 0; i < half; ++i) {
+    const float angle = p * inv_freq[i];  // float product, as the oracle computes it
+    cos_sin[2 * i] = static_cast<float>(std::cos(static_cast<double>(angle))) * attention_factor;
+    cos_sin[2 * i + 1] = static_cast<float>(std::sin(static_cast<double>(angle))) * attention_factor;
+  }
+}
+
+void rope_head(float* head, const float* cos_sin, int64_t rotary_dim) {
+  const int64_t half = rotary_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+    const float x1 = head[i], x2 = head[i + half];
+    head[i] = x1 * c - x2 * s;
+    head[i + half] = x2 * c + x1 * s;
+  }
+}
+
+void silu_mul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  float mx = x[0];
+  for (int64_t i = 1; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void add_inplace(float* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+void add_scaled_inplace(float* dst, const float* src, float scale, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += scale * src[i];
+}
+
+}  // namespace colibri

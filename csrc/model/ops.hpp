@@ -1,0 +1,30 @@
+// Small row-wise operations of the forward pass. Each processes one row in a fixed order,
+// so results do not depend on threading.
+#pragma once
+#include <cstdint>
+
+namespace colibri {
+
+// out = x / sqrt(mean(x^2) + eps) * weight, for one row of n values (out may alias x).
+void rms_norm_row(const float* x, const float* weight, int64_t n, float eps, float* out);
+
+// Rotates one head of `head_dim` values in place, rotate-half convention: dimension i
+// pairs with i + rotary_dim/2, for i < rotary_dim/2. cos_sin holds (cos, sin) pairs,
+// rotary_dim/2 of them, for this position.
+void rope_head(float* head, const float* cos_sin, int64_t rotary_dim);
+
+// Fills cos_sin (rotary_dim/2 pairs) for one position.
+void rope_cos_sin(int64_t position, const float* inv_freq, int64_t half, float attention_factor,
+                  float* cos_sin);
+
+// gate[i] = silu(gate[i]) * up[i]
+void silu_mul(float* gate, const float* up, int64_t n);
+
+// In-place softmax over n values (max-subtracted, float accumulation).
+void softmax(float* x, int64_t n);
+
+
+void add_inplace(float* dst, const float* src, int64_t n);
+void add_scaled_inplace(float* dst, const float* src, float scale, int64_t n);
+
+}  // namespace colibri
