@@ -26,15 +26,24 @@ enum class WaitPolicy : int {
   Hybrid = 2,   // spin for up to spin_us, then sleep
 };
 
+// Limits checked by ThreadPool (Error(InvalidArgument) outside them).
+constexpr int kMaxThreads = 1024;
+constexpr int64_t kMaxSpinUs = 1000000;   // 1 s
+
 struct ThreadSettings {
-  int n_threads = 1;                      // team size including the caller, >= 1
+  int n_threads = 1;                      // team size including the caller, 1..kMaxThreads
   WaitPolicy policy = WaitPolicy::Hybrid;
-  int64_t spin_us = 200;                  // Hybrid: how long to spin before sleeping
+  int64_t spin_us = 100;                  // Hybrid: microseconds to spin before sleeping,
+                                          // 0..kMaxSpinUs (0 = behaves like Passive)
 };
 
 struct ThreadPoolStats {
-  uint64_t regions = 0;        // parallel_for calls that used the team
-  uint64_t sleeps = 0;         // times a worker went to sleep while waiting for work
+  uint64_t regions = 0;         // parallel_for calls that used the team (>= 2 members)
+  uint64_t inline_regions = 0;  // parallel_for calls the caller ran alone (one chunk,
+                                // a team of 1, or a nested call from inside a region)
+  uint64_t sleeps = 0;          // times a worker went to sleep while waiting for work
+  uint64_t caller_sleeps = 0;   // times the caller slept waiting for a region to finish
+  uint64_t scopes = 0;          // outermost ComputeScopes opened
 };
 
 class ThreadPool {
@@ -44,15 +53,20 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  // Applies new settings (resizes the team if needed). Not to be called while a
-  // parallel_for is running.
+  // Applies new settings at once (resizes the team if needed, changes the policy).
+  // Safe between any two parallel_for calls, also inside a ComputeScope; a call from
+  // another thread waits for a running parallel_for to end. Calling it from inside a
+  // region's fn throws Error(InvalidArgument). Bad values throw Error(InvalidArgument).
   void configure(const ThreadSettings& settings);
   ThreadSettings settings() const;
   int size() const;
 
-  // Runs fn(begin, end, thread_index) over [0, n) split into chunks of about `grain`
-  // indices; the caller participates and returns when every index is done. An exception
-  // thrown by fn is rethrown in the caller after the region ends.
+  // Runs fn(begin, end, thread_index) over [0, n) split into chunks of at most `grain`
+  // indices (grain <= 0: about four chunks per member); the caller participates as
+  // thread 0 and returns when every index is done. Chunks are handed out dynamically, so
+  // which thread runs an index is not fixed. An exception thrown by fn is rethrown in the
+  // caller after the region ends (the first one wins; remaining chunks are skipped).
+  // Calls from several threads are serialized; a nested call from inside fn runs inline.
   void parallel_for(int64_t n, int64_t grain,
                     const std::function<void(int64_t begin, int64_t end, int thread)>& fn);
 
@@ -69,6 +83,7 @@ class ThreadPool {
   };
 
   ThreadPoolStats stats() const;
+  void reset_stats();
 
  private:
   struct Impl;
