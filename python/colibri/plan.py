@@ -1,0 +1,333 @@
+"""Hardware probes for the resource plan.
+
+:func:`performance_cores` answers "how many compute threads should the team have": the
+performance cores this process may actually use. Each SMT sibling pair counts once (two
+hyper-threads share one core's execution units, so a second thread per core only adds
+contention to a bandwidth-bound matmul) and efficiency cores are left out (with a barrier
+per parallel region the slowest member paces the team; see docs/tuning.md).
+
+Every probe takes its inputs as parameters (a sysfs root, a cgroup root, a sysctl
+function, an affinity set) so tests run it on recorded trees. No probe raises: a missing
+or unreadable file makes it fall back to the next source, and the reason is recorded in
+:attr:`CoreCount.notes`. Nothing is read at import time and no environment variable is
+consulted.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "CoreCount",
+    "cgroup_cpu_limit",
+    "parse_cpu_list",
+    "performance_cores",
+    "probe_performance_cores",
+]
+
+log = logging.getLogger(__name__)
+
+Sysctl = Callable[[str], str | None]
+"""Returns the value of a sysctl name as text (like ``sysctl -n NAME``), or None if absent."""
+
+
+@dataclass(frozen=True)
+class CoreCount:
+    """The result of the performance-core probe."""
+
+    count: int
+    """Performance cores this process may use, >= 1."""
+    method: str
+    """The source that decided the count, e.g. ``"sysfs topology"`` or
+    ``"sysctl hw.perflevel0.logicalcpu"``."""
+    notes: tuple[str, ...] = ()
+    """Every fallback taken and limit applied, with its reason, in order."""
+
+
+def performance_cores() -> int:
+    """The number of performance cores this process may use (the default team size)."""
+    return probe_performance_cores().count
+
+
+def probe_performance_cores(
+    *,
+    platform: str | None = None,
+    sysfs_root: str | os.PathLike[str] = "/sys",
+    cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
+    proc_root: str | os.PathLike[str] = "/proc",
+    affinity: Iterable[int] | None = None,
+    sysctl: Sysctl | None = None,
+    cpu_count: int | None = None,
+) -> CoreCount:
+    """Counts the performance cores this process may use; never raises.
+
+    platform: a ``sys.platform`` value (default: this one).
+    sysfs_root, cgroup_root, proc_root: where /sys, /sys/fs/cgroup and /proc are (Linux).
+    affinity: the logical CPUs this process may run on (default: ``os.sched_getaffinity``).
+    sysctl: reads a sysctl by name (macOS; default: runs ``sysctl -n``).
+    cpu_count: the last-resort logical CPU count (default: ``os.cpu_count()``).
+    """
+    plat = sys.platform if platform is None else platform
+    notes: list[str] = []
+    fallback = cpu_count if cpu_count is not None else (os.cpu_count() or 1)
+    try:
+        if plat.startswith("linux"):
+            count, method = _linux(Path(sysfs_root), Path(cgroup_root), Path(proc_root),
+                                   affinity, fallback, notes)
+        elif plat == "darwin":
+            count, method = _darwin(sysctl or _run_sysctl, fallback, notes)
+        else:
+            notes.append(f"no core-topology probe for platform {plat!r}; "
+                         "using the logical CPU count (SMT siblings may count twice)")
+            count, method = fallback, "os.cpu_count"
+    except Exception as e:  # a probe bug must not stop a model from loading
+        notes.append(f"core probe failed ({type(e).__name__}: {e}); using the logical CPU count")
+        count, method = fallback, "os.cpu_count"
+    result = CoreCount(max(1, count), method, tuple(notes))
+    for note in result.notes:
+        log.debug("performance_cores: %s", note)
+    return result
+
+
+# --- Linux ----------------------------------------------------------------------------------
+
+
+def parse_cpu_list(text: str) -> set[int]:
+    """Parses a kernel CPU list such as ``"0-3,8,10-11"``; raises ValueError if malformed."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            cpus.update(range(int(lo), int(hi) + 1))
+        else:
+            cpus.add(int(part))
+    return cpus
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _linux(sysfs: Path, cgroup_root: Path, proc: Path, affinity: Iterable[int] | None,
+           fallback: int, notes: list[str]) -> tuple[int, str]:
+    allowed: set[int] | None
+    if affinity is not None:
+        allowed = set(affinity)
+    elif hasattr(os, "sched_getaffinity"):
+        allowed = set(os.sched_getaffinity(0))
+    else:
+        allowed = None
+
+    count, method = _sysfs_cores(sysfs, allowed, notes)
+    if count is None:
+        count = len(allowed) if allowed else fallback
+        method = "affinity mask" if allowed else "os.cpu_count"
+        notes.append("counting logical CPUs (SMT siblings may count twice)")
+
+    limit, where = cgroup_cpu_limit(cgroup_root, proc)
+    if limit is not None:
+        cap = max(1, math.ceil(limit - 1e-9))  # 1.5 CPUs of quota -> 2 threads
+        if cap < count:
+            notes.append(
+                f"cgroup CPU quota of {limit:g} CPUs ({where}) caps {count} cores to {cap}"
+            )
+            count = cap
+    return count, method
+
+
+def _sysfs_cores(sysfs: Path, allowed: set[int] | None,
+                 notes: list[str]) -> tuple[int | None, str]:
+    """Physical performance cores among the allowed CPUs, from sysfs; None if unreadable."""
+    cpu_dir = sysfs / "devices" / "system" / "cpu"
+    online_text = _read(cpu_dir / "online")
+    try:
+        cpus = parse_cpu_list(online_text) if online_text else set()
+    except ValueError:
+        cpus = set()
+    if not cpus:
+        try:
+            cpus = {int(p.name[3:]) for p in cpu_dir.glob("cpu[0-9]*") if p.name[3:].isdigit()}
+        except OSError:
+            cpus = set()
+    if not cpus:
+        notes.append(f"no CPUs listed under {cpu_dir}")
+        return None, ""
+    if allowed is not None:
+        if cpus & allowed:
+            cpus &= allowed
+        else:
+            notes.append("affinity mask shares no CPU with sysfs; ignoring the mask")
+
+    # Hybrid Intel (Alder Lake and later): the kernel lists P-core and E-core CPUs under
+    # separate PMU devices. Keep the P-cores unless the mask allows only E-cores.
+    p_text = _read(sysfs / "devices" / "cpu_core" / "cpus")
+    if p_text is not None:
+        try:
+            p_cpus = parse_cpu_list(p_text)
+        except ValueError:
+            p_cpus = set()
+            notes.append(f"unreadable P-core list {p_text!r}; not filtering E-cores")
+        if p_cpus & cpus:
+            dropped = len(cpus - p_cpus)
+            if dropped:
+                notes.append(f"hybrid CPU: {dropped} efficiency-core CPUs left out")
+            cpus &= p_cpus
+        elif p_cpus:
+            notes.append("hybrid CPU, but only efficiency cores are allowed; counting them")
+
+    cores: set[object] = set()
+    missing = 0
+    for cpu in sorted(cpus):
+        key = _core_key(cpu_dir / f"cpu{cpu}" / "topology")
+        if key is None:
+            missing += 1
+            key = ("cpu", cpu)  # unknown sibling: count the logical CPU as a core
+        cores.add(key)
+    if missing:
+        notes.append(f"no topology for {missing} of {len(cpus)} CPUs; counted each as a core")
+        if missing == len(cpus):
+            return None, ""
+    return len(cores), "sysfs topology"
+
+
+def _core_key(topo: Path) -> object | None:
+    """An identity shared by exactly the logical CPUs of one physical core."""
+    for name in ("core_cpus_list", "thread_siblings_list"):
+        text = _read(topo / name)
+        if text:
+            try:
+                return ("siblings", frozenset(parse_cpu_list(text)))
+            except ValueError:
+                pass
+    core = _read(topo / "core_id")
+    if core is None:
+        return None
+    # core_id is unique only within a die of a package.
+    return ("id", _read(topo / "physical_package_id"), _read(topo / "die_id"), core)
+
+
+def cgroup_cpu_limit(cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
+                     proc_root: str | os.PathLike[str] = "/proc") -> tuple[float | None, str]:
+    """The CPU quota of this process's cgroup in CPUs (e.g. 1.5), or None if unlimited.
+
+    Looks at cgroup v2 ``cpu.max`` and v1 ``cpu.cfs_quota_us / cpu.cfs_period_us`` in the
+    process's own cgroup and its ancestors (the tightest one wins). Returns the limit and
+    the file it came from. Never raises.
+    """
+    root, proc = Path(cgroup_root), Path(proc_root)
+    v2_path, v1_path = "/", "/"
+    text = _read(proc / "self" / "cgroup")
+    for line in (text or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            v2_path = parts[2]
+        elif "cpu" in parts[1].split(","):
+            v1_path = parts[2]
+
+    best: tuple[float | None, str] = (None, "")
+
+    def consider(limit: float | None, where: Path) -> None:
+        nonlocal best
+        if limit is not None and (best[0] is None or limit < best[0]):
+            best = (limit, str(where))
+
+    for d in _ancestors(root, v2_path):
+        consider(_v2_limit(d / "cpu.max"), d / "cpu.max")
+    for mount in ("cpu,cpuacct", "cpu", "cpuacct,cpu"):
+        if (root / mount).is_dir():
+            for d in _ancestors(root / mount, v1_path):
+                consider(_v1_limit(d), d / "cpu.cfs_quota_us")
+            break
+    return best
+
+
+def _ancestors(mount: Path, cgroup_path: str) -> list[Path]:
+    """The cgroup's directory under `mount` and each parent up to the mount point. Inside a
+    container the path from /proc may not exist under the mount: then only the mount."""
+    rel = [p for p in cgroup_path.strip("/").split("/") if p and p != ".."]
+    dirs = [mount]
+    for i in range(len(rel)):
+        d = mount.joinpath(*rel[: i + 1])
+        if not d.is_dir():
+            break
+        dirs.append(d)
+    return dirs
+
+
+def _v2_limit(path: Path) -> float | None:
+    text = _read(path)  # "max 100000" or "150000 100000"
+    if not text:
+        return None
+    fields = text.split()
+    if fields[0] == "max":
+        return None
+    try:
+        quota = int(fields[0])
+        period = int(fields[1]) if len(fields) > 1 else 100000
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def _v1_limit(d: Path) -> float | None:
+    q, p = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
+    try:
+        quota, period = int(q or "-1"), int(p or "0")
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+# --- macOS ------------------------------------------------------------------------------------
+
+
+def _run_sysctl(name: str) -> str | None:
+    exe = "/usr/sbin/sysctl" if os.path.exists("/usr/sbin/sysctl") else shutil.which("sysctl")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "-n", name], capture_output=True, text=True, timeout=5,
+                             check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _sysctl_int(sysctl: Sysctl, name: str) -> int | None:
+    try:
+        text = sysctl(name)
+        value = int(text.strip()) if text else 0
+    except (ValueError, OSError):
+        return None
+    return value if value > 0 else None
+
+
+def _darwin(sysctl: Sysctl, fallback: int, notes: list[str]) -> tuple[int, str]:
+    # Apple Silicon: perflevel0 is the performance cluster. hw.physicalcpu counts the
+    # efficiency cores too (10 on an M1 Max with 8 P-cores), so it is only the fallback
+    # for Intel Macs, where perflevel* does not exist.
+    n = _sysctl_int(sysctl, "hw.perflevel0.logicalcpu")
+    if n is not None:
+        return n, "sysctl hw.perflevel0.logicalcpu"
+    notes.append("hw.perflevel0.logicalcpu unavailable (Intel Mac?); using hw.physicalcpu")
+    n = _sysctl_int(sysctl, "hw.physicalcpu")
+    if n is not None:
+        return n, "sysctl hw.physicalcpu"
+    notes.append("hw.physicalcpu unavailable; using the logical CPU count")
+    return fallback, "os.cpu_count"
