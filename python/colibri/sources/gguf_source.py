@@ -1,0 +1,287 @@
+"""GGUF files (llama.cpp's format) -> Manifest, without loading tensor data.
+
+The header is read with the ``gguf`` package; tensor bytes stay on disk and are described
+by extents (absolute file offsets). Conventions follow llama.cpp's converter
+(``convert_hf_to_gguf.py``) and model loader:
+
+* ``general.architecture`` ``llama`` is a dense Llama, or Mixtral when ``llama.expert_count``
+  is > 0; ``qwen2moe``, ``qwen3moe`` and ``olmoe`` map to their families.
+* Stacked expert tensors ``blk.N.ffn_{gate,up,down}_exps.weight`` (GGML ne = [cols, rows,
+  n_expert]) become one TensorInfo per expert, ``blk.N.ffn_gate_exps.E``, each with its own
+  slice of the stack.
+* The ``llama`` converter permutes the rows of Q and K (and their biases) for llama.cpp's
+  interleaved ("NORM") RoPE; those tensors carry ``rope_unpermute_heads`` (n_head for Q,
+  n_head_kv for K). qwen2moe, qwen3moe and olmoe use NEOX RoPE and are stored unpermuted.
+* Whether the top-k router weights are renormalized is hard-coded per architecture in
+  llama.cpp's graphs (llama/Mixtral and qwen3moe: yes; qwen2moe and olmoe: no); the same
+  values are used here so a GGUF computes what llama.cpp computes.
+* Expert and shared-expert widths are taken from the tensors themselves: llama.cpp's
+  olmoe and Mixtral files keep the expert width in ``feed_forward_length``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelFormatError, UnsupportedError
+from .manifest import Extent, Manifest, ModelConfig, QkNorm, TensorInfo
+from .validate import (
+    check_dtype,
+    check_extents,
+    order_and_check,
+    split_rows,
+    unsupported_architecture,
+)
+
+# GGUF general.architecture values this loader understands -> family.
+GGUF_ARCHITECTURES = ("llama", "qwen2moe", "qwen3moe", "olmoe")
+_FAMILY = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "olmoe": "olmoe"}
+# llama.cpp's graphs: the norm_w argument of build_moe_ffn, per family.
+_NORM_TOPK = {"mixtral": True, "qwen3_moe": True, "qwen2_moe": False, "olmoe": False}
+# Architectures whose llama.cpp converter permutes Q/K rows (LlamaModel.undo_permute).
+_PERMUTED = {"llama"}
+
+_EXPS = re.compile(r"^(blk\.\d+\.ffn_(?:gate|up|down)_exps)\.weight$")
+
+
+def _expected_size(start: int, fields: list[Any]) -> int | None:
+    """File size a GGUF needs: the end of its last tensor (from raw tensor-info fields)."""
+    import gguf
+
+    end = start
+    try:
+        for f in fields:
+            _nl, _name, _nd, dims, raw_type, offs = f.parts
+            block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(raw_type[0]))]
+            n = int(np.prod(dims.astype(np.uint64)))
+            end = max(end, start + int(offs[0]) + n // block * size)
+    except (ValueError, KeyError, TypeError):
+        return None
+    return end
+
+
+def _open(path: Path) -> Any:
+    """A GGUFReader for the file; ModelFormatError when it is truncated or unreadable."""
+    import gguf
+
+    size = os.stat(path).st_size
+    seen: list[int | None] = []
+
+    class _Reader(gguf.GGUFReader):
+        # Remember where the tensor data must end before the reader maps it, so that a
+        # truncated file can be reported with the size it should have.
+        def _build_tensors(self, start_offs: int, fields: list[gguf.ReaderField]) -> None:
+            seen.append(_expected_size(start_offs, fields))
+            super()._build_tensors(start_offs, fields)
+
+    try:
+        return _Reader(path)
+    except Exception as exc:  # the reader raises ValueError, IndexError, struct errors...
+        expected = seen[0] if seen else None
+        if expected is not None and expected > size:
+            raise ModelFormatError(
+                f"{path}: GGUF file is truncated: its header describes tensors up to byte "
+                f"{expected}, but the file is {size} bytes. Download or convert it again."
+            ) from exc
+        raise ModelFormatError(
+            f"{path}: not a readable GGUF file ({size} bytes; header error: {exc}). "
+            f"Check that the file is a complete GGUF model."
+        ) from exc
+
+
+def _metadata(reader: Any) -> dict[str, Any]:
+    md: dict[str, Any] = {}
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        try:
+            md[key] = field.contents()
+        except (UnicodeDecodeError, ValueError, IndexError) as exc:
+            raise ModelFormatError(f"metadata key {key!r} cannot be decoded: {exc}") from exc
+    return md
+
+
+def _get(md: dict[str, Any], key: str, where: Path, default: Any = None) -> Any:
+    v = md.get(key, default)
+    if v is None:
+        raise ModelFormatError(f"{where}: GGUF metadata key {key!r} is missing")
+    return v
+
+
+def _int_key(md: dict[str, Any], key: str, where: Path, default: int | None = None) -> int:
+    v = _get(md, key, where, default)
+    if isinstance(v, list):
+        if not v or any(x != v[0] for x in v):
+            raise UnsupportedError(f"{where}: per-layer values for {key!r} are not supported")
+        v = v[0]
+    return int(v)
+
+
+def _rope_scaling(md: dict[str, Any], arch: str) -> dict[str, Any] | None:
+    kind = md.get(f"{arch}.rope.scaling.type")
+    factor = md.get(f"{arch}.rope.scaling.factor")
+    if kind is None and md.get(f"{arch}.rope.scale_linear") is not None:
+        kind, factor = "linear", md[f"{arch}.rope.scale_linear"]
+    if kind is None or kind == "none":
+        return None
+    out: dict[str, Any] = {"rope_type": str(kind)}
+    if factor is not None:
+        out["factor"] = _f32(factor)
+    extra = {
+        "rope.scaling.original_context_length": "original_max_position_embeddings",
+        "rope.scaling.attn_factor": "attention_factor",
+        "rope.scaling.yarn_beta_fast": "beta_fast",
+        "rope.scaling.yarn_beta_slow": "beta_slow",
+        "rope.scaling.yarn_log_multiplier": "mscale_all_dim",
+    }
+    for k, hf in extra.items():
+        if (v := md.get(f"{arch}.{k}")) is not None:
+            out[hf] = v
+    return out
+
+
+def _f32(v: Any) -> float:
+    """A float32 metadata value as the decimal it was written from (1e-05, not 9.99e-06)."""
+    return float(str(np.float32(v)))
+
+
+def _canonical(name: str) -> str:
+    return name[: -len(".weight")] if name.endswith(".weight") else name
+
+
+def load_gguf(path: str | os.PathLike[str]) -> Manifest:
+    """Read a GGUF file's header and return its manifest (no tensor data is loaded)."""
+    p = Path(path)
+    size = os.stat(p).st_size
+    reader = _open(p)
+    md = _metadata(reader)
+    where = p
+    if int(md.get("split.count", 1) or 1) > 1:
+        raise UnsupportedError(
+            f"{p}: split GGUF files are not supported; merge the parts with "
+            f"`llama-gguf-split --merge` and load the merged file."
+        )
+    gguf_arch = str(md.get("general.architecture", ""))
+    if gguf_arch not in GGUF_ARCHITECTURES:
+        raise unsupported_architecture(gguf_arch or "<missing>", p, GGUF_ARCHITECTURES)
+
+    n_expert = int(md.get(f"{gguf_arch}.expert_count", 0) or 0)
+    family = _FAMILY.get(gguf_arch, "mixtral" if n_expert > 0 else "llama")
+
+    # Raw tensors: name -> (dtype, torch shape, extent).
+    raw: dict[str, tuple[str, tuple[int, ...], Extent]] = {}
+    for t in reader.tensors:
+        dtype = t.tensor_type.name
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        raw[t.name] = (dtype, shape, Extent(0, int(t.data_offset), int(t.n_bytes)))
+    del reader
+
+    hidden = _int_key(md, f"{gguf_arch}.embedding_length", where)
+    n_layers = _int_key(md, f"{gguf_arch}.block_count", where)
+    n_heads = _int_key(md, f"{gguf_arch}.attention.head_count", where)
+    n_kv = _int_key(md, f"{gguf_arch}.attention.head_count_kv", where, n_heads)
+    head_dim = _int_key(md, f"{gguf_arch}.attention.key_length", where, hidden // n_heads)
+    v_dim = _int_key(md, f"{gguf_arch}.attention.value_length", where, head_dim)
+    rot = _int_key(md, f"{gguf_arch}.rope.dimension_count", where, head_dim)
+    if v_dim != head_dim or rot != head_dim:
+        raise UnsupportedError(
+            f"{p}: key length {head_dim}, value length {v_dim} and RoPE dimensions {rot} "
+            f"differ; colibri supports full-dimension RoPE with equal key/value head sizes."
+        )
+    if "token_embd.weight" not in raw:
+        raise ModelFormatError(f"{p}: tensor 'token_embd' is missing")
+    vocab = raw["token_embd.weight"][1][0]
+
+    tensors: dict[str, TensorInfo] = {}
+    for name, (dtype, shape, ext) in raw.items():
+        check_dtype(name, dtype, p)
+        m = _EXPS.match(name)
+        if m:
+            if len(shape) != 3:
+                raise ModelFormatError(f"{p}: stacked expert tensor {name!r} has shape {shape}")
+            n_e, rows, cols = shape
+            each = ext.length // n_e if n_e else 0
+            if each * n_e != ext.length:
+                raise ModelFormatError(f"{p}: tensor {name!r} does not split into {n_e} experts")
+            for e, sub in enumerate(split_rows(ext, n_e, each)):
+                nm = f"{m.group(1)}.{e}"
+                tensors[nm] = TensorInfo(nm, dtype, (rows, cols), (sub,))
+            continue
+        cname = _canonical(name)
+        if cname.endswith("ffn_gate_inp_shexp") and len(shape) == 1:
+            shape = (1, shape[0])  # llama.cpp creates it as {n_embd}; either layout is one row
+        heads = 0
+        if gguf_arch in _PERMUTED:
+            if cname.endswith(("attn_q", "attn_q.bias")):
+                heads = n_heads
+            elif cname.endswith(("attn_k", "attn_k.bias")):
+                heads = n_kv
+        tensors[cname] = TensorInfo(cname, dtype, shape, (ext,), heads)
+
+    def width(name: str, axis: int) -> int:
+        t = tensors.get(name)
+        return t.shape[axis] if t is not None else 0
+
+    moe_layers = tuple(f"blk.{i}.ffn_gate_inp" in tensors for i in range(n_layers))
+    first_moe = next((i for i, m in enumerate(moe_layers) if m), None)
+    first_dense = next((i for i, m in enumerate(moe_layers) if not m), None)
+    moe_ffn = width(f"blk.{first_moe}.ffn_gate_exps.0", 0) if first_moe is not None else 0
+    shared_ffn = width(f"blk.{first_moe}.ffn_gate_shexp", 0) if first_moe is not None else 0
+    dense_ffn = width(f"blk.{first_dense}.ffn_gate", 0) if first_dense is not None else 0
+
+    # OLMoE normalizes the whole Q/K projection, Qwen3-MoE each head (llama.cpp likewise).
+    qk: QkNorm = "none"
+    if "blk.0.attn_q_norm" in tensors:
+        qk = "full" if family == "olmoe" else "head"
+
+    eos: list[int] = []
+    for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"):
+        v = md.get(key)
+        if v is not None and int(v) not in eos:
+            eos.append(int(v))
+    bos = md.get("tokenizer.ggml.bos_token_id")
+
+    cfg = ModelConfig(
+        arch=family,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        head_dim=head_dim,
+        intermediate_size=dense_ffn,
+        rms_norm_eps=_f32(_get(md, f"{gguf_arch}.attention.layer_norm_rms_epsilon", where)),
+        rope_theta=_f32(md.get(f"{gguf_arch}.rope.freq_base", 10000.0)),
+        max_position_embeddings=_int_key(md, f"{gguf_arch}.context_length", where),
+        tie_word_embeddings="output" not in tensors,
+        rope_scaling=_rope_scaling(md, gguf_arch),
+        qk_norm=qk,
+        attention_bias="blk.0.attn_q.bias" in tensors,
+        n_experts=n_expert if first_moe is not None else 0,
+        n_experts_per_tok=int(md.get(f"{gguf_arch}.expert_used_count", 0) or 0)
+        if first_moe is not None
+        else 0,
+        moe_intermediate_size=moe_ffn,
+        norm_topk_prob=_NORM_TOPK.get(family, False) if first_moe is not None else False,
+        shared_expert_intermediate_size=shared_ffn,
+        moe_layers=moe_layers,
+        bos_token_id=int(bos) if bos is not None else None,
+        eos_token_ids=tuple(eos),
+    )
+    if family in _NORM_TOPK and first_moe is None:
+        raise ModelFormatError(f"{p}: a {family} model without router tensors (ffn_gate_inp)")
+    ordered = order_and_check(tensors, cfg, p)
+    check_extents(ordered, (p,), (size,))
+    return Manifest(
+        source="gguf",
+        path=p,
+        files=(p.resolve(),),
+        config=cfg,
+        tensors=ordered,
+        metadata=md,
+    )

@@ -1,0 +1,405 @@
+"""Hugging Face checkpoint directories (config.json + *.safetensors) -> Manifest.
+
+Safetensors headers are parsed here (8-byte little-endian length + JSON, ``data_offsets``
+relative to the end of the header); tensor bytes stay on disk and are described by
+extents. Only F32, F16 and BF16 tensors are read.
+
+What ``save_pretrained`` writes on disk (transformers 5.2x, checked on tiny models):
+
+* Experts are written one tensor per expert with the hub's names even though transformers 5
+  fuses them in memory: ``mlp.experts.{e}.{gate,up,down}_proj.weight`` (Qwen2/3-MoE,
+  OLMoE) and ``block_sparse_moe.experts.{e}.w1/w2/w3.weight`` (Mixtral; w1 = gate, w2 =
+  down, w3 = up). Fused on-disk experts (``mlp.experts.gate_up_proj`` [E, 2*ffn, hidden]
+  with gate first, ``mlp.experts.down_proj`` [E, hidden, ffn]) are split into per-expert
+  extents as well.
+* RoPE settings live in ``rope_parameters`` ({"rope_theta", "rope_type", ...}); older files
+  have top-level ``rope_theta`` and ``rope_scaling``. Both are read.
+* Qwen3-MoE writes ``num_local_experts`` (older files: ``num_experts``); Qwen2-MoE writes
+  ``qkv_bias`` (older files have none: the biases are always there); Mixtral writes
+  ``"head_dim": null``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import ModelFormatError, UnsupportedError
+from .manifest import Extent, Manifest, ModelConfig, QkNorm, TensorInfo
+from .validate import (
+    SUPPORTED_FAMILIES,
+    check_extents,
+    file_sizes,
+    order_and_check,
+    split_rows,
+    unsupported_architecture,
+)
+
+_ST_DTYPES = {"F32": 4, "F16": 2, "BF16": 2}
+_MAX_HEADER = 100 * 1024 * 1024
+
+# model_type / architectures[0] -> family
+_MODEL_TYPES = {
+    "llama": "llama",
+    "mixtral": "mixtral",
+    "qwen2_moe": "qwen2_moe",
+    "qwen3_moe": "qwen3_moe",
+    "olmoe": "olmoe",
+}
+_ARCH_CLASSES = {
+    "LlamaForCausalLM": "llama",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "OlmoeForCausalLM": "olmoe",
+}
+
+_L = r"model\.layers\.(\d+)\."
+_RULES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"model\.embed_tokens\.weight"), "token_embd"),
+    (re.compile(r"model\.norm\.weight"), "output_norm"),
+    (re.compile(r"lm_head\.weight"), "output"),
+    (re.compile(_L + r"input_layernorm\.weight"), "blk.{0}.attn_norm"),
+    (re.compile(_L + r"post_attention_layernorm\.weight"), "blk.{0}.ffn_norm"),
+    (re.compile(_L + r"self_attn\.([qkv])_proj\.weight"), "blk.{0}.attn_{1}"),
+    (re.compile(_L + r"self_attn\.([qkv])_proj\.bias"), "blk.{0}.attn_{1}.bias"),
+    (re.compile(_L + r"self_attn\.o_proj\.weight"), "blk.{0}.attn_output"),
+    (re.compile(_L + r"self_attn\.([qk])_norm\.weight"), "blk.{0}.attn_{1}_norm"),
+    (re.compile(_L + r"mlp\.(gate|up|down)_proj\.weight"), "blk.{0}.ffn_{1}"),
+    (re.compile(_L + r"(?:mlp|block_sparse_moe)\.gate\.weight"), "blk.{0}.ffn_gate_inp"),
+    (
+        re.compile(_L + r"mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight"),
+        "blk.{0}.ffn_{2}_exps.{1}",
+    ),
+    (re.compile(_L + r"block_sparse_moe\.experts\.(\d+)\.w1\.weight"), "blk.{0}.ffn_gate_exps.{1}"),
+    (re.compile(_L + r"block_sparse_moe\.experts\.(\d+)\.w2\.weight"), "blk.{0}.ffn_down_exps.{1}"),
+    (re.compile(_L + r"block_sparse_moe\.experts\.(\d+)\.w3\.weight"), "blk.{0}.ffn_up_exps.{1}"),
+    (re.compile(_L + r"mlp\.shared_expert\.(gate|up|down)_proj\.weight"), "blk.{0}.ffn_{1}_shexp"),
+    (re.compile(_L + r"mlp\.shared_expert_gate\.weight"), "blk.{0}.ffn_gate_inp_shexp"),
+]
+_FUSED_GATE_UP = re.compile(_L + r"mlp\.experts\.gate_up_proj(?:\.weight)?")
+_FUSED_DOWN = re.compile(_L + r"mlp\.experts\.down_proj(?:\.weight)?")
+_IGNORED = re.compile(r".*rotary_emb\.inv_freq")
+
+
+# --------------------------------------------------------------------------- safetensors
+
+
+def read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int, int]]:
+    """name -> (dtype, shape, absolute offset, length) for every tensor in the file.
+
+    Checks that the header parses and that every tensor's bytes lie inside the file.
+    """
+    size = os.stat(path).st_size
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ModelFormatError(f"{path}: {size} bytes, too short to be a safetensors file")
+        (n,) = struct.unpack("<Q", head)
+        if n > min(size - 8, _MAX_HEADER):
+            raise ModelFormatError(
+                f"{path}: safetensors header claims {n} bytes but the file is {size} bytes; "
+                f"the file is truncated or not a safetensors file."
+            )
+        raw = fh.read(n)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFormatError(f"{path}: safetensors header is not valid JSON ({exc})") from exc
+    if not isinstance(header, dict):
+        raise ModelFormatError(f"{path}: safetensors header is not a JSON object")
+    start = 8 + n
+    out: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype = str(info["dtype"])
+            shape = tuple(int(d) for d in info["shape"])
+            b, e = (int(x) for x in info["data_offsets"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelFormatError(f"{path}: header entry for {name!r} is malformed") from exc
+        if b < 0 or e < b or start + e > size:
+            raise ModelFormatError(
+                f"{path}: tensor {name!r} claims bytes [{start + b}, {start + e}) but the file "
+                f"is {size} bytes (expected at least {start + e}). The file is truncated or "
+                f"its header is corrupt."
+            )
+        if dtype in _ST_DTYPES:
+            numel = 1
+            for d in shape:
+                numel *= d
+            if e - b != numel * _ST_DTYPES[dtype]:
+                raise ModelFormatError(
+                    f"{path}: tensor {name!r} ({dtype}, shape {shape}) needs "
+                    f"{numel * _ST_DTYPES[dtype]} bytes but its header gives {e - b}. "
+                    f"The header is corrupt."
+                )
+        out[name] = (dtype, shape, start + b, e - b)
+    return out
+
+
+def _shard_files(d: Path) -> list[Path]:
+    index = d / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            names = sorted(set(weight_map.values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ModelFormatError(f"{index}: not a valid safetensors index ({exc})") from exc
+        files = [d / n for n in names]
+        for f in files:
+            if not f.is_file():
+                raise ModelFormatError(
+                    f"{index} lists shard {f.name}, which is missing. Download the whole "
+                    f"checkpoint again."
+                )
+        return files
+    files = sorted(d.glob("*.safetensors"))
+    if not files:
+        raise ModelFormatError(
+            f"{d}: config.json found but no *.safetensors weights. colibri reads safetensors "
+            f"checkpoints (save with safe_serialization=True)."
+        )
+    return files
+
+
+# --------------------------------------------------------------------------- config
+
+
+def _family(cfg: Mapping[str, Any], where: Path) -> str:
+    mt = str(cfg.get("model_type", ""))
+    if mt in _MODEL_TYPES:
+        return _MODEL_TYPES[mt]
+    for a in cfg.get("architectures") or []:
+        if a in _ARCH_CLASSES:
+            return _ARCH_CLASSES[a]
+    found = mt or ", ".join(cfg.get("architectures") or []) or "<none>"
+    raise unsupported_architecture(found, where, SUPPORTED_FAMILIES)
+
+
+def _rope(cfg: Mapping[str, Any]) -> tuple[float, dict[str, Any] | None]:
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(params, dict) or any(isinstance(v, dict) for v in params.values()):
+        raise UnsupportedError("per-layer-type RoPE parameters are not supported")
+    theta = float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind in (None, "default"):
+        return theta, None
+    scaling = {k: v for k, v in params.items() if k not in ("rope_theta", "type")}
+    scaling["rope_type"] = kind
+    if kind in ("llama3", "yarn", "longrope"):
+        scaling.setdefault("original_max_position_embeddings", cfg.get("max_position_embeddings"))
+    return theta, scaling
+
+
+def _unsupported_if(cond: Any, where: Path, what: str) -> None:
+    if cond:
+        raise UnsupportedError(f"{where}: {what} is not supported")
+
+
+def _eos_ids(cfg: Mapping[str, Any], d: Path) -> tuple[int, ...]:
+    ids: list[int] = []
+    sources: list[Any] = [cfg.get("eos_token_id")]
+    gen = d / "generation_config.json"
+    if gen.is_file():
+        try:
+            sources.append(json.loads(gen.read_text()).get("eos_token_id"))
+        except (OSError, ValueError, AttributeError):
+            pass
+    for v in sources:
+        for x in v if isinstance(v, list) else [v]:
+            if isinstance(x, int) and x not in ids:
+                ids.append(x)
+    return tuple(ids)
+
+
+def hf_config(cfg: Mapping[str, Any], d: Path, tensor_names: set[str]) -> ModelConfig:
+    """Normalize a config.json (plus what the weights show) into a ModelConfig."""
+    fam = _family(cfg, d)
+    try:
+        hidden = int(cfg["hidden_size"])
+        n_layers = int(cfg["num_hidden_layers"])
+        n_heads = int(cfg["num_attention_heads"])
+        vocab = int(cfg["vocab_size"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelFormatError(f"{d / 'config.json'}: missing or invalid key {exc}") from exc
+    n_kv = int(cfg.get("num_key_value_heads") or n_heads)
+    head_dim = int(cfg.get("head_dim") or hidden // n_heads)
+    _unsupported_if(
+        cfg.get("hidden_act", "silu") != "silu", d, f"hidden_act {cfg.get('hidden_act')!r}"
+    )
+    _unsupported_if(cfg.get("mlp_bias"), d, "mlp_bias")
+    _unsupported_if(cfg.get("clip_qkv") is not None, d, "clip_qkv (OLMoE activation clipping)")
+    _unsupported_if(cfg.get("use_sliding_window"), d, "sliding-window attention")
+    _unsupported_if(fam == "mixtral" and cfg.get("sliding_window"), d, "sliding-window attention")
+    _unsupported_if(
+        fam != "qwen2_moe" and cfg.get("attention_bias"),
+        d,
+        "attention_bias on this architecture (it adds an output-projection bias)",
+    )
+    theta, scaling = _rope(cfg)
+
+    qk: QkNorm = {"qwen3_moe": "head", "olmoe": "full"}.get(fam, "none")  # type: ignore[assignment]
+    moe_ffn = shared = 0
+    n_exp = top_k = 0
+    norm_topk = False
+    dense = int(cfg.get("intermediate_size") or 0)
+    if fam == "llama":
+        moe_layers = tuple(False for _ in range(n_layers))
+    else:
+        n_exp = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
+        top_k = int(cfg.get("num_experts_per_tok") or 0)
+        if n_exp <= 0 or top_k <= 0:
+            raise ModelFormatError(
+                f"{d / 'config.json'}: a {fam} model needs experts and top-k > 0"
+            )
+        if fam in ("qwen2_moe", "qwen3_moe"):
+            moe_ffn = int(cfg["moe_intermediate_size"])
+            step = int(cfg.get("decoder_sparse_step") or 1)
+            only = set(cfg.get("mlp_only_layers") or [])
+            moe_layers = tuple(i not in only and (i + 1) % step == 0 for i in range(n_layers))
+            norm_topk = bool(cfg.get("norm_topk_prob", False))
+        else:  # mixtral, olmoe: intermediate_size is the expert width, every layer is MoE
+            moe_ffn, dense = dense, 0
+            moe_layers = tuple(True for _ in range(n_layers))
+            norm_topk = True if fam == "mixtral" else bool(cfg.get("norm_topk_prob", False))
+        if fam == "qwen2_moe":
+            shared = int(cfg.get("shared_expert_intermediate_size") or 0)
+        if all(moe_layers):
+            dense = 0
+    tied = bool(cfg.get("tie_word_embeddings", False)) or "lm_head.weight" not in tensor_names
+    bias = fam == "qwen2_moe" and "model.layers.0.self_attn.q_proj.bias" in tensor_names
+    bos = cfg.get("bos_token_id")
+    return ModelConfig(
+        arch=fam,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        head_dim=head_dim,
+        intermediate_size=dense,
+        rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        rope_theta=theta,
+        max_position_embeddings=int(cfg.get("max_position_embeddings") or 0),
+        tie_word_embeddings=tied,
+        rope_scaling=scaling,
+        qk_norm=qk,
+        attention_bias=bias,
+        n_experts=n_exp,
+        n_experts_per_tok=top_k,
+        moe_intermediate_size=moe_ffn,
+        norm_topk_prob=norm_topk,
+        shared_expert_intermediate_size=shared,
+        moe_layers=moe_layers,
+        bos_token_id=bos if isinstance(bos, int) else None,
+        eos_token_ids=_eos_ids(cfg, d),
+    )
+
+
+# --------------------------------------------------------------------------- tensors
+
+
+def _canonical(name: str) -> str | None:
+    for pat, fmt in _RULES:
+        m = pat.fullmatch(name)
+        if m:
+            return fmt.format(*m.groups())
+    return None
+
+
+def _info(
+    name: str, dtype: str, shape: tuple[int, ...], ext: Extent, where: Path, src: str = ""
+) -> TensorInfo:
+    if dtype not in _ST_DTYPES:
+        raise UnsupportedError(
+            f"{where}: tensor {src or name!r} has dtype {dtype}; colibri reads F32, F16 and BF16 "
+            f"safetensors (quantized checkpoints: use a GGUF)."
+        )
+    return TensorInfo(name, dtype, shape, (ext,))
+
+
+def _split_fused(
+    layer: str, kind: str, dtype: str, shape: tuple[int, ...], ext: Extent, where: Path
+) -> list[TensorInfo]:
+    if len(shape) != 3:
+        raise ModelFormatError(f"{where}: fused expert tensor of layer {layer} has shape {shape}")
+    n_e, rows, cols = shape
+    each = ext.length // n_e
+    out: list[TensorInfo] = []
+    for e, sub in enumerate(split_rows(ext, n_e, each)):
+        if kind == "down":
+            out.append(_info(f"blk.{layer}.ffn_down_exps.{e}", dtype, (rows, cols), sub, where))
+            continue
+        if rows % 2:
+            raise ModelFormatError(
+                f"{where}: fused gate_up_proj of layer {layer} has odd rows {rows}"
+            )
+        half = each // 2
+        for j, part in enumerate(("gate", "up")):
+            piece = Extent(sub.file, sub.offset + j * half, half)
+            out.append(
+                _info(f"blk.{layer}.ffn_{part}_exps.{e}", dtype, (rows // 2, cols), piece, where)
+            )
+    return out
+
+
+def load_hf(path: str | os.PathLike[str]) -> Manifest:
+    """Read config.json and the safetensors headers of a checkpoint directory."""
+    d = Path(path)
+    cfg_path = d / "config.json"
+    try:
+        raw_cfg = json.loads(cfg_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelFormatError(f"{cfg_path}: cannot read config.json ({exc})") from exc
+    if not isinstance(raw_cfg, dict):
+        raise ModelFormatError(f"{cfg_path}: config.json is not a JSON object")
+    _family(raw_cfg, d)  # unsupported architectures fail before any weight is looked at
+    files = _shard_files(d)
+    sizes = file_sizes(files)
+    found: dict[str, tuple[str, tuple[int, ...], Extent]] = {}
+    for fi, f in enumerate(files):
+        for name, (dtype, shape, off, length) in read_safetensors_header(f).items():
+            if name in found:
+                raise ModelFormatError(f"{d}: tensor {name!r} appears in more than one shard")
+            found[name] = (dtype, shape, Extent(fi, off, length))
+    cfg = hf_config(raw_cfg, d, set(found))
+
+    tensors: dict[str, TensorInfo] = {}
+    for name, (dtype, shape, ext) in found.items():
+        where = files[ext.file]
+        if _IGNORED.fullmatch(name):
+            continue
+        if m := _FUSED_GATE_UP.fullmatch(name):
+            for t in _split_fused(m.group(1), "gate_up", dtype, shape, ext, where):
+                tensors[t.name] = t
+            continue
+        if m := _FUSED_DOWN.fullmatch(name):
+            for t in _split_fused(m.group(1), "down", dtype, shape, ext, where):
+                tensors[t.name] = t
+            continue
+        cname = _canonical(name)
+        if cname is None:
+            raise UnsupportedError(
+                f"{where}: tensor {name!r} is not part of a {cfg.arch} model colibri knows how "
+                f"to run; refusing to ignore it."
+            )
+        if cname == "output" and cfg.tie_word_embeddings:
+            continue  # transformers ties lm_head to the embeddings and ignores this copy
+        tensors[cname] = _info(cname, dtype, shape, ext, where, name)
+    ordered = order_and_check(tensors, cfg, d)
+    check_extents(ordered, files, sizes)
+    return Manifest(
+        source="hf",
+        path=d,
+        files=tuple(f.resolve() for f in files),
+        config=cfg,
+        tensors=ordered,
+        metadata=raw_cfg,
+    )
