@@ -189,35 +189,40 @@ def _sysfs_cores(sysfs: Path, allowed: set[int] | None,
         elif p_cpus:
             notes.append("hybrid CPU, but only efficiency cores are allowed; counting them")
 
-    cores: set[object] = set()
-    missing = 0
-    for cpu in sorted(cpus):
-        key = _core_key(cpu_dir / f"cpu{cpu}" / "topology")
-        if key is None:
-            missing += 1
-            key = ("cpu", cpu)  # unknown sibling: count the logical CPU as a core
-        cores.add(key)
-    if missing:
-        notes.append(f"no topology for {missing} of {len(cpus)} CPUs; counted each as a core")
-        if missing == len(cpus):
-            return None, ""
-    return len(cores), "sysfs topology"
+    # Group logical CPUs into physical cores. The sibling list names exactly the CPUs of
+    # one core; (package, die, core_id) is the older equivalent. Keys of both kinds never
+    # match each other, so one kind is used for every CPU: siblings if all CPUs have a
+    # readable list, else ids if all have one, else each logical CPU counts as a core.
+    topo = {cpu: cpu_dir / f"cpu{cpu}" / "topology" for cpu in cpus}
+    siblings = {cpu: _siblings_key(t) for cpu, t in topo.items()}
+    if all(k is not None for k in siblings.values()):
+        return len(set(siblings.values())), "sysfs topology"
+    ids = {cpu: _core_id_key(t) for cpu, t in topo.items()}
+    if all(k is not None for k in ids.values()):
+        return len(set(ids.values())), "sysfs topology"
+    missing = sum(1 for cpu in cpus if siblings[cpu] is None and ids[cpu] is None)
+    notes.append(f"no usable core topology for {missing} of {len(cpus)} CPUs")
+    return None, ""
 
 
-def _core_key(topo: Path) -> object | None:
-    """An identity shared by exactly the logical CPUs of one physical core."""
+def _siblings_key(topo: Path) -> frozenset[int] | None:
+    """The logical CPUs of this CPU's physical core, from its sibling list."""
     for name in ("core_cpus_list", "thread_siblings_list"):
         text = _read(topo / name)
         if text:
             try:
-                return ("siblings", frozenset(parse_cpu_list(text)))
+                return frozenset(parse_cpu_list(text))
             except ValueError:
                 pass
+    return None
+
+
+def _core_id_key(topo: Path) -> tuple[str | None, str | None, str] | None:
     core = _read(topo / "core_id")
-    if core is None:
+    if not core:
         return None
     # core_id is unique only within a die of a package.
-    return ("id", _read(topo / "physical_package_id"), _read(topo / "die_id"), core)
+    return (_read(topo / "physical_package_id"), _read(topo / "die_id"), core)
 
 
 def cgroup_cpu_limit(cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
