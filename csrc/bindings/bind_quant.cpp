@@ -1,5 +1,292 @@
+// colibri._core.quant: the block kernels and the threaded matmul, exposed for tests and
+// benchmarks (not a user API). Every function that computes releases the GIL; bad input
+// raises a colibri.errors class through colibri::Error (mapped in errors.cpp).
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/errors.hpp"
+#include "model/matmul.hpp"
+#include "quant/dtype.hpp"
+#include "quant/kernels.hpp"
+#include "threadpool/threadpool.hpp"
+
 namespace py = pybind11;
+
 namespace colibri::bindings {
-void bind_quant(py::module_& m) { (void)m; }
+namespace {
+
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+using ByteArray = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
+std::atomic<uint64_t> g_read_sink{0};
+constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::AVX2, Isa::AVX512, Isa::NEON};
+
+Isa isa_from_name(const std::string& name) {
+  for (Isa isa : kAllIsas)
+    if (name == isa_name(isa)) {
+      if (!isa_available(isa))
+        fail(ErrorKind::Unsupported, "ISA '" + name + "' is not available on this CPU or in this build");
+      return isa;
+    }
+  fail(ErrorKind::InvalidArgument, "unknown ISA '" + name + "' (known: scalar, avx2, avx512, neon)");
+}
+
+// Kernels for a type at an ISA (None: the best available).
+const TypeKernels& pick(DType type, const std::optional<std::string>& isa) {
+  if (!isa) return kernels(type);
+  const TypeKernels* k = kernels_for(type, isa_from_name(*isa));
+  if (!k)
+    fail(ErrorKind::Unsupported, "no " + *isa + " kernels for " + dtype_name(type));
+  return *k;
+}
+
+// The pool argument: a _core.ThreadPool, or an int (a team of that size made for the call).
+struct PoolArg {
+  std::unique_ptr<ThreadPool> owned;
+  ThreadPool* pool = nullptr;
+  explicit PoolArg(const py::object& threads) {
+    if (py::isinstance<ThreadPool>(threads)) {
+      pool = &threads.cast<ThreadPool&>();
+      return;
+    }
+    ThreadSettings s;
+    s.n_threads = threads.cast<int>();
+    py::gil_scoped_release nogil;
+    owned = std::make_unique<ThreadPool>(s);
+    pool = owned.get();
+  }
+};
+
+void check_bytes(const ByteArray& data, DType type, int64_t rows, int64_t cols) {
+  if (rows < 0) fail(ErrorKind::InvalidArgument, "rows must be >= 0, got " + std::to_string(rows));
+  const std::size_t need = static_cast<std::size_t>(rows) * row_bytes(type, cols);
+  if (static_cast<std::size_t>(data.size()) != need)
+    fail(ErrorKind::InvalidArgument, dtype_name(type) + " matrix [" + std::to_string(rows) + ", " +
+                                         std::to_string(cols) + "] needs " + std::to_string(need) +
+                                         " bytes, got " + std::to_string(data.size()));
+}
+
+// x as [n, cols] (a 1-D array is one row).
+std::pair<int64_t, int64_t> rows_cols(const FloatArray& x) {
+  if (x.ndim() == 1) return {1, x.shape(0)};
+  if (x.ndim() == 2) return {x.shape(0), x.shape(1)};
+  fail(ErrorKind::InvalidArgument, "expected a 1-D or 2-D float32 array, got " + std::to_string(x.ndim()) + " dims");
+}
+
+py::array_t<uint8_t> quantize(const std::string& dtype, const FloatArray& x, const std::optional<std::string>& isa) {
+  const DType type = dtype_from_name(dtype);
+  const auto [rows, cols] = rows_cols(x);
+  const QuantizeRowFn fn = isa ? pick(type, isa).quantize_row : pick(type, std::string("scalar")).quantize_row;
+  const std::size_t rb = row_bytes(type, cols);
+  py::array_t<uint8_t> out({static_cast<py::ssize_t>(rows), static_cast<py::ssize_t>(rb)});
+  const float* src = x.data();
+  uint8_t* dst = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    for (int64_t r = 0; r < rows; ++r) fn(src + r * cols, dst + r * rb, cols);
+  }
+  return out;
+}
+
+py::array_t<float> dequantize(const std::string& dtype, const ByteArray& data, int64_t rows, int64_t cols,
+                              const std::optional<std::string>& isa) {
+  const DType type = dtype_from_name(dtype);
+  check_bytes(data, type, rows, cols);
+  const TypeKernels& k = pick(type, isa);
+  const std::size_t rb = row_bytes(type, cols);
+  py::array_t<float> out({static_cast<py::ssize_t>(rows), static_cast<py::ssize_t>(cols)});
+  const uint8_t* src = data.data();
+  float* dst = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    for (int64_t r = 0; r < rows; ++r) k.dequantize_row(src + r * rb, dst + r * cols, cols);
+  }
+  return out;
+}
+
+float vec_dot(const std::string& dtype, const ByteArray& w, const FloatArray& x, const std::optional<std::string>& isa) {
+  const DType type = dtype_from_name(dtype);
+  const TypeKernels& k = pick(type, isa);
+  if (!k.vec_dot) fail(ErrorKind::Unsupported, dtype + " is an activation format, not a weight type");
+  if (x.ndim() != 1) fail(ErrorKind::InvalidArgument, "vec_dot: x must be 1-D");
+  const int64_t n = x.shape(0);
+  check_bytes(w, type, 1, n);
+  std::vector<unsigned char> act(row_bytes(k.act_type, n) + 64);
+  py::gil_scoped_release nogil;
+  k.quantize_act(x.data(), act.data(), n);
+  return k.vec_dot(n, w.data(), act.data());
+}
+
+WeightView weight_view(const std::string& dtype, const ByteArray& w, int64_t rows, int64_t cols) {
+  const DType type = dtype_from_name(dtype);
+  check_bytes(w, type, rows, cols);
+  return WeightView{type, rows, cols, w.data()};
+}
+
+py::array_t<float> matmul(const std::string& dtype, const ByteArray& w, int64_t rows, int64_t cols,
+                          const FloatArray& x, const py::object& threads, const std::optional<std::string>& isa) {
+  const WeightView wv = weight_view(dtype, w, rows, cols);
+  const TypeKernels& k = pick(wv.type, isa);
+  const auto [n, xc] = rows_cols(x);
+  if (xc != cols)
+    fail(ErrorKind::InvalidArgument, "matmul: x has " + std::to_string(xc) + " columns, W has " + std::to_string(cols));
+  PoolArg pool(threads);
+  py::array_t<float> y({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(rows)});
+  float* yp = y.mutable_data();
+  py::gil_scoped_release nogil;
+  ScratchBuffer scratch;
+  matmul_with(*pool.pool, k, wv, x.data(), n, yp, scratch);
+  return y;
+}
+
+py::list matmul_multi(const std::vector<std::tuple<std::string, ByteArray, int64_t>>& ws, int64_t cols,
+                      const FloatArray& x, const py::object& threads) {
+  const auto [n, xc] = rows_cols(x);
+  if (xc != cols)
+    fail(ErrorKind::InvalidArgument, "matmul_multi: x has " + std::to_string(xc) + " columns, not " + std::to_string(cols));
+  std::vector<WeightView> views;
+  std::vector<py::array_t<float>> ys;
+  std::vector<float*> outs;
+  for (const auto& [dtype, bytes, rows] : ws) {
+    views.push_back(weight_view(dtype, bytes, rows, cols));
+    ys.emplace_back(std::vector<py::ssize_t>{static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(rows)});
+    outs.push_back(ys.back().mutable_data());
+  }
+  PoolArg pool(threads);
+  {
+    py::gil_scoped_release nogil;
+    ScratchBuffer scratch;
+    matmul_multi(*pool.pool, views.data(), outs.data(), static_cast<int>(views.size()), x.data(), n, scratch);
+  }
+  py::list out;
+  for (auto& y : ys) out.append(y);
+  return out;
+}
+
+py::array_t<float> get_rows_py(const std::string& dtype, const ByteArray& w, int64_t rows, int64_t cols,
+                               const py::array_t<int32_t, py::array::c_style | py::array::forcecast>& ids) {
+  const WeightView wv = weight_view(dtype, w, rows, cols);
+  const int64_t n = ids.size();
+  py::array_t<float> out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(cols)});
+  float* op = out.mutable_data();
+  py::gil_scoped_release nogil;
+  get_rows(wv, ids.data(), n, op);
+  return out;
+}
+
+// Times `iters` matmuls inside one ComputeScope (like consecutive layers of a forward
+// pass, so the team does not park between them). Returns seconds per iteration.
+std::vector<double> bench_matmul(const std::string& dtype, const ByteArray& w, int64_t rows, int64_t cols,
+                                 const FloatArray& x, const py::object& threads, int iters,
+                                 const std::optional<std::string>& isa) {
+  const WeightView wv = weight_view(dtype, w, rows, cols);
+  const TypeKernels& k = pick(wv.type, isa);
+  const auto [n, xc] = rows_cols(x);
+  if (xc != cols) fail(ErrorKind::InvalidArgument, "bench_matmul: x has the wrong number of columns");
+  PoolArg pool(threads);
+  std::vector<float> y(static_cast<std::size_t>(n * rows));
+  std::vector<double> times;
+  py::gil_scoped_release nogil;
+  ScratchBuffer scratch;
+  ThreadPool::ComputeScope scope(*pool.pool);
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    matmul_with(*pool.pool, k, wv, x.data(), n, y.data(), scratch);
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return times;
+}
+
+// Plain memory-read kernel for the bandwidth reference: sums 64-bit words (the compiler
+// vectorizes it), the team splitting the buffer like bench_matmul splits weight rows.
+std::vector<double> read_bandwidth(const ByteArray& buf, const py::object& threads, int iters) {
+  PoolArg pool(threads);
+  const uint64_t* p = reinterpret_cast<const uint64_t*>(buf.data());
+  const int64_t words = buf.size() / 8;
+  constexpr int64_t kChunk = 64 * 1024 / 8;
+  std::vector<double> times;
+  py::gil_scoped_release nogil;
+  ThreadPool::ComputeScope scope(*pool.pool);
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.pool->parallel_for((words + kChunk - 1) / kChunk, 0, [&](int64_t b, int64_t e, int) {
+      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      const int64_t end = std::min(words, e * kChunk);
+      for (int64_t j = b * kChunk; j + 4 <= end; j += 4) {
+        s0 += p[j];
+        s1 += p[j + 1];
+        s2 += p[j + 2];
+        s3 += p[j + 3];
+      }
+      g_read_sink.fetch_add(s0 + s1 + s2 + s3, std::memory_order_relaxed);  // keep the loads
+    });
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return times;
+}
+
+}  // namespace
+
+void bind_quant(py::module_& m) {
+  py::module_ q = m.def_submodule("quant", "Block kernels and matmul (tests and benchmarks).");
+  const auto none = py::none();
+  q.def("isa_names", [] {
+    std::vector<std::string> v;
+    for (Isa isa : kAllIsas) v.push_back(isa_name(isa));
+    return v;
+  }, "Every ISA name the dispatcher knows.");
+  q.def("available_isas", [] {
+    std::vector<std::string> v;
+    for (Isa isa : kAllIsas)
+      if (isa_available(isa)) v.push_back(isa_name(isa));
+    return v;
+  }, "ISAs compiled in and supported by this CPU (scalar first).");
+  q.def("best_isa", [] { return std::string(isa_name(best_isa())); });
+  q.def("has_kernels", [](const std::string& dtype, const std::string& isa) {
+    return kernels_for(dtype_from_name(dtype), isa_from_name(isa)) != nullptr;
+  }, py::arg("dtype"), py::arg("isa"));
+  q.def("act_type", [](const std::string& dtype) { return dtype_name(kernels(dtype_from_name(dtype)).act_type); },
+        py::arg("dtype"), "The activation format the dtype's dot product consumes.");
+  q.def("type_info", [](const std::string& dtype) {
+    const DType t = dtype_from_name(dtype);
+    const TypeTraits& tr = type_traits(t);
+    py::dict d;
+    d["name"] = tr.name;
+    d["id"] = static_cast<int>(t);
+    d["block_size"] = tr.block_size;
+    d["type_size"] = tr.type_size;
+    d["implemented"] = tr.implemented;
+    return d;
+  }, py::arg("dtype"));
+  q.def("row_bytes", [](const std::string& dtype, int64_t n) { return row_bytes(dtype_from_name(dtype), n); },
+        py::arg("dtype"), py::arg("n"));
+  q.def("quantize", &quantize, py::arg("dtype"), py::arg("x"), py::arg("isa") = none,
+        "float32 [rows, cols] -> uint8 [rows, row_bytes]. isa=None: the scalar reference "
+        "(byte-identical to ggml); an ISA name: that ISA's quantizer.");
+  q.def("dequantize", &dequantize, py::arg("dtype"), py::arg("data"), py::arg("rows"), py::arg("cols"),
+        py::arg("isa") = none, "uint8 bytes -> float32 [rows, cols]; isa=None: the best ISA.");
+  q.def("vec_dot", &vec_dot, py::arg("dtype"), py::arg("w"), py::arg("x"), py::arg("isa") = none,
+        "dot(one weight row, x): x is quantized to the act type with that ISA's quantizer.");
+  q.def("matmul", &matmul, py::arg("dtype"), py::arg("w"), py::arg("rows"), py::arg("cols"), py::arg("x"),
+        py::arg("threads") = 1, py::arg("isa") = none,
+        "y[n, rows] = x[n, cols] W^T. threads: a team size or a _core.ThreadPool.");
+  q.def("matmul_multi", &matmul_multi, py::arg("weights"), py::arg("cols"), py::arg("x"), py::arg("threads") = 1,
+        "weights: [(dtype, bytes, rows)] sharing x; one region; returns a list of y.");
+  q.def("get_rows", &get_rows_py, py::arg("dtype"), py::arg("w"), py::arg("rows"), py::arg("cols"),
+        py::arg("ids"), "Embedding lookup: dequantized rows ids -> float32 [len(ids), cols].");
+  q.def("bench_matmul", &bench_matmul, py::arg("dtype"), py::arg("w"), py::arg("rows"), py::arg("cols"),
+        py::arg("x"), py::arg("threads") = 1, py::arg("iters") = 10, py::arg("isa") = none,
+        "Seconds per matmul, iters of them inside one ComputeScope.");
+  q.def("read_bandwidth", &read_bandwidth, py::arg("buf"), py::arg("threads") = 1, py::arg("iters") = 5,
+        "Seconds per full read of buf (a native read kernel), for bandwidth references.");
+}
+
 }  // namespace colibri::bindings

@@ -32,6 +32,9 @@ struct TypeTraits {
 const TypeTraits& type_traits(DType type);
 DType dtype_from_id(int id);
 std::string dtype_name(DType type);
+// Parses a GGUF type name ("Q4_0", "bf16", ...; case-insensitive). Throws
+// Error(InvalidArgument) naming the known types for anything else.
+DType dtype_from_name(const std::string& name);
 
 // Bytes of one row of `n` elements. Throws Error(InvalidArgument) unless n is a whole
 // number of blocks.

@@ -27,8 +27,10 @@ struct TypeKernels {
   DType type;
   DType act_type;                  // F32 for float weights, Q8_0 / Q8_1 for 4/8-bit blocks
   DequantizeRowFn dequantize_row;
-  QuantizeRowFn quantize_row;
-  VecDotFn vec_dot;
+  QuantizeRowFn quantize_row;      // float -> `type` (model conversion; byte-exact with ggml)
+  VecDotFn vec_dot;                // nullptr for activation-only formats (Q8_1)
+  QuantizeRowFn quantize_act;      // float -> `act_type` with this ISA: pairs with vec_dot.
+                                   // Byte-identical to the scalar quantizer on every ISA.
 };
 
 bool isa_available(Isa isa);       // compiled in and supported by this CPU

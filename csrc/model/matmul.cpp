@@ -1,0 +1,220 @@
+// Threaded matmul over the kernel table. See matmul.hpp for the contract.
+//
+// Work split: the weight rows (of all weights in a matmul_multi) form one index space that
+// the pool hands out in chunks. A chunk computes its rows for every token, so each output
+// element has exactly one owner and one fixed arithmetic (the kernel's vec_dot): no
+// cross-thread reductions, bit-identical results for any team size.
+//
+// Decode (n_tokens == 1) is memory-bound: the loop is one vec_dot per row, chunks are big
+// enough (>= kMinChunkBytes of weights) that the per-chunk claim is noise, and small enough
+// (about kChunksPerThread per member) that a late thread still finds work.
+// Prefill (n_tokens > 1): within a chunk, each weight row is loaded once and dotted with a
+// tile of activation rows that stays in L2 (kActTileBytes), instead of streaming the whole
+// matrix once per token.
+#include "model/matmul.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "common/errors.hpp"
+#include "threadpool/threadpool.hpp"
+
+namespace colibri {
+namespace {
+
+constexpr std::size_t kMinChunkBytes = 16 * 1024;   // weight bytes per claimed chunk, at least
+constexpr int64_t kChunksPerThread = 8;
+constexpr std::size_t kActTileBytes = 256 * 1024;   // activation rows reused per weight row
+constexpr int64_t kParallelQuantizeTokens = 8;      // quantize activations in parallel from here
+
+struct Job {
+  VecDotFn dot;
+  const unsigned char* w;
+  std::size_t w_row_bytes;
+  const unsigned char* act;  // n_tokens rows of act_row_bytes
+  std::size_t act_row_bytes;
+  float* y;
+  int64_t rows;
+  int64_t first;  // index of row 0 in the combined row space
+};
+
+void check_weight(const WeightView& w, const char* what) {
+  if (w.rows < 0 || w.cols <= 0)
+    fail(ErrorKind::InvalidArgument, std::string(what) + ": bad shape [" + std::to_string(w.rows) + ", " +
+                                         std::to_string(w.cols) + "]");
+  row_bytes(w.type, w.cols);  // throws unless cols is a whole number of blocks
+  if (w.rows > 0 && !w.data) fail(ErrorKind::InvalidArgument, std::string(what) + ": null weight data");
+}
+
+// Rows [r0, r1) of one job for all n_tokens.
+void run_rows(const Job& j, int64_t r0, int64_t r1, int64_t n_tokens, int64_t cols) {
+  const unsigned char* w = j.w + static_cast<std::size_t>(r0) * j.w_row_bytes;
+  if (n_tokens == 1) {
+    for (int64_t r = r0; r < r1; ++r, w += j.w_row_bytes) j.y[r] = j.dot(cols, w, j.act);
+    return;
+  }
+  const int64_t tile = std::max<int64_t>(1, static_cast<int64_t>(kActTileBytes / j.act_row_bytes));
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += tile) {
+    const int64_t t1 = std::min(n_tokens, t0 + tile);
+    const unsigned char* wr = w;
+    for (int64_t r = r0; r < r1; ++r, wr += j.w_row_bytes) {
+      const unsigned char* a = j.act + static_cast<std::size_t>(t0) * j.act_row_bytes;
+      for (int64_t t = t0; t < t1; ++t, a += j.act_row_bytes) j.y[t * j.rows + r] = j.dot(cols, wr, a);
+    }
+  }
+}
+
+// Quantizes n_tokens rows of x into dst with k's activation quantizer.
+void quantize_rows(ThreadPool& pool, const TypeKernels& k, const float* x, int64_t n_tokens, int64_t cols,
+                   unsigned char* dst, std::size_t act_row_bytes) {
+  auto body = [&](int64_t t0, int64_t t1, int) {
+    for (int64_t t = t0; t < t1; ++t) k.quantize_act(x + t * cols, dst + t * act_row_bytes, cols);
+  };
+  if (n_tokens >= kParallelQuantizeTokens && pool.size() > 1)
+    pool.parallel_for(n_tokens, 0, body);
+  else
+    body(0, n_tokens, 0);
+}
+
+void run(ThreadPool& pool, const TypeKernels* const* ks, const WeightView* weights, float* const* outputs,
+         int n_weights, const float* x, int64_t n_tokens, ScratchBuffer& scratch) {
+  if (n_weights <= 0) return;
+  if (n_tokens < 0) fail(ErrorKind::InvalidArgument, "matmul: negative token count");
+  const int64_t cols = weights[0].cols;
+  int64_t total_rows = 0;
+  std::size_t total_bytes = 0;
+  for (int i = 0; i < n_weights; ++i) {
+    check_weight(weights[i], "matmul");
+    if (weights[i].cols != cols)
+      fail(ErrorKind::InvalidArgument, "matmul_multi: all weights need the same number of columns (" +
+                                           std::to_string(cols) + " vs " + std::to_string(weights[i].cols) + ")");
+    if (!ks[i]->vec_dot)
+      fail(ErrorKind::Unsupported, "matmul: " + dtype_name(weights[i].type) + " is not a weight type");
+    if (weights[i].rows > 0 && n_tokens > 0 && !outputs[i])
+      fail(ErrorKind::InvalidArgument, "matmul: null output");
+    total_rows += weights[i].rows;
+    total_bytes += static_cast<std::size_t>(weights[i].rows) * row_bytes(weights[i].type, cols);
+  }
+  if (total_rows == 0 || n_tokens == 0) return;
+  if (!x) fail(ErrorKind::InvalidArgument, "matmul: null input");
+
+  // Quantize the input once per distinct activation type (F32 activations are x itself).
+  DType act_types[8];
+  const unsigned char* act_data[8];
+  int n_act = 0;
+  std::size_t scratch_bytes = 0;
+  for (int i = 0; i < n_weights; ++i) {
+    const DType a = ks[i]->act_type;
+    if (a == DType::F32 || std::find(act_types, act_types + n_act, a) != act_types + n_act) continue;
+    if (n_act == 8) fail(ErrorKind::Internal, "matmul_multi: too many activation types");
+    act_types[n_act++] = a;
+    scratch_bytes += (static_cast<std::size_t>(n_tokens) * row_bytes(a, cols) + 63) / 64 * 64;
+  }
+  unsigned char* buf = n_act ? static_cast<unsigned char*>(scratch.get(scratch_bytes)) : nullptr;
+  for (int a = 0; a < n_act; ++a) {
+    const TypeKernels* k = nullptr;
+    for (int i = 0; i < n_weights && !k; ++i)
+      if (ks[i]->act_type == act_types[a]) k = ks[i];
+    const std::size_t arb = row_bytes(act_types[a], cols);
+    quantize_rows(pool, *k, x, n_tokens, cols, buf, arb);
+    act_data[a] = buf;
+    buf += (static_cast<std::size_t>(n_tokens) * arb + 63) / 64 * 64;
+  }
+
+  Job jobs_small[16];
+  std::unique_ptr<Job[]> jobs_big;
+  Job* jobs = jobs_small;
+  if (n_weights > 16) {
+    jobs_big.reset(new Job[n_weights]);
+    jobs = jobs_big.get();
+  }
+  int64_t first = 0;
+  for (int i = 0; i < n_weights; ++i) {
+    const DType a = ks[i]->act_type;
+    const unsigned char* act = reinterpret_cast<const unsigned char*>(x);
+    if (a != DType::F32) act = act_data[std::find(act_types, act_types + n_act, a) - act_types];
+    jobs[i] = Job{ks[i]->vec_dot, static_cast<const unsigned char*>(weights[i].data),
+                  row_bytes(weights[i].type, cols), act, row_bytes(a, cols), outputs[i], weights[i].rows, first};
+    first += weights[i].rows;
+  }
+
+  // Chunk size: about kChunksPerThread chunks per member, but never under kMinChunkBytes.
+  const std::size_t avg_row_bytes = std::max<std::size_t>(1, total_bytes / static_cast<std::size_t>(total_rows));
+  const int64_t min_rows = static_cast<int64_t>((kMinChunkBytes + avg_row_bytes - 1) / avg_row_bytes);
+  const int64_t team = pool.size();
+  const int64_t grain = std::max<int64_t>(min_rows, (total_rows + team * kChunksPerThread - 1) / (team * kChunksPerThread));
+
+  auto body = [&](int64_t begin, int64_t end, int) {
+    // Visit the weights whose rows intersect [begin, end).
+    for (int i = 0; i < n_weights; ++i) {
+      const Job& j = jobs[i];
+      const int64_t r0 = std::max(begin, j.first) - j.first;
+      const int64_t r1 = std::min(end, j.first + j.rows) - j.first;
+      if (r0 < r1) run_rows(j, r0, r1, n_tokens, cols);
+    }
+  };
+  if (team == 1 || total_rows <= grain)
+    body(0, total_rows, 0);  // one chunk: skip the region entirely
+  else
+    pool.parallel_for(total_rows, grain, body);
+}
+
+}  // namespace
+
+void* ScratchBuffer::get(std::size_t bytes) {
+  if (bytes > capacity_ || !data_) {
+    const std::size_t cap = std::max<std::size_t>({bytes, capacity_ + capacity_ / 2, 4096});
+    data_ = aligned_alloc_array<unsigned char>(cap, 64);
+    capacity_ = cap;
+  }
+  return data_.get();
+}
+
+void matmul_with(ThreadPool& pool, const TypeKernels& k, const WeightView& w, const float* x, int64_t n_tokens,
+                 float* y, ScratchBuffer& scratch) {
+  if (k.type != w.type)
+    fail(ErrorKind::InvalidArgument, "matmul: kernels for " + dtype_name(k.type) + " given a " +
+                                         dtype_name(w.type) + " weight");
+  const TypeKernels* ks[1] = {&k};
+  float* outs[1] = {y};
+  run(pool, ks, &w, outs, 1, x, n_tokens, scratch);
+}
+
+void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t n_tokens, float* y,
+            ScratchBuffer& scratch) {
+  matmul_with(pool, kernels(w.type), w, x, n_tokens, y, scratch);
+}
+
+void matmul_multi(ThreadPool& pool, const WeightView* weights, float* const* outputs, int n_weights,
+                  const float* x, int64_t n_tokens, ScratchBuffer& scratch) {
+  if (n_weights <= 0) return;
+  const TypeKernels* small[16];
+  std::unique_ptr<const TypeKernels*[]> big;
+  const TypeKernels** ks = small;
+  if (n_weights > 16) {
+    big.reset(new const TypeKernels*[n_weights]);
+    ks = big.get();
+  }
+  for (int i = 0; i < n_weights; ++i) ks[i] = &kernels(weights[i].type);
+  run(pool, ks, weights, outputs, n_weights, x, n_tokens, scratch);
+}
+
+void get_rows(const WeightView& w, const int32_t* ids, int64_t n, float* out) {
+  check_weight(w, "get_rows");
+  if (n <= 0) return;
+  if (!ids || !out) fail(ErrorKind::InvalidArgument, "get_rows: null pointer");
+  const TypeKernels& k = kernels(w.type);
+  const std::size_t rb = row_bytes(w.type, w.cols);
+  const unsigned char* base = static_cast<const unsigned char*>(w.data);
+  for (int64_t i = 0; i < n; ++i)  // all ids first: a bad one leaves `out` untouched
+    if (ids[i] < 0 || ids[i] >= w.rows)
+      fail(ErrorKind::TokenOutOfRange, "token id " + std::to_string(ids[i]) + " is outside the vocabulary [0, " +
+                                           std::to_string(w.rows) + ")");
+  for (int64_t i = 0; i < n; ++i) {
+    k.dequantize_row(base + static_cast<std::size_t>(ids[i]) * rb, out + i * w.cols, w.cols);
+  }
+}
+
+}  // namespace colibri

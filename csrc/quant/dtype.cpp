@@ -1,0 +1,82 @@
+// Type traits for every GGML type id colibri knows. Sizes are GGUF's.
+#include "quant/dtype.hpp"
+
+#include <cctype>
+
+#include "common/errors.hpp"
+
+namespace colibri {
+namespace {
+
+struct Entry {
+  DType type;
+  TypeTraits traits;
+};
+
+// K-quants are listed with their GGUF sizes so files that contain them can be sized and
+// skipped with a clear "not implemented" error; their kernels come later.
+constexpr Entry kTypes[] = {
+    {DType::F32, {"F32", 1, 4, true}},
+    {DType::F16, {"F16", 1, 2, true}},
+    {DType::Q4_0, {"Q4_0", 32, 18, true}},
+    {DType::Q4_1, {"Q4_1", 32, 20, true}},
+    {DType::Q8_0, {"Q8_0", 32, 34, true}},
+    {DType::Q8_1, {"Q8_1", 32, 36, true}},
+    {DType::Q4_K, {"Q4_K", 256, 144, false}},
+    {DType::Q5_K, {"Q5_K", 256, 176, false}},
+    {DType::Q6_K, {"Q6_K", 256, 210, false}},
+    {DType::Q8_K, {"Q8_K", 256, 292, false}},
+    {DType::BF16, {"BF16", 1, 2, true}},
+};
+
+const Entry* find(DType type) {
+  for (const Entry& e : kTypes)
+    if (e.type == type) return &e;
+  return nullptr;
+}
+
+std::string known_names() {
+  std::string s;
+  for (const Entry& e : kTypes) {
+    if (!s.empty()) s += ", ";
+    s += e.traits.name;
+  }
+  return s;
+}
+
+}  // namespace
+
+const TypeTraits& type_traits(DType type) {
+  const Entry* e = find(type);
+  if (!e) fail(ErrorKind::Unsupported, "unknown tensor type id " + std::to_string(static_cast<int>(type)));
+  return e->traits;
+}
+
+DType dtype_from_id(int id) {
+  const DType type = static_cast<DType>(id);
+  if (!find(type))
+    fail(ErrorKind::Unsupported, "tensor type id " + std::to_string(id) +
+                                     " is not supported by colibri (known: " + known_names() + ")");
+  return type;
+}
+
+std::string dtype_name(DType type) { return type_traits(type).name; }
+
+DType dtype_from_name(const std::string& name) {
+  std::string upper;
+  for (char c : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (const Entry& e : kTypes)
+    if (upper == e.traits.name) return e.type;
+  fail(ErrorKind::InvalidArgument, "unknown tensor type '" + name + "' (known: " + known_names() + ")");
+}
+
+std::size_t row_bytes(DType type, int64_t n) {
+  const TypeTraits& t = type_traits(type);
+  if (n < 0 || n % t.block_size != 0)
+    fail(ErrorKind::InvalidArgument, "a row of " + std::string(t.name) + " needs a multiple of " +
+                                         std::to_string(t.block_size) + " elements, got " +
+                                         std::to_string(n));
+  return static_cast<std::size_t>(n / t.block_size * t.type_size);
+}
+
+}  // namespace colibri

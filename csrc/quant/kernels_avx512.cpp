@@ -1,0 +1,283 @@
+// AVX-512 (F/BW/VL/DQ) + VNNI kernels, run only where dispatch.cpp found those features.
+// Scalar reference: quant/reference.cpp; same exactness rules as kernels_avx2.cpp:
+// dequantize_row and the activation quantizers are bit-identical to the reference, vec_dot
+// agrees to rounding (exact integer block sums, float accumulation in another order).
+//
+// Block dots use 256-bit VNNI (vpdpbusd on ymm, from AVX512-VL): one instruction replaces
+// AVX2's maddubs + madd pair. Float kernels use full 512-bit vectors.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "quant/blocks.hpp"
+#include "quant/fp16.hpp"
+#include "quant/reference.hpp"
+
+namespace colibri {
+namespace {
+
+inline uint16_t load_u16(const void* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline int32_t load_i32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline float half_at(const void* p) { return _cvtsh_ss(load_u16(p)); }
+
+inline float hsum_ps(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float hsum512(__m512 v) {
+  return hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// 16 bytes of packed nibbles -> 32 bytes in GGUF element order (low nibbles, then high).
+inline __m256i unpack_nibbles(const uint8_t* qs) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+// u8 x s8 products summed per 4 bytes into 8 int32 lanes (no saturation in VNNI).
+inline __m256i dot_u8_i8(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+
+// ---- activation quantizers (bit-identical to ref::quantize_row_q8_0 / q8_1) -----------
+
+// roundf semantics (half away from zero), NaN -> 0, saturated to [-128, 127].
+inline __m512i round_to_epi32(__m512 v) {
+  v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
+  v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-128.0f)), _mm512_set1_ps(127.0f));
+  const __m512 a = _mm512_abs_ps(v);
+  __m512 t = _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(a, t), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+  t = _mm512_mask_add_ps(t, up, t, _mm512_set1_ps(1.0f));
+  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN));
+  return _mm512_cvtps_epi32(_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t), sign)));
+}
+
+// Quantizes 32 floats into qs; returns the sum of the quantized values, d via d_out.
+inline int32_t quantize_block_q8(const float* x, int8_t* qs, float* d_out) {
+  const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const __m512 vid = _mm512_set1_ps(id);
+  const __m512i q0 = round_to_epi32(_mm512_mul_ps(v0, vid));
+  const __m512i q1 = round_to_epi32(_mm512_mul_ps(v1, vid));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtsepi32_epi8(q0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtsepi32_epi8(q1));
+  *d_out = d;
+  return _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+}
+
+void quantize_row_q8_0(const float* src, void* dst, int64_t n) {
+  BlockQ8_0* b = static_cast<BlockQ8_0*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    float d;
+    quantize_block_q8(src + i * kQK, b[i].qs, &d);
+    b[i].d = fp32_to_fp16(d);
+  }
+}
+
+void quantize_row_q8_1(const float* src, void* dst, int64_t n) {
+  BlockQ8_1* b = static_cast<BlockQ8_1*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    float d;
+    const int32_t sum = quantize_block_q8(src + i * kQK, b[i].qs, &d);
+    b[i].d = fp32_to_fp16(d);
+    b[i].s = fp32_to_fp16(static_cast<float>(sum) * d);
+  }
+}
+
+// ---- dequantize (bit-identical to the reference) ---------------------------------------
+
+void dequantize_row_f16(const void* src, float* dst, int64_t n) {
+  const uint16_t* h = static_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(load256(h + i)));
+  for (; i < n; ++i) dst[i] = fp16_to_fp32(h[i]);
+}
+
+inline __m512 bf16x16_to_ps(const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load256(p)), 16));
+}
+
+void dequantize_row_bf16(const void* src, float* dst, int64_t n) {
+  const uint16_t* h = static_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, bf16x16_to_ps(h + i));
+  for (; i < n; ++i) dst[i] = bf16_to_fp32(h[i]);
+}
+
+// 32 signed bytes times d -> 32 floats.
+inline void store_scaled_i8(__m256i q, __m512 d, float* dst) {
+  _mm512_storeu_ps(dst, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))), d));
+  _mm512_storeu_ps(dst + 16,
+                   _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))), d));
+}
+
+void dequantize_row_q4_0(const void* src, float* dst, int64_t n) {
+  const BlockQ4_0* b = static_cast<const BlockQ4_0*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const __m256i q = _mm256_sub_epi8(unpack_nibbles(b[i].qs), _mm256_set1_epi8(8));
+    store_scaled_i8(q, _mm512_set1_ps(half_at(&b[i].d)), dst + i * kQK);
+  }
+}
+
+void dequantize_row_q4_1(const void* src, float* dst, int64_t n) {
+  const BlockQ4_1* b = static_cast<const BlockQ4_1*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const __m256i q = unpack_nibbles(b[i].qs);
+    const __m512 d = _mm512_set1_ps(half_at(&b[i].d)), m = _mm512_set1_ps(half_at(&b[i].m));
+    const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+    for (int k = 0; k < 2; ++k) {  // q * d + m, rounded twice like the reference
+      const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(halves[k]));
+      _mm512_storeu_ps(dst + i * kQK + 16 * k, _mm512_add_ps(_mm512_mul_ps(f, d), m));
+    }
+  }
+}
+
+void dequantize_row_q8_0(const void* src, float* dst, int64_t n) {
+  const BlockQ8_0* b = static_cast<const BlockQ8_0*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i)
+    store_scaled_i8(load256(b[i].qs), _mm512_set1_ps(half_at(&b[i].d)), dst + i * kQK);
+}
+
+void dequantize_row_q8_1(const void* src, float* dst, int64_t n) {
+  const BlockQ8_1* b = static_cast<const BlockQ8_1*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i)
+    store_scaled_i8(load256(b[i].qs), _mm512_set1_ps(half_at(&b[i].d)), dst + i * kQK);
+}
+
+// ---- float dot products (weights F32/F16/BF16, activation F32) --------------------------
+
+// Four 16-wide accumulators; the ragged end is a masked load (zeros add nothing).
+template <typename Load16>
+inline float dot_float(int64_t n, const float* x, Load16 load) {
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    for (int k = 0; k < 4; ++k)
+      acc[k] = _mm512_fmadd_ps(load(i + 16 * k, 0xffff), _mm512_loadu_ps(x + i + 16 * k), acc[k]);
+  for (; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1);
+    acc[0] = _mm512_fmadd_ps(load(i, m), _mm512_maskz_loadu_ps(m, x + i), acc[0]);
+  }
+  return hsum512(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+}
+
+float vec_dot_f32(int64_t n, const void* w, const void* x) {
+  const float* a = static_cast<const float*>(w);
+  return dot_float(n, static_cast<const float*>(x),
+                   [a](int64_t i, __mmask16 m) { return _mm512_maskz_loadu_ps(m, a + i); });
+}
+
+float vec_dot_f16(int64_t n, const void* w, const void* x) {
+  const uint16_t* a = static_cast<const uint16_t*>(w);
+  return dot_float(n, static_cast<const float*>(x), [a](int64_t i, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, a + i));
+  });
+}
+
+float vec_dot_bf16(int64_t n, const void* w, const void* x) {
+  const uint16_t* a = static_cast<const uint16_t*>(w);
+  return dot_float(n, static_cast<const float*>(x), [a](int64_t i, __mmask16 m) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, a + i)), 16));
+  });
+}
+
+// ---- block dot products -----------------------------------------------------------------
+// Per block: exact int32 partial sums in 8 lanes, converted to float and accumulated with
+// the block's scale d_w * d_a; even and odd blocks use separate accumulators.
+
+// Q4_0 . Q8_0: sum (q - 8) a = sum q a - sum 8 a, both unsigned x signed VNNI products.
+inline __m256i dot_q4_0_block(const BlockQ4_0* x, const BlockQ8_0* y) {
+  const __m256i a = load256(y->qs);
+  const __m256i qa = dot_u8_i8(unpack_nibbles(x->qs), a);
+  return _mm256_sub_epi32(qa, dot_u8_i8(_mm256_set1_epi8(8), a));
+}
+
+float vec_dot_q4_0_q8_0(int64_t n, const void* w, const void* act) {
+  const BlockQ4_0* x = static_cast<const BlockQ4_0*>(w);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
+  const int64_t nb = n / kQK;
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m256 d = _mm256_set1_ps(half_at(&x[i].d) * half_at(&y[i].d));
+    acc[i & 1] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_q4_0_block(x + i, y + i)), acc[i & 1]);
+  }
+  return hsum_ps(_mm256_add_ps(acc[0], acc[1]));
+}
+
+// Q8_0 . Q8_0: signed x signed as |w| (unsigned) times a carrying w's sign.
+float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* act) {
+  const BlockQ8_0* x = static_cast<const BlockQ8_0*>(w);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
+  const int64_t nb = n / kQK;
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m256i wq = load256(x[i].qs), aq = load256(y[i].qs);
+    const __m256i p = dot_u8_i8(_mm256_abs_epi8(wq), _mm256_sign_epi8(aq, wq));
+    const __m256 d = _mm256_set1_ps(half_at(&x[i].d) * half_at(&y[i].d));
+    acc[i & 1] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[i & 1]);
+  }
+  return hsum_ps(_mm256_add_ps(acc[0], acc[1]));
+}
+
+// Q4_1 . Q8_1: d d_a sum q a + m s; (d, m) and (d_a, s) convert in one F16C op each, one
+// multiply yields d d_a (lane 0) and m s (lane 1); lane 1 accumulates the offsets.
+float vec_dot_q4_1_q8_1(int64_t n, const void* w, const void* act) {
+  const BlockQ4_1* x = static_cast<const BlockQ4_1*>(w);
+  const BlockQ8_1* y = static_cast<const BlockQ8_1*>(act);
+  const int64_t nb = n / kQK;
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  __m128 offs = _mm_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(load_i32(&x[i].d)));
+    const __m128 ds = _mm_cvtph_ps(_mm_cvtsi32_si128(load_i32(&y[i].d)));
+    const __m128 prod = _mm_mul_ps(dm, ds);
+    offs = _mm_add_ps(offs, prod);
+    const __m256i p = dot_u8_i8(unpack_nibbles(x[i].qs), load256(y[i].qs));
+    acc[i & 1] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc[i & 1]);
+  }
+  return hsum_ps(_mm256_add_ps(acc[0], acc[1])) + _mm_cvtss_f32(_mm_movehdup_ps(offs));
+}
+
+const TypeKernels kAvx512[] = {
+    {DType::F32, DType::F32, ref::dequantize_row_f32, ref::quantize_row_f32, vec_dot_f32, ref::quantize_row_f32},
+    {DType::F16, DType::F32, dequantize_row_f16, ref::quantize_row_f16, vec_dot_f16, ref::quantize_row_f32},
+    {DType::BF16, DType::F32, dequantize_row_bf16, ref::quantize_row_bf16, vec_dot_bf16, ref::quantize_row_f32},
+    {DType::Q4_0, DType::Q8_0, dequantize_row_q4_0, ref::quantize_row_q4_0, vec_dot_q4_0_q8_0, quantize_row_q8_0},
+    {DType::Q4_1, DType::Q8_1, dequantize_row_q4_1, ref::quantize_row_q4_1, vec_dot_q4_1_q8_1, quantize_row_q8_1},
+    {DType::Q8_0, DType::Q8_0, dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0, quantize_row_q8_0},
+    {DType::Q8_1, DType::Q8_1, dequantize_row_q8_1, quantize_row_q8_1, nullptr, quantize_row_q8_1},
+};
+
+}  // namespace
+
+const TypeKernels* avx512_kernels(DType type) {
+  for (const TypeKernels& k : kAvx512)
+    if (k.type == type) return &k;
+  return nullptr;
+}
+
+}  // namespace colibri
