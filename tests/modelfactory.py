@@ -1,0 +1,435 @@
+"""Tiny randomly initialised test models: a Hugging Face checkpoint and GGUF files for each.
+
+For each family (Llama, Qwen3-MoE, Qwen2-MoE with a shared expert, OLMoE, Mixtral) this
+builds a transformers model with a fixed seed (vocab 256, hidden 64, 3 layers, 4 query / 2
+KV heads, 8-16 experts, top-k 2-4), writes it with ``save_pretrained`` in F32, and converts
+that checkpoint to GGUF in F32, Q8_0 and Q4_0 the way llama.cpp's ``convert_hf_to_gguf.py``
+would: the same architecture names and metadata keys, tensor names from ``gguf``'s own
+``TensorNameMap``, experts stacked into ``ffn_*_exps`` tensors, and the Q/K row permutation
+for the ``llama`` architecture (Llama and Mixtral). Norms, the router and the shared-expert
+gate stay F32 in the quantized files, as llama.cpp keeps them.
+
+Weights are drawn with a larger spread than transformers' init (std 0.15 for matrices, 0.5
+for routers, norm weights 1 +- 0.1) so logits are O(1) and comparisons mean something.
+
+Everything is cached under ``build/test-models/<version>/`` (built once into a temporary
+directory and renamed into place, so concurrent test runs do not see half-written files).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import torch
+import transformers
+from safetensors.numpy import load_file
+
+FACTORY_VERSION = "1"
+FAMILIES = ("llama", "qwen3_moe", "qwen2_moe", "olmoe", "mixtral")
+GGUF_TYPES = ("F32", "Q8_0", "Q4_0")
+VOCAB = 256
+REPO = Path(__file__).resolve().parent.parent
+
+_COMMON: dict[str, Any] = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
+
+
+def hf_config(family: str) -> transformers.PretrainedConfig:
+    """The transformers config of the tiny model of a family."""
+    if family == "llama":
+        return transformers.LlamaConfig(
+            intermediate_size=128, rms_norm_eps=1e-5, max_position_embeddings=512, **_COMMON
+        )
+    if family == "qwen3_moe":
+        # head_dim 32 != hidden/heads, tied embeddings, renormalized top-k (as llama.cpp).
+        return transformers.Qwen3MoeConfig(
+            head_dim=32,
+            intermediate_size=128,
+            moe_intermediate_size=32,
+            num_experts=8,
+            num_experts_per_tok=2,
+            norm_topk_prob=True,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+            max_position_embeddings=512,
+            **_COMMON,
+        )
+    if family == "qwen2_moe":
+        # Q/K/V biases, a sigmoid-gated shared expert, 16 experts top-4, no renormalization.
+        return transformers.Qwen2MoeConfig(
+            intermediate_size=128,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=64,
+            num_experts=16,
+            num_experts_per_tok=4,
+            norm_topk_prob=False,
+            max_position_embeddings=512,
+            **_COMMON,
+        )
+    if family == "olmoe":
+        # Q/K RMSNorm over the whole projection; intermediate_size is the expert width.
+        return transformers.OlmoeConfig(
+            intermediate_size=32,
+            num_experts=8,
+            num_experts_per_tok=2,
+            norm_topk_prob=False,
+            max_position_embeddings=512,
+            **_COMMON,
+        )
+    if family == "mixtral":
+        return transformers.MixtralConfig(
+            intermediate_size=32,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            max_position_embeddings=512,
+            **_COMMON,
+        )
+    raise ValueError(f"unknown family {family!r}")
+
+
+_CLASSES = {
+    "llama": "LlamaForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
+    "olmoe": "OlmoeForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+}
+
+
+def build_hf_model(family: str, seed: int = 0) -> torch.nn.Module:
+    """A randomly initialised transformers model (eval mode, F32)."""
+    torch.manual_seed(seed)
+    cls = getattr(transformers, _CLASSES[family])
+    model = cls(hf_config(family)).eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+            elif name.endswith(".bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            elif name.endswith(("mlp.gate.weight", "block_sparse_moe.gate.weight")):
+                p.copy_(0.5 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("embed_tokens.weight"):
+                p.copy_(torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(0.15 * torch.randn(p.shape, generator=gen))
+    return model
+
+
+# --------------------------------------------------------------------------- GGUF writer
+
+_GGUF_ARCH = {
+    "llama": gguf.MODEL_ARCH.LLAMA,
+    "mixtral": gguf.MODEL_ARCH.LLAMA,
+    "qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE,
+    "qwen2_moe": gguf.MODEL_ARCH.QWEN2MOE,
+    "olmoe": gguf.MODEL_ARCH.OLMOE,
+}
+_QTYPES = {
+    "F32": gguf.GGMLQuantizationType.F32,
+    "Q8_0": gguf.GGMLQuantizationType.Q8_0,
+    "Q4_0": gguf.GGMLQuantizationType.Q4_0,
+}
+
+
+def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's LlamaModel.permute: HF rotate-half rows -> interleaved-RoPE rows."""
+    return (
+        w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(w.shape)
+    )
+
+
+def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Inverse of :func:`permute_qk` (what transformers does when it loads a GGUF)."""
+    return (
+        w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(w.shape)
+    )
+
+
+def _read_checkpoint(hf_dir: Path) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for f in sorted(hf_dir.glob("*.safetensors")):
+        out.update(load_file(str(f)))
+    return out
+
+
+def _hf_tensors_for_gguf(family: str, cfg: dict[str, Any], sd: dict[str, np.ndarray]):
+    """(HF-style name understood by TensorNameMap, array) after llama.cpp's modify_tensors."""
+    n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    n_exp = cfg.get("num_experts") or cfg.get("num_local_experts") or 0
+    permute = _GGUF_ARCH[family] == gguf.MODEL_ARCH.LLAMA
+    experts: dict[tuple[int, str], dict[int, np.ndarray]] = {}
+    for name in sorted(sd):
+        data = sd[name]
+        if permute and name.endswith(("q_proj.weight", "q_proj.bias")):
+            data = permute_qk(data, n_head)
+        if permute and name.endswith(("k_proj.weight", "k_proj.bias")):
+            data = permute_qk(data, n_kv)
+        parts = name.split(".")
+        if ".experts." in name and parts[-1] == "weight":
+            bid, xid, w = int(parts[2]), int(parts[-3]), parts[-2]
+            experts.setdefault((bid, w), {})[xid] = data
+            continue
+        yield name, data
+    for (bid, w), per in sorted(experts.items()):
+        stacked = np.stack([per[x] for x in range(n_exp)])
+        if family == "mixtral":
+            yield f"layers.{bid}.feed_forward.experts.{w}.weight", stacked
+        else:
+            yield f"model.layers.{bid}.mlp.experts.{w}.weight", stacked
+
+
+def _keep_f32(gguf_name: str, data: np.ndarray) -> bool:
+    return data.ndim <= 1 or gguf_name.endswith(
+        ("_norm.weight", "ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight")
+    )
+
+
+Edit = Callable[[str, np.ndarray], "tuple[np.ndarray, gguf.GGMLQuantizationType | None] | None"]
+
+
+def write_gguf(hf_dir: Path, out: Path, qtype: str, edit: Edit | None = None) -> None:
+    """Convert a tiny checkpoint to GGUF following llama.cpp's converter conventions.
+
+    ``edit(gguf_name, f32_array)`` (tests of bad files) may return None to drop a tensor or
+    ``(raw_bytes_or_array, raw_dtype)`` to write something else in its place.
+    """
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    family = cfg["model_type"]
+    arch = _GGUF_ARCH[family]
+    n_layers = cfg["num_hidden_layers"]
+    tmap = gguf.get_tensor_name_map(arch, n_layers)
+    w = gguf.GGUFWriter(str(out), gguf.MODEL_ARCH_NAMES[arch])
+    w.add_name(f"colibri-tiny-{family}")
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(n_layers)
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    rope = cfg.get("rope_parameters") or {}
+    w.add_rope_freq_base(float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))))
+    w.add_layer_norm_rms_eps(1e-5 if family == "olmoe" else cfg["rms_norm_eps"])
+    n_exp = cfg.get("num_local_experts") or cfg.get("num_experts")
+    if n_exp:
+        w.add_expert_count(n_exp)
+        w.add_expert_used_count(cfg["num_experts_per_tok"])
+    if cfg.get("head_dim"):
+        w.add_key_length(cfg["head_dim"])
+        w.add_value_length(cfg["head_dim"])
+    if arch == gguf.MODEL_ARCH.LLAMA:
+        w.add_vocab_size(cfg["vocab_size"])
+        w.add_rope_dimension_count(
+            cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+        )
+    if family in ("qwen2_moe", "qwen3_moe"):
+        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    if family == "qwen2_moe":
+        w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
+    file_type = {
+        "F32": gguf.LlamaFileType.ALL_F32,
+        "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+        "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+    }
+    w.add_file_type(file_type[qtype])
+    w.add_tokenizer_model("llama")
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<tok{i}>" for i in range(3, cfg["vocab_size"])]
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_types([2, 3, 3] + [1] * (len(tokens) - 3))
+    w.add_bos_token_id(cfg["bos_token_id"])
+    w.add_eos_token_id(cfg["eos_token_id"])
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+    sd = _read_checkpoint(hf_dir)
+    for name, data in _hf_tensors_for_gguf(family, cfg, sd):
+        gname = tmap.get_name(name, try_suffixes=(".weight", ".bias"))
+        if gname is None:
+            raise ValueError(f"no GGUF name for {name}")
+        data = np.ascontiguousarray(data, dtype=np.float32)
+        if edit is not None:
+            edited = edit(gname, data)
+            if edited is None:
+                continue
+            if edited[1] is not None:
+                w.add_tensor(gname, edited[0], raw_dtype=edited[1])
+                continue
+            data = edited[0]
+        if qtype == "F32" or _keep_f32(gname, data):
+            w.add_tensor(gname, data)
+        else:
+            q = gguf.quants.quantize(data, _QTYPES[qtype])
+            w.add_tensor(gname, q, raw_dtype=_QTYPES[qtype])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+# --------------------------------------------------------------------------- cache
+
+
+@dataclass(frozen=True)
+class TinyModel:
+    """Paths of one family's test model: ``hf_dir`` and ``gguf[type]`` for F32/Q8_0/Q4_0."""
+
+    family: str
+    hf_dir: Path
+    gguf: dict[str, Path]
+
+
+def cache_root() -> Path:
+    base = Path(os.environ.get("COLIBRI_TEST_MODELS", REPO / "build" / "test-models"))
+    key = f"v{FACTORY_VERSION}-tf{transformers.__version__}-torch{torch.__version__}"
+    return base / key.replace("+", "_")
+
+
+def _paths(root: Path, family: str) -> TinyModel:
+    d = root / family
+    return TinyModel(family, d / "hf", {t: d / f"{family}-{t}.gguf" for t in GGUF_TYPES})
+
+
+def build_tiny_model(family: str, root: Path | None = None) -> TinyModel:
+    """Build (or reuse) the cached checkpoint and GGUF files of a family."""
+    root = root or cache_root()
+    final = _paths(root, family)
+    if (root / family / "DONE").is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{family}-", dir=root))
+    try:
+        staged = _paths(tmp, family)  # <tmp>/<family>/..., renamed to <root>/<family>
+        model = build_hf_model(family)
+        model.save_pretrained(staged.hf_dir, safe_serialization=True)
+        for t, p in staged.gguf.items():
+            write_gguf(staged.hf_dir, p, t)
+        (tmp / family / "DONE").write_text("ok\n")
+        try:
+            os.replace(tmp / family, root / family)
+        except OSError:
+            if not (root / family / "DONE").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _gguf_name(family: str, cfg: dict[str, Any], tmap: Any, hf_name: str) -> tuple[str, int]:
+    """GGUF tensor name (and expert index, or -1) holding an HF checkpoint tensor."""
+    parts = hf_name.split(".")
+    if ".experts." in hf_name and parts[-1] == "weight":
+        bid, xid, w = int(parts[2]), int(parts[-3]), parts[-2]
+        merged = (
+            f"layers.{bid}.feed_forward.experts.{w}.weight"
+            if family == "mixtral"
+            else f"model.layers.{bid}.mlp.experts.{w}.weight"
+        )
+        return tmap.get_name(merged, try_suffixes=(".weight", ".bias")), xid
+    return tmap.get_name(hf_name, try_suffixes=(".weight", ".bias")), -1
+
+
+def dequantized_hf_dir(tiny: TinyModel, qtype: str) -> Path:
+    """A checkpoint holding the GGUF's weights dequantized to F32 (and un-permuted).
+
+    transformers run on it computes what the quantized model computes with exact
+    arithmetic: the reference for a quantized forward pass, up to activation rounding.
+    """
+    out = tiny.hf_dir.parent / f"hf-dequant-{qtype}"
+    if (out / "DONE").is_file():
+        return out
+    from safetensors.numpy import save_file
+
+    cfg = json.loads((tiny.hf_dir / "config.json").read_text())
+    family = cfg["model_type"]
+    arch = _GGUF_ARCH[family]
+    tmap = gguf.get_tensor_name_map(arch, cfg["num_hidden_layers"])
+    reader = gguf.GGUFReader(tiny.gguf[qtype])
+    tensors = {
+        t.name: gguf.quants.dequantize(t.data, t.tensor_type).reshape(
+            tuple(reversed(t.shape.tolist()))
+        )
+        for t in reader.tensors
+    }
+    heads = {"q_proj": cfg["num_attention_heads"], "k_proj": cfg["num_key_value_heads"]}
+    new: dict[str, np.ndarray] = {}
+    for hf_name, arr in _read_checkpoint(tiny.hf_dir).items():
+        gname, xid = _gguf_name(family, cfg, tmap, hf_name)
+        val = tensors[gname][xid] if xid >= 0 else tensors[gname]
+        proj = hf_name.split(".")[-2]
+        if arch == gguf.MODEL_ARCH.LLAMA and proj in heads:
+            val = unpermute_qk(val, heads[proj])
+        new[hf_name] = np.ascontiguousarray(val.reshape(arr.shape), dtype=np.float32)
+    tmp = Path(tempfile.mkdtemp(prefix=f".deq-{qtype}-", dir=tiny.hf_dir.parent))
+    try:
+        save_file(new, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        for f in ("config.json", "generation_config.json"):
+            if (tiny.hf_dir / f).is_file():
+                shutil.copy(tiny.hf_dir / f, tmp / f)
+        (tmp / "DONE").write_text("ok\n")
+        try:
+            os.replace(tmp, out)
+        except OSError:
+            if not (out / "DONE").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+@functools.cache
+def transformers_model(hf_dir: str) -> torch.nn.Module:
+    """The checkpoint loaded back with transformers (eval, F32), cached per process."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
+    return model.eval()
+
+
+@torch.no_grad()
+def reference_logits(model: torch.nn.Module, ids: list[int] | np.ndarray) -> np.ndarray:
+    """transformers logits [n, vocab] (float32) for one sequence, every position."""
+    x = torch.tensor(np.asarray(ids, dtype=np.int64))[None]
+    return model(input_ids=x, use_cache=False).logits[0].float().numpy()
+
+
+@torch.no_grad()
+def reference_greedy(
+    model: torch.nn.Module, ids: list[int], n_new: int
+) -> tuple[list[int], np.ndarray]:
+    """Greedy continuation with transformers (full recompute each step; no EOS stop).
+
+    Returns the new tokens and the logits [n_new, vocab] each was chosen from.
+    """
+    seq = list(ids)
+    steps: list[np.ndarray] = []
+    for _ in range(n_new):
+        row = reference_logits(model, seq)[-1]
+        steps.append(row)
+        seq.append(int(np.argmax(row)))
+    return seq[len(ids) :], np.stack(steps)
+
+
+def prompt_ids(n: int = 32, seed: int = 1234, vocab: int = VOCAB) -> list[int]:
+    """A fixed pseudo-random token sequence (ids 3..vocab-1, avoiding the specials)."""
+    return [int(x) for x in np.random.default_rng(seed).integers(3, vocab, size=n)]
