@@ -1,5 +1,125 @@
+// Engine and Session bindings. Long native calls release the GIL; NumPy arrays in and out.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "common/errors.hpp"
+#include "model/engine.hpp"
+#include "model/session.hpp"
+
 namespace py = pybind11;
+
 namespace colibri::bindings {
-void bind_engine(py::module_& m) { (void)m; }
+
+namespace {
+
+DType dtype_from_name(const std::string& name) {
+  static const DType all[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                              DType::Q4_1, DType::Q8_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+  for (DType t : all)
+    if (dtype_name(t) == name) return t;
+  fail(ErrorKind::Unsupported, "unknown tensor type '" + name + "'");
+}
+
+py::array_t<float> run_forward(Session& s, py::array_t<int32_t, py::array::c_style | py::array::forcecast> ids,
+                               bool all_logits) {
+  if (ids.ndim() != 1) fail(ErrorKind::InvalidArgument, "token ids must be a 1-D sequence");
+  const int64_t n = ids.shape(0);
+  if (n == 0) fail(ErrorKind::InvalidArgument, "forward needs at least one token id");
+  // Engine sizes come from the session's engine spec (vocab) via a first call shape.
+  const int64_t vocab = s.vocab_size();
+  py::array_t<float> out = all_logits ? py::array_t<float>({n, vocab}) : py::array_t<float>({vocab});
+  const int32_t* p = ids.data();
+  float* o = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    s.forward(p, n, all_logits, o);
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_engine(py::module_& m) {
+  py::enum_<QkNorm>(m, "QkNorm")
+      .value("none", QkNorm::None)
+      .value("head", QkNorm::PerHead)
+      .value("full", QkNorm::Full);
+
+  py::class_<Extent>(m, "Extent")
+      .def(py::init([](int32_t file, uint64_t offset, uint64_t length) { return Extent{file, offset, length}; }),
+           py::arg("file"), py::arg("offset"), py::arg("length"))
+      .def_readwrite("file", &Extent::file)
+      .def_readwrite("offset", &Extent::offset)
+      .def_readwrite("length", &Extent::length);
+
+  py::class_<TensorSpec>(m, "TensorSpec")
+      .def(py::init([](std::string name, const std::string& dtype, std::vector<int64_t> shape,
+                       std::vector<Extent> extents, int64_t unpermute) {
+             TensorSpec t;
+             t.name = std::move(name);
+             t.type = dtype_from_name(dtype);
+             t.shape = std::move(shape);
+             t.extents = std::move(extents);
+             t.rope_unpermute_heads = unpermute;
+             return t;
+           }),
+           py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("extents"),
+           py::arg("rope_unpermute_heads") = 0)
+      .def_readonly("name", &TensorSpec::name)
+      .def_readonly("shape", &TensorSpec::shape);
+
+  py::class_<ModelSpec>(m, "ModelSpec")
+      .def(py::init<>())
+      .def_readwrite("arch", &ModelSpec::arch)
+      .def_readwrite("vocab_size", &ModelSpec::vocab_size)
+      .def_readwrite("hidden_size", &ModelSpec::hidden_size)
+      .def_readwrite("n_layers", &ModelSpec::n_layers)
+      .def_readwrite("n_heads", &ModelSpec::n_heads)
+      .def_readwrite("n_kv_heads", &ModelSpec::n_kv_heads)
+      .def_readwrite("head_dim", &ModelSpec::head_dim)
+      .def_readwrite("intermediate_size", &ModelSpec::intermediate_size)
+      .def_readwrite("rms_norm_eps", &ModelSpec::rms_norm_eps)
+      .def_readwrite("rope_inv_freq", &ModelSpec::rope_inv_freq)
+      .def_readwrite("rope_attention_factor", &ModelSpec::rope_attention_factor)
+      .def_readwrite("attention_scale", &ModelSpec::attention_scale)
+      .def_readwrite("qk_norm", &ModelSpec::qk_norm)
+      .def_readwrite("attention_bias", &ModelSpec::attention_bias)
+      .def_readwrite("n_experts", &ModelSpec::n_experts)
+      .def_readwrite("n_experts_per_tok", &ModelSpec::n_experts_per_tok)
+      .def_readwrite("moe_intermediate_size", &ModelSpec::moe_intermediate_size)
+      .def_readwrite("norm_topk_prob", &ModelSpec::norm_topk_prob)
+      .def_readwrite("shared_expert_intermediate_size", &ModelSpec::shared_expert_intermediate_size)
+      .def_readwrite("moe_layers", &ModelSpec::moe_layers)
+      .def_readwrite("tie_word_embeddings", &ModelSpec::tie_word_embeddings)
+      .def_readwrite("context_length", &ModelSpec::context_length);
+
+  py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
+      .def(py::init([](ModelSpec spec, const std::vector<TensorSpec>& tensors,
+                       const std::vector<std::string>& files, const ThreadSettings& threads) {
+             py::gil_scoped_release release;
+             return std::make_shared<Engine>(std::move(spec), tensors, files, threads);
+           }),
+           py::arg("spec"), py::arg("tensors"), py::arg("files"), py::arg("threads"))
+      .def("configure_threads", &Engine::configure_threads, py::arg("settings"),
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("thread_settings", &Engine::thread_settings)
+      .def_property_readonly("weight_bytes", &Engine::weight_bytes)
+      .def_property_readonly("spec", &Engine::spec, py::return_value_policy::copy);
+
+  py::class_<Session>(m, "Session")
+      .def(py::init([](std::shared_ptr<Engine> engine, int64_t context_length) {
+             if (context_length <= 0) fail(ErrorKind::InvalidArgument, "context_length must be > 0");
+             return std::make_unique<Session>(std::move(engine), context_length);
+           }),
+           py::arg("engine"), py::arg("context_length"))
+      .def("forward", &run_forward, py::arg("ids"), py::arg("all_logits") = false)
+      .def_property_readonly("n_tokens", &Session::n_tokens)
+      .def_property_readonly("context_length", &Session::context_length)
+      .def("reset", &Session::reset)
+      .def("rollback", &Session::rollback, py::arg("n"));
+}
+
 }  // namespace colibri::bindings

@@ -1,0 +1,88 @@
+// A loaded model: spec, resident weights resolved per layer, the compute team and the
+// shared work buffers. Sessions (model/session.hpp) hold the per-conversation state (KV
+// cache) and call into the engine; one forward runs at a time per engine.
+#pragma once
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "io/file_reader.hpp"
+#include "model/matmul.hpp"
+#include "model/model_spec.hpp"
+#include "model/weights.hpp"
+#include "threadpool/threadpool.hpp"
+
+namespace colibri {
+
+struct ExpertWeights {
+  const Tensor* gate = nullptr;
+  const Tensor* up = nullptr;
+  const Tensor* down = nullptr;
+};
+
+struct LayerWeights {
+  const Tensor* attn_norm = nullptr;
+  const Tensor* q = nullptr;
+  const Tensor* k = nullptr;
+  const Tensor* v = nullptr;
+  const Tensor* o = nullptr;
+  const Tensor* q_bias = nullptr;  // attention_bias only
+  const Tensor* k_bias = nullptr;
+  const Tensor* v_bias = nullptr;
+  const Tensor* q_norm = nullptr;  // qk_norm only
+  const Tensor* k_norm = nullptr;
+  const Tensor* ffn_norm = nullptr;
+  bool is_moe = false;
+  ExpertWeights dense;                 // !is_moe
+  const Tensor* router = nullptr;      // is_moe: (n_experts, hidden)
+  std::vector<ExpertWeights> experts;  // is_moe: n_experts entries
+  ExpertWeights shared;                // shared expert, when the spec has one
+  const Tensor* shared_gate = nullptr; // (1, hidden) sigmoid gate of the shared expert
+};
+
+// Reusable float buffers for one forward call, grown on demand.
+struct Workspace {
+  std::vector<float> x, h, q, k, v, attn, proj, gate, up, ffn_out, router, slot_out, xe, logits;
+  std::vector<float> attn_scores;  // per thread: context_length floats
+  ScratchBuffer matmul;
+};
+
+class Engine {
+ public:
+  Engine(ModelSpec spec, const std::vector<TensorSpec>& tensors,
+         const std::vector<std::string>& files, const ThreadSettings& threads);
+
+  const ModelSpec& spec() const { return spec_; }
+  void configure_threads(const ThreadSettings& settings);
+  ThreadSettings thread_settings() const;
+  std::size_t weight_bytes() const { return weights_.total_bytes(); }
+
+  // Forward of n tokens at positions [pos0, pos0 + n) with the given KV cache (owned by a
+  // session). Writes logits of the last position, or of every position when all_logits.
+  // Validates ids before touching any state.
+  void forward(class KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, bool all_logits,
+               float* logits_out);
+
+ private:
+  void resolve_layers();
+  void attention_block(const LayerWeights& L, class KvCache& kv, int64_t layer, int64_t pos0,
+                       int64_t n);
+  void ffn_block(const LayerWeights& L, int64_t n);
+  void moe_block(const LayerWeights& L, int64_t n);
+  void expert_ffn(const ExpertWeights& e, const float* x, int64_t n, int64_t ffn, float* out);
+  void mm(const Tensor& w, const float* x, int64_t n, float* y);
+
+  ModelSpec spec_;
+  FileSet files_;
+  WeightStore weights_;
+  const Tensor* token_embd_ = nullptr;
+  const Tensor* output_norm_ = nullptr;
+  const Tensor* output_ = nullptr;  // token_embd_ when tied
+  std::vector<LayerWeights> layers_;
+  ThreadPool pool_;
+  Workspace ws_;
+  std::mutex mu_;  // one forward at a time per engine (shared pool and workspace)
+};
+
+}  // namespace colibri

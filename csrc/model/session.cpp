@@ -1,0 +1,14 @@
+#include "model/session.hpp"
+
+#include "common/errors.hpp"
+
+namespace colibri {
+
+void Session::rollback(int64_t n) {
+  if (n < 0 || n > n_tokens_)
+    fail(ErrorKind::InvalidArgument, "cannot roll back " + std::to_string(n) + " tokens: the session holds " +
+                                         std::to_string(n_tokens_));
+  n_tokens_ -= n;
+}
+
+}  // namespace colibri

@@ -1,0 +1,39 @@
+// One conversation's state on a loaded model: the KV cache and the number of tokens in it.
+// Many sessions can share one Engine (and later its expert cache).
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "model/engine.hpp"
+#include "model/kv_cache.hpp"
+
+namespace colibri {
+
+class Session {
+ public:
+  Session(std::shared_ptr<Engine> engine, int64_t context_length)
+      : engine_(std::move(engine)),
+        kv_(engine_->spec().n_layers, context_length,
+            engine_->spec().n_kv_heads * engine_->spec().head_dim) {}
+
+  // Appends n tokens; writes logits of the last one ([vocab]) or of all ([n, vocab]).
+  // On error (bad token id, context overflow) the session is unchanged.
+  void forward(const int32_t* ids, int64_t n, bool all_logits, float* logits_out) {
+    engine_->forward(kv_, n_tokens_, ids, n, all_logits, logits_out);
+    n_tokens_ += n;
+  }
+
+  int64_t n_tokens() const { return n_tokens_; }
+  int64_t vocab_size() const { return engine_->spec().vocab_size; }
+  int64_t context_length() const { return kv_.context_length(); }
+  void reset() { n_tokens_ = 0; }
+  // Forgets the last n tokens (their KV entries are overwritten by the next forward).
+  void rollback(int64_t n);
+
+ private:
+  std::shared_ptr<Engine> engine_;
+  KvCache kv_;
+  int64_t n_tokens_ = 0;
+};
+
+}  // namespace colibri

@@ -1,0 +1,100 @@
+#include "model/weights.hpp"
+
+#include <cstring>
+
+#include "common/errors.hpp"
+#include "quant/fp16.hpp"
+#include "quant/kernels.hpp"
+
+namespace colibri {
+
+namespace {
+
+// GGUF's Llama converter reorders each head's rows from [first half | second half] to
+// interleaved pairs (0, h, 1, h+1, ...) for llama.cpp's RoPE. Undo it: within a head of
+// `r` rows, stored row 2i is original row i and stored row 2i+1 is original row i + r/2.
+void unpermute_rows(Tensor& t, int64_t n_heads) {
+  if (n_heads <= 0) return;
+  if (t.rows % n_heads != 0 || (t.rows / n_heads) % 2 != 0)
+    fail(ErrorKind::Format, "tensor '" + t.name + "': " + std::to_string(t.rows) +
+                                " rows cannot be split into " + std::to_string(n_heads) +
+                                " RoPE heads of even size");
+  const int64_t per_head = t.rows / n_heads, half = per_head / 2;
+  const std::size_t rb = t.nbytes / static_cast<std::size_t>(t.rows);
+  AlignedPtr<uint8_t> out = aligned_alloc_array<uint8_t>(t.nbytes);
+  for (int64_t h = 0; h < n_heads; ++h) {
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t base = h * per_head;
+      std::memcpy(out.get() + (base + i) * rb, t.data.get() + (base + 2 * i) * rb, rb);
+      std::memcpy(out.get() + (base + half + i) * rb, t.data.get() + (base + 2 * i + 1) * rb, rb);
+    }
+  }
+  t.data = std::move(out);
+}
+
+}  // namespace
+
+const float* Tensor::f32() const {
+  if (type != DType::F32)
+    fail(ErrorKind::Unsupported, "tensor '" + name + "' must be F32 but is " + dtype_name(type));
+  return reinterpret_cast<const float*>(data.get());
+}
+
+WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& files) {
+  for (const auto& s : specs) {
+    Tensor t;
+    t.name = s.name;
+    t.type = s.type;
+    if (s.shape.size() == 1) {
+      t.rows = 1;
+      t.cols = s.shape[0];
+    } else if (s.shape.size() == 2) {
+      t.rows = s.shape[0];
+      t.cols = s.shape[1];
+    } else {
+      fail(ErrorKind::Format, "tensor '" + s.name + "' has " + std::to_string(s.shape.size()) +
+                                  " dimensions; the core takes vectors and matrices");
+    }
+    const std::size_t expect = row_bytes(t.type, t.cols) * static_cast<std::size_t>(t.rows);
+    std::size_t have = 0;
+    for (const auto& e : s.extents) have += e.length;
+    if (have != expect)
+      fail(ErrorKind::Format, "tensor '" + s.name + "' (" + dtype_name(t.type) + ", " +
+                                  std::to_string(t.rows) + "x" + std::to_string(t.cols) + ") needs " +
+                                  std::to_string(expect) + " bytes but its extents hold " +
+                                  std::to_string(have));
+    t.nbytes = expect;
+    t.data = aligned_alloc_array<uint8_t>(expect);
+    std::size_t at = 0;
+    for (const auto& e : s.extents) {
+      files.read(e, t.data.get() + at);
+      at += e.length;
+    }
+    if (s.rope_unpermute_heads > 0) {
+      if (s.shape.size() == 1) {  // a bias or norm vector: permute its elements like rows
+        t.rows = t.cols;
+        t.cols = 1;
+        unpermute_rows(t, s.rope_unpermute_heads);
+        t.cols = t.rows;
+        t.rows = 1;
+      } else {
+        unpermute_rows(t, s.rope_unpermute_heads);
+      }
+    }
+    total_bytes_ += t.nbytes;
+    tensors_.emplace(t.name, std::move(t));
+  }
+}
+
+const Tensor& WeightStore::get(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) fail(ErrorKind::Format, "the model has no tensor '" + name + "'");
+  return it->second;
+}
+
+const Tensor* WeightStore::find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+}  // namespace colibri

@@ -1,0 +1,42 @@
+// Resident tensors: bytes read through extents into aligned buffers, checked against the
+// declared type and shape, and (for GGUF Llama-family Q/K) restored to rotate-half order.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/aligned.hpp"
+#include "io/file_reader.hpp"
+#include "model/matmul.hpp"
+#include "model/model_spec.hpp"
+
+namespace colibri {
+
+struct Tensor {
+  std::string name;
+  DType type = DType::F32;
+  int64_t rows = 1;   // 1 for vectors
+  int64_t cols = 0;
+  AlignedPtr<uint8_t> data;
+  std::size_t nbytes = 0;
+
+  WeightView view() const { return WeightView{type, rows, cols, data.get()}; }
+  const float* f32() const;  // vector tensors must be F32 (norms, biases); throws otherwise
+};
+
+class WeightStore {
+ public:
+  WeightStore(const std::vector<TensorSpec>& specs, const FileSet& files);
+
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  const Tensor& get(const std::string& name) const;       // throws Format naming the tensor
+  const Tensor* find(const std::string& name) const;      // nullptr if absent
+  std::size_t total_bytes() const { return total_bytes_; }
+
+ private:
+  std::map<std::string, Tensor> tensors_;
+  std::size_t total_bytes_ = 0;
+};
+
+}  // namespace colibri
