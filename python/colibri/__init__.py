@@ -1,4 +1,9 @@
-"""colibri: run huge Mixture-of-Experts language models on ordinary machines."""
+"""colibri: run huge Mixture-of-Experts language models on ordinary machines.
+
+    import colibri
+    model = colibri.Model.load("model.gguf", engine=colibri.EngineConfig(...))
+    logits = model.session().forward([1, 2, 3])
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,17 @@ import pkgutil
 __path__ = pkgutil.extend_path(__path__, __name__)
 
 from . import errors  # noqa: E402
+from .config import EngineConfig, ThreadConfig, WaitPolicy  # noqa: E402
+from .model import Model, Session  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "errors"]
+__all__ = [
+    "EngineConfig",
+    "Model",
+    "Session",
+    "ThreadConfig",
+    "WaitPolicy",
+    "__version__",
+    "errors",
+]
