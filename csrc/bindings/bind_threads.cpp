@@ -11,6 +11,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -137,9 +138,10 @@ void bind_threads(py::module_& m) {
       .def(
           "run_regions",
           [](Pool& pool, int64_t n_regions, int64_t work_ns_per_index, int64_t n_indices,
-             int64_t grain, int64_t gap_ns) {
-            // n_regions parallel regions inside one ComputeScope, like one forward call;
-            // gap_ns of serial caller work between regions stands for norms and the like.
+             int64_t grain, int64_t gap_ns, int64_t sleep_ns) {
+            // n_regions parallel regions inside one ComputeScope, like one forward call.
+            // Between regions the caller does gap_ns of serial work (norms, routing) and
+            // then sleeps sleep_ns (a wait for an expert read or the GPU).
             std::atomic<int64_t> done{0};
             {
               Pool::ComputeScope scope(pool);
@@ -149,12 +151,14 @@ void bind_threads(py::module_& m) {
                   done.fetch_add(e - b, std::memory_order_relaxed);
                 });
                 burn_ns(gap_ns);
+                if (sleep_ns > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(sleep_ns));
               }
             }
             return done.load();
           },
           py::arg("n_regions"), py::arg("work_ns_per_index"), py::arg("n_indices"),
-          py::arg("grain") = 1, py::arg("gap_ns") = 0, py::call_guard<py::gil_scoped_release>(),
+          py::arg("grain") = 1, py::arg("gap_ns") = 0, py::arg("sleep_ns") = 0,
+          py::call_guard<py::gil_scoped_release>(),
           "Test helper: synthetic regions of busy work in one ComputeScope; returns the "
           "number of indices executed (n_regions * n_indices).")
       .def(
