@@ -201,18 +201,22 @@ void bind_threads(py::module_& m) {
       .def(
           "nested",
           [](Pool& pool, int64_t n_outer, int64_t n_inner) {
-            // A parallel_for inside a region runs inline on that thread (no deadlock).
+            // A parallel_for inside a region runs inline on that thread (no deadlock) and
+            // passes on the thread's member index; -1 is returned if it did not.
             std::atomic<int64_t> count{0};
-            pool.parallel_for(n_outer, 1, [&](int64_t b, int64_t e, int) {
+            std::atomic<bool> same_member{true};
+            pool.parallel_for(n_outer, 1, [&](int64_t b, int64_t e, int outer) {
               for (int64_t i = b; i < e; ++i)
-                pool.parallel_for(n_inner, 1, [&](int64_t ib, int64_t ie, int) {
+                pool.parallel_for(n_inner, 1, [&](int64_t ib, int64_t ie, int inner) {
+                  if (inner != outer) same_member = false;
                   count.fetch_add(ie - ib);
                 });
             });
-            return count.load();
+            return same_member ? count.load() : int64_t{-1};
           },
           py::arg("n_outer"), py::arg("n_inner"), py::call_guard<py::gil_scoped_release>(),
-          "Test helper: nested regions; returns n_outer * n_inner.");
+          "Test helper: nested regions; returns n_outer * n_inner (-1 if an inner region saw "
+          "another member index than its outer one).");
 }
 
 }  // namespace colibri::bindings

@@ -65,6 +65,9 @@ constexpr uint64_t kMembersMask = 0xffff;  // low 16 bits of the word: active me
 // for the caller during a region. A parallel_for on the same pool from such a thread is
 // a nested call and runs inline (waiting on our own team would deadlock).
 thread_local const void* tl_current_pool = nullptr;
+// This thread's member index in tl_current_pool. A nested call passes it on, so per-thread
+// scratch indexed by the member (sized pool.size()) stays private to this thread.
+thread_local int tl_member = 0;
 
 void validate(const ThreadSettings& s) {
   if (s.n_threads < 1 || s.n_threads > kMaxThreads)
@@ -200,6 +203,7 @@ struct ThreadPool::Impl {
 
   void worker_main(int member, uint64_t seen) {
     tl_current_pool = this;
+    tl_member = member;
 #if defined(__linux__)
     char name[16];
     std::snprintf(name, sizeof name, "colibri-w%d", member);
@@ -279,8 +283,8 @@ struct ThreadPool::Impl {
   }
 
   // Runs [0, n) in grain-sized chunks on the calling thread.
-  static void run_inline(int64_t total, int64_t g, const Fn& f) {
-    for (int64_t b = 0; b < total; b += g) f(b, b + std::min(g, total - b), 0);
+  static void run_inline(int64_t total, int64_t g, const Fn& f, int member) {
+    for (int64_t b = 0; b < total; b += g) f(b, b + std::min(g, total - b), member);
   }
 };
 
@@ -335,7 +339,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   if (n <= 0) return;
   Impl* p = impl_;
   if (tl_current_pool == p) {  // nested call from inside one of our regions
-    Impl::run_inline(n, grain > 0 ? std::min(grain, n) : n, fn);
+    Impl::run_inline(n, grain > 0 ? std::min(grain, n) : n, fn, tl_member);
     p->st_inline.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -348,14 +352,21 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
 
   struct CurrentPool {  // restores tl_current_pool on every exit path (the caller may
                        // itself be a worker of another pool)
-    explicit CurrentPool(const void* pool) : saved(tl_current_pool) { tl_current_pool = pool; }
-    ~CurrentPool() { tl_current_pool = saved; }
+    explicit CurrentPool(const void* pool) : saved(tl_current_pool), saved_member(tl_member) {
+      tl_current_pool = pool;
+      tl_member = 0;
+    }
+    ~CurrentPool() {
+      tl_current_pool = saved;
+      tl_member = saved_member;
+    }
     const void* saved;
+    int saved_member;
   };
 
   if (active <= 1) {
     CurrentPool cur(p);
-    Impl::run_inline(n, grain, fn);
+    Impl::run_inline(n, grain, fn, 0);
     p->st_inline.fetch_add(1, std::memory_order_relaxed);
     return;
   }
