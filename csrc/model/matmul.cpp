@@ -26,11 +26,12 @@ namespace {
 
 constexpr std::size_t kMinChunkBytes = 16 * 1024;   // weight bytes per claimed chunk, at least
 constexpr int64_t kChunksPerThread = 8;
-constexpr std::size_t kActTileBytes = 256 * 1024;   // activation rows reused per weight row
+constexpr std::size_t kActTileBytes = 256 * 1024;   // activation rows reused per weight tile (L2)
+constexpr std::size_t kWeightTileBytes = 16 * 1024;  // weight rows reused per activation row (L1)
 constexpr int64_t kParallelQuantizeTokens = 8;      // quantize activations in parallel from here
 
 struct Job {
-  VecDotFn dot;
+  VecDotRowsFn dot_rows;
   const unsigned char* w;
   std::size_t w_row_bytes;
   const unsigned char* act;  // n_tokens rows of act_row_bytes
@@ -52,16 +53,20 @@ void check_weight(const WeightView& w, const char* what) {
 void run_rows(const Job& j, int64_t r0, int64_t r1, int64_t n_tokens, int64_t cols) {
   const unsigned char* w = j.w + static_cast<std::size_t>(r0) * j.w_row_bytes;
   if (n_tokens == 1) {
-    for (int64_t r = r0; r < r1; ++r, w += j.w_row_bytes) j.y[r] = j.dot(cols, w, j.act);
+    j.dot_rows(cols, w, j.w_row_bytes, r1 - r0, j.act, j.y + r0);
     return;
   }
-  const int64_t tile = std::max<int64_t>(1, static_cast<int64_t>(kActTileBytes / j.act_row_bytes));
-  for (int64_t t0 = 0; t0 < n_tokens; t0 += tile) {
-    const int64_t t1 = std::min(n_tokens, t0 + tile);
-    const unsigned char* wr = w;
-    for (int64_t r = r0; r < r1; ++r, wr += j.w_row_bytes) {
-      const unsigned char* a = j.act + static_cast<std::size_t>(t0) * j.act_row_bytes;
-      for (int64_t t = t0; t < t1; ++t, a += j.act_row_bytes) j.y[t * j.rows + r] = j.dot(cols, wr, a);
+  // Row tiles small enough to stay in L1/L2 while a tile of activation rows passes by.
+  const int64_t row_tile = std::max<int64_t>(4, static_cast<int64_t>(kWeightTileBytes / j.w_row_bytes) / 4 * 4);
+  const int64_t tok_tile = std::max<int64_t>(1, static_cast<int64_t>(kActTileBytes / j.act_row_bytes));
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += tok_tile) {
+    const int64_t t1 = std::min(n_tokens, t0 + tok_tile);
+    for (int64_t ra = r0; ra < r1; ra += row_tile) {
+      const int64_t rb = std::min(r1, ra + row_tile);
+      const unsigned char* wt = j.w + static_cast<std::size_t>(ra) * j.w_row_bytes;
+      for (int64_t t = t0; t < t1; ++t)
+        j.dot_rows(cols, wt, j.w_row_bytes, rb - ra, j.act + static_cast<std::size_t>(t) * j.act_row_bytes,
+                   j.y + t * j.rows + ra);
     }
   }
 }
@@ -90,7 +95,7 @@ void run(ThreadPool& pool, const TypeKernels* const* ks, const WeightView* weigh
     if (weights[i].cols != cols)
       fail(ErrorKind::InvalidArgument, "matmul_multi: all weights need the same number of columns (" +
                                            std::to_string(cols) + " vs " + std::to_string(weights[i].cols) + ")");
-    if (!ks[i]->vec_dot)
+    if (!ks[i]->vec_dot_rows)
       fail(ErrorKind::Unsupported, "matmul: " + dtype_name(weights[i].type) + " is not a weight type");
     if (weights[i].rows > 0 && n_tokens > 0 && !outputs[i])
       fail(ErrorKind::InvalidArgument, "matmul: null output");
@@ -135,7 +140,7 @@ void run(ThreadPool& pool, const TypeKernels* const* ks, const WeightView* weigh
     const DType a = ks[i]->act_type;
     const unsigned char* act = reinterpret_cast<const unsigned char*>(x);
     if (a != DType::F32) act = act_data[std::find(act_types, act_types + n_act, a) - act_types];
-    jobs[i] = Job{ks[i]->vec_dot, static_cast<const unsigned char*>(weights[i].data),
+    jobs[i] = Job{ks[i]->vec_dot_rows, static_cast<const unsigned char*>(weights[i].data),
                   row_bytes(weights[i].type, cols), act, row_bytes(a, cols), outputs[i], weights[i].rows, first};
     first += weights[i].rows;
   }

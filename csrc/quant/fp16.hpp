@@ -2,7 +2,7 @@
 //   fp32 -> fp16: IEEE round-to-nearest-even, overflow to inf, subnormals kept
 //                 (what F16C's vcvtps2ph and numpy's astype(float16) do);
 //   fp32 -> bf16: ggml_compute_fp32_to_bf16 (round-to-nearest-even, NaN forced quiet);
-//   fp16/bf16 -> fp32: exact.
+//   fp16/bf16 -> fp32: exact (a NaN comes back quiet, as from F16C's vcvtph2ps).
 // Integer-only so the result never depends on the FPU mode (FTZ/DAZ) or the compiler.
 //
 // The functions are `static inline` on purpose: this header is included by translation
@@ -30,7 +30,9 @@ static inline float fp16_to_fp32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1f) return f32_from_bits(sign | 0x7f800000u | (mant << 13));  // inf / NaN
+  if (exp == 0x1f) {  // inf, or NaN made quiet with its payload kept (what F16C does)
+    return f32_from_bits(sign | 0x7f800000u | (mant ? 0x400000u : 0u) | (mant << 13));
+  }
   if (exp != 0) return f32_from_bits(sign | ((exp + 112u) << 23) | (mant << 13));
   if (mant == 0) return f32_from_bits(sign);  // +-0
   // Subnormal half: normalize the mantissa into a normal float.

@@ -5,6 +5,7 @@
 // Matrix-vector products quantize the activation once per row-block (act_type) and
 // reuse it for every weight row.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "quant/dtype.hpp"
@@ -22,6 +23,12 @@ using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 // Dot product of one weight row (n elements of the weight type) with one activation row
 // (n elements of the kernel's act_type).
 using VecDotFn = float (*)(int64_t n, const void* weight_row, const void* act_row);
+// out[r] = dot of weight row r (at w + r * w_stride bytes) with one activation row, for
+// r < nrows. Bit-identical to calling VecDotFn row by row (the matmul relies on it: results
+// must not depend on how rows are grouped); SIMD versions run several rows per pass so each
+// activation block is loaded and converted once.
+using VecDotRowsFn = void (*)(int64_t n, const void* w, std::size_t w_stride, int64_t nrows,
+                              const void* act_row, float* out);
 
 struct TypeKernels {
   DType type;
@@ -31,6 +38,7 @@ struct TypeKernels {
   VecDotFn vec_dot;                // nullptr for activation-only formats (Q8_1)
   QuantizeRowFn quantize_act;      // float -> `act_type` with this ISA: pairs with vec_dot.
                                    // Byte-identical to the scalar quantizer on every ISA.
+  VecDotRowsFn vec_dot_rows;       // several rows against one activation (nullptr with vec_dot)
 };
 
 bool isa_available(Isa isa);       // compiled in and supported by this CPU

@@ -206,70 +206,155 @@ float vec_dot_bf16(int64_t n, const void* w, const void* x) {
 }
 
 // ---- block dot products -----------------------------------------------------------------
-// Per block: exact int32 partial sums in 8 lanes, converted to float and accumulated with
-// the block's scale d_w * d_a; even and odd blocks use separate accumulators.
+// Per block and row: exact int32 partial sums in 8 lanes, converted to float and accumulated
+// with the block's scale d_w * d_a. The templates run NR weight rows against one activation
+// so each activation block is loaded (and its scale converted) once per NR rows; every row
+// has its own accumulator and sees the same operations in the same order for any NR, so
+// vec_dot_rows is bit-identical to vec_dot. NR = 4 gives 4 independent FMA chains.
 
-// Q4_0 . Q8_0: sum (q - 8) a = sum q a - sum 8 a, both unsigned x signed VNNI products.
-inline __m256i dot_q4_0_block(const BlockQ4_0* x, const BlockQ8_0* y) {
-  const __m256i a = load256(y->qs);
-  const __m256i qa = dot_u8_i8(unpack_nibbles(x->qs), a);
-  return _mm256_sub_epi32(qa, dot_u8_i8(_mm256_set1_epi8(8), a));
+// Half-precision pair at p (lanes 0, 1) as floats; lanes 2, 3 are zero.
+inline __m128 half2_at(const void* p) { return _mm_cvtph_ps(_mm_cvtsi32_si128(load_i32(p))); }
+
+// Nibble blocks in one AND: the 16 packed bytes are broadcast to both halves of a ymm and
+// masked to [low nibbles | high nibbles * 16]. VNNI products do not saturate, so the upper
+// 4 int32 lanes just carry a factor 16 (exact: |16 * sum| < 2^24 converts to float exactly,
+// and scaling by a power of two commutes with every later rounding); it is removed once at
+// the end. This saves the shift and the lane insert of a full unpack.
+inline __m256i nibbles_lo_hi16(const uint8_t* qs) {
+  const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  return _mm256_and_si256(q, _mm256_setr_epi64x(0x0f0f0f0f0f0f0f0f, 0x0f0f0f0f0f0f0f0f,
+                                                static_cast<int64_t>(0xf0f0f0f0f0f0f0f0ull),
+                                                static_cast<int64_t>(0xf0f0f0f0f0f0f0f0ull)));
 }
 
-float vec_dot_q4_0_q8_0(int64_t n, const void* w, const void* act) {
-  const BlockQ4_0* x = static_cast<const BlockQ4_0*>(w);
-  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
-  const int64_t nb = n / kQK;
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m256 d = _mm256_set1_ps(half_at(&x[i].d) * half_at(&y[i].d));
-    acc[i & 1] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_q4_0_block(x + i, y + i)), acc[i & 1]);
+// Horizontal sum of an accumulator whose lanes 4..7 carry the factor 16.
+inline float hsum_lo_hi16(__m256 acc) {
+  return hsum_ps(_mm256_mul_ps(acc, _mm256_setr_ps(1, 1, 1, 1, 0.0625f, 0.0625f, 0.0625f, 0.0625f)));
+}
+
+// Q4_0 . Q8_0: sum (q - 8) a = sum q a - sum 8 a. The second term depends on the
+// activation only: computed once per block (times 16 in the upper lanes, to match the
+// nibbles) and used as the starting value of every row's VNNI accumulation.
+struct Q4_0 {
+  using Act = BlockQ8_0;
+  template <int NR>
+  static void rows(int64_t nb, const unsigned char* w, std::size_t stride, const Act* y, float* out) {
+    __m256 acc[NR];
+    for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
+    const __m256i eights = _mm256_setr_epi64x(0x0808080808080808, 0x0808080808080808,
+                                              static_cast<int64_t>(0x8080808080808080ull),
+                                              static_cast<int64_t>(0x8080808080808080ull));
+    for (int64_t i = 0; i < nb; ++i) {
+      const __m256i a = load256(y[i].qs);
+      const __m256i neg8a = _mm256_sub_epi32(_mm256_setzero_si256(), dot_u8_i8(eights, a));
+      const __m128 da = half2_at(&y[i].d);  // lane 0 (lane 1 is the first quants: unused)
+      for (int r = 0; r < NR; ++r) {
+        const BlockQ4_0* x = reinterpret_cast<const BlockQ4_0*>(w + r * stride) + i;
+        const __m256i p = _mm256_dpbusd_epi32(neg8a, nibbles_lo_hi16(x->qs), a);
+        const __m256 d = _mm256_broadcastss_ps(_mm_mul_ps(half2_at(&x->d), da));
+        acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r]);
+      }
+    }
+    for (int r = 0; r < NR; ++r) out[r] = hsum_lo_hi16(acc[r]);
   }
-  return hsum_ps(_mm256_add_ps(acc[0], acc[1]));
-}
+};
 
 // Q8_0 . Q8_0: signed x signed as |w| (unsigned) times a carrying w's sign.
-float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* act) {
-  const BlockQ8_0* x = static_cast<const BlockQ8_0*>(w);
-  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
-  const int64_t nb = n / kQK;
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m256i wq = load256(x[i].qs), aq = load256(y[i].qs);
-    const __m256i p = dot_u8_i8(_mm256_abs_epi8(wq), _mm256_sign_epi8(aq, wq));
-    const __m256 d = _mm256_set1_ps(half_at(&x[i].d) * half_at(&y[i].d));
-    acc[i & 1] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[i & 1]);
+struct Q8_0 {
+  using Act = BlockQ8_0;
+  template <int NR>
+  static void rows(int64_t nb, const unsigned char* w, std::size_t stride, const Act* y, float* out) {
+    __m256 acc[NR];
+    for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      const __m256i a = load256(y[i].qs);
+      const __m128 da = half2_at(&y[i].d);
+      for (int r = 0; r < NR; ++r) {
+        const BlockQ8_0* x = reinterpret_cast<const BlockQ8_0*>(w + r * stride) + i;
+        const __m256i q = load256(x->qs);
+        const __m256i p = dot_u8_i8(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q));
+        const __m256 d = _mm256_broadcastss_ps(_mm_mul_ps(half2_at(&x->d), da));
+        acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r]);
+      }
+    }
+    for (int r = 0; r < NR; ++r) out[r] = hsum_ps(acc[r]);
   }
-  return hsum_ps(_mm256_add_ps(acc[0], acc[1]));
+};
+
+// Q4_1 . Q8_1: d d_a sum q a + m s. (d, m) and (d_a, s) are adjacent half pairs: one
+// multiply gives d d_a (lane 0) and m s (lane 1); lane 1 of `offs` sums the offsets.
+struct Q4_1 {
+  using Act = BlockQ8_1;
+  template <int NR>
+  static void rows(int64_t nb, const unsigned char* w, std::size_t stride, const Act* y, float* out) {
+    __m256 acc[NR];
+    __m128 offs[NR];
+    for (int r = 0; r < NR; ++r) {
+      acc[r] = _mm256_setzero_ps();
+      offs[r] = _mm_setzero_ps();
+    }
+    for (int64_t i = 0; i < nb; ++i) {
+      const __m256i a = load256(y[i].qs);
+      const __m128 ds = half2_at(&y[i].d);
+      for (int r = 0; r < NR; ++r) {
+        const BlockQ4_1* x = reinterpret_cast<const BlockQ4_1*>(w + r * stride) + i;
+        const __m128 prod = _mm_mul_ps(half2_at(&x->d), ds);
+        offs[r] = _mm_add_ps(offs[r], prod);
+        const __m256i p = dot_u8_i8(nibbles_lo_hi16(x->qs), a);
+        acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc[r]);
+      }
+    }
+    for (int r = 0; r < NR; ++r) out[r] = hsum_lo_hi16(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(offs[r]));
+  }
+};
+
+// Groups of 4 rows, then the 1..3 left over, all through the same per-row arithmetic.
+// K::rows<NR>(n_blocks, w, stride, act, out) is one of the kernels above.
+template <class K>
+void vec_dot_rows(int64_t n, const void* w, std::size_t stride, int64_t nrows, const void* act, float* out) {
+  const unsigned char* wb = static_cast<const unsigned char*>(w);
+  const auto* y = static_cast<const typename K::Act*>(act);
+  const int64_t nb = n / kQK;
+  int64_t r = 0;
+  for (; r + 8 <= nrows; r += 8) K::template rows<8>(nb, wb + r * stride, stride, y, out + r);
+  for (; r + 4 <= nrows; r += 4) K::template rows<4>(nb, wb + r * stride, stride, y, out + r);
+  const unsigned char* wr = wb + r * stride;
+  switch (nrows - r) {
+    case 3: K::template rows<3>(nb, wr, stride, y, out + r); break;
+    case 2: K::template rows<2>(nb, wr, stride, y, out + r); break;
+    case 1: K::template rows<1>(nb, wr, stride, y, out + r); break;
+    default: break;
+  }
 }
 
-// Q4_1 . Q8_1: d d_a sum q a + m s; (d, m) and (d_a, s) convert in one F16C op each, one
-// multiply yields d d_a (lane 0) and m s (lane 1); lane 1 accumulates the offsets.
-float vec_dot_q4_1_q8_1(int64_t n, const void* w, const void* act) {
-  const BlockQ4_1* x = static_cast<const BlockQ4_1*>(w);
-  const BlockQ8_1* y = static_cast<const BlockQ8_1*>(act);
-  const int64_t nb = n / kQK;
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  __m128 offs = _mm_setzero_ps();
-  for (int64_t i = 0; i < nb; ++i) {
-    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(load_i32(&x[i].d)));
-    const __m128 ds = _mm_cvtph_ps(_mm_cvtsi32_si128(load_i32(&y[i].d)));
-    const __m128 prod = _mm_mul_ps(dm, ds);
-    offs = _mm_add_ps(offs, prod);
-    const __m256i p = dot_u8_i8(unpack_nibbles(x[i].qs), load256(y[i].qs));
-    acc[i & 1] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc[i & 1]);
-  }
-  return hsum_ps(_mm256_add_ps(acc[0], acc[1])) + _mm_cvtss_f32(_mm_movehdup_ps(offs));
+template <class K>
+float vec_dot(int64_t n, const void* w, const void* act) {
+  float out;
+  K::template rows<1>(n / kQK, static_cast<const unsigned char*>(w), 0, static_cast<const typename K::Act*>(act), &out);
+  return out;
+}
+
+// Float weights: rows one after the other (they stream 2-4 bytes per element; sharing the
+// activation load would not change the memory traffic).
+template <VecDotFn F>
+void rows_each(int64_t n, const void* w, std::size_t stride, int64_t nrows, const void* act, float* out) {
+  for (int64_t r = 0; r < nrows; ++r) out[r] = F(n, static_cast<const unsigned char*>(w) + r * stride, act);
 }
 
 const TypeKernels kAvx512[] = {
-    {DType::F32, DType::F32, ref::dequantize_row_f32, ref::quantize_row_f32, vec_dot_f32, ref::quantize_row_f32},
-    {DType::F16, DType::F32, dequantize_row_f16, ref::quantize_row_f16, vec_dot_f16, ref::quantize_row_f32},
-    {DType::BF16, DType::F32, dequantize_row_bf16, ref::quantize_row_bf16, vec_dot_bf16, ref::quantize_row_f32},
-    {DType::Q4_0, DType::Q8_0, dequantize_row_q4_0, ref::quantize_row_q4_0, vec_dot_q4_0_q8_0, quantize_row_q8_0},
-    {DType::Q4_1, DType::Q8_1, dequantize_row_q4_1, ref::quantize_row_q4_1, vec_dot_q4_1_q8_1, quantize_row_q8_1},
-    {DType::Q8_0, DType::Q8_0, dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0, quantize_row_q8_0},
-    {DType::Q8_1, DType::Q8_1, dequantize_row_q8_1, quantize_row_q8_1, nullptr, quantize_row_q8_1},
+    {DType::F32, DType::F32, ref::dequantize_row_f32, ref::quantize_row_f32, vec_dot_f32, ref::quantize_row_f32,
+     rows_each<vec_dot_f32>},
+    {DType::F16, DType::F32, dequantize_row_f16, ref::quantize_row_f16, vec_dot_f16, ref::quantize_row_f32,
+     rows_each<vec_dot_f16>},
+    {DType::BF16, DType::F32, dequantize_row_bf16, ref::quantize_row_bf16, vec_dot_bf16, ref::quantize_row_f32,
+     rows_each<vec_dot_bf16>},
+    {DType::Q4_0, DType::Q8_0, dequantize_row_q4_0, ref::quantize_row_q4_0, vec_dot<Q4_0>, quantize_row_q8_0,
+     vec_dot_rows<Q4_0>},
+    {DType::Q4_1, DType::Q8_1, dequantize_row_q4_1, ref::quantize_row_q4_1, vec_dot<Q4_1>, quantize_row_q8_1,
+     vec_dot_rows<Q4_1>},
+    {DType::Q8_0, DType::Q8_0, dequantize_row_q8_0, quantize_row_q8_0, vec_dot<Q8_0>, quantize_row_q8_0,
+     vec_dot_rows<Q8_0>},
+    {DType::Q8_1, DType::Q8_1, dequantize_row_q8_1, quantize_row_q8_1, nullptr, quantize_row_q8_1, nullptr},
 };
 
 }  // namespace

@@ -253,15 +253,30 @@ float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* act) {
 // ---- table -----------------------------------------------------------------------------
 
 namespace {
+
+// Several rows against one activation: the row-by-row loop (the definition SIMD versions
+// must match bit for bit, per ISA).
+template <VecDotFn F>
+void rows_each(int64_t n, const void* w, std::size_t stride, int64_t nrows, const void* act, float* out) {
+  for (int64_t r = 0; r < nrows; ++r) out[r] = F(n, static_cast<const unsigned char*>(w) + r * stride, act);
+}
+
 const TypeKernels kScalar[] = {
-    {DType::F32, DType::F32, dequantize_row_f32, quantize_row_f32, vec_dot_f32, quantize_row_f32},
-    {DType::F16, DType::F32, dequantize_row_f16, quantize_row_f16, vec_dot_f16, quantize_row_f32},
-    {DType::BF16, DType::F32, dequantize_row_bf16, quantize_row_bf16, vec_dot_bf16, quantize_row_f32},
-    {DType::Q4_0, DType::Q8_0, dequantize_row_q4_0, quantize_row_q4_0, vec_dot_q4_0_q8_0, quantize_row_q8_0},
-    {DType::Q4_1, DType::Q8_1, dequantize_row_q4_1, quantize_row_q4_1, vec_dot_q4_1_q8_1, quantize_row_q8_1},
-    {DType::Q8_0, DType::Q8_0, dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0, quantize_row_q8_0},
+    {DType::F32, DType::F32, dequantize_row_f32, quantize_row_f32, vec_dot_f32, quantize_row_f32,
+     rows_each<vec_dot_f32>},
+    {DType::F16, DType::F32, dequantize_row_f16, quantize_row_f16, vec_dot_f16, quantize_row_f32,
+     rows_each<vec_dot_f16>},
+    {DType::BF16, DType::F32, dequantize_row_bf16, quantize_row_bf16, vec_dot_bf16, quantize_row_f32,
+     rows_each<vec_dot_bf16>},
+    {DType::Q4_0, DType::Q8_0, dequantize_row_q4_0, quantize_row_q4_0, vec_dot_q4_0_q8_0, quantize_row_q8_0,
+     rows_each<vec_dot_q4_0_q8_0>},
+    {DType::Q4_1, DType::Q8_1, dequantize_row_q4_1, quantize_row_q4_1, vec_dot_q4_1_q8_1, quantize_row_q8_1,
+     rows_each<vec_dot_q4_1_q8_1>},
+    {DType::Q8_0, DType::Q8_0, dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0, quantize_row_q8_0,
+     rows_each<vec_dot_q8_0_q8_0>},
     // Q8_1 is an activation format only: no weight dot product.
-    {DType::Q8_1, DType::Q8_1, dequantize_row_q8_1, quantize_row_q8_1, nullptr, quantize_row_q8_1},
+    {DType::Q8_1, DType::Q8_1, dequantize_row_q8_1, quantize_row_q8_1, nullptr, quantize_row_q8_1,
+     nullptr},
 };
 }  // namespace
 
