@@ -121,14 +121,18 @@ class ThreadConfig:
     cores, no SMT siblings, no efficiency cores, within the affinity mask and CPU quota)."""
 
     wait_policy: WaitPolicy
-    """How threads wait between the parallel regions of one computation (see WaitPolicy).
-    Default HYBRID: see docs/tuning.md for the measurement behind it."""
+    """How threads wait between the parallel regions of one computation (see WaitPolicy);
+    between calls every policy sleeps. Default HYBRID: the fast spinning hand-off between
+    back-to-back regions, without burning cores through waits for the disk or the GPU.
+    SPIN suits a dedicated, compute-bound x86 host; PASSIVE suits Apple Silicon, GPU
+    offload, disk-bound runs and shared machines (docs/tuning.md, with the seed figures)."""
 
     spin_us: int
     """HYBRID only: microseconds a waiting thread spins before it sleeps, 0..MAX_SPIN_US.
-    Default 100 µs: about twice the cost of a sleep/wake-up, so a wait never costs more than
-    ~2x the best choice made in hindsight, and a wait for the disk or the GPU (milliseconds)
-    stops burning the cores the I/O threads and the GPU's power budget need."""
+    Default 100 µs, the order of a sleep plus wake-up: spinning about as long as blocking
+    would cost never costs more than ~2x the best choice made in hindsight, and a wait for
+    the disk or the GPU (milliseconds) stops burning the cores the I/O threads and the
+    GPU's power budget need. 0 behaves like PASSIVE."""
 
     def __init__(
         self,
