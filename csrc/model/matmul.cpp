@@ -26,6 +26,7 @@ namespace {
 
 constexpr std::size_t kMinChunkBytes = 16 * 1024;   // weight bytes per claimed chunk, at least
 constexpr int64_t kChunksPerThread = 8;
+constexpr int64_t kRowGroup = 8;                    // rows per kernel pass (vec_dot_rows)
 constexpr std::size_t kActTileBytes = 256 * 1024;   // activation rows reused per weight tile (L2)
 constexpr std::size_t kWeightTileBytes = 16 * 1024;  // weight rows reused per activation row (L1)
 constexpr int64_t kParallelQuantizeTokens = 8;      // quantize activations in parallel from here
@@ -70,6 +71,22 @@ void run_rows(const Job& j, int64_t r0, int64_t r1, int64_t n_tokens, int64_t co
     }
   }
 }
+
+// One matmul's work: rows [begin, end) of the combined row space of all jobs.
+struct Region {
+  const Job* jobs;
+  int n_jobs;
+  int64_t n_tokens;
+  int64_t cols;
+  void run(int64_t begin, int64_t end) const {
+    for (int i = 0; i < n_jobs; ++i) {  // the jobs whose rows intersect [begin, end)
+      const Job& j = jobs[i];
+      const int64_t r0 = std::max(begin, j.first) - j.first;
+      const int64_t r1 = std::min(end, j.first + j.rows) - j.first;
+      if (r0 < r1) run_rows(j, r0, r1, n_tokens, cols);
+    }
+  }
+};
 
 // Quantizes n_tokens rows of x into dst with k's activation quantizer.
 void quantize_rows(ThreadPool& pool, const TypeKernels& k, const float* x, int64_t n_tokens, int64_t cols,
@@ -145,23 +162,19 @@ void run(ThreadPool& pool, const TypeKernels* const* ks, const WeightView* weigh
     first += weights[i].rows;
   }
 
-  // Chunk size: about kChunksPerThread chunks per member, but never under kMinChunkBytes.
+  // Chunk size: about kChunksPerThread chunks per member, never under kMinChunkBytes, and
+  // a multiple of kRowGroup so the kernels' row groups stay whole.
   const std::size_t avg_row_bytes = std::max<std::size_t>(1, total_bytes / static_cast<std::size_t>(total_rows));
   const int64_t min_rows = static_cast<int64_t>((kMinChunkBytes + avg_row_bytes - 1) / avg_row_bytes);
   const int64_t team = pool.size();
-  const int64_t grain = std::max<int64_t>(min_rows, (total_rows + team * kChunksPerThread - 1) / (team * kChunksPerThread));
+  int64_t grain = std::max<int64_t>(min_rows, (total_rows + team * kChunksPerThread - 1) / (team * kChunksPerThread));
+  grain = (grain + kRowGroup - 1) / kRowGroup * kRowGroup;
 
-  auto body = [&](int64_t begin, int64_t end, int) {
-    // Visit the weights whose rows intersect [begin, end).
-    for (int i = 0; i < n_weights; ++i) {
-      const Job& j = jobs[i];
-      const int64_t r0 = std::max(begin, j.first) - j.first;
-      const int64_t r1 = std::min(end, j.first + j.rows) - j.first;
-      if (r0 < r1) run_rows(j, r0, r1, n_tokens, cols);
-    }
-  };
+  // The region's closure captures one pointer, so std::function needs no allocation.
+  const Region region{jobs, n_weights, n_tokens, cols};
+  auto body = [&region](int64_t begin, int64_t end, int) { region.run(begin, end); };
   if (team == 1 || total_rows <= grain)
-    body(0, total_rows, 0);  // one chunk: skip the region entirely
+    region.run(0, total_rows);  // one chunk: skip the parallel region entirely
   else
     pool.parallel_for(total_rows, grain, body);
 }
