@@ -61,6 +61,31 @@ constexpr uint32_t kCheckEvery = 64;
 constexpr auto kYieldEvery = std::chrono::microseconds(50);
 constexpr uint64_t kMembersMask = 0xffff;  // low 16 bits of the word: active members
 
+// The clock of one spin wait. It is first read at the first check, after kCheckEvery
+// pauses, so a hand-off that completes sooner (the common case) reads no clock at all.
+struct SpinClock {
+  Clock::time_point start{};
+  Clock::time_point next_yield{};
+  bool started = false;
+
+  // Called every kCheckEvery pauses: yields the core every kYieldEvery and returns how
+  // long this wait has spun so far.
+  Clock::duration tick() {
+    const Clock::time_point now = Clock::now();
+    if (!started) {
+      started = true;
+      start = now;
+      next_yield = now + kYieldEvery;
+      return Clock::duration::zero();
+    }
+    if (now >= next_yield) {
+      std::this_thread::yield();
+      next_yield = now + kYieldEvery;
+    }
+    return now - start;
+  }
+};
+
 // The pool a thread is currently working for: set for workers for their whole life and
 // for the caller during a region. A parallel_for on the same pool from such a thread is
 // a nested call and runs inline (waiting on our own team would deadlock).
@@ -153,36 +178,24 @@ struct ThreadPool::Impl {
 
   // A worker waits for the word to move past `seen` (or for stop). Spins only inside a
   // ComputeScope and only under Spin (unbounded) or Hybrid (spin_us); otherwise sleeps.
+  // The policy, spin_us and the scope are re-read at every check, so a configure() or the
+  // end of the computation reaches a spinning worker within microseconds.
   uint64_t wait_for_work(uint64_t seen) {
-    WaitPolicy pol = current_policy();
-    if (pol != WaitPolicy::Passive && scope_depth.load(std::memory_order_relaxed) > 0) {
-      bool bounded = pol == WaitPolicy::Hybrid;
-      Clock::time_point now = Clock::now();
-      Clock::time_point deadline =
-          bounded ? now + std::chrono::microseconds(spin_us.load()) : Clock::time_point::max();
-      Clock::time_point next_yield = now + kYieldEvery;
+    if (current_policy() != WaitPolicy::Passive &&
+        scope_depth.load(std::memory_order_relaxed) > 0) {
+      SpinClock clock;
       for (uint32_t i = 1;; ++i) {
         const uint64_t w = word.load(std::memory_order_acquire);
         if (w != seen) return w;
         cpu_pause();
         if (i % kCheckEvery != 0) continue;
         if (stop.load(std::memory_order_relaxed)) return w;
-        now = Clock::now();
-        if (now >= next_yield) {
-          std::this_thread::yield();
-          next_yield = now + kYieldEvery;
-        }
+        const Clock::duration spun = clock.tick();
         if (scope_depth.load(std::memory_order_relaxed) == 0) break;  // computation over: park
-        pol = current_policy();
+        const WaitPolicy pol = current_policy();
         if (pol == WaitPolicy::Passive) break;
-        if (pol == WaitPolicy::Spin) {
-          bounded = false;
-        } else if (!bounded) {  // switched Spin -> Hybrid while spinning: start the clock
-          bounded = true;
-          deadline = now + std::chrono::microseconds(spin_us.load());
-        } else if (now >= deadline) {
+        if (pol == WaitPolicy::Hybrid && spun >= std::chrono::microseconds(spin_us.load()))
           break;
-        }
       }
     }
     std::unique_lock<std::mutex> lk(sleep_mu);
@@ -230,20 +243,14 @@ struct ThreadPool::Impl {
     const WaitPolicy pol = current_policy();
     if (pol != WaitPolicy::Passive) {
       const bool bounded = pol == WaitPolicy::Hybrid;
-      Clock::time_point now = Clock::now();
-      const Clock::time_point deadline =
-          bounded ? now + std::chrono::microseconds(spin_us.load()) : Clock::time_point::max();
-      Clock::time_point next_yield = now + kYieldEvery;
+      const auto limit = std::chrono::microseconds(spin_us.load(std::memory_order_relaxed));
+      SpinClock clock;
       for (uint32_t i = 1;; ++i) {
         if (pending.load(std::memory_order_acquire) == 0) return;
         cpu_pause();
         if (i % kCheckEvery != 0) continue;
-        now = Clock::now();
-        if (now >= deadline) break;
-        if (now >= next_yield) {
-          std::this_thread::yield();
-          next_yield = now + kYieldEvery;
-        }
+        const Clock::duration spun = clock.tick();
+        if (bounded && spun >= limit) break;
       }
     }
     std::unique_lock<std::mutex> lk(done_mu);
