@@ -125,16 +125,19 @@ struct ThreadPool::Impl {
   // One caller at a time (and configure() excludes callers).
   std::mutex dispatch_mu;
 
-  // --- the published job (each hot atomic on its own cache line) -------------------------
+  // --- the published job ----------------------------------------------------------------
+  // The job's fields share the cache line of `word`: the one line a waiting worker polls
+  // brings it the whole job. The counters the team writes during a region live on lines
+  // of their own, so writing them does not evict the job line from the pollers.
   alignas(64) std::atomic<uint64_t> word{0};  // (generation << 16) | active members
-  alignas(64) std::atomic<int64_t> next{0};   // first index not yet claimed
-  alignas(64) std::atomic<int> pending{0};    // participating workers not yet done
-  std::atomic<bool> caller_sleeping{false};
-  const Fn* fn = nullptr;  // plain fields: written before `word` is released
-  int64_t n = 0;
+  const Fn* fn = nullptr;                      // plain fields, written before `word` is
+  int64_t n = 0;                               // released and read after it is acquired
   int64_t grain = 1;
-  std::atomic<bool> failed{false};  // an fn threw: stop claiming chunks
-  std::mutex error_mu;
+  std::atomic<bool> failed{false};             // an fn threw: stop claiming chunks
+  alignas(64) std::atomic<int64_t> next{0};    // first index not yet claimed
+  alignas(64) std::atomic<int> pending{0};     // participating workers not yet done
+  std::atomic<bool> caller_sleeping{false};
+  alignas(64) std::mutex error_mu;
   std::exception_ptr error;  // the first exception of the region
 
   alignas(64) std::atomic<int> scope_depth{0};  // open ComputeScopes
@@ -156,7 +159,9 @@ struct ThreadPool::Impl {
     return static_cast<WaitPolicy>(policy.load(std::memory_order_relaxed));
   }
 
-  // Claims chunks until none is left (or an fn threw). `member` is the thread index.
+  // Claims chunks until none is left (or an fn threw). Chunks are handed out dynamically
+  // (not one fixed chunk per member): a worker that wakes late or is preempted then costs
+  // the region nothing, since the members already running take its share.
   void run_chunks(int member) {
     const Fn& f = *fn;
     const int64_t total = n, g = grain;
@@ -164,9 +169,8 @@ struct ThreadPool::Impl {
       if (failed.load(std::memory_order_relaxed)) return;
       const int64_t b = next.fetch_add(g, std::memory_order_relaxed);
       if (b >= total) return;
-      const int64_t e = b + std::min(g, total - b);
       try {
-        f(b, e, member);
+        f(b, b + std::min(g, total - b), member);
       } catch (...) {
         std::lock_guard<std::mutex> lk(error_mu);
         if (!error) error = std::current_exception();
