@@ -1,0 +1,129 @@
+"""Matrix-vector throughput of the quantized kernels, next to the machine's read bandwidth.
+
+For each weight type, times y = W x (one token, the decode hot path) through
+colibri._core.quant.bench_matmul, which runs the threaded matmul `--iters` times inside one
+ComputeScope (as consecutive layers of a forward pass would). Two shapes:
+
+* hot:  4096 x 4096, which fits in a large L3 for 4/8-bit types (kernel-bound);
+* cold: 4096 columns and enough rows that one matrix is >= 4x the L3 size (memory-bound:
+  what decode of a model larger than the cache sees).
+
+The reference is a plain native read kernel (64-bit loads summed, the team splitting a
+512 MiB buffer like the matmul splits rows), measured in the same run with the same thread
+counts. Weight GB/s = matrix bytes / time per matvec. Prints a table, writes JSON to
+benchmarks/results/kernels-<timestamp>.json.
+
+    PYTHONPATH=python:build/dev/quant .venv/bin/python benchmarks/bench_kernels.py
+    ... --threads 1 2 --types Q4_0 Q4_1 Q8_0 F32 BF16 --isa all --repeats 5
+
+Shared machines: each number is the median of --repeats runs of --iters matvecs (the best
+run is in the JSON too); the load average before and after is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+import numpy as np
+from _common import machine, median, print_table, write_result
+
+from colibri._core import ThreadPool
+from colibri._core import quant as q
+
+
+def l3_bytes() -> int:
+    try:
+        for idx in range(8):
+            base = f"/sys/devices/system/cpu/cpu0/cache/index{idx}/"
+            if open(base + "level").read().strip() == "3":
+                size = open(base + "size").read().strip()
+                return int(size[:-1]) * (1024 if size.endswith("K") else 1024 * 1024)
+    except OSError:
+        pass
+    return 32 << 20
+
+
+def make_weight(dtype: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    # Quantize in slabs: a 1 GiB float32 temporary is not needed for a 128 MiB Q4 matrix.
+    out = np.empty((rows, q.row_bytes(dtype, cols)), np.uint8)
+    for r in range(0, rows, 2048):
+        n = min(2048, rows - r)
+        out[r : r + n] = q.quantize(dtype, rng.standard_normal((n, cols), dtype=np.float32))
+    return out
+
+
+def time_matvec(dtype: str, w: np.ndarray, rows: int, cols: int, pool: ThreadPool, isa: str | None,
+                iters: int, repeats: int) -> list[float]:
+    x = np.random.default_rng(1).standard_normal((1, cols), dtype=np.float32)
+    q.bench_matmul(dtype, w, rows, cols, x, pool, 2, isa)  # warm-up (page faults, caches)
+    return [median(q.bench_matmul(dtype, w, rows, cols, x, pool, iters, isa)) for _ in range(repeats)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--types", nargs="+", default=["Q4_0", "Q4_1", "Q8_0", "F32", "BF16"])
+    ap.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    ap.add_argument("--isa", default="best", help="best, all, or an ISA name (scalar, avx2, avx512, neon)")
+    ap.add_argument("--cols", type=int, default=4096)
+    ap.add_argument("--cold-factor", type=float, default=4.0, help="cold matrix size / L3 size")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+
+    isas: list[str | None]
+    if args.isa == "best":
+        isas = [None]
+    elif args.isa == "all":
+        isas = [i for i in q.available_isas() if i != "scalar"] or ["scalar"]
+    else:
+        isas = [args.isa]
+    rng = np.random.default_rng(0)
+    pools = {n: ThreadPool(n) for n in args.threads}
+    load_before = os.getloadavg()
+    l3 = l3_bytes()
+
+    buf = np.ones(512 << 20, np.uint8)
+    bandwidth = {}
+    for n in args.threads:
+        q.read_bandwidth(buf, pools[n], 1)
+        bandwidth[n] = buf.nbytes / median(q.read_bandwidth(buf, pools[n], 5)) / 1e9
+    del buf
+
+    rows_out: list[list[Any]] = []
+    records: list[dict[str, Any]] = []
+    for n in args.threads:
+        rows_out.append(["read kernel", "512 MiB", 512.0, n, "-", "-", round(bandwidth[n], 1), "100%"])
+    for dtype in args.types:
+        rb = q.row_bytes(dtype, args.cols)
+        cold_rows = int(np.ceil(args.cold_factor * l3 / rb / 64)) * 64
+        for label, rows in (("hot", 4096), ("cold", cold_rows)):
+            w = make_weight(dtype, rows, args.cols, rng)
+            for isa in isas:
+                for n in args.threads:
+                    ts = time_matvec(dtype, w, rows, args.cols, pools[n], isa, args.iters, args.repeats)
+                    gbs = w.nbytes / median(ts) / 1e9
+                    rec = {
+                        "type": dtype, "shape": [rows, args.cols], "which": label, "bytes": int(w.nbytes),
+                        "isa": isa or q.best_isa(), "threads": n, "seconds_median": median(ts),
+                        "seconds_best": min(ts), "weight_gb_s": gbs, "read_gb_s": bandwidth[n],
+                    }
+                    records.append(rec)
+                    rows_out.append([f"{dtype} {label}", f"{rows}x{args.cols}", round(w.nbytes / 2**20, 1), n,
+                                     rec["isa"], round(median(ts) * 1e3, 3), round(gbs, 1),
+                                     f"{100 * gbs / bandwidth[n]:.0f}%"])
+            del w
+
+    print(f"\nCPU: {machine()['cpu']}, best ISA {q.best_isa()}, L3 {l3 >> 20} MiB, "
+          f"load avg before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}\n")
+    table = print_table(["kernel", "shape", "MiB", "threads", "isa", "ms/matvec", "GB/s", "of read BW"], rows_out)
+    path = write_result("kernels", {
+        "args": vars(args), "l3_bytes": l3, "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
+        "read_bandwidth_gb_s": bandwidth, "results": records, "table": table,
+    })
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()
