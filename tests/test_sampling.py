@@ -237,6 +237,34 @@ def test_top_p(p: float, expected: set[int]) -> None:
     assert kept(top_p_filter(logits_of(P), p)) == expected
 
 
+def top_p_reference(x: npt.NDArray[Any], p: float) -> set[int]:
+    """Top-p by a full sort, most likely first, ties to the lowest id."""
+    order = sorted(range(x.size), key=lambda i: (-float(x[i]), i))
+    probs = softmax_ref(x)
+    total, out = 0.0, set()
+    for i in order:
+        out.add(i)
+        total += probs[i]
+        if total >= p - 1e-6:
+            break
+    return out
+
+
+@pytest.mark.parametrize("shape", ["peaked", "flat", "ties"])
+def test_top_p_large_vocab_matches_a_full_sort(shape: str) -> None:
+    """Vocabularies over 1024 tokens take the partial-sort path; with a flat distribution
+    it falls back to sorting everything. Either way the set is a full sort's."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(5000).astype(np.float32)
+    if shape == "peaked":
+        x[rng.choice(5000, 30, replace=False)] += 9.0
+    elif shape == "ties":
+        x = np.round(x * 2).astype(np.float32)  # ~15 distinct values, thousands of ties
+    x[:5] = NEG_INF
+    for p in (0.05, 0.5, 0.9, 0.99):
+        assert kept(top_p_filter(x, p)) == top_p_reference(x, p), p
+
+
 def test_top_p_counts_only_what_is_left() -> None:
     x = top_k_filter(logits_of(P), 2)  # {1: 0.4, 3: 0.25} -> renormalized 0.615, 0.385
     assert kept(top_p_filter(x, 0.6)) == {1}

@@ -64,9 +64,10 @@ def _logits(logits: npt.NDArray[_F]) -> npt.NDArray[_F]:
 
 
 def _check_values(a: npt.NDArray[np.floating[Any]]) -> None:
-    if np.isnan(a).any():
+    top = float(a.max())  # one pass: NaN propagates through max, +inf is the max
+    if math.isnan(top):
         raise InvalidRequestError("logits contain NaN: the model output is invalid")
-    if np.isposinf(a).any():
+    if top == math.inf:
         raise InvalidRequestError("logits contain +inf: the model output is invalid")
 
 
@@ -152,32 +153,62 @@ def apply_penalties(
     return a
 
 
+# Each filter is an index helper over a 1-D array of logits, returning the positions it
+# keeps in ascending order. The public functions scatter those into a -inf array; the chain
+# (probabilities) narrows (ids, values) instead, so the stages after top-k touch only the
+# survivors. Ascending positions keep "ties to the lowest id" meaningful on narrowed arrays.
+
+
+def _top_k_keep(a: npt.NDArray[np.floating[Any]], k: int) -> npt.NDArray[np.intp]:
+    n = a.size
+    threshold = np.partition(a, n - k)[n - k]  # the k-th largest value
+    above = a > threshold
+    ties = np.flatnonzero(a == threshold)[: k - int(np.count_nonzero(above))]
+    return np.union1d(np.flatnonzero(above), ties)
+
+
+def _top_p_keep(a: npt.NDArray[np.floating[Any]], p: float) -> npt.NDArray[np.intp]:
+    finite = a > -np.inf
+    n_finite = int(np.count_nonzero(finite))
+    a64 = a.astype(np.float64)
+    weights = np.exp(a64 - a64.max())  # -inf -> 0
+    target = (p - _BOUNDARY_EPS) * float(weights.sum())
+    # A full sort of a 150k vocabulary costs milliseconds and the nucleus is usually
+    # small: first sort only the 1024 most likely tokens (every tie of the 1024th value
+    # included, so the order is a full sort's prefix); sort them all only if those do not
+    # hold enough probability.
+    m = 1024
+    if m < n_finite:
+        threshold = np.partition(a, a.size - m)[a.size - m]  # the m-th largest
+        candidates = np.flatnonzero(a >= threshold)
+        order = candidates[np.argsort(-a[candidates], kind="stable")]  # ties: lowest first
+        cum = np.cumsum(weights[order])
+    if m >= n_finite or cum[-1] < target:
+        candidates = np.flatnonzero(finite)
+        order = candidates[np.argsort(-a[candidates], kind="stable")]
+        cum = np.cumsum(weights[order])
+    n_keep = min(int(np.searchsorted(cum, target, side="left")) + 1, order.size)
+    return np.sort(order[:n_keep])
+
+
+def _min_p_keep(a: npt.NDArray[np.floating[Any]], min_p: float) -> npt.NDArray[np.intp]:
+    top = float(a.max())
+    return np.flatnonzero((a.astype(np.float64) - top) >= math.log(min_p) - _BOUNDARY_EPS)
+
+
+def _scatter(a: npt.NDArray[_F], keep: npt.NDArray[np.intp]) -> npt.NDArray[_F]:
+    out = np.full_like(a, -np.inf)
+    out[keep] = a[keep]
+    return out
+
+
 def top_k_filter(logits: npt.NDArray[_F], k: int) -> npt.NDArray[_F]:
     """Keeps the `k` largest logits (ties at the boundary go to the lowest ids); the others
     become ``-inf``. ``k <= 0`` or ``k >= len(logits)`` keeps everything."""
     a = _logits(logits)
-    n = a.size
-    if k <= 0 or k >= n:
+    if k <= 0 or k >= a.size:
         return a.copy()
-    threshold = np.partition(a, n - k)[n - k]  # the k-th largest value
-    above = a > threshold
-    ties = np.flatnonzero(a == threshold)[: k - int(np.count_nonzero(above))]
-    out = np.full_like(a, -np.inf)
-    out[above] = a[above]
-    out[ties] = a[ties]
-    return out
-
-
-def _sorted_finite(a: npt.NDArray[np.floating[Any]]) -> tuple[npt.NDArray[np.intp],
-                                                              npt.NDArray[np.float64]]:
-    """The ids of the finite logits, most likely first (ties: lowest id first), and their
-    softmax probabilities in that order."""
-    ids = np.flatnonzero(np.isfinite(a))
-    vals = a[ids].astype(np.float64)
-    order = np.argsort(-vals, kind="stable")
-    ids, vals = ids[order], vals[order]
-    p = np.exp(vals - vals[0]) if vals.size else vals
-    return ids, p / p.sum() if p.size else p
+    return _scatter(a, _top_k_keep(a, k))
 
 
 def top_p_filter(logits: npt.NDArray[_F], p: float) -> npt.NDArray[_F]:
@@ -185,19 +216,11 @@ def top_p_filter(logits: npt.NDArray[_F], p: float) -> npt.NDArray[_F]:
     probability reaches `p` (at least one token; ties in order of id); the others become
     ``-inf``. ``p >= 1`` keeps everything."""
     a = _logits(logits)
-    if p >= 1.0:
-        return a.copy()
     if not p > 0:
         raise InvalidRequestError(f"top_p: {p!r} is not allowed; use a number in (0, 1]")
-    ids, probs = _sorted_finite(a)
-    if ids.size == 0:
+    if p >= 1.0 or float(a.max()) == -math.inf:
         return a.copy()
-    cum = np.cumsum(probs)
-    n_keep = min(int(np.searchsorted(cum, p - _BOUNDARY_EPS, side="left")) + 1, ids.size)
-    keep = ids[:n_keep]
-    out = np.full_like(a, -np.inf)
-    out[keep] = a[keep]
-    return out
+    return _scatter(a, _top_p_keep(a, p))
 
 
 def min_p_filter(logits: npt.NDArray[_F], min_p: float) -> npt.NDArray[_F]:
@@ -205,15 +228,11 @@ def min_p_filter(logits: npt.NDArray[_F], min_p: float) -> npt.NDArray[_F]:
     token's, i.e. ``logit >= max_logit + log(min_p)``; the others become ``-inf``.
     ``min_p <= 0`` keeps everything."""
     a = _logits(logits)
-    if min_p <= 0.0:
-        return a.copy()
     if min_p > 1.0 or math.isnan(min_p):
         raise InvalidRequestError(f"min_p: {min_p!r} is not allowed; use a number in [0, 1]")
-    top = float(a.max())
-    if top == -math.inf:
+    if min_p <= 0.0 or float(a.max()) == -math.inf:
         return a.copy()
-    keep = (a.astype(np.float64) - top) >= math.log(min_p) - _BOUNDARY_EPS
-    return np.where(keep, a, a.dtype.type(-np.inf))
+    return _scatter(a, _min_p_keep(a, min_p))
 
 
 def apply_temperature(logits: npt.NDArray[_F], temperature: float) -> npt.NDArray[_F]:
@@ -249,12 +268,17 @@ def draw(probs: npt.NDArray[np.floating[Any]], u: float) -> int:
     p = np.asarray(probs, dtype=np.float64)
     if not 0.0 <= u < 1.0:
         raise InvalidRequestError(f"u: {u!r} is not in [0, 1)")
-    nonzero = np.flatnonzero(p > 0)
-    if nonzero.size == 0:
+    if p.ndim != 1 or p.size == 0 or not np.all(p >= 0):  # also rejects NaN
+        raise InvalidRequestError("probabilities: expected a 1-D array of values >= 0")
+    cum = np.cumsum(p)
+    if not cum[-1] > 0:
         raise InvalidRequestError("probabilities: every token has probability 0")
-    cum = np.cumsum(p[nonzero])
+    # The first i with cum[i] > u * total. A zero-probability token j has cum[j] ==
+    # cum[j - 1] (or 0 when j = 0, and u * total >= 0), so the search stops before it.
     i = int(np.searchsorted(cum, u * cum[-1], side="right"))
-    return int(nonzero[min(i, nonzero.size - 1)])
+    if i == p.size:  # u * total rounded up to total: the last token with p > 0
+        i = int(np.flatnonzero(p)[-1])
+    return i
 
 
 # --- the chain ----------------------------------------------------------------------------
@@ -266,7 +290,10 @@ def _prepared(
     """Logits after bias and penalties; checks the values and that one token is left."""
     a = _logits(logits)
     _check_values(a)
-    a = apply_logit_bias(a, sampling.logit_bias)
+    # Stages that are off are skipped; `a` may still be the caller's array, which the
+    # later stages only read.
+    if sampling.logit_bias:
+        a = apply_logit_bias(a, sampling.logit_bias)
     if sampling.penalties_active:
         a = apply_penalties(
             a,
@@ -297,12 +324,26 @@ def probabilities(
         p = np.zeros(a.size, dtype=np.float64)
         p[int(np.argmax(a))] = 1.0
         return p
-    a = top_k_filter(a, s.top_k)
-    a = top_p_filter(a, s.top_p)
-    a = min_p_filter(a, s.min_p)
-    top = float(a.max())
-    e = np.exp((a.astype(np.float64) - top) / s.temperature)
-    out: npt.NDArray[np.float64] = e / e.sum()
+    # Narrow (ids, values) to the survivors of each filter; ids stay ascending.
+    ids: npt.NDArray[np.intp] | None = None
+    vals: npt.NDArray[np.floating[Any]] = a
+    if 0 < s.top_k < vals.size:
+        ids = _top_k_keep(vals, s.top_k)
+        vals = vals[ids]
+    if s.top_p < 1.0:
+        keep = _top_p_keep(vals, s.top_p)
+        ids = keep if ids is None else ids[keep]
+        vals = vals[keep]
+    if s.min_p > 0.0:
+        keep = _min_p_keep(vals, s.min_p)
+        ids = keep if ids is None else ids[keep]
+        vals = vals[keep]
+    e = np.exp((vals.astype(np.float64) - float(vals.max())) / s.temperature)
+    e /= e.sum()
+    if ids is None:
+        return e
+    out = np.zeros(a.size, dtype=np.float64)
+    out[ids] = e
     return out
 
 
