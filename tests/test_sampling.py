@@ -668,3 +668,19 @@ def test_stop_checker_against_a_reference_on_random_splits() -> None:
         else:
             assert c.done and c.finish_reason == "stop"
             assert emitted == text[: first[0]] and c.stop_string == first[1]
+
+
+def test_function_arguments_are_checked() -> None:
+    x = BASE.copy()
+    with pytest.raises(InvalidRequestError, match="repetition_penalty"):
+        apply_penalties(x, [1], repetition_penalty=0.0)
+    with pytest.raises(InvalidRequestError, match="last_n"):
+        apply_penalties(x, [1], presence_penalty=1.0, last_n=-2)
+    with pytest.raises(InvalidRequestError, match="history"):
+        apply_penalties(x, [[1, 2]], presence_penalty=1.0)
+    with pytest.raises(InvalidRequestError, match="top_p"):
+        top_p_filter(x, 0.0)
+    with pytest.raises(InvalidRequestError, match="min_p"):
+        min_p_filter(x, 1.5)
+    with pytest.raises(InvalidRequestError, match="Sampler"):
+        Sampler({"temperature": 1.0})  # type: ignore[arg-type]
