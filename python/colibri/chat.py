@@ -1,0 +1,321 @@
+"""Chat templates: a conversation -> the prompt text the model was trained on.
+
+A model ships its own Jinja template (Hugging Face ``tokenizer_config.json`` ``chat_template``,
+or GGUF ``tokenizer.chat_template``). :class:`ChatTemplate` renders it the way
+``transformers``' ``apply_chat_template`` does: a sandboxed Jinja environment
+(``ImmutableSandboxedEnvironment``, ``trim_blocks``, ``lstrip_blocks``, loop controls), the
+variables ``messages``, ``add_generation_prompt``, ``bos_token``, ``eos_token``, ``tools``,
+``documents`` and the helpers templates use: ``raise_exception``, ``strftime_now``, a
+``tojson`` filter that does not HTML-escape, ``{% generation %}`` blocks.
+
+A model without a template gets :data:`CHATML_TEMPLATE` (``<|im_start|>role ... <|im_end|>``),
+and :attr:`ChatTemplate.is_fallback` says so: the prompt is then only right for models that
+were trained on ChatML.
+
+>>> tpl = ChatTemplate(CHATML_TEMPLATE)
+>>> tpl.render([{"role": "user", "content": "Hi"}])
+'<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+import jinja2.parser
+import numpy as np
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .errors import InvalidRequestError, ModelFormatError
+
+if TYPE_CHECKING:
+    from .tokenizer import Tokenizer
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+"""The fallback template (ChatML), used when a model ships none."""
+
+
+class _TemplateRefused(Exception):
+    """raise_exception() was called by the template."""
+
+
+def _raise_exception(message: object) -> None:
+    raise _TemplateRefused(str(message))
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    # Jinja's own tojson escapes <, >, & and ' for HTML; chat templates want plain JSON.
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+class _GenerationBlocks(jinja2.ext.Extension):
+    """``{% generation %}...{% endgeneration %}`` (marks assistant text for training masks in
+    transformers): rendered as its body."""
+
+    tags = {"generation"}  # noqa: RUF012 (jinja2's API)
+
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        call = self.call_method("_body")
+        return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    def _body(self, caller: Any) -> str:
+        return str(caller())
+
+
+class _Namespace(jinja2.utils.Namespace):
+    """``namespace()`` that refuses underscore attributes (no way to reach internals)."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # Jinja's signature trick
+        self, rest = args[0], args[1:]
+        attrs = dict(*rest, **kwargs)
+        for name in attrs:
+            _Namespace._check(name)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _Namespace._check(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check(name: object) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(
+                f"chat templates may not store underscore attributes on a namespace ({name!r})"
+            )
+
+
+@functools.lru_cache(maxsize=32)
+def _compile(source: str) -> jinja2.Template:
+    return _environment().from_string(source)
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[_GenerationBlocks, jinja2.ext.loopcontrols],
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    env.globals["namespace"] = _Namespace
+    return env
+
+
+def _plain(value: Any, where: str) -> Any:
+    """A copy of value made of JSON types only (what a template may see)."""
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, np.generic):
+        return _plain(value.item(), where)
+    if isinstance(value, Mapping):
+        return {_plain(k, where): _plain(v, f"{where}[{k!r}]") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value), where)
+    raise InvalidRequestError(
+        f"{where}: a {type(value).__name__} cannot be passed to a chat template "
+        f"(use str, int, float, bool, None, lists and dicts)"
+    )
+
+
+def validate_messages(messages: object) -> list[dict[str, Any]]:
+    """Check a conversation and return a plain copy of it.
+
+    ``messages`` must be a non-empty list of dicts, each with a ``role`` (a non-empty str) and
+    a ``content`` (a str); other keys (``name``, ``tool_calls``...) are passed to the
+    template as they are. Keys whose value is None are dropped, as transformers does.
+    Raises InvalidRequestError naming the first bad message.
+    """
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        raise InvalidRequestError(
+            f"messages must be a list of dicts like {{'role': 'user', 'content': 'Hi'}}, "
+            f"not {type(messages).__name__}"
+        )
+    if len(messages) == 0:
+        raise InvalidRequestError("messages is empty: a conversation needs at least one message")
+    out: list[dict[str, Any]] = []
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, Mapping):
+            raise InvalidRequestError(
+                f"messages[{i}] must be a dict with 'role' and 'content', not {type(msg).__name__}"
+            )
+        role = msg.get("role")
+        if not isinstance(role, str) or not role:
+            raise InvalidRequestError(
+                f"messages[{i}]['role'] must be a non-empty str ('system', 'user', 'assistant'...)"
+                f", got {role!r}"
+            )
+        if "content" not in msg:
+            raise InvalidRequestError(f"messages[{i}] ({role}) has no 'content'")
+        if not isinstance(msg["content"], str):
+            raise InvalidRequestError(
+                f"messages[{i}]['content'] must be a str, not {type(msg['content']).__name__}"
+            )
+        out.append(
+            {str(k): _plain(v, f"messages[{i}][{k!r}]") for k, v in msg.items() if v is not None}
+        )
+    return out
+
+
+class ChatTemplate:
+    """A compiled chat template.
+
+    ``source``: the Jinja text. ``bos_token`` / ``eos_token``: the strings the template sees
+    under those names. Raises ModelFormatError when the template does not compile.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        bos_token: str | None = None,
+        eos_token: str | None = None,
+        name: str = "chat template",
+        is_fallback: bool = False,
+    ) -> None:
+        if not isinstance(source, str):
+            raise ModelFormatError(f"{name} must be a str, not {type(source).__name__}")
+        self.source = source
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self.name = name
+        self.is_fallback = is_fallback
+        try:
+            self._template = _compile(source)
+        except jinja2.TemplateSyntaxError as exc:
+            line = ""
+            if exc.lineno and 0 < exc.lineno <= len(source.splitlines()):
+                line = f": {source.splitlines()[exc.lineno - 1].strip()[:120]!r}"
+            raise ModelFormatError(
+                f"{name} has a Jinja syntax error at line {exc.lineno}{line}: {exc.message}"
+            ) from exc
+        except jinja2.TemplateError as exc:
+            raise ModelFormatError(f"{name} cannot be compiled: {exc}") from exc
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: Tokenizer, name: str | None = None) -> ChatTemplate:
+        """The model's own template (or one of its named templates, e.g. ``"tool_use"``);
+        the ChatML fallback (:attr:`is_fallback` True) when it ships none."""
+        bos, eos = tokenizer.bos_token, tokenizer.eos_token
+        if name is not None:
+            named = tokenizer.chat_templates
+            if name not in named:
+                raise InvalidRequestError(
+                    f"the model has no chat template named {name!r}; it has "
+                    f"{sorted(named) or 'none besides the default'}"
+                )
+            return cls(named[name], bos_token=bos, eos_token=eos, name=f"chat template {name!r}")
+        if tokenizer.chat_template:
+            return cls(tokenizer.chat_template, bos_token=bos, eos_token=eos)
+        return cls(
+            CHATML_TEMPLATE, bos_token=bos, eos_token=eos, name="ChatML fallback template",
+            is_fallback=True,
+        )  # fmt: skip
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        **variables: Any,
+    ) -> str:
+        """The prompt text of a conversation.
+
+        ``add_generation_prompt`` (default True) appends the header of the assistant's turn
+        so the model answers. ``tools`` (JSON schemas) and ``documents`` are passed to
+        templates that use them; ``variables`` are further template variables
+        (``enable_thinking=False``...). Raises InvalidRequestError for a malformed
+        conversation or one the template refuses (``raise_exception``), ModelFormatError
+        when the template itself fails.
+        """
+        msgs = validate_messages(messages)
+        context: dict[str, Any] = {
+            "bos_token": self.bos_token or "",
+            "eos_token": self.eos_token or "",
+        }
+        context.update({k: _plain(v, k) for k, v in variables.items()})
+        context["messages"] = msgs
+        context["add_generation_prompt"] = bool(add_generation_prompt)
+        context["tools"] = None if tools is None else _plain(list(tools), "tools")
+        context["documents"] = None if documents is None else _plain(list(documents), "documents")
+        try:
+            return self._template.render(**context)
+        except _TemplateRefused as exc:
+            raise InvalidRequestError(f"the {self.name} refused the conversation: {exc}") from exc
+        except jinja2.exceptions.SecurityError as exc:
+            raise ModelFormatError(f"the {self.name} tried an unsafe operation: {exc}") from exc
+        except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError) as exc:
+            raise ModelFormatError(
+                f"the {self.name} failed while rendering ({type(exc).__name__}: {exc})"
+            ) from exc
+
+    def __repr__(self) -> str:
+        kind = "fallback ChatML" if self.is_fallback else f"{len(self.source)} chars"
+        return f"ChatTemplate({self.name!r}, {kind})"
+
+
+def apply_chat_template(
+    tokenizer: Tokenizer,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    add_generation_prompt: bool = True,
+    tokenize: bool = False,
+    **variables: Any,
+) -> str | list[int]:
+    """Render ``messages`` with the tokenizer's model template (ChatML when it has none).
+
+    With ``tokenize=True`` the ids of the prompt (special tokens matched, no bos added: the
+    template writes the ones the model wants).
+    """
+    text = ChatTemplate.for_tokenizer(tokenizer).render(
+        messages, add_generation_prompt=add_generation_prompt, **variables
+    )
+    if tokenize:
+        return tokenizer.encode(text, add_special_tokens=False, special=True)
+    return text
+
+
+__all__ = [
+    "CHATML_TEMPLATE",
+    "ChatTemplate",
+    "apply_chat_template",
+    "validate_messages",
+]
