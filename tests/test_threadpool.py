@@ -8,7 +8,9 @@ wall-time performance is asserted; the CPU/wall figures are printed (run with -s
 
 from __future__ import annotations
 
+import os
 import time
+from dataclasses import dataclass
 
 import pytest
 from colibri.errors import ModelIOError
@@ -107,39 +109,75 @@ def test_bad_settings_raise_config_error(kwargs: dict[str, int]) -> None:
 # The assertions ask for spin > 1.5 x passive, far below the ~5x expected, because a loaded
 # machine (the CI box runs other suites) shrinks the spinner's share of a core; a ratio is
 # used, not a difference, since both figures shrink with that share.
-REGIONS, WORK_NS, N_INDICES, SLEEP_NS = 1500, 20_000, 2, 200_000
+#
+# Oversubscription: a spin wait that loses its core for over 1 ms sleeps, and after three
+# such waits the rest of its computation waits passively (the scheduler favours sleepers;
+# spinning there is many times slower). The measurement is therefore split into SCOPES
+# computations, so that a few such computations move the figure little. If most of them
+# turned passive, the machine is too busy for CPU figures to say anything about the
+# policy: if the figures then miss the ratio, the test is skipped with them in the message.
+SCOPES, REGIONS_PER_SCOPE, WORK_NS, N_INDICES, SLEEP_NS = 30, 50, 20_000, 2, 200_000
 RATIO = 1.5
+STRIKES = 3  # csrc/threadpool: kStarvedStrikes
 
 
-def cpu_per_wall(p: object) -> float:
+@dataclass
+class Figure:
+    cpu_per_wall: float  # CPU-s of the whole process per wall-s
+    sleeps: int  # worker sleeps
+    starved: int  # spin waits that lost their core
+    turned_passive: int  # computations that reached STRIKES starved waits
+
+
+def measure(p: object) -> Figure:
+    """CPU-s per wall-s over SCOPES computations of REGIONS_PER_SCOPE regions."""
+    p.reset_stats()  # type: ignore[attr-defined]
+    turned = 0
     t0, c0 = time.perf_counter(), time.process_time()
-    done = p.run_regions(  # type: ignore[attr-defined]
-        REGIONS, WORK_NS, N_INDICES, grain=1, sleep_ns=SLEEP_NS)
+    for _ in range(SCOPES):
+        before = p.stats().starved  # type: ignore[attr-defined]
+        done = p.run_regions(  # type: ignore[attr-defined]
+            REGIONS_PER_SCOPE, WORK_NS, N_INDICES, grain=1, sleep_ns=SLEEP_NS)
+        assert done == REGIONS_PER_SCOPE * N_INDICES
+        turned += p.stats().starved - before >= STRIKES  # type: ignore[attr-defined]
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    assert done == REGIONS * N_INDICES
-    return cpu / wall
+    st = p.stats()  # type: ignore[attr-defined]
+    return Figure(cpu / wall, st.sleeps, st.starved, turned)
+
+
+def assert_more_cpu(high: Figure, low: Figure, figures: str) -> None:
+    """high used > RATIO x the CPU per wall second of low; if not, and most of high's
+    computations turned passive because the machine is oversubscribed, skip (the figures
+    then measure the scheduler; a policy that did not spin would never starve)."""
+    if high.cpu_per_wall > RATIO * low.cpu_per_wall:
+        return
+    if high.turned_passive > SCOPES // 2:
+        pytest.skip(f"machine oversubscribed: {high.turned_passive} of {SCOPES} spinning "
+                    f"computations lost their cores and turned passive ({figures})")
+    raise AssertionError(f"expected > {RATIO}x the CPU per wall second: {figures}")
 
 
 def test_spin_uses_more_cpu_than_passive() -> None:
     p = core.ThreadPool(2, WP.SPIN)
     p.run_regions(100, WORK_NS, N_INDICES, grain=1, sleep_ns=SLEEP_NS)  # warm up
-    spin = cpu_per_wall(p)
+    spin = measure(p)
     p.configure(policy=WP.PASSIVE)
-    p.reset_stats()
-    passive = cpu_per_wall(p)
-    passive_sleeps = p.stats().sleeps
+    passive = measure(p)
     p.configure(policy=WP.SPIN)  # back: the figure follows at once
-    p.reset_stats()
-    spin_again = cpu_per_wall(p)
-    spin_sleeps = p.stats().sleeps
-    print(f"\nCPU-s per wall-s, 2 threads: spin {spin:.2f}, passive {passive:.2f}, "
-          f"spin again {spin_again:.2f}; worker sleeps: passive {passive_sleeps}, "
-          f"spin {spin_sleeps}")
-    assert spin > RATIO * passive
-    assert spin_again > RATIO * passive
-    # Passive workers sleep once per region; spinning ones (almost) never inside the scope.
-    assert passive_sleeps >= REGIONS * 0.9
-    assert spin_sleeps <= REGIONS * 0.1
+    again = measure(p)
+    figures = (f"CPU-s per wall-s, 2 threads: spin {spin.cpu_per_wall:.2f}, passive "
+               f"{passive.cpu_per_wall:.2f}, spin again {again.cpu_per_wall:.2f}; worker "
+               f"sleeps: spin {spin.sleeps}, passive {passive.sleeps}; computations turned "
+               f"passive by oversubscription: {spin.turned_passive}, {again.turned_passive}")
+    print("\n" + figures)
+    assert_more_cpu(spin, passive, figures)
+    assert_more_cpu(again, passive, figures)
+    # Passive workers sleep once per region. Spinning ones sleep once per computation
+    # (parked between calls), plus after each starved wait and in computations that
+    # turned passive.
+    assert passive.sleeps >= SCOPES * REGIONS_PER_SCOPE * 0.9
+    assert spin.sleeps <= SCOPES + spin.starved + REGIONS_PER_SCOPE * spin.turned_passive
+    assert passive.starved == 0  # a passive pool never spins, so never starves
 
 
 def test_caller_wait_follows_the_policy() -> None:
@@ -150,18 +188,22 @@ def test_caller_wait_follows_the_policy() -> None:
     p.configure(policy=WP.SPIN)
     p.reset_stats()
     p.run_regions(200, 200_000, 2, grain=1)
-    assert p.stats().caller_sleeps == 0
+    if p.stats().starved == 0:  # else the machine is oversubscribed: the caller slept
+        assert p.stats().caller_sleeps == 0
 
 
 def test_hybrid_spin_time_is_real() -> None:
     # spin_us above the caller's sleep: the worker still spins when the next region comes.
     p = core.ThreadPool(2, WP.HYBRID, 2000)
     p.run_regions(100, WORK_NS, N_INDICES, grain=1, sleep_ns=SLEEP_NS)
-    long_spin = cpu_per_wall(p)
+    long_spin = measure(p)
     p.configure(spin_us=0)  # stop spinning almost at once: like passive
-    short_spin = cpu_per_wall(p)
-    print(f"\nCPU-s per wall-s, hybrid: spin_us=2000 {long_spin:.2f}, spin_us=0 {short_spin:.2f}")
-    assert long_spin > RATIO * short_spin
+    short_spin = measure(p)
+    figures = (f"CPU-s per wall-s, hybrid: spin_us=2000 {long_spin.cpu_per_wall:.2f}, "
+               f"spin_us=0 {short_spin.cpu_per_wall:.2f}; computations turned passive by "
+               f"oversubscription: {long_spin.turned_passive}")
+    print("\n" + figures)
+    assert_more_cpu(long_spin, short_spin, figures)
 
 
 @pytest.mark.parametrize("policy", [WP.SPIN, WP.PASSIVE, WP.HYBRID])
@@ -188,3 +230,16 @@ def test_stats_count_regions_and_scopes() -> None:
     assert p.stats().inline_regions == 3
     p.reset_stats()
     assert p.stats().regions == 0
+
+
+def test_oversubscribed_team_completes() -> None:
+    # Four spinning threads per CPU, each region longer than a time slice: members lose
+    # their cores mid-wait. Every region must still complete exactly; the starved waits
+    # (which then sleep) are printed, not asserted: they depend on the scheduler.
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    team = min(4 * (ncpu or 1) + 1, 257)
+    p = core.ThreadPool(team, WP.SPIN)
+    assert p.run_regions(10, 2_000_000, team, grain=1) == 10 * team
+    print(f"\nteam of {team} on {ncpu} CPUs: {p.stats()}")
+    visits, _, _ = p.coverage(10_000, 7)
+    assert visits == [1] * 10_000

@@ -82,6 +82,7 @@ void bind_threads(py::module_& m) {
       .def_readonly("sleeps", &ThreadPoolStats::sleeps)
       .def_readonly("caller_sleeps", &ThreadPoolStats::caller_sleeps)
       .def_readonly("scopes", &ThreadPoolStats::scopes)
+      .def_readonly("starved", &ThreadPoolStats::starved)
       .def("as_dict",
            [](const ThreadPoolStats& s) {
              py::dict d;
@@ -90,6 +91,7 @@ void bind_threads(py::module_& m) {
              d["sleeps"] = s.sleeps;
              d["caller_sleeps"] = s.caller_sleeps;
              d["scopes"] = s.scopes;
+             d["starved"] = s.starved;
              return d;
            })
       .def("__repr__", [](const ThreadPoolStats& s) {
@@ -97,7 +99,8 @@ void bind_threads(py::module_& m) {
                ", inline_regions=" + std::to_string(s.inline_regions) +
                ", sleeps=" + std::to_string(s.sleeps) +
                ", caller_sleeps=" + std::to_string(s.caller_sleeps) +
-               ", scopes=" + std::to_string(s.scopes) + ")";
+               ", scopes=" + std::to_string(s.scopes) +
+               ", starved=" + std::to_string(s.starved) + ")";
       });
 
   using Pool = ThreadPool;

@@ -53,20 +53,35 @@ using Clock = std::chrono::steady_clock;
 // word tight while bounding the reaction to a policy change or a closed scope to a few µs.
 constexpr uint32_t kCheckEvery = 64;
 // A spinner gives up its core (sched_yield, not a sleep) every kYieldEvery of spinning.
-// On an idle machine this costs ~1 % of a spinning core. On an oversubscribed one it is
-// what keeps Spin usable: without it a caller spinning for a worker that the scheduler
-// preempted burns its whole time slice (milliseconds) while the worker waits to run, and a
-// region that should take microseconds takes a slice (measured: 16 ms per region with two
-// other CPU-bound processes on 2 cores).
+// On an idle machine this costs ~1 % of a spinning core (the yield returns at once). On a
+// busy one it lets a preempted team member run: measured on the 2-core VM under load, a
+// spinning team took 0.8 ms per region with the yield and 16 ms without (the caller spun
+// through whole time slices while the worker it waited for sat in the run queue).
 constexpr auto kYieldEvery = std::chrono::microseconds(50);
 constexpr uint64_t kMembersMask = 0xffff;  // low 16 bits of the word: active members
+
+// A spin wait that finds a check more than kStarvedGap after the previous one (normally
+// a few µs apart) lost its core to another thread. That wait sleeps for the rest of its
+// duration (spinning on cannot help: the thread it waits for may be the one that lost its
+// core). After kStarvedStrikes such waits in one computation the machine is taken to be
+// oversubscribed (more runnable threads than cores: other processes, or our own I/O
+// workers) and every later wait of that computation sleeps, under every policy: the
+// scheduler favours sleepers, and a spinning team is then many times slower. The next
+// computation tries spinning again. Measured on the 2-core VM with three extra CPU-bound
+// processes: 10-19 ms per region spinning without this rule, 0.3-1 ms with it, 0.3-0.7 ms
+// passive. One stray preemption (a kernel thread, a timer) does not switch the policy.
+// Counted in stats().starved.
+constexpr auto kStarvedGap = std::chrono::milliseconds(1);
+constexpr int kStarvedStrikes = 3;
 
 // The clock of one spin wait. It is first read at the first check, after kCheckEvery
 // pauses, so a hand-off that completes sooner (the common case) reads no clock at all.
 struct SpinClock {
   Clock::time_point start{};
+  Clock::time_point last{};
   Clock::time_point next_yield{};
   bool started = false;
+  bool starved = false;  // a check came kStarvedGap late: this thread lost its core
 
   // Called every kCheckEvery pauses: yields the core every kYieldEvery and returns how
   // long this wait has spun so far.
@@ -74,12 +89,14 @@ struct SpinClock {
     const Clock::time_point now = Clock::now();
     if (!started) {
       started = true;
-      start = now;
+      start = last = now;
       next_yield = now + kYieldEvery;
       return Clock::duration::zero();
     }
+    if (now - last > kStarvedGap) starved = true;
+    last = now;
     if (now >= next_yield) {
-      std::this_thread::yield();
+      std::this_thread::yield();  // a yield that returns late shows at the next tick
       next_yield = now + kYieldEvery;
     }
     return now - start;
@@ -141,6 +158,9 @@ struct ThreadPool::Impl {
   std::exception_ptr error;  // the first exception of the region
 
   alignas(64) std::atomic<int> scope_depth{0};  // open ComputeScopes
+  std::atomic<int> starved_waits{0};            // in this computation
+  std::atomic<bool> oversubscribed{false};      // kStarvedStrikes waits lost their core: no
+                                                // spinning until the computation ends
   std::atomic<bool> stop{false};                // workers exit (resize, destruction)
 
   std::mutex sleep_mu;  // "new work" sleepers
@@ -153,7 +173,13 @@ struct ThreadPool::Impl {
 
   // --- stats (relaxed counters; only read for reporting) -----------------------------------
   std::atomic<uint64_t> st_regions{0}, st_inline{0}, st_sleeps{0}, st_caller_sleeps{0},
-      st_scopes{0};
+      st_scopes{0}, st_starved{0};
+
+  void note_starved() {
+    st_starved.fetch_add(1, std::memory_order_relaxed);
+    if (starved_waits.fetch_add(1, std::memory_order_relaxed) + 1 >= kStarvedStrikes)
+      oversubscribed.store(true, std::memory_order_relaxed);
+  }
 
   WaitPolicy current_policy() const {
     return static_cast<WaitPolicy>(policy.load(std::memory_order_relaxed));
@@ -186,7 +212,8 @@ struct ThreadPool::Impl {
   // end of the computation reaches a spinning worker within microseconds.
   uint64_t wait_for_work(uint64_t seen) {
     if (current_policy() != WaitPolicy::Passive &&
-        scope_depth.load(std::memory_order_relaxed) > 0) {
+        scope_depth.load(std::memory_order_relaxed) > 0 &&
+        !oversubscribed.load(std::memory_order_relaxed)) {
       SpinClock clock;
       for (uint32_t i = 1;; ++i) {
         const uint64_t w = word.load(std::memory_order_acquire);
@@ -195,7 +222,12 @@ struct ThreadPool::Impl {
         if (i % kCheckEvery != 0) continue;
         if (stop.load(std::memory_order_relaxed)) return w;
         const Clock::duration spun = clock.tick();
+        if (clock.starved) {
+          note_starved();
+          break;
+        }
         if (scope_depth.load(std::memory_order_relaxed) == 0) break;  // computation over: park
+        if (oversubscribed.load(std::memory_order_relaxed)) break;    // another wait starved
         const WaitPolicy pol = current_policy();
         if (pol == WaitPolicy::Passive) break;
         if (pol == WaitPolicy::Hybrid && spun >= std::chrono::microseconds(spin_us.load()))
@@ -245,7 +277,7 @@ struct ThreadPool::Impl {
   void wait_for_team() {
     if (pending.load(std::memory_order_acquire) == 0) return;
     const WaitPolicy pol = current_policy();
-    if (pol != WaitPolicy::Passive) {
+    if (pol != WaitPolicy::Passive && !oversubscribed.load(std::memory_order_relaxed)) {
       const bool bounded = pol == WaitPolicy::Hybrid;
       const auto limit = std::chrono::microseconds(spin_us.load(std::memory_order_relaxed));
       SpinClock clock;
@@ -254,6 +286,10 @@ struct ThreadPool::Impl {
         cpu_pause();
         if (i % kCheckEvery != 0) continue;
         const Clock::duration spun = clock.tick();
+        if (clock.starved) {
+          note_starved();
+          break;
+        }
         if (bounded && spun >= limit) break;
       }
     }
@@ -410,8 +446,11 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
 }
 
 ThreadPool::ComputeScope::ComputeScope(ThreadPool& pool) : pool_(pool) {
-  if (pool_.impl_->scope_depth.fetch_add(1, std::memory_order_relaxed) == 0)
+  if (pool_.impl_->scope_depth.fetch_add(1, std::memory_order_relaxed) == 0) {
     pool_.impl_->st_scopes.fetch_add(1, std::memory_order_relaxed);
+    pool_.impl_->starved_waits.store(0, std::memory_order_relaxed);  // spinning may pay again
+    pool_.impl_->oversubscribed.store(false, std::memory_order_relaxed);
+  }
 }
 
 ThreadPool::ComputeScope::~ComputeScope() {
@@ -427,6 +466,7 @@ ThreadPoolStats ThreadPool::stats() const {
   s.sleeps = p->st_sleeps.load(std::memory_order_relaxed);
   s.caller_sleeps = p->st_caller_sleeps.load(std::memory_order_relaxed);
   s.scopes = p->st_scopes.load(std::memory_order_relaxed);
+  s.starved = p->st_starved.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -437,6 +477,7 @@ void ThreadPool::reset_stats() {
   p->st_sleeps.store(0);
   p->st_caller_sleeps.store(0);
   p->st_scopes.store(0);
+  p->st_starved.store(0);
 }
 
 }  // namespace colibri

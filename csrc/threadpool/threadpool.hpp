@@ -6,6 +6,12 @@
 // Settings take effect at once: configure() may be called between any two calls, also on
 // a loaded model. Nothing is read from the environment.
 //
+// Oversubscription: a spinning wait that finds it lost its core for over a millisecond
+// sleeps instead; after three such waits in one computation (more runnable threads than
+// cores) every later wait of that computation sleeps, whatever the policy: the scheduler
+// favours sleepers, and a spinning team on a busy machine is many times slower than a
+// sleeping one. stats().starved counts these waits.
+//
 // Determinism: parallel_for hands out disjoint index ranges; callers make each index's
 // result depend only on its inputs (one output row per index, fixed reduction order), so
 // results do not depend on the team size, the policy or which thread ran what.
@@ -21,7 +27,8 @@
 namespace colibri {
 
 enum class WaitPolicy : int {
-  Spin = 0,     // busy-wait between regions (lowest latency, burns a core per worker)
+  Spin = 0,     // busy-wait between the regions of a computation (lowest latency, burns
+                // a core per waiting thread)
   Passive = 1,  // sleep on a condition variable between regions
   Hybrid = 2,   // spin for up to spin_us, then sleep
 };
@@ -44,6 +51,9 @@ struct ThreadPoolStats {
   uint64_t sleeps = 0;          // times a worker went to sleep while waiting for work
   uint64_t caller_sleeps = 0;   // times the caller slept waiting for a region to finish
   uint64_t scopes = 0;          // outermost ComputeScopes opened
+  uint64_t starved = 0;         // spin waits that lost their core mid-wait and slept;
+                                // after 3 in one computation, the rest of its waits
+                                // sleep, whatever the policy
 };
 
 class ThreadPool {
