@@ -241,6 +241,26 @@ float vec_dot_bf16(int64_t n, const void* w, const void* x) {
 // Half-precision pair at p (lanes 0, 1) as floats; lanes 2, 3 are zero.
 inline __m128 half2_at(const void* p) { return _mm_cvtph_ps(_mm_cvtsi32_si128(load_i32(p))); }
 
+// Software prefetch for decode, which streams weights from DRAM. A row group reads NR rows
+// in parallel (block i of each), a pattern the hardware prefetchers follow poorly. So each
+// block step requests, into L2, the group's share of the bytes that lie kPrefetchAhead past
+// the group start (the rows that come next, contiguous in memory), spread evenly over the
+// group's blocks. L2 rather than L1: the lines in flight would not fit in L1's miss
+// buffers. Tuned with the AVX-512 kernels (see kernels_avx512.cpp). Prefetching past the end of the matrix is harmless (prefetches never fault).
+constexpr std::size_t kPrefetchAhead = 16 * 1024;
+
+struct GroupPrefetch {
+  const unsigned char* ahead;
+  std::size_t step;  // bytes requested per block step, a multiple of the 64-byte line
+  GroupPrefetch(const unsigned char* w, std::size_t stride, int nr, int64_t nb)
+      : ahead(w + (nr * stride > kPrefetchAhead ? nr * stride : kPrefetchAhead)),
+        step(stride == 0 ? 0 : ((nr * stride + nb - 1) / nb + 63) / 64 * 64) {}
+  void at(int64_t i) const {
+    for (std::size_t off = 0; off < step; off += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + i * step + off), _MM_HINT_T1);
+  }
+};
+
 // Q4_0 . Q8_0: sum (q - 8) a = sum q a - sum 8 a; both are unsigned x signed maddubs
 // products, and the second depends on the activation only (once per block for all rows).
 // int16 range: |q a pair| <= 3810, |8 a pair| <= 2032, so the difference cannot saturate.
@@ -250,7 +270,9 @@ struct Q4_0 {
   static void rows(int64_t nb, const unsigned char* w, std::size_t stride, const Act* y, float* out) {
     __m256 acc[NR];
     for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
+    const GroupPrefetch pf(w, stride, NR, nb);
     for (int64_t i = 0; i < nb; ++i) {
+      pf.at(i);
       const __m256i a = load256(y[i].qs);
       const __m256i ea = _mm256_maddubs_epi16(_mm256_set1_epi8(8), a);
       const __m128 da = half2_at(&y[i].d);  // lane 0 (lane 1 is the first quants: unused)
@@ -273,7 +295,9 @@ struct Q8_0 {
   static void rows(int64_t nb, const unsigned char* w, std::size_t stride, const Act* y, float* out) {
     __m256 acc[NR];
     for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
+    const GroupPrefetch pf(w, stride, NR, nb);
     for (int64_t i = 0; i < nb; ++i) {
+      pf.at(i);
       const __m256i a = load256(y[i].qs);
       const __m128 da = half2_at(&y[i].d);
       for (int r = 0; r < NR; ++r) {
@@ -300,7 +324,9 @@ struct Q4_1 {
       acc[r] = _mm256_setzero_ps();
       offs[r] = _mm_setzero_ps();
     }
+    const GroupPrefetch pf(w, stride, NR, nb);
     for (int64_t i = 0; i < nb; ++i) {
+      pf.at(i);
       const __m256i a = load256(y[i].qs);
       const __m128 ds = half2_at(&y[i].d);
       for (int r = 0; r < NR; ++r) {
