@@ -15,14 +15,25 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 
 from . import errors  # noqa: E402
 from .config import EngineConfig, ThreadConfig, WaitPolicy  # noqa: E402
-from .model import Model, Session  # noqa: E402
+from .generation import Chunk, Generation, GenerationStats  # noqa: E402
+from .model import Model, ModelStats, Session  # noqa: E402
+from .sampling import Sampler, Sampling, StopChecker  # noqa: E402
+from .tokenizers import Tokenizer  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Chunk",
     "EngineConfig",
+    "Generation",
+    "GenerationStats",
     "Model",
+    "ModelStats",
+    "Sampler",
+    "Sampling",
     "Session",
+    "StopChecker",
+    "Tokenizer",
     "ThreadConfig",
     "WaitPolicy",
     "__version__",

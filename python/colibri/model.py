@@ -7,18 +7,48 @@ share a model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _core
 from .config import EngineConfig, ThreadConfig, WaitPolicy
-from .errors import InvalidRequestError, TokenOutOfRangeError
+from .chat import ChatTemplate
+from .errors import ContextOverflowError, InvalidRequestError, TokenOutOfRangeError
+from .generation import Chunk, FinishReason, Generation, GenerationStats, stream_tokens
+from .sampling import Sampling
 from .rope import rope_table
 from .sources import Manifest, ModelConfig, open_model_source
+from .tokenizers import Tokenizer
+
+Messages = Sequence[Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class ModelStats:
+    """Cumulative counters of a model since load, and the last generation's record."""
+
+    generations: int
+    prompt_tokens: int
+    generated_tokens: int
+    prefill_seconds: float
+    decode_seconds: float
+    decode_tokens: int
+    last: GenerationStats | None
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.prompt_tokens / self.prefill_seconds if self.prefill_seconds > 0 else 0.0
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
 _QK_NORM = {"none": _core.QkNorm.none, "head": _core.QkNorm.head, "full": _core.QkNorm.full}
 _WAIT = {
@@ -91,6 +121,10 @@ class Model:
         self._engine_config = engine
         self._core: _core.Engine | None = core
         self._context_length = _context_length(manifest.config, engine)
+        self._tokenizer: Tokenizer | None = None
+        self._lock = threading.Lock()
+        self._totals = [0, 0, 0, 0.0, 0.0, 0]  # generations, prompt, generated, s, s, decodes
+        self._last: GenerationStats | None = None
 
     @classmethod
     def load(cls, path: str | Path, engine: EngineConfig | None = None) -> Model:
@@ -132,7 +166,126 @@ class Model:
         self._engine_config = self._engine_config.replace(threads=threads)
 
     def session(self) -> Session:
+        """A new conversation state (KV cache) on this model."""
         return Session(self, _core.Session(self._require_core(), self._context_length))
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The model's tokenizer (from the GGUF metadata or the checkpoint directory)."""
+        if self._tokenizer is None:
+            m = self._manifest
+            if m.source == "gguf":
+                self._tokenizer = Tokenizer.from_gguf(m.files[0])
+            else:
+                self._tokenizer = Tokenizer.from_hf(m.path)
+        return self._tokenizer
+
+    @property
+    def chat_template(self) -> ChatTemplate:
+        return ChatTemplate.for_tokenizer(self.tokenizer)
+
+    def encode_prompt(
+        self,
+        prompt: str | Sequence[int] | None = None,
+        *,
+        messages: Messages | None = None,
+    ) -> list[int]:
+        """Token ids for a raw prompt (bos added as the model asks), a list of ids (as
+        given), or a conversation rendered with the model's chat template."""
+        if (prompt is None) == (messages is None):
+            raise InvalidRequestError("pass exactly one of prompt= or messages=")
+        if messages is not None:
+            text = self.chat_template.render(messages, add_generation_prompt=True)
+            ids = self.tokenizer.encode(text, add_special_tokens=False, special=True)
+        elif isinstance(prompt, str):
+            if not prompt:
+                raise InvalidRequestError("the prompt is empty; give some text or messages")
+            ids = self.tokenizer.encode(prompt, add_special_tokens=True, special=True)
+        else:
+            ids = [int(t) for t in np.asarray(prompt, dtype=np.int64).reshape(-1)]
+        if not ids:
+            raise InvalidRequestError("the prompt encodes to no tokens")
+        return ids
+
+    def generate(
+        self,
+        prompt: str | Sequence[int] | None = None,
+        *,
+        messages: Messages | None = None,
+        max_tokens: int = 256,
+        sampling: Sampling | None = None,
+        stop: str | Sequence[str] = (),
+        truncate: bool = False,
+    ) -> Generation:
+        """Generates a completion in a fresh session and returns it whole."""
+        chunks: list[str] = []
+        result: dict[str, Any] = {}
+        ids = self._fit(self.encode_prompt(prompt, messages=messages), max_tokens, truncate)
+        for chunk in self._stream(self.session(), ids, max_tokens, sampling, stop, result):
+            chunks.append(chunk.text)
+        return Generation(
+            "".join(chunks), result["generated"], result["finish"], result["stats"], ids
+        )
+
+    def stream(
+        self,
+        prompt: str | Sequence[int] | None = None,
+        *,
+        messages: Messages | None = None,
+        max_tokens: int = 256,
+        sampling: Sampling | None = None,
+        stop: str | Sequence[str] = (),
+        truncate: bool = False,
+    ) -> Iterator[Chunk]:
+        """Like :meth:`generate`, yielding text chunks as tokens arrive."""
+        ids = self._fit(self.encode_prompt(prompt, messages=messages), max_tokens, truncate)
+        return self._stream(self.session(), ids, max_tokens, sampling, stop, {})
+
+    def stats(self) -> ModelStats:
+        g, p, n, ps, ds, nd = self._totals
+        return ModelStats(int(g), int(p), int(n), float(ps), float(ds), int(nd), self._last)
+
+    def _fit(self, ids: list[int], max_tokens: int, truncate: bool) -> list[int]:
+        if len(ids) < self._context_length:
+            return ids
+        if not truncate:
+            raise ContextOverflowError(
+                f"the prompt has {len(ids)} tokens but the context holds "
+                f"{self._context_length} (and at least one more is needed to answer); "
+                "shorten it, pass truncate=True to keep its end, or raise "
+                "EngineConfig.context_length"
+            )
+        keep = self._context_length - max(1, min(max_tokens, self._context_length // 2))
+        return ids[-keep:]
+
+    def _stream(
+        self,
+        session: Session,
+        ids: Sequence[int],
+        max_tokens: int,
+        sampling: Sampling | None,
+        stop: str | Sequence[str],
+        result: dict[str, Any],
+        history: Sequence[int] = (),
+    ) -> Iterator[Chunk]:
+        stops = [stop] if isinstance(stop, str) else list(stop)
+
+        def done(stats: GenerationStats, generated: list[int], finish: FinishReason | None) -> None:
+            result.update(stats=stats, generated=generated, finish=finish)
+            with self._lock:
+                t = self._totals
+                t[0] += 1
+                t[1] += stats.prompt_tokens
+                t[2] += stats.generated_tokens
+                t[3] += stats.prefill_seconds
+                t[4] += stats.decode_seconds
+                t[5] += stats.decode_tokens
+                self._last = stats
+
+        return stream_tokens(
+            session, self.tokenizer, ids, max_tokens=max_tokens,
+            sampling=sampling or Sampling(), stop=stops, history=history, on_done=done,
+        )  # fmt: skip
 
     def close(self) -> None:
         self._core = None
@@ -160,6 +313,8 @@ class Session:
     def __init__(self, model: Model, core: _core.Session) -> None:
         self._model = model
         self._core = core
+        self._last_logits: npt.NDArray[np.float32] | None = None
+        self._ids: list[int] = []  # the tokens in the KV cache, in order
 
     @property
     def n_tokens(self) -> int:
@@ -177,15 +332,79 @@ class Session:
         ``[n, vocab]`` for every position when ``all_logits``."""
         ids = self._check_ids(token_ids)
         result: npt.NDArray[np.float32] = self._core.forward(ids, all_logits)
+        self._ids.extend(int(t) for t in ids)
+        self._last_logits = result[-1] if all_logits else result
         return result
+
+    def append(self, token_id: int) -> npt.NDArray[np.float32]:
+        """Appends one token; returns the logits that follow it."""
+        return self.forward([token_id])
+
+    def last_logits(self) -> npt.NDArray[np.float32]:
+        """Logits after the last token forwarded (raises when there are none)."""
+        if self._last_logits is None or not self._ids:
+            raise InvalidRequestError(
+                "the session has no logits yet: forward some tokens first"
+            )
+        return self._last_logits
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The tokens in the session, in order."""
+        return list(self._ids)
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int] = (),
+        *,
+        max_tokens: int = 256,
+        sampling: Sampling | None = None,
+        stop: str | Sequence[str] = (),
+    ) -> Generation:
+        """Continues from the session's state: forwards ``prompt_ids`` (may be empty) and
+        generates. The generated tokens stay in the session (the last one's KV entry is
+        written by the next forward)."""
+        chunks: list[str] = []
+        result: dict[str, Any] = {}
+        ids = [int(t) for t in prompt_ids]
+        for chunk in self.stream(ids, max_tokens=max_tokens, sampling=sampling, stop=stop,
+                                 _result=result):
+            chunks.append(chunk.text)
+        return Generation("".join(chunks), result["generated"], result["finish"],
+                          result["stats"], ids)
+
+    def stream(
+        self,
+        prompt_ids: Sequence[int] = (),
+        *,
+        max_tokens: int = 256,
+        sampling: Sampling | None = None,
+        stop: str | Sequence[str] = (),
+        _result: dict[str, Any] | None = None,
+    ) -> Iterator[Chunk]:
+        """Like :meth:`generate`, yielding chunks."""
+        ids = [int(t) for t in prompt_ids]
+        if ids:
+            self._check_ids(ids)
+        return self._model._stream(
+            self, ids, max_tokens, sampling, stop, {} if _result is None else _result,
+            history=self.token_ids,
+        )  # fmt: skip
 
     def reset(self) -> None:
         """Empties the KV cache."""
         self._core.reset()
+        self._ids.clear()
+        self._last_logits = None
 
     def rollback(self, n: int) -> None:
-        """Forgets the last ``n`` tokens."""
+        """Forgets the last ``n`` tokens. The logits of the new last token are not kept:
+        forward a token next (for example re-forward the last one after rolling back one
+        more)."""
         self._core.rollback(int(n))
+        if n:
+            del self._ids[len(self._ids) - int(n):]
+            self._last_logits = None
 
     def _check_ids(self, token_ids: Sequence[int] | npt.ArrayLike) -> npt.NDArray[np.int32]:
         arr = np.asarray(token_ids)

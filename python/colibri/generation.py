@@ -1,0 +1,161 @@
+"""Text generation on a session: the decode loop behind ``Model.generate``/``stream`` and
+``Session.generate``, and the typed records it returns.
+
+The loop is plain Python over the public pieces (``Session.forward``, a
+:class:`~colibri.sampling.Sampler`, a :class:`~colibri.tokenizers.StreamDecoder`, a
+:class:`~colibri.sampling.StopChecker`), so a custom loop can do everything it does.
+
+A KeyboardInterrupt can only arrive between two native calls (the core runs with the GIL
+released and Python handles signals when it returns), so an interrupted generation leaves
+the session consistent: every token it holds has its KV entries. The exception propagates
+to the caller; the model stays usable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import ContextOverflowError, InvalidRequestError
+from .sampling import Sampler, Sampling, StopChecker
+
+if TYPE_CHECKING:
+    from .model import Session
+    from .tokenizers import Tokenizer
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    """Timing of one generation (seconds are wall-clock)."""
+
+    prompt_tokens: int  # tokens prefilled for this generation
+    generated_tokens: int  # tokens sampled (EOS included)
+    prefill_seconds: float  # forward of the prompt
+    decode_seconds: float  # forwards of the generated tokens
+    sampling_seconds: float  # sampler, detokenizer and stop checks
+    # Decode forwards run: the first sampled token comes from the prefill's logits, so n
+    # generated tokens need n - 1 of them.
+    decode_tokens: int = 0
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.prompt_tokens / self.prefill_seconds if self.prefill_seconds > 0 else 0.0
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "generated_tokens": self.generated_tokens,
+            "prefill_seconds": self.prefill_seconds,
+            "decode_seconds": self.decode_seconds,
+            "sampling_seconds": self.sampling_seconds,
+            "prefill_tok_s": self.prefill_tok_s,
+            "decode_tok_s": self.decode_tok_s,
+        }
+
+
+# Called when a stream ends: (stats, generated ids, finish reason); the reason is None
+# when the stream was abandoned or interrupted before it finished.
+OnDone = Callable[[GenerationStats, list[int], "FinishReason | None"], None]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One step of a stream: the text a token made visible (may be empty while a UTF-8
+    sequence or a possible stop string is incomplete)."""
+
+    text: str
+    token_id: int | None  # None for the final chunk that only flushes held text
+    finish_reason: FinishReason | None = None  # set on the last chunk
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    token_ids: list[int]  # generated ids (an EOS that ended the text included)
+    finish_reason: FinishReason
+    stats: GenerationStats
+    prompt_ids: list[int] = field(default_factory=list)
+
+
+def stream_tokens(
+    session: Session,
+    tokenizer: Tokenizer,
+    prompt_ids: Sequence[int],
+    *,
+    max_tokens: int,
+    sampling: Sampling,
+    stop: Sequence[str],
+    history: Sequence[int] = (),
+    on_done: OnDone | None = None,
+) -> Iterator[Chunk]:
+    """Prefill ``prompt_ids`` (may be empty when the session already holds tokens and
+    its last logits) and decode. Yields chunks; calls ``on_done(stats)`` at the end."""
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+        raise InvalidRequestError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
+    room = session.context_length - session.n_tokens
+    if len(prompt_ids) > room:
+        raise ContextOverflowError(
+            f"the prompt has {len(prompt_ids)} tokens but the session has room for {room} "
+            f"(context length {session.context_length}, {session.n_tokens} in use); shorten "
+            "it, pass truncate=True, or raise EngineConfig.context_length"
+        )
+    sampler = Sampler(sampling)
+    checker = StopChecker(list(stop), tokenizer.eos_ids, max_tokens)
+    detok = tokenizer.stream(strip_leading_space=False)
+    hist = list(history) + list(prompt_ids)
+    t0 = time.perf_counter()
+    logits: npt.NDArray[np.float32]
+    if prompt_ids:
+        logits = session.forward(list(prompt_ids))
+    else:
+        logits = session.last_logits()
+    prefill = time.perf_counter() - t0
+    decode = sampling_time = 0.0
+    generated: list[int] = []
+    n_decode = 0
+    finish: FinishReason | None = None
+    try:
+        while not checker.done:
+            if generated:
+                if session.n_tokens >= session.context_length:
+                    finish = "length"  # the context is full: stop as at max_tokens
+                    break
+                t = time.perf_counter()
+                logits = session.forward([generated[-1]])
+                decode += time.perf_counter() - t
+                n_decode += 1
+            t = time.perf_counter()
+            tok = sampler(logits, hist)
+            generated.append(tok)
+            hist.append(tok)
+            status = checker.feed(tok, detok.add(tok))
+            sampling_time += time.perf_counter() - t
+            if status.done:
+                finish = status.finish_reason
+                yield Chunk(status.text, tok, finish)
+                break
+            yield Chunk(status.text, tok)
+        else:
+            finish = checker.finish_reason or "length"
+        if finish == "length" and not checker.done:
+            yield Chunk(checker.flush(), None, "length")
+    finally:
+        if on_done is not None:
+            on_done(
+                GenerationStats(len(prompt_ids), len(generated), prefill, decode, sampling_time,
+                                n_decode),
+                generated,
+                finish,
+            )
+
