@@ -111,6 +111,10 @@ thread_local const void* tl_current_pool = nullptr;
 // scratch indexed by the member (sized pool.size()) stays private to this thread.
 thread_local int tl_member = 0;
 
+// What the job's fn refers to between regions (never called).
+void no_region_fn(int64_t, int64_t, int) {}
+auto no_region = no_region_fn;
+
 void validate(const ThreadSettings& s) {
   if (s.n_threads < 1 || s.n_threads > kMaxThreads)
     fail(ErrorKind::InvalidArgument, "threads: n_threads must be between 1 and " +
@@ -128,8 +132,6 @@ void validate(const ThreadSettings& s) {
 }  // namespace
 
 struct ThreadPool::Impl {
-  using Fn = std::function<void(int64_t, int64_t, int)>;
-
   // --- settings -------------------------------------------------------------------------
   // policy and spin_us are read by waiting threads on every check, so a configure() is
   // seen at once, even by a worker that is spinning right now.
@@ -147,7 +149,7 @@ struct ThreadPool::Impl {
   // brings it the whole job. The counters the team writes during a region live on lines
   // of their own, so writing them does not evict the job line from the pollers.
   alignas(64) std::atomic<uint64_t> word{0};  // (generation << 16) | active members
-  const Fn* fn = nullptr;                      // plain fields, written before `word` is
+  RegionFn fn{no_region};                      // plain fields, written before `word` is
   int64_t n = 0;                               // released and read after it is acquired
   int64_t grain = 1;
   std::atomic<bool> failed{false};             // an fn threw: stop claiming chunks
@@ -189,7 +191,7 @@ struct ThreadPool::Impl {
   // (not one fixed chunk per member): a worker that wakes late or is preempted then costs
   // the region nothing, since the members already running take its share.
   void run_chunks(int member) {
-    const Fn& f = *fn;
+    const RegionFn f = fn;
     const int64_t total = n, g = grain;
     for (;;) {
       if (failed.load(std::memory_order_relaxed)) return;
@@ -330,7 +332,7 @@ struct ThreadPool::Impl {
   }
 
   // Runs [0, n) in grain-sized chunks on the calling thread.
-  static void run_inline(int64_t total, int64_t g, const Fn& f, int member) {
+  static void run_inline(int64_t total, int64_t g, RegionFn f, int member) {
     for (int64_t b = 0; b < total; b += g) f(b, b + std::min(g, total - b), member);
   }
 };
@@ -381,8 +383,7 @@ int ThreadPool::size() const {
   return impl_->n_threads.load(std::memory_order_relaxed);
 }
 
-void ThreadPool::parallel_for(int64_t n, int64_t grain,
-                              const std::function<void(int64_t, int64_t, int)>& fn) {
+void ThreadPool::run_region(int64_t n, int64_t grain, RegionFn fn) {
   if (n <= 0) return;
   Impl* p = impl_;
   if (tl_current_pool == p) {  // nested call from inside one of our regions
@@ -418,7 +419,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
     return;
   }
 
-  p->fn = &fn;
+  p->fn = fn;
   p->n = n;
   p->grain = grain;
   p->next.store(0, std::memory_order_relaxed);
@@ -436,7 +437,6 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
     p->run_chunks(0);  // the caller's exceptions are captured too: workers still use fn
   }
   p->wait_for_team();
-  p->fn = nullptr;
   p->st_regions.fetch_add(1, std::memory_order_relaxed);
   if (p->error) {
     std::exception_ptr e = p->error;

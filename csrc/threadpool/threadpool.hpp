@@ -20,8 +20,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace colibri {
@@ -56,6 +58,25 @@ struct ThreadPoolStats {
                                 // sleep, whatever the policy
 };
 
+// A non-owning reference to the callable a region runs: fn(begin, end, thread). Unlike a
+// std::function it never allocates, whatever the lambda captures; it is only valid while
+// the callable lives, which parallel_for guarantees (it returns after the region ends).
+class RegionFn {
+ public:
+  template <typename F>
+  explicit RegionFn(F& f) noexcept
+      : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))), call_(&invoke<F>) {}
+  void operator()(int64_t begin, int64_t end, int thread) const { call_(obj_, begin, end, thread); }
+
+ private:
+  template <typename F>
+  static void invoke(void* obj, int64_t begin, int64_t end, int thread) {
+    (*static_cast<F*>(obj))(begin, end, thread);
+  }
+  void* obj_;
+  void (*call_)(void*, int64_t, int64_t, int);
+};
+
 class ThreadPool {
  public:
   explicit ThreadPool(const ThreadSettings& settings);
@@ -77,8 +98,17 @@ class ThreadPool {
   // which thread runs an index is not fixed. An exception thrown by fn is rethrown in the
   // caller after the region ends (the first one wins; remaining chunks are skipped).
   // Calls from several threads are serialized; a nested call from inside fn runs inline.
-  void parallel_for(int64_t n, int64_t grain,
-                    const std::function<void(int64_t begin, int64_t end, int thread)>& fn);
+  // fn is any callable taking (int64_t begin, int64_t end, int thread); a lambda is
+  // referenced, not copied, so a region costs no allocation.
+  template <typename F>
+  void parallel_for(int64_t n, int64_t grain, F&& fn) {
+    if constexpr (std::is_function_v<std::remove_reference_t<F>>) {
+      auto* ptr = &fn;  // a plain function: refer to a pointer to it
+      run_region(n, grain, RegionFn(ptr));
+    } else {
+      run_region(n, grain, RegionFn(fn));
+    }
+  }
 
   // Marks a computation (e.g. one forward call). Spinning is allowed only inside one.
   class ComputeScope {
@@ -96,6 +126,7 @@ class ThreadPool {
   void reset_stats();
 
  private:
+  void run_region(int64_t n, int64_t grain, RegionFn fn);
   struct Impl;
   Impl* impl_;
 };
