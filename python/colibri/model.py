@@ -213,7 +213,7 @@ class Model:
         *,
         messages: Messages | None = None,
         max_tokens: int = 256,
-        sampling: Sampling | None = None,
+        sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
         truncate: bool = False,
     ) -> Generation:
@@ -233,7 +233,7 @@ class Model:
         *,
         messages: Messages | None = None,
         max_tokens: int = 256,
-        sampling: Sampling | None = None,
+        sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
         truncate: bool = False,
     ) -> Iterator[Chunk]:
@@ -263,12 +263,21 @@ class Model:
         session: Session,
         ids: Sequence[int],
         max_tokens: int,
-        sampling: Sampling | None,
+        sampling: Sampling | Mapping[str, Any] | None,
         stop: str | Sequence[str],
         result: dict[str, Any],
         history: Sequence[int] = (),
     ) -> Iterator[Chunk]:
         stops = [stop] if isinstance(stop, str) else list(stop)
+        if isinstance(sampling, Mapping):
+            sampling = Sampling.from_dict(sampling)
+        elif sampling is not None and not isinstance(sampling, Sampling):
+            raise InvalidRequestError(
+                f"sampling must be a colibri.Sampling or a mapping of its fields, "
+                f"not {type(sampling).__name__}"
+            )
+        if not all(isinstance(x, str) and x for x in stops):
+            raise InvalidRequestError("stop must be a non-empty string or a list of them")
 
         def done(stats: GenerationStats, generated: list[int], finish: FinishReason | None) -> None:
             result.update(stats=stats, generated=generated, finish=finish)
@@ -358,7 +367,7 @@ class Session:
         prompt_ids: Sequence[int] = (),
         *,
         max_tokens: int = 256,
-        sampling: Sampling | None = None,
+        sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
     ) -> Generation:
         """Continues from the session's state: forwards ``prompt_ids`` (may be empty) and
@@ -378,7 +387,7 @@ class Session:
         prompt_ids: Sequence[int] = (),
         *,
         max_tokens: int = 256,
-        sampling: Sampling | None = None,
+        sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
         _result: dict[str, Any] | None = None,
     ) -> Iterator[Chunk]:
