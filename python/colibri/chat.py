@@ -24,7 +24,7 @@ import functools
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import jinja2
 import jinja2.ext
@@ -290,6 +290,28 @@ class ChatTemplate:
     def __repr__(self) -> str:
         kind = "fallback ChatML" if self.is_fallback else f"{len(self.source)} chars"
         return f"ChatTemplate({self.name!r}, {kind})"
+
+
+@overload
+def apply_chat_template(
+    tokenizer: Tokenizer,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    add_generation_prompt: bool = ...,
+    tokenize: Literal[False] = ...,
+    **variables: Any,
+) -> str: ...
+
+
+@overload
+def apply_chat_template(
+    tokenizer: Tokenizer,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    add_generation_prompt: bool = ...,
+    tokenize: Literal[True],
+    **variables: Any,
+) -> list[int]: ...
 
 
 def apply_chat_template(

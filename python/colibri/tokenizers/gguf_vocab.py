@@ -118,7 +118,7 @@ def _bpe(md: dict[str, Any], tokens: list[str], types: list[TokenType], where: s
         raise UnsupportedError(
             f"{where}: the byte-level BPE vocabulary has no {_P}pre (pre-tokenizer type); it "
             f"was converted by an old llama.cpp. Convert the model again with a current "
-            f"convert_hf_to_gguf.py. Supported pre types: {', '.join(supported_pre_types())}"
+            f"convert_hf_to_gguf.py. supported pre types: {', '.join(supported_pre_types())}"
         )
     pre = PRE_TOKENIZERS.get(str(pre_name))
     if pre is None:
@@ -152,7 +152,7 @@ def _bpe(md: dict[str, Any], tokens: list[str], types: list[TokenType], where: s
     ]
     return VocabData(
         tokens=tokens, types=types, pieces=pieces, fragment_encoder=enc, kind="bpe",
-        source=where, pre=str(pre_name),
+        source=where, pre=str(pre_name), add_bos=pre.add_bos,
     )  # fmt: skip
 
 

@@ -98,6 +98,7 @@ class PreTokenizer:
 
     regexes: tuple[str, ...]
     ignore_merges: bool = False  # a piece that is itself a token is not merged (llama3)
+    add_bos: bool = False  # llama.cpp's default when tokenizer.ggml.add_bos_token is absent
 
 
 _FAMILIES: dict[tuple[str, ...], PreTokenizer] = {
@@ -109,10 +110,10 @@ _FAMILIES: dict[tuple[str, ...], PreTokenizer] = {
      "f2llmv2"): PreTokenizer((_QWEN2,)),
     ("qwen35",): PreTokenizer((_QWEN35,)),
     ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
-     "jina-v5-nano"): PreTokenizer((_LLAMA3,), ignore_merges=True),
+     "jina-v5-nano"): PreTokenizer((_LLAMA3,), ignore_merges=True, add_bos=True),
     ("dbrx", "smaug-bpe", "chatglm-bpe"): PreTokenizer((_LLAMA3,)),
     ("glm4", "glm5"): PreTokenizer((_LLAMA3,), ignore_merges=True),
-    ("tekken",): PreTokenizer((_TEKKEN,), ignore_merges=True),
+    ("tekken",): PreTokenizer((_TEKKEN,), ignore_merges=True, add_bos=True),
     ("gpt-4o", "llama4", "minimax-m2"): PreTokenizer((_GPT4O,)),
     ("deepseek-llm",): PreTokenizer(_DEEPSEEK_LLM),
     ("deepseek-coder",): PreTokenizer(_DEEPSEEK_CODER),
