@@ -93,3 +93,25 @@ def test_context_longer_than_the_model_allows(tiny_models: dict[str, TinyModel])
 def test_errors_share_a_base_class() -> None:
     for cls in (ContextOverflowError, TokenOutOfRangeError, InvalidRequestError, ConfigError):
         assert issubclass(cls, ColibriError) and issubclass(cls, ValueError)
+
+
+def test_last_routing_records_the_router_choice(tiny_models: dict[str, TinyModel]) -> None:
+    m = colibri.Model.load(tiny_models["mixtral"].hf_dir)
+    cfg = m.config
+    s = m.session()
+    s.forward([1, 2, 3, 4, 5])
+    r = s.last_routing()
+    assert r.shape == (5, cfg.n_layers, cfg.n_experts_per_tok) and r.dtype == np.int32
+    assert ((r >= 0) & (r < cfg.n_experts)).all()
+    for row in r.reshape(-1, cfg.n_experts_per_tok):  # top-k picks distinct experts
+        assert len(set(row.tolist())) == cfg.n_experts_per_tok
+    # Batched and single-token forwards route alike.
+    s2 = m.session()
+    singles = []
+    for t in [1, 2, 3, 4, 5]:
+        s2.forward([t])
+        singles.append(s2.last_routing()[0])
+    np.testing.assert_array_equal(np.stack(singles), r)
+    dense = colibri.Model.load(tiny_models["llama"].hf_dir).session()
+    dense.forward([1, 2])
+    assert dense.last_routing().size == 0

@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "common/errors.hpp"
@@ -118,6 +119,14 @@ void bind_engine(py::module_& m) {
       .def("forward", &run_forward, py::arg("ids"), py::arg("all_logits") = false)
       .def_property_readonly("n_tokens", &Session::n_tokens)
       .def_property_readonly("context_length", &Session::context_length)
+      .def("last_routing",
+           [](const Session& s) {
+             const int64_t k = s.spec().n_experts_per_tok, layers = s.spec().n_layers;
+             const int64_t n = k > 0 ? s.last_routing_tokens() : 0;
+             py::array_t<int32_t> out({n, layers, std::max<int64_t>(k, 0)});
+             if (n > 0) std::copy(s.last_routing().begin(), s.last_routing().end(), out.mutable_data());
+             return out;
+           })
       .def("reset", &Session::reset)
       .def("rollback", &Session::rollback, py::arg("n"));
 }

@@ -139,7 +139,7 @@ void Engine::mm(const Tensor& w, const float* x, int64_t n, float* y) {
 }
 
 void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, bool all_logits,
-                     float* logits_out) {
+                     float* logits_out, int32_t* routing_out) {
   const ModelSpec& s = spec_;
   if (n <= 0) fail(ErrorKind::InvalidArgument, "forward needs at least one token");
   for (int64_t t = 0; t < n; ++t) {
@@ -160,6 +160,8 @@ void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, b
   ws_.x.resize(static_cast<std::size_t>(n * d));
   ws_.h.resize(static_cast<std::size_t>(n * d));
   get_rows(token_embd_->view(), ids, n, ws_.x.data());
+  if (routing_out && s.n_experts_per_tok > 0)
+    std::fill(routing_out, routing_out + n * s.n_layers * s.n_experts_per_tok, -1);
 
   for (int64_t li = 0; li < s.n_layers; ++li) {
     const LayerWeights& L = layers_[static_cast<std::size_t>(li)];
@@ -170,7 +172,7 @@ void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, b
     for (int64_t t = 0; t < n; ++t)
       rms_norm_row(ws_.x.data() + t * d, L.ffn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
     if (L.is_moe)
-      moe_block(L, n);  // leaves the FFN output in ws_.ffn_out
+      moe_block(L, li, n, routing_out);  // leaves the FFN output in ws_.ffn_out
     else
       ffn_block(L, n);
     add_inplace(ws_.x.data(), ws_.ffn_out.data(), n * d);

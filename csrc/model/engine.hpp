@@ -60,16 +60,17 @@ class Engine {
 
   // Forward of n tokens at positions [pos0, pos0 + n) with the given KV cache (owned by a
   // session). Writes logits of the last position, or of every position when all_logits.
-  // Validates ids before touching any state.
+  // Validates ids before touching any state. When routing_out is not null it receives the
+  // selected experts, [n][n_layers][n_experts_per_tok] in router order (-1 for dense layers).
   void forward(class KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, bool all_logits,
-               float* logits_out);
+               float* logits_out, int32_t* routing_out = nullptr);
 
  private:
   void resolve_layers();
   void attention_block(const LayerWeights& L, class KvCache& kv, int64_t layer, int64_t pos0,
                        int64_t n);
   void ffn_block(const LayerWeights& L, int64_t n);
-  void moe_block(const LayerWeights& L, int64_t n);
+  void moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t* routing_out);
   void expert_ffn(const ExpertWeights& e, const float* x, int64_t n, int64_t ffn, float* out);
   void mm(const Tensor& w, const float* x, int64_t n, float* y);
 

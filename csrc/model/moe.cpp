@@ -29,7 +29,7 @@ void Engine::ffn_block(const LayerWeights& L, int64_t n) {
   expert_ffn(L.dense, ws_.h.data(), n, spec_.intermediate_size, ws_.ffn_out.data());
 }
 
-void Engine::moe_block(const LayerWeights& L, int64_t n) {
+void Engine::moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t* routing_out) {
   const ModelSpec& s = spec_;
   const int64_t d = s.hidden_size, ne = s.n_experts, k = s.n_experts_per_tok;
   ws_.router.resize(static_cast<std::size_t>(n * ne));
@@ -53,6 +53,7 @@ void Engine::moe_block(const LayerWeights& L, int64_t n) {
       const int32_t e = order[static_cast<std::size_t>(j)];
       sel[static_cast<std::size_t>(t * k + j)] = e;
       weight[static_cast<std::size_t>(t * k + j)] = s.norm_topk_prob ? p[e] / sum : p[e];
+      if (routing_out) routing_out[(t * s.n_layers + layer) * k + j] = e;
     }
   }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "model/engine.hpp"
 #include "model/kv_cache.hpp"
@@ -19,12 +20,22 @@ class Session {
   // Appends n tokens; writes logits of the last one ([vocab]) or of all ([n, vocab]).
   // On error (bad token id, context overflow) the session is unchanged.
   void forward(const int32_t* ids, int64_t n, bool all_logits, float* logits_out) {
-    engine_->forward(kv_, n_tokens_, ids, n, all_logits, logits_out);
+    const ModelSpec& s = engine_->spec();
+    const int64_t k = s.n_experts_per_tok;
+    std::vector<int32_t> routing(k > 0 ? static_cast<std::size_t>(n * s.n_layers * k) : 0);
+    engine_->forward(kv_, n_tokens_, ids, n, all_logits, logits_out, k > 0 ? routing.data() : nullptr);
     n_tokens_ += n;
+    last_routing_ = std::move(routing);
+    last_routing_tokens_ = n;
   }
+
+  // Experts selected during the last forward: [tokens][layers][top_k] (empty: dense model).
+  const std::vector<int32_t>& last_routing() const { return last_routing_; }
+  int64_t last_routing_tokens() const { return last_routing_tokens_; }
 
   int64_t n_tokens() const { return n_tokens_; }
   int64_t vocab_size() const { return engine_->spec().vocab_size; }
+  const ModelSpec& spec() const { return engine_->spec(); }
   int64_t context_length() const { return kv_.context_length(); }
   void reset() { n_tokens_ = 0; }
   // Forgets the last n tokens (their KV entries are overwritten by the next forward).
@@ -34,6 +45,8 @@ class Session {
   std::shared_ptr<Engine> engine_;
   KvCache kv_;
   int64_t n_tokens_ = 0;
+  std::vector<int32_t> last_routing_;
+  int64_t last_routing_tokens_ = 0;
 };
 
 }  // namespace colibri

@@ -349,6 +349,13 @@ class Session:
         """Appends one token; returns the logits that follow it."""
         return self.forward([token_id])
 
+    def last_routing(self) -> npt.NDArray[np.int32]:
+        """Experts the router selected during the last :meth:`forward`:
+        ``int32 [n_tokens, n_layers, top_k]`` in router order, -1 for dense layers
+        (shape ``[0, n_layers, 0]`` for a dense model)."""
+        routing: npt.NDArray[np.int32] = self._core.last_routing()
+        return routing
+
     def last_logits(self) -> npt.NDArray[np.float32]:
         """Logits after the last token forwarded (raises when there are none)."""
         if self._last_logits is None or not self._ids:
