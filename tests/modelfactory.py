@@ -148,6 +148,13 @@ _QTYPES = {
     "F32": gguf.GGMLQuantizationType.F32,
     "Q8_0": gguf.GGMLQuantizationType.Q8_0,
     "Q4_0": gguf.GGMLQuantizationType.Q4_0,
+    "Q4_1": gguf.GGMLQuantizationType.Q4_1,  # not cached by default; SmolLM2 uses it
+}
+_FILE_TYPES = {
+    "F32": gguf.LlamaFileType.ALL_F32,
+    "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+    "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+    "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
 }
 
 
@@ -249,12 +256,7 @@ def write_gguf(hf_dir: Path, out: Path, qtype: str, edit: Edit | None = None) ->
         w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
     if family == "qwen2_moe":
         w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
-    file_type = {
-        "F32": gguf.LlamaFileType.ALL_F32,
-        "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-        "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
-    }
-    w.add_file_type(file_type[qtype])
+    w.add_file_type(_FILE_TYPES[qtype])
     w.add_tokenizer_model("llama")
     tokens = ["<unk>", "<s>", "</s>"] + [f"<tok{i}>" for i in range(3, cfg["vocab_size"])]
     w.add_token_list(tokens)
@@ -299,6 +301,9 @@ class TinyModel:
     family: str
     hf_dir: Path
     gguf: dict[str, Path]
+
+    def __hash__(self) -> int:
+        return hash((self.family, self.hf_dir))
 
 
 def cache_root() -> Path:
@@ -404,6 +409,107 @@ def transformers_model(hf_dir: str) -> torch.nn.Module:
     """The checkpoint loaded back with transformers (eval, F32), cached per process."""
     model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
     return model.eval()
+
+
+# --------------------------------------------------------------------------- ggml arithmetic
+#
+# A quantized GGUF is not run on dequantized weights alone: like llama.cpp, colibri rounds
+# each activation row to 8-bit blocks before an integer dot product with the quantized
+# weight rows (Q8_0 activations for Q8_0/Q4_0 weights, Q8_1 for Q4_1). These helpers give
+# transformers the same arithmetic, so it computes what the quantized model computes, up to
+# summation order.
+
+
+def round_q8_0(x: torch.Tensor) -> torch.Tensor:
+    """Activations as a Q8_0 block sees them (ggml's quantize_row_q8_0): blocks of 32 along
+    the last axis, d = max|x| / 127 stored as fp16, q = round(x / d)."""
+    q, d = _q8_blocks(x)
+    return (q * d.half().float()).reshape(x.shape)
+
+
+def _q8_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    b = x.reshape(*x.shape[:-1], -1, 32)
+    d = b.abs().amax(-1, keepdim=True) / 127
+    q = torch.where(d > 0, torch.round(b / torch.where(d > 0, d, 1.0)), 0.0)
+    return q, d
+
+
+def _q4_1_linear(x: torch.Tensor, w: torch.Tensor, m: torch.Tensor | None = None) -> torch.Tensor:
+    """x . w for Q4_1 rows w (dequantized) against Q8_1 activations, as ggml computes it:
+    per block d*d_a*sum(q*q_a) + m*s with s = fp16(d_a*sum(q_a)), d_a as fp32 (the block
+    minimum m [rows, blocks] is the smallest dequantized weight: the minimum is nibble 0).
+
+    Written as x_q.w - (d_a16*sum q_a).m + s.m: three matmuls instead of a block loop."""
+    q, d = _q8_blocks(x)
+    if m is None:
+        m = w.reshape(w.shape[0], -1, 32).amin(-1)
+    qsum = q.sum(-1)
+    d16 = d.half().float()
+    s = (qsum * d[..., 0]).half().float()
+    xq = (q * d16).reshape(x.shape)
+    lin = torch.nn.functional.linear
+    return lin(xq, w) + lin(s - qsum * d16[..., 0], m)
+
+
+def ggml_linear(
+    x: torch.Tensor, w: torch.Tensor, wtype: str, m: torch.Tensor | None = None
+) -> torch.Tensor:
+    if wtype in ("Q8_0", "Q4_0"):
+        return torch.nn.functional.linear(round_q8_0(x), w)
+    if wtype == "Q4_1":
+        return _q4_1_linear(x, w, m)
+    return torch.nn.functional.linear(x, w)
+
+
+def _ggml_experts_forward(
+    self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+) -> torch.Tensor:
+    out = torch.zeros_like(hidden_states)
+    for t in range(hidden_states.shape[0]):
+        for k in range(top_k_index.shape[1]):
+            e = int(top_k_index[t, k])
+            gate_up = ggml_linear(hidden_states[t], self.gate_up_proj[e], self.ggml_type)
+            gate, up = gate_up.chunk(2, dim=-1)
+            h = ggml_linear(self.act_fn(gate) * up, self.down_proj[e], self.ggml_type)
+            out[t] += h * top_k_weights[t, k]
+    return out
+
+
+def use_ggml_arithmetic(model: Any, weight_type: Callable[[str], str]) -> Any:
+    """Patch a transformers model in place: every linear layer and routed-expert block whose
+    GGUF weight type ``weight_type(module_name)`` is quantized computes as ggml does."""
+    for name, mod in model.named_modules():
+        wtype = weight_type(name)
+        if wtype == "F32":
+            continue
+        if isinstance(mod, torch.nn.Linear):
+            mins = None
+            if wtype == "Q4_1":
+                mins = mod.weight.detach().reshape(mod.weight.shape[0], -1, 32).amin(-1)
+
+            def fwd(
+                x: torch.Tensor, mod: Any = mod, wtype: str = wtype, mins: Any = mins
+            ) -> torch.Tensor:
+                y = ggml_linear(x, mod.weight, wtype, mins)
+                return y + mod.bias if mod.bias is not None else y
+
+            mod.forward = fwd
+        elif hasattr(mod, "gate_up_proj") and hasattr(mod, "down_proj"):
+            mod.ggml_type = wtype
+            mod.forward = _ggml_experts_forward.__get__(mod)
+    return model
+
+
+@functools.cache
+def transformers_model_ggml(tiny: TinyModel, qtype: str) -> torch.nn.Module:
+    """transformers on the GGUF's dequantized weights with ggml's activation arithmetic:
+    what the ``qtype`` GGUF computes. Routers and the shared-expert gate stay F32, as in
+    the GGUF."""
+    d = dequantized_hf_dir(tiny, qtype)
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32)
+    return use_ggml_arithmetic(
+        model.eval(), lambda n: "F32" if n.endswith("shared_expert_gate") else qtype
+    )
 
 
 @torch.no_grad()
