@@ -85,8 +85,16 @@ def _int(field: str, value: object, lo: int, hi: int, unit: str = "") -> int:
     return value
 
 
-def _optional_int(field: str, value: object, lo: int, hi: int, unit: str = "") -> int | None:
-    return None if value is None else _int(field, value, lo, hi, unit)
+def _optional_int(
+    field: str, value: object, lo: int, hi: int, unit: str, none_means: str
+) -> int | None:
+    """None, or an int within [lo, hi]; errors also say what None means."""
+    if value is None:
+        return None
+    try:
+        return _int(field, value, lo, hi, unit)
+    except ConfigError as e:
+        raise ConfigError(f"{e} (or None: {none_means})") from None
 
 
 def _check_names(cls: type, names: Mapping[str, object] | set[str]) -> None:
@@ -140,7 +148,9 @@ class ThreadConfig:
         wait_policy: WaitPolicy | WaitPolicyName = WaitPolicy.HYBRID,
         spin_us: int = 100,
     ) -> None:
-        object.__setattr__(self, "n", _optional_int("ThreadConfig.n", n, 1, MAX_THREADS, "threads"))
+        object.__setattr__(self, "n", _optional_int(
+            "ThreadConfig.n", n, 1, MAX_THREADS, "threads", "one per performance core"
+        ))
         object.__setattr__(
             self, "wait_policy", _enum("ThreadConfig.wait_policy", wait_policy, WaitPolicy)
         )
@@ -204,7 +214,8 @@ class EngineConfig:
         object.__setattr__(
             self,
             "context_length",
-            _optional_int("EngineConfig.context_length", context_length, 1, 1 << 30, "positions"),
+            _optional_int("EngineConfig.context_length", context_length, 1, 1 << 30, "positions",
+                          "the model's maximum, at most 4096"),
         )
 
     def replace(self, **changes: Any) -> EngineConfig:
