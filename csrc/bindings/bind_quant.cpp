@@ -5,12 +5,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/errors.hpp"
@@ -205,6 +207,31 @@ std::vector<double> bench_matmul(const std::string& dtype, const ByteArray& w, i
   return times;
 }
 
+// Times passes over a sequence of matrices (like the layers of one decode step), each a
+// one-token matmul, inside one ComputeScope. Returns seconds per pass.
+std::vector<double> bench_sequence(const std::vector<std::tuple<std::string, ByteArray, int64_t, int64_t>>& ws,
+                                   const py::object& threads, int iters) {
+  std::vector<WeightView> views;
+  int64_t max_cols = 0, max_rows = 0;
+  for (const auto& [dtype, bytes, rows, cols] : ws) {
+    views.push_back(weight_view(dtype, bytes, rows, cols));
+    max_cols = std::max(max_cols, cols);
+    max_rows = std::max(max_rows, rows);
+  }
+  PoolArg pool(threads);
+  std::vector<float> x(static_cast<std::size_t>(max_cols), 0.5f), y(static_cast<std::size_t>(max_rows));
+  std::vector<double> times;
+  py::gil_scoped_release nogil;
+  ScratchBuffer scratch;
+  ThreadPool::ComputeScope scope(*pool.pool);
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const WeightView& w : views) matmul(*pool.pool, w, x.data(), 1, y.data(), scratch);
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return times;
+}
+
 // Plain memory-read kernel for the bandwidth reference: sums 64-bit words (the compiler
 // vectorizes it), the team splitting the buffer like bench_matmul splits weight rows.
 std::vector<double> read_bandwidth(const ByteArray& buf, const py::object& threads, int iters) {
@@ -285,6 +312,9 @@ void bind_quant(py::module_& m) {
   q.def("bench_matmul", &bench_matmul, py::arg("dtype"), py::arg("w"), py::arg("rows"), py::arg("cols"),
         py::arg("x"), py::arg("threads") = 1, py::arg("iters") = 10, py::arg("isa") = none,
         "Seconds per matmul, iters of them inside one ComputeScope.");
+  q.def("bench_sequence", &bench_sequence, py::arg("weights"), py::arg("threads") = 1, py::arg("iters") = 10,
+        "weights: [(dtype, bytes, rows, cols)]; seconds per pass of one-token matmuls over all of "
+        "them in order (a decode step's weight traffic), iters passes in one ComputeScope.");
   q.def("read_bandwidth", &read_bandwidth, py::arg("buf"), py::arg("threads") = 1, py::arg("iters") = 5,
         "Seconds per full read of buf (a native read kernel), for bandwidth references.");
 }
