@@ -449,3 +449,63 @@ def test_unsupported_safetensors_dtype(tiny_models: dict[str, TinyModel], tmp_pa
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_family_is_supported(family: str) -> None:
     assert family in SUPPORTED_FAMILIES
+
+
+def _edit_config(src: Path, dst: Path, **changes: Any) -> Path:
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    for k, v in changes.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+def test_rope_settings_old_and_new_keys(tiny_models: dict[str, TinyModel], tmp_path: Path) -> None:
+    src = tiny_models["llama"].hf_dir
+    new = _edit_config(
+        src,
+        tmp_path / "new",
+        rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 5e5},
+    )
+    c = load_hf(new).config
+    assert c.rope_theta == 5e5 and c.rope_scaling == {"rope_type": "linear", "factor": 4.0}
+    old = _edit_config(
+        src,
+        tmp_path / "old",
+        rope_parameters=None,
+        rope_theta=2e5,
+        rope_scaling={"type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64},
+    )
+    c = load_hf(old).config
+    assert c.rope_theta == 2e5
+    assert c.rope_scaling == {
+        "rope_type": "yarn",
+        "factor": 8.0,
+        "original_max_position_embeddings": 64,
+    }
+    default = _edit_config(src, tmp_path / "default", rope_parameters=None, head_dim=None)
+    c = load_hf(default).config
+    assert c.rope_theta == 10000.0 and c.rope_scaling is None and c.head_dim == 16
+
+
+def test_bf16_checkpoint(tmp_path: Path) -> None:
+    import torch
+
+    model = build_hf_model("olmoe").to(torch.bfloat16)
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    m = load_hf(tmp_path)
+    assert {t.dtype for t in m.tensors.values()} == {"BF16"}
+    assert m.tensors["blk.0.ffn_up_exps.3"].nbytes == 32 * 64 * 2
+    check_extents(m.tensors, m.files)
+
+
+def test_unsupported_hf_settings(tiny_models: dict[str, TinyModel], tmp_path: Path) -> None:
+    d = _edit_config(tiny_models["olmoe"].hf_dir, tmp_path / "clip", clip_qkv=8.0)
+    with pytest.raises(UnsupportedError, match="clip_qkv"):
+        load_hf(d)
+    d = _edit_config(tiny_models["llama"].hf_dir, tmp_path / "act", hidden_act="gelu")
+    with pytest.raises(UnsupportedError, match="hidden_act 'gelu'"):
+        load_hf(d)
