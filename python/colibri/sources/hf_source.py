@@ -183,10 +183,13 @@ def _family(cfg: Mapping[str, Any], where: Path) -> str:
     raise unsupported_architecture(found, where, SUPPORTED_FAMILIES)
 
 
-def _rope(cfg: Mapping[str, Any]) -> tuple[float, dict[str, Any] | None]:
+def _rope(cfg: Mapping[str, Any], where: Path) -> tuple[float, dict[str, Any] | None]:
+    """(theta, scaling) from transformers 5's ``rope_parameters`` or the older top-level
+    ``rope_theta`` + ``rope_scaling``; scaling is None for plain RoPE, else a dict with
+    ``rope_type`` (never the old ``type`` key) and the variant's parameters."""
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(params, dict) or any(isinstance(v, dict) for v in params.values()):
-        raise UnsupportedError("per-layer-type RoPE parameters are not supported")
+        raise UnsupportedError(f"{where}: per-layer-type RoPE parameters are not supported")
     theta = float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
     kind = params.get("rope_type", params.get("type", "default"))
     if kind in (None, "default"):
@@ -243,7 +246,7 @@ def hf_config(cfg: Mapping[str, Any], d: Path, tensor_names: set[str]) -> ModelC
         d,
         "attention_bias on this architecture (it adds an output-projection bias)",
     )
-    theta, scaling = _rope(cfg)
+    theta, scaling = _rope(cfg, d)
 
     qk: QkNorm = {"qwen3_moe": "head", "olmoe": "full"}.get(fam, "none")  # type: ignore[assignment]
     moe_ffn = shared = 0
