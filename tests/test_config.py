@@ -10,6 +10,7 @@ from colibri.config import (
     DEFAULT_CONTEXT_CAP,
     MAX_SPIN_US,
     MAX_THREADS,
+    ActivationPrecision,
     EngineConfig,
     ThreadConfig,
     WaitPolicy,
@@ -99,7 +100,7 @@ def test_from_dict_and_round_trip() -> None:
     assert e.threads == ThreadConfig(n=4, wait_policy=WaitPolicy.SPIN, spin_us=0)
     assert e.context_length == 2048
     assert e.to_dict() == {"threads": {"n": 4, "wait_policy": "spin", "spin_us": 0},
-                           "context_length": 2048}
+                           "context_length": 2048, "activation_precision": "int8"}
     assert EngineConfig.from_dict(e.to_dict()) == e
     assert EngineConfig.from_dict({}) == EngineConfig()
     # A ThreadConfig object is accepted where a mapping is.
@@ -142,3 +143,12 @@ def test_resolve_context_length() -> None:
 def test_repr_reads_like_a_spec() -> None:
     r = repr(EngineConfig(threads=ThreadConfig(n=2, wait_policy="spin")))
     assert "ThreadConfig(n=2" in r and "SPIN" in r
+
+
+def test_activation_precision() -> None:
+    assert EngineConfig().activation_precision is ActivationPrecision.INT8
+    assert EngineConfig(activation_precision="float32").activation_precision is (
+        ActivationPrecision.FLOAT32
+    )
+    with pytest.raises(ConfigError, match=r"activation_precision.*'int8', 'float32'"):
+        EngineConfig(activation_precision="fp16")

@@ -44,6 +44,10 @@ py::array_t<float> run_forward(Session& s, py::array_t<int32_t, py::array::c_sty
 }  // namespace
 
 void bind_engine(py::module_& m) {
+  py::enum_<ActPrecision>(m, "ActPrecision")
+      .value("int8", ActPrecision::Int8)
+      .value("float32", ActPrecision::Float32);
+
   py::enum_<QkNorm>(m, "QkNorm")
       .value("none", QkNorm::None)
       .value("head", QkNorm::PerHead)
@@ -107,6 +111,7 @@ void bind_engine(py::module_& m) {
       .def("configure_threads", &Engine::configure_threads, py::arg("settings"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("thread_settings", &Engine::thread_settings)
+      .def_property("activation_precision", &Engine::activation_precision, &Engine::set_activation_precision)
       .def_property_readonly("weight_bytes", &Engine::weight_bytes)
       .def_property_readonly("spec", &Engine::spec, py::return_value_policy::copy);
 

@@ -23,7 +23,7 @@ void Engine::attention_block(const LayerWeights& L, KvCache& kv, int64_t layer, 
   {  // q, k and v read the same input: one parallel region for the three
     const WeightView w[3] = {L.q->view(), L.k->view(), L.v->view()};
     float* const out[3] = {ws_.q.data(), ws_.k.data(), ws_.v.data()};
-    matmul_multi(pool_, w, out, 3, ws_.h.data(), n, ws_.matmul);
+    matmul_multi(pool_, w, out, 3, ws_.h.data(), n, ws_.matmul, precision_);
   }
   if (L.q_bias) {
     for (int64_t t = 0; t < n; ++t) {

@@ -134,8 +134,13 @@ void Engine::configure_threads(const ThreadSettings& settings) {
 
 ThreadSettings Engine::thread_settings() const { return pool_.settings(); }
 
+void Engine::set_activation_precision(ActPrecision precision) {
+  std::lock_guard<std::mutex> lock(mu_);
+  precision_ = precision;
+}
+
 void Engine::mm(const Tensor& w, const float* x, int64_t n, float* y) {
-  matmul(pool_, w.view(), x, n, y, ws_.matmul);
+  matmul(pool_, w.view(), x, n, y, ws_.matmul, precision_);
 }
 
 void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, bool all_logits,

@@ -55,6 +55,8 @@ class Engine {
 
   const ModelSpec& spec() const { return spec_; }
   void configure_threads(const ThreadSettings& settings);
+  void set_activation_precision(ActPrecision precision);
+  ActPrecision activation_precision() const { return precision_; }
   ThreadSettings thread_settings() const;
   std::size_t weight_bytes() const { return weights_.total_bytes(); }
 
@@ -83,6 +85,7 @@ class Engine {
   std::vector<LayerWeights> layers_;
   ThreadPool pool_;
   Workspace ws_;
+  ActPrecision precision_ = ActPrecision::Int8;
   std::mutex mu_;  // one forward at a time per engine (shared pool and workspace)
 };
 

@@ -201,12 +201,12 @@ void matmul_with(ThreadPool& pool, const TypeKernels& k, const WeightView& w, co
 }
 
 void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t n_tokens, float* y,
-            ScratchBuffer& scratch) {
-  matmul_with(pool, kernels(w.type), w, x, n_tokens, y, scratch);
+            ScratchBuffer& scratch, ActPrecision precision) {
+  matmul_with(pool, kernels(w.type, precision), w, x, n_tokens, y, scratch);
 }
 
 void matmul_multi(ThreadPool& pool, const WeightView* weights, float* const* outputs, int n_weights,
-                  const float* x, int64_t n_tokens, ScratchBuffer& scratch) {
+                  const float* x, int64_t n_tokens, ScratchBuffer& scratch, ActPrecision precision) {
   if (n_weights <= 0) return;
   const TypeKernels* small[16];
   std::unique_ptr<const TypeKernels*[]> big;
@@ -215,7 +215,7 @@ void matmul_multi(ThreadPool& pool, const WeightView* weights, float* const* out
     big.reset(new const TypeKernels*[n_weights]);
     ks = big.get();
   }
-  for (int i = 0; i < n_weights; ++i) ks[i] = &kernels(weights[i].type);
+  for (int i = 0; i < n_weights; ++i) ks[i] = &kernels(weights[i].type, precision);
   run(pool, ks, weights, outputs, n_weights, x, n_tokens, scratch);
 }
 

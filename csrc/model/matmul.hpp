@@ -12,6 +12,7 @@
 
 #include "common/aligned.hpp"
 #include "quant/dtype.hpp"
+#include "quant/float_act.hpp"
 #include "quant/kernels.hpp"
 
 namespace colibri {
@@ -42,8 +43,9 @@ class ScratchBuffer {
 // y = x W^T for one weight. x: [n_tokens, w.cols] floats; y: [n_tokens, w.rows] floats.
 // Uses the best kernels for w.type (kernels(w.type)). Throws Error(InvalidArgument) for
 // bad shapes, Error(Unsupported) for a type without kernels.
+// `precision` chooses how activations meet quantized weights (quant/float_act.hpp).
 void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t n_tokens, float* y,
-            ScratchBuffer& scratch);
+            ScratchBuffer& scratch, ActPrecision precision = ActPrecision::Int8);
 
 // Same with explicit kernels (tests and benchmarks compare ISAs with it).
 void matmul_with(ThreadPool& pool, const TypeKernels& k, const WeightView& w, const float* x,
@@ -54,7 +56,8 @@ void matmul_with(ThreadPool& pool, const TypeKernels& k, const WeightView& w, co
 // rows of all weights are split over the team together. All weights need the same cols.
 // outputs[i] receives [n_tokens, weights[i].rows]. Results equal separate matmul() calls.
 void matmul_multi(ThreadPool& pool, const WeightView* weights, float* const* outputs, int n_weights,
-                  const float* x, int64_t n_tokens, ScratchBuffer& scratch);
+                  const float* x, int64_t n_tokens, ScratchBuffer& scratch,
+                  ActPrecision precision = ActPrecision::Int8);
 
 // Embedding lookup: out[i, :] = dequantized row ids[i] of w (out: [n, w.cols] floats).
 // Throws Error(TokenOutOfRange) for an id outside [0, w.rows).

@@ -19,7 +19,7 @@ void Engine::expert_ffn(const ExpertWeights& e, const float* x, int64_t n, int64
   ws_.up.resize(static_cast<std::size_t>(n * ffn));
   const WeightView w[2] = {e.gate->view(), e.up->view()};
   float* const gate_up[2] = {ws_.gate.data(), ws_.up.data()};
-  matmul_multi(pool_, w, gate_up, 2, x, n, ws_.matmul);
+  matmul_multi(pool_, w, gate_up, 2, x, n, ws_.matmul, precision_);
   silu_mul(ws_.gate.data(), ws_.up.data(), n * ffn);
   mm(*e.down, ws_.gate.data(), n, out);
 }

@@ -13,12 +13,12 @@ import pkgutil
 # dev-build.sh); extending the package path lets `colibri._core` be found there.
 __path__ = pkgutil.extend_path(__path__, __name__)
 
-from . import errors  # noqa: E402
-from .config import EngineConfig, ThreadConfig, WaitPolicy  # noqa: E402
-from .generation import Chunk, Generation, GenerationStats  # noqa: E402
-from .model import Model, ModelStats, Session  # noqa: E402
-from .sampling import Sampler, Sampling, StopChecker  # noqa: E402
-from .tokenizers import Tokenizer  # noqa: E402
+from . import errors
+from .config import EngineConfig, ThreadConfig, WaitPolicy
+from .generation import Chunk, Generation, GenerationStats
+from .model import Model, ModelStats, Session
+from .sampling import Sampler, Sampling, StopChecker
+from .tokenizers import Tokenizer
 
 __version__ = "0.1.0"
 
@@ -33,8 +33,8 @@ __all__ = [
     "Sampling",
     "Session",
     "StopChecker",
-    "Tokenizer",
     "ThreadConfig",
+    "Tokenizer",
     "WaitPolicy",
     "__version__",
     "errors",

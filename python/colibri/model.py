@@ -18,12 +18,12 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from .config import EngineConfig, ThreadConfig, WaitPolicy
 from .chat import ChatTemplate
+from .config import ActivationPrecision, EngineConfig, ThreadConfig, WaitPolicy
 from .errors import ContextOverflowError, InvalidRequestError, TokenOutOfRangeError
 from .generation import Chunk, FinishReason, Generation, GenerationStats, stream_tokens
-from .sampling import Sampling
 from .rope import rope_table
+from .sampling import Sampling
 from .sources import Manifest, ModelConfig, open_model_source
 from .tokenizers import Tokenizer
 
@@ -64,6 +64,12 @@ def _thread_settings(cfg: ThreadConfig) -> _core.ThreadSettings:
     settings.policy = _WAIT[cfg.wait_policy]
     settings.spin_us = cfg.spin_us
     return settings
+
+
+_PRECISION = {
+    ActivationPrecision.INT8: _core.ActPrecision.int8,
+    ActivationPrecision.FLOAT32: _core.ActPrecision.float32,
+}
 
 
 def _context_length(cfg: ModelConfig, engine: EngineConfig) -> int:
@@ -138,6 +144,7 @@ class Model:
             [str(f) for f in manifest.files],
             _thread_settings(engine.threads),
         )
+        core.activation_precision = _PRECISION[engine.activation_precision]
         return cls(manifest, engine, core)
 
     @property
@@ -164,6 +171,12 @@ class Model:
         """Changes the team size or wait policy; takes effect from the next call."""
         self._require_core().configure_threads(_thread_settings(threads))
         self._engine_config = self._engine_config.replace(threads=threads)
+
+    def set_activation_precision(self, precision: ActivationPrecision | str) -> None:
+        """Switches between int8 and float32 activations; takes effect from the next call."""
+        cfg = self._engine_config.replace(activation_precision=precision)
+        self._require_core().activation_precision = _PRECISION[cfg.activation_precision]
+        self._engine_config = cfg
 
     def session(self) -> Session:
         """A new conversation state (KV cache) on this model."""
