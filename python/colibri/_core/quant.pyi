@@ -1,0 +1,65 @@
+"""
+Block kernels and matmul (tests and benchmarks).
+"""
+from __future__ import annotations
+import collections.abc
+import numpy
+import numpy.typing
+import typing
+__all__: list[str] = ['act_type', 'available_isas', 'bench_matmul', 'bench_sequence', 'best_isa', 'dequantize', 'get_rows', 'has_kernels', 'isa_names', 'matmul', 'matmul_multi', 'quantize', 'read_bandwidth', 'row_bytes', 'type_info', 'vec_dot']
+def act_type(dtype: str) -> str:
+    """
+    The activation format the dtype's dot product consumes.
+    """
+def available_isas() -> list[str]:
+    """
+    ISAs compiled in and supported by this CPU (scalar first).
+    """
+def bench_matmul(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], threads: typing.Any = 1, iters: typing.SupportsInt | typing.SupportsIndex = 10, isa: str | None = None) -> list[float]:
+    """
+    Seconds per matmul, iters of them inside one ComputeScope.
+    """
+def bench_sequence(weights: collections.abc.Sequence[tuple[str, typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex]], threads: typing.Any = 1, iters: typing.SupportsInt | typing.SupportsIndex = 10) -> list[float]:
+    """
+    weights: [(dtype, bytes, rows, cols)]; seconds per pass of one-token matmuls over all of them in order (a decode step's weight traffic), iters passes in one ComputeScope.
+    """
+def best_isa() -> str:
+    ...
+def dequantize(dtype: str, data: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, isa: str | None = None) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    uint8 bytes -> float32 [rows, cols]; isa=None: the best ISA.
+    """
+def get_rows(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, ids: typing.Annotated[numpy.typing.ArrayLike, numpy.int32]) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    Embedding lookup: dequantized rows ids -> float32 [len(ids), cols].
+    """
+def has_kernels(dtype: str, isa: str) -> bool:
+    ...
+def isa_names() -> list[str]:
+    """
+    Every ISA name the dispatcher knows.
+    """
+def matmul(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], threads: typing.Any = 1, isa: str | None = None) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    y[n, rows] = x[n, cols] W^T. threads: a team size or a _core.ThreadPool.
+    """
+def matmul_multi(weights: collections.abc.Sequence[tuple[str, typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], typing.SupportsInt | typing.SupportsIndex]], cols: typing.SupportsInt | typing.SupportsIndex, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], threads: typing.Any = 1) -> list[numpy.typing.NDArray[numpy.float32]]:
+    """
+    weights: [(dtype, bytes, rows)] sharing x; one region; returns a list of y.
+    """
+def quantize(dtype: str, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], isa: str | None = None) -> numpy.typing.NDArray[numpy.uint8]:
+    """
+    float32 [rows, cols] -> uint8 [rows, row_bytes]. isa=None: the scalar reference (byte-identical to ggml); an ISA name: that ISA's quantizer.
+    """
+def read_bandwidth(buf: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], threads: typing.Any = 1, iters: typing.SupportsInt | typing.SupportsIndex = 5) -> list[float]:
+    """
+    Seconds per full read of buf (a native read kernel), for bandwidth references.
+    """
+def row_bytes(dtype: str, n: typing.SupportsInt | typing.SupportsIndex) -> int:
+    ...
+def type_info(dtype: str) -> dict[str, typing.Any]:
+    ...
+def vec_dot(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], isa: str | None = None) -> float:
+    """
+    dot(one weight row, x): x is quantized to the act type with that ISA's quantizer.
+    """
