@@ -1,0 +1,189 @@
+"""The argument parser of ``colibri`` and the settings built from its flags."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from ..config import EngineConfig, ThreadConfig
+from ..errors import ConfigError
+from ..sampling import Sampling
+
+PROG = "colibri"
+
+
+class UsageError(Exception):
+    """A bad command line: reported as ``colibri: error: ...``, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser that raises UsageError instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+# Settings fields -> the flag that sets them, to name flags in ConfigError messages.
+FLAG_OF_FIELD = {
+    "Sampling.temperature": "--temperature",
+    "Sampling.top_k": "--top-k",
+    "Sampling.top_p": "--top-p",
+    "Sampling.min_p": "--min-p",
+    "Sampling.repetition_penalty": "--repetition-penalty",
+    "Sampling.seed": "--seed",
+    "ThreadConfig.n": "--threads",
+    "ThreadConfig.wait_policy": "--wait-policy",
+    "EngineConfig.context_length": "--context-length",
+    "stop_strings": "--stop",
+}
+_FIELD = re.compile(r"^(" + "|".join(re.escape(k) for k in FLAG_OF_FIELD) + r"):")
+
+
+def flag_message(exc: ConfigError) -> str:
+    """A ConfigError's message with the settings field replaced by its flag."""
+    msg = str(exc)
+    return _FIELD.sub(lambda m: f"argument {FLAG_OF_FIELD[m.group(1)]}:", msg, count=1)
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer value: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
+
+
+def unescape(text: str) -> str:
+    r"""``\n``, ``\t``, ``\r`` and ``\\`` in a flag value become the characters."""
+    return re.sub(r"\\([ntr\\])", lambda m: _ESCAPES[m.group(1)], text)
+
+
+def _debug_flag(p: argparse.ArgumentParser, default: Any) -> None:
+    p.add_argument("--debug", action="store_true", default=default,
+                   help="show the full traceback of an error")
+
+
+def _model_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("-m", "--model", metavar="MODEL",
+                   help="a .gguf file, a Hugging Face checkpoint directory, or a named model "
+                        "(smollm2-135m-instruct, smollm2-moe-demo); default: "
+                        "smollm2-135m-instruct")
+    _cache_flag(g)
+
+
+def _cache_flag(g: argparse._ActionsContainer) -> None:
+    g.add_argument("--cache-dir", metavar="DIR",
+                   help="where named models are downloaded or built (default: "
+                        "$XDG_CACHE_HOME/colibri/models or ~/.cache/colibri/models)")
+
+
+def _engine_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("engine")
+    g.add_argument("-t", "--threads", type=int, metavar="N",
+                   help="compute threads (default: the performance cores)")
+    g.add_argument("--wait-policy", choices=("spin", "passive", "hybrid"),
+                   help="how threads wait between parallel regions (default: hybrid)")
+    g.add_argument("-c", "--context-length", type=int, metavar="N",
+                   help="KV-cache positions (default: the model's context, at most 4096)")
+
+
+def _sampling_flags(p: argparse.ArgumentParser, max_tokens: int) -> None:
+    g = p.add_argument_group("generation (defaults: greedy decoding)")
+    g.add_argument("-n", "--max-tokens", type=_non_negative_int, default=max_tokens,
+                   metavar="N", help=f"most tokens to generate (default: {max_tokens})")
+    g.add_argument("--temperature", type=float, metavar="T",
+                   help="0 = greedy (default 0)")
+    g.add_argument("--top-p", type=float, metavar="P", help="nucleus sampling (default 1: off)")
+    g.add_argument("--top-k", type=int, metavar="K", help="keep the K most likely (default 0: off)")
+    g.add_argument("--min-p", type=float, metavar="P", help="min-p filter (default 0: off)")
+    g.add_argument("--repetition-penalty", type=float, metavar="R",
+                   help="llama.cpp/transformers repetition penalty (default 1: off)")
+    g.add_argument("--seed", type=int, metavar="S", help="random seed for sampling")
+    g.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="stop at this text (repeatable; \\n and \\t are interpreted)")
+    g.add_argument("--system", metavar="TEXT", help="a system message before the conversation")
+
+
+def build_parser(version: str) -> Parser:
+    parser = Parser(
+        prog=PROG,
+        description="Run Mixture-of-Experts language models on the CPU.",
+        epilog="Run 'colibri COMMAND --help' for the flags of a command.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {version}")
+    _debug_flag(parser, False)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                parser_class=Parser)
+
+    run = sub.add_parser("run", help="generate an answer to one prompt",
+                         description="Generate an answer to PROMPT and stream it to stdout; "
+                                     "a summary line goes to stderr.")
+    run.add_argument("prompt", nargs="?", metavar="PROMPT",
+                     help="the prompt; '-' or nothing reads it from stdin")
+    run.add_argument("--raw", action="store_true",
+                     help="a plain completion prompt (no chat template)")
+    run.add_argument("--json", action="store_true",
+                     help="print one JSON record (see docs/cli.md) instead of the text")
+    run.add_argument("-q", "--quiet", action="store_true",
+                     help="no summary line and no download progress on stderr")
+    _model_flags(run)
+    _engine_flags(run)
+    _sampling_flags(run, 256)
+    _debug_flag(run, argparse.SUPPRESS)
+
+    chat = sub.add_parser("chat", help="interactive chat with history",
+                          description="Chat with the model on stdin/stdout. Commands: /reset "
+                                      "(forget the conversation), /exit. Ctrl-C stops an "
+                                      "answer; Ctrl-D (end of input) ends.")
+    _model_flags(chat)
+    _engine_flags(chat)
+    _sampling_flags(chat, 512)
+    _debug_flag(chat, argparse.SUPPRESS)
+
+    info = sub.add_parser("info", help="describe a model without loading its weights",
+                          description="Architecture, parameter and byte counts, quantization "
+                                      "types, context length and MoE layout, read from the "
+                                      "model's header only.")
+    info.add_argument("model", metavar="MODEL", help="a model path or a named model")
+    info.add_argument("--json", action="store_true", help="print one JSON record")
+    _cache_flag(info)
+    _debug_flag(info, argparse.SUPPRESS)
+    return parser
+
+
+def parse_args(argv: Sequence[str], version: str) -> argparse.Namespace:
+    return build_parser(version).parse_args(list(argv))
+
+
+def sampling_from_args(args: argparse.Namespace) -> Sampling:
+    fields = {
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "top_k": args.top_k,
+        "min_p": args.min_p,
+        "repetition_penalty": args.repetition_penalty,
+        "seed": args.seed,
+    }
+    return Sampling(**{k: v for k, v in fields.items() if v is not None})
+
+
+def engine_from_args(args: argparse.Namespace) -> EngineConfig:
+    threads: dict[str, Any] = {"n": args.threads}
+    if args.wait_policy is not None:
+        threads["wait_policy"] = args.wait_policy
+    return EngineConfig(threads=ThreadConfig(**threads), context_length=args.context_length)
+
+
+def stops_from_args(args: argparse.Namespace) -> list[str]:
+    stops = [unescape(s) for s in args.stop]
+    if any(not s for s in stops):
+        raise UsageError("argument --stop: the text must not be empty")
+    return stops

@@ -1,0 +1,211 @@
+"""A demonstration Mixture-of-Experts model made from a dense Llama GGUF.
+
+:func:`make_demo_moe` rewrites a dense ``llama`` GGUF (SmolLM2-135M-Instruct is the one
+colibri uses) as a llama.cpp-style Mixtral GGUF:
+
+* metadata: every key/value of the source, byte for byte (tokenizer, chat template, ...),
+  plus ``llama.expert_count`` and ``llama.expert_used_count``;
+* in every layer the dense FFN (``blk.N.ffn_gate``, ``ffn_up``, ``ffn_down``) becomes
+  ``n_experts`` routed experts, stacked as ``blk.N.ffn_{gate,up,down}_exps`` (GGML ne =
+  ``[cols, rows, n_experts]``), each expert a byte copy of the dense matrices in their
+  original quantized type (no requantization);
+* a random F32 router ``blk.N.ffn_gate_inp`` (``[n_experts, hidden]``, normal with std
+  ``1/sqrt(hidden)``, seeded);
+* every other tensor copied unchanged, in the source's order.
+
+Mixtral-style routing takes the softmax of the router logits, keeps the top-k and
+renormalizes their weights to sum to 1, so the layer computes
+``sum_i w_i * FFN(x) = FFN(x)`` up to float rounding, while the router still picks
+different experts token by token. The model therefore produces the dense model's text
+through the whole MoE machinery (router, top-k, expert dispatch, weighted sum). It is a
+test and demonstration model, not a trained MoE: its experts are identical and its router
+is noise. ``docs/demo-moe.md`` says more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError, ModelFormatError, ModelNotFoundError, UnsupportedError
+
+__all__ = ["DEMO_N_EXPERTS", "DEMO_TOP_K", "make_demo_moe"]
+
+DEMO_N_EXPERTS = 8
+"""Routed experts per layer of the named demo model (``smollm2-moe-demo``)."""
+
+DEMO_TOP_K = 2
+"""Experts used per token by the named demo model."""
+
+_FFN = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)\.weight$")
+_KIND_ORDER = ("gate", "up", "down")
+
+# Called after each layer is written: (layers done, layers in total).
+Progress = Callable[[int, int], None]
+
+
+def _check_args(n_experts: int, top_k: int, seed: int) -> None:
+    for name, v in (("n_experts", n_experts), ("top_k", top_k), ("seed", seed)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"make_demo_moe: {name} must be an integer, got {v!r}")
+    if not 1 <= n_experts <= 256:
+        raise ConfigError(f"make_demo_moe: n_experts {n_experts} is out of range; allowed 1..256")
+    if not 1 <= top_k <= n_experts:
+        raise ConfigError(
+            f"make_demo_moe: top_k {top_k} is out of range; allowed 1..n_experts ({n_experts})"
+        )
+    if seed < 0:
+        raise ConfigError(f"make_demo_moe: seed must be >= 0, got {seed}")
+
+
+def _copy_metadata(reader: Any, writer: Any, src: Path) -> None:
+    """Every key/value of `reader` into `writer`, raw strings as bytes (exact copy)."""
+    import gguf
+
+    vt = gguf.GGUFValueType
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue  # the header fields; the writer adds the architecture itself
+        if key == "general.alignment":
+            writer.add_custom_alignment(int(field.contents()))
+            continue
+        types = list(field.types)
+        main = types[0]
+        if main == vt.STRING:
+            writer.add_key_value(key, bytes(field.parts[field.data[0]]), vt.STRING)
+        elif main == vt.ARRAY:
+            if len(types) != 2:
+                raise UnsupportedError(f"{src}: nested metadata array {key!r} cannot be copied")
+            if not field.data:
+                continue  # gguf's writer cannot write an empty array; readers default it
+            if types[1] == vt.STRING:
+                items: list[Any] = [bytes(field.parts[i]) for i in field.data]
+            else:
+                items = list(field.contents())
+            writer.add_key_value(key, items, vt.ARRAY, sub_type=types[1])
+        else:
+            writer.add_key_value(key, field.contents(), main)
+
+
+def make_demo_moe(
+    src_gguf: str | os.PathLike[str],
+    dst_gguf: str | os.PathLike[str],
+    n_experts: int = DEMO_N_EXPERTS,
+    top_k: int = DEMO_TOP_K,
+    seed: int = 0,
+    *,
+    progress: Progress | None = None,
+) -> Path:
+    """Writes the demo MoE made from the dense Llama GGUF `src_gguf` to `dst_gguf`.
+
+    Every expert of layer N is a byte copy of the source's dense FFN of layer N; the router
+    ``blk.N.ffn_gate_inp`` is random (``numpy.random.default_rng(seed)``, normal with std
+    ``1/sqrt(hidden)``). The file is written to a temporary name beside `dst_gguf` and
+    renamed into place, so a reader never sees a partial file. Returns `dst_gguf`.
+
+    Raises ModelNotFoundError when `src_gguf` is missing, ModelFormatError when it is not a
+    dense ``llama`` GGUF with a gate/up/down FFN in every layer, ConfigError for bad
+    `n_experts`/`top_k`/`seed`.
+    """
+    import gguf
+
+    _check_args(n_experts, top_k, seed)
+    src, dst = Path(src_gguf), Path(dst_gguf)
+    if not src.is_file():
+        raise ModelNotFoundError(f"demo MoE source {str(src)!r} does not exist")
+    try:
+        reader = gguf.GGUFReader(src)
+    except Exception as exc:  # the reader raises ValueError, IndexError, struct errors...
+        raise ModelFormatError(f"{src}: not a readable GGUF file ({exc})") from exc
+    arch_field = reader.fields.get("general.architecture")
+    arch = str(arch_field.contents()) if arch_field is not None else "<missing>"
+    if arch != "llama":
+        raise ModelFormatError(
+            f"{src}: the demo MoE is made from a dense 'llama' GGUF, this one is {arch!r}"
+        )
+    if "llama.expert_count" in reader.fields and int(
+        reader.fields["llama.expert_count"].contents() or 0
+    ):
+        raise ModelFormatError(f"{src}: already a mixture of experts (llama.expert_count > 0)")
+    n_layers = int(reader.fields["llama.block_count"].contents())
+    hidden = int(reader.fields["llama.embedding_length"].contents())
+
+    tensors = {t.name: t for t in reader.tensors}
+    for i in range(n_layers):
+        for kind in _KIND_ORDER:
+            if f"blk.{i}.ffn_{kind}.weight" not in tensors:
+                raise ModelFormatError(f"{src}: layer {i} has no dense ffn_{kind} tensor")
+
+    rng = np.random.default_rng(seed)
+    routers = [
+        (rng.standard_normal((n_experts, hidden)) / math.sqrt(hidden)).astype(np.float32)
+        for _ in range(n_layers)
+    ]
+
+    # The output tensors, in the source's order; a layer's FFN group is replaced, where its
+    # first dense FFN tensor was, by the router and the three stacks.
+    def stored(t: Any) -> Callable[[], np.ndarray[Any, Any]]:
+        return lambda: np.asarray(t.data)
+
+    def router(layer: int) -> Callable[[], np.ndarray[Any, Any]]:
+        return lambda: routers[layer]
+
+    def stack(t: Any) -> Callable[[], np.ndarray[Any, Any]]:
+        def get() -> np.ndarray[Any, Any]:
+            data = np.asarray(t.data)
+            return np.ascontiguousarray(np.broadcast_to(data, (n_experts, *data.shape)))
+
+        return get
+
+    plan: list[tuple[str, Callable[[], np.ndarray[Any, Any]], Any]] = []
+    done: set[int] = set()
+    for t in reader.tensors:
+        m = _FFN.match(t.name)
+        if m is None:
+            plan.append((t.name, stored(t), t.tensor_type))
+            continue
+        layer = int(m.group(1))
+        if layer in done:
+            continue
+        done.add(layer)
+        plan.append((f"blk.{layer}.ffn_gate_inp.weight", router(layer),
+                     gguf.GGMLQuantizationType.F32))
+        for kind in _KIND_ORDER:
+            dense = tensors[f"blk.{layer}.ffn_{kind}.weight"]
+            plan.append((f"blk.{layer}.ffn_{kind}_exps.weight", stack(dense), dense.tensor_type))
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        writer = gguf.GGUFWriter(None, "llama")
+        _copy_metadata(reader, writer, src)
+        writer.add_expert_count(n_experts)
+        writer.add_expert_used_count(top_k)
+        for name, get, qtype in plan:
+            data = get()
+            writer.add_tensor_info(name, data.shape, data.dtype, data.nbytes, raw_dtype=qtype)
+        writer.write_header_to_file(tmp)
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        layers_written = 0
+        for name, get, _ in plan:
+            writer.write_tensor_data(get())
+            if progress is not None and name.endswith("ffn_down_exps.weight"):
+                layers_written += 1
+                progress(layers_written, n_layers)
+        writer.close()
+        os.replace(tmp, dst)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    return dst
