@@ -27,7 +27,8 @@ class RopeTable:
 
 def _base_inv_freq(base: float, dim: int) -> np.ndarray:
     exponents = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
-    return (np.float32(1.0) / np.power(np.float32(base), exponents)).astype(np.float32)
+    inv: np.ndarray = (np.float32(1.0) / np.power(np.float32(base), exponents)).astype(np.float32)
+    return inv
 
 
 def rope_table(
