@@ -109,6 +109,8 @@ def read_metadata(path: str | os.PathLike[str], prefixes: tuple[str, ...] = ()) 
     """The key/value metadata of a GGUF file (keys starting with one of ``prefixes``; all
     keys when it is empty). Raises ModelNotFoundError / ModelFormatError."""
     p = Path(path)
+    if p.is_dir():
+        raise ModelNotFoundError(f"{p} is a directory, not a GGUF file")
     if not p.is_file():
         raise ModelNotFoundError(f"{p}: no such GGUF file")
     where = str(p)
