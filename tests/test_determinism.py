@@ -3,12 +3,11 @@ team sizes and wait policies (DESIGN.md, principle 1)."""
 
 from __future__ import annotations
 
+import colibri
 import numpy as np
 import pytest
-from realmodel import smollm2_gguf
-
-import colibri
 from colibri.config import EngineConfig, ThreadConfig
+from realmodel import smollm2_gguf
 
 # A real prompt's worth of ids (any in-vocabulary ids would do: the property is exactness).
 PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018,
@@ -42,7 +41,7 @@ def test_bit_identical_across_runs_threads_and_policies(smollm2: colibri.Model) 
             smollm2.set_threads(ThreadConfig(n=n, wait_policy=policy))
             prefill, steps = _run(smollm2)
             np.testing.assert_array_equal(prefill, reference[0], err_msg=f"{policy}, {n} threads")
-            for a, b in zip(steps, reference[1]):
+            for a, b in zip(steps, reference[1], strict=True):
                 np.testing.assert_array_equal(a, b, err_msg=f"{policy}, {n} threads")
 
 

@@ -6,17 +6,16 @@ from __future__ import annotations
 import signal
 import threading
 
+import colibri as co
 import numpy as np
 import pytest
-from realmodel import smollm2_gguf
-
-import colibri as co
 from colibri.errors import (
     ConfigError,
     ContextOverflowError,
     InvalidRequestError,
     ModelFormatError,
 )
+from realmodel import smollm2_gguf
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 

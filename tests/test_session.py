@@ -3,11 +3,9 @@ leaves the session as it was."""
 
 from __future__ import annotations
 
+import colibri
 import numpy as np
 import pytest
-from modelfactory import TinyModel
-
-import colibri
 from colibri.config import EngineConfig, ThreadConfig
 from colibri.errors import (
     ColibriError,
@@ -16,6 +14,7 @@ from colibri.errors import (
     InvalidRequestError,
     TokenOutOfRangeError,
 )
+from modelfactory import TinyModel
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import time
 
+import colibri
 import numpy as np
 import pytest
-from realmodel import smollm2_gguf
-
-import colibri
 from colibri.config import EngineConfig, ThreadConfig
+from realmodel import smollm2_gguf
 
 DECODE_STEPS = 24
 
