@@ -49,6 +49,15 @@ def run_colibri(model: Any, prompt: list[int], n_decode: int) -> tuple[float, fl
     return len(prompt) / (t1 - t0), n_decode / (t2 - t1), out
 
 
+def _llama_logits(llm: Any) -> np.ndarray:
+    # llama-cpp-python 0.3.36 leaves Llama.scores empty unless logits_all: read the last
+    # position's logits from the context directly (no copy).
+    import llama_cpp
+
+    ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+    return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),))
+
+
 def run_llama(llm: Any, prompt: list[int], n_decode: int) -> tuple[float, float, list[int]]:
     llm.reset()
     t0 = time.perf_counter()
@@ -56,7 +65,7 @@ def run_llama(llm: Any, prompt: list[int], n_decode: int) -> tuple[float, float,
     t1 = time.perf_counter()
     out = []
     for _ in range(n_decode):
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = int(np.argmax(_llama_logits(llm)))
         out.append(tok)
         llm.eval([tok])
     t2 = time.perf_counter()
