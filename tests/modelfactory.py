@@ -218,11 +218,18 @@ def _keep_f32(gguf_name: str, data: np.ndarray) -> bool:
 Edit = Callable[[str, np.ndarray], "tuple[np.ndarray, gguf.GGMLQuantizationType | None] | None"]
 
 
-def write_gguf(hf_dir: Path, out: Path, qtype: str, edit: Edit | None = None) -> None:
+def write_gguf(
+    hf_dir: Path,
+    out: Path,
+    qtype: str,
+    edit: Edit | None = None,
+    extra: dict[str, np.ndarray] | None = None,
+) -> None:
     """Convert a tiny checkpoint to GGUF following llama.cpp's converter conventions.
 
     ``edit(gguf_name, f32_array)`` (tests of bad files) may return None to drop a tensor or
-    ``(raw_bytes_or_array, raw_dtype)`` to write something else in its place.
+    ``(raw_bytes_or_array, raw_dtype)`` to write something else in its place. ``extra``
+    tensors (F32) are written as they are, e.g. llama3's ``rope_freqs``.
     """
     cfg = json.loads((hf_dir / "config.json").read_text())
     family = cfg["model_type"]
@@ -285,6 +292,8 @@ def write_gguf(hf_dir: Path, out: Path, qtype: str, edit: Edit | None = None) ->
         else:
             q = gguf.quants.quantize(data, _QTYPES[qtype])
             w.add_tensor(gname, q, raw_dtype=_QTYPES[qtype])
+    for gname, data in (extra or {}).items():
+        w.add_tensor(gname, np.ascontiguousarray(data, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

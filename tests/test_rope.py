@@ -11,7 +11,7 @@ import pytest
 import torch
 from colibri.errors import UnsupportedError
 from colibri.rope import rope_table
-from modelfactory import reference_logits
+from modelfactory import reference_logits, write_gguf
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
@@ -58,7 +58,7 @@ def test_unknown_scaling_is_refused() -> None:
         rope_table(HEAD_DIM, 10000.0, {"rope_type": "longrope", "factor": 2.0}, 4096)
 
 
-def test_llama3_scaled_model_matches_transformers(tmp_path: Path) -> None:
+def _llama3_model(tmp_path: Path) -> tuple[LlamaForCausalLM, Path]:
     torch.manual_seed(0)
     cfg = LlamaConfig(
         vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -69,9 +69,37 @@ def test_llama3_scaled_model_matches_transformers(tmp_path: Path) -> None:
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.15)
-    model.save_pretrained(tmp_path, safe_serialization=True)
-    ids = list(range(3, 200, 7))
-    ref = reference_logits(model, ids)
-    got = colibri.Model.load(tmp_path, engine=colibri.EngineConfig(context_length=64))
-    out = got.session().forward(ids, all_logits=True)
+    model.save_pretrained(tmp_path / "hf", safe_serialization=True)
+    return model, tmp_path / "hf"
+
+
+IDS = list(range(3, 200, 7))
+
+
+def test_llama3_scaled_model_matches_transformers(tmp_path: Path) -> None:
+    model, hf_dir = _llama3_model(tmp_path)
+    ref = reference_logits(model, IDS)
+    got = colibri.Model.load(hf_dir, engine=colibri.EngineConfig(context_length=64))
+    out = got.session().forward(IDS, all_logits=True)
     assert np.abs(out - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+def test_gguf_rope_freqs_tensor_carries_llama3_scaling(tmp_path: Path) -> None:
+    """llama.cpp's converter writes llama3 scaling as a `rope_freqs` tensor of divisors of
+    the base frequencies (no scaling keys in the metadata)."""
+    model, hf_dir = _llama3_model(tmp_path)
+    base = rope_table(16, 500000.0, None, 131072).inv_freq
+    scaled = rope_table(16, 500000.0, CASES["llama3"], 131072).inv_freq
+    path = tmp_path / "llama3.gguf"
+    write_gguf(hf_dir, path, "F32", extra={"rope_freqs": base / scaled})
+    ref = reference_logits(model, IDS)
+    out = colibri.Model.load(path, engine=colibri.EngineConfig(context_length=64))
+    got = out.session().forward(IDS, all_logits=True)
+    assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
+    # The tensor is really applied: halving every frequency moves the logits far more
+    # than float noise. (llama3 scaling itself only touches the slowest frequencies, whose
+    # angles are still tiny at these 29 positions.)
+    halved = tmp_path / "halved.gguf"
+    write_gguf(hf_dir, halved, "F32", extra={"rope_freqs": np.full(8, 2.0, np.float32)})
+    other = colibri.Model.load(halved, engine=colibri.EngineConfig(context_length=64))
+    assert np.abs(other.session().forward(IDS, all_logits=True) - ref).max() > 1e-2

@@ -20,7 +20,13 @@ import numpy.typing as npt
 from . import _core
 from .chat import ChatTemplate
 from .config import ActivationPrecision, EngineConfig, ThreadConfig, WaitPolicy
-from .errors import ContextOverflowError, InvalidRequestError, TokenOutOfRangeError
+from .errors import (
+    ContextOverflowError,
+    InvalidRequestError,
+    ModelFormatError,
+    TokenOutOfRangeError,
+    UnsupportedError,
+)
 from .generation import Chunk, FinishReason, Generation, GenerationStats, stream_tokens
 from .rope import rope_table
 from .sampling import Sampling
@@ -77,7 +83,28 @@ def _context_length(cfg: ModelConfig, engine: EngineConfig) -> int:
     return engine.resolve_context_length(cfg.max_position_embeddings)
 
 
-def _model_spec(cfg: ModelConfig, context_length: int) -> _core.ModelSpec:
+# Tensors the source provides that the core does not load: they are folded into the spec.
+_SPEC_TENSORS = ("rope_freqs",)
+
+
+def _rope_freq_factors(manifest: Manifest) -> npt.NDArray[np.float32] | None:
+    """GGUF files of llama3-scaled models carry the scaling as a `rope_freqs` tensor of
+    per-frequency divisors (llama.cpp divides the base frequencies by it)."""
+    t = manifest.tensors.get("rope_freqs")
+    if t is None:
+        return None
+    if t.dtype != "F32":
+        raise UnsupportedError(f"rope_freqs must be F32, not {t.dtype}")
+    chunks = []
+    for e in t.extents:
+        with open(manifest.files[e.file], "rb") as f:
+            f.seek(e.offset)
+            chunks.append(f.read(e.length))
+    return np.frombuffer(b"".join(chunks), dtype=np.float32).copy()
+
+
+def _model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
+    cfg = manifest.config
     spec = _core.ModelSpec()
     spec.arch = cfg.arch
     spec.vocab_size = cfg.vocab_size
@@ -91,7 +118,15 @@ def _model_spec(cfg: ModelConfig, context_length: int) -> _core.ModelSpec:
     rope = rope_table(
         cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings
     )
-    spec.rope_inv_freq = rope.inv_freq.tolist()
+    inv_freq = rope.inv_freq
+    factors = _rope_freq_factors(manifest)
+    if factors is not None:
+        if factors.shape != inv_freq.shape:
+            raise ModelFormatError(
+                f"rope_freqs has {factors.size} entries, the heads need {inv_freq.size}"
+            )
+        inv_freq = (inv_freq / factors).astype(np.float32)
+    spec.rope_inv_freq = inv_freq.tolist()
     spec.rope_attention_factor = rope.attention_factor
     spec.qk_norm = _QK_NORM[cfg.qk_norm]
     spec.attention_bias = cfg.attention_bias
@@ -116,6 +151,7 @@ def _tensor_specs(manifest: Manifest) -> list[_core.TensorSpec]:
             t.rope_unpermute_heads,
         )
         for t in manifest.tensors.values()
+        if t.name not in _SPEC_TENSORS
     ]
 
 
@@ -137,7 +173,7 @@ class Model:
         """Loads a GGUF file or a Hugging Face checkpoint directory."""
         engine = engine if engine is not None else EngineConfig()
         manifest = open_model_source(Path(path))
-        spec = _model_spec(manifest.config, _context_length(manifest.config, engine))
+        spec = _model_spec(manifest, _context_length(manifest.config, engine))
         core = _core.Engine(
             spec,
             _tensor_specs(manifest),
