@@ -14,12 +14,25 @@ colibri uses) as a llama.cpp-style Mixtral GGUF:
 * every other tensor copied unchanged, in the source's order.
 
 Mixtral-style routing takes the softmax of the router logits, keeps the top-k and
-renormalizes their weights to sum to 1, so the layer computes
-``sum_i w_i * FFN(x) = FFN(x)`` up to float rounding, while the router still picks
-different experts token by token. The model therefore produces the dense model's text
-through the whole MoE machinery (router, top-k, expert dispatch, weighted sum). It is a
-test and demonstration model, not a trained MoE: its experts are identical and its router
-is noise. ``docs/demo-moe.md`` says more.
+renormalizes their weights to sum to 1, so the layer computes ``sum_i w_i * FFN(x)``,
+which is ``FFN(x)`` up to float rounding, while the router picks different experts token
+by token. Two router layouts:
+
+``router="paired"`` (the default; needs ``top_k == 2`` and an even ``n_experts``)
+    Experts ``2j`` and ``2j+1`` share one random router row. Their logits are then equal,
+    the top-2 is always one such pair, each gets weight exactly 0.5, and
+    ``0.5*y + 0.5*y == y`` exactly: the model computes the dense model's logits bit for
+    bit under every setting (activation precision included), while the pair chosen
+    changes from token to token. This is the named ``smollm2-moe-demo`` model.
+``router="random"``
+    An independent random row per expert: any top-k pair can be chosen, and the output
+    equals the dense one only up to float rounding. With int8 activations (the default
+    ``EngineConfig.activation_precision``) a last-bit difference can flip an activation's
+    rounding and grow into a visible logit change, so greedy text may diverge; with
+    float32 activations it matches in practice.
+
+It is a test and demonstration model, not a trained MoE: its experts are identical and
+its router is noise. ``docs/demo-moe.md`` says more.
 """
 
 from __future__ import annotations
@@ -31,7 +44,7 @@ import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -51,8 +64,10 @@ _KIND_ORDER = ("gate", "up", "down")
 # Called after each layer is written: (layers done, layers in total).
 Progress = Callable[[int, int], None]
 
+RouterLayout = Literal["paired", "random"]
 
-def _check_args(n_experts: int, top_k: int, seed: int) -> None:
+
+def _check_args(n_experts: int, top_k: int, seed: int, router: str) -> None:
     for name, v in (("n_experts", n_experts), ("top_k", top_k), ("seed", seed)):
         if isinstance(v, bool) or not isinstance(v, int):
             raise ConfigError(f"make_demo_moe: {name} must be an integer, got {v!r}")
@@ -64,6 +79,14 @@ def _check_args(n_experts: int, top_k: int, seed: int) -> None:
         )
     if seed < 0:
         raise ConfigError(f"make_demo_moe: seed must be >= 0, got {seed}")
+    if router not in ("paired", "random"):
+        raise ConfigError(f"make_demo_moe: router {router!r} is not allowed; use 'paired' "
+                          "or 'random'")
+    if router == "paired" and (top_k != 2 or n_experts % 2):
+        raise ConfigError(
+            f"make_demo_moe: router='paired' needs top_k == 2 and an even n_experts (got "
+            f"top_k {top_k}, n_experts {n_experts}); use router='random' otherwise"
+        )
 
 
 def _copy_metadata(reader: Any, writer: Any, src: Path) -> None:
@@ -102,22 +125,25 @@ def make_demo_moe(
     top_k: int = DEMO_TOP_K,
     seed: int = 0,
     *,
+    router: RouterLayout = "paired",
     progress: Progress | None = None,
 ) -> Path:
     """Writes the demo MoE made from the dense Llama GGUF `src_gguf` to `dst_gguf`.
 
     Every expert of layer N is a byte copy of the source's dense FFN of layer N; the router
     ``blk.N.ffn_gate_inp`` is random (``numpy.random.default_rng(seed)``, normal with std
-    ``1/sqrt(hidden)``). The file is written to a temporary name beside `dst_gguf` and
-    renamed into place, so a reader never sees a partial file. Returns `dst_gguf`.
+    ``1/sqrt(hidden)``, layer after layer), with one row per pair of experts repeated
+    twice when `router` is ``"paired"`` (see the module docstring). `progress` is called
+    after each layer. The file is written to a temporary name beside `dst_gguf` and renamed
+    into place, so a reader never sees a partial file. Returns `dst_gguf`.
 
     Raises ModelNotFoundError when `src_gguf` is missing, ModelFormatError when it is not a
     dense ``llama`` GGUF with a gate/up/down FFN in every layer, ConfigError for bad
-    `n_experts`/`top_k`/`seed`.
+    `n_experts`/`top_k`/`seed`/`router`.
     """
     import gguf
 
-    _check_args(n_experts, top_k, seed)
+    _check_args(n_experts, top_k, seed, router)
     src, dst = Path(src_gguf), Path(dst_gguf)
     if not src.is_file():
         raise ModelNotFoundError(f"demo MoE source {str(src)!r} does not exist")
@@ -145,17 +171,18 @@ def make_demo_moe(
                 raise ModelFormatError(f"{src}: layer {i} has no dense ffn_{kind} tensor")
 
     rng = np.random.default_rng(seed)
-    routers = [
-        (rng.standard_normal((n_experts, hidden)) / math.sqrt(hidden)).astype(np.float32)
-        for _ in range(n_layers)
-    ]
+    rows = n_experts // 2 if router == "paired" else n_experts
+    routers = []
+    for _ in range(n_layers):
+        r = (rng.standard_normal((rows, hidden)) / math.sqrt(hidden)).astype(np.float32)
+        routers.append(np.repeat(r, 2, axis=0) if router == "paired" else r)
 
     # The output tensors, in the source's order; a layer's FFN group is replaced, where its
     # first dense FFN tensor was, by the router and the three stacks.
     def stored(t: Any) -> Callable[[], np.ndarray[Any, Any]]:
         return lambda: np.asarray(t.data)
 
-    def router(layer: int) -> Callable[[], np.ndarray[Any, Any]]:
+    def router_of(layer: int) -> Callable[[], np.ndarray[Any, Any]]:
         return lambda: routers[layer]
 
     def stack(t: Any) -> Callable[[], np.ndarray[Any, Any]]:
@@ -176,7 +203,7 @@ def make_demo_moe(
         if layer in done:
             continue
         done.add(layer)
-        plan.append((f"blk.{layer}.ffn_gate_inp.weight", router(layer),
+        plan.append((f"blk.{layer}.ffn_gate_inp.weight", router_of(layer),
                      gguf.GGMLQuantizationType.F32))
         for kind in _KIND_ORDER:
             dense = tensors[f"blk.{layer}.ffn_{kind}.weight"]

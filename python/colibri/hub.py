@@ -11,7 +11,8 @@ Two names are known (:data:`NAMED_MODELS`):
     extracted into the cache directory, checked against its SHA-256.
 ``smollm2-moe-demo``
     The demonstration MoE built from it by :func:`colibri.demo_moe.make_demo_moe` (8
-    experts, top-2), written once into the cache directory (see docs/demo-moe.md).
+    experts, top-2, paired router: the dense model's logits bit for bit), written once
+    into the cache directory (see docs/demo-moe.md).
 
 The cache directory is ``cache_dir`` when given, else :func:`default_cache_dir`:
 ``$XDG_CACHE_HOME/colibri/models``, or ``~/.cache/colibri/models``. That function is the
@@ -86,8 +87,9 @@ NAMED_MODELS: dict[str, NamedModel] = {
             "smollm2-moe-demo",
             (),
             "SmolLM2-135M-Instruct rewritten as an 8-expert, top-2 Mixtral-style MoE whose "
-            "experts are copies of the dense FFN (same text as the dense model; a demo, "
-            "not a trained MoE)",
+            "experts are copies of the dense FFN and whose router picks one of 4 pairs of "
+            "experts per token with weights 0.5/0.5 (the dense model's logits bit for bit; "
+            "a demo, not a trained MoE)",
         ),
     )
 }
@@ -297,7 +299,8 @@ def demo_moe_model(
         f"450 MB, once) from {src.name} into {cache}"
     )
     t0 = time.perf_counter()
-    make_demo_moe(src, dst, DEMO_N_EXPERTS, DEMO_TOP_K, seed=0, progress=progress.update)
+    make_demo_moe(src, dst, DEMO_N_EXPERTS, DEMO_TOP_K, seed=0, router="paired",
+                  progress=progress.update)
     progress.note(f"colibri: saved {dst} ({time.perf_counter() - t0:.0f} s)")
     return dst
 

@@ -1,0 +1,304 @@
+"""The demo MoE (colibri.demo_moe): SmolLM2's dense FFN turned into 8 routed experts.
+
+Every expert is a byte copy of the dense FFN and Mixtral routing renormalizes the top-k
+weights. With the paired router (the named model) each token's top-2 is a pair of experts
+with equal logits, weights 0.5 and 0.5, so the MoE computes the dense model's logits bit
+for bit while the chosen pair changes token by token; with an independent random router
+the output is the dense one up to float rounding.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import colibri
+import gguf
+import numpy as np
+import pytest
+from colibri import hub
+from colibri.demo_moe import DEMO_N_EXPERTS, DEMO_TOP_K, make_demo_moe
+from colibri.errors import ConfigError, ModelFormatError, ModelNotFoundError
+from colibri.sources import Manifest, TensorInfo, open_model_source
+from modelfactory import TinyModel
+from realmodel import smollm2_gguf
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain in one sentence why the sky is blue.",
+    "List three prime numbers.",
+    "How do I reverse a list in Python?",
+]
+MAX_TOKENS = 24
+EXPERT_KEYS = {"llama.expert_count", "llama.expert_used_count"}
+
+
+@pytest.fixture(scope="module")
+def demo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache directory in which the named demo model was built on first use."""
+    smollm2_gguf()  # skips without the weights
+    cache = tmp_path_factory.mktemp("colibri-cache")
+    log = io.StringIO()
+    path = hub.demo_moe_model(cache, log=log)
+    assert path == cache / hub.DEMO_FILE
+    assert "building the demo MoE" in log.getvalue() and "(100%)" in log.getvalue()
+    assert sorted(p.name for p in cache.iterdir()) == [hub.DEMO_FILE]  # no temporary left
+    return cache
+
+
+@pytest.fixture(scope="module")
+def demo_path(demo_cache: Path) -> Path:
+    return demo_cache / hub.DEMO_FILE
+
+
+@pytest.fixture(scope="module")
+def models(demo_path: Path) -> tuple[colibri.Model, colibri.Model]:
+    """(dense SmolLM2, demo MoE), loaded once."""
+    return colibri.Model.load(smollm2_gguf()), colibri.Model.load(demo_path)
+
+
+def _read(manifest: Manifest, t: TensorInfo) -> bytes:
+    out = bytearray()
+    for e in t.extents:
+        with open(manifest.files[e.file], "rb") as fh:
+            fh.seek(e.offset)
+            out += fh.read(e.length)
+    return bytes(out)
+
+
+def test_structure(demo_path: Path) -> None:
+    dense = open_model_source(smollm2_gguf())
+    moe = open_model_source(demo_path)
+    cfg = moe.config
+    assert cfg.arch == "mixtral"
+    assert (cfg.n_experts, cfg.n_experts_per_tok) == (DEMO_N_EXPERTS, DEMO_TOP_K) == (8, 2)
+    assert cfg.norm_topk_prob and all(cfg.moe_layers)
+    assert cfg.moe_intermediate_size == dense.config.intermediate_size == 1536
+    assert cfg.intermediate_size == 0
+
+    # All metadata copied (tokenizer, chat template, ...), plus the two expert keys.
+    assert set(moe.metadata) == set(dense.metadata) | EXPERT_KEYS
+    for key, value in dense.metadata.items():
+        assert moe.metadata[key] == value, key
+    assert moe.metadata["llama.expert_count"] == 8
+    assert moe.metadata["llama.expert_used_count"] == 2
+
+    # Every expert is the dense FFN, byte for byte, in its quantized type.
+    for layer in (0, 17, 29):
+        for kind in ("gate", "up", "down"):
+            d = dense.tensors[f"blk.{layer}.ffn_{kind}"]
+            want = _read(dense, d)
+            for e in range(8):
+                t = moe.tensors[f"blk.{layer}.ffn_{kind}_exps.{e}"]
+                assert (t.dtype, t.shape) == (d.dtype, d.shape)
+                assert _read(moe, t) == want, (layer, kind, e)
+
+    # Routers: F32 [8, 576]; 4 rows normal(0, 1/sqrt(576)) from default_rng(0), layer by
+    # layer, each used by a pair of experts.
+    rng = np.random.default_rng(0)
+    for layer in range(30):
+        r = moe.tensors[f"blk.{layer}.ffn_gate_inp"]
+        assert (r.dtype, r.shape) == ("F32", (8, 576))
+        rows = (rng.standard_normal((4, 576)) / math.sqrt(576)).astype(np.float32)
+        assert _read(moe, r) == np.repeat(rows, 2, axis=0).tobytes()
+
+    # Every other tensor is unchanged.
+    others = [n for n in dense.tensors if ".ffn_gate" not in n and ".ffn_up" not in n
+              and ".ffn_down" not in n]
+    assert len(others) == 272 - 90
+    for name in others:
+        assert moe.tensors[name].dtype == dense.tensors[name].dtype
+        assert _read(moe, moe.tensors[name]) == _read(dense, dense.tensors[name]), name
+
+
+def test_greedy_text_equals_dense(models: tuple[colibri.Model, colibri.Model]) -> None:
+    dense, moe = models
+    for prompt in PROMPTS:
+        messages = [{"role": "user", "content": prompt}]
+        want = dense.generate(messages=messages, max_tokens=MAX_TOKENS)
+        got = moe.generate(messages=messages, max_tokens=MAX_TOKENS)
+        assert got.token_ids == want.token_ids, (prompt, got.text, want.text)
+        assert got.text == want.text
+        assert len(got.token_ids) >= 8, prompt  # a real answer, not an immediate EOS
+
+
+@pytest.mark.parametrize("precision", ["int8", "float32"])
+def test_logits_bit_identical_to_dense(
+    models: tuple[colibri.Model, colibri.Model], precision: str
+) -> None:
+    dense, moe = models
+    ids = dense.encode_prompt(messages=[{"role": "user", "content": PROMPTS[1]}])
+    try:
+        for m in models:
+            m.set_activation_precision(precision)
+        a = dense.session().forward(ids, all_logits=True)
+        b = moe.session().forward(ids, all_logits=True)
+    finally:
+        for m in models:
+            m.set_activation_precision("int8")
+    assert np.array_equal(a, b)
+
+
+def test_routing_differs_across_tokens(models: tuple[colibri.Model, colibri.Model]) -> None:
+    _, moe = models
+    ids = moe.encode_prompt(messages=[{"role": "user", "content": PROMPTS[2]}])
+    s = moe.session()
+    s.forward(ids)
+    routing = s.last_routing()
+    assert routing.dtype == np.int32
+    assert routing.shape == (len(ids), 30, 2)
+    assert routing.min() >= 0 and routing.max() < 8  # every layer is an MoE layer
+    # Each token's two experts are a pair (2j, 2j+1) of tied router rows.
+    assert np.all(routing[:, :, 0] // 2 == routing[:, :, 1] // 2)
+    assert np.all(routing[:, :, 0] != routing[:, :, 1])
+    # Per layer, the selected pair changes from token to token.
+    for layer in range(30):
+        pairs = {tuple(sorted(p)) for p in routing[:, layer, :].tolist()}
+        assert len(pairs) >= 2, (layer, pairs)
+    assert sum(len({tuple(p) for p in routing[:, ly, :].tolist()}) for ly in range(30)) >= 60
+    # Across the model every expert is used.
+    assert set(np.unique(routing).tolist()) == set(range(8))
+
+    # Decoding one more token routes just that token, and the prefill routing is repeatable.
+    s.forward([int(s.last_logits().argmax())])
+    assert s.last_routing().shape == (1, 30, 2)
+    s2 = moe.session()
+    s2.forward(ids)
+    assert np.array_equal(s2.last_routing(), routing)
+
+
+def test_cli_named_model(demo_cache: Path, models: tuple[colibri.Model, colibri.Model]) -> None:
+    dense, _ = models
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(str(Path(p).parent) for p in colibri.__path__)
+    proc = subprocess.run(
+        [sys.executable, "-m", "colibri", "run", "--model", "smollm2-moe-demo", "--cache-dir",
+         str(demo_cache), "-n", "12", "--json", PROMPTS[3]],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rec = json.loads(proc.stdout)
+    assert rec["model"]["name"] == "smollm2-moe-demo"
+    assert rec["model"]["architecture"] == "mixtral"
+    assert rec["model"]["path"] == str(demo_cache / hub.DEMO_FILE)
+    want = dense.generate(messages=[{"role": "user", "content": PROMPTS[3]}], max_tokens=12)
+    assert rec["token_ids"] == want.token_ids and rec["text"] == want.text
+
+
+def test_random_router(models: tuple[colibri.Model, colibri.Model], tmp_path: Path) -> None:
+    # Independent router rows: any pair of experts, the dense output up to float rounding.
+    # With float32 activations that keeps the greedy text (int8 activations can turn a
+    # last-bit difference into a flipped rounding; docs/demo-moe.md).
+    dense, _ = models
+    path = make_demo_moe(smollm2_gguf(), tmp_path / "random.gguf", n_experts=4, top_k=2,
+                         seed=1, router="random")
+    moe = colibri.Model.load(path, engine=colibri.EngineConfig(activation_precision="float32"))
+    dense.set_activation_precision("float32")
+    try:
+        ids = dense.encode_prompt(messages=[{"role": "user", "content": PROMPTS[0]}])
+        a = dense.session().forward(ids, all_logits=True)
+        s = moe.session()
+        b = s.forward(ids, all_logits=True)
+        assert float(np.abs(a - b).max()) <= 1e-5 * float(np.abs(a).max())
+        routing = s.last_routing()
+        assert np.any(routing[:, :, 0] // 2 != routing[:, :, 1] // 2)  # not only pairs
+        for prompt in PROMPTS:
+            messages = [{"role": "user", "content": prompt}]
+            want = dense.generate(messages=messages, max_tokens=MAX_TOKENS)
+            got = moe.generate(messages=messages, max_tokens=MAX_TOKENS)
+            assert got.token_ids == want.token_ids, (prompt, got.text, want.text)
+    finally:
+        dense.set_activation_precision("int8")
+
+
+# --- on a tiny model: exact arithmetic, options, errors --------------------------------------
+
+
+def test_tiny_llama(tiny_models: dict[str, TinyModel], tmp_path: Path) -> None:
+    src = tiny_models["llama"].gguf["F32"]
+    dst = make_demo_moe(src, tmp_path / "moe.gguf", n_experts=4, top_k=3, seed=7,
+                        router="random")
+    cfg = open_model_source(dst).config
+    assert (cfg.arch, cfg.n_experts, cfg.n_experts_per_tok) == ("mixtral", 4, 3)
+    dense, moe = colibri.Model.load(src), colibri.Model.load(dst)
+    ids = list(range(3, 40))
+    a = dense.session().forward(ids, all_logits=True)
+    s = moe.session()
+    b = s.forward(ids, all_logits=True)
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+    assert s.last_routing().shape == (len(ids), cfg.n_layers, 3)
+
+    # Deterministic: the same seed gives the same bytes, another seed another router.
+    again = make_demo_moe(src, tmp_path / "again.gguf", n_experts=4, top_k=3, seed=7,
+                          router="random")
+    assert again.read_bytes() == dst.read_bytes()
+    other = make_demo_moe(src, tmp_path / "other.gguf", n_experts=4, top_k=3, seed=8,
+                          router="random")
+    assert other.read_bytes() != dst.read_bytes()
+    assert other.stat().st_size == dst.stat().st_size
+
+
+def test_tiny_llama_paired_is_bit_identical(tiny_models: dict[str, TinyModel],
+                                            tmp_path: Path) -> None:
+    for dtype in ("F32", "Q8_0", "Q4_0"):
+        src = tiny_models["llama"].gguf[dtype]
+        dst = make_demo_moe(src, tmp_path / f"paired-{dtype}.gguf", n_experts=6, seed=2)
+        ids = list(range(3, 40))
+        a = colibri.Model.load(src).session().forward(ids, all_logits=True)
+        s = colibri.Model.load(dst).session()
+        b = s.forward(ids, all_logits=True)
+        assert np.array_equal(a, b), dtype
+        pairs = s.last_routing() // 2
+        assert np.all(pairs[:, :, 0] == pairs[:, :, 1])
+        assert len(np.unique(pairs)) == 3
+
+
+def test_errors(tiny_models: dict[str, TinyModel], tmp_path: Path) -> None:
+    src = tiny_models["llama"].gguf["Q8_0"]
+    out = tmp_path / "out.gguf"
+    with pytest.raises(ModelNotFoundError):
+        make_demo_moe(tmp_path / "missing.gguf", out)
+    with pytest.raises(ConfigError, match="top_k"):
+        make_demo_moe(src, out, n_experts=4, top_k=5, router="random")
+    with pytest.raises(ConfigError, match="n_experts"):
+        make_demo_moe(src, out, n_experts=0)
+    with pytest.raises(ConfigError, match="paired"):
+        make_demo_moe(src, out, n_experts=4, top_k=3)
+    with pytest.raises(ConfigError, match="paired"):
+        make_demo_moe(src, out, n_experts=5, top_k=2)
+    with pytest.raises(ConfigError, match="router"):
+        make_demo_moe(src, out, router="tied")  # type: ignore[arg-type]
+    with pytest.raises(ModelFormatError, match="already a mixture of experts"):
+        make_demo_moe(tiny_models["mixtral"].gguf["Q8_0"], out)
+    with pytest.raises(ModelFormatError, match="qwen3moe"):
+        make_demo_moe(tiny_models["qwen3_moe"].gguf["Q8_0"], out)
+    notgguf = tmp_path / "x.gguf"
+    notgguf.write_bytes(b"not a gguf file at all")
+    with pytest.raises(ModelFormatError, match="not a readable GGUF"):
+        make_demo_moe(notgguf, out)
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.gguf"]  # no temporaries left
+
+
+def test_gguf_reader_sees_a_mixtral_file(tiny_models: dict[str, TinyModel],
+                                         tmp_path: Path) -> None:
+    # What llama.cpp reads: stacked expert tensors with GGML ne = [cols, rows, n_experts].
+    src = tiny_models["llama"].gguf["Q8_0"]
+    dst = make_demo_moe(src, tmp_path / "moe.gguf", n_experts=4, top_k=2)
+    r = gguf.GGUFReader(dst)
+    t = {x.name: x for x in r.tensors}
+    d = {x.name: x for x in gguf.GGUFReader(src).tensors}
+    dense = d["blk.0.ffn_up.weight"]
+    up = t["blk.0.ffn_up_exps.weight"]
+    assert up.tensor_type == dense.tensor_type == gguf.GGMLQuantizationType.Q8_0
+    assert up.shape.tolist() == [*dense.shape.tolist(), 4]
+    router = t["blk.0.ffn_gate_inp.weight"]
+    assert router.tensor_type == gguf.GGMLQuantizationType.F32
+    assert router.shape.tolist() == [64, 4]
+    assert "blk.0.ffn_up.weight" not in t
