@@ -50,7 +50,8 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    isa = [f for f in ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags]
+    wanted = ("avx2", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile")
+    isa = [f for f in wanted if f in flags]
     mem = 0
     try:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -85,7 +86,10 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
         [f"{c:.3g}" if isinstance(c, float) else str(c) for c in r] for r in rows
     ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in cells]
+    lines = [
+        "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
+        for r in cells
+    ]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     text = "\n".join(lines)
     print(text)

@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from _common import median, print_table, write_result
 
 PROMPT = (
     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
-    "<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+    "<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+    "<|im_start|>assistant\n"
 )
 
 
@@ -73,7 +75,9 @@ def run_llama(llm: Any, prompt: list[int], n_decode: int) -> tuple[float, float,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--decode", type=int, default=64)
@@ -130,9 +134,9 @@ def main() -> None:
     rows.append(["ratio colibri/llama.cpp", ratio_pf, ratio_dec])
     result["ratio_prefill"] = ratio_pf
     result["ratio_decode"] = ratio_dec
-    same = sum(1 for a, b in zip(texts["colibri"], texts["llama.cpp"]) if a == b)
+    same = sum(1 for a, b in zip(texts["colibri"], texts["llama.cpp"], strict=False) if a == b)
     agree = 0
-    for a, b in zip(texts["colibri"], texts["llama.cpp"]):
+    for a, b in zip(texts["colibri"], texts["llama.cpp"], strict=False):
         if a != b:
             break
         agree += 1
@@ -140,7 +144,8 @@ def main() -> None:
     print(f"SmolLM2-135M Q4_1, {len(prompt)}-token prompt, {args.decode} decode tokens, "
           f"{args.threads} threads, median of {args.repeats}")
     print_table(["engine", "prefill tok/s", "decode tok/s"], rows)
-    print(f"greedy tokens agreeing from the start: {agree}/{args.decode} (same at {same} positions)")
+    print(f"greedy tokens agreeing from the start: {agree}/{args.decode} "
+          f"(same at {same} positions)")
     print("wrote", write_result("smollm2", result))
 
 

@@ -9,6 +9,7 @@ families. Reference outputs from transformers come from ``modelfactory.transform
 from __future__ import annotations
 
 import pytest
+
 from modelfactory import FAMILIES, TinyModel, build_tiny_model
 
 

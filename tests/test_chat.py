@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from colibri.chat import CHATML_TEMPLATE, ChatTemplate, apply_chat_template, validate_messages
 from colibri.errors import InvalidRequestError, ModelFormatError
 from colibri.tokenizer import Tokenizer

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+
 from colibri.config import (
     DEFAULT_CONTEXT_CAP,
     MAX_SPIN_US,

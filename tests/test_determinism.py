@@ -3,9 +3,10 @@ team sizes and wait policies (DESIGN.md, principle 1)."""
 
 from __future__ import annotations
 
-import colibri
 import numpy as np
 import pytest
+
+import colibri
 from colibri.config import EngineConfig, ThreadConfig
 from realmodel import smollm2_gguf
 

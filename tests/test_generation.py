@@ -6,9 +6,10 @@ from __future__ import annotations
 import signal
 import threading
 
-import colibri as co
 import numpy as np
 import pytest
+
+import colibri as co
 from colibri.errors import (
     ConfigError,
     ContextOverflowError,

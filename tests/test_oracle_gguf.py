@@ -34,9 +34,10 @@
 
 from __future__ import annotations
 
-import colibri
 import numpy as np
 import pytest
+
+import colibri
 from modelfactory import (
     TinyModel,
     dequantized_hf_dir,

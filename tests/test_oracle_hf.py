@@ -7,9 +7,10 @@ token at a time, and the greedy continuation must be the same tokens.
 
 from __future__ import annotations
 
-import colibri
 import numpy as np
 import pytest
+
+import colibri
 from modelfactory import (
     TinyModel,
     prompt_ids,

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import colibri
 import numpy as np
 import pytest
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+import colibri
 from colibri.errors import UnsupportedError
 from colibri.rope import rope_table
 from modelfactory import reference_logits, write_gguf
-from transformers import LlamaConfig, LlamaForCausalLM
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 HEAD_DIM = 64
 CASES = {

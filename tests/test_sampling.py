@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+
 from colibri.errors import ConfigError, InvalidRequestError, TokenOutOfRangeError
 from colibri.sampling import (
     LogitBias,

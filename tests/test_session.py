@@ -3,9 +3,10 @@ leaves the session as it was."""
 
 from __future__ import annotations
 
-import colibri
 import numpy as np
 import pytest
+
+import colibri
 from colibri.config import EngineConfig, ThreadConfig
 from colibri.errors import (
     ColibriError,

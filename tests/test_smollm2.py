@@ -23,11 +23,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import colibri
 import numpy as np
 import pytest
 import torch
 import transformers
+
+import colibri
 from modelfactory import cache_root
 from realmodel import smollm2_gguf
 

@@ -15,6 +15,8 @@ import gguf
 import numpy as np
 import pytest
 import transformers
+from safetensors.numpy import load_file, save_file
+
 from colibri.errors import (
     ModelFormatError,
     ModelNotFoundError,
@@ -32,7 +34,6 @@ from modelfactory import (
     write_gguf,
 )
 from realmodel import smollm2_gguf
-from safetensors.numpy import load_file, save_file
 
 # Tensor count per family (the spec, written out): token_embd + output_norm (+ output when
 # untied) + per layer: attn_norm, q, k, v, o, ffn_norm (+ q/k norms, + q/k/v biases) and the

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 import pytest
+
 from colibri.errors import ModelIOError
 
 core = pytest.importorskip("colibri._core")

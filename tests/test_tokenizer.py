@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from colibri.errors import (
     InvalidRequestError,
     ModelFormatError,

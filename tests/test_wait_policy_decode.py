@@ -4,24 +4,38 @@ loaded model shows at once, and an idle model uses (near) zero CPU under every p
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
-import colibri
 import numpy as np
 import pytest
+
+import colibri
 from colibri.config import EngineConfig, ThreadConfig
 from realmodel import smollm2_gguf
 
 DECODE_STEPS = 24
 
 
-def _cpu_per_wall_during_decode(model: colibri.Model) -> float:
+def _machine_busy_seconds() -> float:
+    """CPU seconds all processes have used (from /proc/stat), to tell our use from others'."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_per_wall_during_decode(model: colibri.Model) -> tuple[float, float]:
+    """(our CPU-s per wall-s, other processes' CPU-s per wall-s) over a decode."""
     s = model.session()
     logits = s.forward([1, 2, 3, 4])
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+    busy0, cpu0, wall0 = _machine_busy_seconds(), time.process_time(), time.perf_counter()
     for _ in range(DECODE_STEPS):
         logits = s.forward([int(np.argmax(logits))])
-    return (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+    wall = time.perf_counter() - wall0
+    ours = time.process_time() - cpu0
+    others = max(0.0, _machine_busy_seconds() - busy0 - ours)
+    return ours / wall, others / wall
 
 
 def _idle_cpu_seconds(seconds: float = 1.0) -> float:
@@ -42,18 +56,34 @@ def test_spin_uses_more_cpu_than_passive_and_changes_apply_at_once(
     model: colibri.Model,
 ) -> None:
     figures = {}
+    others = 0.0
+    starved = 0
     # spin -> passive -> spin on the same loaded model: each figure reflects the policy set
     # just before it, so a change takes effect at once.
     for label, policy in (("spin", "spin"), ("passive", "passive"), ("spin again", "spin")):
         model.set_threads(ThreadConfig(n=2, wait_policy=policy))
         _cpu_per_wall_during_decode(model)  # warm-up
-        figures[label] = _cpu_per_wall_during_decode(model)
-    print("CPU seconds per wall second during decode (2 threads):", figures)
-    # Under spin the worker never sleeps between the ~300 parallel regions of a token, so
-    # the process burns close to 2 CPU-s per s; passive sleeps in every gap (serial parts of
-    # the layer, the caller's own share). 0.15 CPU-s/s is far above run-to-run noise.
-    assert figures["spin"] > figures["passive"] + 0.15
-    assert figures["spin again"] > figures["passive"] + 0.15
+        model.reset_thread_stats()
+        figures[label], busy_elsewhere = _cpu_per_wall_during_decode(model)
+        others = max(others, busy_elsewhere)
+        starved += model.thread_stats().starved
+    print("CPU seconds per wall second during decode (2 threads):", figures,
+          f"other processes: {others:.2f}")  # fmt: skip
+    if others > 0.25 and os.cpu_count() == 2:
+        # Measured independently from /proc/stat: other processes held a good part of a
+        # core, so our two threads could not both run and neither policy can show itself.
+        pytest.skip(f"machine busy: other processes used {others:.2f} CPU-s/s: {figures}")
+    if starved:
+        # More runnable threads than cores (other processes): the pool's guard turns a
+        # spinning wait that lost its core into a sleep (docs/tuning.md), so the two
+        # policies cannot differ. The pool-level test covers this case.
+        pytest.skip(f"machine oversubscribed ({starved} starved waits): {figures}")
+    # Under spin the worker burns its core between the ~300 parallel regions of a token
+    # (serial parts of a layer, the caller's sampling); passive sleeps there. On an idle
+    # 2-core machine spin is close to 2 CPU-s/s. A ratio, not a difference, so that a
+    # slower machine scales both figures alike; 1.15 is well above run-to-run noise (<3%).
+    assert figures["spin"] > 1.15 * figures["passive"]
+    assert figures["spin again"] > 1.15 * figures["passive"]
 
 
 @pytest.mark.parametrize("policy", ["spin", "passive", "hybrid"])
