@@ -111,6 +111,8 @@ void bind_engine(py::module_& m) {
       .def("configure_threads", &Engine::configure_threads, py::arg("settings"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("thread_settings", &Engine::thread_settings)
+      .def("thread_stats", &Engine::thread_stats)
+      .def("reset_thread_stats", &Engine::reset_thread_stats)
       .def_property("activation_precision", &Engine::activation_precision, &Engine::set_activation_precision)
       .def_property_readonly("weight_bytes", &Engine::weight_bytes)
       .def_property_readonly("spec", &Engine::spec, py::return_value_policy::copy);

@@ -134,6 +134,11 @@ void Engine::configure_threads(const ThreadSettings& settings) {
 
 ThreadSettings Engine::thread_settings() const { return pool_.settings(); }
 
+void Engine::reset_thread_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  pool_.reset_stats();
+}
+
 void Engine::set_activation_precision(ActPrecision precision) {
   std::lock_guard<std::mutex> lock(mu_);
   precision_ = precision;

@@ -58,6 +58,8 @@ class Engine {
   void set_activation_precision(ActPrecision precision);
   ActPrecision activation_precision() const { return precision_; }
   ThreadSettings thread_settings() const;
+  ThreadPoolStats thread_stats() const { return pool_.stats(); }
+  void reset_thread_stats();
   std::size_t weight_bytes() const { return weights_.total_bytes(); }
 
   // Forward of n tokens at positions [pos0, pos0 + n) with the given KV cache (owned by a

@@ -208,6 +208,14 @@ class Model:
         self._require_core().configure_threads(_thread_settings(threads))
         self._engine_config = self._engine_config.replace(threads=threads)
 
+    def thread_stats(self) -> _core.ThreadPoolStats:
+        """Counters of the compute team (regions, sleeps, starved waits) since load or
+        :meth:`reset_thread_stats`."""
+        return self._require_core().thread_stats()
+
+    def reset_thread_stats(self) -> None:
+        self._require_core().reset_thread_stats()
+
     def set_activation_precision(self, precision: ActivationPrecision | str) -> None:
         """Switches between int8 and float32 activations; takes effect from the next call."""
         cfg = self._engine_config.replace(activation_precision=precision)
