@@ -86,6 +86,7 @@ def test_help_and_version() -> None:
         (["run", "--max-tokens", "-3", "hi"], ["--max-tokens"]),
         (["run", "--threads", "0", "hi"], ["--threads"]),
         (["chat", "--wait-policy", "fast"], ["--wait-policy", "fast"]),
+        (["run", "--activation-precision", "int4", "hi"], ["--activation-precision"]),
         (["run", "--stop", "", "hi"], ["--stop"]),
         (["run", "--raw", "--system", "be brief", "hi"], ["--system", "--raw"]),
         (["run", "--bogus", "hi"], ["--bogus"]),
@@ -218,7 +219,8 @@ RUN_KEYS = {"schema", "model", "prompt", "text", "token_ids", "finish_reason", "
 STATS_KEYS = {"prompt_tokens", "generated_tokens", "prefill_seconds", "decode_seconds",
               "sampling_seconds", "prefill_tok_s", "decode_tok_s", "decode_tokens",
               "load_seconds"}
-SETTINGS_KEYS = {"max_tokens", "stop", "sampling", "threads", "wait_policy", "context_length"}
+SETTINGS_KEYS = {"max_tokens", "stop", "sampling", "threads", "wait_policy", "context_length",
+                 "activation_precision"}
 
 
 def test_run_smollm2_streams_text_and_summary() -> None:
@@ -258,7 +260,7 @@ def test_run_json_record(tmp_path: Path) -> None:
     assert set(s) == SETTINGS_KEYS
     assert (s["max_tokens"], s["wait_policy"], s["context_length"]) == (8, "passive", 512)
     assert s["sampling"]["seed"] == 3 and s["sampling"]["temperature"] == 0.0
-    assert s["stop"] == [] and s["threads"] >= 1
+    assert s["stop"] == [] and s["threads"] >= 1 and s["activation_precision"] == "int8"
 
     # The same generation, streamed from a prompt on stdin: the same text on stdout.
     proc = colibri_cli(*args, "-q", "-", input="The capital of France is\n")
@@ -275,6 +277,18 @@ def test_run_stop_string() -> None:
     rec = json.loads(proc.stdout)
     assert rec["finish_reason"] == "stop" and "\n" not in rec["text"]
     assert rec["settings"]["stop"] == ["\n"]
+
+
+def test_run_float32_activations_answers_like_transformers() -> None:
+    # transformers answers this with "The capital of France is Paris." (docs: REFERENCES).
+    path = smollm2_gguf()
+    proc = colibri_cli("run", "-m", str(path), "-n", "16", "--activation-precision", "float32",
+                       "--json", "What is the capital of France?")
+    assert proc.returncode == 0, proc.stderr
+    rec = json.loads(proc.stdout)
+    assert rec["settings"]["activation_precision"] == "float32"
+    assert rec["text"] == "The capital of France is Paris."
+    assert rec["finish_reason"] == "stop"  # the end-of-turn token
 
 
 # --- chat ---------------------------------------------------------------------------------

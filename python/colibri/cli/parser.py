@@ -36,6 +36,7 @@ FLAG_OF_FIELD = {
     "ThreadConfig.n": "--threads",
     "ThreadConfig.wait_policy": "--wait-policy",
     "EngineConfig.context_length": "--context-length",
+    "EngineConfig.activation_precision": "--activation-precision",
     "stop_strings": "--stop",
 }
 _FIELD = re.compile(r"^(" + "|".join(re.escape(k) for k in FLAG_OF_FIELD) + r"):")
@@ -93,6 +94,9 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    help="how threads wait between parallel regions (default: hybrid)")
     g.add_argument("-c", "--context-length", type=int, metavar="N",
                    help="KV-cache positions (default: the model's context, at most 4096)")
+    g.add_argument("--activation-precision", choices=("int8", "float32"),
+                   help="int8: llama.cpp's arithmetic (default, fastest); float32: "
+                        "transformers' (changes the numbers)")
 
 
 def _sampling_flags(p: argparse.ArgumentParser, max_tokens: int) -> None:
@@ -179,7 +183,10 @@ def engine_from_args(args: argparse.Namespace) -> EngineConfig:
     threads: dict[str, Any] = {"n": args.threads}
     if args.wait_policy is not None:
         threads["wait_policy"] = args.wait_policy
-    return EngineConfig(threads=ThreadConfig(**threads), context_length=args.context_length)
+    engine: dict[str, Any] = {"context_length": args.context_length}
+    if args.activation_precision is not None:
+        engine["activation_precision"] = args.activation_precision
+    return EngineConfig(threads=ThreadConfig(**threads), **engine)
 
 
 def stops_from_args(args: argparse.Namespace) -> list[str]:

@@ -78,6 +78,7 @@ def run_record(
             "threads": threads.team_size(),
             "wait_policy": threads.wait_policy.value,
             "context_length": model.context_length,
+            "activation_precision": model.engine_config.activation_precision.value,
         },
     }
 
