@@ -18,10 +18,11 @@ import time
 import zipfile
 from pathlib import Path
 
-import colibri
 import gguf
 import numpy as np
 import pytest
+
+import colibri
 from colibri import cli, hub
 from colibri.errors import ModelFormatError, ModelNotFoundError
 from colibri.sources import open_model_source
@@ -306,6 +307,17 @@ def test_chat_commands_and_eof() -> None:
     # One token per answer: "ignored" after /exit gets no answer line.
     proc = colibri_cli("chat", "-m", str(path), "-n", "1", input="Hi\n/exit\nignored\n")
     assert proc.returncode == 0 and proc.stdout.count("\n") == 1, proc.stdout
+
+
+def test_chat_drops_old_messages_to_fit_the_context() -> None:
+    path = smollm2_gguf()
+    turns = "".join(f"Tell me about {x}.\n" for x in ("cats", "dogs", "birds", "fish"))
+    long = "Repeat: " + "word " * 200 + "\n"
+    proc = colibri_cli("chat", "-m", str(path), "-c", "128", "-n", "16", input=turns + long)
+    assert proc.returncode == 0, proc.stderr
+    assert "dropped the 2 oldest message(s) to fit the context of 128 tokens" in proc.stderr
+    last = proc.stderr.splitlines()[-1]
+    assert last.startswith("colibri: error: the message is") and "--context-length" in last
 
 
 def test_chat_ctrl_c_stops_the_answer_only() -> None:

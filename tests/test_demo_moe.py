@@ -17,10 +17,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import colibri
 import gguf
 import numpy as np
 import pytest
+
+import colibri
 from colibri import hub
 from colibri.demo_moe import DEMO_N_EXPERTS, DEMO_TOP_K, make_demo_moe
 from colibri.errors import ConfigError, ModelFormatError, ModelNotFoundError
