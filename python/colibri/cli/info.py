@@ -134,8 +134,8 @@ def print_info(info: Mapping[str, Any], out: TextIO) -> None:
         ("architecture", f"{info['architecture']} ({kind})"),
         ("parameters", _count(info["parameters"])),
         ("weights", f"{_size(info['tensor_bytes'])} in {info['tensors']} tensors"),
-        ("context", f"{info['context_length']} tokens (colibri allocates "
-                    f"{info['default_context_length']} unless --context-length says more)"),
+        ("context", f"{info['context_length']} tokens (colibri's KV cache: "
+                    f"{info['default_context_length']} by default, --context-length to change)"),
         ("shape", f"{c['n_layers']} layers, hidden {c['hidden_size']}, {c['n_heads']} heads / "
                   f"{c['n_kv_heads']} KV heads x {c['head_dim']}, vocab {c['vocab_size']}"
                   + (f", FFN {c['intermediate_size']}" if c["intermediate_size"] else "")),
