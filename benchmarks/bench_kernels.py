@@ -10,7 +10,9 @@ ComputeScope (as consecutive layers of a forward pass would). Two shapes:
 
 The reference is a plain native read kernel (64-bit loads summed, the team splitting a
 512 MiB buffer like the matmul splits rows), measured in the same run with the same thread
-counts. Weight GB/s = matrix bytes / time per matvec (median run; "best" = fastest run).
+counts. Weight GB/s = matrix bytes / time per matvec (median run; "best" = fastest run;
+"CPU-time" = bytes / CPU seconds of the calling thread, for 1 thread only: on a shared
+machine it leaves out the time the OS gave to other processes).
 Prints a table, writes JSON to
 benchmarks/results/kernels-<timestamp>.json.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -56,10 +59,18 @@ def make_weight(dtype: str, rows: int, cols: int, rng: np.random.Generator) -> n
 
 
 def time_matvec(dtype: str, w: np.ndarray, rows: int, cols: int, pool: ThreadPool, isa: str | None,
-                iters: int, repeats: int) -> list[float]:
+                iters: int, repeats: int) -> tuple[list[float], list[float]]:
+    """Per repeat: median wall seconds per matvec, and the calling thread's CPU seconds per
+    matvec (meaningful for a team of 1, where the caller does all the work: unlike wall time
+    it does not count time the OS gave to other processes on a shared machine)."""
     x = np.random.default_rng(1).standard_normal((1, cols), dtype=np.float32)
     q.bench_matmul(dtype, w, rows, cols, x, pool, 2, isa)  # warm-up (page faults, caches)
-    return [median(q.bench_matmul(dtype, w, rows, cols, x, pool, iters, isa)) for _ in range(repeats)]
+    wall, cpu = [], []
+    for _ in range(repeats):
+        t0 = time.thread_time()
+        wall.append(median(q.bench_matmul(dtype, w, rows, cols, x, pool, iters, isa)))
+        cpu.append((time.thread_time() - t0) / iters)
+    return wall, cpu
 
 
 def main() -> None:
@@ -95,7 +106,7 @@ def main() -> None:
     rows_out: list[list[Any]] = []
     records: list[dict[str, Any]] = []
     for n in args.threads:
-        rows_out.append(["read kernel", "512 MiB", 512.0, n, "-", "-", round(bandwidth[n], 1), "-", "100%"])
+        rows_out.append(["read kernel", "512 MiB", 512.0, n, "-", "-", round(bandwidth[n], 1), "-", "-", "100%"])
     for dtype in args.types:
         rb = q.row_bytes(dtype, args.cols)
         cold_rows = int(np.ceil(args.cold_factor * l3 / rb / 64)) * 64
@@ -103,23 +114,26 @@ def main() -> None:
             w = make_weight(dtype, rows, args.cols, rng)
             for isa in isas:
                 for n in args.threads:
-                    ts = time_matvec(dtype, w, rows, args.cols, pools[n], isa, args.iters, args.repeats)
+                    ts, cpu = time_matvec(dtype, w, rows, args.cols, pools[n], isa, args.iters, args.repeats)
+                    cpu_gbs = w.nbytes / min(cpu) / 1e9 if n == 1 else None
                     gbs = w.nbytes / median(ts) / 1e9
                     rec = {
                         "type": dtype, "shape": [rows, args.cols], "which": label, "bytes": int(w.nbytes),
                         "isa": isa or q.best_isa(), "threads": n, "seconds_median": median(ts),
                         "seconds_best": min(ts), "weight_gb_s": gbs, "read_gb_s": bandwidth[n],
+                        "cpu_seconds_best": min(cpu) if n == 1 else None, "weight_gb_s_cpu_time": cpu_gbs,
                     }
                     records.append(rec)
                     rows_out.append([f"{dtype} {label}", f"{rows}x{args.cols}", round(w.nbytes / 2**20, 1), n,
                                      rec["isa"], round(median(ts) * 1e3, 3), round(gbs, 1),
-                                     round(w.nbytes / min(ts) / 1e9, 1), f"{100 * gbs / bandwidth[n]:.0f}%"])
+                                     round(w.nbytes / min(ts) / 1e9, 1), "-" if cpu_gbs is None else round(cpu_gbs, 1),
+                                     f"{100 * gbs / bandwidth[n]:.0f}%"])
             del w
 
     print(f"\nCPU: {machine()['cpu']}, best ISA {q.best_isa()}, L3 {l3 >> 20} MiB, "
           f"load avg before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}\n")
-    table = print_table(["kernel", "shape", "MiB", "threads", "isa", "ms/matvec", "GB/s", "best GB/s", "of read BW"],
-                        rows_out)
+    table = print_table(["kernel", "shape", "MiB", "threads", "isa", "ms/matvec", "GB/s", "best GB/s", "CPU-time GB/s",
+                         "of read BW"], rows_out)
     path = write_result("kernels", {
         "args": vars(args), "l3_bytes": l3, "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
         "read_bandwidth_gb_s": bandwidth, "results": records, "table": table,

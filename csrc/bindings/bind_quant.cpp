@@ -232,28 +232,30 @@ std::vector<double> bench_sequence(const std::vector<std::tuple<std::string, Byt
   return times;
 }
 
-// Plain memory-read kernel for the bandwidth reference: sums 64-bit words (the compiler
-// vectorizes it), the team splitting the buffer like bench_matmul splits weight rows.
-std::vector<double> read_bandwidth(const ByteArray& buf, const py::object& threads, int iters) {
+// Memory-read kernel for the bandwidth reference: sums 64-bit words (the compiler
+// vectorizes it), the team splitting the buffer like the matmul splits weight rows. One
+// sequential stream is what hardware prefetchers handle best; `prefetch` adds the matvec
+// kernels' software prefetch (16 KiB ahead into L2) for comparison (slower on Zen 4).
+std::vector<double> read_bandwidth(const ByteArray& buf, const py::object& threads, int iters, bool prefetch) {
   PoolArg pool(threads);
   const uint64_t* p = reinterpret_cast<const uint64_t*>(buf.data());
   const int64_t words = buf.size() / 8;
   constexpr int64_t kChunk = 64 * 1024 / 8;
+  constexpr int64_t kAhead = 16 * 1024 / 8;
   std::vector<double> times;
   py::gil_scoped_release nogil;
   ThreadPool::ComputeScope scope(*pool.pool);
   for (int i = 0; i < iters; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     pool.pool->parallel_for((words + kChunk - 1) / kChunk, 0, [&](int64_t b, int64_t e, int) {
-      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      uint64_t s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       const int64_t end = std::min(words, e * kChunk);
-      for (int64_t j = b * kChunk; j + 4 <= end; j += 4) {
-        s0 += p[j];
-        s1 += p[j + 1];
-        s2 += p[j + 2];
-        s3 += p[j + 3];
+      for (int64_t j = b * kChunk; j + 8 <= end; j += 8) {
+        if (prefetch) __builtin_prefetch(p + j + kAhead, 0, 2);
+        for (int k = 0; k < 8; ++k) s[k] += p[j + k];
       }
-      g_read_sink.fetch_add(s0 + s1 + s2 + s3, std::memory_order_relaxed);  // keep the loads
+      g_read_sink.fetch_add(s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7],
+                            std::memory_order_relaxed);  // keeps the loads
     });
     times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
@@ -316,6 +318,7 @@ void bind_quant(py::module_& m) {
         "weights: [(dtype, bytes, rows, cols)]; seconds per pass of one-token matmuls over all of "
         "them in order (a decode step's weight traffic), iters passes in one ComputeScope.");
   q.def("read_bandwidth", &read_bandwidth, py::arg("buf"), py::arg("threads") = 1, py::arg("iters") = 5,
+        py::arg("prefetch") = false,
         "Seconds per full read of buf (a native read kernel), for bandwidth references.");
 }
 
