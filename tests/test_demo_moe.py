@@ -209,7 +209,7 @@ def test_random_router(models: tuple[colibri.Model, colibri.Model], tmp_path: Pa
         assert float(np.abs(a - b).max()) <= 1e-5 * float(np.abs(a).max())
         routing = s.last_routing()
         assert np.any(routing[:, :, 0] // 2 != routing[:, :, 1] // 2)  # not only pairs
-        for prompt in PROMPTS:
+        for prompt in PROMPTS[:2]:  # float32 activations are slow; the paired test has 5
             messages = [{"role": "user", "content": prompt}]
             want = dense.generate(messages=messages, max_tokens=MAX_TOKENS)
             got = moe.generate(messages=messages, max_tokens=MAX_TOKENS)
