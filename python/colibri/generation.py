@@ -14,7 +14,7 @@ to the caller; the model stays usable.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -98,7 +98,7 @@ def stream_tokens(
     stop: Sequence[str],
     history: Sequence[int] = (),
     on_done: OnDone | None = None,
-) -> Iterator[Chunk]:
+) -> Generator[Chunk, None, None]:
     """Prefill ``prompt_ids`` (may be empty when the session already holds tokens and
     its last logits) and decode. Yields chunks; calls ``on_done(stats)`` at the end."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:

@@ -8,7 +8,7 @@ share a model.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -293,7 +293,7 @@ class Model:
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
         truncate: bool = False,
-    ) -> Iterator[Chunk]:
+    ) -> Generator[Chunk, None, None]:
         """Like :meth:`generate`, yielding text chunks as tokens arrive."""
         ids = self._fit(self.encode_prompt(prompt, messages=messages), max_tokens, truncate)
         return self._stream(self.session(), ids, max_tokens, sampling, stop, {})
@@ -324,7 +324,7 @@ class Model:
         stop: str | Sequence[str],
         result: dict[str, Any],
         history: Sequence[int] = (),
-    ) -> Iterator[Chunk]:
+    ) -> Generator[Chunk, None, None]:
         stops = [stop] if isinstance(stop, str) else list(stop)
         if isinstance(sampling, Mapping):
             sampling = Sampling.from_dict(sampling)
@@ -454,7 +454,7 @@ class Session:
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
         _result: dict[str, Any] | None = None,
-    ) -> Iterator[Chunk]:
+    ) -> Generator[Chunk, None, None]:
         """Like :meth:`generate`, yielding chunks."""
         ids = [int(t) for t in prompt_ids]
         if ids:

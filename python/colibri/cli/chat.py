@@ -70,9 +70,7 @@ def _answer(session: Session, ids: list[int], args: argparse.Namespace, out: Tex
                 out.write(chunk.text)
                 out.flush()
     except KeyboardInterrupt:
-        close = getattr(stream, "close", None)  # a generator: ends the stream's bookkeeping
-        if close is not None:
-            close()
+        stream.close()  # ends the generator: its bookkeeping (stats) runs now
         return "".join(pieces), True
     return "".join(pieces), False
 
