@@ -1,8 +1,9 @@
 """GGUF files (llama.cpp's format) -> Manifest, without loading tensor data.
 
-The header is read with the ``gguf`` package; tensor bytes stay on disk and are described
-by extents (absolute file offsets). Conventions follow llama.cpp's converter
-(``convert_hf_to_gguf.py``) and model loader:
+The header is read by :mod:`.gguf_header` (``gguf.GGUFReader`` takes seconds on a large
+vocabulary); tensor bytes stay on disk and are described by extents (absolute file
+offsets). Conventions follow llama.cpp's converter (``convert_hf_to_gguf.py``) and model
+loader:
 
 * ``general.architecture`` ``llama`` is a dense Llama, or Mixtral when ``llama.expert_count``
   is > 0; ``qwen2moe``, ``qwen3moe`` and ``olmoe`` map to their families.
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelFormatError, UnsupportedError
+from .gguf_header import GGUFHeader, GGUFHeaderError, read_gguf_header
 from .manifest import Extent, Manifest, ModelConfig, QkNorm, TensorInfo
 from .validate import (
     check_dtype,
@@ -49,61 +51,22 @@ _PERMUTED = {"llama"}
 _EXPS = re.compile(r"^(blk\.\d+\.ffn_(?:gate|up|down)_exps)\.weight$")
 
 
-def _expected_size(start: int, fields: list[Any]) -> int | None:
-    """File size a GGUF needs: the end of its last tensor (from raw tensor-info fields)."""
-    import gguf
-
-    end = start
+def _open(path: Path, size: int) -> GGUFHeader:
+    """The parsed header; ModelFormatError when it is corrupt or the file is truncated."""
     try:
-        for f in fields:
-            _nl, _name, _nd, dims, raw_type, offs = f.parts
-            block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(int(raw_type[0]))]
-            n = int(np.prod(dims.astype(np.uint64)))
-            end = max(end, start + int(offs[0]) + n // block * size)
-    except (ValueError, KeyError, TypeError):
-        return None
-    return end
-
-
-def _open(path: Path) -> Any:
-    """A GGUFReader for the file; ModelFormatError when it is truncated or unreadable."""
-    import gguf
-
-    size = os.stat(path).st_size
-    seen: list[int | None] = []
-
-    class _Reader(gguf.GGUFReader):
-        # Remember where the tensor data must end before the reader maps it, so that a
-        # truncated file can be reported with the size it should have.
-        def _build_tensors(self, start_offs: int, fields: list[gguf.ReaderField]) -> None:
-            seen.append(_expected_size(start_offs, fields))
-            super()._build_tensors(start_offs, fields)
-
-    try:
-        return _Reader(path)
-    except Exception as exc:  # the reader raises ValueError, IndexError, struct errors...
-        expected = seen[0] if seen else None
-        if expected is not None and expected > size:
-            raise ModelFormatError(
-                f"{path}: GGUF file is truncated: its header describes tensors up to byte "
-                f"{expected}, but the file is {size} bytes. Download or convert it again."
-            ) from exc
+        header = read_gguf_header(path)
+    except GGUFHeaderError as exc:
         raise ModelFormatError(
-            f"{path}: not a readable GGUF file ({size} bytes; header error: {exc}). "
+            f"{path}: not a readable GGUF file ({size} bytes; header error: {exc.detail}). "
             f"Check that the file is a complete GGUF model."
         ) from exc
-
-
-def _metadata(reader: Any) -> dict[str, Any]:
-    md: dict[str, Any] = {}
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF."):
-            continue
-        try:
-            md[key] = field.contents()
-        except (UnicodeDecodeError, ValueError, IndexError) as exc:
-            raise ModelFormatError(f"metadata key {key!r} cannot be decoded: {exc}") from exc
-    return md
+    expected = header.data_end()
+    if expected > size:
+        raise ModelFormatError(
+            f"{path}: GGUF file is truncated: its header describes tensors up to byte "
+            f"{expected}, but the file is {size} bytes. Download or convert it again."
+        )
+    return header
 
 
 def _get(md: dict[str, Any], key: str, where: Path, default: Any = None) -> Any:
@@ -158,8 +121,8 @@ def load_gguf(path: str | os.PathLike[str]) -> Manifest:
     """Read a GGUF file's header and return its manifest (no tensor data is loaded)."""
     p = Path(path)
     size = os.stat(p).st_size
-    reader = _open(p)
-    md = _metadata(reader)
+    header = _open(p, size)
+    md = header.metadata
     where = p
     if int(md.get("split.count", 1) or 1) > 1:
         raise UnsupportedError(
@@ -175,11 +138,8 @@ def load_gguf(path: str | os.PathLike[str]) -> Manifest:
 
     # Raw tensors: name -> (dtype, torch shape, extent).
     raw: dict[str, tuple[str, tuple[int, ...], Extent]] = {}
-    for t in reader.tensors:
-        dtype = t.tensor_type.name
-        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
-        raw[t.name] = (dtype, shape, Extent(0, int(t.data_offset), int(t.n_bytes)))
-    del reader
+    for t in header.tensors:
+        raw[t.name] = (t.type_name, t.shape, Extent(0, header.data_offset(t), t.n_bytes))
 
     hidden = _int_key(md, f"{gguf_arch}.embedding_length", where)
     n_layers = _int_key(md, f"{gguf_arch}.block_count", where)

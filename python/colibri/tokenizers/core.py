@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import codecs
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,23 +40,36 @@ class Tokenizer:
     # ------------------------------------------------------------------ construction
 
     @classmethod
-    def from_gguf(cls, path_or_reader: str | os.PathLike[str] | Any) -> Tokenizer:
-        """The tokenizer embedded in a GGUF file (a path, or an open ``gguf.GGUFReader``).
+    def from_gguf(
+        cls, path_or_reader: str | os.PathLike[str] | Mapping[str, Any] | Any
+    ) -> Tokenizer:
+        """The tokenizer embedded in a GGUF file: a path, an open ``gguf.GGUFReader``, or
+        the file's already parsed metadata (see :meth:`from_gguf_metadata`).
 
         Raises ModelNotFoundError (no file), ModelFormatError (no or corrupt vocabulary) or
         UnsupportedError (a tokenizer model or pre-tokenizer type colibri does not know).
         """
-        from .gguf_meta import metadata_from_reader, read_metadata
+        from .gguf_meta import TOKENIZER_PREFIXES, metadata_from_reader, read_metadata
+
+        if isinstance(path_or_reader, (str, os.PathLike)):
+            md = read_metadata(path_or_reader, TOKENIZER_PREFIXES)
+            return cls.from_gguf_metadata(md, str(path_or_reader))
+        if isinstance(path_or_reader, Mapping):
+            return cls.from_gguf_metadata(path_or_reader)
+        where = str(getattr(path_or_reader, "path", "GGUF reader"))
+        md = metadata_from_reader(path_or_reader, TOKENIZER_PREFIXES)
+        return cls.from_gguf_metadata(md, where)
+
+    @classmethod
+    def from_gguf_metadata(
+        cls, metadata: Mapping[str, Any], where: str = "GGUF metadata"
+    ) -> Tokenizer:
+        """The tokenizer described by GGUF key/values that were already parsed, e.g. a
+        model's ``Manifest.metadata``, so that the file is not read a second time.
+        ``where`` names the source in error messages."""
         from .gguf_vocab import vocab_from_gguf
 
-        prefixes = ("tokenizer.", "general.name")
-        if isinstance(path_or_reader, (str, os.PathLike)):
-            where = str(path_or_reader)
-            md = read_metadata(path_or_reader, prefixes)
-        else:
-            where = str(getattr(path_or_reader, "path", "GGUF reader"))
-            md = metadata_from_reader(path_or_reader, prefixes)
-        return cls(vocab_from_gguf(md, where))
+        return cls(vocab_from_gguf(dict(metadata), where))
 
     @classmethod
     def from_hf(cls, path: str | os.PathLike[str]) -> Tokenizer:
