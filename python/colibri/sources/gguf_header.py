@@ -31,6 +31,7 @@ from ..errors import ModelFormatError, ModelNotFoundError
 GGUF_MAGIC = b"GGUF"
 GGUF_DEFAULT_ALIGNMENT = 32
 GGML_MAX_DIMS = 4
+_MAX_NESTING = 8  # arrays of arrays: a corrupt header must not recurse without bound
 
 # GGUF value types (gguf.GGUFValueType).
 _UINT8, _INT8, _UINT16, _INT16, _UINT32, _INT32, _FLOAT32, _BOOL, _STRING, _ARRAY = range(10)
@@ -269,7 +270,7 @@ class _Cursor:
         self.pos = end
         return s
 
-    def value(self, vtype: int, key: str) -> Any:
+    def value(self, vtype: int, key: str, depth: int = 0) -> Any:
         fmt = _SCALARS.get(vtype)
         if fmt is not None:
             return self.take(fmt)
@@ -290,8 +291,10 @@ class _Cursor:
                 return out
             if etype == _STRING:
                 return self._strings(n, key)
+            if etype == _ARRAY and depth >= _MAX_NESTING:
+                raise self.error(f"arrays nested deeper than {_MAX_NESTING} in key {key!r}")
             if etype == _ARRAY or n == 0:
-                return [self.value(etype, key) for _ in range(n)]
+                return [self.value(etype, key, depth + 1) for _ in range(n)]
         raise self.error(f"unknown value type {vtype} for key {key!r}")
 
     def _strings(self, n: int, key: str) -> list[str]:
