@@ -232,7 +232,7 @@ class Model:
         if self._tokenizer is None:
             m = self._manifest
             if m.source == "gguf":
-                self._tokenizer = Tokenizer.from_gguf(m.files[0])
+                self._tokenizer = Tokenizer.from_gguf_metadata(m.metadata, str(m.files[0]))
             else:
                 self._tokenizer = Tokenizer.from_hf(m.path)
         return self._tokenizer
