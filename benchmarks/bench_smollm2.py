@@ -83,6 +83,7 @@ def main() -> None:
     ap.add_argument("--decode", type=int, default=64)
     ap.add_argument("--wait-policy", default="spin")
     ap.add_argument("--no-extra-bufts", action="store_true")
+    ap.add_argument("--activation-precision", default="int8", choices=["int8", "float32"])
     args = ap.parse_args()
 
     import llama_cpp
@@ -108,7 +109,9 @@ def main() -> None:
     model = colibri.Model.load(
         path,
         engine=EngineConfig(
-            threads=ThreadConfig(n=args.threads, wait_policy=args.wait_policy), context_length=512
+            threads=ThreadConfig(n=args.threads, wait_policy=args.wait_policy),
+            context_length=512,
+            activation_precision=args.activation_precision,
         ),
     )
     runs: dict[str, list[tuple[float, float]]] = {"colibri": [], "llama.cpp": []}
@@ -123,6 +126,7 @@ def main() -> None:
     result: dict[str, Any] = {"threads": args.threads, "prompt_tokens": len(prompt),
                               "decode_tokens": args.decode, "repeats": args.repeats,
                               "wait_policy": args.wait_policy,
+                              "activation_precision": args.activation_precision,
                               "llama_cpp_version": llama_cpp.__version__,
                               "llama_no_extra_bufts": args.no_extra_bufts}
     for name, rs in runs.items():
