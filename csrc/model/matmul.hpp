@@ -5,7 +5,9 @@
 // Each activation row is quantized once to the kernel's act_type (F32 stays F32 for float
 // weights), then the team splits the weight rows. Every output element is computed by
 // exactly one thread with the same kernel and the same arithmetic, whatever the team size,
-// the chunking or n_tokens: results are bit-identical for any number of threads.
+// the chunking or n_tokens: results are bit-identical for any number of threads, and row t
+// of a prefill equals the decode of token t alone (batched verification = sequential).
+// y must not overlap x. Called from inside a parallel region, the work runs inline.
 #pragma once
 #include <cstddef>
 #include <cstdint>
