@@ -8,6 +8,10 @@ ComputeScope (as consecutive layers of a forward pass would). Two shapes:
 * cold: 4096 columns and enough rows that one matrix is >= 4x the L3 size (memory-bound:
   what decode of a model larger than the cache sees).
 
+Plus a decode-shaped sequence: the 211 matrices of one SmolLM2-135M Q4_1 decode step, one
+matmul each, in order (`_core.quant.bench_sequence`), once as separate allocations (4 KiB
+pages, like per-tensor buffers) and once copied into one huge-page-backed arena.
+
 The reference is a plain native read kernel (64-bit loads summed, the team splitting a
 512 MiB buffer like the matmul splits rows), measured in the same run with the same thread
 counts. Weight GB/s = matrix bytes / time per matvec (median run; "best" = fastest run;
@@ -73,6 +77,30 @@ def time_matvec(dtype: str, w: np.ndarray, rows: int, cols: int, pool: ThreadPoo
     return wall, cpu
 
 
+def decode_sequence(rng: np.random.Generator) -> list[tuple[str, np.ndarray, int, int]]:
+    """The matrices of one SmolLM2-135M Q4_1 decode step in order: 30 layers of q, k, v, o,
+    gate, up (576 columns) and down (1536 columns) in Q4_1, then the 49152 x 576 Q8_0 head
+    (92 MiB, about 3x the L3)."""
+    shapes = [(576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536)]
+    ws = [("Q4_1", make_weight("Q4_1", r, c, rng), r, c) for _ in range(30) for r, c in shapes]
+    return ws + [("Q8_0", make_weight("Q8_0", 49152, 576, rng), 49152, 576)]
+
+
+def in_arena(ws: list[tuple[str, np.ndarray, int, int]]) -> list[tuple[str, np.ndarray, int, int]]:
+    """The same matrices copied into one large array, 4 KiB-aligned each. NumPy asks the
+    kernel for transparent huge pages on allocations this large (madvise), which the
+    separate sub-4 MiB arrays do not get: the A/B shows what TLB misses cost the decode."""
+    sizes = [(int(b.nbytes) + 4095) // 4096 * 4096 for _, b, _, _ in ws]
+    arena = np.empty(sum(sizes), np.uint8)
+    out, off = [], 0
+    for (dtype, b, rows, cols), size in zip(ws, sizes):
+        view = arena[off : off + b.nbytes].reshape(b.shape)
+        view[...] = b
+        out.append((dtype, view, rows, cols))
+        off += size
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--types", nargs="+", default=["Q4_0", "Q4_1", "Q8_0", "F32", "BF16"])
@@ -82,6 +110,7 @@ def main() -> None:
     ap.add_argument("--cold-factor", type=float, default=4.0, help="cold matrix size / L3 size")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--no-sequence", action="store_true", help="skip the decode-shaped sequence")
     args = ap.parse_args()
 
     isas: list[str | None]
@@ -129,6 +158,28 @@ def main() -> None:
                                      round(w.nbytes / min(ts) / 1e9, 1), "-" if cpu_gbs is None else round(cpu_gbs, 1),
                                      f"{100 * gbs / bandwidth[n]:.0f}%"])
             del w
+
+    if not args.no_sequence:
+        separate = decode_sequence(rng)
+        total = sum(int(b.nbytes) for _, b, _, _ in separate)
+        for label, ws in (("4 KiB pages", separate), ("huge-page arena", in_arena(separate))):
+            for n in args.threads:
+                q.bench_sequence(ws, pools[n], 2)
+                ts, cpu = [], []
+                for _ in range(args.repeats):
+                    t0 = time.thread_time()
+                    ts.append(median(q.bench_sequence(ws, pools[n], args.iters)))
+                    cpu.append((time.thread_time() - t0) / args.iters)
+                gbs = total / median(ts) / 1e9
+                cpu_gbs = total / min(cpu) / 1e9 if n == 1 else None
+                records.append({"type": "sequence", "which": f"smollm2-decode, {label}", "bytes": total,
+                                "isa": q.best_isa(), "threads": n, "seconds_median": median(ts),
+                                "seconds_best": min(ts), "weight_gb_s": gbs, "read_gb_s": bandwidth[n],
+                                "cpu_seconds_best": min(cpu) if n == 1 else None, "weight_gb_s_cpu_time": cpu_gbs})
+                rows_out.append([f"SmolLM2 step, {label}", f"{len(ws)} matrices", round(total / 2**20, 1), n,
+                                 q.best_isa(), round(median(ts) * 1e3, 3), round(gbs, 1),
+                                 round(total / min(ts) / 1e9, 1), "-" if cpu_gbs is None else round(cpu_gbs, 1),
+                                 f"{100 * gbs / bandwidth[n]:.0f}%"])
 
     print(f"\nCPU: {machine()['cpu']}, best ISA {q.best_isa()}, L3 {l3 >> 20} MiB, "
           f"load avg before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}\n")

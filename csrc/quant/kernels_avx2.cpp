@@ -17,6 +17,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "quant/blocks.hpp"
@@ -350,6 +351,11 @@ void vec_dot_rows(int64_t n, const void* w, std::size_t stride, int64_t nrows, c
   const unsigned char* wb = static_cast<const unsigned char*>(w);
   const auto* y = static_cast<const typename K::Act*>(act);
   const int64_t nb = n / kQK;
+  // This call's rows start cold (the previous call prefetched other memory): request the
+  // first kPrefetchAhead bytes at once, then the groups' own prefetch keeps ahead.
+  const std::size_t head = std::min<std::size_t>(static_cast<std::size_t>(nrows) * stride, kPrefetchAhead);
+  for (std::size_t off = 0; off < head; off += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(wb + off), _MM_HINT_T1);
   int64_t r = 0;
   for (; r + 4 <= nrows; r += 4) K::template rows<4>(nb, wb + r * stride, stride, y, out + r);
   const unsigned char* wr = wb + r * stride;
