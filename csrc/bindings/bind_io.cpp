@@ -1,0 +1,229 @@
+// Python bindings of the expert read path: colibri._core.io.ReadPool, for tests and
+// benchmarks (the engine uses the C++ ReadPool directly). The Python ReadPool owns one
+// aligned slab per submitted read; wait() hands that slab to numpy without a copy (the
+// array's base frees it). bench() runs a read loop entirely in C++ with preallocated,
+// pre-faulted slabs so a benchmark measures the disk and the pool, not Python or page
+// faults. Every call that may block on I/O releases the GIL.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/aligned.hpp"
+#include "common/errors.hpp"
+#include "io/read_pool.hpp"
+
+namespace py = pybind11;
+
+namespace colibri::bindings {
+
+namespace {
+
+IoFault parse_fault(const std::string& s) {
+  if (s == "none") return IoFault::None;
+  if (s == "refuse_direct_open") return IoFault::RefuseDirectOpen;
+  if (s == "einval_direct_read") return IoFault::EinvalDirectRead;
+  if (s == "eio") return IoFault::EioOnRead;
+  fail(ErrorKind::InvalidArgument,
+       "unknown I/O fault '" + s + "' (none, refuse_direct_open, einval_direct_read, eio)");
+}
+
+Extent make_extent(int32_t file, int64_t offset, int64_t length) {
+  if (offset < 0 || length < 0)
+    fail(ErrorKind::InvalidArgument, "offset and length must be >= 0, got " + std::to_string(offset) + ", " +
+                                         std::to_string(length));
+  Extent e;
+  e.file = file;
+  e.offset = static_cast<uint64_t>(offset);
+  e.length = static_cast<uint64_t>(length);
+  return e;
+}
+
+class PyReadPool {
+ public:
+  PyReadPool(const std::vector<std::string>& paths, int workers, bool direct, const std::string& fault)
+      : pool_(std::make_unique<ReadPool>(paths, workers, direct, parse_fault(fault))) {}
+
+  // Destroy the pool (joining workers that may still write into slabs) before the slabs.
+  ~PyReadPool() { pool_.reset(); }
+
+  ReadPool& pool() { return *pool_; }
+
+  Ticket submit(int32_t file, int64_t offset, int64_t length) {
+    const Extent e = make_extent(file, offset, length);
+    AlignedPtr<uint8_t> slab = aligned_alloc_array<uint8_t>(slab_bytes(e), kDirectAlign);
+    const Ticket t = pool_->submit({e, slab.get(), slab_bytes(e)});
+    pending_.emplace(t, Pending{e, std::move(slab), false});
+    return t;
+  }
+
+  py::array_t<uint8_t> wait(Ticket t) {
+    auto it = pending_.find(t);
+    if (it == pending_.end())
+      fail(ErrorKind::InvalidArgument, "read ticket " + std::to_string(t) +
+                                           " is not pending (never submitted, already waited for, or cancelled)");
+    if (it->second.waiting)
+      fail(ErrorKind::InvalidArgument, "read ticket " + std::to_string(t) + " is already being waited for");
+    it->second.waiting = true;  // a second Python thread must not free the slab under us
+    std::exception_ptr error;
+    {
+      py::gil_scoped_release nogil;
+      try {
+        pool_->wait(t);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    // wait() retires the ticket whether the read worked or not: the slab is ours again.
+    it = pending_.find(t);
+    Pending p = std::move(it->second);
+    pending_.erase(it);
+    if (error) std::rethrow_exception(error);
+    uint8_t* base = p.slab.release();
+    py::capsule owner(base, [](void* q) { std::free(q); });
+    return py::array_t<uint8_t>({static_cast<py::ssize_t>(p.extent.length)}, {py::ssize_t{1}},
+                                base + data_offset(p.extent), owner);
+  }
+
+  bool cancel(Ticket t) {
+    if (!pool_->cancel(t)) return false;
+    pending_.erase(t);
+    return true;
+  }
+
+ private:
+  struct Pending {
+    Extent extent;
+    AlignedPtr<uint8_t> slab;
+    bool waiting = false;
+  };
+  std::unordered_map<Ticket, Pending> pending_;  // touched with the GIL held only
+  std::unique_ptr<ReadPool> pool_;
+};
+
+py::dict stats_dict(const ReadPoolStats& s) {
+  py::dict d;
+  d["submitted"] = s.submitted;
+  d["reads"] = s.reads;
+  d["bytes"] = s.bytes;
+  d["errors"] = s.errors;
+  d["read_seconds"] = s.read_seconds;
+  d["waits"] = s.waits;
+  d["wait_seconds"] = s.wait_seconds;
+  d["inline_reads"] = s.inline_reads;
+  d["cancelled"] = s.cancelled;
+  d["direct_reads"] = s.direct_reads;
+  d["buffered_reads"] = s.buffered_reads;
+  d["fallbacks"] = s.fallbacks;
+  return d;
+}
+
+// Reads `length` bytes at each offset of `offsets`, keeping `in_flight` reads outstanding
+// (waited for oldest first), into `in_flight` preallocated slabs. Returns wall seconds.
+double bench_reads(ReadPool& pool, int32_t file, const std::vector<int64_t>& offsets, int64_t length,
+                   int in_flight) {
+  if (in_flight < 1) fail(ErrorKind::InvalidArgument, "in_flight must be >= 1");
+  std::size_t cap = 0;
+  for (int64_t off : offsets) cap = std::max(cap, slab_bytes(make_extent(file, off, length)));
+  std::vector<AlignedPtr<uint8_t>> slabs;
+  for (int i = 0; i < in_flight; ++i) {
+    slabs.push_back(aligned_alloc_array<uint8_t>(cap, kDirectAlign));
+    std::memset(slabs.back().get(), 0, cap);  // fault the pages in now, not during the timing
+  }
+  std::vector<Ticket> ring(static_cast<std::size_t>(in_flight), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::size_t next = 0;
+  try {
+    for (std::size_t i = 0; i < offsets.size() + static_cast<std::size_t>(in_flight); ++i) {
+      const std::size_t k = i % ring.size();
+      if (ring[k] != 0) {
+        const Ticket t = ring[k];
+        ring[k] = 0;
+        pool.wait(t);
+      }
+      if (next < offsets.size())
+        ring[k] = pool.submit({make_extent(file, offsets[next++], length), slabs[k].get(), cap});
+    }
+  } catch (...) {
+    // Reads still in flight write into our slabs: retire them before the slabs go.
+    for (Ticket t : ring) {
+      if (t == 0 || pool.cancel(t)) continue;
+      try {
+        pool.wait(t);
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+void bind_io(py::module_& parent) {
+  py::module_ m = parent.def_submodule(
+      "io", "Expert read path: O_DIRECT reads into aligned slabs and the I/O worker pool (internal).");
+  m.attr("DIRECT_ALIGNMENT") = kDirectAlign;
+  m.attr("MAX_WORKERS") = kMaxIoWorkers;
+  m.def(
+      "slab_bytes", [](int64_t offset, int64_t length) { return slab_bytes(make_extent(0, offset, length)); },
+      py::arg("offset"), py::arg("length"), "Bytes of the aligned slab a read of this extent needs.");
+
+  py::class_<PyReadPool>(m, "ReadPool",
+                         "I/O worker pool over a list of files. workers=0 reads synchronously in wait(); "
+                         "direct asks for O_DIRECT (falls back to buffered per file where refused). "
+                         "fault is a test hook: none, refuse_direct_open, einval_direct_read, eio.")
+      .def(py::init<const std::vector<std::string>&, int, bool, const std::string&>(), py::arg("paths"),
+           py::arg("workers") = 1, py::arg("direct") = true, py::arg("fault") = "none")
+      .def_property_readonly("workers", [](PyReadPool& p) { return p.pool().workers(); })
+      .def_property_readonly("direct", [](PyReadPool& p) { return p.pool().reader().direct_requested(); })
+      .def("direct_active", [](PyReadPool& p, int32_t file) { return p.pool().reader().direct_active(file); },
+           py::arg("file"), "Whether reads of this file currently use O_DIRECT.")
+      .def("file_size", [](PyReadPool& p, int32_t file) { return p.pool().reader().file_size(file); },
+           py::arg("file"))
+      .def("submit", &PyReadPool::submit, py::arg("file"), py::arg("offset"), py::arg("length"),
+           "Queue a read; returns a ticket.")
+      .def(
+          "wait",
+          &PyReadPool::wait,
+          py::arg("ticket"), "Block until this read is done; returns its bytes (numpy uint8, zero-copy).")
+      .def("cancel", &PyReadPool::cancel, py::arg("ticket"),
+           "Drop a read not yet started; False if running or done (then wait for it).")
+      .def("done", [](PyReadPool& p, Ticket t) { return p.pool().done(t); }, py::arg("ticket"))
+      .def("pending", [](PyReadPool& p) { return p.pool().pending(); })
+      .def(
+          "read",
+          [](PyReadPool& p, int32_t file, int64_t offset, int64_t length) {
+            return p.wait(p.submit(file, offset, length));
+          },
+          py::arg("file"), py::arg("offset"), py::arg("length"), "submit + wait.")
+      .def("stats", [](PyReadPool& p) { return stats_dict(p.pool().stats()); })
+      .def("reset_stats", [](PyReadPool& p) { p.pool().reset_stats(); })
+      .def("set_fault", [](PyReadPool& p, const std::string& f) { p.pool().set_fault(parse_fault(f)); },
+           py::arg("fault"))
+      .def(
+          "bench",
+          [](PyReadPool& p, int32_t file, const std::vector<int64_t>& offsets, int64_t length, int in_flight) {
+            py::gil_scoped_release nogil;
+            return bench_reads(p.pool(), file, offsets, length, in_flight);
+          },
+          py::arg("file"), py::arg("offsets"), py::arg("length"), py::arg("in_flight"),
+          "Timed read loop in C++ (preallocated slabs, `in_flight` outstanding); returns seconds.")
+      .def("close", [](PyReadPool& p) {
+        py::gil_scoped_release nogil;
+        p.pool().shutdown();
+      })
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyReadPool& p, py::args) {
+        py::gil_scoped_release nogil;
+        p.pool().shutdown();
+      });
+}
+
+}  // namespace colibri::bindings

@@ -1,0 +1,183 @@
+#include "io/read_pool.hpp"
+
+#include <chrono>
+#include <cstdint>
+
+#include "common/errors.hpp"
+
+namespace colibri {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+ReadPool::ReadPool(const std::vector<std::string>& paths, int workers, bool direct, IoFault fault)
+    : reader_(paths, direct, fault) {
+  if (workers < 0 || workers > kMaxIoWorkers)
+    fail(ErrorKind::InvalidArgument,
+         "I/O workers must be in [0, " + std::to_string(kMaxIoWorkers) + "], got " + std::to_string(workers));
+  threads_.reserve(static_cast<std::size_t>(workers));
+  try {
+    for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { worker_loop(); });
+  } catch (...) {
+    shutdown();  // std::system_error from thread creation: join the ones that started
+    throw;
+  }
+}
+
+ReadPool::~ReadPool() { shutdown(); }
+
+void ReadPool::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stop_) {
+      stop_ = true;
+      for (auto& [ticket, slot] : slots_) {
+        if (slot.state != State::Queued) continue;
+        slot.state = State::Dropped;
+        ++stats_.cancelled;
+        slot.cv.notify_all();
+      }
+      queue_.clear();
+    }
+  }
+  work_cv_.notify_all();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+}
+
+Ticket ReadPool::submit(const ReadRequest& r) {
+  const Extent& e = r.extent;
+  reader_.path(e.file);  // range check now rather than in a worker
+  if (reinterpret_cast<uintptr_t>(r.slab) % kDirectAlign != 0 || r.slab == nullptr)
+    fail(ErrorKind::InvalidArgument, "read slab must be a non-null " + std::to_string(kDirectAlign) +
+                                         "-byte aligned buffer");
+  if (r.capacity < slab_bytes(e))
+    fail(ErrorKind::InvalidArgument, "read slab of " + std::to_string(r.capacity) + " bytes cannot hold " +
+                                         std::to_string(e.length) + " bytes at offset " +
+                                         std::to_string(e.offset) + " (needs " + std::to_string(slab_bytes(e)) + ")");
+  Ticket t;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) fail(ErrorKind::InvalidArgument, "read pool is shut down");
+    t = next_++;
+    Slot& s = slots_[t];
+    s.req = r;
+    ++stats_.submitted;
+    // With no workers nothing would ever pop the queue: the read runs in wait().
+    if (threads_.empty()) return t;
+    queue_.push_back(t);
+  }
+  work_cv_.notify_one();
+  return t;
+}
+
+void ReadPool::run(Slot& slot, std::unique_lock<std::mutex>& lock) {
+  const ReadRequest req = slot.req;
+  lock.unlock();
+  std::exception_ptr error;
+  ReadOutcome outcome;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    outcome = reader_.read(req.extent, req.slab, req.capacity);
+  } catch (...) {
+    // Error(Io) mostly; bad_alloc from building a message too. Never let it escape a
+    // worker (std::terminate): the waiter rethrows it.
+    error = std::current_exception();
+  }
+  const double secs = seconds_since(t0);
+  lock.lock();
+  stats_.read_seconds += secs;
+  if (error) {
+    ++stats_.errors;
+  } else {
+    ++stats_.reads;
+    stats_.bytes += req.extent.length;
+    ++(outcome.direct ? stats_.direct_reads : stats_.buffered_reads);
+  }
+  slot.error = error;
+  slot.state = State::Done;
+  slot.cv.notify_all();
+}
+
+void ReadPool::worker_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    // Sleep, not spin, while there is nothing to read (see the header).
+    work_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (stop_) return;  // shutdown() already dropped every queued read
+    const Ticket t = queue_.front();
+    queue_.pop_front();
+    auto it = slots_.find(t);
+    if (it == slots_.end() || it->second.state != State::Queued) continue;  // cancelled / stolen
+    it->second.state = State::Running;
+    run(it->second, lock);
+  }
+}
+
+void ReadPool::wait(Ticket t) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = slots_.find(t);
+  if (it == slots_.end())
+    fail(ErrorKind::InvalidArgument, "read ticket " + std::to_string(t) +
+                                         " is not pending (never submitted, already waited for, or cancelled)");
+  Slot& slot = it->second;
+  if (slot.waited)
+    fail(ErrorKind::InvalidArgument, "read ticket " + std::to_string(t) + " is already being waited for");
+  slot.waited = true;
+  if (slot.state == State::Queued) {
+    // Nobody has started it: read it here instead of waiting behind queued prefetches.
+    slot.state = State::Running;
+    ++stats_.inline_reads;
+    run(slot, lock);
+  } else {
+    slot.cv.wait(lock, [&] { return slot.state == State::Done || slot.state == State::Dropped; });
+  }
+  const bool dropped = slot.state == State::Dropped;
+  std::exception_ptr error = slot.error;
+  slots_.erase(it);
+  ++stats_.waits;
+  stats_.wait_seconds += seconds_since(t0);
+  lock.unlock();
+  if (dropped) fail(ErrorKind::InvalidArgument, "read ticket " + std::to_string(t) + " was dropped: the read pool shut down before it started");
+  if (error) std::rethrow_exception(error);
+}
+
+bool ReadPool::cancel(Ticket t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(t);
+  if (it == slots_.end() || it->second.state != State::Queued) return false;
+  slots_.erase(it);  // its queue entry becomes stale; a worker skips it
+  ++stats_.cancelled;
+  return true;
+}
+
+bool ReadPool::done(Ticket t) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(t);
+  return it != slots_.end() && (it->second.state == State::Done || it->second.state == State::Dropped);
+}
+
+std::size_t ReadPool::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slots_.size();
+}
+
+ReadPoolStats ReadPool::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  ReadPoolStats s = stats_;
+  s.fallbacks = reader_.fallbacks();
+  return s;
+}
+
+void ReadPool::reset_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_ = ReadPoolStats{};
+}
+
+}  // namespace colibri

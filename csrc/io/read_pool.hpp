@@ -1,0 +1,131 @@
+// The I/O workers ("PIPE"): a bounded pool of threads that read extents into caller-owned
+// aligned slabs while the compute team works on experts already in RAM.
+//
+//   Ticket t = pool.submit({extent, slab, capacity});   // never blocks on I/O
+//   ...
+//   pool.wait(t);      // blocks for this read only; bytes at slab + data_offset(extent)
+//   pool.cancel(t);    // a prefetch no longer wanted: drops it if not started, never blocks
+//
+// Why this shape:
+// - Slabs are owned by the caller (the expert cache), so every byte is in its RAM budget
+//   and the pool allocates nothing per read.
+// - wait() on a read that no worker has started yet runs it on the waiting thread: the
+//   compute side waits only for the expert it needs next, never behind queued prefetches.
+//   With workers = 0 this is the only way reads run: synchronous reads on the caller, and
+//   a prefetch that is cancelled before anyone waits for it costs nothing.
+// - Workers sleep on a condition variable when the queue is empty (no spinning): they
+//   must never take CPU from the compute team, which is the bottleneck when not disk-bound.
+// - A failed read delivers its Error to the waiter (rethrown by wait()); the worker goes on
+//   with the next request, so one bad extent does not stop the model serving.
+//
+// Contract: every ticket is either waited for once or cancelled successfully; a slab may
+// be reused or freed only after that (cancel() returns false for a read already started:
+// the caller must still wait() before touching the slab; done() tells without blocking).
+// All methods are thread-safe.
+#pragma once
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "io/direct_reader.hpp"
+
+namespace colibri {
+
+constexpr int kMaxIoWorkers = 64;
+
+using Ticket = uint64_t;
+
+struct ReadRequest {
+  Extent extent;
+  uint8_t* slab = nullptr;    // kDirectAlign-aligned, caller-owned, >= slab_bytes(extent)
+  std::size_t capacity = 0;   // bytes at slab
+};
+
+struct ReadPoolStats {
+  uint64_t submitted = 0;
+  uint64_t reads = 0;          // reads finished successfully
+  uint64_t bytes = 0;          // wanted bytes of those reads (not the aligned padding)
+  uint64_t errors = 0;         // reads that ended in an Error (delivered to their waiter)
+  double read_seconds = 0;     // summed over reads (exceeds wall time with several workers)
+  uint64_t waits = 0;          // wait() calls
+  double wait_seconds = 0;     // time callers spent inside wait(), inline reads included
+  uint64_t inline_reads = 0;   // reads run by the waiting thread (not started when waited)
+  uint64_t cancelled = 0;      // reads dropped before they started (cancel() or shutdown)
+  uint64_t direct_reads = 0;   // reads whose bytes came through O_DIRECT
+  uint64_t buffered_reads = 0; // reads done with buffered pread (direct off or fallback)
+  uint64_t fallbacks = 0;      // files that asked for O_DIRECT and fell back (never reset)
+};
+
+class ReadPool {
+ public:
+  // workers in [0, kMaxIoWorkers]; direct asks for O_DIRECT (with fallback per file).
+  ReadPool(const std::vector<std::string>& paths, int workers, bool direct, IoFault fault = IoFault::None);
+  ~ReadPool();  // shutdown()
+  ReadPool(const ReadPool&) = delete;
+  ReadPool& operator=(const ReadPool&) = delete;
+
+  int workers() const { return static_cast<int>(threads_.size()); }
+  const DirectReader& reader() const { return reader_; }
+  void set_fault(IoFault f) { reader_.set_fault(f); }
+
+  // Queues a read. Validates the slab (Error(InvalidArgument)) and the file index here,
+  // so a bad request fails at the call that made it. Error(InvalidArgument) after shutdown.
+  Ticket submit(const ReadRequest& r);
+  // Blocks until the read of `t` is done (running it here if no worker has started it),
+  // then retires the ticket. Rethrows the read's Error. Error(InvalidArgument) for a ticket
+  // that is not pending (never submitted, already waited, cancelled) or was dropped by
+  // shutdown.
+  void wait(Ticket t);
+  // Drops a read that has not started; true if dropped (the ticket is retired). False if
+  // it is running or done (wait() for it) or unknown. Never blocks on I/O.
+  bool cancel(Ticket t);
+  // True when wait(t) would not block (the read finished or failed). False for unknown.
+  bool done(Ticket t) const;
+  // Tickets submitted and not yet retired.
+  std::size_t pending() const;
+
+  ReadPoolStats stats() const;
+  void reset_stats();
+
+  // Stops the workers: reads not yet started are dropped (their waiters get an error),
+  // reads in progress finish. Idempotent; the destructor calls it.
+  void shutdown();
+
+ private:
+  enum class State { Queued, Running, Done, Dropped };
+  struct Slot {
+    ReadRequest req;
+    State state = State::Queued;
+    bool waited = false;         // a wait() is in progress (a second one is refused)
+    std::exception_ptr error;
+    std::condition_variable cv;  // per slot, so a waiter wakes for its own read only
+  };
+
+  void worker_loop();
+  // Runs the read of `slot` (state already Running) without the lock; relocks to finish.
+  void run(Slot& slot, std::unique_lock<std::mutex>& lock);
+
+  DirectReader reader_;
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  // Nodes of an unordered_map are stable, so a Slot& stays valid until its ticket is
+  // erased, which only the waiter (after Done/Dropped) or cancel() (while Queued) do.
+  std::unordered_map<Ticket, Slot> slots_;
+  // FIFO of queued tickets for the workers. cancel() and inline reads leave stale entries
+  // behind (O(1) cancel); workers skip tickets whose slot is gone or no longer Queued.
+  std::deque<Ticket> queue_;
+  Ticket next_ = 1;
+  bool stop_ = false;
+  ReadPoolStats stats_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace colibri
