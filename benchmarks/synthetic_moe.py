@@ -51,7 +51,7 @@ import gguf
 import numpy as np
 import numpy.typing as npt
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = REPO / "build" / "bench-data"
 
@@ -61,8 +61,10 @@ QK4_0 = 32  # weights per Q4_0 block
 Q4_0_BLOCK_BYTES = 18  # fp16 scale + 16 bytes of nibbles
 CHUNK_BLOCKS = 1 << 20  # Q4_0 blocks generated at a time: 18 MiB
 CHUNK_F32 = 1 << 22  # F32 values generated at a time: 16 MiB
-# Standard deviation of (q - 8) for q uniform in 0..15: sqrt((16^2 - 1) / 12).
-_NIBBLE_STD = float(np.sqrt(255.0 / 12.0))
+# Q4_0 weights are d * (q - 8) with q uniform in 0..15 here: E[(q - 8)^2] = 21.5, and |d| is
+# d_base * U(0.5, 1.5) with E[U^2] = 13/12, so the weights' standard deviation is
+# d_base * sqrt(21.5 * 13 / 12).
+_Q4_STD = float(np.sqrt(21.5 * 13.0 / 12.0))
 
 
 @dataclass(frozen=True)
@@ -288,15 +290,21 @@ def tensor_chunks(spec: TensorSpec, seed: int) -> Iterator[npt.NDArray[Any]]:
     rng = _rng(seed, spec.name)
     if spec.kind == "q4_0":
         blocks = spec.n // QK4_0
-        d_base = spec.std / _NIBBLE_STD
+        d_base = spec.std / _Q4_STD
         block_t = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
         for start in range(0, blocks, CHUNK_BLOCKS):
             nb = min(CHUNK_BLOCKS, blocks - start)
             words = rng.integers(0, 1 << 32, size=-(-nb * Q4_0_BLOCK_BYTES // 4), dtype=np.uint32)
             raw = words.view(np.uint8)[: nb * Q4_0_BLOCK_BYTES]
             buf = raw.view(block_t)
-            scale = rng.random(nb, dtype=np.float32)
-            scale += 0.5  # per-block scales in [0.5, 1.5) x d_base
+            # Scales d_base * [0.5, 1.5) with a random sign. The sign matters: q - 8 has mean
+            # -0.5, so with positive scales every matrix carries a rank-one part along the
+            # all-ones vectors that grows layer after layer until every token has the same
+            # hidden state and the same experts. Random signs cancel it.
+            u = rng.random(nb, dtype=np.float32)
+            u *= 2.0
+            u -= 1.0  # [-1, 1)
+            scale = np.copysign(np.abs(u) + 0.5, u)
             scale *= d_base
             buf["d"] = scale.astype(np.float16)
             yield raw
@@ -432,6 +440,8 @@ def write_synthetic_gguf(
             if n != t.nbytes:
                 raise AssertionError(f"{t.name}: wrote {n} bytes, expected {t.nbytes}")
         f.write(bytes(-f.tell() % align))
+        f.flush()
+        os.fsync(f.fileno())  # on disk before it gets its name (and in the timing)
         w.close()
         os.replace(tmp, out)
     except BaseException:

@@ -149,6 +149,9 @@ def test_gguf_header(tiny: Path) -> None:
     w = gguf.quants.dequantize(up.data, up.tensor_type)
     assert np.isfinite(w).all()
     assert abs(float(w.std()) - p.hidden**-0.5) < 0.2 * p.hidden**-0.5
+    # Zero mean: with q - 8 averaging -0.5, positive scales would give every matrix a
+    # rank-one part that collapses all tokens onto one hidden state within a few layers.
+    assert abs(float(w.mean())) < 0.02 * float(w.std())
     norm = np.asarray(tensors["blk.0.attn_norm.weight"].data)
     assert 0.9 < float(norm.mean()) < 1.1
     router = np.asarray(tensors["blk.0.ffn_gate_inp.weight"].data)
@@ -216,6 +219,28 @@ def test_forward_and_routing(model: colibri.Model) -> None:
     for _ in range(4):
         nxt = s.append(int(s.last_logits().argmax()))
         assert np.isfinite(nxt).all()
+
+
+def test_routing_varies_in_deep_layers(tmp_path: Path) -> None:
+    """Twelve layers on: tokens still pick different experts (no collapse of the hidden
+    states onto one direction, which random Q4_0 weights with a biased mean produce)."""
+    import dataclasses
+
+    deep = dataclasses.replace(sm.PRESETS["tiny"], name="tiny-deep", n_layers=12)
+    path = sm.write_synthetic_gguf(deep, tmp_path / "deep.gguf").path
+    m = colibri.Model.load(path)
+    ids = m.tokenizer.encode(TEXT + " " + TEXT[::-1])
+    s = m.session()
+    s.forward(ids)
+    r = s.last_routing()
+    k = deep.top_k
+    for layer in range(deep.n_layers):
+        used = len(np.unique(r[:, layer, :]))
+        same = np.mean(
+            [len(set(r[t, layer]) & set(r[t + 1, layer])) / k for t in range(len(ids) - 1)]
+        )
+        assert used >= deep.n_experts * 3 // 4, (layer, used)
+        assert same < 0.75, (layer, same)
 
 
 def test_chat_template(model: colibri.Model) -> None:
