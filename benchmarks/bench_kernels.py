@@ -35,8 +35,8 @@ import time
 from typing import Any
 
 import numpy as np
-from _common import machine, median, print_table, write_result
 
+from _common import machine, median, print_table, write_result
 from colibri._core import ThreadPool
 from colibri._core import quant as q
 
@@ -83,7 +83,7 @@ def decode_sequence(rng: np.random.Generator) -> list[tuple[str, np.ndarray, int
     (92 MiB, about 3x the L3)."""
     shapes = [(576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536)]
     ws = [("Q4_1", make_weight("Q4_1", r, c, rng), r, c) for _ in range(30) for r, c in shapes]
-    return ws + [("Q8_0", make_weight("Q8_0", 49152, 576, rng), 49152, 576)]
+    return [*ws, ("Q8_0", make_weight("Q8_0", 49152, 576, rng), 49152, 576)]
 
 
 def in_arena(ws: list[tuple[str, np.ndarray, int, int]]) -> list[tuple[str, np.ndarray, int, int]]:
@@ -93,7 +93,7 @@ def in_arena(ws: list[tuple[str, np.ndarray, int, int]]) -> list[tuple[str, np.n
     sizes = [(int(b.nbytes) + 4095) // 4096 * 4096 for _, b, _, _ in ws]
     arena = np.empty(sum(sizes), np.uint8)
     out, off = [], 0
-    for (dtype, b, rows, cols), size in zip(ws, sizes):
+    for (dtype, b, rows, cols), size in zip(ws, sizes, strict=True):
         view = arena[off : off + b.nbytes].reshape(b.shape)
         view[...] = b
         out.append((dtype, view, rows, cols))

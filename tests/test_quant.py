@@ -300,7 +300,7 @@ def test_matmul_multi_equals_separate_calls() -> None:
     ws = [(dt, q.quantize(dt, make("scaled", rows, cols, seed=11 + i)), rows) for i, (dt, rows) in enumerate(specs)]
     for threads in (1, 2):
         outs = q.matmul_multi(ws, cols, x, threads)
-        for (dt, b, rows), y in zip(ws, outs):
+        for (dt, b, rows), y in zip(ws, outs, strict=True):
             assert y.tobytes() == q.matmul(dt, b, rows, cols, x, 1).tobytes()
 
 
