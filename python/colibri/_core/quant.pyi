@@ -51,7 +51,7 @@ def quantize(dtype: str, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float
     """
     float32 [rows, cols] -> uint8 [rows, row_bytes]. isa=None: the scalar reference (byte-identical to ggml); an ISA name: that ISA's quantizer.
     """
-def read_bandwidth(buf: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], threads: typing.Any = 1, iters: typing.SupportsInt | typing.SupportsIndex = 5) -> list[float]:
+def read_bandwidth(buf: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], threads: typing.Any = 1, iters: typing.SupportsInt | typing.SupportsIndex = 5, prefetch: bool = False) -> list[float]:
     """
     Seconds per full read of buf (a native read kernel), for bandwidth references.
     """
