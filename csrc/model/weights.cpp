@@ -1,6 +1,10 @@
 #include "model/weights.hpp"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "common/errors.hpp"
 #include "quant/fp16.hpp"
@@ -21,15 +25,14 @@ void unpermute_rows(Tensor& t, int64_t n_heads) {
                                 " RoPE heads of even size");
   const int64_t per_head = t.rows / n_heads, half = per_head / 2;
   const std::size_t rb = t.nbytes / static_cast<std::size_t>(t.rows);
-  AlignedPtr<uint8_t> out = aligned_alloc_array<uint8_t>(t.nbytes);
+  const std::vector<uint8_t> stored(t.data, t.data + t.nbytes);
   for (int64_t h = 0; h < n_heads; ++h) {
     for (int64_t i = 0; i < half; ++i) {
       const int64_t base = h * per_head;
-      std::memcpy(out.get() + (base + i) * rb, t.data.get() + (base + 2 * i) * rb, rb);
-      std::memcpy(out.get() + (base + half + i) * rb, t.data.get() + (base + 2 * i + 1) * rb, rb);
+      std::memcpy(t.data + (base + i) * rb, stored.data() + (base + 2 * i) * rb, rb);
+      std::memcpy(t.data + (base + half + i) * rb, stored.data() + (base + 2 * i + 1) * rb, rb);
     }
   }
-  t.data = std::move(out);
 }
 
 }  // namespace
@@ -37,10 +40,43 @@ void unpermute_rows(Tensor& t, int64_t n_heads) {
 const float* Tensor::f32() const {
   if (type != DType::F32)
     fail(ErrorKind::Unsupported, "tensor '" + name + "' must be F32 but is " + dtype_name(type));
-  return reinterpret_cast<const float*>(data.get());
+  return reinterpret_cast<const float*>(data);
 }
 
+namespace {
+
+constexpr std::size_t kTensorAlign = 64;             // cache line: SIMD loads, no false sharing
+constexpr std::size_t kHugePage = 2u * 1024 * 1024;  // x86-64 / arm64 transparent huge page
+
+std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+
+// Byte size a spec needs (validated against its extents in the constructor).
+std::size_t spec_bytes(const TensorSpec& s) {
+  int64_t rows = 1, cols = 0;
+  if (s.shape.size() == 1) {
+    cols = s.shape[0];
+  } else if (s.shape.size() == 2) {
+    rows = s.shape[0];
+    cols = s.shape[1];
+  } else {
+    fail(ErrorKind::Format, "tensor '" + s.name + "' has " + std::to_string(s.shape.size()) +
+                                " dimensions; the core takes vectors and matrices");
+  }
+  return row_bytes(s.type, cols) * static_cast<std::size_t>(rows);
+}
+
+}  // namespace
+
 WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& files) {
+  std::size_t arena_bytes = 0;
+  for (const auto& s : specs) arena_bytes += round_up(spec_bytes(s), kTensorAlign);
+  arena_bytes = round_up(std::max<std::size_t>(arena_bytes, 1), kHugePage);
+  arena_ = aligned_alloc_array<uint8_t>(arena_bytes, kHugePage);
+#if defined(MADV_HUGEPAGE)
+  // A hint: where transparent huge pages are off this is a no-op, never an error.
+  (void)::madvise(arena_.get(), arena_bytes, MADV_HUGEPAGE);
+#endif
+  std::size_t cursor = 0;
   for (const auto& s : specs) {
     Tensor t;
     t.name = s.name;
@@ -64,10 +100,11 @@ WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& fi
                                   std::to_string(expect) + " bytes but its extents hold " +
                                   std::to_string(have));
     t.nbytes = expect;
-    t.data = aligned_alloc_array<uint8_t>(expect);
+    t.data = arena_.get() + cursor;
+    cursor += round_up(expect, kTensorAlign);
     std::size_t at = 0;
     for (const auto& e : s.extents) {
-      files.read(e, t.data.get() + at);
+      files.read(e, t.data + at);
       at += e.length;
     }
     if (s.rope_unpermute_heads > 0) {
