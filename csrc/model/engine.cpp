@@ -45,6 +45,7 @@ void check_spec(const ModelSpec& s) {
 
 Engine::Engine(ModelSpec spec, const std::vector<TensorSpec>& tensors,
                const std::vector<std::string>& files, const ThreadSettings& threads)
+    // check_spec runs before any weight is read (the comma operator sequences it).
     : spec_(std::move(spec)), files_(files), weights_((check_spec(spec_), tensors), files_),
       pool_(threads) {
   resolve_layers();

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "model/engine.hpp"
@@ -20,6 +21,7 @@ class Session {
   // Appends n tokens; writes logits of the last one ([vocab]) or of all ([n, vocab]).
   // On error (bad token id, context overflow) the session is unchanged.
   void forward(const int32_t* ids, int64_t n, bool all_logits, float* logits_out) {
+    std::lock_guard<std::mutex> lock(mu_);  // the GIL is released: two Python threads may race
     const ModelSpec& s = engine_->spec();
     const int64_t k = s.n_experts_per_tok;
     std::vector<int32_t> routing(k > 0 ? static_cast<std::size_t>(n * s.n_layers * k) : 0);
@@ -37,13 +39,17 @@ class Session {
   int64_t vocab_size() const { return engine_->spec().vocab_size; }
   const ModelSpec& spec() const { return engine_->spec(); }
   int64_t context_length() const { return kv_.context_length(); }
-  void reset() { n_tokens_ = 0; }
+  void reset() {
+    std::lock_guard<std::mutex> lock(mu_);
+    n_tokens_ = 0;
+  }
   // Forgets the last n tokens (their KV entries are overwritten by the next forward).
   void rollback(int64_t n);
 
  private:
   std::shared_ptr<Engine> engine_;
   KvCache kv_;
+  std::mutex mu_;
   int64_t n_tokens_ = 0;
   std::vector<int32_t> last_routing_;
   int64_t last_routing_tokens_ = 0;
