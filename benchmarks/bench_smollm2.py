@@ -93,14 +93,17 @@ def main() -> None:
 
     path = smollm2_path()
     if args.no_extra_bufts:
-        default_params = llama_cpp.llama_model_default_params
+        # Llama() calls the submodule's function, so patch it there (not the package name).
+        import llama_cpp.llama_cpp as low_level
+
+        default_params = low_level.llama_model_default_params
 
         def patched() -> Any:
             p = default_params()
             p.use_extra_bufts = False
             return p
 
-        llama_cpp.llama_model_default_params = patched
+        low_level.llama_model_default_params = patched
     llm = llama_cpp.Llama(
         model_path=str(path), n_ctx=512, n_batch=512, n_threads=args.threads,
         n_threads_batch=args.threads, verbose=False,
