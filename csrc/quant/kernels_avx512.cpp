@@ -20,6 +20,7 @@
 #include "quant/blocks.hpp"
 #include "quant/fp16.hpp"
 #include "quant/reference.hpp"
+#include "quant/row_groups.hpp"
 
 namespace colibri {
 namespace {
@@ -340,43 +341,13 @@ struct Q4_1 {
   }
 };
 
-// Groups of 4 rows, then the 1..3 left over, all through the same per-row arithmetic.
-// K::rows<NR>(n_blocks, w, stride, act, out) is one of the kernels above.
-template <class K>
-void vec_dot_rows(int64_t n, const void* w, std::size_t stride, int64_t nrows, const void* act, float* out) {
-  const unsigned char* wb = static_cast<const unsigned char*>(w);
-  const auto* y = static_cast<const typename K::Act*>(act);
-  const int64_t nb = n / kQK;
-  // This call's rows start cold (the previous call prefetched other memory): request the
-  // first kPrefetchAhead bytes at once, then the groups' own prefetch keeps ahead.
-  const std::size_t head = std::min<std::size_t>(static_cast<std::size_t>(nrows) * stride, kPrefetchAhead);
-  for (std::size_t off = 0; off < head; off += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(wb + off), _MM_HINT_T1);
-  int64_t r = 0;
-  for (; r + 8 <= nrows; r += 8) K::template rows<8>(nb, wb + r * stride, stride, y, out + r);
-  for (; r + 4 <= nrows; r += 4) K::template rows<4>(nb, wb + r * stride, stride, y, out + r);
-  const unsigned char* wr = wb + r * stride;
-  switch (nrows - r) {
-    case 3: K::template rows<3>(nb, wr, stride, y, out + r); break;
-    case 2: K::template rows<2>(nb, wr, stride, y, out + r); break;
-    case 1: K::template rows<1>(nb, wr, stride, y, out + r); break;
-    default: break;
-  }
-}
+
+
 
 template <class K>
-float vec_dot(int64_t n, const void* w, const void* act) {
-  float out;
-  K::template rows<1>(n / kQK, static_cast<const unsigned char*>(w), 0, static_cast<const typename K::Act*>(act), &out);
-  return out;
-}
-
-// Float weights: rows one after the other (they stream 2-4 bytes per element; sharing the
-// activation load would not change the memory traffic).
-template <VecDotFn F>
-void rows_each(int64_t n, const void* w, std::size_t stride, int64_t nrows, const void* act, float* out) {
-  for (int64_t r = 0; r < nrows; ++r) out[r] = F(n, static_cast<const unsigned char*>(w) + r * stride, act);
-}
+constexpr VecDotRowsFn vec_dot_rows = row_groups::vec_dot_rows<K, 8, kPrefetchAhead>;
+using row_groups::rows_each;
+using row_groups::vec_dot;
 
 const TypeKernels kAvx512[] = {
     {DType::F32, DType::F32, ref::dequantize_row_f32, ref::quantize_row_f32, vec_dot_f32, ref::quantize_row_f32,

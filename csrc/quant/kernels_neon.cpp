@@ -19,6 +19,7 @@
 #include "quant/blocks.hpp"
 #include "quant/fp16.hpp"
 #include "quant/reference.hpp"
+#include "quant/row_groups.hpp"
 
 namespace colibri {
 namespace {
@@ -285,33 +286,13 @@ struct Q4_1 {
   }
 };
 
-template <class K>
-void vec_dot_rows(int64_t n, const void* w, std::size_t stride, int64_t nrows, const void* act, float* out) {
-  const unsigned char* wb = static_cast<const unsigned char*>(w);
-  const auto* y = static_cast<const typename K::Act*>(act);
-  const int64_t nb = n / kQK;
-  int64_t r = 0;
-  for (; r + 4 <= nrows; r += 4) K::template rows<4>(nb, wb + r * stride, stride, y, out + r);
-  const unsigned char* wr = wb + r * stride;
-  switch (nrows - r) {
-    case 3: K::template rows<3>(nb, wr, stride, y, out + r); break;
-    case 2: K::template rows<2>(nb, wr, stride, y, out + r); break;
-    case 1: K::template rows<1>(nb, wr, stride, y, out + r); break;
-    default: break;
-  }
-}
+
+
 
 template <class K>
-float vec_dot(int64_t n, const void* w, const void* act) {
-  float out;
-  K::template rows<1>(n / kQK, static_cast<const unsigned char*>(w), 0, static_cast<const typename K::Act*>(act), &out);
-  return out;
-}
-
-template <VecDotFn F>
-void rows_each(int64_t n, const void* w, std::size_t stride, int64_t nrows, const void* act, float* out) {
-  for (int64_t r = 0; r < nrows; ++r) out[r] = F(n, static_cast<const unsigned char*>(w) + r * stride, act);
-}
+constexpr VecDotRowsFn vec_dot_rows = row_groups::vec_dot_rows<K, 4, 0>;
+using row_groups::rows_each;
+using row_groups::vec_dot;
 
 const TypeKernels kNeon[] = {
     {DType::F32, DType::F32, ref::dequantize_row_f32, ref::quantize_row_f32, vec_dot_f32, ref::quantize_row_f32,
