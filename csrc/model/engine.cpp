@@ -165,6 +165,7 @@ void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, b
              std::to_string(n) + " more would exceed the context length of " +
              std::to_string(kv.context_length()) + " (raise EngineConfig.context_length or start a new session)");
 
+  kv.reserve(pos0 + n);  // grows the session's cache before any of it is written
   std::lock_guard<std::mutex> lock(mu_);
   ThreadPool::ComputeScope scope(pool_);
   const int64_t d = s.hidden_size;
