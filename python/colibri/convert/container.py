@@ -1,0 +1,511 @@
+"""The native streaming container, version 1: format constants, writer, verifier.
+
+A container is a directory (``model.colibri/``)::
+
+    manifest.json      written last, atomically: its presence means the container is whole
+    dense.bin          every non-expert tensor, each at a 64-byte-aligned offset
+    experts.bin        one blob per (layer, expert): gate, up, down, 4096-aligned and padded
+    tokenizer files    copied from a Hugging Face source (tokenizer.json, ...), if any
+    convert.journal    only while a conversion is unfinished (see write_container)
+
+The specification is ``docs/format.md`` ("Native container"). Tensor bytes are copied
+unchanged from the source (same types, same block layout: a relayout, never a
+requantization). Checksums are CRC-32 (``zlib.crc32``, the zlib polynomial): it is in the
+standard library and runs in C at several GB/s, so verifying does not bottleneck a read;
+the C++ reader can compute the same value with zlib's ``crc32()`` on the slab it just
+read; and 32 bits are plenty to catch a torn write, a short read or bit rot, which is all
+the checksum is for (it is not a defence against tampering).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ModelFormatError, ModelIOError, ModelNotFoundError, UnsupportedError
+from ..sources.manifest import Manifest, TensorInfo
+
+FORMAT = "colibri-container"
+VERSION = 1
+ALIGNMENT = 4096  # offset and size granularity of an expert blob (O_DIRECT-ready)
+TENSOR_ALIGNMENT = 64  # dense tensors in dense.bin; gate/up/down inside a blob
+CHECKSUM = "crc32"
+CHUNK = 16 << 20  # largest single read/write while copying
+
+MANIFEST = "manifest.json"
+DENSE = "dense.bin"
+EXPERTS = "experts.bin"
+JOURNAL = "convert.journal"
+# Files a Hugging Face tokenizer may need; copied as they are when the source has them.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "generation_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+PROJECTIONS = ("gate", "up", "down")
+_EXPERT_RE = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.(\d+)$")
+
+Progress = Callable[[int, int], None]
+
+
+def round_up(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+@dataclass(frozen=True)
+class _Part:
+    tensor: TensorInfo
+    offset: int  # from the start of the item
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One unit of the write: a dense tensor or an expert blob."""
+
+    file: int  # 0: dense.bin, 1: experts.bin
+    offset: int
+    checked: int  # bytes the checksum covers (tensor bytes; the whole blob for experts)
+    slot: int  # bytes the item occupies, padding included
+    parts: tuple[_Part, ...]
+    layer: int = -1
+    expert: int = -1
+
+    def label(self) -> str:
+        if self.file == 1:
+            return f"layer {self.layer} expert {self.expert}"
+        return f"dense tensor {self.parts[0].tensor.name!r}"
+
+
+@dataclass(frozen=True)
+class WriteReport:
+    items_total: int  # dense tensors + expert blobs
+    items_written: int
+    items_reused: int  # verified against the journal of an interrupted run and kept
+    bytes_total: int  # dense.bin + experts.bin
+
+
+def _plan(manifest: Manifest) -> list[_Item]:
+    """Every item in write order: dense tensors (manifest order), then expert blobs by
+    (layer, expert)."""
+    experts: dict[tuple[int, int], dict[str, TensorInfo]] = {}
+    dense: list[TensorInfo] = []
+    for t in manifest.tensors.values():
+        m = _EXPERT_RE.match(t.name)
+        if m is None:
+            dense.append(t)
+            continue
+        if t.rope_unpermute_heads:
+            raise UnsupportedError(f"expert tensor {t.name!r} carries a RoPE permutation")
+        experts.setdefault((int(m[1]), int(m[3])), {})[m[2]] = t
+    items: list[_Item] = []
+    off = 0
+    for t in dense:
+        off = round_up(off, TENSOR_ALIGNMENT)
+        slot = round_up(t.nbytes, TENSOR_ALIGNMENT)
+        items.append(_Item(0, off, t.nbytes, slot, (_Part(t, 0),)))
+        off += slot
+    off = 0
+    for (layer, expert), projs in sorted(experts.items()):
+        missing = [p for p in PROJECTIONS if p not in projs]
+        if missing:
+            raise ModelFormatError(
+                f"{manifest.path}: layer {layer} expert {expert} has no {missing[0]} matrix"
+            )
+        parts: list[_Part] = []
+        used = 0
+        for p in PROJECTIONS:
+            used = round_up(used, TENSOR_ALIGNMENT)
+            parts.append(_Part(projs[p], used))
+            used += projs[p].nbytes
+        slot = round_up(used, ALIGNMENT)
+        items.append(_Item(1, off, slot, slot, tuple(parts), layer, expert))
+        off += slot
+    return items
+
+
+def _totals(items: Sequence[_Item]) -> tuple[int, int]:
+    ends = [0, 0]
+    for it in items:
+        ends[it.file] = max(ends[it.file], it.offset + it.slot)
+    return ends[0], ends[1]
+
+
+def _plan_digest(manifest: Manifest, items: Sequence[_Item]) -> str:
+    """Identifies the layout and the source bytes: a journal with another digest is
+    stale (another source, or the source changed) and is discarded."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{FORMAT}/{VERSION}\n".encode())
+    for f in manifest.files:
+        st = os.stat(f)
+        h.update(f"{f}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    for it in items:
+        h.update(f"{it.file}|{it.offset}|{it.checked}|{it.slot}".encode())
+        for p in it.parts:
+            t = p.tensor
+            h.update(f"|{t.name}|{t.dtype}|{t.shape}|{p.offset}|{t.extents}".encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------- I/O helpers
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """temp file + fsync + rename + fsync of the directory."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _crc_range(f: io.BufferedIOBase, offset: int, length: int, buf: bytearray, where: str) -> int:
+    """CRC-32 of ``length`` bytes at ``offset``, read in chunks; ModelIOError when short."""
+    crc = 0
+    f.seek(offset)
+    left = length
+    view = memoryview(buf)
+    while left:
+        n = f.readinto(view[: min(left, len(buf))])
+        if not n:
+            raise ModelIOError(f"{where}: short read at offset {offset + length - left}")
+        crc = zlib.crc32(view[:n], crc)
+        left -= n
+    return crc
+
+
+def _is_zero(f: io.BufferedIOBase, offset: int, length: int) -> bool:
+    if length == 0:
+        return True
+    f.seek(offset)
+    data = f.read(length)
+    return len(data) == length and data.count(0) == length
+
+
+def _copy_item(
+    item: _Item,
+    out: io.BufferedIOBase,
+    sources: Sequence[io.BufferedIOBase],
+    names: Sequence[Path],
+    buf: bytearray,
+) -> int:
+    """Writes one item (parts, zero gaps, zero padding) at its offset; returns its CRC."""
+    crc = 0
+    view = memoryview(buf)
+    out.seek(item.offset)
+    pos = 0
+    for part in item.parts:
+        gap = bytes(part.offset - pos)
+        out.write(gap)
+        crc = zlib.crc32(gap, crc)
+        for e in part.tensor.extents:
+            src = sources[e.file]
+            src.seek(e.offset)
+            left = e.length
+            while left:
+                n = src.readinto(view[: min(left, len(buf))])
+                if not n:
+                    raise ModelIOError(
+                        f"{names[e.file]}: short read in tensor {part.tensor.name!r} at "
+                        f"offset {e.offset + e.length - left}; the source file is truncated"
+                    )
+                out.write(view[:n])
+                crc = zlib.crc32(view[:n], crc)
+                left -= n
+        pos = part.offset + part.tensor.nbytes
+    pad = bytes(item.slot - pos)
+    out.write(pad)
+    if item.checked == item.slot:
+        crc = zlib.crc32(pad, crc)
+    return crc
+
+
+# ---------------------------------------------------------------------------- journal
+
+
+def _read_journal(path: Path, digest: str) -> dict[int, int]:
+    """item index -> CRC recorded by an interrupted run with the same plan ({} if none)."""
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except FileNotFoundError:
+        return {}
+    out: dict[int, int] = {}
+    for i, line in enumerate(lines):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            break  # a torn last line: the run died while writing it
+        if i == 0:
+            if not isinstance(rec, dict) or rec.get("plan") != digest:
+                return {}
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("i"), int):
+            break
+        out[rec["i"]] = int(rec["crc"])
+    return out
+
+
+# ---------------------------------------------------------------------------- manifest.json
+
+
+def _json_default(obj: object) -> Any:
+    raise UnsupportedError(
+        f"metadata value of type {type(obj).__name__} cannot be stored in {MANIFEST}"
+    )
+
+
+def _container_json(
+    manifest: Manifest, items: Sequence[_Item], crcs: Sequence[int], tokenizer_files: list[str]
+) -> bytes:
+    dense_size, experts_size = _totals(items)
+    dense: list[dict[str, Any]] = []
+    experts: list[dict[str, Any]] = []
+    for it, crc in zip(items, crcs, strict=True):
+        if it.file == 0:
+            t = it.parts[0].tensor
+            dense.append({
+                "name": t.name, "dtype": t.dtype, "shape": list(t.shape),
+                "offset": it.offset, "length": t.nbytes, "crc32": crc,
+                "rope_unpermute_heads": t.rope_unpermute_heads,
+            })
+        else:
+            rec: dict[str, Any] = {
+                "layer": it.layer, "expert": it.expert, "offset": it.offset,
+                "length": it.slot, "crc32": crc,
+            }
+            for proj, p in zip(PROJECTIONS, it.parts, strict=True):
+                rec[proj] = {
+                    "dtype": p.tensor.dtype, "shape": list(p.tensor.shape),
+                    "offset": p.offset, "length": p.tensor.nbytes,
+                }
+            experts.append(rec)
+    config = asdict(manifest.config)
+    if config["rope_scaling"] is not None:
+        config["rope_scaling"] = dict(manifest.config.rope_scaling or {})
+    doc = {
+        "format": FORMAT,
+        "version": VERSION,
+        "checksum": CHECKSUM,
+        "alignment": ALIGNMENT,
+        "source": {"kind": manifest.source, "name": manifest.path.name},
+        "config": config,
+        "metadata": dict(manifest.metadata),
+        "tokenizer_files": tokenizer_files,
+        "files": {"dense": {"name": DENSE, "size": dense_size},
+                  "experts": {"name": EXPERTS, "size": experts_size}},
+        "dense": dense,
+        "experts": experts,
+    }
+    return (json.dumps(doc, indent=1, default=_json_default) + "\n").encode()
+
+
+def read_container_json(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The parsed ``manifest.json`` of the container at ``path``, format and version
+    checked."""
+    d = Path(path)
+    f = d / MANIFEST
+    if not f.is_file():
+        if not d.exists():
+            raise ModelNotFoundError(f"container {str(d)!r} does not exist")
+        hint = (
+            " A conversion into it was interrupted: rerun it to resume."
+            if (d / JOURNAL).exists() else ""
+        )
+        raise ModelFormatError(
+            f"{d} is not a complete colibri container: it has no {MANIFEST}.{hint}"
+        )
+    try:
+        doc = json.loads(f.read_bytes())
+    except ValueError as exc:
+        raise ModelFormatError(f"{f}: not valid JSON ({exc})") from exc
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ModelFormatError(f"{f}: not a colibri container manifest (no format {FORMAT!r})")
+    if doc.get("version") != VERSION:
+        raise UnsupportedError(
+            f"{f}: container version {doc.get('version')!r}; this colibri reads version "
+            f"{VERSION}. Convert the model again with this version, or upgrade colibri."
+        )
+    if doc.get("checksum") != CHECKSUM or doc.get("alignment") != ALIGNMENT:
+        raise ModelFormatError(f"{f}: unexpected checksum or alignment")
+    return doc
+
+
+# ---------------------------------------------------------------------------- writer
+
+
+def write_container(
+    manifest: Manifest, dst: str | os.PathLike[str], *, progress: Progress | None = None
+) -> WriteReport:
+    """Writes ``manifest``'s model (GGUF or Hugging Face source) as a native container at
+    ``dst`` (a directory, created if needed).
+
+    Streams extent by extent in chunks of at most 16 MiB (memory does not grow with the
+    model). Every finished item's checksum is appended to ``convert.journal``; a rerun
+    after an interruption re-reads and verifies the journaled items, keeps the valid
+    prefix and continues from the first missing or damaged one, so the result is byte
+    for byte what an uninterrupted run writes. ``manifest.json`` is written last and
+    atomically. ``progress(bytes_done, bytes_total)`` is called once after the resume
+    check and after every item; an exception it raises interrupts the conversion
+    (resumable).
+    """
+    out_dir = Path(dst)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    items = _plan(manifest)
+    digest = _plan_digest(manifest, items)
+    dense_size, experts_size = _totals(items)
+    total = dense_size + experts_size
+    # From here on the container is not whole: drop the marker before touching data.
+    final = out_dir / MANIFEST
+    if final.exists():
+        final.unlink()
+        _fsync_dir(out_dir)
+    journal_path = out_dir / JOURNAL
+    recorded = _read_journal(journal_path, digest)
+    paths = (out_dir / DENSE, out_dir / EXPERTS)
+    buf = bytearray(CHUNK)
+    with contextlib.ExitStack() as stack:
+        outs: list[io.BufferedIOBase] = [
+            stack.enter_context(open(p, "r+b" if p.exists() else "w+b")) for p in paths
+        ]
+        sources: list[io.BufferedIOBase] = [
+            stack.enter_context(open(f, "rb")) for f in manifest.files
+        ]
+        crcs: list[int] = []
+        # The verified prefix: every item journaled with a CRC its bytes still match.
+        for i, it in enumerate(items):
+            want = recorded.get(i)
+            if want is None:
+                break
+            f = outs[it.file]
+            try:
+                got = _crc_range(f, it.offset, it.checked, buf, str(paths[it.file]))
+            except ModelIOError:
+                break
+            if got != want or not _is_zero(f, it.offset + it.checked, it.slot - it.checked):
+                break
+            crcs.append(got)
+        reused = len(crcs)
+        jlines = [json.dumps({"format": FORMAT, "version": VERSION, "plan": digest})]
+        jlines += [json.dumps({"i": i, "crc": c}) for i, c in enumerate(crcs)]
+        _atomic_write(journal_path, ("\n".join(jlines) + "\n").encode())
+        done = sum(it.slot for it in items[:reused])
+        if progress is not None:
+            progress(done, total)
+        with open(journal_path, "ab") as journal:
+            for i in range(reused, len(items)):
+                it = items[i]
+                crc = _copy_item(it, outs[it.file], sources, manifest.files, buf)
+                outs[it.file].flush()
+                crcs.append(crc)
+                journal.write(json.dumps({"i": i, "crc": crc}).encode() + b"\n")
+                journal.flush()
+                done += it.slot
+                if progress is not None:
+                    progress(done, total)
+        for f, size in zip(outs, (dense_size, experts_size), strict=True):
+            f.truncate(size)
+            f.flush()
+            os.fsync(f.fileno())
+    tokenizer_files = _copy_tokenizer_files(manifest, out_dir)
+    _atomic_write(final, _container_json(manifest, items, crcs, tokenizer_files))
+    journal_path.unlink()
+    _fsync_dir(out_dir)
+    return WriteReport(len(items), len(items) - reused, reused, total)
+
+
+def _copy_tokenizer_files(manifest: Manifest, out_dir: Path) -> list[str]:
+    """A Hugging Face source's tokenizer files, copied next to the data (a GGUF source's
+    tokenizer lives in the metadata, which manifest.json carries)."""
+    if manifest.source != "hf":
+        return []
+    copied = []
+    for name in TOKENIZER_FILES:
+        src = manifest.path / name
+        if src.is_file():
+            tmp = out_dir / (name + ".tmp")
+            shutil.copyfile(src, tmp)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, out_dir / name)
+            copied.append(name)
+    return copied
+
+
+# ---------------------------------------------------------------------------- verifier
+
+
+def verify_container(path: str | os.PathLike[str]) -> list[str]:
+    """Checks every checksum of the container at ``path``; returns the problems found
+    (empty when the container is sound). A damaged expert blob is named by layer and
+    expert, a damaged dense tensor by name."""
+    d = Path(path)
+    try:
+        doc = read_container_json(d)
+    except (ModelFormatError, ModelNotFoundError, UnsupportedError) as exc:
+        return [str(exc)]
+    problems: list[str] = []
+    buf = bytearray(min(CHUNK, 1 << 20))
+    sections: list[tuple[str, str, list[Mapping[str, Any]]]] = [
+        ("dense", DENSE, doc["dense"]),
+        ("experts", EXPERTS, doc["experts"]),
+    ]
+    for key, name, records in sections:
+        p = d / name
+        want_size = int(doc["files"][key]["size"])
+        try:
+            size = os.stat(p).st_size
+        except FileNotFoundError:
+            problems.append(f"{name} is missing")
+            continue
+        if size != want_size:
+            problems.append(f"{name} is {size} bytes long, the manifest says {want_size}")
+        with open(p, "rb") as f:
+            for rec in records:
+                what = (
+                    f"layer {rec['layer']} expert {rec['expert']}" if key == "experts"
+                    else f"dense tensor {rec['name']!r}"
+                )
+                off, length = int(rec["offset"]), int(rec["length"])
+                try:
+                    got = _crc_range(f, off, length, buf, name)
+                except ModelIOError:
+                    problems.append(f"{what}: {name} ends before bytes [{off}, {off + length})")
+                    continue
+                if got != int(rec["crc32"]):
+                    problems.append(
+                        f"{what}: checksum mismatch in {name} at bytes [{off}, {off + length}) "
+                        f"(expected crc32 {int(rec['crc32']):08x}, got {got:08x})"
+                    )
+    return problems
