@@ -258,3 +258,25 @@ def test_newer_version_rejected(tiny_models: dict[str, TinyModel], tmp_path: Pat
     shutil.rmtree(dst)
     with pytest.raises(colibri.errors.ModelNotFoundError):
         load_native(dst)
+
+
+def test_model_load_opens_a_container_like_its_source(
+    tiny_models: dict[str, TinyModel], tmp_path: Path
+) -> None:
+    """open_model_source dispatches a container directory, so Model.load (and the
+    tokenizer) work on it unchanged."""
+    src = tiny_models["qwen2_moe"].gguf["Q8_0"]
+    dst = tmp_path / "m.colibri"
+    write_container(open_model_source(src), dst)
+    ids = [1, 5, 9, 33, 7]
+    a = colibri.Model.load(src).session().forward(ids, all_logits=True)
+    b = colibri.Model.load(dst).session().forward(ids, all_logits=True)
+    np.testing.assert_array_equal(a, b)
+    text = "ab ba"
+    assert colibri.Model.load(dst).tokenizer.encode(text) == (
+        colibri.Model.load(src).tokenizer.encode(text)
+    )
+    (dst / "manifest.json").unlink()
+    (dst / "convert.journal").write_text("")
+    with pytest.raises(ModelFormatError, match="interrupted"):
+        colibri.Model.load(dst)

@@ -4,11 +4,9 @@
 for streaming; :func:`verify_container` checks every checksum of a written container;
 :func:`colibri.sources.native_source.load_native` reads one back as a manifest.
 
-Not wired yet: ``open_model_source`` does not dispatch to containers and there is no
-``colibri convert`` / ``colibri verify`` command. To wire it, make ``open_model_source``
-return ``load_native(p)`` when ``p`` is a directory holding ``manifest.json`` (check it
-before the ``config.json`` test; a container never holds a ``config.json``), and have the
-CLI call ``write_container(open_model_source(src), dst, progress=...)`` and print
+``open_model_source`` (so ``Model.load``) opens containers. Not wired yet: a
+``colibri convert`` / ``colibri verify`` command; it would call
+``write_container(open_model_source(src), dst, progress=...)`` and print
 ``verify_container(dst)``.
 """
 

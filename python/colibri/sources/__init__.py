@@ -9,6 +9,7 @@ from ..errors import ModelFormatError, ModelNotFoundError
 from .gguf_source import load_gguf
 from .hf_source import load_hf
 from .manifest import Extent, Manifest, ModelConfig, TensorInfo
+from .native_source import load_native
 from .validate import SUPPORTED_FAMILIES
 
 _GGUF_MAGIC = b"GGUF"
@@ -18,7 +19,9 @@ def open_model_source(path: str | os.PathLike[str]) -> Manifest:
     """The manifest of the model at ``path``.
 
     ``path`` is a ``.gguf`` file, a Hugging Face checkpoint directory (config.json +
-    *.safetensors), or a directory holding exactly one ``.gguf`` file.
+    *.safetensors), a native container written by ``colibri.convert`` (manifest.json, or
+    the journal of an interrupted conversion, which is reported as such), or a directory
+    holding exactly one ``.gguf`` file.
     """
     p = Path(path).expanduser()
     if not p.exists():
@@ -37,6 +40,8 @@ def open_model_source(path: str | os.PathLike[str]) -> Manifest:
             f"{p} is neither a GGUF file nor a model directory. Pass a .gguf file or a "
             f"Hugging Face model directory (config.json + *.safetensors)."
         )
+    if (p / "manifest.json").is_file() or (p / "convert.journal").is_file():
+        return load_native(p)
     if (p / "config.json").is_file():
         return load_hf(p)
     ggufs = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() == ".gguf")

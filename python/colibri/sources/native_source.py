@@ -11,8 +11,8 @@ its blob in ``experts.bin`` (file 1). Checksums are not checked here
 Hugging Face tokenizer's files were copied into the container directory
 (``Manifest.path``).
 
-Not dispatched yet: ``open_model_source`` should return ``load_native(p)`` for a
-directory holding ``manifest.json`` (see :mod:`colibri.convert`).
+``open_model_source`` dispatches here for a directory holding ``manifest.json`` (or the
+journal of an interrupted conversion).
 """
 
 from __future__ import annotations
