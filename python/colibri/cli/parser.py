@@ -160,6 +160,24 @@ def build_parser(version: str) -> Parser:
     info.add_argument("--json", action="store_true", help="print one JSON record")
     _cache_flag(info)
     _debug_flag(info, argparse.SUPPRESS)
+
+    convert = sub.add_parser("convert", help="write a model as a native streaming container",
+                             description="Lay SOURCE (a GGUF file, a Hugging Face directory or "
+                                         "a named model) out as a native container at DEST: "
+                                         "one 4 KiB-aligned, checksummed blob per expert. "
+                                         "Rerun after an interruption to resume.")
+    convert.add_argument("source", metavar="SOURCE", help="a model path or a named model")
+    convert.add_argument("dest", metavar="DEST", help="the container directory to write")
+    convert.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    _cache_flag(convert)
+    _debug_flag(convert, argparse.SUPPRESS)
+
+    verify = sub.add_parser("verify", help="check every checksum of a native container",
+                            description="Re-read a container and check every blob's and "
+                                        "tensor's checksum; problems are listed one per line "
+                                        "(a damaged expert by layer and expert).")
+    verify.add_argument("container", metavar="CONTAINER", help="the container directory")
+    _debug_flag(verify, argparse.SUPPRESS)
     return parser
 
 
