@@ -286,9 +286,6 @@ struct Q4_1 {
   }
 };
 
-
-
-
 template <class K>
 constexpr VecDotRowsFn vec_dot_rows = row_groups::vec_dot_rows<K, 4, 0>;
 using row_groups::rows_each;

@@ -31,6 +31,11 @@ if TYPE_CHECKING:
 FinishReason = Literal["stop", "length"]
 
 
+def rate(count: int, seconds: float) -> float:
+    """count / seconds, 0 when nothing was timed (tok/s of a phase that did not run)."""
+    return count / seconds if seconds > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class GenerationStats:
     """Timing of one generation (seconds are wall-clock)."""
@@ -46,11 +51,11 @@ class GenerationStats:
 
     @property
     def prefill_tok_s(self) -> float:
-        return self.prompt_tokens / self.prefill_seconds if self.prefill_seconds > 0 else 0.0
+        return rate(self.prompt_tokens, self.prefill_seconds)
 
     @property
     def decode_tok_s(self) -> float:
-        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+        return rate(self.decode_tokens, self.decode_seconds)
 
     def to_dict(self) -> dict[str, float | int]:
         return {

@@ -27,7 +27,14 @@ from .errors import (
     TokenOutOfRangeError,
     UnsupportedError,
 )
-from .generation import Chunk, FinishReason, Generation, GenerationStats, stream_tokens
+from .generation import (
+    Chunk,
+    FinishReason,
+    Generation,
+    GenerationStats,
+    rate,
+    stream_tokens,
+)
 from .rope import rope_table
 from .sampling import Sampling
 from .sources import Manifest, ModelConfig, open_model_source
@@ -50,11 +57,11 @@ class ModelStats:
 
     @property
     def prefill_tok_s(self) -> float:
-        return self.prompt_tokens / self.prefill_seconds if self.prefill_seconds > 0 else 0.0
+        return rate(self.prompt_tokens, self.prefill_seconds)
 
     @property
     def decode_tok_s(self) -> float:
-        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+        return rate(self.decode_tokens, self.decode_seconds)
 
 _QK_NORM = {"none": _core.QkNorm.none, "head": _core.QkNorm.head, "full": _core.QkNorm.full}
 _WAIT = {
