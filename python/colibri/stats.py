@@ -1,0 +1,112 @@
+"""Typed counters of the streaming tier: the RAM split, the expert cache and I/O, and the
+time spent per phase of the forward pass.
+
+The core keeps cumulative counters since load; a generation's record is the difference of
+two snapshots (:meth:`ExpertStats.minus`, :meth:`PhaseTimes.minus`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
+
+
+def _minus(a: _T, b: _T) -> _T:
+    """Field-wise a - b of two snapshots of the same counter dataclass."""
+    return type(a)(**{f.name: getattr(a, f.name) - getattr(b, f.name) for f in fields(a)})  # type: ignore[arg-type]
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class ExpertStats:
+    """Expert cache and expert I/O counters (cumulative, or one generation's delta)."""
+
+    hits: int = 0  # routed experts found in the cache (ready, or loading by a prefetch)
+    misses: int = 0  # routed experts that had to be read when they were needed
+    reads: int = 0  # expert reads finished (misses + prefetches that completed)
+    bytes_read: int = 0  # bytes of those reads
+    read_seconds: float = 0.0  # time inside reads, summed over reads (and workers)
+    stall_seconds: float = 0.0  # time the compute waited for an expert it needed
+    prefetch_issued: int = 0  # reads started for experts predicted for the next layer
+    prefetch_used: int = 0  # predicted experts the next layer did route to
+    prefetch_wasted: int = 0  # predicted experts it did not route to (read, or cancelled)
+    prefetch_cancelled: int = 0  # of the wasted, dropped before their read started
+    predicted_routed: int = 0  # routed experts (after a prediction) that were predicted
+    routed_after_prediction: int = 0  # routed experts in layers that had a prediction
+    evictions: int = 0  # cached experts dropped to make room
+    checksum_failures: int = 0  # reads whose bytes did not match the container's crc32
+    read_errors: int = 0  # reads that failed (I/O error, short read, checksum)
+
+    @property
+    def hit_rate(self) -> float:
+        """Fraction of routed experts that were in the cache when needed."""
+        return _ratio(self.hits, self.hits + self.misses)
+
+    @property
+    def read_throughput(self) -> float:
+        """Bytes per second of one read, on average (bytes_read / read_seconds)."""
+        return _ratio(self.bytes_read, self.read_seconds)
+
+    @property
+    def prefetch_recall(self) -> float:
+        """Fraction of the experts a layer routed to that the lookahead had predicted."""
+        return _ratio(self.predicted_routed, self.routed_after_prediction)
+
+    def minus(self, earlier: ExpertStats) -> ExpertStats:
+        return _minus(self, earlier)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(hit_rate=self.hit_rate, read_throughput=self.read_throughput,
+                 prefetch_recall=self.prefetch_recall)
+        return d
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Wall-clock seconds per phase of the forward pass (cumulative, or a delta)."""
+
+    attention: float = 0.0  # norms, Q/K/V/O projections, RoPE, attention
+    dense: float = 0.0  # dense FFN layers, shared experts, embeddings
+    router: float = 0.0  # router matmuls, top-k, and the lookahead prediction
+    expert_matmul: float = 0.0  # routed experts' gate/up/down
+    expert_wait: float = 0.0  # waiting for expert reads (stall)
+    lm_head: float = 0.0  # final norm and output projection
+
+    @property
+    def total(self) -> float:
+        return (self.attention + self.dense + self.router + self.expert_matmul
+                + self.expert_wait + self.lm_head)
+
+    def minus(self, earlier: PhaseTimes) -> PhaseTimes:
+        return _minus(self, earlier)
+
+    def to_dict(self) -> dict[str, float]:
+        d = asdict(self)
+        d["total"] = self.total
+        return d
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """How the RAM budget is split (bytes)."""
+
+    budget: int  # EngineConfig.ram_budget, resolved
+    dense_bytes: int  # resident non-expert weights
+    kv_bytes: int  # one session's KV cache at the full context length
+    work_bytes: int  # work buffers (activations, logits, scratch), estimated
+    cache_bytes: int  # the expert cache: slots x slot_bytes
+    cache_slots: int  # experts the cache can hold at once
+    slot_bytes: int  # bytes of one slot (one expert's gate+up+down, 4 KiB-aligned reads)
+    cached_experts: int  # slots holding an expert now
+    pinned_experts: int  # slots pinned by the learned policy
+    total_experts: int  # routed experts in the model (layers x experts)
+    expert_bytes: int  # bytes of all routed experts on disk
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
