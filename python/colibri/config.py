@@ -12,20 +12,35 @@ The defaults, and why, are documented in ``docs/tuning.md``.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import re
 from collections.abc import Mapping
 from enum import Enum
-from typing import Any, Literal, TypeVar
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Literal, TypeVar, cast
 
 from .errors import ConfigError
 
 __all__ = [
     "DEFAULT_CONTEXT_CAP",
+    "MAX_IO_WORKERS",
+    "MAX_PIN_FRACTION",
+    "MAX_RAM_BUDGET",
     "MAX_SPIN_US",
     "MAX_THREADS",
     "ActivationPrecision",
+    "CacheConfig",
+    "CachePolicy",
+    "Checksums",
     "EngineConfig",
+    "IOConfig",
     "ThreadConfig",
     "WaitPolicy",
+    "default_history_dir",
+    "format_bytes",
+    "parse_bytes",
 ]
 
 MAX_THREADS = 1024
@@ -36,6 +51,16 @@ MAX_SPIN_US = 1_000_000
 
 DEFAULT_CONTEXT_CAP = 4096
 """KV-cache positions used when ``context_length`` is None and the model allows more."""
+
+MAX_IO_WORKERS = 64
+"""Largest expert-read worker pool (IOConfig.workers)."""
+
+MAX_PIN_FRACTION = 0.9
+"""Largest share of the expert cache learned pins may take (CacheConfig.pin_fraction): at
+least 10 % always stays with the LRU part, so an expert the history never saw still fits."""
+
+MAX_RAM_BUDGET = 1 << 50
+"""Largest ``ram_budget`` accepted: 1 PiB. Anything larger is a typo (a unit too many)."""
 
 
 class WaitPolicy(str, Enum):
@@ -50,9 +75,33 @@ class WaitPolicy(str, Enum):
     """Sleep on a condition variable. No CPU while waiting; a wake-up costs ~5-50 µs."""
     HYBRID = "hybrid"
     """Spin for ``spin_us`` microseconds, then sleep."""
+    AUTO = "auto"
+    """Chosen by the core for the run: PASSIVE when decode is disk-bound (experts streamed
+    from SSD, the compute mostly waits for reads) or the host is Apple Silicon; SPIN or
+    HYBRID when compute-bound (every expert resident). The choice made is reported in the
+    model's and each generation's stats (``wait_policy``)."""
 
 
-WaitPolicyName = Literal["spin", "passive", "hybrid"]
+WaitPolicyName = Literal["spin", "passive", "hybrid", "auto"]
+
+
+class CachePolicy(str, Enum):
+    """Which expert the RAM-budgeted expert cache drops when it needs a slot."""
+
+    LRU = "lru"
+    """Least recently used."""
+    LFRU = "lfru"
+    """Frequency-aware LRU: among the least recently used, an expert used often survives
+    one used once. Routing is skewed (a few experts per layer take most tokens), so this
+    keeps the hot experts through a burst of one-off ones."""
+    PINNED = "pinned"
+    """Experts that the routing history of earlier runs shows to be hot are pinned (up to
+    ``CacheConfig.pin_fraction`` of the cache); the rest of the cache is LRU."""
+
+
+Checksums = Literal["first", "always", "off"]
+"""When expert blobs' crc32 are verified: the first read of each blob in this process,
+every read, or never (IOConfig.checksums)."""
 
 
 class ActivationPrecision(str, Enum):
@@ -126,6 +175,173 @@ def _replace(obj: _C, changes: Mapping[str, Any]) -> _C:
     return dataclasses.replace(obj, **changes)  # type: ignore[type-var]
 
 
+
+def _bool(field: str, value: object) -> bool:
+    """A real bool (1, "yes" and None are rejected: a setting is a value, not a presence)."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{field}: expected True or False, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _fraction(field: str, value: object, hi: float) -> float:
+    """A real number within [0, hi] (ints accepted, bool and NaN rejected)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{field}: expected a number in 0..{hi:g}, "
+                          f"got {type(value).__name__} {value!r}")
+    if not 0 <= value <= hi:  # NaN fails both comparisons
+        raise ConfigError(f"{field}: {value!r} is out of range; allowed 0..{hi:g}")
+    return float(value)
+
+
+def _choice(field: str, value: object, allowed: tuple[str, ...]) -> Any:
+    """One of the strings `allowed` (case-insensitive, surrounding spaces ignored)."""
+    if isinstance(value, str) and value.strip().lower() in allowed:
+        return value.strip().lower()
+    names = ", ".join(repr(a) for a in allowed)
+    raise ConfigError(f"{field}: {value!r} is not allowed; use one of {names}")
+
+
+def _optional_path(field: str, value: object, none_means: str) -> str | None:
+    """None, or a non-empty path (str or os.PathLike), kept as a str."""
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{field}: expected a non-empty path, got {type(value).__name__} "
+                          f"{value!r} (or None: {none_means})")
+    return value
+
+
+def _sub_config(field: str, value: object, cls: type[_C]) -> _C:
+    """An instance of settings class `cls`, built from a mapping of its fields if needed."""
+    if value is None:
+        return cls()
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, Mapping):
+        return cast(_C, cls.from_dict(value))  # type: ignore[attr-defined]
+    raise ConfigError(
+        f"{field}: expected a {cls.__name__} or a mapping of its fields, "
+        f"got {type(value).__name__}"
+    )
+
+
+# --- byte sizes ---------------------------------------------------------------------------
+
+_BINARY = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
+_SIZE_HELP = ('use a number of bytes or a number with a unit, e.g. "6GiB", "512MiB", '
+              '"1.5GB", "800M"')
+
+
+def parse_bytes(text: str | int) -> int:
+    """A byte count from an int or a size text; raises ConfigError (a ValueError) otherwise.
+
+    Units are case-insensitive and follow GNU coreutils (``dd``, ``head -c``):
+
+    - ``KiB``, ``MiB``, ``GiB``, ``TiB``, ``PiB`` (or ``Ki``, ``Mi``, ...) and the bare
+      letters ``K``, ``M``, ``G``, ``T``, ``P`` are binary: ``"800M"`` is 800 x 2**20;
+    - ``kB``, ``MB``, ``GB``, ``TB``, ``PB`` are decimal: ``"1.5GB"`` is 1 500 000 000;
+    - no unit, or ``B``, is bytes.
+
+    A fraction is allowed (``"1.5GiB"``); the result is rounded down to whole bytes.
+    Spaces around the number and the unit are ignored (``"6 GiB"``). Negative numbers,
+    exponents and other text are rejected; 0 is returned as 0 (callers decide whether it
+    is allowed).
+    """
+    if isinstance(text, bool):
+        raise ConfigError(f"expected a size, got bool {text!r}; {_SIZE_HELP}")
+    if isinstance(text, int):
+        if text < 0:
+            raise ConfigError(f"a size cannot be negative, got {text}")
+        return text
+    if not isinstance(text, str):
+        raise ConfigError(f"expected a size, got {type(text).__name__} {text!r}; {_SIZE_HELP}")
+    m = _SIZE.match(text)
+    if m is None:
+        raise ConfigError(f"{text!r} is not a size; {_SIZE_HELP}")
+    number, prefix, binary, byte = m.group(1), m.group(2).lower(), m.group(3), m.group(4)
+    if binary and not prefix:  # "5i", "5iB"
+        raise ConfigError(f"{text!r} is not a size; {_SIZE_HELP}")
+    if prefix and byte and not binary:
+        unit = _DECIMAL[prefix]  # kB, MB, GB: SI
+    else:
+        unit = _BINARY[prefix]  # K, Ki, KiB: binary
+    return int(Fraction(number) * unit)
+
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+Rounding = Literal["nearest", "up", "down"]
+
+
+def format_bytes(n: int, *, rounding: Rounding = "nearest") -> str:
+    """A byte count in binary units for people: ``"512 B"``, ``"17.5 MiB"``, ``"3.1 GiB"``,
+    ``"120 GiB"`` (one decimal below 100 units, none above).
+
+    rounding: ``"up"`` for a minimum that must be met (``"the minimum is 3.6 GiB"`` is then
+    enough, never a hair too little), ``"down"`` for an amount that must not be overstated.
+    """
+    if n < 0:
+        flip: dict[str, Rounding] = {"up": "down", "down": "up", "nearest": "nearest"}
+        return "-" + format_bytes(-n, rounding=flip[rounding])
+    i = 0
+    while i + 1 < len(_UNITS) and n >= 1024 ** (i + 1):
+        i += 1
+    if i == 0:
+        return f"{n} B"
+    value = n / float(1 << (10 * i))
+
+    def shown(digits: int) -> float:
+        scale = 10.0**digits
+        if rounding == "up":
+            return math.ceil(value * scale - 1e-9) / scale
+        if rounding == "down":
+            return math.floor(value * scale + 1e-9) / scale
+        return round(value * scale) / scale
+
+    digits = 1 if shown(1) < 100 else 0
+    if shown(digits) >= 1024 and i + 1 < len(_UNITS):  # 1023.99 MiB is shown as 1.0 GiB
+        return f"1.0 {_UNITS[i + 1]}"
+    return f"{shown(digits):.{digits}f} {_UNITS[i]}"
+
+
+def _ram_budget(value: object) -> int | None:
+    field = "EngineConfig.ram_budget"
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ConfigError(
+            f"{field}: expected bytes (int) or a size such as \"6GiB\", got "
+            f"{type(value).__name__} {value!r} (or None: available memory minus a margin)"
+        )
+    try:
+        n = parse_bytes(value)
+    except ConfigError as e:
+        raise ConfigError(f"{field}: {e}") from None
+    if n <= 0:
+        raise ConfigError(f"{field}: {value!r} must be more than 0 bytes "
+                          "(or None: available memory minus a margin)")
+    if n > MAX_RAM_BUDGET:
+        shown = f"{value!r} ({format_bytes(n)})" if isinstance(value, str) else f"{n} bytes"
+        raise ConfigError(f"{field}: {shown} is more than the largest allowed, "
+                          f"{format_bytes(MAX_RAM_BUDGET)} ({MAX_RAM_BUDGET} bytes); "
+                          "check the unit")
+    return n
+
+
+def default_history_dir() -> Path:
+    """Where routing histories go when ``CacheConfig.history_path`` is None:
+    ``routing/`` beside the model cache (``$XDG_CACHE_HOME/colibri/routing``, else
+    ``~/.cache/colibri/routing``). Reads the environment, so only when called."""
+    from .hub import default_cache_dir
+
+    return default_cache_dir().parent / "routing"
+
+
 # --- settings -----------------------------------------------------------------------------
 
 
@@ -133,8 +349,9 @@ def _replace(obj: _C, changes: Mapping[str, Any]) -> _C:
 class ThreadConfig:
     """The compute team: how many threads run a forward pass and how they wait.
 
-    ``ThreadConfig(n=None, wait_policy="hybrid", spin_us=100)`` is the default: one thread
-    per performance core, spinning at most 100 µs between regions before sleeping.
+    ``ThreadConfig(n=None, wait_policy="auto", spin_us=100)`` is the default: one thread
+    per performance core; the core waits passively when the decode is disk-bound and
+    spins (at most ``spin_us`` between regions, under hybrid) when it is compute-bound.
     """
 
     n: int | None
@@ -144,10 +361,13 @@ class ThreadConfig:
 
     wait_policy: WaitPolicy
     """How threads wait between the parallel regions of one computation (see WaitPolicy);
-    between calls every policy sleeps. Default HYBRID: the fast spinning hand-off between
-    back-to-back regions, without burning cores through waits for the disk or the GPU.
-    SPIN suits a dedicated, compute-bound x86 host; PASSIVE suits Apple Silicon, GPU
-    offload, disk-bound runs and shared machines (docs/tuning.md, with the seed figures)."""
+    between calls every policy sleeps. Default AUTO: the core picks PASSIVE when the run is
+    disk-bound (a spinning team takes the cores the I/O workers need: 2.2x slower decode in
+    the seed report) or on Apple Silicon, and a spinning policy when compute-bound; the
+    choice is in the stats. HYBRID is the fast spinning hand-off between back-to-back
+    regions without burning cores through long waits; SPIN suits a dedicated,
+    compute-bound x86 host; PASSIVE suits GPU offload and shared machines (docs/tuning.md,
+    with the seed figures)."""
 
     spin_us: int
     """HYBRID only: microseconds a waiting thread spins before it sleeps, 0..MAX_SPIN_US.
@@ -159,7 +379,7 @@ class ThreadConfig:
     def __init__(
         self,
         n: int | None = None,
-        wait_policy: WaitPolicy | WaitPolicyName = WaitPolicy.HYBRID,
+        wait_policy: WaitPolicy | WaitPolicyName = WaitPolicy.AUTO,
         spin_us: int = 100,
     ) -> None:
         object.__setattr__(self, "n", _optional_int(
@@ -198,6 +418,143 @@ class ThreadConfig:
 
 
 @dataclasses.dataclass(frozen=True, init=False)
+class CacheConfig:
+    """The RAM-budgeted expert cache: which experts stay when room runs out.
+
+    Its size is not set here: it is what ``EngineConfig.ram_budget`` leaves after the
+    resident weights, the KV cache and the work buffers (:mod:`colibri.budget`).
+    """
+
+    policy: CachePolicy
+    """Eviction policy (see :class:`CachePolicy`). Default LFRU: routing is skewed, and a
+    frequency-aware LRU keeps the hot experts through bursts of rarely used ones."""
+
+    pin_fraction: float
+    """PINNED only: the share of the cache's slots that learned pins may take, 0..0.9
+    (MAX_PIN_FRACTION). Default 0.5: half the cache for the experts the history shows to
+    be hot, half LRU for what the current prompt needs. 0 pins nothing (plain LRU)."""
+
+    history: bool
+    """Record which experts each token routes to and save the counts per model when the
+    model is closed (default True); PINNED learns its pins from them. Only counts are kept
+    (experts x layers integers), never tokens or text."""
+
+    history_path: str | None
+    """The routing-history file. ``None`` (default): a file per model under
+    :func:`default_history_dir` (``~/.cache/colibri/routing/``). A leading ``~`` is
+    expanded when the file is used."""
+
+    preload: bool
+    """Read every expert at load when the cache can hold them all (default False: experts
+    are read on first use, so a load is quick and a short run reads only what it routes
+    to). True trades load time for no first-use stalls; ignored when they do not fit."""
+
+    def __init__(
+        self,
+        policy: CachePolicy | Literal["lru", "lfru", "pinned"] = CachePolicy.LFRU,
+        pin_fraction: float = 0.5,
+        history: bool = True,
+        history_path: str | os.PathLike[str] | None = None,
+        preload: bool = False,
+    ) -> None:
+        object.__setattr__(self, "policy", _enum("CacheConfig.policy", policy, CachePolicy))
+        object.__setattr__(self, "pin_fraction", _fraction(
+            "CacheConfig.pin_fraction", pin_fraction, MAX_PIN_FRACTION
+        ))
+        object.__setattr__(self, "history", _bool("CacheConfig.history", history))
+        object.__setattr__(self, "history_path", _optional_path(
+            "CacheConfig.history_path", history_path, "a file per model under "
+            "~/.cache/colibri/routing/"
+        ))
+        object.__setattr__(self, "preload", _bool("CacheConfig.preload", preload))
+
+    def replace(self, **changes: Any) -> CacheConfig:
+        """A copy with `changes` applied and validated."""
+        return _replace(self, changes)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CacheConfig:
+        """Builds from a mapping of field names (e.g. parsed JSON/TOML); validates."""
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"CacheConfig: expected a mapping, got {type(d).__name__}")
+        _check_names(cls, d)
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values (enums as strings); ``from_dict(to_dict())`` round-trips."""
+        return {
+            "policy": self.policy.value,
+            "pin_fraction": self.pin_fraction,
+            "history": self.history,
+            "history_path": self.history_path,
+            "preload": self.preload,
+        }
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class IOConfig:
+    """How routed experts are read from disk."""
+
+    workers: int
+    """Threads that read experts, 0..MAX_IO_WORKERS (64). Default 4: an NVMe SSD needs a
+    few reads in flight to reach its bandwidth (one 4 KiB-aligned read per expert), and
+    the readers mostly wait on the device, so 4 cost little CPU next to the compute team.
+    0 reads synchronously on the compute thread (no overlap; for debugging and for
+    measuring what the overlap buys)."""
+
+    direct: bool
+    """Read with O_DIRECT into aligned buffers (default True): the expert cache is the
+    cache, so bypassing the page cache avoids holding every expert twice and keeps the
+    process inside its RAM budget. Where the OS or file system refuses O_DIRECT (tmpfs,
+    macOS, some network file systems), reads fall back to buffered I/O by themselves."""
+
+    prefetch: bool
+    """Predict the next layer's experts by applying its router to the current hidden state
+    and start reading them early (default True). Cancellable and never blocking; wrong
+    guesses cost bandwidth only. Without it every miss is a stall."""
+
+    checksums: Checksums
+    """When each expert blob's crc32 is verified (native containers only; GGUF and
+    safetensors have no per-blob checksum): ``"first"`` (default) the first time a blob is
+    read in this process — catches a corrupt or truncated file at the cost of one crc32
+    pass per expert per run; ``"always"`` on every read (catches a disk that changes under
+    a running model; costs a crc32 pass per read); ``"off"`` never."""
+
+    def __init__(
+        self,
+        workers: int = 4,
+        direct: bool = True,
+        prefetch: bool = True,
+        checksums: Checksums = "first",
+    ) -> None:
+        object.__setattr__(self, "workers", _int(
+            "IOConfig.workers", workers, 0, MAX_IO_WORKERS, "threads"
+        ))
+        object.__setattr__(self, "direct", _bool("IOConfig.direct", direct))
+        object.__setattr__(self, "prefetch", _bool("IOConfig.prefetch", prefetch))
+        object.__setattr__(self, "checksums", _choice(
+            "IOConfig.checksums", checksums, ("first", "always", "off")
+        ))
+
+    def replace(self, **changes: Any) -> IOConfig:
+        """A copy with `changes` applied and validated."""
+        return _replace(self, changes)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> IOConfig:
+        """Builds from a mapping of field names (e.g. parsed JSON/TOML); validates."""
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"IOConfig: expected a mapping, got {type(d).__name__}")
+        _check_names(cls, d)
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values; ``from_dict(to_dict())`` round-trips."""
+        return {"workers": self.workers, "direct": self.direct, "prefetch": self.prefetch,
+                "checksums": self.checksums}
+
+
+@dataclasses.dataclass(frozen=True, init=False)
 class EngineConfig:
     """Everything that shapes how a model runs. Outputs are the same bits under every
     setting here except ``activation_precision``, which picks the arithmetic."""
@@ -215,22 +572,32 @@ class EngineConfig:
     the other settings this one changes the numbers (see :class:`ActivationPrecision`);
     the result is still bit-identical across threads and policies for each choice."""
 
+    ram_budget: int | None
+    """Bytes of RAM for the whole engine: resident (dense) weights + one session's KV cache
+    + work buffers + the expert cache, which gets what is left (:func:`colibri.budget.
+    plan_budget`). Given as bytes or a size text (``"12GiB"``, ``"1.5GB"``, ``"800M"``; see
+    :func:`parse_bytes`), stored as int bytes. ``None`` (default): the memory this process
+    may use (:func:`colibri.plan.available_memory`: MemAvailable and the cgroup limit)
+    minus a safety margin of 10 % or 512 MiB, whichever is larger. A budget too small for
+    the resident part raises ConfigError at load, saying the minimum."""
+
+    io: IOConfig
+    """Expert reads: workers, O_DIRECT, prefetch, checksums. A mapping is accepted."""
+
+    cache: CacheConfig
+    """The expert cache's policy, routing history and preload. A mapping is accepted."""
+
     def __init__(
         self,
         threads: ThreadConfig | Mapping[str, Any] | None = None,
         context_length: int | None = None,
         activation_precision: ActivationPrecision | str = ActivationPrecision.INT8,
+        ram_budget: int | str | None = None,
+        io: IOConfig | Mapping[str, Any] | None = None,
+        cache: CacheConfig | Mapping[str, Any] | None = None,
     ) -> None:
-        if threads is None:
-            threads = ThreadConfig()
-        elif isinstance(threads, Mapping):
-            threads = ThreadConfig.from_dict(threads)
-        elif not isinstance(threads, ThreadConfig):
-            raise ConfigError(
-                "EngineConfig.threads: expected a ThreadConfig or a mapping of its fields, "
-                f"got {type(threads).__name__}"
-            )
-        object.__setattr__(self, "threads", threads)
+        object.__setattr__(self, "threads",
+                           _sub_config("EngineConfig.threads", threads, ThreadConfig))
         object.__setattr__(
             self,
             "activation_precision",
@@ -242,14 +609,20 @@ class EngineConfig:
             _optional_int("EngineConfig.context_length", context_length, 1, 1 << 30, "positions",
                           "the model's maximum, at most 4096"),
         )
+        object.__setattr__(self, "ram_budget", _ram_budget(ram_budget))
+        object.__setattr__(self, "io", _sub_config("EngineConfig.io", io, IOConfig))
+        object.__setattr__(self, "cache", _sub_config("EngineConfig.cache", cache, CacheConfig))
 
     def replace(self, **changes: Any) -> EngineConfig:
-        """A copy with `changes` applied and validated (``threads`` may be a mapping)."""
+        """A copy with `changes` applied and validated (``threads``, ``io`` and ``cache``
+        may be mappings; a mapping replaces the whole sub-config, its missing fields at
+        their defaults)."""
         return _replace(self, changes)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> EngineConfig:
-        """Builds from nested mappings, e.g. ``{"threads": {"n": 4}, "context_length": 2048}``."""
+        """Builds from nested mappings, e.g. ``{"threads": {"n": 4}, "ram_budget": "8GiB",
+        "io": {"workers": 8}, "cache": {"policy": "lru"}}``."""
         if not isinstance(d, Mapping):
             raise ConfigError(f"EngineConfig: expected a mapping, got {type(d).__name__}")
         _check_names(cls, d)
@@ -261,6 +634,9 @@ class EngineConfig:
             "threads": self.threads.to_dict(),
             "context_length": self.context_length,
             "activation_precision": self.activation_precision.value,
+            "ram_budget": self.ram_budget,
+            "io": self.io.to_dict(),
+            "cache": self.cache.to_dict(),
         }
 
     def resolve_context_length(self, model_max: int) -> int:
