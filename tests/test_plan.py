@@ -1,4 +1,5 @@
-"""The performance-core probe on recorded hardware trees (sysfs, cgroup, sysctl).
+"""The performance-core and available-memory probes on recorded hardware trees (sysfs,
+cgroup, /proc, sysctl).
 
 Each test writes the few files the kernel would expose for a given machine into tmp_path
 and points the probe at them, so the result does not depend on the machine running the
@@ -10,11 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import pytest
+
+from colibri import plan
+from colibri.errors import ConfigError
 from colibri.plan import (
     CoreCount,
+    available_memory,
     cgroup_cpu_limit,
+    cgroup_memory_headroom,
     parse_cpu_list,
     performance_cores,
+    probe_available_memory,
     probe_performance_cores,
 )
 
@@ -266,3 +274,165 @@ def test_this_machine() -> None:
     print(r)
     assert 1 <= r.count <= (os.cpu_count() or 1)
     assert performance_cores() == r.count
+
+
+# --- available memory ---------------------------------------------------------------------------
+
+GiB, MiB = 1 << 30, 1 << 20
+# PAGE_COUNTER_MAX pages of 4 KiB: what cgroup v1 reports for "no limit".
+V1_UNLIMITED = "9223372036854771712"
+
+
+def make_root(tmp_path: Path, *, mem_available_kb: int | None = 8 * 1024 * 1024,
+              cgroup_lines: str = "0::/\n", v2: bool = True) -> Path:
+    """A file system root with proc/meminfo, proc/self/cgroup and sys/fs/cgroup/."""
+    root = tmp_path / "root"
+    (root / "proc" / "self").mkdir(parents=True)
+    lines = ["MemTotal:       16384000 kB", "MemFree:         1024000 kB"]
+    if mem_available_kb is not None:
+        lines.append(f"MemAvailable:   {mem_available_kb:>8} kB")
+    lines += ["Buffers:           20000 kB", "Cached:          4000000 kB"]
+    (root / "proc" / "meminfo").write_text("\n".join(lines) + "\n")
+    (root / "proc" / "self" / "cgroup").write_text(cgroup_lines)
+    cg = root / "sys" / "fs" / "cgroup"
+    cg.mkdir(parents=True)
+    if v2:
+        (cg / "cgroup.controllers").write_text("cpu memory pids\n")
+    return root
+
+
+def v2_group(root: Path, rel: str, *, max_: str = "max", current: int = 0,
+             inactive_file: int = 0, high: str | None = None) -> Path:
+    d = root / "sys" / "fs" / "cgroup" / rel
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "memory.max").write_text(max_ + "\n")
+    if high is not None:
+        (d / "memory.high").write_text(high + "\n")
+    (d / "memory.current").write_text(f"{current}\n")
+    (d / "memory.stat").write_text(f"anon 1000\nfile 5000\ninactive_file {inactive_file}\n"
+                                   "active_file 77\n")
+    return d
+
+
+def no_physical() -> int | None:
+    return None
+
+
+def test_meminfo_without_a_cgroup_limit(tmp_path: Path) -> None:
+    root = make_root(tmp_path, mem_available_kb=8 * 1024 * 1024)
+    r = probe_available_memory(root, platform="linux")
+    assert (r.available, r.method, r.notes) == (8 * GiB, "MemAvailable", ())
+    assert available_memory(root) == 8 * GiB
+
+
+def test_cgroup_v2_limit_minus_usage_caps_meminfo(tmp_path: Path) -> None:
+    # A container limited to 4 GiB, 1.5 GiB in use of which 0.5 GiB is inactive page cache:
+    # 4 - (1.5 - 0.5) = 3 GiB of headroom, below the host's 8 GiB MemAvailable.
+    root = make_root(tmp_path, cgroup_lines="0::/user.slice/app\n")
+    d = v2_group(root, "user.slice/app", max_=str(4 * GiB), current=3 * GiB // 2,
+                 inactive_file=GiB // 2)
+    r = probe_available_memory(root, platform="linux")
+    assert (r.available, r.method) == (3 * GiB, "cgroup v2 memory.max")
+    assert any("cgroup memory limit" in n and str(d / "memory.max") in n for n in r.notes)
+    cg = root / "sys" / "fs" / "cgroup"
+    assert cgroup_memory_headroom(cg, root / "proc") == (
+        3 * GiB, str(d / "memory.max"), "cgroup v2 memory.max")
+
+
+def test_cgroup_v2_parent_limit_applies(tmp_path: Path) -> None:
+    root = make_root(tmp_path, cgroup_lines="0::/a/b\n")
+    v2_group(root, "a/b", max_="max", current=GiB)
+    parent = v2_group(root, "a", max_=str(2 * GiB), current=GiB + 256 * MiB)
+    # The parent's usage counts its other children too: 2 GiB - 1.25 GiB.
+    assert available_memory(root) == 768 * MiB
+    cg = root / "sys" / "fs" / "cgroup"
+    assert cgroup_memory_headroom(cg, root / "proc")[1] == str(parent / "memory.max")
+
+
+def test_cgroup_v2_memory_high_counts_as_a_limit(tmp_path: Path) -> None:
+    root = make_root(tmp_path, cgroup_lines="0::/app\n")
+    d = v2_group(root, "app", max_=str(4 * GiB), high=str(2 * GiB), current=GiB)
+    assert available_memory(root) == GiB
+    cg = root / "sys" / "fs" / "cgroup"
+    assert cgroup_memory_headroom(cg, root / "proc")[1] == str(d / "memory.high")
+
+
+def test_cgroup_v2_unlimited_and_usage_above_the_limit(tmp_path: Path) -> None:
+    root = make_root(tmp_path, cgroup_lines="0::/app\n")
+    v2_group(root, "app", max_="max", high="max", current=5 * GiB)
+    assert available_memory(root) == 8 * GiB  # no limit: MemAvailable
+    v2_group(root, "app", max_=str(GiB), current=2 * GiB)
+    assert available_memory(root) == 0  # over the limit already: nothing left, not negative
+
+
+def test_cgroup_v2_inside_a_container_namespace(tmp_path: Path) -> None:
+    # With a cgroup namespace /proc/self/cgroup names a path that does not exist under the
+    # mount; the mount root is the container's own cgroup then.
+    root = make_root(tmp_path, cgroup_lines="0::/../../kubepods/pod1\n")
+    cg = root / "sys" / "fs" / "cgroup"
+    (cg / "memory.max").write_text(f"{2 * GiB}\n")
+    (cg / "memory.current").write_text(f"{GiB}\n")
+    assert available_memory(root) == GiB
+
+
+def test_cgroup_v1_limit(tmp_path: Path) -> None:
+    root = make_root(tmp_path, v2=False,
+                     cgroup_lines="4:memory:/docker/abc\n2:cpu,cpuacct:/docker/abc\n0::/\n")
+    d = root / "sys" / "fs" / "cgroup" / "memory" / "docker" / "abc"
+    d.mkdir(parents=True)
+    (d.parent.parent / "memory.limit_in_bytes").write_text(V1_UNLIMITED + "\n")
+    (d / "memory.limit_in_bytes").write_text(f"{6 * GiB}\n")
+    (d / "memory.usage_in_bytes").write_text(f"{3 * GiB}\n")
+    (d / "memory.stat").write_text(f"cache 100\ninactive_file 1\ntotal_inactive_file {GiB}\n")
+    r = probe_available_memory(root, platform="linux")
+    assert (r.available, r.method) == (4 * GiB, "cgroup v1 memory.limit_in_bytes")
+
+
+def test_cgroup_v1_unlimited_uses_meminfo(tmp_path: Path) -> None:
+    root = make_root(tmp_path, v2=False, cgroup_lines="4:memory:/\n0::/\n")
+    m = root / "sys" / "fs" / "cgroup" / "memory"
+    m.mkdir()
+    (m / "memory.limit_in_bytes").write_text(V1_UNLIMITED + "\n")
+    (m / "memory.usage_in_bytes").write_text(f"{GiB}\n")
+    assert probe_available_memory(root, platform="linux").method == "MemAvailable"
+
+
+def test_old_kernel_without_memavailable(tmp_path: Path) -> None:
+    root = make_root(tmp_path, mem_available_kb=None)
+    r = probe_available_memory(root, platform="linux")
+    assert r.available == (1024000 + 20000 + 4000000) * 1024
+    assert any("MemFree + Buffers + Cached" in n for n in r.notes)
+
+
+def test_nothing_readable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = tmp_path / "empty"
+    r = probe_available_memory(empty, platform="linux", physical_memory=lambda: 16 * GiB)
+    assert (r.available, r.method) == (16 * GiB, "physical memory")
+    assert any("physical memory" in n for n in r.notes)
+    r = probe_available_memory(empty, platform="linux", physical_memory=no_physical)
+    assert r.available is None and r.method == ""
+    monkeypatch.setattr(plan, "_physical_memory", no_physical)
+    with pytest.raises(ConfigError, match=r"EngineConfig\.ram_budget: the available memory "
+                                          r"could not be determined .* set ram_budget"):
+        available_memory(empty)
+
+
+def test_garbage_memory_files_do_not_crash(tmp_path: Path) -> None:
+    root = make_root(tmp_path, cgroup_lines="garbage\n0::/app\n")
+    (root / "proc" / "meminfo").write_text("MemAvailable: lots kB\nMemFree: 2048 kB\n")
+    v2_group(root, "app", max_="a lot", current=0)
+    r = probe_available_memory(root, platform="linux")
+    assert r.available == 2048 * 1024
+
+
+def test_other_platforms_use_physical_memory() -> None:
+    r = probe_available_memory(platform="darwin", physical_memory=lambda: 32 * GiB)
+    assert (r.available, r.method) == (32 * GiB, "physical memory")
+    assert any("darwin" in n for n in r.notes)
+
+
+def test_this_machines_memory() -> None:
+    r = probe_available_memory()
+    print(r)
+    assert r.available is not None and r.available > 0
+    assert available_memory() > 0

@@ -1,5 +1,9 @@
 """Hardware probes for the resource plan.
 
+:func:`available_memory` answers "how many bytes of RAM may this process take": the
+kernel's estimate of memory available without swapping, capped by the memory limit of the
+process's cgroup. It is the default RAM budget's starting point (:mod:`colibri.budget`).
+
 :func:`performance_cores` answers "how many compute threads should the team have": the
 performance cores this process may actually use. Each SMT sibling pair counts once (two
 hyper-threads share one core's execution units, so a second thread per core only adds
@@ -25,11 +29,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import ConfigError
+
 __all__ = [
+    "AvailableMemory",
     "CoreCount",
+    "available_memory",
     "cgroup_cpu_limit",
+    "cgroup_memory_headroom",
     "parse_cpu_list",
     "performance_cores",
+    "probe_available_memory",
     "probe_performance_cores",
 ]
 
@@ -297,6 +307,215 @@ def _v1_limit(d: Path) -> float | None:
     except ValueError:
         return None
     return quota / period if quota > 0 and period > 0 else None
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AvailableMemory:
+    """The result of the available-memory probe."""
+
+    available: int | None
+    """Bytes this process may still take without swapping or meeting its cgroup's limit;
+    None when nothing could be read."""
+    method: str
+    """The source that decided it: ``"MemAvailable"``, ``"cgroup v2 memory.max"``,
+    ``"cgroup v1 memory.limit_in_bytes"``, ``"physical memory"``, or ``""``."""
+    notes: tuple[str, ...] = ()
+    """Every fallback taken and limit applied, with its reason, in order."""
+
+
+PhysicalMemory = Callable[[], int | None]
+"""Returns the machine's physical memory in bytes, or None (the last-resort source)."""
+
+
+def available_memory(root: str | os.PathLike[str] = "/") -> int:
+    """Bytes of RAM this process may use now: the smaller of the kernel's ``MemAvailable``
+    and the headroom under the memory limit of the process's cgroup (v2 ``memory.max`` /
+    ``memory.high``, v1 ``memory.limit_in_bytes``, the tightest of its cgroup and the
+    ancestors). `root` is the file system root holding ``proc/`` and ``sys/`` (tests pass a
+    recorded tree). Raises ConfigError, asking for an explicit ``ram_budget``, when no
+    source can be read.
+    """
+    probe = probe_available_memory(root)
+    if probe.available is None:
+        raise ConfigError(
+            "EngineConfig.ram_budget: the available memory could not be determined ("
+            + "; ".join(probe.notes) + "); set ram_budget explicitly, e.g. \"8GiB\""
+        )
+    return probe.available
+
+
+def probe_available_memory(
+    root: str | os.PathLike[str] = "/",
+    *,
+    platform: str | None = None,
+    physical_memory: PhysicalMemory | None = None,
+) -> AvailableMemory:
+    """Finds the memory this process may use; never raises (see :func:`available_memory`).
+
+    root: where ``proc/`` and ``sys/fs/cgroup/`` are (Linux).
+    platform: a ``sys.platform`` value (default: this one).
+    physical_memory: the last resort, used when no Linux source is readable (macOS,
+    other systems): total physical memory, which overestimates what is free (default:
+    ``os.sysconf`` pages x page size).
+    """
+    plat = sys.platform if platform is None else platform
+    notes: list[str] = []
+    base = Path(root)
+    best: tuple[int | None, str] = (None, "")
+    try:
+        if plat.startswith("linux"):
+            meminfo = _meminfo_available(base / "proc" / "meminfo", notes)
+            if meminfo is not None:
+                best = (meminfo, "MemAvailable")
+            headroom, where, method = cgroup_memory_headroom(
+                base / "sys" / "fs" / "cgroup", base / "proc"
+            )
+            if headroom is not None and (best[0] is None or headroom < best[0]):
+                if best[0] is not None:
+                    notes.append(f"cgroup memory limit ({where}) leaves {headroom} bytes, "
+                                 f"less than MemAvailable ({best[0]} bytes)")
+                best = (headroom, method)
+        else:
+            notes.append(f"no available-memory probe for platform {plat!r}")
+    except Exception as e:  # a probe bug must not stop a model from loading
+        notes.append(f"memory probe failed ({type(e).__name__}: {e})")
+    if best[0] is None:
+        total = (physical_memory or _physical_memory)()
+        if total is not None and total > 0:
+            notes.append("using total physical memory, which counts memory other "
+                         "processes hold; set ram_budget to be exact")
+            best = (total, "physical memory")
+        else:
+            notes.append("physical memory unknown")
+    result = AvailableMemory(best[0], best[1], tuple(notes))
+    for note in result.notes:
+        log.debug("available_memory: %s", note)
+    return result
+
+
+def _physical_memory() -> int | None:
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return pages * size if pages > 0 and size > 0 else None
+
+
+def _kv_file(path: Path) -> dict[str, int]:
+    """``name value`` lines (memory.stat) or ``Name: value kB`` lines (meminfo) as ints."""
+    out: dict[str, int] = {}
+    for line in (_read(path) or "").splitlines():
+        parts = line.replace(":", " ").split()
+        if len(parts) >= 2:
+            try:
+                value = int(parts[1])
+            except ValueError:
+                continue
+            if len(parts) >= 3 and parts[2].lower() == "kb":
+                value *= 1024
+            out[parts[0]] = value
+    return out
+
+
+def _meminfo_available(path: Path, notes: list[str]) -> int | None:
+    info = _kv_file(path)
+    if "MemAvailable" in info:
+        return info["MemAvailable"]
+    if "MemFree" in info:  # kernels before 3.14 have no MemAvailable
+        notes.append(f"no MemAvailable in {path}; estimating it as MemFree + Buffers + Cached")
+        return info["MemFree"] + info.get("Buffers", 0) + info.get("Cached", 0)
+    notes.append(f"{path} unreadable or without MemAvailable/MemFree")
+    return None
+
+
+# A v1 limit this large means "no limit" (the kernel writes PAGE_COUNTER_MAX pages).
+_V1_UNLIMITED = 1 << 62
+
+
+def cgroup_memory_headroom(
+    cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
+    proc_root: str | os.PathLike[str] = "/proc",
+) -> tuple[int | None, str, str]:
+    """Bytes the process's cgroup may still grow by, or None if no limit applies.
+
+    For the process's own cgroup and each ancestor with a limit: the limit minus the
+    usage, where the usage leaves out the inactive file cache (``inactive_file`` of
+    ``memory.stat``: page cache the kernel drops before it fails an allocation; docker and
+    kubernetes count memory the same way). The limit is cgroup v2 ``memory.max`` or
+    ``memory.high`` (past ``high`` the kernel throttles the process hard), whichever is
+    lower ("max" = none), or cgroup v1 ``memory.limit_in_bytes``. The tightest level wins.
+    Returns (headroom, the limit file, the method name). Never raises.
+    """
+    root, proc = Path(cgroup_root), Path(proc_root)
+    v2_path, v1_path = "/", "/"
+    text = _read(proc / "self" / "cgroup")
+    for line in (text or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            v2_path = parts[2]
+        elif "memory" in parts[1].split(","):
+            v1_path = parts[2]
+
+    best: tuple[int | None, str, str] = (None, "", "")
+
+    def consider(limit: int | None, d: Path, limit_name: str, usage_name: str,
+                 inactive_names: tuple[str, ...], method: str) -> None:
+        nonlocal best
+        if limit is None:
+            return
+        usage = _int_file(d / usage_name) or 0
+        stat = _kv_file(d / "memory.stat")
+        inactive = next((stat[n] for n in inactive_names if n in stat), 0)
+        headroom = max(0, limit - max(0, usage - inactive))
+        if best[0] is None or headroom < best[0]:
+            best = (headroom, str(d / limit_name), method)
+
+    # cgroup v2: the unified mount itself, or unified/ beside the v1 controllers (hybrid).
+    for mount in (root, root / "unified"):
+        if (mount / "cgroup.controllers").is_file():
+            for d in _ancestors(mount, v2_path):
+                lim_max, lim_high = _v2_mem(d / "memory.max"), _v2_mem(d / "memory.high")
+                limits = [x for x in (lim_max, lim_high) if x is not None]
+                name = "memory.max" if lim_max is not None and (
+                    lim_high is None or lim_max <= lim_high) else "memory.high"
+                consider(min(limits) if limits else None, d, name, "memory.current",
+                         ("inactive_file",), "cgroup v2 memory.max")
+            break
+    for name in ("memory", "memory,memsw"):
+        if (root / name).is_dir():
+            for d in _ancestors(root / name, v1_path):
+                limit = _int_file(d / "memory.limit_in_bytes")
+                if limit is not None and limit >= _V1_UNLIMITED:
+                    limit = None
+                consider(limit, d, "memory.limit_in_bytes", "memory.usage_in_bytes",
+                         ("total_inactive_file", "inactive_file"),
+                         "cgroup v1 memory.limit_in_bytes")
+            break
+    return best
+
+
+def _int_file(path: Path) -> int | None:
+    text = _read(path)
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None
+
+
+def _v2_mem(path: Path) -> int | None:
+    """A v2 memory limit in bytes; None for "max", a missing file or garbage."""
+    text = _read(path)
+    if not text or text == "max":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 # --- macOS ------------------------------------------------------------------------------------
