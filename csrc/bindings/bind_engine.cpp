@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "common/errors.hpp"
 #include "model/engine.hpp"
@@ -13,6 +14,8 @@
 namespace py = pybind11;
 
 namespace colibri::bindings {
+
+IoFault parse_io_fault(const std::string& s);  // bind_io.cpp
 
 namespace {
 
@@ -101,13 +104,86 @@ void bind_engine(py::module_& m) {
       .def_readwrite("tie_word_embeddings", &ModelSpec::tie_word_embeddings)
       .def_readwrite("context_length", &ModelSpec::context_length);
 
+  py::enum_<CachePolicy>(m, "CachePolicy")
+      .value("lru", CachePolicy::Lru)
+      .value("lfru", CachePolicy::Lfru)
+      .value("pinned", CachePolicy::Pinned);
+
+  py::enum_<ChecksumMode>(m, "ChecksumMode")
+      .value("off", ChecksumMode::Off)
+      .value("first", ChecksumMode::First)
+      .value("always", ChecksumMode::Always);
+
+  py::class_<ExpertBlob>(m, "ExpertBlob")
+      .def(py::init([](int64_t layer, int64_t expert, Extent extent, std::optional<uint32_t> crc32) {
+             return ExpertBlob{layer, expert, extent, crc32.has_value(), crc32.value_or(0)};
+           }),
+           py::arg("layer"), py::arg("expert"), py::arg("extent"), py::arg("crc32") = py::none())
+      .def_readonly("layer", &ExpertBlob::layer)
+      .def_readonly("expert", &ExpertBlob::expert);
+
+  py::class_<StoreSettings>(m, "StoreSettings")
+      .def(py::init<>())
+      .def_readwrite("cache_bytes", &StoreSettings::cache_bytes)
+      .def_readwrite("workers", &StoreSettings::workers)
+      .def_readwrite("direct", &StoreSettings::direct)
+      .def_readwrite("prefetch", &StoreSettings::prefetch)
+      .def_readwrite("policy", &StoreSettings::policy)
+      .def_readwrite("pin_fraction", &StoreSettings::pin_fraction)
+      .def_readwrite("checksums", &StoreSettings::checksums);
+
+  py::class_<ExpertStoreStats>(m, "ExpertStoreStats")
+      .def_readonly("hits", &ExpertStoreStats::hits)
+      .def_readonly("misses", &ExpertStoreStats::misses)
+      .def_readonly("reads", &ExpertStoreStats::reads)
+      .def_readonly("bytes_read", &ExpertStoreStats::bytes_read)
+      .def_readonly("read_errors", &ExpertStoreStats::read_errors)
+      .def_readonly("checksum_failures", &ExpertStoreStats::checksum_failures)
+      .def_readonly("read_seconds", &ExpertStoreStats::read_seconds)
+      .def_readonly("stall_seconds", &ExpertStoreStats::stall_seconds)
+      .def_readonly("prefetch_issued", &ExpertStoreStats::prefetch_issued)
+      .def_readonly("prefetch_used", &ExpertStoreStats::prefetch_used)
+      .def_readonly("prefetch_wasted", &ExpertStoreStats::prefetch_wasted)
+      .def_readonly("prefetch_cancelled", &ExpertStoreStats::prefetch_cancelled)
+      .def_readonly("predicted_routed", &ExpertStoreStats::predicted_routed)
+      .def_readonly("routed_after_prediction", &ExpertStoreStats::routed_after_prediction)
+      .def_readonly("evictions", &ExpertStoreStats::evictions)
+      .def_readonly("direct_reads", &ExpertStoreStats::direct_reads)
+      .def_readonly("buffered_reads", &ExpertStoreStats::buffered_reads)
+      .def_readonly("inline_reads", &ExpertStoreStats::inline_reads);
+
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
       .def(py::init([](ModelSpec spec, const std::vector<TensorSpec>& tensors,
-                       const std::vector<std::string>& files, const ThreadSettings& threads) {
+                       const std::vector<std::string>& files, const ThreadSettings& threads,
+                       const std::vector<ExpertBlob>& blobs) {
              py::gil_scoped_release release;
-             return std::make_shared<Engine>(std::move(spec), tensors, files, threads);
+             return std::make_shared<Engine>(std::move(spec), tensors, files, threads, blobs);
            }),
-           py::arg("spec"), py::arg("tensors"), py::arg("files"), py::arg("threads"))
+           py::arg("spec"), py::arg("tensors"), py::arg("files"), py::arg("threads"),
+           py::arg("blobs") = std::vector<ExpertBlob>{})
+      .def("configure_store", &Engine::configure_store, py::arg("settings"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("preload_experts", &Engine::preload_experts, py::call_guard<py::gil_scoped_release>())
+      .def("set_expert_pins", &Engine::set_expert_pins, py::arg("keys"))
+      .def("route_counts",
+           [](const Engine& e) {
+             const std::vector<uint64_t> c = e.route_counts();
+             py::array_t<uint64_t> out(static_cast<py::ssize_t>(c.size()));
+             std::copy(c.begin(), c.end(), out.mutable_data());
+             return out;
+           })
+      .def("store_stats", &Engine::store_stats)
+      .def("reset_store_stats", &Engine::reset_store_stats)
+      .def("phase_seconds", &Engine::phase_seconds)
+      .def("set_io_fault", [](Engine& e, const std::string& f) { e.set_io_fault(parse_io_fault(f)); }, py::arg("fault"))
+      .def_property_readonly("auto_wait_policy", &Engine::auto_wait_policy)
+      .def_property_readonly("expert_slot_bytes", [](const Engine& e) { return e.store().slot_bytes(); })
+      .def_property_readonly("expert_bytes", [](const Engine& e) { return e.store().expert_bytes(); })
+      .def_property_readonly("streamed_experts", [](const Engine& e) { return e.store().n_streamed(); })
+      .def_property_readonly("cache_slots", [](const Engine& e) { return e.store().slots(); })
+      .def_property_readonly("cached_experts", [](const Engine& e) { return e.store().cached(); })
+      .def_property_readonly("pinned_experts", [](const Engine& e) { return e.store().pinned(); })
+      .def_property_readonly("io_fallbacks", [](const Engine& e) { return e.store().io_fallbacks(); })
       .def("configure_threads", &Engine::configure_threads, py::arg("settings"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("thread_settings", &Engine::thread_settings)

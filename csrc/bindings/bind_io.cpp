@@ -23,9 +23,7 @@ namespace py = pybind11;
 
 namespace colibri::bindings {
 
-namespace {
-
-IoFault parse_fault(const std::string& s) {
+IoFault parse_io_fault(const std::string& s) {
   if (s == "none") return IoFault::None;
   if (s == "refuse_direct_open") return IoFault::RefuseDirectOpen;
   if (s == "einval_direct_read") return IoFault::EinvalDirectRead;
@@ -33,6 +31,8 @@ IoFault parse_fault(const std::string& s) {
   fail(ErrorKind::InvalidArgument,
        "unknown I/O fault '" + s + "' (none, refuse_direct_open, einval_direct_read, eio)");
 }
+
+namespace {
 
 Extent make_extent(int32_t file, int64_t offset, int64_t length) {
   if (offset < 0 || length < 0)
@@ -48,7 +48,7 @@ Extent make_extent(int32_t file, int64_t offset, int64_t length) {
 class PyReadPool {
  public:
   PyReadPool(const std::vector<std::string>& paths, int workers, bool direct, const std::string& fault)
-      : pool_(std::make_unique<ReadPool>(paths, workers, direct, parse_fault(fault))) {}
+      : pool_(std::make_unique<ReadPool>(paths, workers, direct, parse_io_fault(fault))) {}
 
   // Destroy the pool (joining workers that may still write into slabs) before the slabs.
   ~PyReadPool() { pool_.reset(); }
@@ -205,7 +205,7 @@ void bind_io(py::module_& parent) {
           py::arg("file"), py::arg("offset"), py::arg("length"), "submit + wait.")
       .def("stats", [](PyReadPool& p) { return stats_dict(p.pool().stats()); })
       .def("reset_stats", [](PyReadPool& p) { p.pool().reset_stats(); })
-      .def("set_fault", [](PyReadPool& p, const std::string& f) { p.pool().set_fault(parse_fault(f)); },
+      .def("set_fault", [](PyReadPool& p, const std::string& f) { p.pool().set_fault(parse_io_fault(f)); },
            py::arg("fault"))
       .def(
           "bench",

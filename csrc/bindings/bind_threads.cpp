@@ -29,6 +29,7 @@ const char* policy_name(WaitPolicy p) {
     case WaitPolicy::Spin: return "spin";
     case WaitPolicy::Passive: return "passive";
     case WaitPolicy::Hybrid: return "hybrid";
+    case WaitPolicy::Auto: return "auto";
   }
   return "?";
 }
@@ -54,7 +55,8 @@ void bind_threads(py::module_& m) {
                         "How the compute team waits between parallel regions of a computation.")
       .value("SPIN", WaitPolicy::Spin, "busy-wait (lowest latency; burns a core per thread)")
       .value("PASSIVE", WaitPolicy::Passive, "sleep on a condition variable")
-      .value("HYBRID", WaitPolicy::Hybrid, "spin for spin_us microseconds, then sleep");
+      .value("HYBRID", WaitPolicy::Hybrid, "spin for spin_us microseconds, then sleep")
+      .value("AUTO", WaitPolicy::Auto, "engine only: passive when disk-bound, hybrid when compute-bound");
 
   py::class_<ThreadSettings>(m, "ThreadSettings",
                              "Team size (caller included), wait policy and hybrid spin time.")

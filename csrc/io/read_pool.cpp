@@ -2,6 +2,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+
+#include <zlib.h>
 
 #include "common/errors.hpp"
 
@@ -11,6 +14,19 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// zlib's crc32 (the polynomial the container's checksums use), fed in chunks because its
+// length argument is a uInt.
+uint32_t crc32_of(const uint8_t* p, uint64_t n) {
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  while (n > 0) {
+    const uInt chunk = static_cast<uInt>(n < (1u << 30) ? n : (1u << 30));
+    crc = ::crc32(crc, p, chunk);
+    p += chunk;
+    n -= chunk;
+  }
+  return static_cast<uint32_t>(crc);
 }
 
 }  // namespace
@@ -81,9 +97,21 @@ void ReadPool::run(Slot& slot, std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   std::exception_ptr error;
   ReadOutcome outcome;
+  bool crc_failed = false;
   const auto t0 = std::chrono::steady_clock::now();
   try {
     outcome = reader_.read(req.extent, req.slab, req.capacity);
+    if (req.check_crc32) {
+      const uint32_t got = crc32_of(req.slab + data_offset(req.extent), req.extent.length);
+      if (got != req.crc32) {
+        crc_failed = true;
+        char hex[48];
+        std::snprintf(hex, sizeof hex, "expected crc32 %08x, got %08x", req.crc32, got);
+        fail(ErrorKind::Io, "checksum mismatch in " + reader_.path(req.extent.file) + " at offset " +
+                                std::to_string(req.extent.offset) + " (" + std::to_string(req.extent.length) +
+                                " bytes): " + hex + "; the file is damaged: re-convert or re-download it");
+      }
+    }
   } catch (...) {
     // Error(Io) mostly; bad_alloc from building a message too. Never let it escape a
     // worker (std::terminate): the waiter rethrows it.
@@ -94,6 +122,7 @@ void ReadPool::run(Slot& slot, std::unique_lock<std::mutex>& lock) {
   stats_.read_seconds += secs;
   if (error) {
     ++stats_.errors;
+    if (crc_failed) ++stats_.checksum_failures;
   } else {
     ++stats_.reads;
     stats_.bytes += req.extent.length;

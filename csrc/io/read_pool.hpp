@@ -47,6 +47,10 @@ struct ReadRequest {
   Extent extent;
   uint8_t* slab = nullptr;    // kDirectAlign-aligned, caller-owned, >= slab_bytes(extent)
   std::size_t capacity = 0;   // bytes at slab
+  // When set, the worker checks zlib's crc32 of the wanted bytes after the read and
+  // delivers Error(Io) on a mismatch (off the compute thread, like the read itself).
+  bool check_crc32 = false;
+  uint32_t crc32 = 0;
 };
 
 struct ReadPoolStats {
@@ -54,6 +58,7 @@ struct ReadPoolStats {
   uint64_t reads = 0;          // reads finished successfully
   uint64_t bytes = 0;          // wanted bytes of those reads (not the aligned padding)
   uint64_t errors = 0;         // reads that ended in an Error (delivered to their waiter)
+  uint64_t checksum_failures = 0;  // of the errors, crc32 mismatches
   double read_seconds = 0;     // summed over reads (exceeds wall time with several workers)
   uint64_t waits = 0;          // wait() calls
   double wait_seconds = 0;     // time callers spent inside wait(), inline reads included

@@ -1,7 +1,9 @@
 #include "model/engine.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <regex>
 
 #include "common/errors.hpp"
 #include "model/kv_cache.hpp"
@@ -41,13 +43,102 @@ void check_spec(const ModelSpec& s) {
     fail(ErrorKind::InvalidArgument, "model spec: MoE layers need 0 < n_experts_per_tok <= n_experts");
 }
 
+// blk.{layer}.ffn_{gate,up,down}_exps.{expert}: a routed expert's matrix (streamed).
+bool parse_expert_name(const std::string& name, int64_t* layer, int* proj, int64_t* expert) {
+  static const std::regex re(R"(^blk\.(\d+)\.ffn_(gate|up|down)_exps\.(\d+)$)");
+  std::smatch m;
+  if (!std::regex_match(name, m, re)) return false;
+  *layer = std::stoll(m[1].str());
+  *proj = m[2].str() == "gate" ? 0 : (m[2].str() == "up" ? 1 : 2);
+  *expert = std::stoll(m[3].str());
+  return true;
+}
+
+std::vector<TensorSpec> resident_tensors(const std::vector<TensorSpec>& tensors) {
+  std::vector<TensorSpec> out;
+  int64_t l, e;
+  int p;
+  for (const auto& t : tensors)
+    if (!parse_expert_name(t.name, &l, &p, &e)) out.push_back(t);
+  return out;
+}
+
+// Gathers each routed expert's three matrices (with the container's blob, if any) and
+// checks their shapes against the spec.
+std::vector<ExpertSource> expert_sources(const ModelSpec& s, const std::vector<TensorSpec>& tensors,
+                                         const std::vector<ExpertBlob>& blobs) {
+  const int64_t ne = std::max<int64_t>(s.n_experts, 0);
+  std::vector<ExpertSource> by_key(static_cast<std::size_t>(s.n_layers * ne));
+  std::vector<uint8_t> seen(by_key.size() * 3, 0);
+  int64_t layer, expert;
+  int proj;
+  for (const auto& t : tensors) {
+    if (!parse_expert_name(t.name, &layer, &proj, &expert)) continue;
+    if (layer >= s.n_layers || expert >= ne)
+      fail(ErrorKind::Format, "tensor '" + t.name + "' is outside the model's " + std::to_string(s.n_layers) +
+                                  " layers x " + std::to_string(ne) + " experts");
+    const int64_t rows = proj == 2 ? s.hidden_size : s.moe_intermediate_size;
+    const int64_t cols = proj == 2 ? s.moe_intermediate_size : s.hidden_size;
+    if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols)
+      fail(ErrorKind::Format, "expert tensor '" + t.name + "' does not have the shape " + std::to_string(rows) +
+                                  "x" + std::to_string(cols) + " the config implies");
+    const auto k = static_cast<std::size_t>(layer * ne + expert);
+    ExpertSource& src = by_key[k];
+    src.layer = layer;
+    src.expert = expert;
+    (proj == 0 ? src.gate : proj == 1 ? src.up : src.down) = t;
+    seen[k * 3 + static_cast<std::size_t>(proj)] = 1;
+  }
+  for (const auto& b : blobs) {
+    if (b.layer < 0 || b.layer >= s.n_layers || b.expert < 0 || b.expert >= ne)
+      fail(ErrorKind::Format, "expert blob for layer " + std::to_string(b.layer) + " expert " +
+                                  std::to_string(b.expert) + " is outside the model");
+    ExpertSource& src = by_key[static_cast<std::size_t>(b.layer * ne + b.expert)];
+    src.blob = b.extent;
+    src.has_crc32 = b.has_crc32;
+    src.crc32 = b.crc32;
+  }
+  std::vector<ExpertSource> out;
+  for (int64_t li = 0; li < s.n_layers; ++li) {
+    const bool moe = !s.moe_layers.empty() && s.moe_layers[static_cast<std::size_t>(li)];
+    for (int64_t e = 0; e < ne; ++e) {
+      const auto k = static_cast<std::size_t>(li * ne + e);
+      const int have = seen[k * 3] + seen[k * 3 + 1] + seen[k * 3 + 2];
+      if (!moe) {
+        if (have) fail(ErrorKind::Format, "layer " + std::to_string(li) + " is dense but has expert tensors");
+        continue;
+      }
+      if (have != 3)
+        fail(ErrorKind::Format, "the model has no tensor 'blk." + std::to_string(li) + ".ffn_" +
+                                    (seen[k * 3] ? (seen[k * 3 + 1] ? "down" : "up") : "gate") + "_exps." +
+                                    std::to_string(e) + "'");
+      out.push_back(std::move(by_key[k]));
+    }
+  }
+  return out;
+}
+
+ThreadSettings resolve_auto(ThreadSettings t) {
+  if (t.policy == WaitPolicy::Auto) t.policy = WaitPolicy::Hybrid;  // compute-bound until shown otherwise
+  return t;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 }  // namespace
 
 Engine::Engine(ModelSpec spec, const std::vector<TensorSpec>& tensors,
-               const std::vector<std::string>& files, const ThreadSettings& threads)
+               const std::vector<std::string>& files, const ThreadSettings& threads,
+               const std::vector<ExpertBlob>& blobs)
     // check_spec runs before any weight is read (the comma operator sequences it).
-    : spec_(std::move(spec)), files_(files), weights_((check_spec(spec_), tensors), files_),
-      pool_(threads) {
+    : spec_(std::move(spec)), files_(files),
+      weights_((check_spec(spec_), resident_tensors(tensors)), files_),
+      pool_(resolve_auto(threads)),
+      auto_wait_(threads.policy == WaitPolicy::Auto),
+      auto_base_(resolve_auto(threads)) {
+  store_ = std::make_unique<ExpertStore>(spec_.n_layers, spec_.n_experts, expert_sources(spec_, tensors, blobs), files);
   resolve_layers();
 }
 
@@ -106,16 +197,6 @@ void Engine::resolve_layers() {
     }
     L.router = req(p + "ffn_gate_inp");
     check_shape(L.router, s.n_experts, d);
-    const int64_t f = s.moe_intermediate_size;
-    for (int64_t e = 0; e < s.n_experts; ++e) {
-      const std::string sfx = "." + std::to_string(e);
-      ExpertWeights ew{req(p + "ffn_gate_exps" + sfx), req(p + "ffn_up_exps" + sfx),
-                       req(p + "ffn_down_exps" + sfx)};
-      check_shape(ew.gate, f, d);
-      check_shape(ew.up, f, d);
-      check_shape(ew.down, d, f);
-      L.experts.push_back(ew);
-    }
     if (s.shared_expert_intermediate_size > 0) {
       const int64_t sf = s.shared_expert_intermediate_size;
       L.shared = {req(p + "ffn_gate_shexp"), req(p + "ffn_up_shexp"), req(p + "ffn_down_shexp")};
@@ -126,12 +207,72 @@ void Engine::resolve_layers() {
       if (L.shared_gate) check_shape(L.shared_gate, 1, d);
     }
   }
+  int64_t next = -1;
+  for (int64_t i = s.n_layers - 1; i >= 0; --i) {
+    LayerWeights& L = layers_[static_cast<std::size_t>(i)];
+    L.next_moe = next;
+    if (L.is_moe) next = i;
+  }
 }
 
 void Engine::configure_threads(const ThreadSettings& settings) {
   std::lock_guard<std::mutex> lock(mu_);
-  pool_.configure(settings);
+  pool_.configure(resolve_auto(settings));
+  auto_wait_ = settings.policy == WaitPolicy::Auto;
+  auto_base_ = resolve_auto(settings);
+  wait_share_ = 0.0;
 }
+
+// Auto: sleep between parallel regions when the forward waits on the disk (spinning
+// threads would take the cores the I/O workers and the kernel's block layer need, which
+// is what the seed documents measured), spin a bounded time when it computes. The share is
+// smoothed over forwards and has a dead band, so one slow read does not flip it.
+void Engine::choose_wait_policy(double wait_seconds, double total_seconds) {
+  if (!auto_wait_ || total_seconds <= 0) return;
+  constexpr double kSmoothing = 0.3, kDiskBound = 0.20, kComputeBound = 0.10;
+  wait_share_ = (1 - kSmoothing) * wait_share_ + kSmoothing * (wait_seconds / total_seconds);
+  const WaitPolicy now = pool_.settings().policy;
+  WaitPolicy want = now;
+  if (wait_share_ > kDiskBound) want = WaitPolicy::Passive;
+  if (wait_share_ < kComputeBound) want = auto_base_.policy;
+  if (want != now) {
+    ThreadSettings t = auto_base_;
+    t.policy = want;
+    pool_.configure(t);
+  }
+}
+
+void Engine::configure_store(const StoreSettings& settings) {
+  std::lock_guard<std::mutex> lock(mu_);
+  store_->configure(settings);
+}
+
+ExpertStoreStats Engine::store_stats() const { return store_->stats(); }
+
+void Engine::reset_store_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  store_->reset_stats();
+  phase_ = PhaseSeconds{};
+}
+
+void Engine::preload_experts() {
+  std::lock_guard<std::mutex> lock(mu_);
+  store_->preload();
+}
+
+void Engine::set_expert_pins(const std::vector<int64_t>& keys) {
+  std::lock_guard<std::mutex> lock(mu_);
+  store_->set_pins(keys);
+}
+
+std::vector<uint64_t> Engine::route_counts() const { return store_->route_counts(); }
+
+void Engine::set_io_fault(IoFault fault) {
+  std::lock_guard<std::mutex> lock(mu_);
+  store_->set_fault(fault);
+}
+
+PhaseSeconds Engine::phase_seconds() const { return phase_; }
 
 ThreadSettings Engine::thread_settings() const { return pool_.settings(); }
 
@@ -167,6 +308,10 @@ void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, b
 
   kv.reserve(pos0 + n);  // grows the session's cache before any of it is written
   std::lock_guard<std::mutex> lock(mu_);
+  if (!store_->empty() && store_->slots() == 0)
+    fail(ErrorKind::InvalidArgument, "the expert cache is not configured (Engine.configure_store)");
+  const auto t_start = std::chrono::steady_clock::now();
+  const double wait_before = phase_[kExpertWait];
   ThreadPool::ComputeScope scope(pool_);
   const int64_t d = s.hidden_size;
   ws_.x.resize(static_cast<std::size_t>(n * d));
@@ -177,23 +322,36 @@ void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, b
 
   for (int64_t li = 0; li < s.n_layers; ++li) {
     const LayerWeights& L = layers_[static_cast<std::size_t>(li)];
+    auto t0 = std::chrono::steady_clock::now();
     for (int64_t t = 0; t < n; ++t)
       rms_norm_row(ws_.x.data() + t * d, L.attn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
     attention_block(L, kv, li, pos0, n);  // leaves the projected output in ws_.proj
     add_inplace(ws_.x.data(), ws_.proj.data(), n * d);
     for (int64_t t = 0; t < n; ++t)
       rms_norm_row(ws_.x.data() + t * d, L.ffn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
-    if (L.is_moe)
-      moe_block(L, li, n, routing_out);  // leaves the FFN output in ws_.ffn_out
-    else
+    phase_[kAttention] += seconds_since(t0);
+    if (L.is_moe) {
+      try {
+        moe_block(L, li, n, routing_out);  // leaves the FFN output in ws_.ffn_out
+      } catch (...) {
+        store_->abort();  // every read waited for or cancelled: the model keeps serving
+        throw;
+      }
+    } else {
+      t0 = std::chrono::steady_clock::now();
       ffn_block(L, n);
+      phase_[kDense] += seconds_since(t0);
+    }
     add_inplace(ws_.x.data(), ws_.ffn_out.data(), n * d);
   }
 
+  const auto t0 = std::chrono::steady_clock::now();
   const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
   for (int64_t t = first; t < n; ++t)
     rms_norm_row(ws_.x.data() + t * d, output_norm_->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
   mm(*output_, ws_.h.data() + first * d, rows, logits_out);
+  phase_[kLmHead] += seconds_since(t0);
+  choose_wait_policy(phase_[kExpertWait] - wait_before, seconds_since(t_start));
 }
 
 }  // namespace colibri

@@ -2,12 +2,14 @@
 // shared work buffers. Sessions (model/session.hpp) hold the per-conversation state (KV
 // cache) and call into the engine; one forward runs at a time per engine.
 #pragma once
+#include <array>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "io/file_reader.hpp"
+#include "model/expert_store.hpp"
 #include "model/matmul.hpp"
 #include "model/model_spec.hpp"
 #include "model/weights.hpp"
@@ -19,7 +21,23 @@ struct ExpertWeights {
   const Tensor* gate = nullptr;
   const Tensor* up = nullptr;
   const Tensor* down = nullptr;
+
+  ExpertViews views() const { return ExpertViews{gate->view(), up->view(), down->view()}; }
 };
+
+// The native container's blob of one expert (gate, up and down in one aligned range) and
+// its checksum; other sources have none and their experts are read tensor by tensor.
+struct ExpertBlob {
+  int64_t layer = 0;
+  int64_t expert = 0;
+  Extent extent{};
+  bool has_crc32 = false;
+  uint32_t crc32 = 0;
+};
+
+// Wall-clock time per phase of the forward pass, cumulative since load.
+enum Phase : int { kAttention = 0, kDense, kRouter, kExpertMatmul, kExpertWait, kLmHead, kPhases };
+using PhaseSeconds = std::array<double, kPhases>;
 
 struct LayerWeights {
   const Tensor* attn_norm = nullptr;
@@ -35,32 +53,49 @@ struct LayerWeights {
   const Tensor* ffn_norm = nullptr;
   bool is_moe = false;
   ExpertWeights dense;                 // !is_moe
-  const Tensor* router = nullptr;      // is_moe: (n_experts, hidden)
-  std::vector<ExpertWeights> experts;  // is_moe: n_experts entries
+  const Tensor* router = nullptr;      // is_moe: (n_experts, hidden); experts are streamed
+  int64_t next_moe = -1;               // is_moe: the next MoE layer (lookahead), -1 if none
   ExpertWeights shared;                // shared expert, when the spec has one
   const Tensor* shared_gate = nullptr; // (1, hidden) sigmoid gate of the shared expert
 };
 
 // Reusable float buffers for one forward call, grown on demand.
 struct Workspace {
-  std::vector<float> x, h, q, k, v, attn, proj, gate, up, ffn_out, router, slot_out, xe, logits;
+  std::vector<float> x, h, q, k, v, attn, proj, gate, up, ffn_out, router, slot_out, xe, ye, logits;
+  std::vector<float> next_router;  // the lookahead: next MoE layer's router on this input
   std::vector<float> attn_scores;  // per thread: context_length floats
   ScratchBuffer matmul;
 };
 
 class Engine {
  public:
+  // Routed experts (blk.{i}.ffn_{gate,up,down}_exps.{e}) are not loaded: they go to the
+  // expert store, which reads them on demand once configure_store() has sized its cache.
   Engine(ModelSpec spec, const std::vector<TensorSpec>& tensors,
-         const std::vector<std::string>& files, const ThreadSettings& threads);
+         const std::vector<std::string>& files, const ThreadSettings& threads,
+         const std::vector<ExpertBlob>& blobs = {});
 
   const ModelSpec& spec() const { return spec_; }
   void configure_threads(const ThreadSettings& settings);
   void set_activation_precision(ActPrecision precision);
   ActPrecision activation_precision() const { return precision_; }
+  // The settings in effect: with wait policy Auto, `policy` is the one auto chose last.
   ThreadSettings thread_settings() const;
+  bool auto_wait_policy() const { return auto_wait_; }
   ThreadPoolStats thread_stats() const { return pool_.stats(); }
   void reset_thread_stats();
   std::size_t weight_bytes() const { return weights_.total_bytes(); }
+
+  // The streaming tier. configure_store drops every cached expert (never during a forward).
+  void configure_store(const StoreSettings& settings);
+  const ExpertStore& store() const { return *store_; }
+  ExpertStoreStats store_stats() const;
+  void reset_store_stats();
+  void preload_experts();
+  void set_expert_pins(const std::vector<int64_t>& keys);
+  std::vector<uint64_t> route_counts() const;
+  void set_io_fault(IoFault fault);
+  PhaseSeconds phase_seconds() const;
 
   // Forward of n tokens at positions [pos0, pos0 + n) with the given KV cache (owned by a
   // session). Writes logits of the last position, or of every position when all_logits.
@@ -75,7 +110,10 @@ class Engine {
                        int64_t n);
   void ffn_block(const LayerWeights& L, int64_t n);
   void moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t* routing_out);
-  void expert_ffn(const ExpertWeights& e, const float* x, int64_t n, int64_t ffn, float* out);
+  void routed_experts(int64_t layer, int64_t n, const std::vector<int32_t>& sel);
+  void predict_next(const LayerWeights& L, int64_t n);
+  void expert_ffn(const ExpertViews& e, const float* x, int64_t n, int64_t ffn, float* out);
+  void choose_wait_policy(double wait_seconds, double total_seconds);
   void mm(const Tensor& w, const float* x, int64_t n, float* y);
 
   ModelSpec spec_;
@@ -85,8 +123,13 @@ class Engine {
   const Tensor* output_norm_ = nullptr;
   const Tensor* output_ = nullptr;  // token_embd_ when tied
   std::vector<LayerWeights> layers_;
+  std::unique_ptr<ExpertStore> store_;
   ThreadPool pool_;
   Workspace ws_;
+  PhaseSeconds phase_{};
+  bool auto_wait_ = false;
+  ThreadSettings auto_base_;     // n_threads and spin_us under Auto
+  double wait_share_ = 0.0;      // smoothed expert-wait share of recent forwards (Auto)
   ActPrecision precision_ = ActPrecision::Int8;
   std::mutex mu_;  // one forward at a time per engine (shared pool and workspace)
 };

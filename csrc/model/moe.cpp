@@ -5,48 +5,142 @@
 // whatever order the experts were computed in, so batching tokens by expert (each distinct
 // expert runs once for all the tokens routed to it) never changes the result.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 
 #include "model/engine.hpp"
+#include "common/errors.hpp"
 #include "model/ops.hpp"
 
 namespace colibri {
 
-void Engine::expert_ffn(const ExpertWeights& e, const float* x, int64_t n, int64_t ffn, float* out) {
+namespace {
+
+constexpr int64_t kPrefetchMaxTokens = 8;  // lookahead only for decode-sized batches
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Softmax over all experts, then the top k (ties to the lower index) of row p.
+void top_k(float* p, int64_t ne, int64_t k, std::vector<int32_t>& order) {
+  softmax(p, ne);
+  order.resize(static_cast<std::size_t>(ne));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [p](int32_t a, int32_t b) {
+    return p[a] > p[b] || (p[a] == p[b] && a < b);
+  });
+}
+
+}  // namespace
+
+void Engine::expert_ffn(const ExpertViews& e, const float* x, int64_t n, int64_t ffn, float* out) {
   ws_.gate.resize(static_cast<std::size_t>(n * ffn));
   ws_.up.resize(static_cast<std::size_t>(n * ffn));
-  const WeightView w[2] = {e.gate->view(), e.up->view()};
+  const WeightView w[2] = {e.gate, e.up};
   float* const gate_up[2] = {ws_.gate.data(), ws_.up.data()};
   matmul_multi(pool_, w, gate_up, 2, x, n, ws_.matmul, precision_);
   silu_mul(ws_.gate.data(), ws_.up.data(), n * ffn);
-  mm(*e.down, ws_.gate.data(), n, out);
+  matmul(pool_, e.down, ws_.gate.data(), n, out, ws_.matmul, precision_);
 }
 
 void Engine::ffn_block(const LayerWeights& L, int64_t n) {
   ws_.ffn_out.resize(static_cast<std::size_t>(n * spec_.hidden_size));
-  expert_ffn(L.dense, ws_.h.data(), n, spec_.intermediate_size, ws_.ffn_out.data());
+  expert_ffn(L.dense.views(), ws_.h.data(), n, spec_.intermediate_size, ws_.ffn_out.data());
+}
+
+// The lookahead: the next MoE layer's router applied to this layer's FFN input predicts
+// which experts it will want; their reads start now and overlap this layer's compute.
+void Engine::predict_next(const LayerWeights& L, int64_t n) {
+  const ModelSpec& s = spec_;
+  if (!store_->settings().prefetch || L.next_moe < 0 || n > kPrefetchMaxTokens) return;
+  const int64_t ne = s.n_experts, k = s.n_experts_per_tok;
+  const LayerWeights& next = layers_[static_cast<std::size_t>(L.next_moe)];
+  ws_.next_router.resize(static_cast<std::size_t>(n * ne));
+  mm(*next.router, ws_.h.data(), n, ws_.next_router.data());
+  std::vector<int32_t> order, predicted;
+  for (int64_t t = 0; t < n; ++t) {
+    top_k(ws_.next_router.data() + t * ne, ne, k, order);
+    for (int64_t j = 0; j < k; ++j)
+      if (std::find(predicted.begin(), predicted.end(), order[static_cast<std::size_t>(j)]) == predicted.end())
+        predicted.push_back(order[static_cast<std::size_t>(j)]);
+  }
+  store_->prefetch(L.next_moe, predicted);
+}
+
+// Batch union: each distinct routed expert runs once over all the tokens routed to it, and
+// each result is parked in its (token, slot) place of ws_.slot_out. Experts already in the
+// cache go first, so the reads of the missing ones overlap their compute; the compute then
+// waits only for the expert it needs next. When the cache cannot hold every expert of the
+// layer at once (a prefill over many experts with a small budget) they go in waves.
+void Engine::routed_experts(int64_t layer, int64_t n, const std::vector<int32_t>& sel) {
+  const ModelSpec& s = spec_;
+  const int64_t d = s.hidden_size, k = s.n_experts_per_tok;
+  const LayerWeights& L = layers_[static_cast<std::size_t>(layer)];
+  std::vector<int32_t> distinct(sel);
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  store_->settle(layer, distinct);
+  std::stable_partition(distinct.begin(), distinct.end(),
+                        [&](int32_t e) { return store_->cached(layer, e); });
+
+  ws_.slot_out.resize(static_cast<std::size_t>(n * k * d));
+  ws_.xe.resize(static_cast<std::size_t>(n * d));
+  ws_.ye.resize(static_cast<std::size_t>(n * d));
+  std::vector<int64_t> slots;
+  std::vector<int32_t> inflight;  // requested, not computed yet, in request order
+  std::size_t next_request = 0, next_compute = 0;
+  bool predicted = false;
+  while (next_compute < distinct.size()) {
+    auto t0 = std::chrono::steady_clock::now();
+    while (next_request < distinct.size() && store_->request(layer, distinct[next_request])) ++next_request;
+    if (next_request == next_compute)
+      fail(ErrorKind::Internal, "the expert cache has no free slot for layer " + std::to_string(layer));
+    if (!predicted) {
+      predicted = true;
+      if (next_request == distinct.size()) predict_next(L, n);  // only when this layer fits
+    }
+    phase_[kRouter] += seconds_since(t0);
+
+    const int32_t e = distinct[next_compute++];
+    t0 = std::chrono::steady_clock::now();
+    const ExpertViews& w = store_->wait(layer, e);
+    phase_[kExpertWait] += seconds_since(t0);
+
+    t0 = std::chrono::steady_clock::now();
+    slots.clear();
+    for (int64_t i = 0; i < n * k; ++i)
+      if (sel[static_cast<std::size_t>(i)] == e) slots.push_back(i);
+    const auto m = static_cast<int64_t>(slots.size());
+    for (int64_t r = 0; r < m; ++r)
+      std::memcpy(ws_.xe.data() + r * d, ws_.h.data() + (slots[static_cast<std::size_t>(r)] / k) * d,
+                  static_cast<std::size_t>(d) * sizeof(float));
+    expert_ffn(w, ws_.xe.data(), m, s.moe_intermediate_size, ws_.ye.data());
+    for (int64_t r = 0; r < m; ++r)
+      std::memcpy(ws_.slot_out.data() + slots[static_cast<std::size_t>(r)] * d, ws_.ye.data() + r * d,
+                  static_cast<std::size_t>(d) * sizeof(float));
+    store_->release(layer, e);
+    phase_[kExpertMatmul] += seconds_since(t0);
+  }
 }
 
 void Engine::moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t* routing_out) {
   const ModelSpec& s = spec_;
   const int64_t d = s.hidden_size, ne = s.n_experts, k = s.n_experts_per_tok;
+  auto t0 = std::chrono::steady_clock::now();
   ws_.router.resize(static_cast<std::size_t>(n * ne));
   mm(*L.router, ws_.h.data(), n, ws_.router.data());
 
-  // Route: softmax over all experts, take the top k (ties to the lower index), renormalize
-  // if configured. The choice and weights for token t are (sel[t*k + j], weight[t*k + j]).
+  // Route: softmax over all experts, take the top k, renormalize if configured. The choice
+  // and weights for token t are (sel[t*k + j], weight[t*k + j]).
   std::vector<int32_t> sel(static_cast<std::size_t>(n * k));
   std::vector<float> weight(static_cast<std::size_t>(n * k));
-  std::vector<int32_t> order(static_cast<std::size_t>(ne));
+  std::vector<int32_t> order;
   for (int64_t t = 0; t < n; ++t) {
     float* p = ws_.router.data() + t * ne;
-    softmax(p, ne);
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [p](int32_t a, int32_t b) {
-      return p[a] > p[b] || (p[a] == p[b] && a < b);
-    });
+    top_k(p, ne, k, order);
     float sum = 0.0f;
     for (int64_t j = 0; j < k; ++j) sum += p[order[static_cast<std::size_t>(j)]];
     for (int64_t j = 0; j < k; ++j) {
@@ -56,28 +150,11 @@ void Engine::moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t*
       if (routing_out) routing_out[(t * s.n_layers + layer) * k + j] = e;
     }
   }
+  phase_[kRouter] += seconds_since(t0);
 
-  // Batch union: run each selected expert once over all its tokens; park each result in
-  // its (token, slot) place.
-  ws_.slot_out.resize(static_cast<std::size_t>(n * k * d));
-  ws_.xe.resize(static_cast<std::size_t>(n * d));
-  std::vector<float> ye(static_cast<std::size_t>(n * d));
-  std::vector<int64_t> slots;
-  for (int64_t e = 0; e < ne; ++e) {
-    slots.clear();
-    for (int64_t i = 0; i < n * k; ++i)
-      if (sel[static_cast<std::size_t>(i)] == e) slots.push_back(i);
-    if (slots.empty()) continue;
-    const auto m = static_cast<int64_t>(slots.size());
-    for (int64_t r = 0; r < m; ++r)
-      std::memcpy(ws_.xe.data() + r * d, ws_.h.data() + (slots[static_cast<std::size_t>(r)] / k) * d,
-                  static_cast<std::size_t>(d) * sizeof(float));
-    expert_ffn(L.experts[static_cast<std::size_t>(e)], ws_.xe.data(), m, s.moe_intermediate_size, ye.data());
-    for (int64_t r = 0; r < m; ++r)
-      std::memcpy(ws_.slot_out.data() + slots[static_cast<std::size_t>(r)] * d, ye.data() + r * d,
-                  static_cast<std::size_t>(d) * sizeof(float));
-  }
+  routed_experts(layer, n, sel);
 
+  t0 = std::chrono::steady_clock::now();
   ws_.ffn_out.assign(static_cast<std::size_t>(n * d), 0.0f);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t j = 0; j < k; ++j)
@@ -85,7 +162,7 @@ void Engine::moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t*
                          weight[static_cast<std::size_t>(t * k + j)], d);
 
   if (s.shared_expert_intermediate_size > 0) {
-    expert_ffn(L.shared, ws_.h.data(), n, s.shared_expert_intermediate_size, ye.data());
+    expert_ffn(L.shared.views(), ws_.h.data(), n, s.shared_expert_intermediate_size, ws_.ye.data());
     for (int64_t t = 0; t < n; ++t) {
       float g = 1.0f;
       if (L.shared_gate) {
@@ -93,9 +170,10 @@ void Engine::moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t*
         mm(*L.shared_gate, ws_.h.data() + t * d, 1, &logit);
         g = 1.0f / (1.0f + std::exp(-logit));
       }
-      add_scaled_inplace(ws_.ffn_out.data() + t * d, ye.data() + t * d, g, d);
+      add_scaled_inplace(ws_.ffn_out.data() + t * d, ws_.ye.data() + t * d, g, d);
     }
   }
+  phase_[kDense] += seconds_since(t0);
 }
 
 }  // namespace colibri

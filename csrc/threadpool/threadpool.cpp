@@ -122,7 +122,8 @@ void validate(const ThreadSettings& s) {
                                          std::to_string(s.n_threads));
   if (s.policy != WaitPolicy::Spin && s.policy != WaitPolicy::Passive &&
       s.policy != WaitPolicy::Hybrid)
-    fail(ErrorKind::InvalidArgument, "threads: wait policy must be spin, passive or hybrid");
+    fail(ErrorKind::InvalidArgument,
+         "threads: wait policy must be spin, passive or hybrid (auto is resolved by the engine)");
   if (s.spin_us < 0 || s.spin_us > kMaxSpinUs)
     fail(ErrorKind::InvalidArgument, "threads: spin_us must be between 0 and " +
                                          std::to_string(kMaxSpinUs) + " microseconds, got " +

@@ -33,6 +33,8 @@ enum class WaitPolicy : int {
                 // a core per waiting thread)
   Passive = 1,  // sleep on a condition variable between regions
   Hybrid = 2,   // spin for up to spin_us, then sleep
+  Auto = 3,     // chosen per forward by the engine from how disk-bound the work is
+                // (model/engine.hpp); a bare ThreadPool refuses it
 };
 
 // Limits checked by ThreadPool (Error(InvalidArgument) outside them).

@@ -16,13 +16,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from .errors import ContextOverflowError, InvalidRequestError
 from .sampling import Sampler, Sampling, StopChecker
+from .stats import ExpertStats, PhaseTimes
 
 if TYPE_CHECKING:
     from .model import Session
@@ -48,6 +49,11 @@ class GenerationStats:
     # Decode forwards run: the first sampled token comes from the prefill's logits, so n
     # generated tokens need n - 1 of them.
     decode_tokens: int = 0
+    # The streaming tier during this generation (Model fills them in; None for a session's
+    # own generate, which has no model-wide counters to difference).
+    experts: ExpertStats | None = None
+    phases: PhaseTimes | None = None
+    wait_policy: str = ""  # the wait policy in effect at the end
 
     @property
     def prefill_tok_s(self) -> float:
@@ -57,7 +63,7 @@ class GenerationStats:
     def decode_tok_s(self) -> float:
         return rate(self.decode_tokens, self.decode_seconds)
 
-    def to_dict(self) -> dict[str, float | int]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "prompt_tokens": self.prompt_tokens,
             "generated_tokens": self.generated_tokens,
@@ -66,6 +72,9 @@ class GenerationStats:
             "sampling_seconds": self.sampling_seconds,
             "prefill_tok_s": self.prefill_tok_s,
             "decode_tok_s": self.decode_tok_s,
+            **({"experts": self.experts.to_dict()} if self.experts is not None else {}),
+            **({"phases": self.phases.to_dict()} if self.phases is not None else {}),
+            **({"wait_policy": self.wait_policy} if self.wait_policy else {}),
         }
 
 

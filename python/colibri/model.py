@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Generator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -18,8 +18,9 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
+from .budget import BudgetPlan
 from .chat import ChatTemplate
-from .config import ActivationPrecision, EngineConfig, ThreadConfig, WaitPolicy
+from .config import ActivationPrecision, CachePolicy, EngineConfig, ThreadConfig, WaitPolicy
 from .errors import (
     ContextOverflowError,
     InvalidRequestError,
@@ -38,6 +39,19 @@ from .generation import (
 from .rope import rope_table
 from .sampling import Sampling
 from .sources import Manifest, ModelConfig, open_model_source
+from .stats import ExpertStats, MemoryStats, PhaseTimes
+from .streaming import (
+    RoutingHistory,
+    check_resident_fits,
+    expert_blobs,
+    expert_stats,
+    memory_stats,
+    phase_times,
+    pin_order,
+    plan_store,
+    store_settings,
+    wait_policy_name,
+)
 from .tokenizers import Tokenizer
 
 Messages = Sequence[Mapping[str, Any]]
@@ -54,6 +68,11 @@ class ModelStats:
     decode_seconds: float
     decode_tokens: int
     last: GenerationStats | None
+    # The streaming tier, cumulative since load (reset_stats() zeroes them).
+    memory: MemoryStats | None = None
+    experts: ExpertStats = field(default_factory=ExpertStats)
+    phases: PhaseTimes = field(default_factory=PhaseTimes)
+    wait_policy: str = ""  # in effect now: "spin", "passive", "hybrid" or "auto (passive)"...
 
     @property
     def prefill_tok_s(self) -> float:
@@ -68,6 +87,7 @@ _WAIT = {
     WaitPolicy.SPIN: _core.WaitPolicy.SPIN,
     WaitPolicy.PASSIVE: _core.WaitPolicy.PASSIVE,
     WaitPolicy.HYBRID: _core.WaitPolicy.HYBRID,
+    WaitPolicy.AUTO: _core.WaitPolicy.AUTO,
 }
 
 
@@ -165,7 +185,9 @@ def _tensor_specs(manifest: Manifest) -> list[_core.TensorSpec]:
 class Model:
     """A loaded model. Use :meth:`load`; close it (or use ``with``) to free its memory."""
 
-    def __init__(self, manifest: Manifest, engine: EngineConfig, core: _core.Engine) -> None:
+    def __init__(self, manifest: Manifest, engine: EngineConfig, core: _core.Engine,
+                 plan: BudgetPlan | None = None, history: RoutingHistory | None = None,
+                 history_base: npt.NDArray[np.uint64] | None = None) -> None:
         self._manifest = manifest
         self._engine_config = engine
         self._core: _core.Engine | None = core
@@ -174,21 +196,38 @@ class Model:
         self._lock = threading.Lock()
         self._totals = [0, 0, 0, 0.0, 0.0, 0]  # generations, prompt, generated, s, s, decodes
         self._last: GenerationStats | None = None
+        self._plan = plan
+        self._history = history
+        self._history_base = history_base
 
     @classmethod
     def load(cls, path: str | Path, engine: EngineConfig | None = None) -> Model:
-        """Loads a GGUF file or a Hugging Face checkpoint directory."""
+        """Loads a GGUF file, a Hugging Face checkpoint directory or a native container.
+
+        Resident (dense) weights are read now; routed experts are read on demand into the
+        expert cache, sized by ``engine.ram_budget`` (see :mod:`colibri.budget`)."""
         engine = engine if engine is not None else EngineConfig()
         manifest = open_model_source(Path(path))
-        spec = _model_spec(manifest, _context_length(manifest.config, engine))
+        context_length = _context_length(manifest.config, engine)
+        check_resident_fits(manifest, engine, context_length)  # before reading any weight
+        spec = _model_spec(manifest, context_length)
         core = _core.Engine(
             spec,
             _tensor_specs(manifest),
             [str(f) for f in manifest.files],
             _thread_settings(engine.threads),
+            expert_blobs(manifest),
         )
         core.activation_precision = _PRECISION[engine.activation_precision]
-        return cls(manifest, engine, core)
+        plan = plan_store(manifest, engine, core, context_length)
+        core.configure_store(store_settings(engine, plan.cache_bytes))
+        history = RoutingHistory.for_model(manifest, engine)
+        base = history.load() if history is not None else None
+        if base is not None and engine.cache.policy is CachePolicy.PINNED:
+            core.set_expert_pins(pin_order(base))
+        if engine.cache.preload and plan.cache_slots >= int(core.streamed_experts):
+            core.preload_experts()
+        return cls(manifest, engine, core, plan, history, base)
 
     @property
     def config(self) -> ModelConfig:
@@ -307,7 +346,29 @@ class Model:
 
     def stats(self) -> ModelStats:
         g, p, n, ps, ds, nd = self._totals
-        return ModelStats(int(g), int(p), int(n), float(ps), float(ds), int(nd), self._last)
+        core = self._require_core()
+        return ModelStats(
+            int(g), int(p), int(n), float(ps), float(ds), int(nd), self._last,
+            memory=memory_stats(self._plan, core) if self._plan is not None else None,
+            experts=expert_stats(core), phases=phase_times(core),
+            wait_policy=wait_policy_name(core),
+        )  # fmt: skip
+
+    def reset_stats(self) -> None:
+        """Zeroes the cumulative expert, I/O and phase counters (not the cache)."""
+        self._require_core().reset_store_stats()
+
+    def save_routing_history(self) -> None:
+        """Adds this run's routing counts to the model's history file (atomically). Called
+        by :meth:`close`; CacheConfig(history=False) turns it off."""
+        core, history, base = self._core, self._history, self._history_base
+        if core is None or history is None or base is None:
+            return
+        history.save(base + core.route_counts())
+
+    def set_io_fault(self, fault: str) -> None:
+        """Test hook: make expert reads fail ("eio", "einval_direct_read", "none")."""
+        self._require_core().set_io_fault(fault)
 
     def _fit(self, ids: list[int], max_tokens: int, truncate: bool) -> list[int]:
         if len(ids) < self._context_length:
@@ -343,7 +404,14 @@ class Model:
         if not all(isinstance(x, str) and x for x in stops):
             raise InvalidRequestError("stop must be a non-empty string or a list of them")
 
+        core = self._require_core()
+        experts0, phases0 = expert_stats(core), phase_times(core)
+
         def done(stats: GenerationStats, generated: list[int], finish: FinishReason | None) -> None:
+            stats = replace(
+                stats, experts=expert_stats(core).minus(experts0),
+                phases=phase_times(core).minus(phases0), wait_policy=wait_policy_name(core),
+            )  # fmt: skip
             result.update(stats=stats, generated=generated, finish=finish)
             with self._lock:
                 t = self._totals
@@ -361,7 +429,11 @@ class Model:
         )  # fmt: skip
 
     def close(self) -> None:
-        self._core = None
+        """Saves the routing history (if kept) and frees the model's memory."""
+        try:
+            self.save_routing_history()
+        finally:
+            self._core = None
 
     def __enter__(self) -> Model:
         return self

@@ -100,6 +100,15 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class ExpertBlob:
+    """A native container's blob: one routed expert's gate, up and down in one aligned
+    range, read with one request and checked against its crc32."""
+
+    extent: Extent
+    crc32: int | None = None
+
+
+@dataclass(frozen=True)
 class Manifest:
     source: Literal["gguf", "hf"]
     path: Path  # what the user passed (file or directory)
@@ -109,3 +118,6 @@ class Manifest:
     # Raw metadata for later layers (tokenizer, chat template): GGUF key/values or the HF
     # config.json contents.
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    # Native containers: (layer, expert) -> the blob holding that expert. Other sources
+    # leave it empty and their experts are read matrix by matrix through `tensors`.
+    expert_blobs: Mapping[tuple[int, int], ExpertBlob] = field(default_factory=dict)

@@ -3,8 +3,9 @@ container"; written by :func:`colibri.convert.write_container`).
 
 :func:`load_native` reads ``manifest.json`` only: dense tensors get extents into
 ``dense.bin`` (file 0), each routed expert's gate, up and down matrices extents inside
-its blob in ``experts.bin`` (file 1). Checksums are not checked here
-(:func:`colibri.convert.verify_container` does that).
+its blob in ``experts.bin`` (file 1), and ``Manifest.expert_blobs`` lists each blob with
+its crc32: the expert store reads a blob with one request and checks it
+(``IOConfig.checksums``); :func:`colibri.convert.verify_container` checks every byte.
 
 ``Manifest.source`` is the kind of the model the container was converted from ("gguf" or
 "hf"), so the tokenizer is found the same way: a GGUF's key/values are in ``metadata``, a
@@ -23,7 +24,7 @@ from typing import Any
 
 from ..convert.container import DENSE, EXPERTS, PROJECTIONS, read_container_json
 from ..errors import ModelFormatError
-from .manifest import Extent, Manifest, ModelConfig, TensorInfo
+from .manifest import ExpertBlob, Extent, Manifest, ModelConfig, TensorInfo
 from .validate import check_dtype, check_extents, file_sizes, order_and_check
 
 
@@ -50,6 +51,7 @@ def load_native(path: str | os.PathLike[str]) -> Manifest:
     if kind not in ("gguf", "hf"):
         raise ModelFormatError(f"{where}: unknown source kind {kind!r}")
     tensors: dict[str, TensorInfo] = {}
+    blobs: dict[tuple[int, int], ExpertBlob] = {}
     try:
         for rec in doc["dense"]:
             check_dtype(rec["name"], rec["dtype"], where)
@@ -60,6 +62,10 @@ def load_native(path: str | os.PathLike[str]) -> Manifest:
             )
         for rec in doc["experts"]:
             layer, expert, base = int(rec["layer"]), int(rec["expert"]), int(rec["offset"])
+            crc = rec.get("crc32")
+            blobs[(layer, expert)] = ExpertBlob(
+                Extent(1, base, int(rec["length"])), None if crc is None else int(crc)
+            )
             for proj in PROJECTIONS:
                 sub = rec[proj]
                 name = f"blk.{layer}.ffn_{proj}_exps.{expert}"
@@ -85,4 +91,5 @@ def load_native(path: str | os.PathLike[str]) -> Manifest:
         config=cfg,
         tensors=ordered,
         metadata=doc.get("metadata", {}),
+        expert_blobs=blobs,
     )

@@ -1,0 +1,424 @@
+#include "model/expert_store.hpp"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "common/errors.hpp"
+
+namespace colibri {
+
+namespace {
+
+// Two extents of one expert closer than this are read as one range: reading the gap costs
+// less than a second request.
+constexpr uint64_t kMergeGap = 64 * 1024;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void add_pool(ExpertStoreStats& s, const ReadPoolStats& now, const ReadPoolStats& base) {
+  s.reads += now.reads - base.reads;
+  s.bytes_read += now.bytes - base.bytes;
+  s.read_errors += now.errors - base.errors;
+  s.checksum_failures += now.checksum_failures - base.checksum_failures;
+  s.read_seconds += now.read_seconds - base.read_seconds;
+  s.direct_reads += now.direct_reads - base.direct_reads;
+  s.buffered_reads += now.buffered_reads - base.buffered_reads;
+  s.inline_reads += now.inline_reads - base.inline_reads;
+}
+
+}  // namespace
+
+ExpertStore::ExpertStore(int64_t n_layers, int64_t n_experts, std::vector<ExpertSource> experts,
+                         const std::vector<std::string>& files)
+    : n_layers_(n_layers), n_experts_(n_experts), files_(files) {
+  const int64_t n_keys = n_layers * std::max<int64_t>(n_experts, 0);
+  layouts_.resize(static_cast<std::size_t>(n_keys));
+  verified_.assign(static_cast<std::size_t>(n_keys), 0);
+  route_counts_.assign(static_cast<std::size_t>(n_keys), 0);
+  predicted_.resize(static_cast<std::size_t>(n_layers));
+  for (auto& src : experts) {
+    if (src.layer < 0 || src.layer >= n_layers || src.expert < 0 || src.expert >= n_experts)
+      fail(ErrorKind::Format, "expert " + std::to_string(src.expert) + " of layer " + std::to_string(src.layer) +
+                                  " is outside the model's " + std::to_string(n_layers) + " layers x " +
+                                  std::to_string(n_experts) + " experts");
+    const int64_t k = key(src.layer, src.expert);
+    auto lay = std::make_unique<Layout>();
+    const TensorSpec* specs[3] = {&src.gate, &src.up, &src.down};
+    Extent ext[3];
+    for (int i = 0; i < 3; ++i) {
+      const TensorSpec& t = *specs[i];
+      if (t.shape.size() != 2)
+        fail(ErrorKind::Format, "expert tensor '" + t.name + "' must be a matrix");
+      if (t.extents.size() != 1)
+        fail(ErrorKind::Format, "expert tensor '" + t.name + "' is split over " + std::to_string(t.extents.size()) +
+                                    " extents; a streamed expert matrix must be contiguous in its file");
+      ext[i] = t.extents[0];
+      const uint64_t want = row_bytes(t.type, t.shape[1]) * static_cast<uint64_t>(t.shape[0]);
+      if (ext[i].length != want)
+        fail(ErrorKind::Format, "expert tensor '" + t.name + "' needs " + std::to_string(want) +
+                                    " bytes but its extent holds " + std::to_string(ext[i].length));
+      if (ext[i].file < 0 || static_cast<std::size_t>(ext[i].file) >= files.size())
+        fail(ErrorKind::Format, "expert tensor '" + t.name + "' names file " + std::to_string(ext[i].file) +
+                                    " of " + std::to_string(files.size()));
+      lay->parts[i] = Part{t.type, t.shape[0], t.shape[1], 0, 0};
+      expert_bytes_ += ext[i].length;
+    }
+    if (src.blob.length > 0) {
+      for (int i = 0; i < 3; ++i) {
+        if (ext[i].file != src.blob.file || ext[i].offset < src.blob.offset ||
+            ext[i].offset + ext[i].length > src.blob.offset + src.blob.length)
+          fail(ErrorKind::Format, "expert tensor '" + specs[i]->name + "' lies outside its blob");
+        lay->parts[i].offset = ext[i].offset - src.blob.offset;
+      }
+      lay->reads.push_back(Read{src.blob, 0});
+      lay->has_crc32 = src.has_crc32;
+      lay->crc32 = src.crc32;
+    } else {
+      int order[3] = {0, 1, 2};
+      std::sort(order, order + 3, [&](int a, int b) {
+        return ext[a].file != ext[b].file ? ext[a].file < ext[b].file : ext[a].offset < ext[b].offset;
+      });
+      for (int oi : order) {
+        const Extent& e = ext[oi];
+        if (!lay->reads.empty()) {
+          Extent& last = lay->reads.back().extent;
+          const uint64_t end = last.offset + last.length;
+          if (last.file == e.file && e.offset >= end && e.offset - end <= kMergeGap) {
+            lay->parts[oi].read = static_cast<int>(lay->reads.size()) - 1;
+            lay->parts[oi].offset = e.offset - last.offset;
+            last.length = std::max(end, e.offset + e.length) - last.offset;
+            continue;
+          }
+        }
+        lay->parts[oi].read = static_cast<int>(lay->reads.size());
+        lay->parts[oi].offset = 0;
+        lay->reads.push_back(Read{e, 0});
+      }
+    }
+    std::size_t at = 0;
+    for (auto& r : lay->reads) {
+      r.slab_offset = at;
+      at += slab_bytes(r.extent);
+    }
+    slot_bytes_ = std::max(slot_bytes_, at);
+    if (layouts_[static_cast<std::size_t>(k)])
+      fail(ErrorKind::Format, "expert " + std::to_string(src.expert) + " of layer " + std::to_string(src.layer) +
+                                  " is listed twice");
+    layouts_[static_cast<std::size_t>(k)] = std::move(lay);
+    ++n_streamed_;
+  }
+}
+
+ExpertStore::~ExpertStore() {
+  abort();
+  pool_.reset();  // joins the workers before the slots' memory goes
+  if (arena_) ::munmap(arena_, arena_bytes_);
+}
+
+int64_t ExpertStore::key(int64_t layer, int64_t expert) const { return layer * n_experts_ + expert; }
+
+std::string ExpertStore::label(int64_t k) const {
+  return "layer " + std::to_string(k / n_experts_) + " expert " + std::to_string(k % n_experts_);
+}
+
+void ExpertStore::configure(const StoreSettings& settings) {
+  if (settings.cache_bytes < 0) fail(ErrorKind::InvalidArgument, "expert cache bytes must be >= 0");
+  if (!(settings.pin_fraction >= 0.0 && settings.pin_fraction <= 1.0))
+    fail(ErrorKind::InvalidArgument, "pin_fraction must be in [0, 1]");
+  int64_t n_slots = 0;
+  if (n_streamed_ > 0) {
+    n_slots = std::min<int64_t>(settings.cache_bytes / static_cast<int64_t>(slot_bytes_), n_streamed_);
+    if (n_slots < 1)
+      fail(ErrorKind::InvalidArgument, "an expert cache of " + std::to_string(settings.cache_bytes) +
+                                           " bytes holds no expert: one needs " + std::to_string(slot_bytes_) +
+                                           " bytes");
+  }
+  auto pool = std::make_unique<ReadPool>(files_, settings.workers, settings.direct, fault_);  // may throw: nothing changed yet
+  abort();
+  if (pool_) add_pool(stats_, pool_->stats(), pool_base_);
+  pool_ = std::move(pool);
+  pool_base_ = ReadPoolStats{};
+  if (arena_) ::munmap(arena_, arena_bytes_);
+  arena_ = nullptr;
+  arena_bytes_ = static_cast<std::size_t>(n_slots) * slot_bytes_;
+  if (arena_bytes_ > 0) {
+    void* p = ::mmap(nullptr, arena_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      arena_bytes_ = 0;
+      fail(ErrorKind::InvalidArgument, "cannot reserve " + std::to_string(n_slots * static_cast<int64_t>(slot_bytes_)) +
+                                           " bytes for the expert cache; lower ram_budget");
+    }
+    arena_ = static_cast<uint8_t*>(p);
+#if defined(MADV_HUGEPAGE)
+    (void)::madvise(arena_, arena_bytes_, MADV_HUGEPAGE);  // fewer TLB misses in expert matmuls
+#endif
+  }
+  settings_ = settings;
+  cache_ = ExpertCache(static_cast<int32_t>(n_slots), n_layers_ * n_experts_, settings.policy);
+  slots_.assign(static_cast<std::size_t>(n_slots), Slot{});
+  loading_.clear();
+  for (auto& p : predicted_) p.clear();
+  set_pins(pins_);
+}
+
+void ExpertStore::set_pins(const std::vector<int64_t>& keys) {
+  pins_ = keys;
+  const auto max_pinned = static_cast<int32_t>(std::floor(settings_.pin_fraction * cache_.slots()));
+  cache_.set_pins(pins_, max_pinned);
+}
+
+void ExpertStore::start_read(int32_t s, int64_t k, bool prefetched) {
+  const Layout& lay = *layouts_[static_cast<std::size_t>(k)];
+  Slot& slot = slots_[static_cast<std::size_t>(s)];
+  uint8_t* base = arena_ + static_cast<std::size_t>(s) * slot_bytes_;
+  slot.checked = lay.has_crc32 && (settings_.checksums == ChecksumMode::Always ||
+                                   (settings_.checksums == ChecksumMode::First && !verified_[static_cast<std::size_t>(k)]));
+  slot.tickets.clear();
+  slot.prefetched = prefetched;
+  slot.doomed = false;
+  slot.state = State::Loading;
+  cache_.hold(s);  // the load's hold, dropped when the reads end
+  loading_.push_back(s);
+  WeightView* views[3] = {&slot.views.gate, &slot.views.up, &slot.views.down};
+  for (int i = 0; i < 3; ++i) {
+    const Part& p = lay.parts[i];
+    const Read& r = lay.reads[static_cast<std::size_t>(p.read)];
+    *views[i] = WeightView{p.type, p.rows, p.cols, base + r.slab_offset + data_offset(r.extent) + p.offset};
+  }
+  try {
+    for (const Read& r : lay.reads) {
+      ReadRequest req;
+      req.extent = r.extent;
+      req.slab = base + r.slab_offset;
+      req.capacity = slot_bytes_ - r.slab_offset;
+      req.check_crc32 = slot.checked;
+      req.crc32 = lay.crc32;
+      slot.tickets.push_back(pool_->submit(req));
+    }
+  } catch (...) {
+    std::exception_ptr ignored;
+    finish_read(s, &ignored);  // waits for the reads already queued, frees the slot
+    throw;
+  }
+}
+
+bool ExpertStore::finish_read(int32_t s, std::exception_ptr* error) {
+  Slot& slot = slots_[static_cast<std::size_t>(s)];
+  for (Ticket t : slot.tickets) {
+    try {
+      pool_->wait(t);
+    } catch (...) {
+      if (!*error) *error = std::current_exception();
+    }
+  }
+  slot.tickets.clear();
+  loading_.erase(std::remove(loading_.begin(), loading_.end(), s), loading_.end());
+  const int64_t k = cache_.key_of(s);
+  if (*error || slot.doomed) {
+    slot.state = State::Empty;
+    slot.prefetched = slot.doomed = false;
+    cache_.remove(s);
+    return !*error;
+  }
+  cache_.release(s);
+  slot.state = State::Ready;
+  if (slot.checked) verified_[static_cast<std::size_t>(k)] = 1;
+  return true;
+}
+
+void ExpertStore::reap() {
+  // Finish prefetch reads that are done and that no request holds, so their slots can be
+  // evicted again. Never blocks (done() is checked first).
+  const std::vector<int32_t> loading = loading_;
+  for (int32_t s : loading) {
+    if (cache_.holds(s) != 1) continue;
+    const Slot& slot = slots_[static_cast<std::size_t>(s)];
+    bool all_done = true;
+    for (Ticket t : slot.tickets) all_done = all_done && pool_->done(t);
+    if (!all_done) continue;
+    std::exception_ptr ignored;  // a failed prefetch frees its slot; a later need re-reads
+    finish_read(s, &ignored);
+  }
+}
+
+bool ExpertStore::request(int64_t layer, int64_t expert) {
+  const int64_t k = key(layer, expert);
+  if (!layouts_[static_cast<std::size_t>(k)])
+    fail(ErrorKind::Internal, label(k) + " has no source to stream from");
+  int32_t s = cache_.find(k);
+  if (s >= 0 && slots_[static_cast<std::size_t>(s)].doomed) {
+    std::exception_ptr ignored;  // a cancelled prefetch still reading: let it end, read again
+    finish_read(s, &ignored);
+    s = -1;
+  }
+  if (s >= 0) {
+    Slot& slot = slots_[static_cast<std::size_t>(s)];
+    ++stats_.hits;
+    if (slot.prefetched) {
+      ++stats_.prefetch_used;
+      slot.prefetched = false;
+    }
+    ++route_counts_[static_cast<std::size_t>(k)];
+    cache_.count(k);
+    cache_.touch(k);
+    cache_.hold(s);
+    return true;
+  }
+  int64_t evicted = -1;
+  s = cache_.insert(k, &evicted);
+  if (s < 0) {
+    reap();
+    s = cache_.insert(k, &evicted);
+    if (s < 0) return false;
+  }
+  if (evicted >= 0) ++stats_.evictions;
+  ++stats_.misses;
+  ++route_counts_[static_cast<std::size_t>(k)];
+  cache_.count(k);
+  start_read(s, k, false);
+  cache_.hold(s);
+  return true;
+}
+
+const ExpertViews& ExpertStore::wait(int64_t layer, int64_t expert) {
+  const int64_t k = key(layer, expert);
+  const int32_t s = cache_.find(k);
+  if (s < 0 || !cache_.busy(s)) fail(ErrorKind::Internal, label(k) + " was not requested before wait");
+  Slot& slot = slots_[static_cast<std::size_t>(s)];
+  if (slot.state == State::Loading) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::exception_ptr error;
+    const bool ok = finish_read(s, &error);
+    stats_.stall_seconds += seconds_since(t0);
+    if (!ok) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const Error& e) {
+        throw Error(e.kind(), label(k) + ": " + e.what());
+      }
+    }
+  }
+  return slot.views;
+}
+
+void ExpertStore::release(int64_t layer, int64_t expert) {
+  const int32_t s = cache_.find(key(layer, expert));
+  if (s >= 0 && cache_.holds(s) > 0) cache_.release(s);
+}
+
+void ExpertStore::prefetch(int64_t layer, const std::vector<int32_t>& predicted) {
+  if (layer < 0 || layer >= n_layers_ || slots_.empty()) return;
+  auto& pred = predicted_[static_cast<std::size_t>(layer)];
+  pred.clear();
+  for (int32_t e : predicted) {
+    const int64_t k = key(layer, e);
+    pred.push_back(k);
+    if (!layouts_[static_cast<std::size_t>(k)] || cache_.find(k) >= 0) continue;
+    int64_t evicted = -1;
+    const int32_t s = cache_.insert(k, &evicted);
+    if (s < 0) continue;  // no room without evicting something in use: skip, never block
+    if (evicted >= 0) ++stats_.evictions;
+    start_read(s, k, true);
+    ++stats_.prefetch_issued;
+  }
+}
+
+void ExpertStore::settle(int64_t layer, const std::vector<int32_t>& routed) {
+  reap();
+  auto& pred = predicted_[static_cast<std::size_t>(layer)];
+  if (pred.empty()) return;
+  stats_.routed_after_prediction += routed.size();
+  for (int32_t e : routed)
+    if (std::find(pred.begin(), pred.end(), key(layer, e)) != pred.end()) ++stats_.predicted_routed;
+  for (int64_t k : pred) {
+    if (std::find(routed.begin(), routed.end(), static_cast<int32_t>(k % n_experts_)) != routed.end()) continue;
+    const int32_t s = cache_.find(k);
+    if (s < 0) continue;
+    Slot& slot = slots_[static_cast<std::size_t>(s)];
+    if (!slot.prefetched) continue;
+    ++stats_.prefetch_wasted;
+    slot.prefetched = false;
+    if (slot.state != State::Loading) continue;
+    // Not wanted after all: drop reads that have not started (never blocks).
+    std::vector<Ticket> left;
+    for (Ticket t : slot.tickets)
+      if (!pool_->cancel(t)) left.push_back(t);
+    if (left.size() == slot.tickets.size()) continue;  // all started: let them finish
+    slot.tickets = left;
+    if (left.empty()) {
+      ++stats_.prefetch_cancelled;
+      loading_.erase(std::remove(loading_.begin(), loading_.end(), s), loading_.end());
+      slot.state = State::Empty;
+      cache_.remove(s);
+    } else {
+      slot.doomed = true;  // partly read: dropped when the rest ends
+    }
+  }
+  pred.clear();
+}
+
+void ExpertStore::abort() noexcept {
+  if (!pool_) return;
+  const std::vector<int32_t> loading = loading_;
+  for (int32_t s : loading) {
+    std::exception_ptr ignored;
+    finish_read(s, &ignored);
+  }
+  cache_.clear_holds();
+  for (auto& p : predicted_) p.clear();
+  for (auto& slot : slots_) slot.prefetched = false;
+}
+
+void ExpertStore::preload() {
+  std::vector<int32_t> started;
+  for (int64_t k = 0; k < static_cast<int64_t>(layouts_.size()); ++k) {
+    if (!layouts_[static_cast<std::size_t>(k)] || cache_.find(k) >= 0) continue;
+    if (cache_.cached_count() >= cache_.slots()) break;
+    int64_t evicted = -1;
+    const int32_t s = cache_.insert(k, &evicted);
+    if (s < 0) break;
+    start_read(s, k, false);
+    started.push_back(s);
+  }
+  std::exception_ptr first;
+  for (int32_t s : started) {
+    std::exception_ptr error;
+    const int64_t k = cache_.key_of(s);
+    if (!finish_read(s, &error) && !first) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const Error& e) {
+        first = std::make_exception_ptr(Error(e.kind(), label(k) + ": " + e.what()));
+      } catch (...) {
+        first = error;
+      }
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+ExpertStoreStats ExpertStore::stats() const {
+  ExpertStoreStats s = stats_;
+  if (pool_) add_pool(s, pool_->stats(), pool_base_);
+  return s;
+}
+
+void ExpertStore::reset_stats() {
+  stats_ = ExpertStoreStats{};
+  pool_base_ = pool_ ? pool_->stats() : ReadPoolStats{};
+}
+
+int64_t ExpertStore::io_fallbacks() const { return pool_ ? static_cast<int64_t>(pool_->stats().fallbacks) : 0; }
+
+void ExpertStore::set_fault(IoFault fault) {
+  fault_ = fault;
+  if (pool_) pool_->set_fault(fault);
+}
+
+}  // namespace colibri

@@ -1,0 +1,179 @@
+// The expert store: routed experts stay on disk and come into a RAM-budgeted cache when a
+// layer routes to them (DESIGN.md, "The expert store").
+//
+// Memory: one anonymous mapping of `slots x slot_bytes`, sized by the engine's budget.
+// Each slot holds one expert (gate, up, down) exactly as its reads put it there: the slots
+// are the O_DIRECT slabs, so no byte is copied after a read and nothing else is allocated
+// per read. Pages of slots never used are never touched (not resident).
+//
+// Reads: one per expert where the bytes are contiguous (the native container's blob; a
+// Hugging Face shard usually keeps an expert's three matrices close together), otherwise
+// one per matrix (a GGUF stacks each projection over all experts). They go through the
+// ReadPool (io/read_pool.hpp): with workers > 0 they run while the compute team works on
+// experts already in RAM; with workers = 0 they run on the compute thread when needed.
+//
+// The protocol of one MoE layer (Engine::moe_block, caller thread only):
+//   settle(layer, routed)        bookkeeping of the lookahead made for this layer
+//   request(layer, e) ...        for each routed expert while there is room: hits hold
+//                                their slot, misses get a slot and start their reads
+//   prefetch(layer', e) ...      predicted experts of the next MoE layer (best effort)
+//   wait(layer, e) -> views      the compute waits only for the expert it needs next
+//   release(layer, e)            after computing with it
+// abort() after an exception puts the store back in a consistent state (every read
+// waited for or cancelled, no holds), so the model keeps serving.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/read_pool.hpp"
+#include "model/expert_cache.hpp"
+#include "model/matmul.hpp"
+#include "model/model_spec.hpp"
+
+namespace colibri {
+
+enum class ChecksumMode : int {
+  Off = 0,     // never verify
+  First = 1,   // verify each blob the first time this process reads it
+  Always = 2,  // verify every read
+};
+
+struct StoreSettings {
+  int64_t cache_bytes = 0;  // slots = cache_bytes / slot_bytes (at least 1 is needed)
+  int workers = 4;          // I/O threads; 0 = synchronous reads on the compute thread
+  bool direct = true;       // O_DIRECT with fallback to buffered reads
+  bool prefetch = true;     // lookahead: next layer's router on this layer's input
+  CachePolicy policy = CachePolicy::Lfru;
+  double pin_fraction = 0.5;  // Pinned: share of the slots learned pins may hold
+  ChecksumMode checksums = ChecksumMode::First;
+};
+
+// Where one expert's bytes are, as the source describes it (Python builds these).
+struct ExpertSource {
+  int64_t layer = 0;
+  int64_t expert = 0;
+  TensorSpec gate, up, down;  // one extent each
+  Extent blob{};              // the native container's blob holding all three (length 0: none)
+  bool has_crc32 = false;     // blob's crc32 (native container)
+  uint32_t crc32 = 0;
+};
+
+struct ExpertViews {
+  WeightView gate, up, down;
+};
+
+struct ExpertStoreStats {
+  uint64_t hits = 0, misses = 0;
+  uint64_t reads = 0, bytes_read = 0, read_errors = 0, checksum_failures = 0;
+  double read_seconds = 0, stall_seconds = 0;
+  uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0, prefetch_cancelled = 0;
+  uint64_t predicted_routed = 0, routed_after_prediction = 0;
+  uint64_t evictions = 0;
+  uint64_t direct_reads = 0, buffered_reads = 0, inline_reads = 0;
+};
+
+class ExpertStore {
+ public:
+  ExpertStore(int64_t n_layers, int64_t n_experts, std::vector<ExpertSource> experts,
+              const std::vector<std::string>& files);
+  ~ExpertStore();
+  ExpertStore(const ExpertStore&) = delete;
+  ExpertStore& operator=(const ExpertStore&) = delete;
+
+  bool empty() const { return n_streamed_ == 0; }
+  int64_t n_streamed() const { return n_streamed_; }     // experts with a source
+  std::size_t slot_bytes() const { return slot_bytes_; }  // one slot (4 KiB multiple)
+  uint64_t expert_bytes() const { return expert_bytes_; } // all experts' wanted bytes
+  int32_t slots() const { return cache_.slots(); }
+  int32_t cached() const { return cache_.cached_count(); }
+  int32_t pinned() const { return cache_.pinned_count(); }
+  const StoreSettings& settings() const { return settings_; }
+
+  // (Re)builds the cache and the I/O pool. Drops every cached expert. Not during a forward.
+  void configure(const StoreSettings& settings);
+
+  // Whether the expert is in the cache (ready or being read).
+  bool cached(int64_t layer, int64_t expert) const { return cache_.find(key(layer, expert)) >= 0; }
+  bool request(int64_t layer, int64_t expert);
+  const ExpertViews& wait(int64_t layer, int64_t expert);
+  void release(int64_t layer, int64_t expert);
+  void prefetch(int64_t layer, const std::vector<int32_t>& predicted);
+  // `routed`: the distinct experts layer `layer` routes to in this forward.
+  void settle(int64_t layer, const std::vector<int32_t>& routed);
+  void abort() noexcept;
+  // Reads experts in key order until the cache is full (or all are cached).
+  void preload();
+
+  // Pinned policy: keys (layer * n_experts + expert) in priority order.
+  void set_pins(const std::vector<int64_t>& keys);
+  // How often each key was routed since load (the routing history).
+  const std::vector<uint64_t>& route_counts() const { return route_counts_; }
+
+  ExpertStoreStats stats() const;
+  void reset_stats();
+  int64_t io_fallbacks() const;
+  // Test hook: make the reader fail the way `fault` says (io/direct_reader.hpp).
+  void set_fault(IoFault fault);
+
+ private:
+  struct Read {
+    Extent extent;
+    std::size_t slab_offset = 0;  // in the slot
+  };
+  struct Part {
+    DType type = DType::F32;
+    int64_t rows = 0, cols = 0;
+    int read = 0;               // which read holds it
+    uint64_t offset = 0;        // bytes from that read's first wanted byte
+  };
+  struct Layout {
+    std::vector<Read> reads;
+    Part parts[3];
+    bool has_crc32 = false;
+    uint32_t crc32 = 0;
+  };
+  enum class State : uint8_t { Empty, Loading, Ready };
+  struct Slot {
+    State state = State::Empty;
+    std::vector<Ticket> tickets;
+    bool checked = false;      // its read verifies the checksum
+    bool prefetched = false;   // read started by a prefetch, not routed since
+    bool doomed = false;       // a prefetch partly cancelled: drop when its reads end
+    ExpertViews views;
+  };
+
+  int64_t key(int64_t layer, int64_t expert) const;
+  void start_read(int32_t slot, int64_t key, bool prefetched);
+  // Waits for the slot's reads; false (and the slot freed) when one failed, with the error
+  // in *error.
+  bool finish_read(int32_t slot, std::exception_ptr* error);
+  void reap();
+  std::string label(int64_t key) const;
+
+  int64_t n_layers_, n_experts_;
+  std::vector<std::string> files_;
+  std::vector<std::unique_ptr<Layout>> layouts_;  // per key, null: not a streamed expert
+  int64_t n_streamed_ = 0;
+  std::size_t slot_bytes_ = 0;
+  uint64_t expert_bytes_ = 0;
+
+  StoreSettings settings_;
+  std::unique_ptr<ReadPool> pool_;
+  ExpertCache cache_;
+  uint8_t* arena_ = nullptr;
+  std::size_t arena_bytes_ = 0;
+  std::vector<Slot> slots_;
+  std::vector<int32_t> loading_;          // slots in Loading that no request holds
+  std::vector<std::vector<int64_t>> predicted_;  // per layer: keys predicted for it
+  std::vector<uint8_t> verified_;         // per key: checksum seen good once
+  std::vector<uint64_t> route_counts_;    // per key
+  std::vector<int64_t> pins_;
+  ExpertStoreStats stats_;
+  ReadPoolStats pool_base_;               // pool counters at the last reset
+  IoFault fault_ = IoFault::None;
+};
+
+}  // namespace colibri

@@ -1,0 +1,215 @@
+"""The streaming tier's Python side: how a manifest and an EngineConfig become the core's
+expert store settings, the RAM budget split, the routing history behind learned pins, and
+the typed stats.
+
+The core (csrc/model/expert_store.*) does the work: routed experts are never loaded at
+``Model.load``; they are read on demand into a cache of ``cache_slots`` slots.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _core
+from .budget import BudgetPlan, estimate_work_bytes, kv_bytes, plan_budget
+from .config import CachePolicy, EngineConfig, default_history_dir
+from .errors import ModelIOError
+from .sources import Manifest
+from .stats import ExpertStats, MemoryStats, PhaseTimes
+
+_EXPERT_RE = re.compile(r"^blk\.\d+\.ffn_(gate|up|down)_exps\.\d+$")
+_POLICY = {
+    CachePolicy.LRU: _core.CachePolicy.lru,
+    CachePolicy.LFRU: _core.CachePolicy.lfru,
+    CachePolicy.PINNED: _core.CachePolicy.pinned,
+}
+_CHECKSUMS = {
+    "off": _core.ChecksumMode.off,
+    "first": _core.ChecksumMode.first,
+    "always": _core.ChecksumMode.always,
+}
+
+HISTORY_FORMAT = "colibri-routing-history"
+HISTORY_VERSION = 1
+
+
+def is_expert_tensor(name: str) -> bool:
+    return _EXPERT_RE.match(name) is not None
+
+
+def expert_blobs(manifest: Manifest) -> list[_core.ExpertBlob]:
+    return [
+        _core.ExpertBlob(layer, expert, _core.Extent(b.extent.file, b.extent.offset,
+                                                     b.extent.length), b.crc32)
+        for (layer, expert), b in manifest.expert_blobs.items()
+    ]
+
+
+def resident_bytes(manifest: Manifest) -> int:
+    """Bytes of the tensors that stay resident (everything but routed experts)."""
+    return sum(t.nbytes for t in manifest.tensors.values() if not is_expert_tensor(t.name))
+
+
+def _kv_and_work(manifest: Manifest, engine: EngineConfig, context_length: int) -> tuple[int, int]:
+    c = manifest.config
+    kv = kv_bytes(c.n_layers, c.n_kv_heads, c.head_dim, context_length)
+    work = estimate_work_bytes(
+        vocab_size=c.vocab_size, hidden_size=c.hidden_size,
+        intermediate_size=c.intermediate_size, moe_intermediate_size=c.moe_intermediate_size,
+        shared_expert_intermediate_size=c.shared_expert_intermediate_size,
+        n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, head_dim=c.head_dim,
+        n_experts=c.n_experts, n_experts_per_tok=c.n_experts_per_tok,
+        context_length=context_length, threads=engine.threads.team_size(),
+    )  # fmt: skip
+    return kv, work
+
+
+def check_resident_fits(manifest: Manifest, engine: EngineConfig, context_length: int) -> None:
+    """Raises ConfigError (stating the minimum) before any weight is read when the budget
+    cannot hold the resident part of the model."""
+    kv, work = _kv_and_work(manifest, engine, context_length)
+    plan_budget(budget=engine.ram_budget, dense_bytes=resident_bytes(manifest), kv_bytes=kv,
+                work_bytes=work, slot_bytes=0, total_experts=0, min_slots=0)
+
+
+def plan_store(manifest: Manifest, engine: EngineConfig, core: _core.Engine,
+               context_length: int) -> BudgetPlan:
+    """Splits the budget with the core's real figures (resident bytes, slot size)."""
+    kv, work = _kv_and_work(manifest, engine, context_length)
+    streamed = int(core.streamed_experts)
+    return plan_budget(
+        budget=engine.ram_budget, dense_bytes=int(core.weight_bytes), kv_bytes=kv,
+        work_bytes=work, slot_bytes=int(core.expert_slot_bytes), total_experts=streamed,
+        # One layer's top-k at once: fewer still runs (in waves) but stalls on every expert.
+        min_slots=manifest.config.n_experts_per_tok if streamed else 0,
+    )  # fmt: skip
+
+
+def store_settings(engine: EngineConfig, cache_bytes: int) -> _core.StoreSettings:
+    s = _core.StoreSettings()
+    s.cache_bytes = cache_bytes
+    s.workers = engine.io.workers
+    s.direct = engine.io.direct
+    s.prefetch = engine.io.prefetch
+    s.policy = _POLICY[engine.cache.policy]
+    s.pin_fraction = engine.cache.pin_fraction
+    s.checksums = _CHECKSUMS[engine.io.checksums]
+    return s
+
+
+# --- routing history ----------------------------------------------------------------------
+
+
+class RoutingHistory:
+    """How often each (layer, expert) was routed, kept across runs in one JSON file per
+    model. Only counts are stored. Written atomically (temporary file, fsync, rename), so
+    a crash leaves the old file or the new one, never half of one."""
+
+    def __init__(self, path: Path, n_layers: int, n_experts: int) -> None:
+        self.path = path
+        self.n_layers = n_layers
+        self.n_experts = n_experts
+
+    @classmethod
+    def for_model(cls, manifest: Manifest, engine: EngineConfig) -> RoutingHistory | None:
+        c = manifest.config
+        if not engine.cache.history or c.n_experts == 0:
+            return None
+        if engine.cache.history_path is not None:
+            path = Path(engine.cache.history_path).expanduser()
+        else:
+            ident = f"{manifest.path.resolve()}|{c.n_layers}|{c.n_experts}|{c.hidden_size}"
+            digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
+            path = default_history_dir() / f"{manifest.path.name}-{digest}.json"
+        return cls(path, c.n_layers, c.n_experts)
+
+    def load(self) -> npt.NDArray[np.uint64]:
+        """Saved counts, [n_layers * n_experts]; zeros when there is no usable file (a
+        history is a hint: a missing or stale one never stops a model from loading)."""
+        zeros = np.zeros(self.n_layers * self.n_experts, dtype=np.uint64)
+        try:
+            doc: Any = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return zeros
+        if (not isinstance(doc, dict) or doc.get("format") != HISTORY_FORMAT
+                or doc.get("n_layers") != self.n_layers
+                or doc.get("n_experts") != self.n_experts):
+            return zeros
+        counts = np.asarray(doc.get("counts", []), dtype=np.float64).reshape(-1)
+        if counts.size != zeros.size or not np.all(np.isfinite(counts)) or np.any(counts < 0):
+            return zeros
+        return counts.astype(np.uint64)
+
+    def save(self, counts: npt.NDArray[np.uint64]) -> None:
+        doc = {
+            "format": HISTORY_FORMAT, "version": HISTORY_VERSION,
+            "n_layers": self.n_layers, "n_experts": self.n_experts,
+            "counts": [int(x) for x in counts],
+        }  # fmt: skip
+        data = json.dumps(doc).encode()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".history-", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as exc:
+            raise ModelIOError(f"cannot save the routing history to {self.path}: {exc}") from exc
+
+
+def pin_order(counts: npt.NDArray[np.uint64]) -> list[int]:
+    """Keys (layer * n_experts + expert) routed at least once, most routed first (ties to
+    the lower key, so the order is deterministic)."""
+    keys = np.nonzero(counts)[0]
+    order = np.lexsort((keys, -counts[keys].astype(np.float64)))
+    return [int(k) for k in keys[order]]
+
+
+# --- stats ----------------------------------------------------------------------------------
+
+
+def expert_stats(core: _core.Engine) -> ExpertStats:
+    s = core.store_stats()
+    return ExpertStats(
+        hits=s.hits, misses=s.misses, reads=s.reads, bytes_read=s.bytes_read,
+        read_seconds=s.read_seconds, stall_seconds=s.stall_seconds,
+        prefetch_issued=s.prefetch_issued, prefetch_used=s.prefetch_used,
+        prefetch_wasted=s.prefetch_wasted, prefetch_cancelled=s.prefetch_cancelled,
+        predicted_routed=s.predicted_routed, routed_after_prediction=s.routed_after_prediction,
+        evictions=s.evictions, checksum_failures=s.checksum_failures, read_errors=s.read_errors,
+    )  # fmt: skip
+
+
+def phase_times(core: _core.Engine) -> PhaseTimes:
+    return PhaseTimes(*(float(x) for x in core.phase_seconds()))
+
+
+def memory_stats(plan: BudgetPlan, core: _core.Engine) -> MemoryStats:
+    return MemoryStats(
+        budget=plan.budget, dense_bytes=plan.dense_bytes, kv_bytes=plan.kv_bytes,
+        work_bytes=plan.work_bytes, cache_bytes=int(core.cache_slots) * plan.slot_bytes,
+        cache_slots=int(core.cache_slots), slot_bytes=plan.slot_bytes,
+        cached_experts=int(core.cached_experts), pinned_experts=int(core.pinned_experts),
+        total_experts=int(core.streamed_experts), expert_bytes=int(core.expert_bytes),
+    )  # fmt: skip
+
+
+def wait_policy_name(core: _core.Engine) -> str:
+    """The policy in effect; "auto (passive)" style when auto chose it."""
+    name = str(core.thread_settings.policy.name).lower()
+    return f"auto ({name})" if core.auto_wait_policy else name
