@@ -1,0 +1,584 @@
+"""Streaming decode on a model 4x larger than its RAM budget: colibri vs llama.cpp, the
+disk-bound bound, and one-variable sweeps of the expert store's settings.
+
+Every measurement runs in a fresh child process (this script with ``--child``) inside a
+memory cgroup whose limit caps the child's RSS and page cache together, after
+``sync; echo 3 > /proc/sys/vm/drop_caches`` (REFERENCES.md, "Measuring streaming
+honestly"; needs root). A child loads the model, then makes two requests on new sessions:
+
+* **cold**: the first request of the process, page cache dropped, expert cache empty;
+* **warm**: a second request with a different prompt in the same process, so the expert
+  cache (colibri) or the page cache inside the cgroup (llama.cpp) holds what the first
+  request left there, within the same limit.
+
+Each request is a prompt of ``--prompt`` token ids (the same ids for both engines) and
+``--decode`` greedy tokens (a fixed count: random weights emit end tokens like any other).
+Decode tok/s is wall time over the decode loop only. The disk's O_DIRECT bandwidth is
+measured in the same run (expert-sized chunks at random aligned offsets of the experts
+file), and ``bytes read / decode tokens`` from colibri's stats turns it into the
+disk-bound bound ``tok/s <= disk B/s / bytes per token``; the table prints the achieved
+fraction. The parent prints tables and writes ``benchmarks/results/streaming-*.json``.
+
+    sudo PYTHONPATH=python:build/dev/bench .venv/bin/python benchmarks/bench_streaming.py
+    ... --only compare --repeats 3 --decode 32
+    ... --only sweep-workers,sweep-wait-disk,sweep-wait-resident,demo
+
+Parts (``--only``, comma-separated; default all): compare, sweep-workers, sweep-direct,
+sweep-prefetch, sweep-cache, sweep-wait-disk, sweep-wait-resident, demo.
+
+llama.cpp runs with ``use_extra_bufts = False`` (else it copies the whole model into
+anonymous memory and the cgroup kills it; docs/benchmarks.md, "Synthetic MoE presets"),
+``use_mmap=True``: it streams through mmap and the page cache, its designed way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import _cgroup as cg
+from _common import RESULTS_DIR, git_commit, machine, median, print_table
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH_DATA = REPO / "build" / "bench-data"
+RESULT_MARK = "@@RESULT "
+PARTS = ("compare", "sweep-workers", "sweep-direct", "sweep-prefetch", "sweep-cache",
+         "sweep-wait-disk", "sweep-wait-resident", "demo")
+# Prompts as text, tokenized once per model by llama.cpp (vocab only); the two requests of
+# a child use different prompts.
+PROMPTS = ("The quick brown fox jumps over the lazy dog near the river bank today",
+           "Streaming experts from disk: what does a cache hit rate really buy us here?")
+WARMUP_TEXT = ("Once upon a time, in a land of many experts, every token chose its own "
+               "path through the layers, and the cache remembered the popular ones. ") * 4
+
+
+# =========================================================================== pure helpers
+
+def parse_child_output(stdout: str) -> dict[str, Any] | None:
+    """The JSON of the last ``@@RESULT {...}`` line a child printed, or None."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(RESULT_MARK):
+            out: dict[str, Any] = json.loads(line[len(RESULT_MARK):])
+            return out
+    return None
+
+
+def select_parts(only: str | None) -> list[str]:
+    """The parts to run, in PARTS order; ValueError names an unknown one."""
+    if not only:
+        return list(PARTS)
+    want = [p.strip() for p in only.split(",") if p.strip()]
+    for p in want:
+        if p not in PARTS:
+            raise ValueError(f"unknown part {p!r}; choose from {', '.join(PARTS)}")
+    return [p for p in PARTS if p in want]
+
+
+def dig(d: dict[str, Any] | None, path: str) -> Any:
+    """``dig(run, "warm.experts.hit_rate")``: None when any step is missing."""
+    cur: Any = d
+    for k in path.split("."):
+        if not isinstance(cur, dict) or k not in cur:
+            return None
+        cur = cur[k]
+    return cur
+
+
+def median_of(runs: Sequence[dict[str, Any]], path: str) -> float | None:
+    """Median of the numeric values at `path` over the runs that have one."""
+    xs = [float(v) for r in runs if isinstance(v := dig(r, path), (int, float))]
+    return median(xs) if xs else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def bound_fraction(tok_s: float | None, bytes_per_token: float | None,
+                   disk_bytes_per_s: float | None) -> float | None:
+    """Achieved decode speed over the disk-bound bound (disk B/s / bytes per token)."""
+    if not tok_s or not bytes_per_token or not disk_bytes_per_s:
+        return None
+    return tok_s / cg.decode_bound(disk_bytes_per_s, bytes_per_token)
+
+
+def fmt(x: Any, digits: int = 3) -> Any:
+    """Table cell: None as '-', floats to `digits` significant digits."""
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return float(f"{x:.{digits}g}")
+    return x
+
+
+# =========================================================================== child side
+
+def _io_read_bytes() -> int:
+    """Bytes this process (all threads) had the block layer read (/proc/self/io)."""
+    try:
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _argmax(logits: Any) -> int:
+    import numpy as np
+
+    return int(np.argmax(logits))
+
+
+class _Colibri:
+    def __init__(self, spec: dict[str, Any]) -> None:
+        import colibri
+        from colibri import config as ccfg
+
+        def cls(name: str) -> Any:
+            return getattr(colibri, name, None) or getattr(ccfg, name)
+
+        kw: dict[str, Any] = {
+            "threads": cls("ThreadConfig")(n=spec["threads"], wait_policy=spec["wait_policy"]),
+            "context_length": spec["ctx"],
+        }
+        if spec.get("ram_budget") is not None:
+            kw["ram_budget"] = spec["ram_budget"]
+        if spec.get("io") is not None:
+            kw["io"] = cls("IOConfig")(**spec["io"])
+        if spec.get("cache") is not None:
+            kw["cache"] = cls("CacheConfig")(**spec["cache"])
+        self.model = colibri.Model.load(spec["path"], engine=cls("EngineConfig")(**kw))
+        self.session: Any = None
+
+    def snapshot(self) -> tuple[Any, Any]:
+        st = self.model.stats()
+        return getattr(st, "experts", None), getattr(st, "phases", None)
+
+    def start(self, prompt: list[int]) -> Any:
+        self.session = self.model.session()
+        return self.session.forward(prompt)
+
+    def step(self, tok: int) -> Any:
+        return self.session.forward([tok])
+
+    def extra(self) -> dict[str, Any]:
+        st = self.model.stats()
+        mem = getattr(st, "memory", None)
+        return {"memory": mem.to_dict() if mem is not None else None,
+                "wait_policy": str(getattr(st, "wait_policy", "") or "") or None}
+
+
+class _Llama:
+    def __init__(self, spec: dict[str, Any]) -> None:
+        import llama_cpp
+        import llama_cpp.llama_cpp as low
+
+        default = low.llama_model_default_params
+
+        def no_repack() -> Any:  # Llama() calls the submodule's function: patch it there
+            p = default()
+            p.use_extra_bufts = False
+            return p
+
+        low.llama_model_default_params = no_repack
+        self.llama_cpp = llama_cpp
+        self.llm = llama_cpp.Llama(
+            model_path=spec["path"], n_ctx=spec["ctx"], n_batch=spec["ctx"],
+            n_threads=spec["threads"], n_threads_batch=spec["threads"], use_mmap=True,
+            use_mlock=False, verbose=False,
+        )
+
+    def snapshot(self) -> tuple[Any, Any]:
+        return None, None
+
+    def _logits(self) -> Any:
+        import numpy as np
+
+        ptr = self.llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(self.llm.n_vocab(),))
+
+    def start(self, prompt: list[int]) -> Any:
+        self.llm.reset()
+        self.llm.eval(prompt)
+        return self._logits()
+
+    def step(self, tok: int) -> Any:
+        self.llm.eval([tok])
+        return self._logits()
+
+    def extra(self) -> dict[str, Any]:
+        return {}
+
+
+def _delta(a: Any, b: Any) -> dict[str, Any] | None:
+    if a is None or b is None:
+        return None
+    d: dict[str, Any] = b.minus(a).to_dict()
+    return d
+
+
+def _request(eng: Any, prompt: list[int], n_decode: int) -> dict[str, Any]:
+    """One request: prefill `prompt`, then `n_decode` greedy tokens; times and counters."""
+    ex0, _ = eng.snapshot()
+    io0, t0 = _io_read_bytes(), time.perf_counter()
+    logits = eng.start(prompt)
+    t1, io1, cpu1 = time.perf_counter(), _io_read_bytes(), _cpu_seconds()
+    ex1, ph1 = eng.snapshot()
+    toks = []
+    for _ in range(n_decode):
+        tok = _argmax(logits)
+        toks.append(tok)
+        logits = eng.step(tok)
+    t2, io2, cpu2 = time.perf_counter(), _io_read_bytes(), _cpu_seconds()
+    ex2, ph2 = eng.snapshot()
+    dec_s = t2 - t1
+    out: dict[str, Any] = {
+        "prefill_s": t1 - t0, "prefill_tok_s": len(prompt) / (t1 - t0),
+        "decode_s": dec_s, "decode_tok_s": n_decode / dec_s,
+        "decode_cpu_per_wall": (cpu2 - cpu1) / dec_s,
+        "prefill_io_read_bytes": io1 - io0, "decode_io_read_bytes": io2 - io1,
+        "io_read_bytes_per_token": (io2 - io1) / n_decode,
+        "tokens": toks,
+        "experts": _delta(ex1, ex2), "phases": _delta(ph1, ph2),
+        "prefill_experts": _delta(ex0, ex1),
+    }
+    if out["experts"] is not None:
+        out["bytes_read_per_token"] = out["experts"]["bytes_read"] / n_decode
+    return out
+
+
+def child_main(spec: dict[str, Any]) -> None:
+    """Loads one engine, runs the cold and the warm request, prints @@RESULT json."""
+    t0 = time.perf_counter()
+    eng: Any = _Colibri(spec) if spec["engine"] == "colibri" else _Llama(spec)
+    result: dict[str, Any] = {"load_s": time.perf_counter() - t0,
+                              "load_io_read_bytes": _io_read_bytes()}
+    if spec.get("warmup_ids"):  # resident runs: touch (nearly) every expert first
+        eng.start(spec["warmup_ids"])
+        result["warmup_tokens"] = len(spec["warmup_ids"])
+    for name, prompt in zip(("cold", "warm"), spec["prompts"], strict=True):
+        result[name] = _request(eng, prompt, spec["decode"])
+    result.update(eng.extra())
+    result["vm_hwm"] = cg.proc_status_bytes("VmHWM")
+    result["rss_anon"] = cg.proc_status_bytes("RssAnon")
+    result["rss_file"] = cg.proc_status_bytes("RssFile")
+    print(RESULT_MARK + json.dumps(result), flush=True)
+
+
+# =========================================================================== parent side
+
+class Runner:
+    """Runs children in cgroups, measures the disk, keeps every result in one JSON doc."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.doc: dict[str, Any] = {"benchmark": "streaming", "git_commit": git_commit(),
+                                    "machine": machine(), "args": vars(args), "disk": [],
+                                    "parts": {}}
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        self.path = RESULTS_DIR / f"streaming-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        self.env = dict(os.environ)
+        self.env.setdefault("PYTHONPATH", f"{REPO / 'python'}:{REPO / 'build/dev/bench'}")
+
+    def save(self) -> None:
+        self.path.write_text(json.dumps(self.doc, indent=2))
+
+    def log(self, msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    def disk(self, path: Path, chunk: int, label: str) -> float:
+        """O_DIRECT bandwidth of `path` now (best of QD 1 and QD 4), recorded; B/s."""
+        best = 0.0
+        for qd in (1, 4):
+            r = cg.disk_bandwidth(path, chunk=chunk, total=self.args.disk_bytes, qd=qd,
+                                  seed=len(self.doc["disk"]))
+            self.doc["disk"].append({"label": label, **r.to_dict()})
+            best = max(best, r.bytes_per_s)
+        self.log(f"disk {label}: {best / 1e9:.2f} GB/s (O_DIRECT, {cg.fmt_bytes(chunk)} chunks)")
+        return best
+
+    def child(self, spec: dict[str, Any], limit: int, cold: bool = True) -> dict[str, Any]:
+        """One child in a fresh cgroup of `limit` bytes (page cache dropped first)."""
+        dropped = cg.drop_caches() if cold else False
+        t0 = time.perf_counter()
+        with cg.MemoryCgroup("colibri-bench", limit) as group:
+            try:
+                proc = group.run([sys.executable, __file__, "--child", json.dumps(spec)],
+                                 timeout=self.args.child_timeout, env=self.env, cwd=REPO,
+                                 stderr=subprocess.PIPE)
+                rc, out, err = proc.returncode, proc.stdout, proc.stderr or ""
+            except subprocess.TimeoutExpired as e:
+                rc, out, err = -1, (e.stdout or b"").decode() if isinstance(e.stdout, bytes) \
+                    else (e.stdout or ""), "timeout"
+            res = parse_child_output(out) or {"error": err[-2000:], "returncode": rc}
+            res.update(cgroup_limit=limit, cgroup_peak=group.peak_bytes(),
+                       oom_kills=group.oom_kills(), caches_dropped=dropped,
+                       wall_s=time.perf_counter() - t0, returncode=rc)
+        tag = {k: spec[k] for k in ("engine", "wait_policy") if k in spec}
+        tag.update({k: spec[k] for k in ("io", "cache") if spec.get(k)})
+        if "error" in res:
+            self.log(f"child FAILED {tag}: rc={rc} oom={res['oom_kills']} {res['error'][-400:]}")
+        else:
+            self.log(f"child {tag}: decode cold {res['cold']['decode_tok_s']:.3g} "
+                     f"warm {res['warm']['decode_tok_s']:.3g} tok/s, "
+                     f"peak {cg.fmt_bytes(res['cgroup_peak'] or 0)}")
+        return res
+
+
+def _prompt_ids(gguf: Path, n: int) -> tuple[list[list[int]], list[int]]:
+    """The two prompts' first `n` ids and a warm-up prompt, tokenized by llama.cpp."""
+    import llama_cpp
+
+    v = llama_cpp.Llama(model_path=str(gguf), vocab_only=True, verbose=False)
+    prompts = [v.tokenize(t.encode(), add_bos=False)[:n] for t in PROMPTS]
+    warm = v.tokenize(WARMUP_TEXT.encode(), add_bos=False)[:96]
+    for p in prompts:
+        if len(p) < n:
+            raise SystemExit(f"prompt shorter than {n} tokens: {p}")
+    return prompts, warm
+
+
+def _container(gguf: Path) -> Path:
+    """The native container beside `gguf` (``colibri convert`` it first when missing)."""
+    dst = gguf.with_name(gguf.name.split(".Q")[0] + ".colibri")
+    if not (dst / "manifest.json").exists():
+        subprocess.run([sys.executable, "-m", "colibri", "convert", "-q", str(gguf), str(dst)],
+                       check=True, env={**os.environ, "PYTHONPATH": f"{REPO / 'python'}"})
+    return dst
+
+
+def _synthetic(name: str) -> Path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from synthetic_moe import ensure_preset
+
+    return Path(ensure_preset(name))
+
+
+def _expert_chunk(container: Path) -> int:
+    m = json.loads((container / "manifest.json").read_text())
+    return max(4096, max(e["length"] for e in m["experts"]))
+
+
+def _summarize(runs: list[dict[str, Any]], disk_bps: float | None) -> dict[str, Any]:
+    s: dict[str, Any] = {"n": len(runs), "failed": sum(1 for r in runs if "error" in r)}
+    ok = [r for r in runs if "error" not in r]
+    for p in ("cold", "warm"):
+        tok_s = median_of(ok, f"{p}.decode_tok_s")
+        bpt = median_of(ok, f"{p}.bytes_read_per_token")
+        s[p] = {
+            "decode_tok_s": tok_s,
+            "prefill_tok_s": median_of(ok, f"{p}.prefill_tok_s"),
+            "hit_rate": median_of(ok, f"{p}.experts.hit_rate"),
+            "prefetch_recall": median_of(ok, f"{p}.experts.prefetch_recall"),
+            "bytes_read_per_token": bpt,
+            "io_read_bytes_per_token": median_of(ok, f"{p}.io_read_bytes_per_token"),
+            "stall_s_per_token": None,
+            "cpu_per_wall": median_of(ok, f"{p}.decode_cpu_per_wall"),
+            "bound_fraction": bound_fraction(tok_s, bpt, disk_bps),
+            "bound_fraction_io": bound_fraction(
+                tok_s, median_of(ok, f"{p}.io_read_bytes_per_token"), disk_bps),
+        }
+        stall = median_of(ok, f"{p}.experts.stall_seconds")
+        if stall is not None and tok_s:
+            s[p]["stall_s_per_token"] = stall / len(dig(ok[0], f"{p}.tokens") or [1])
+    s["cgroup_peak"] = median_of(ok, "cgroup_peak")
+    s["vm_hwm"] = median_of(ok, "vm_hwm")
+    s["wait_policy_resolved"] = sorted({str(r.get("wait_policy")) for r in ok})
+    return s
+
+
+def _row(label: str, s: dict[str, Any], p: str) -> list[Any]:
+    x = s[p]
+    gb = x["bytes_read_per_token"] if x["bytes_read_per_token"] is not None \
+        else x["io_read_bytes_per_token"]
+    frac = x["bound_fraction"] if x["bound_fraction"] is not None else x["bound_fraction_io"]
+    return [label, p, fmt(x["decode_tok_s"]), fmt(x["prefill_tok_s"]),
+            fmt(x["hit_rate"]), fmt(x["prefetch_recall"]),
+            fmt(gb / 1e9 if gb is not None else None),
+            fmt(frac * 100 if frac is not None else None),
+            fmt(x["cpu_per_wall"]),
+            fmt(s["cgroup_peak"] / 2**20 if s["cgroup_peak"] else None),
+            f"{s['n'] - s['failed']}/{s['n']}"]
+
+
+HEADERS = ["config", "req", "decode tok/s", "prefill tok/s", "hit rate", "prefetch recall",
+           "GB read/tok", "% of disk bound", "CPU/wall", "cgroup peak MiB", "ok"]
+
+
+def run_configs(r: Runner, title: str, part: str, configs: list[tuple[str, dict[str, Any]]],
+                limit: int, disk_path: Path, chunk: int,
+                on_spec: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """Runs each (label, spec) `--repeats` times, rounds outermost (alternating), then
+    prints one table; disk bandwidth measured before every round."""
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in configs}
+    bws: list[float] = []
+    for rep in range(r.args.repeats):
+        bws.append(r.disk(disk_path, chunk, f"{part} round {rep}"))
+        for label, spec in configs:
+            if on_spec:
+                on_spec(spec)
+            runs[label].append(r.child(spec, spec.get("cgroup_limit") or limit))
+    bw = median(bws)
+    summary = {label: _summarize(rs, bw) for label, rs in runs.items()}
+    r.doc["parts"][part] = {"title": title, "cgroup_limit": limit, "disk_bytes_per_s": bw,
+                            "configs": {label: spec for label, spec in configs},
+                            "summary": summary, "runs": runs}
+    print(f"\n## {title}\ncgroup limit {cg.fmt_bytes(limit)}, disk {bw / 1e9:.2f} GB/s "
+          f"(O_DIRECT, median of {len(bws)}), median of {r.args.repeats}")
+    rows = [_row(label, summary[label], p) for label, _ in configs for p in ("cold", "warm")]
+    r.doc["parts"][part]["table"] = print_table(HEADERS, rows)
+    r.save()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--only", help=f"comma-separated parts: {', '.join(PARTS)}")
+    ap.add_argument("--preset", default="moe-8g", help="synthetic preset, disk-bound runs")
+    ap.add_argument("--resident-preset", default="small",
+                    help="synthetic preset for the resident (compute-bound) wait-policy run")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--decode", type=int, default=32)
+    ap.add_argument("--llama-decode", type=int, default=8,
+                    help="decode tokens per llama.cpp request (it thrashes its page cache at "
+                         "~0.1 tok/s in the cgroup; tok/s is a per-token average either way)")
+    ap.add_argument("--prompt", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--budget-frac", type=float, default=0.25,
+                    help="cgroup limit as a fraction of the GGUF file (both engines)")
+    ap.add_argument("--margin", default="320MiB",
+                    help="colibri ram_budget = cgroup limit - margin (interpreter, libraries)")
+    ap.add_argument("--workers", type=int, default=4, help="base I/O workers")
+    ap.add_argument("--wait-policy", default="auto", help="base wait policy")
+    ap.add_argument("--cache-policy", default="lfru", help="base cache policy")
+    ap.add_argument("--resident-budget", default="3GiB")
+    ap.add_argument("--demo-budget", default="160MiB",
+                    help="ram_budget of the streamed demo MoE (cgroup: this + margin)")
+    ap.add_argument("--disk-bytes", type=cg.parse_size, default="1GiB",
+                    help="bytes per disk bandwidth measurement")
+    ap.add_argument("--child-timeout", type=float, default=1200)
+    ap.add_argument("--colibri-source", choices=["container", "gguf"], default="container")
+    args = ap.parse_args(argv)
+    if args.child:
+        child_main(json.loads(args.child))
+        return
+    parts = select_parts(args.only)
+    r = Runner(args)
+    margin = cg.parse_size(args.margin)
+    base_io = {"workers": args.workers, "direct": True, "prefetch": True}
+    base_cache = {"policy": args.cache_policy}
+
+    def spec(engine: str, path: Path, prompts: list[list[int]], **kw: Any) -> dict[str, Any]:
+        d = {"engine": engine, "path": str(path), "threads": args.threads, "ctx": 256,
+             "decode": args.decode, "prompts": prompts, "wait_policy": args.wait_policy}
+        d.update(kw)
+        return d
+
+    disk_parts = [p for p in parts if p not in ("sweep-wait-resident", "demo")]
+    if disk_parts:
+        gguf = _synthetic(args.preset)
+        cont = _container(gguf) if args.colibri_source == "container" else gguf
+        experts = cont / "experts.bin" if cont.is_dir() else gguf
+        chunk = _expert_chunk(cont) if cont.is_dir() else 4 << 20
+        limit = int(gguf.stat().st_size * args.budget_frac)
+        budget = limit - margin
+        prompts, _ = _prompt_ids(gguf, args.prompt)
+        r.doc["disk_bound_model"] = {"gguf": str(gguf), "colibri_path": str(cont),
+                                     "gguf_bytes": gguf.stat().st_size, "cgroup_limit": limit,
+                                     "ram_budget": budget, "prompts": prompts}
+        r.log(f"{args.preset}: cgroup {cg.fmt_bytes(limit)}, colibri budget "
+              f"{cg.fmt_bytes(budget)}, prompts {prompts}")
+
+        def col(**kw: Any) -> dict[str, Any]:
+            base = {"ram_budget": budget, "io": dict(base_io), "cache": dict(base_cache)}
+            base.update(kw)
+            return spec("colibri", cont, prompts, **base)
+
+        def cache_cfg(policy: str) -> dict[str, Any]:
+            return {"policy": policy}
+
+        sweeps: dict[str, tuple[str, list[tuple[str, dict[str, Any]]]]] = {
+            "compare": (f"{args.preset}: colibri vs llama.cpp, {args.threads} threads", [
+                ("colibri", col()),
+                ("llama.cpp", spec("llama", gguf, prompts, decode=args.llama_decode))]),
+            "sweep-workers": ("I/O workers", [
+                (f"workers={w}", col(io={**base_io, "workers": w})) for w in (0, 1, 2, 4, 8)]),
+            "sweep-direct": ("O_DIRECT", [
+                (f"direct={d}", col(io={**base_io, "direct": d})) for d in (True, False)]),
+            "sweep-prefetch": ("Prefetch (next-layer router lookahead)", [
+                (f"prefetch={p}", col(io={**base_io, "prefetch": p})) for p in (True, False)]),
+            "sweep-cache": ("Cache policy", [
+                (f"cache={p}", col(cache=cache_cfg(p))) for p in ("lru", "lfru", "pinned")]),
+            "sweep-wait-disk": ("Wait policy, disk-bound", [
+                (f"wait={w}", col(wait_policy=w)) for w in ("spin", "passive", "hybrid", "auto")]),
+        }
+        for part in disk_parts:
+            title, configs = sweeps[part]
+            if part == "sweep-cache":
+                # "pinned" learns from routing history: record it in one warm-up child first.
+                r.log("recording routing history for the pinned policy")
+                r.doc["parts"]["pinned-history"] = r.child(
+                    col(cache={"policy": args.cache_policy, "history": True}), limit)
+            run_configs(r, title, part, configs, limit, experts, chunk)
+        if "compare" in r.doc["parts"]:
+            s = r.doc["parts"]["compare"]["summary"]
+            for p in ("cold", "warm"):
+                rt = ratio(s["colibri"][p]["decode_tok_s"], s["llama.cpp"][p]["decode_tok_s"])
+                r.doc["parts"]["compare"][f"ratio_decode_{p}"] = rt
+                print(f"colibri / llama.cpp decode, {p}: {fmt(rt)}x")
+            r.save()
+
+    if "sweep-wait-resident" in parts:
+        gguf = _synthetic(args.resident_preset)
+        cont = _container(gguf) if args.colibri_source == "container" else gguf
+        prompts, warm = _prompt_ids(gguf, args.prompt)
+        budget = cg.parse_size(args.resident_budget)
+        configs = [(f"wait={w}", spec("colibri", cont, prompts, ram_budget=budget,
+                                      io=dict(base_io), cache=dict(base_cache),
+                                      wait_policy=w, warmup_ids=warm, decode=2 * args.decode))
+                   for w in ("spin", "passive", "hybrid", "auto")]
+        run_configs(r, f"Wait policy, resident ({args.resident_preset}, budget "
+                       f"{cg.fmt_bytes(budget)})", "sweep-wait-resident", configs,
+                    budget + margin, cont / "experts.bin" if cont.is_dir() else gguf,
+                    _expert_chunk(cont) if cont.is_dir() else 4 << 20)
+
+    if "demo" in parts:
+        from colibri.hub import demo_moe_model
+
+        gguf = demo_moe_model()
+        prompts, warm = _prompt_ids(gguf, args.prompt)
+        small = cg.parse_size(args.demo_budget)
+        big = cg.parse_size("2GiB")
+        configs = [
+            (f"streamed, budget {cg.fmt_bytes(small)}",
+             spec("colibri", gguf, prompts, ram_budget=small, io=dict(base_io),
+                  cache=dict(base_cache), decode=2 * args.decode)),
+            ("resident (budget 2 GiB)",
+             spec("colibri", gguf, prompts, ram_budget=big, io=dict(base_io),
+                  cache=dict(base_cache), warmup_ids=warm, decode=2 * args.decode)),
+        ]
+        for _, sp in configs:  # each in a cgroup of its own budget + margin
+            sp["cgroup_limit"] = sp["ram_budget"] + margin
+        run_configs(r, "Demo MoE (smollm2-moe-demo), streamed vs resident", "demo", configs,
+                    small + margin, gguf, 4 << 20)
+    r.save()
+    print("wrote", r.path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""Pure helpers of the streaming benchmark (benchmarks/_cgroup.py, bench_streaming.py):
+sizes, /proc parsing, cgroup layout detection from text, offsets, bounds, child output.
+Nothing here needs root, a cgroup, the core or a model; the O_DIRECT reader runs on a
+small temporary file when the file system allows O_DIRECT."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _load(name: str) -> ModuleType:
+    if name in sys.modules:
+        return sys.modules[name]
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))  # bench_streaming imports _cgroup and _common
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+cg = _load("_cgroup")
+bs = _load("bench_streaming")
+
+V1_CGROUP = """9:name=systemd:/
+4:memory:/process_api/abc
+2:cpu,cpuacct:/
+0::/
+"""
+V1_MOUNTS = """tmpfs /sys/fs/cgroup tmpfs rw,relatime,mode=755 0 0
+cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,relatime,cpu,cpuacct 0 0
+cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0
+cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
+"""
+
+
+@pytest.mark.parametrize(("text", "n"), [
+    ("2GiB", 2 << 30), ("512 MiB", 512 << 20), ("1.5GB", 1_500_000_000), ("4096", 4096),
+    (77, 77), ("3k", 3000), ("1KiB", 1024),
+])
+def test_parse_size(text: str | int, n: int) -> None:
+    assert cg.parse_size(text) == n
+
+
+@pytest.mark.parametrize("bad", ["", "GiB", "2 parsecs", "-1GiB", "1e3"])
+def test_parse_size_rejects(bad: str) -> None:
+    with pytest.raises(ValueError, match="not a size"):
+        cg.parse_size(bad)
+
+
+def test_fmt_bytes() -> None:
+    assert cg.fmt_bytes(2.21 * 2**30) == "2.21 GiB"
+    assert cg.fmt_bytes(512 << 20) == "512 MiB"
+    assert cg.fmt_bytes(12) == "12 B"
+
+
+def test_parse_proc_cgroup() -> None:
+    d = cg.parse_proc_cgroup(V1_CGROUP)
+    assert d["memory"] == "/process_api/abc"
+    assert d["cpu"] == d["cpuacct"] == "/"
+    assert d[""] == "/"
+    assert d["name=systemd"] == "/"
+
+
+def test_mount_points() -> None:
+    mp = cg.mount_points(V1_MOUNTS)
+    assert mp["memory"] == Path("/sys/fs/cgroup/memory")
+    assert mp["cpuacct"] == Path("/sys/fs/cgroup/cpu,cpuacct")
+    assert mp["cgroup2"] == Path("/sys/fs/cgroup/unified")
+
+
+def test_find_layout_prefers_v1_memory_hierarchy() -> None:
+    lay = cg.find_layout(V1_CGROUP, V1_MOUNTS)
+    assert lay.version == 1
+    assert lay.parent == Path("/sys/fs/cgroup/memory/process_api/abc")
+    assert lay.limit_file == "memory.limit_in_bytes"
+    assert lay.peak_file == "memory.max_usage_in_bytes"
+
+
+def test_find_layout_v2(tmp_path: Path) -> None:
+    (tmp_path / "cgroup.controllers").write_text("cpu io memory pids\n")
+    lay = cg.find_layout("0::/user.slice/bench\n", f"cgroup2 {tmp_path} cgroup2 rw 0 0\n")
+    assert lay.version == 2
+    assert lay.parent == tmp_path / "user.slice/bench"
+    assert (lay.limit_file, lay.swap_file, lay.peak_file) == (
+        "memory.max", "memory.swap.max", "memory.peak")
+
+
+def test_find_layout_none() -> None:
+    with pytest.raises(RuntimeError, match="no memory cgroup"):
+        cg.find_layout("0::/\n", "proc /proc proc rw 0 0\n")
+
+
+def test_parse_kv() -> None:
+    text = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\nlow 1 2\n"
+    assert cg.parse_kv(text) == {"oom_kill_disable": 0, "under_oom": 0, "oom_kill": 3}
+
+
+def test_random_offsets() -> None:
+    offs = cg.random_offsets(10 * 8192 + 100, 8192, 10, seed=1)
+    assert sorted(offs) == [i * 8192 for i in range(10)]  # every slot once, shuffled
+    assert offs != sorted(offs)
+    more = cg.random_offsets(3 * 4096, 4096, 7)
+    assert len(more) == 7 and set(more) == {0, 4096, 8192}
+    assert cg.random_offsets(1 << 20, 4096, 5, seed=2) == cg.random_offsets(1 << 20, 4096, 5,
+                                                                            seed=2)
+    with pytest.raises(ValueError):
+        cg.random_offsets(1 << 20, 1000, 4)
+    with pytest.raises(ValueError):
+        cg.random_offsets(4095, 4096, 1)
+
+
+def test_decode_bound_and_fraction() -> None:
+    assert cg.decode_bound(1e9, 250e6) == 4.0
+    assert cg.decode_bound(1e9, 0) == float("inf")
+    assert bs.bound_fraction(3.0, 250e6, 1e9) == pytest.approx(0.75)
+    assert bs.bound_fraction(None, 250e6, 1e9) is None
+    assert bs.bound_fraction(3.0, 0, 1e9) is None
+
+
+def test_parse_child_output() -> None:
+    out = 'noise\n@@RESULT {"a": 1}\nmore\n@@RESULT {"a": 2, "b": [1]}\ntail\n'
+    assert bs.parse_child_output(out) == {"a": 2, "b": [1]}
+    assert bs.parse_child_output("nothing here\n") is None
+
+
+def test_select_parts() -> None:
+    assert bs.select_parts(None) == list(bs.PARTS)
+    assert bs.select_parts("demo, compare") == ["compare", "demo"]  # PARTS order
+    with pytest.raises(ValueError, match="unknown part"):
+        bs.select_parts("compare,warp-drive")
+
+
+def test_dig_median_ratio() -> None:
+    runs = [{"cold": {"x": 1.0}}, {"cold": {"x": 3.0}}, {"cold": {"x": 2.0}},
+            {"error": "boom"}, {"cold": {"x": None}}]
+    assert bs.dig(runs[0], "cold.x") == 1.0
+    assert bs.dig(runs[3], "cold.x") is None
+    assert bs.median_of(runs, "cold.x") == 2.0
+    assert bs.median_of(runs, "warm.x") is None
+    assert bs.ratio(4.0, 2.0) == 2.0
+    assert bs.ratio(4.0, 0.0) is None
+    assert bs.ratio(None, 2.0) is None
+
+
+def test_proc_status_bytes() -> None:
+    if not Path("/proc/self/status").exists():
+        pytest.skip("no /proc")
+    hwm = cg.proc_status_bytes("VmHWM")
+    assert hwm is not None and hwm > 1 << 20
+    assert cg.proc_status_bytes("NoSuchField") is None
+
+
+def test_disk_bandwidth_small_file(tmp_path: Path) -> None:
+    if not hasattr(os, "O_DIRECT"):
+        pytest.skip("no O_DIRECT on this platform")
+    f = tmp_path / "blob"
+    f.write_bytes(os.urandom(1 << 20))
+    try:
+        r = cg.disk_bandwidth(f, chunk=64 << 10, total=256 << 10, qd=2)
+    except OSError as e:  # tmpfs and some file systems refuse O_DIRECT
+        pytest.skip(f"O_DIRECT not supported here: {e}")
+    assert r.bytes_read == 4 * (64 << 10)
+    assert r.qd == 2 and r.bytes_per_s > 0
+    assert r.to_dict()["gb_s"] == pytest.approx(r.bytes_per_s / 1e9)
