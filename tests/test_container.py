@@ -13,17 +13,9 @@ import numpy as np
 import pytest
 
 import colibri
-from colibri import _core
 from colibri.convert import ALIGNMENT, verify_container, write_container
 from colibri.convert.container import JOURNAL, MANIFEST
 from colibri.errors import ModelFormatError
-from colibri.model import (
-    _PRECISION,
-    _context_length,
-    _model_spec,
-    _tensor_specs,
-    _thread_settings,
-)
 from colibri.sources import Manifest, open_model_source
 from colibri.sources.native_source import load_native
 from modelfactory import TinyModel, prompt_ids
@@ -31,21 +23,10 @@ from modelfactory import TinyModel, prompt_ids
 ENGINE = colibri.EngineConfig(context_length=64)
 
 
-def model_from_manifest(manifest: Manifest) -> colibri.Model:
-    """What colibri.Model.load does after open_model_source."""
-    spec = _model_spec(manifest, _context_length(manifest.config, ENGINE))
-    core = _core.Engine(
-        spec,
-        _tensor_specs(manifest),
-        [str(f) for f in manifest.files],
-        _thread_settings(ENGINE.threads),
-    )
-    core.activation_precision = _PRECISION[ENGINE.activation_precision]
-    return colibri.Model(manifest, ENGINE, core)
-
-
 def logits(manifest: Manifest) -> np.ndarray:
-    with model_from_manifest(manifest) as m:
+    """Every position's logits of ``prompt_ids(16)`` with the model ``manifest`` describes,
+    loaded by Model.load from its path."""
+    with colibri.Model.load(manifest.path, engine=ENGINE) as m:
         return np.asarray(m.session().forward(prompt_ids(16), all_logits=True))
 
 
@@ -114,8 +95,7 @@ def test_expert_blobs_layout(tiny_models: dict[str, TinyModel], tmp_path: Path) 
         assert rec["gate"]["dtype"] == "Q4_0"
     assert end == size
     # GGUF tokenizer metadata passes through: the tokenizer works the same.
-    nat = load_native(dst)
-    with model_from_manifest(nat) as a, colibri.Model.load(
+    with colibri.Model.load(dst, engine=ENGINE) as a, colibri.Model.load(
         tiny_models["qwen2_moe"].gguf["Q4_0"], engine=ENGINE
     ) as b:
         assert a.tokenizer.encode("hello world") == b.tokenizer.encode("hello world")

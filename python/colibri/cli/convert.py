@@ -1,5 +1,10 @@
 """``colibri convert`` and ``colibri verify``: the native streaming container
-(docs/format.md, "Native container")."""
+(docs/format.md, "Native container"; docs/cli.md).
+
+``add_convert_options(parser)`` adds ``convert``'s ``--quant`` option to its sub-parser
+(``cli/parser.py`` calls it); ``cmd_convert`` reads ``args.quant`` (``keep`` when the
+parser has no such option).
+"""
 
 from __future__ import annotations
 
@@ -8,15 +13,28 @@ import time
 from typing import TextIO
 
 from ..convert import verify_container, write_container
+from ..convert.quantize import QUANT_CHOICES
 from ..errors import ModelFormatError
+
+QUANT_HELP = (
+    "element type of the matrices: keep (default: the source's bytes unchanged; FP8 "
+    "weights become bf16), f32, f16, bf16, q8_0, q4_0 or q4_1. Norms, biases and routers "
+    "are f32 with any type but keep. A quantized source is requantized through f32."
+)
+
+
+def add_convert_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``colibri convert`` beyond SOURCE, DEST and --quiet."""
+    parser.add_argument(
+        "--quant", choices=QUANT_CHOICES, default="keep", metavar="TYPE", help=QUANT_HELP
+    )
 
 
 def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..hub import resolve_model
-    from ..sources import open_model_source
 
+    quant = str(getattr(args, "quant", "keep") or "keep")
     resolved = resolve_model(args.source, args.cache_dir, log=err)
-    manifest = open_model_source(resolved.path)
     t0 = time.perf_counter()
     last = [0.0]
 
@@ -25,17 +43,18 @@ def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if not args.quiet and (now - last[0] > 0.5 or done == total):
             last[0] = now
             pct = 100.0 * done / total if total else 100.0
-            err.write(f"\rcolibri: converting {done / 2**20:,.0f} / {total / 2**20:,.0f} MiB "
-                      f"({pct:.0f}%)")  # fmt: skip
+            err.write(f"\rcolibri: converting ({quant}) {done / 2**20:,.0f} / "
+                      f"{total / 2**20:,.0f} MiB ({pct:.0f}%)")  # fmt: skip
             err.flush()
 
-    report = write_container(manifest, args.dest, progress=progress)
+    report = write_container(resolved.path, args.dest, quant=quant, progress=progress)
     if not args.quiet:
         err.write("\n")
     out.write(
         f"wrote {args.dest}: {report.items_total} items ({report.items_written} written, "
         f"{report.items_reused} reused from an interrupted run), "
-        f"{report.bytes_total / 2**20:,.1f} MiB in {time.perf_counter() - t0:.1f} s\n"
+        f"{report.bytes_total / 2**20:,.1f} MiB in {time.perf_counter() - t0:.1f} s"
+        f" (--quant {report.quant})\n"
     )
     return 0
 

@@ -8,9 +8,11 @@ A container is a directory (``model.colibri/``)::
     tokenizer files    copied from a Hugging Face source (tokenizer.json, ...), if any
     convert.journal    only while a conversion is unfinished (see write_container)
 
-The specification is ``docs/format.md`` ("Native container"). Tensor bytes are copied
-unchanged from the source (same types, same block layout: a relayout, never a
-requantization). Checksums are CRC-32 (``zlib.crc32``, the zlib polynomial): it is in the
+The specification is ``docs/format.md`` ("Native container"). With ``quant="keep"``
+tensor bytes are copied unchanged from the source (same types, same block layout: a
+relayout); another ``quant`` converts matrices to that type (:mod:`.quantize`), row chunk
+by row chunk. FP8 block-scaled Hugging Face weights are always dequantized (:mod:`.fp8`).
+Checksums are CRC-32 (``zlib.crc32``, the zlib polynomial): it is in the
 standard library and runs in C at several GB/s, so verifying does not bottleneck a read;
 the C++ reader can compute the same value with zlib's ``crc32()`` on the slab it just
 read; and 32 bits are plenty to catch a torn write, a short read or bit rot, which is all
@@ -32,8 +34,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelFormatError, ModelIOError, ModelNotFoundError, UnsupportedError
+from ..errors import (
+    InvalidRequestError,
+    ModelFormatError,
+    ModelIOError,
+    ModelNotFoundError,
+    UnsupportedError,
+)
+from ..sources.hf_source import Fp8TensorInfo
 from ..sources.manifest import Manifest, TensorInfo
+from ..sources.validate import tensor_nbytes
+from .quantize import Reader, check_quant, converted_chunks, target_dtype
+from .source import open_convert_source
 
 FORMAT = "colibri-container"
 VERSION = 1
@@ -71,8 +83,14 @@ def round_up(n: int, a: int) -> int:
 
 @dataclass(frozen=True)
 class _Part:
-    tensor: TensorInfo
+    tensor: TensorInfo  # in the source
     offset: int  # from the start of the item
+    dtype: str  # written as (the source's type: bytes copied; another: converted)
+    nbytes: int  # written bytes
+
+    @property
+    def copied(self) -> bool:
+        return self.dtype == self.tensor.dtype
 
 
 @dataclass(frozen=True)
@@ -99,11 +117,17 @@ class WriteReport:
     items_written: int
     items_reused: int  # verified against the journal of an interrupted run and kept
     bytes_total: int  # dense.bin + experts.bin
+    quant: str = "keep"  # the --quant choice
 
 
-def _plan(manifest: Manifest) -> list[_Item]:
+def _part(t: TensorInfo, offset: int, quant: str) -> _Part:
+    dtype = target_dtype(t, quant)
+    return _Part(t, offset, dtype, tensor_nbytes(dtype, t.shape, t.name))
+
+
+def _plan(manifest: Manifest, quant: str) -> list[_Item]:
     """Every item in write order: dense tensors (manifest order), then expert blobs by
-    (layer, expert)."""
+    (layer, expert), each tensor in its output type."""
     experts: dict[tuple[int, int], dict[str, TensorInfo]] = {}
     dense: list[TensorInfo] = []
     for t in manifest.tensors.values():
@@ -117,9 +141,10 @@ def _plan(manifest: Manifest) -> list[_Item]:
     items: list[_Item] = []
     off = 0
     for t in dense:
+        part = _part(t, 0, quant)
         off = round_up(off, TENSOR_ALIGNMENT)
-        slot = round_up(t.nbytes, TENSOR_ALIGNMENT)
-        items.append(_Item(0, off, t.nbytes, slot, (_Part(t, 0),)))
+        slot = round_up(part.nbytes, TENSOR_ALIGNMENT)
+        items.append(_Item(0, off, part.nbytes, slot, (part,)))
         off += slot
     off = 0
     for (layer, expert), projs in sorted(experts.items()):
@@ -132,8 +157,8 @@ def _plan(manifest: Manifest) -> list[_Item]:
         used = 0
         for p in PROJECTIONS:
             used = round_up(used, TENSOR_ALIGNMENT)
-            parts.append(_Part(projs[p], used))
-            used += projs[p].nbytes
+            parts.append(_part(projs[p], used, quant))
+            used += parts[-1].nbytes
         slot = round_up(used, ALIGNMENT)
         items.append(_Item(1, off, slot, slot, tuple(parts), layer, expert))
         off += slot
@@ -159,7 +184,9 @@ def _plan_digest(manifest: Manifest, items: Sequence[_Item]) -> str:
         h.update(f"{it.file}|{it.offset}|{it.checked}|{it.slot}".encode())
         for p in it.parts:
             t = p.tensor
-            h.update(f"|{t.name}|{t.dtype}|{t.shape}|{p.offset}|{t.extents}".encode())
+            h.update(f"|{t.name}|{t.dtype}|{t.shape}|{p.offset}|{t.extents}|{p.dtype}".encode())
+            if isinstance(t, Fp8TensorInfo):
+                h.update(f"|{t.scale.dtype}|{t.scale.extents}|{t.block}".encode())
         h.update(b"\n")
     return h.hexdigest()
 
@@ -214,6 +241,38 @@ def _is_zero(f: io.BufferedIOBase, offset: int, length: int) -> bool:
     return len(data) == length and data.count(0) == length
 
 
+def _reader(sources: Sequence[io.BufferedIOBase], names: Sequence[Path]) -> Reader:
+    """read(tensor, start, length): bytes [start, start + length) of a source tensor,
+    across its extents."""
+
+    def read(t: TensorInfo, start: int, length: int) -> bytearray:
+        out = bytearray(length)
+        view = memoryview(out)
+        pos = 0  # in the tensor
+        got = 0
+        for e in t.extents:
+            lo, hi = max(start, pos), min(start + length, pos + e.length)
+            if lo < hi:
+                src = sources[e.file]
+                src.seek(e.offset + lo - pos)
+                while lo < hi:
+                    n = src.readinto(view[got : got + hi - lo])
+                    if not n:
+                        raise ModelIOError(
+                            f"{names[e.file]}: short read in tensor {t.name!r} at offset "
+                            f"{e.offset + lo - pos}; the source file is truncated"
+                        )
+                    lo += n
+                    got += n
+            pos += e.length
+        if got != length:
+            raise ModelFormatError(f"tensor {t.name!r}: bytes [{start}, {start + length}) "
+                                   f"are past its end ({pos} bytes)")  # fmt: skip
+        return out
+
+    return read
+
+
 def _copy_item(
     item: _Item,
     out: io.BufferedIOBase,
@@ -230,6 +289,12 @@ def _copy_item(
         gap = bytes(part.offset - pos)
         out.write(gap)
         crc = zlib.crc32(gap, crc)
+        if not part.copied:
+            for chunk in converted_chunks(part.tensor, part.dtype, _reader(sources, names)):
+                out.write(chunk.data)
+                crc = zlib.crc32(chunk.data, crc)
+            pos = part.offset + part.nbytes
+            continue
         for e in part.tensor.extents:
             src = sources[e.file]
             src.seek(e.offset)
@@ -244,7 +309,7 @@ def _copy_item(
                 out.write(view[:n])
                 crc = zlib.crc32(view[:n], crc)
                 left -= n
-        pos = part.offset + part.tensor.nbytes
+        pos = part.offset + part.nbytes
     pad = bytes(item.slot - pos)
     out.write(pad)
     if item.checked == item.slot:
@@ -255,8 +320,12 @@ def _copy_item(
 # ---------------------------------------------------------------------------- journal
 
 
-def _read_journal(path: Path, digest: str) -> dict[int, int]:
-    """item index -> CRC recorded by an interrupted run with the same plan ({} if none)."""
+def _read_journal(path: Path, digest: str, quant: str) -> dict[int, int]:
+    """item index -> CRC recorded by an interrupted run with the same plan ({} if none).
+
+    Raises InvalidRequestError when the interrupted run converted with another ``quant``:
+    resuming would mix two conversions, and silently starting over would discard work the
+    user may have meant to resume."""
     try:
         lines = path.read_bytes().split(b"\n")
     except FileNotFoundError:
@@ -268,7 +337,16 @@ def _read_journal(path: Path, digest: str) -> dict[int, int]:
         except ValueError:
             break  # a torn last line: the run died while writing it
         if i == 0:
-            if not isinstance(rec, dict) or rec.get("plan") != digest:
+            if not isinstance(rec, dict):
+                return {}
+            theirs = rec.get("quant", "keep")
+            if theirs != quant:
+                raise InvalidRequestError(
+                    f"{path.parent} holds an interrupted conversion with --quant {theirs}; "
+                    f"rerun it with --quant {theirs} to resume, or delete {path} (or the "
+                    f"whole directory) to start over with --quant {quant}."
+                )
+            if rec.get("plan") != digest:
                 return {}
             continue
         if not isinstance(rec, dict) or not isinstance(rec.get("i"), int):
@@ -287,7 +365,11 @@ def _json_default(obj: object) -> Any:
 
 
 def _container_json(
-    manifest: Manifest, items: Sequence[_Item], crcs: Sequence[int], tokenizer_files: list[str]
+    manifest: Manifest,
+    items: Sequence[_Item],
+    crcs: Sequence[int],
+    tokenizer_files: list[str],
+    quant: str,
 ) -> bytes:
     dense_size, experts_size = _totals(items)
     dense: list[dict[str, Any]] = []
@@ -296,8 +378,8 @@ def _container_json(
         if it.file == 0:
             t = it.parts[0].tensor
             dense.append({
-                "name": t.name, "dtype": t.dtype, "shape": list(t.shape),
-                "offset": it.offset, "length": t.nbytes, "crc32": crc,
+                "name": t.name, "dtype": it.parts[0].dtype, "shape": list(t.shape),
+                "offset": it.offset, "length": it.parts[0].nbytes, "crc32": crc,
                 "rope_unpermute_heads": t.rope_unpermute_heads,
             })
         else:
@@ -307,8 +389,8 @@ def _container_json(
             }
             for proj, p in zip(PROJECTIONS, it.parts, strict=True):
                 rec[proj] = {
-                    "dtype": p.tensor.dtype, "shape": list(p.tensor.shape),
-                    "offset": p.offset, "length": p.tensor.nbytes,
+                    "dtype": p.dtype, "shape": list(p.tensor.shape),
+                    "offset": p.offset, "length": p.nbytes,
                 }
             experts.append(rec)
     config = asdict(manifest.config)
@@ -320,8 +402,9 @@ def _container_json(
         "checksum": CHECKSUM,
         "alignment": ALIGNMENT,
         "source": {"kind": manifest.source, "name": manifest.path.name},
+        "quant": quant,
         "config": config,
-        "metadata": dict(manifest.metadata),
+        "metadata": _metadata(manifest),
         "tokenizer_files": tokenizer_files,
         "files": {"dense": {"name": DENSE, "size": dense_size},
                   "experts": {"name": EXPERTS, "size": experts_size}},
@@ -329,6 +412,15 @@ def _container_json(
         "experts": experts,
     }
     return (json.dumps(doc, indent=1, default=_json_default) + "\n").encode()
+
+
+def _metadata(manifest: Manifest) -> dict[str, Any]:
+    """The source's metadata, without an FP8 ``quantization_config``: the container's
+    weights are no longer FP8."""
+    meta = dict(manifest.metadata)
+    if any(isinstance(t, Fp8TensorInfo) for t in manifest.tensors.values()):
+        meta.pop("quantization_config", None)
+    return meta
 
 
 def read_container_json(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -366,33 +458,45 @@ def read_container_json(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def write_container(
-    manifest: Manifest, dst: str | os.PathLike[str], *, progress: Progress | None = None
+    source: Manifest | str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    quant: str = "keep",
+    progress: Progress | None = None,
 ) -> WriteReport:
-    """Writes ``manifest``'s model (GGUF or Hugging Face source) as a native container at
-    ``dst`` (a directory, created if needed).
+    """Writes a model (a manifest, or the path of a GGUF file, a Hugging Face directory,
+    FP8 included, or a container) as a native container at ``dst`` (a directory, created
+    if needed).
 
-    Streams extent by extent in chunks of at most 16 MiB (memory does not grow with the
-    model). Every finished item's checksum is appended to ``convert.journal``; a rerun
-    after an interruption re-reads and verifies the journaled items, keeps the valid
-    prefix and continues from the first missing or damaged one, so the result is byte
-    for byte what an uninterrupted run writes. ``manifest.json`` is written last and
-    atomically. ``progress(bytes_done, bytes_total)`` is called once after the resume
-    check and after every item; an exception it raises interrupts the conversion
-    (resumable).
+    ``quant`` is one of ``keep`` (copy every tensor's bytes; FP8 weights become BF16),
+    ``f32``, ``f16``, ``bf16``, ``q8_0``, ``q4_0``, ``q4_1``: the type of every matrix
+    (norms, biases and routers are F32), see :mod:`colibri.convert.quantize`.
+
+    Streams extent by extent in chunks of at most 16 MiB, or 4 Mi values per conversion
+    step (memory does not grow with the model). Every finished item's checksum is
+    appended to ``convert.journal``; a rerun after an interruption re-reads and verifies
+    the journaled items, keeps the valid prefix and continues from the first missing or
+    damaged one, so the result is byte for byte what an uninterrupted run writes;
+    resuming with another ``quant`` raises InvalidRequestError. ``manifest.json`` is
+    written last and atomically. ``progress(bytes_done, bytes_total)`` is called once
+    after the resume check and after every item; an exception it raises interrupts the
+    conversion (resumable).
     """
+    check_quant(quant)
+    manifest = source if isinstance(source, Manifest) else open_convert_source(source)
     out_dir = Path(dst)
     out_dir.mkdir(parents=True, exist_ok=True)
-    items = _plan(manifest)
+    items = _plan(manifest, quant)
     digest = _plan_digest(manifest, items)
     dense_size, experts_size = _totals(items)
     total = dense_size + experts_size
+    journal_path = out_dir / JOURNAL
+    recorded = _read_journal(journal_path, digest, quant)
     # From here on the container is not whole: drop the marker before touching data.
     final = out_dir / MANIFEST
     if final.exists():
         final.unlink()
         _fsync_dir(out_dir)
-    journal_path = out_dir / JOURNAL
-    recorded = _read_journal(journal_path, digest)
     paths = (out_dir / DENSE, out_dir / EXPERTS)
     buf = bytearray(CHUNK)
     with contextlib.ExitStack() as stack:
@@ -417,7 +521,8 @@ def write_container(
                 break
             crcs.append(got)
         reused = len(crcs)
-        jlines = [json.dumps({"format": FORMAT, "version": VERSION, "plan": digest})]
+        head = {"format": FORMAT, "version": VERSION, "quant": quant, "plan": digest}
+        jlines = [json.dumps(head)]
         jlines += [json.dumps({"i": i, "crc": c}) for i, c in enumerate(crcs)]
         _atomic_write(journal_path, ("\n".join(jlines) + "\n").encode())
         done = sum(it.slot for it in items[:reused])
@@ -439,10 +544,10 @@ def write_container(
             f.flush()
             os.fsync(f.fileno())
     tokenizer_files = _copy_tokenizer_files(manifest, out_dir)
-    _atomic_write(final, _container_json(manifest, items, crcs, tokenizer_files))
+    _atomic_write(final, _container_json(manifest, items, crcs, tokenizer_files, quant))
     journal_path.unlink()
     _fsync_dir(out_dir)
-    return WriteReport(len(items), len(items) - reused, reused, total)
+    return WriteReport(len(items), len(items) - reused, reused, total, quant)
 
 
 def _copy_tokenizer_files(manifest: Manifest, out_dir: Path) -> list[str]:

@@ -2,7 +2,15 @@
 
 Safetensors headers are parsed here (8-byte little-endian length + JSON, ``data_offsets``
 relative to the end of the header); tensor bytes stay on disk and are described by
-extents. Only F32, F16 and BF16 tensors are read.
+extents. F32, F16 and BF16 tensors are read as they are. FP8 block-scaled checkpoints
+(DeepSeek-V3 / GLM / Qwen3 "-FP8" style: ``F8_E4M3`` weights, each with an F32
+``<name>_scale_inv`` of shape ``(ceil(rows / b0), ceil(cols / b1))`` and
+``quantization_config = {"quant_method": "fp8", "weight_block_size": [b0, b1]}``) are
+recognized: ``load_hf(d, allow_fp8=True)`` reports those weights as :class:`Fp8TensorInfo`
+(dtype ``F8_E4M3``, with their scale tensor and block size) for ``colibri convert``, which
+dequantizes them; the core cannot read them, so a plain ``load_hf`` (and so
+``Model.load``) refuses such a checkpoint with an ``UnsupportedError`` that says to convert
+it first.
 
 What ``save_pretrained`` writes on disk (transformers 5.2x, checked on tiny models):
 
@@ -21,11 +29,13 @@ What ``save_pretrained`` writes on disk (transformers 5.2x, checked on tiny mode
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +51,11 @@ from .validate import (
 )
 
 _ST_DTYPES = {"F32": 4, "F16": 2, "BF16": 2}
+FP8_DTYPE = "F8_E4M3"  # safetensors' name for torch.float8_e4m3fn
+SCALE_SUFFIX = "_scale_inv"  # <weight name>_scale_inv: the FP8 block scales
+_FP8_SCALE_DTYPES = ("F32", "BF16")
+# Bytes per element, for the header's size checks.
+_ITEMSIZE = {**_ST_DTYPES, FP8_DTYPE: 1}
 _MAX_HEADER = 100 * 1024 * 1024
 
 # model_type / architectures[0] -> family
@@ -130,14 +145,14 @@ def read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...],
                 f"is {size} bytes (expected at least {start + e}). The file is truncated or "
                 f"its header is corrupt."
             )
-        if dtype in _ST_DTYPES:
+        if dtype in _ITEMSIZE:
             numel = 1
             for d in shape:
                 numel *= d
-            if e - b != numel * _ST_DTYPES[dtype]:
+            if e - b != numel * _ITEMSIZE[dtype]:
                 raise ModelFormatError(
                     f"{path}: tensor {name!r} ({dtype}, shape {shape}) needs "
-                    f"{numel * _ST_DTYPES[dtype]} bytes but its header gives {e - b}. "
+                    f"{numel * _ITEMSIZE[dtype]} bytes but its header gives {e - b}. "
                     f"The header is corrupt."
                 )
         out[name] = (dtype, shape, start + b, e - b)
@@ -320,12 +335,128 @@ def _canonical(name: str) -> str | None:
 def _info(
     name: str, dtype: str, shape: tuple[int, ...], ext: Extent, where: Path, src: str = ""
 ) -> TensorInfo:
+    if dtype == FP8_DTYPE:
+        raise UnsupportedError(
+            f"{where}: tensor {src or name!r} is {FP8_DTYPE} but config.json has no "
+            f"quantization_config with quant_method 'fp8' and a weight_block_size; colibri "
+            f"reads only block-scaled FP8 checkpoints (DeepSeek-V3 style), through "
+            f"'colibri convert'."
+        )
     if dtype not in _ST_DTYPES:
         raise UnsupportedError(
             f"{where}: tensor {src or name!r} has dtype {dtype}; colibri reads F32, F16 and BF16 "
             f"safetensors (quantized checkpoints: use a GGUF)."
         )
     return TensorInfo(name, dtype, shape, (ext,))
+
+
+# --------------------------------------------------------------------------- FP8
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fp8TensorInfo(TensorInfo):
+    """An FP8 block-scaled weight: ``dtype`` is ``F8_E4M3`` (one byte per element, which
+    the core cannot read; ``colibri convert`` dequantizes it) and element ``[i, j]`` is
+    ``e4m3(byte) * scale[i // block[0], j // block[1]]`` in float32."""
+
+    scale: TensorInfo  # <name>_scale_inv: F32 or BF16, (ceil(rows / b0), ceil(cols / b1))
+    block: tuple[int, int]  # quantization_config.weight_block_size: (b0 rows, b1 columns)
+
+
+def fp8_block_size(cfg: Mapping[str, Any], where: Path) -> tuple[int, int] | None:
+    """``quantization_config.weight_block_size`` of an FP8 checkpoint (None when
+    config.json declares no FP8 quantization)."""
+    q = cfg.get("quantization_config")
+    if not isinstance(q, dict) or q.get("quant_method") != "fp8":
+        return None
+    fmt = q.get("fmt", "e4m3")
+    if fmt != "e4m3":
+        raise UnsupportedError(f"{where}: FP8 format {fmt!r} is not supported (only e4m3)")
+    bs = q.get("weight_block_size")
+    if bs is None:
+        raise UnsupportedError(
+            f"{where}: FP8 without weight_block_size (one scale per tensor) is not supported; "
+            f"colibri converts block-scaled FP8 checkpoints (DeepSeek-V3 style)."
+        )
+    if (
+        not isinstance(bs, list) or len(bs) != 2
+        or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in bs)
+    ):
+        raise ModelFormatError(
+            f"{where}: quantization_config.weight_block_size must be two positive integers, "
+            f"not {bs!r}"
+        )
+    return int(bs[0]), int(bs[1])
+
+
+def _fp8_refusal(d: Path, block: tuple[int, int]) -> UnsupportedError:
+    return UnsupportedError(
+        f"{d} is an FP8 block-scaled checkpoint (quantization_config: fp8, "
+        f"weight_block_size {list(block)}), which colibri cannot run directly. Convert it "
+        f"first, e.g. 'colibri convert {d} OUT.colibri --quant bf16' (or f32, f16, q8_0, "
+        f"q4_0, q4_1), then load OUT.colibri."
+    )
+
+
+def _fp8_info(
+    cname: str,
+    name: str,
+    shape: tuple[int, ...],
+    ext: Extent,
+    found: Mapping[str, tuple[str, tuple[int, ...], Extent]],
+    block: tuple[int, int],
+    where: Path,
+) -> Fp8TensorInfo:
+    if len(shape) != 2:
+        raise UnsupportedError(
+            f"{where}: FP8 tensor {name!r} has shape {shape}; only 2-D block-scaled weights "
+            f"are supported (fused expert stacks in FP8 are not)."
+        )
+    sname = name + SCALE_SUFFIX
+    if sname not in found:
+        raise ModelFormatError(
+            f"{where}: FP8 tensor {name!r} has no {sname!r} (its block scales); the "
+            f"checkpoint is incomplete."
+        )
+    sdtype, sshape, sext = found[sname]
+    rows, cols = shape
+    want = (-(-rows // block[0]), -(-cols // block[1]))
+    if sdtype not in _FP8_SCALE_DTYPES:
+        raise UnsupportedError(f"{where}: FP8 scale {sname!r} has dtype {sdtype} (F32 expected)")
+    if tuple(sshape) != want:
+        raise ModelFormatError(
+            f"{where}: FP8 scale {sname!r} has shape {tuple(sshape)}, but a {rows}x{cols} "
+            f"weight in {block[0]}x{block[1]} blocks needs {want}."
+        )
+    scale = TensorInfo(sname, sdtype, want, (sext,))
+    return Fp8TensorInfo(cname, FP8_DTYPE, shape, (ext,), scale=scale, block=block)
+
+
+def _check_fp8_extents(
+    tensors: Mapping[str, TensorInfo], files: list[Path], sizes: list[int]
+) -> None:
+    """check_extents for a manifest holding FP8 weights (which it cannot size): the
+    others and the scales through it, then no two extents of any kind overlap."""
+    plain: dict[str, TensorInfo] = {}
+    spans: list[tuple[int, int, int, str]] = []
+    for t in tensors.values():
+        if isinstance(t, Fp8TensorInfo):
+            plain[t.scale.name] = t.scale
+            if t.nbytes != t.shape[0] * t.shape[1]:
+                raise ModelFormatError(f"tensor {t.name!r}: {t.nbytes} bytes for {t.shape}")
+        else:
+            plain[t.name] = t
+        spans += [(e.file, e.offset, e.offset + e.length, t.name) for e in t.extents]
+    check_extents(plain, files, sizes)
+    for s in plain.values():
+        spans += [(e.file, e.offset, e.offset + e.length, s.name) for e in s.extents]
+    spans.sort()
+    for (fa, a0, a1, an), (fb, b0, _b1, bn) in itertools.pairwise(spans):
+        if fa == fb and b0 < a1 and a0 != a1:
+            raise ModelFormatError(
+                f"{files[fa]}: tensors {an!r} and {bn!r} overlap (bytes {b0}..{a1}). "
+                f"The file's header is corrupt."
+            )
 
 
 def _split_fused(
@@ -353,8 +484,13 @@ def _split_fused(
     return out
 
 
-def load_hf(path: str | os.PathLike[str]) -> Manifest:
-    """Read config.json and the safetensors headers of a checkpoint directory."""
+def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = False) -> Manifest:
+    """Read config.json and the safetensors headers of a checkpoint directory.
+
+    An FP8 block-scaled checkpoint raises UnsupportedError (convert it first) unless
+    ``allow_fp8``: then its FP8 weights appear as :class:`Fp8TensorInfo` (what
+    ``colibri convert`` reads); such a manifest cannot be loaded by the core.
+    """
     d = Path(path)
     cfg_path = d / "config.json"
     try:
@@ -364,6 +500,9 @@ def load_hf(path: str | os.PathLike[str]) -> Manifest:
     if not isinstance(raw_cfg, dict):
         raise ModelFormatError(f"{cfg_path}: config.json is not a JSON object")
     _family(raw_cfg, d)  # unsupported architectures fail before any weight is looked at
+    block = fp8_block_size(raw_cfg, cfg_path)
+    if block is not None and not allow_fp8:
+        raise _fp8_refusal(d, block)
     files = _shard_files(d)
     sizes = file_sizes(files)
     found: dict[str, tuple[str, tuple[int, ...], Extent]] = {}
@@ -379,6 +518,11 @@ def load_hf(path: str | os.PathLike[str]) -> Manifest:
         where = files[ext.file]
         if _IGNORED.fullmatch(name):
             continue
+        base = name[: -len(SCALE_SUFFIX)] if name.endswith(SCALE_SUFFIX) else ""
+        if block is not None and base in found and found[base][0] == FP8_DTYPE:
+            continue  # the block scales of an FP8 weight, read with it
+        if dtype == FP8_DTYPE and (_FUSED_GATE_UP.fullmatch(name) or _FUSED_DOWN.fullmatch(name)):
+            raise UnsupportedError(f"{where}: fused FP8 expert stack {name!r} is not supported")
         if m := _FUSED_GATE_UP.fullmatch(name):
             for t in _split_fused(m.group(1), "gate_up", dtype, shape, ext, where):
                 tensors[t.name] = t
@@ -395,9 +539,15 @@ def load_hf(path: str | os.PathLike[str]) -> Manifest:
             )
         if cname == "output" and cfg.tie_word_embeddings:
             continue  # transformers ties lm_head to the embeddings and ignores this copy
+        if dtype == FP8_DTYPE and block is not None:
+            tensors[cname] = _fp8_info(cname, name, shape, ext, found, block, where)
+            continue
         tensors[cname] = _info(cname, dtype, shape, ext, where, name)
     ordered = order_and_check(tensors, cfg, d)
-    check_extents(ordered, files, sizes)
+    if block is not None:
+        _check_fp8_extents(ordered, files, sizes)
+    else:
+        check_extents(ordered, files, sizes)
     return Manifest(
         source="hf",
         path=d,

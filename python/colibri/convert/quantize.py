@@ -1,0 +1,129 @@
+"""``colibri convert --quant``: each tensor's output type, and its bytes converted row
+chunk by row chunk (``docs/format.md``, "Quantization").
+
+Which tensors a ``--quant`` type applies to follows llama.cpp's ``convert_hf_to_gguf.py``
+(and ``tests/modelfactory.write_gguf``): every 2-D weight (attention projections, dense
+FFN, routed and shared experts, ``token_embd`` and ``output``) takes the requested type;
+norms, biases, ``rope_freqs``, the router ``ffn_gate_inp`` and the shared-expert gate
+``ffn_gate_inp_shexp`` are written F32. A matrix whose rows are not a whole number of the
+type's blocks falls back to F16, as llama.cpp's converter does. ``keep`` copies every
+matrix's bytes unchanged, except FP8 weights (which the core cannot read): those become
+BF16, as DeepSeek's own ``fp8_cast_bf16.py`` does; vectors (norms, biases) in F16 or BF16
+are widened to F32 (exactly), the only type the core reads them in.
+
+Converting means decoding to float32 and encoding again: F32/F16/BF16 and GGUF block types
+are decoded by the core (``colibri._core.quant.dequantize``, scalar kernels so the result
+does not depend on the CPU), FP8 by :mod:`.fp8`; encoding uses the core's reference
+quantizer (``colibri._core.quant.quantize``, byte-identical to ``gguf.quants.quantize``).
+So requantizing an already-quantized tensor (Q8_0 -> Q4_0) is dequantize -> quantize, with
+both rounding errors. At most :data:`CHUNK_ELEMENTS` values are in flight, whatever the
+tensor's size: quantization is by rows, so a chunk is a run of whole rows (of whole FP8
+row blocks for FP8 weights).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import ConfigError, UnsupportedError
+from ..sources.hf_source import FP8_DTYPE, Fp8TensorInfo
+from ..sources.manifest import TensorInfo
+from ..sources.validate import BLOCK_SIZES, SUPPORTED_DTYPES, tensor_nbytes
+from .fp8 import dequantize_block_fp8
+
+QUANT_CHOICES = ("keep", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1")
+CHUNK_ELEMENTS = 1 << 22  # values converted at a time: 16 MiB as float32
+FALLBACK = "F16"  # a matrix whose row length is not a multiple of the block size
+KEEP_FP8_AS = "BF16"
+
+# (tensor, byte offset inside the tensor, length) -> those bytes of the source
+Reader = Callable[[TensorInfo, int, int], bytes | bytearray]
+
+
+def check_quant(quant: str) -> str:
+    if quant not in QUANT_CHOICES:
+        raise ConfigError(
+            f"unknown quantization {quant!r}; choose one of {', '.join(QUANT_CHOICES)}"
+        )
+    return quant
+
+
+def is_matrix(t: TensorInfo) -> bool:
+    """Whether ``--quant`` applies to ``t``: a 2-D weight that is not a norm, the router or
+    the shared-expert gate."""
+    return len(t.shape) == 2 and not t.name.endswith("_norm") and "ffn_gate_inp" not in t.name
+
+
+def target_dtype(t: TensorInfo, quant: str) -> str:
+    """The type ``t`` is written in for ``--quant quant``."""
+    if quant == "keep":
+        if t.dtype == FP8_DTYPE:
+            return KEEP_FP8_AS
+        if len(t.shape) < 2:
+            return "F32"  # the core reads norms and biases as F32 only: widen (exact)
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise UnsupportedError(f"tensor {t.name!r}: element type {t.dtype} cannot be kept")
+        return t.dtype
+    if not is_matrix(t):
+        return "F32"
+    want = check_quant(quant).upper()
+    if t.shape[-1] % BLOCK_SIZES[want][0]:
+        return FALLBACK
+    return want
+
+
+def _rows_cols(shape: tuple[int, ...]) -> tuple[int, int]:
+    cols = int(shape[-1]) if shape else 1
+    rows = 1
+    for d in shape[:-1]:
+        rows *= int(d)
+    return rows, cols
+
+
+def decode(dtype: str, raw: npt.NDArray[np.uint8], rows: int, cols: int) -> npt.NDArray[np.float32]:
+    """``rows`` rows of ``dtype`` bytes as float32 ``[rows, cols]``."""
+    if dtype == "F32":
+        return raw.view("<f4").reshape(rows, cols)
+    from .._core import quant
+
+    return quant.dequantize(dtype, raw, rows, cols, isa="scalar")
+
+
+def encode(dtype: str, x: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
+    """float32 ``[rows, cols]`` as ``dtype`` bytes (GGUF's block layout)."""
+    if dtype == "F32":
+        return np.ascontiguousarray(x, dtype="<f4").view(np.uint8)
+    from .._core import quant
+
+    return quant.quantize(dtype, x)
+
+
+def converted_chunks(t: TensorInfo, dtype: str, read: Reader) -> Iterator[npt.NDArray[np.uint8]]:
+    """The bytes of ``t`` converted to ``dtype``, a run of whole rows at a time."""
+    rows, cols = _rows_cols(t.shape)
+    step = max(1, CHUNK_ELEMENTS // max(cols, 1))
+    scale: npt.NDArray[np.float32] | None = None
+    if isinstance(t, Fp8TensorInfo):
+        b0 = t.block[0]
+        step = max(b0, step // b0 * b0)
+        s = t.scale
+        srows, scols = _rows_cols(s.shape)
+        sraw = np.frombuffer(read(s, 0, s.nbytes), dtype=np.uint8)
+        scale = decode(s.dtype, sraw, srows, scols)
+        row_bytes = cols
+    else:
+        row_bytes = tensor_nbytes(t.dtype, (1, cols), t.name)
+    for r0 in range(0, rows, step):
+        n = min(step, rows - r0)
+        raw = np.frombuffer(read(t, r0 * row_bytes, n * row_bytes), dtype=np.uint8)
+        if isinstance(t, Fp8TensorInfo) and scale is not None:
+            b0 = t.block[0]
+            x = dequantize_block_fp8(
+                raw.reshape(n, cols), scale[r0 // b0 : -(-(r0 + n) // b0)], t.block
+            )
+        else:
+            x = decode(t.dtype, raw, n, cols)
+        yield encode(dtype, x)
