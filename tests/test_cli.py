@@ -88,6 +88,9 @@ def test_help_and_version() -> None:
         (["run", "--threads", "0", "hi"], ["--threads"]),
         (["chat", "--wait-policy", "fast"], ["--wait-policy", "fast"]),
         (["run", "--activation-precision", "int4", "hi"], ["--activation-precision"]),
+        (["run", "--ram-budget", "6 gigs", "hi"], ["--ram-budget", "'6 gigs'"]),
+        (["chat", "--io-workers", "100"], ["--io-workers", "0..64"]),
+        (["run", "--cache-policy", "fifo", "hi"], ["--cache-policy", "fifo"]),
         (["run", "--stop", "", "hi"], ["--stop"]),
         (["run", "--raw", "--system", "be brief", "hi"], ["--system", "--raw"]),
         (["run", "--bogus", "hi"], ["--bogus"]),
@@ -219,9 +222,9 @@ RUN_KEYS = {"schema", "model", "prompt", "text", "token_ids", "finish_reason", "
             "settings"}
 STATS_KEYS = {"prompt_tokens", "generated_tokens", "prefill_seconds", "decode_seconds",
               "sampling_seconds", "prefill_tok_s", "decode_tok_s", "decode_tokens",
-              "load_seconds"}
+              "load_seconds", "wait_policy", "experts", "phases", "memory"}
 SETTINGS_KEYS = {"max_tokens", "stop", "sampling", "threads", "wait_policy", "context_length",
-                 "activation_precision"}
+                 "activation_precision", "ram_budget", "io", "cache"}
 
 
 def test_run_smollm2_streams_text_and_summary() -> None:
@@ -262,6 +265,10 @@ def test_run_json_record(tmp_path: Path) -> None:
     assert (s["max_tokens"], s["wait_policy"], s["context_length"]) == (8, "passive", 512)
     assert s["sampling"]["seed"] == 3 and s["sampling"]["temperature"] == 0.0
     assert s["stop"] == [] and s["threads"] >= 1 and s["activation_precision"] == "int8"
+    assert s["ram_budget"] is None and s["io"]["workers"] == 4 and s["cache"]["policy"] == "lfru"
+    # A dense model has no expert figures.
+    st = rec["stats"]
+    assert (st["experts"], st["phases"], st["memory"]) == (None, None, None)
 
     # The same generation, streamed from a prompt on stdin: the same text on stdout.
     proc = colibri_cli(*args, "-q", "-", input="The capital of France is\n")
@@ -290,6 +297,40 @@ def test_run_float32_activations_answers_like_transformers() -> None:
     assert rec["settings"]["activation_precision"] == "float32"
     assert rec["text"] == "The capital of France is Paris."
     assert rec["finish_reason"] == "stop"  # the end-of-turn token
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])
+def test_run_moe_with_streaming_flags(tiny_models: dict[str, TinyModel], family: str) -> None:
+    path = tiny_models[family].gguf["Q8_0"]
+    flags = ["--ram-budget", "1GiB", "--io-workers", "2", "--no-direct", "--no-prefetch",
+             "--cache-policy", "lru", "--wait-policy", "passive", "-t", "2"]
+    proc = colibri_cli("run", "-m", str(path), "--raw", "-n", "4", *flags, "--json", "1 2 3")
+    assert proc.returncode == 0, proc.stderr
+    rec = json.loads(proc.stdout)
+    s = rec["settings"]
+    assert s["ram_budget"] == 1 << 30 and s["wait_policy"] == "passive"
+    assert s["io"] == {"workers": 2, "direct": False, "prefetch": False, "checksums": "first"}
+    assert s["cache"]["policy"] == "lru"
+    st = rec["stats"]
+    if st["experts"] is not None:  # reported once the expert store is wired in
+        e = st["experts"]
+        assert e["hits"] + e["misses"] > 0 and e["prefetch_issued"] == 0
+        assert st["phases"]["total"] > 0
+        assert st["wait_policy"] == "passive"
+        assert st["memory"]["budget"] == 1 << 30
+    # The text summary: the speed line, then the expert lines when they are reported.
+    proc = colibri_cli("run", "-m", str(path), "--raw", "-n", "4", *flags, "1 2 3")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("colibri: load ")
+    if st["experts"] is not None:
+        assert [line.split(":")[1].strip() for line in lines[1:]] == ["experts", "time",
+                                                                      "memory"], lines
+    # A budget too small for the resident part: exit 2, the minimum stated, the flag named.
+    proc = colibri_cli("run", "-m", str(path), "--ram-budget", "64K", "-n", "1",
+                       "--wait-policy", "passive", "hi")
+    if proc.returncode != 0:  # checked once the budget is enforced at load
+        assert_one_line_error(proc, 2, "argument --ram-budget:", "the minimum is")
 
 
 # --- chat ---------------------------------------------------------------------------------

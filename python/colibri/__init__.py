@@ -14,21 +14,39 @@ import pkgutil
 __path__ = pkgutil.extend_path(__path__, __name__)
 
 from . import errors
-from .config import EngineConfig, ThreadConfig, WaitPolicy
+from .budget import BudgetPlan
+from .config import (
+    CacheConfig,
+    CachePolicy,
+    EngineConfig,
+    IOConfig,
+    ThreadConfig,
+    WaitPolicy,
+    format_bytes,
+    parse_bytes,
+)
 from .generation import Chunk, Generation, GenerationStats
 from .model import Model, ModelStats, Session
 from .sampling import Sampler, Sampling, StopChecker
+from .stats import ExpertStats, MemoryStats, PhaseTimes
 from .tokenizers import Tokenizer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BudgetPlan",
+    "CacheConfig",
+    "CachePolicy",
     "Chunk",
     "EngineConfig",
+    "ExpertStats",
     "Generation",
     "GenerationStats",
+    "IOConfig",
+    "MemoryStats",
     "Model",
     "ModelStats",
+    "PhaseTimes",
     "Sampler",
     "Sampling",
     "Session",
@@ -38,4 +56,6 @@ __all__ = [
     "WaitPolicy",
     "__version__",
     "errors",
+    "format_bytes",
+    "parse_bytes",
 ]

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from ..config import EngineConfig, ThreadConfig
+from ..config import EngineConfig
 from ..errors import ConfigError
 from ..sampling import Sampling
 
@@ -37,6 +37,11 @@ FLAG_OF_FIELD = {
     "ThreadConfig.wait_policy": "--wait-policy",
     "EngineConfig.context_length": "--context-length",
     "EngineConfig.activation_precision": "--activation-precision",
+    "EngineConfig.ram_budget": "--ram-budget",
+    "IOConfig.workers": "--io-workers",
+    "IOConfig.direct": "--direct/--no-direct",
+    "IOConfig.prefetch": "--prefetch/--no-prefetch",
+    "CacheConfig.policy": "--cache-policy",
     "stop_strings": "--stop",
 }
 _FIELD = re.compile(r"^(" + "|".join(re.escape(k) for k in FLAG_OF_FIELD) + r"):")
@@ -90,13 +95,32 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("engine")
     g.add_argument("-t", "--threads", type=int, metavar="N",
                    help="compute threads (default: the performance cores)")
-    g.add_argument("--wait-policy", choices=("spin", "passive", "hybrid"),
-                   help="how threads wait between parallel regions (default: hybrid)")
+    g.add_argument("--wait-policy", choices=("auto", "spin", "passive", "hybrid"),
+                   help="how threads wait between parallel regions (default: auto: passive "
+                        "when disk-bound, spinning when compute-bound)")
     g.add_argument("-c", "--context-length", type=int, metavar="N",
                    help="KV-cache positions (default: the model's context, at most 4096)")
     g.add_argument("--activation-precision", choices=("int8", "float32"),
                    help="int8: llama.cpp's arithmetic (default, fastest); float32: "
                         "transformers' (changes the numbers)")
+
+    s = p.add_argument_group("expert streaming (MoE models)")
+    s.add_argument("--ram-budget", metavar="SIZE",
+                   help="RAM for the whole engine: weights, KV cache, buffers and the expert "
+                        "cache, e.g. 12GiB, 1.5GB, 800M (default: available memory less "
+                        "10%% or 512 MiB)")
+    s.add_argument("--io-workers", type=int, metavar="N",
+                   help="threads reading experts from disk, 0 = read on the compute thread "
+                        "(default: 4)")
+    s.add_argument("--direct", action=argparse.BooleanOptionalAction, default=None,
+                   help="read experts with O_DIRECT, bypassing the page cache (default: on; "
+                        "falls back to buffered reads where unsupported)")
+    s.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=None,
+                   help="predict and start reading the next layer's experts early "
+                        "(default: on)")
+    s.add_argument("--cache-policy", choices=("lru", "lfru", "pinned"),
+                   help="which expert the cache drops: lru, lfru (frequency-aware, the "
+                        "default), pinned (pins learned from earlier runs + LRU)")
 
 
 def _sampling_flags(p: argparse.ArgumentParser, max_tokens: int) -> None:
@@ -197,14 +221,22 @@ def sampling_from_args(args: argparse.Namespace) -> Sampling:
     return Sampling(**{k: v for k, v in fields.items() if v is not None})
 
 
+def _given(args: argparse.Namespace, fields: dict[str, str]) -> dict[str, Any]:
+    """{field: value} for the flags (attribute names) that were given on the command line;
+    a flag left out keeps the setting's default."""
+    return {f: getattr(args, a) for f, a in fields.items() if getattr(args, a, None) is not None}
+
+
 def engine_from_args(args: argparse.Namespace) -> EngineConfig:
-    threads: dict[str, Any] = {"n": args.threads}
-    if args.wait_policy is not None:
-        threads["wait_policy"] = args.wait_policy
-    engine: dict[str, Any] = {"context_length": args.context_length}
-    if args.activation_precision is not None:
-        engine["activation_precision"] = args.activation_precision
-    return EngineConfig(threads=ThreadConfig(**threads), **engine)
+    """The EngineConfig the engine flags ask for (validated: a bad value raises
+    ConfigError naming the settings field; :func:`flag_message` names the flag)."""
+    threads = _given(args, {"n": "threads", "wait_policy": "wait_policy"})
+    io = _given(args, {"workers": "io_workers", "direct": "direct", "prefetch": "prefetch"})
+    cache = _given(args, {"policy": "cache_policy"})
+    engine = _given(args, {"context_length": "context_length",
+                           "activation_precision": "activation_precision",
+                           "ram_budget": "ram_budget"})
+    return EngineConfig(threads=threads, io=io, cache=cache, **engine)
 
 
 def stops_from_args(args: argparse.Namespace) -> list[str]:

@@ -6,7 +6,9 @@ import argparse
 import json
 from typing import Any, TextIO
 
+from ..config import format_bytes
 from ..generation import GenerationStats
+from ..stats import ExpertStats, MemoryStats, PhaseTimes
 from .common import Loaded, load_model
 from .parser import UsageError, engine_from_args, sampling_from_args, stops_from_args
 
@@ -27,13 +29,113 @@ def _read_prompt(args: argparse.Namespace, stdin: TextIO) -> str:
 
 
 def summary_line(stats: GenerationStats, finish: str, load_seconds: float | None = None) -> str:
-    """The one-line summary ``colibri run`` prints to stderr."""
+    """The first line of the summary ``colibri run`` prints to stderr."""
     load = f"load {load_seconds:.2f} s, " if load_seconds is not None else ""
     return (
         f"colibri: {load}{stats.prompt_tokens} prompt tokens, {stats.generated_tokens} "
         f"generated; prefill {stats.prefill_tok_s:.1f} tok/s, decode "
         f"{stats.decode_tok_s:.1f} tok/s; finish: {finish}"
     )
+
+
+# The streaming tier's figures. GenerationStats.experts / .phases / .wait_policy and
+# ModelStats.memory are read with getattr so that this module works with a model that
+# does not report them (a dense model, or a build without the expert store).
+
+
+def generation_experts(stats: GenerationStats) -> ExpertStats | None:
+    value = getattr(stats, "experts", None)
+    return value if isinstance(value, ExpertStats) else None
+
+
+def generation_phases(stats: GenerationStats) -> PhaseTimes | None:
+    value = getattr(stats, "phases", None)
+    return value if isinstance(value, PhaseTimes) else None
+
+
+def wait_policy_in_effect(stats: GenerationStats | None, model_stats: object = None) -> str:
+    """The wait policy the core used ("passive" when auto chose it); "" if not reported."""
+    for source in (stats, model_stats):
+        value = getattr(source, "wait_policy", "")
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def model_memory(model_stats: object) -> MemoryStats | None:
+    value = getattr(model_stats, "memory", None)
+    return value if isinstance(value, MemoryStats) else None
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def experts_line(e: ExpertStats) -> str:
+    """``experts: 1200 hits, 80 misses (93.8% hit rate); read 1.0 GiB in 80 reads,
+    1.23 s (832 MiB/s), stalled 0.40 s; prefetch 300 issued, 250 used, 50 wasted (recall
+    83.3%); 12 evictions``"""
+    parts = [
+        f"experts: {e.hits} hits, {e.misses} misses ({_pct(e.hit_rate)} hit rate)",
+        f"read {format_bytes(e.bytes_read)} in {e.reads} reads, {e.read_seconds:.2f} s"
+        + (f" ({format_bytes(int(e.read_throughput))}/s)" if e.read_seconds > 0 else "")
+        + f", stalled {e.stall_seconds:.2f} s",
+    ]
+    if e.prefetch_issued or e.routed_after_prediction:
+        parts.append(f"prefetch {e.prefetch_issued} issued, {e.prefetch_used} used, "
+                     f"{e.prefetch_wasted} wasted (recall {_pct(e.prefetch_recall)})")
+    parts.append(f"{e.evictions} evictions")
+    if e.read_errors or e.checksum_failures:
+        parts.append(f"{e.read_errors} read errors, {e.checksum_failures} checksum failures")
+    return "; ".join(parts)
+
+
+def phases_line(p: PhaseTimes, wait_policy: str = "", configured: str = "") -> str:
+    """``time: attention 0.12 s, dense 0.01 s, router 0.02 s, expert matmul 0.80 s,
+    expert wait 0.40 s, lm_head 0.05 s; wait policy passive (auto)``"""
+    line = (f"time: attention {p.attention:.2f} s, dense {p.dense:.2f} s, router "
+            f"{p.router:.2f} s, expert matmul {p.expert_matmul:.2f} s, expert wait "
+            f"{p.expert_wait:.2f} s, lm_head {p.lm_head:.2f} s")
+    if wait_policy:
+        chosen = f" ({configured})" if configured and configured != wait_policy else ""
+        line += f"; wait policy {wait_policy}{chosen}"
+    return line
+
+
+def memory_line(m: MemoryStats) -> str:
+    """``memory: budget 12.0 GiB = dense 3.1 GiB + KV 768 MiB + work 83.0 MiB + expert
+    cache 8.0 GiB (655 slots of 12.5 MiB; 600 in use, 120 pinned); experts 6144, 56.9 GiB
+    on disk``"""
+    return (
+        f"memory: budget {format_bytes(m.budget)} = dense {format_bytes(m.dense_bytes)} + KV "
+        f"{format_bytes(m.kv_bytes)} + work {format_bytes(m.work_bytes)} + expert cache "
+        f"{format_bytes(m.cache_bytes)} ({m.cache_slots} slots of {format_bytes(m.slot_bytes)}; "
+        f"{m.cached_experts} in use, {m.pinned_experts} pinned); experts {m.total_experts}, "
+        f"{format_bytes(m.expert_bytes)} on disk"
+    )
+
+
+def summary_lines(loaded: Loaded, stats: GenerationStats, finish: str) -> list[str]:
+    """The summary ``colibri run`` prints to stderr: the speed line, and for a model with
+    routed experts the generation's expert cache and I/O figures, its time per phase (and
+    the wait policy in effect) and the RAM split."""
+    lines = [summary_line(stats, finish, loaded.load_seconds)]
+    model = loaded.model
+    if model.config.n_experts <= 0:
+        return lines
+    model_stats = model.stats()
+    experts = generation_experts(stats)
+    if experts is not None:
+        lines.append("colibri: " + experts_line(experts))
+    phases = generation_phases(stats)
+    if phases is not None:
+        configured = model.threads.wait_policy.value
+        lines.append("colibri: " + phases_line(phases, wait_policy_in_effect(stats, model_stats),
+                                               configured))
+    memory = model_memory(model_stats)
+    if memory is not None:
+        lines.append("colibri: " + memory_line(memory))
+    return lines
 
 
 def run_record(
@@ -49,6 +151,12 @@ def run_record(
     """The record ``colibri run --json`` prints (schema in docs/cli.md)."""
     model = loaded.model
     threads = model.threads
+    engine = model.engine_config
+    routed = model.config.n_experts > 0
+    model_stats = model.stats() if routed else None
+    experts = generation_experts(stats) if routed else None
+    phases = generation_phases(stats) if routed else None
+    memory = model_memory(model_stats) if routed else None
     return {
         "schema": RUN_SCHEMA,
         "model": {
@@ -70,6 +178,10 @@ def run_record(
             **stats.to_dict(),
             "decode_tokens": stats.decode_tokens,
             "load_seconds": loaded.load_seconds,
+            "wait_policy": wait_policy_in_effect(stats, model_stats) or None,
+            "experts": experts.to_dict() if experts is not None else None,
+            "phases": phases.to_dict() if phases is not None else None,
+            "memory": memory.to_dict() if memory is not None else None,
         },
         "settings": {
             "max_tokens": args.max_tokens,
@@ -78,7 +190,10 @@ def run_record(
             "threads": threads.team_size(),
             "wait_policy": threads.wait_policy.value,
             "context_length": model.context_length,
-            "activation_precision": model.engine_config.activation_precision.value,
+            "activation_precision": engine.activation_precision.value,
+            "ram_budget": engine.ram_budget,
+            "io": engine.io.to_dict(),
+            "cache": engine.cache.to_dict(),
         },
     }
 
@@ -122,7 +237,7 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO) -
             out.flush()
         stats = model.stats().last
         if stats is not None and not args.quiet:
-            err.write(summary_line(stats, finish, loaded.load_seconds) + "\n")
+            err.write("".join(line + "\n" for line in summary_lines(loaded, stats, finish)))
         raise
     stats = model.stats().last
     assert stats is not None  # the stream has ended, so its record exists
@@ -134,6 +249,6 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO) -
         if not text.endswith("\n"):
             out.write("\n")
         if not args.quiet:
-            err.write(summary_line(stats, finish, loaded.load_seconds) + "\n")
+            err.write("".join(line + "\n" for line in summary_lines(loaded, stats, finish)))
     out.flush()
     return 0
