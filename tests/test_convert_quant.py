@@ -288,9 +288,7 @@ def test_quantized_resume_is_byte_identical(
 # ------------------------------------------------------------------------------ CLI
 
 
-def test_convert_options_and_command(
-    tiny_models: dict[str, TinyModel], tmp_path: Path
-) -> None:
+def test_convert_options_and_command(tiny_models: dict[str, TinyModel], tmp_path: Path) -> None:
     """cmd_convert with the options add_convert_options declares (what cli/parser.py
     wires into ``colibri convert``)."""
     import argparse

@@ -444,9 +444,9 @@ def _check_fp8_extents(
             plain[t.scale.name] = t.scale
             if t.nbytes != t.shape[0] * t.shape[1]:
                 raise ModelFormatError(f"tensor {t.name!r}: {t.nbytes} bytes for {t.shape}")
+            spans += [(e.file, e.offset, e.offset + e.length, t.name) for e in t.extents]
         else:
             plain[t.name] = t
-        spans += [(e.file, e.offset, e.offset + e.length, t.name) for e in t.extents]
     check_extents(plain, files, sizes)
     for s in plain.values():
         spans += [(e.file, e.offset, e.offset + e.length, s.name) for e in s.extents]
@@ -519,7 +519,7 @@ def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = False) -> Manifes
         if _IGNORED.fullmatch(name):
             continue
         base = name[: -len(SCALE_SUFFIX)] if name.endswith(SCALE_SUFFIX) else ""
-        if block is not None and base in found and found[base][0] == FP8_DTYPE:
+        if base in found and found[base][0] == FP8_DTYPE:
             continue  # the block scales of an FP8 weight, read with it
         if dtype == FP8_DTYPE and (_FUSED_GATE_UP.fullmatch(name) or _FUSED_DOWN.fullmatch(name)):
             raise UnsupportedError(f"{where}: fused FP8 expert stack {name!r} is not supported")
