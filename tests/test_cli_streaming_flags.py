@@ -226,10 +226,10 @@ def test_summary_of_a_moe_run() -> None:
         "colibri: load 1.50 s, 5 prompt tokens, 8 generated; prefill 10.0 tok/s, decode "
         "5.0 tok/s; finish: length",
         "colibri: experts: 1200 hits, 80 misses (93.8% hit rate); read 1.0 GiB in 100 reads, "
-        "1.25 s (819 MiB/s), stalled 0.40 s; prefetch 300 issued, 250 used, 50 wasted "
+        "1.25 s (819 MiB/s), stalled 400 ms; prefetch 300 issued, 250 used, 50 wasted "
         "(recall 83.3%); 12 evictions",
-        "colibri: time: attention 0.12 s, dense 0.01 s, router 0.02 s, expert matmul 0.80 s, "
-        "expert wait 0.40 s, lm_head 0.05 s; wait policy passive (auto)",
+        "colibri: time: attention 120 ms, dense 10 ms, router 20 ms, expert matmul 800 ms, "
+        "expert wait 400 ms, lm_head 50 ms; wait policy passive (auto)",
         "colibri: memory: budget 12.0 GiB = dense 3.0 GiB + KV 768 MiB + work 83.0 MiB + "
         "expert cache 8.0 GiB (655 slots of 12.5 MiB; 600 in use, 120 pinned); experts 6144, "
         "75.0 GiB on disk",
@@ -241,9 +241,14 @@ def test_summary_of_a_moe_run() -> None:
     lines = summary_lines(loaded(model), bad, "stop")
     assert len(lines) == 3  # no memory split reported
     assert "2 read errors, 1 checksum failures" in lines[1]
-    assert "read 0 B in 0 reads, 0.00 s, stalled" in lines[1]  # no throughput without time
+    assert "read 0 B in 0 reads, 0.00 s, stalled 0.00 s" in lines[1]  # no rate without time
     assert "prefetch" not in lines[1]
     assert lines[2].endswith("; wait policy spin")
+    # The model may name the choice itself: then "(auto)" is not repeated.
+    chose = gen_stats(experts=EXPERTS, phases=PHASES, wait_policy="auto (passive)")
+    model = FakeModel(8, FakeModelStats(chose), EngineConfig())
+    assert summary_lines(loaded(model), chose, "stop")[2].endswith(
+        "; wait policy auto (passive)")
 
 
 def test_summary_before_the_streaming_stats_exist() -> None:
@@ -253,6 +258,14 @@ def test_summary_before_the_streaming_stats_exist() -> None:
         assert summary_lines(loaded(model), stats, "length") == [
             "colibri: load 1.50 s, 5 prompt tokens, 8 generated; prefill 10.0 tok/s, decode "
             "5.0 tok/s; finish: length"]
+
+
+def test_small_times_keep_three_digits() -> None:
+    from colibri.cli.run import phases_line
+
+    line = phases_line(PhaseTimes(attention=2.453e-06, dense=0.0048, expert_matmul=12.5))
+    assert line == ("time: attention 0.00245 ms, dense 4.8 ms, router 0.00 s, expert matmul "
+                    "12.50 s, expert wait 0.00 s, lm_head 0.00 s")
 
 
 def test_dense_model_summary_is_one_line() -> None:

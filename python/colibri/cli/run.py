@@ -71,15 +71,23 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def _dur(seconds: float) -> str:
+    """``"1.25 s"``, ``"120 ms"``, ``"0.00245 ms"``: three significant digits below 1 s,
+    so that a small model's phases do not all read 0.00 s."""
+    if seconds >= 1 or seconds <= 0:
+        return f"{seconds:.2f} s"
+    return f"{seconds * 1e3:.3g} ms"
+
+
 def experts_line(e: ExpertStats) -> str:
-    """``experts: 1200 hits, 80 misses (93.8% hit rate); read 1.0 GiB in 80 reads,
-    1.23 s (832 MiB/s), stalled 0.40 s; prefetch 300 issued, 250 used, 50 wasted (recall
+    """``experts: 1200 hits, 80 misses (93.8% hit rate); read 1.0 GiB in 100 reads,
+    1.25 s (819 MiB/s), stalled 400 ms; prefetch 300 issued, 250 used, 50 wasted (recall
     83.3%); 12 evictions``"""
     parts = [
         f"experts: {e.hits} hits, {e.misses} misses ({_pct(e.hit_rate)} hit rate)",
-        f"read {format_bytes(e.bytes_read)} in {e.reads} reads, {e.read_seconds:.2f} s"
+        f"read {format_bytes(e.bytes_read)} in {e.reads} reads, {_dur(e.read_seconds)}"
         + (f" ({format_bytes(int(e.read_throughput))}/s)" if e.read_seconds > 0 else "")
-        + f", stalled {e.stall_seconds:.2f} s",
+        + f", stalled {_dur(e.stall_seconds)}",
     ]
     if e.prefetch_issued or e.routed_after_prediction:
         parts.append(f"prefetch {e.prefetch_issued} issued, {e.prefetch_used} used, "
@@ -91,13 +99,14 @@ def experts_line(e: ExpertStats) -> str:
 
 
 def phases_line(p: PhaseTimes, wait_policy: str = "", configured: str = "") -> str:
-    """``time: attention 0.12 s, dense 0.01 s, router 0.02 s, expert matmul 0.80 s,
-    expert wait 0.40 s, lm_head 0.05 s; wait policy passive (auto)``"""
-    line = (f"time: attention {p.attention:.2f} s, dense {p.dense:.2f} s, router "
-            f"{p.router:.2f} s, expert matmul {p.expert_matmul:.2f} s, expert wait "
-            f"{p.expert_wait:.2f} s, lm_head {p.lm_head:.2f} s")
+    """``time: attention 120 ms, dense 10 ms, router 20 ms, expert matmul 800 ms, expert
+    wait 400 ms, lm_head 50 ms; wait policy passive (auto)``"""
+    line = (f"time: attention {_dur(p.attention)}, dense {_dur(p.dense)}, router "
+            f"{_dur(p.router)}, expert matmul {_dur(p.expert_matmul)}, expert wait "
+            f"{_dur(p.expert_wait)}, lm_head {_dur(p.lm_head)}")
     if wait_policy:
-        chosen = f" ({configured})" if configured and configured != wait_policy else ""
+        # "passive (auto)" when auto chose it; the core may say so itself ("auto (passive)").
+        chosen = f" ({configured})" if configured and configured not in wait_policy else ""
         line += f"; wait policy {wait_policy}{chosen}"
     return line
 
