@@ -307,6 +307,16 @@ const ExpertViews& ExpertStore::wait(int64_t layer, int64_t expert) {
   return slot.views;
 }
 
+bool ExpertStore::ready(int64_t layer, int64_t expert) const {
+  const int32_t s = cache_.find(key(layer, expert));
+  if (s < 0) return false;
+  const Slot& slot = slots_[static_cast<std::size_t>(s)];
+  if (slot.state == State::Ready) return true;
+  for (Ticket t : slot.tickets)
+    if (!pool_->done(t)) return false;
+  return slot.state == State::Loading;
+}
+
 void ExpertStore::release(int64_t layer, int64_t expert) {
   const int32_t s = cache_.find(key(layer, expert));
   if (s >= 0 && cache_.holds(s) > 0) cache_.release(s);

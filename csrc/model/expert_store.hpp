@@ -97,6 +97,8 @@ class ExpertStore {
 
   // Whether the expert is in the cache (ready or being read).
   bool cached(int64_t layer, int64_t expert) const { return cache_.find(key(layer, expert)) >= 0; }
+  // Whether wait() would return without blocking.
+  bool ready(int64_t layer, int64_t expert) const;
   bool request(int64_t layer, int64_t expert);
   const ExpertViews& wait(int64_t layer, int64_t expert);
   void release(int64_t layer, int64_t expert);

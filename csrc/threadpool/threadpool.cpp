@@ -459,6 +459,13 @@ ThreadPool::ComputeScope::~ComputeScope() {
   pool_.impl_->scope_depth.fetch_sub(1, std::memory_order_release);
 }
 
+ThreadPool::IdleScope::IdleScope(ThreadPool& pool)
+    : pool_(pool), depth_(pool.impl_->scope_depth.exchange(0, std::memory_order_release)) {}
+
+ThreadPool::IdleScope::~IdleScope() {
+  pool_.impl_->scope_depth.store(depth_, std::memory_order_relaxed);
+}
+
 ThreadPoolStats ThreadPool::stats() const {
   const Impl* p = impl_;
   ThreadPoolStats s;

@@ -124,6 +124,21 @@ class ThreadPool {
     ThreadPool& pool_;
   };
 
+  // Inside a ComputeScope, a stretch where the team has nothing to do for a long time (the
+  // caller waits for a disk read): the workers park as if the computation had ended, and
+  // the next region wakes them. Only the thread that opened the ComputeScope may use it.
+  class IdleScope {
+   public:
+    explicit IdleScope(ThreadPool& pool);
+    ~IdleScope();
+    IdleScope(const IdleScope&) = delete;
+    IdleScope& operator=(const IdleScope&) = delete;
+
+   private:
+    ThreadPool& pool_;
+    int depth_;
+  };
+
   ThreadPoolStats stats() const;
   void reset_stats();
 
