@@ -4,6 +4,12 @@
 # and runs the test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The core links zlib (crc32 of container blobs). Debian/Ubuntu images without its headers
+# get them from the package registry.
+if [ ! -f /usr/include/zlib.h ] && command -v apt-get >/dev/null; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get install -y -q zlib1g-dev >/dev/null || { $SUDO apt-get update -q && $SUDO apt-get install -y -q zlib1g-dev; }
+fi
 python3 -m venv .venv
 . .venv/bin/activate
 python -m pip install -q --upgrade pip

@@ -10,7 +10,7 @@ import numpy.typing
 import typing
 from . import quant
 from . import io
-__all__: list[str] = ['ActPrecision', 'Engine', 'Extent', 'ModelSpec', 'QkNorm', 'Session', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'io', 'quant']
+__all__: list[str] = ['ActPrecision', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'ModelSpec', 'QkNorm', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'io', 'quant']
 class WaitPolicy:
     """
     How the compute team waits between parallel regions of a computation.
@@ -22,7 +22,10 @@ class WaitPolicy:
       PASSIVE : sleep on a condition variable
     
       HYBRID : spin for spin_us microseconds, then sleep
+    
+      AUTO : engine only: passive when disk-bound, hybrid when compute-bound
     """
+    AUTO: typing.ClassVar[WaitPolicy]
     HYBRID: typing.ClassVar[WaitPolicy]
     PASSIVE: typing.ClassVar[WaitPolicy]
     SPIN: typing.ClassVar[WaitPolicy]
@@ -392,18 +395,243 @@ class ModelSpec:
     @vocab_size.setter
     def vocab_size(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
+class CachePolicy:
+    """
+    Members:
+    
+      lru
+    
+      lfru
+    
+      pinned
+    """
+    __members__: typing.ClassVar[dict[str, CachePolicy]]
+    lfru: typing.ClassVar[CachePolicy]
+    lru: typing.ClassVar[CachePolicy]
+    pinned: typing.ClassVar[CachePolicy]
+    @typing.overload
+    def __eq__(self, other: CachePolicy) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: CachePolicy) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class ChecksumMode:
+    """
+    Members:
+    
+      off
+    
+      first
+    
+      always
+    """
+    __members__: typing.ClassVar[dict[str, ChecksumMode]]
+    always: typing.ClassVar[ChecksumMode]
+    first: typing.ClassVar[ChecksumMode]
+    off: typing.ClassVar[ChecksumMode]
+    @typing.overload
+    def __eq__(self, other: ChecksumMode) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: ChecksumMode) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class ExpertBlob:
+    def __init__(self, layer: typing.SupportsInt | typing.SupportsIndex, expert: typing.SupportsInt | typing.SupportsIndex, extent: Extent, crc32: typing.SupportsInt | typing.SupportsIndex | None = None) -> None:
+        ...
+    @property
+    def expert(self) -> int:
+        ...
+    @property
+    def layer(self) -> int:
+        ...
+class StoreSettings:
+    checksums: ChecksumMode
+    direct: bool
+    policy: CachePolicy
+    prefetch: bool
+    def __init__(self) -> None:
+        ...
+    @property
+    def cache_bytes(self) -> int:
+        ...
+    @cache_bytes.setter
+    def cache_bytes(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def pin_fraction(self) -> float:
+        ...
+    @pin_fraction.setter
+    def pin_fraction(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def workers(self) -> int:
+        ...
+    @workers.setter
+    def workers(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+class ExpertStoreStats:
+    @property
+    def buffered_reads(self) -> int:
+        ...
+    @property
+    def bytes_read(self) -> int:
+        ...
+    @property
+    def checksum_failures(self) -> int:
+        ...
+    @property
+    def direct_reads(self) -> int:
+        ...
+    @property
+    def evictions(self) -> int:
+        ...
+    @property
+    def hits(self) -> int:
+        ...
+    @property
+    def inline_reads(self) -> int:
+        ...
+    @property
+    def misses(self) -> int:
+        ...
+    @property
+    def predicted_routed(self) -> int:
+        ...
+    @property
+    def prefetch_cancelled(self) -> int:
+        ...
+    @property
+    def prefetch_issued(self) -> int:
+        ...
+    @property
+    def prefetch_used(self) -> int:
+        ...
+    @property
+    def prefetch_wasted(self) -> int:
+        ...
+    @property
+    def read_errors(self) -> int:
+        ...
+    @property
+    def read_seconds(self) -> float:
+        ...
+    @property
+    def reads(self) -> int:
+        ...
+    @property
+    def routed_after_prediction(self) -> int:
+        ...
+    @property
+    def stall_seconds(self) -> float:
+        ...
 class Engine:
     activation_precision: ActPrecision
-    def __init__(self, spec: ModelSpec, tensors: collections.abc.Sequence[TensorSpec], files: collections.abc.Sequence[str], threads: ThreadSettings) -> None:
+    def __init__(self, spec: ModelSpec, tensors: collections.abc.Sequence[TensorSpec], files: collections.abc.Sequence[str], threads: ThreadSettings, blobs: collections.abc.Sequence[ExpertBlob] = []) -> None:
+        ...
+    def configure_store(self, settings: StoreSettings) -> None:
         ...
     def configure_threads(self, settings: ThreadSettings) -> None:
         ...
+    def phase_seconds(self) -> typing.Annotated[list[float], "FixedSize(6)"]:
+        ...
+    def preload_experts(self) -> None:
+        ...
+    def reset_store_stats(self) -> None:
+        ...
     def reset_thread_stats(self) -> None:
+        ...
+    def route_counts(self) -> numpy.typing.NDArray[numpy.uint64]:
+        ...
+    def set_expert_pins(self, keys: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        ...
+    def set_io_fault(self, fault: str) -> None:
+        ...
+    def store_stats(self) -> ExpertStoreStats:
         ...
     def thread_stats(self) -> ThreadPoolStats:
         ...
     @property
+    def auto_wait_policy(self) -> bool:
+        ...
+    @property
+    def cache_slots(self) -> int:
+        ...
+    @property
+    def cached_experts(self) -> int:
+        ...
+    @property
+    def expert_bytes(self) -> int:
+        ...
+    @property
+    def expert_slot_bytes(self) -> int:
+        ...
+    @property
+    def io_fallbacks(self) -> int:
+        ...
+    @property
+    def pinned_experts(self) -> int:
+        ...
+    @property
     def spec(self) -> ModelSpec:
+        ...
+    @property
+    def streamed_experts(self) -> int:
         ...
     @property
     def thread_settings(self) -> ThreadSettings:
