@@ -172,9 +172,9 @@ void bind_engine(py::module_& m) {
              std::copy(c.begin(), c.end(), out.mutable_data());
              return out;
            })
-      .def("store_stats", &Engine::store_stats)
+      .def("store_stats", &Engine::store_stats, py::call_guard<py::gil_scoped_release>())
       .def("reset_store_stats", &Engine::reset_store_stats)
-      .def("phase_seconds", &Engine::phase_seconds)
+      .def("phase_seconds", &Engine::phase_seconds, py::call_guard<py::gil_scoped_release>())
       .def("set_io_fault", [](Engine& e, const std::string& f) { e.set_io_fault(parse_io_fault(f)); }, py::arg("fault"))
       .def_property_readonly("auto_wait_policy", &Engine::auto_wait_policy)
       .def_property_readonly("expert_slot_bytes", [](const Engine& e) { return e.store().slot_bytes(); })

@@ -247,7 +247,10 @@ void Engine::configure_store(const StoreSettings& settings) {
   store_->configure(settings);
 }
 
-ExpertStoreStats Engine::store_stats() const { return store_->stats(); }
+ExpertStoreStats Engine::store_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return store_->stats();
+}
 
 void Engine::reset_store_stats() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -265,14 +268,20 @@ void Engine::set_expert_pins(const std::vector<int64_t>& keys) {
   store_->set_pins(keys);
 }
 
-std::vector<uint64_t> Engine::route_counts() const { return store_->route_counts(); }
+std::vector<uint64_t> Engine::route_counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return store_->route_counts();
+}
 
 void Engine::set_io_fault(IoFault fault) {
   std::lock_guard<std::mutex> lock(mu_);
   store_->set_fault(fault);
 }
 
-PhaseSeconds Engine::phase_seconds() const { return phase_; }
+PhaseSeconds Engine::phase_seconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return phase_;
+}
 
 ThreadSettings Engine::thread_settings() const { return pool_.settings(); }
 

@@ -131,7 +131,9 @@ class Engine {
   ThreadSettings auto_base_;     // n_threads and spin_us under Auto
   double wait_share_ = 0.0;      // smoothed expert-wait share of recent forwards (Auto)
   ActPrecision precision_ = ActPrecision::Int8;
-  std::mutex mu_;  // one forward at a time per engine (shared pool and workspace)
+  // One forward at a time per engine (shared pool, workspace, store); also guards the
+  // store's and phases' counters against a stats call from another thread.
+  mutable std::mutex mu_;
 };
 
 }  // namespace colibri
