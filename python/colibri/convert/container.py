@@ -411,7 +411,26 @@ def _container_json(
         "dense": dense,
         "experts": experts,
     }
-    return (json.dumps(doc, indent=1, default=_json_default) + "\n").encode()
+    return _dump(doc).encode()
+
+
+def _dump(doc: Mapping[str, Any]) -> str:
+    """``doc`` as JSON with one top-level key per line and one dense tensor or expert per
+    line. Each value goes through json's C encoder in one piece: ``indent=`` would use the
+    pure-Python encoder, whose many small chunks cost tens of MiB for a large vocabulary
+    in the metadata (memory that, unlike the weights, scales with the tokenizer)."""
+
+    def one(v: Any) -> str:
+        return json.dumps(v, separators=(", ", ": "), default=_json_default)
+
+    lines = []
+    for k, v in doc.items():
+        if isinstance(v, list) and v and isinstance(v[0], dict):
+            body = ",\n  ".join(one(x) for x in v)
+            lines.append(f" {one(k)}: [\n  {body}\n ]")
+        else:
+            lines.append(f" {one(k)}: {one(v)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 def _metadata(manifest: Manifest) -> dict[str, Any]:
