@@ -193,6 +193,9 @@ def build_parser(version: str) -> Parser:
     convert.add_argument("source", metavar="SOURCE", help="a model path or a named model")
     convert.add_argument("dest", metavar="DEST", help="the container directory to write")
     convert.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    from .convert import add_convert_options  # convert's own options (--quant), cli/convert.py
+
+    add_convert_options(convert)
     _cache_flag(convert)
     _debug_flag(convert, argparse.SUPPRESS)
 
