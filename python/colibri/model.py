@@ -7,6 +7,8 @@ share a model.
 
 from __future__ import annotations
 
+import platform
+import sys
 import threading
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -94,7 +96,12 @@ _WAIT = {
 def _thread_settings(cfg: ThreadConfig) -> _core.ThreadSettings:
     settings = _core.ThreadSettings()
     settings.n_threads = cfg.team_size()
-    settings.policy = _WAIT[cfg.wait_policy]
+    policy = cfg.wait_policy
+    if policy is WaitPolicy.AUTO and sys.platform == "darwin" and platform.machine() == "arm64":
+        # Apple Silicon: CPU and GPU share one power budget, and both seed measurements
+        # there favour sleeping even for pure-CPU decode (docs/tuning.md).
+        policy = WaitPolicy.PASSIVE
+    settings.policy = _WAIT[policy]
     settings.spin_us = cfg.spin_us
     return settings
 
