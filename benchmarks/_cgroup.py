@@ -373,3 +373,25 @@ def proc_status_bytes(field: str, pid: int | str = "self") -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def parse_diskstats(text: str, major: int, minor: int) -> tuple[int, int] | None:
+    """(bytes read, milliseconds the device was busy) of device `major:minor` from
+    /proc/diskstats text (sectors are 512 bytes there, whatever the device's own size)."""
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 13 and f[0] == str(major) and f[1] == str(minor):
+            return int(f[5]) * 512, int(f[12])
+    return None
+
+
+def device_counters(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """Bytes read and busy milliseconds so far of the block device holding `path` (all
+    processes, not only this one), or None where /proc/diskstats does not list it."""
+    try:
+        dev = os.stat(path).st_dev
+        return parse_diskstats(Path("/proc/diskstats").read_text(), os.major(dev),
+                               os.minor(dev))
+    except OSError:
+        return None
+

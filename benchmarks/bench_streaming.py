@@ -4,31 +4,47 @@ disk-bound bound, and one-variable sweeps of the expert store's settings.
 Every measurement runs in a fresh child process (this script with ``--child``) inside a
 memory cgroup whose limit caps the child's RSS and page cache together, after
 ``sync; echo 3 > /proc/sys/vm/drop_caches`` (REFERENCES.md, "Measuring streaming
-honestly"; needs root). A child loads the model, then makes two requests on new sessions:
+honestly"; needs root). A child loads the model, then makes two requests, each on a new
+session:
 
-* **cold**: the first request of the process, page cache dropped, expert cache empty;
-* **warm**: a second request with a different prompt in the same process, so the expert
-  cache (colibri) or the page cache inside the cgroup (llama.cpp) holds what the first
-  request left there, within the same limit.
+* **cold**: the first request of the process: page cache dropped, expert cache empty;
+* **warm**: a second request on another text in the same process, so the expert cache
+  (colibri) or the page cache inside the cgroup (llama.cpp) holds what the first request
+  left there, within the same limit.
 
-Each request is a prompt of ``--prompt`` token ids (the same ids for both engines) and
-``--decode`` greedy tokens (a fixed count: random weights emit end tokens like any other).
-Decode tok/s is wall time over the decode loop only. The disk's O_DIRECT bandwidth is
-measured in the same run (expert-sized chunks at random aligned offsets of the experts
-file), and ``bytes read / decode tokens`` from colibri's stats turns it into the
-disk-bound bound ``tok/s <= disk B/s / bytes per token``; the table prints the achieved
-fraction. The parent prints tables and writes ``benchmarks/results/streaming-*.json``.
+A request prefills ``--prompt`` token ids of a text passage (the same ids for both engines,
+tokenized once by llama.cpp) and decodes ``--decode`` more. Decoding is "forced" by
+default: each step computes the argmax but feeds the passage's next token, because greedy
+decoding of random weights falls into loops of one repeated token, whose routing repeats
+and flatters every cache (``--decode-mode greedy`` measures that). Decode tok/s is wall
+time over the decode loop only.
+
+The bound: the disk's O_DIRECT bandwidth is measured in the same run, before the first
+child and after every child (expert-sized chunks at random aligned offsets of the experts
+file, best of 1 and 4 reads in flight), and ``bytes read / decode tokens`` (colibri's
+stats; the block layer's count from /proc/self/io for llama.cpp) turns it into
+``tok/s <= disk B/s / bytes per token``; "% of disk bound" is the achieved fraction, using
+the mean of the two measurements around the child. "disk busy %" is the device's own busy
+time over the decode (/proc/diskstats; every process on the machine counts). The parent
+prints tables and writes ``benchmarks/results/streaming-*.json``.
 
     sudo PYTHONPATH=python:build/dev/bench .venv/bin/python benchmarks/bench_streaming.py
     ... --only compare --repeats 3 --decode 32
     ... --only sweep-workers,sweep-wait-disk,sweep-wait-resident,demo
 
 Parts (``--only``, comma-separated; default all): compare, sweep-workers, sweep-direct,
-sweep-prefetch, sweep-cache, sweep-wait-disk, sweep-wait-resident, demo.
+sweep-prefetch, sweep-cache, sweep-wait-disk, sweep-wait-resident, demo. The disk-bound
+parts use ``--preset`` (moe-8g: written by synthetic_moe.py and converted to a native
+container under build/bench-data/ when missing) in a cgroup of ``--budget-frac`` of its
+GGUF (colibri's ram_budget is that less ``--margin``); the resident wait-policy run uses
+``--resident-preset`` with every expert preloaded; "demo" streams smollm2-moe-demo with a
+small budget and runs it resident.
 
 llama.cpp runs with ``use_extra_bufts = False`` (else it copies the whole model into
 anonymous memory and the cgroup kills it; docs/benchmarks.md, "Synthetic MoE presets"),
-``use_mmap=True``: it streams through mmap and the page cache, its designed way.
+``use_mmap=True``: it streams through mmap and the page cache, its designed way. It reads
+far more than the routed bytes there (readahead, and its resident tensors are evicted and
+re-read), so it decodes ``--llama-decode`` tokens per request (tok/s is a per-token mean).
 """
 
 from __future__ import annotations
@@ -40,7 +56,7 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +68,31 @@ BENCH_DATA = REPO / "build" / "bench-data"
 RESULT_MARK = "@@RESULT "
 PARTS = ("compare", "sweep-workers", "sweep-direct", "sweep-prefetch", "sweep-cache",
          "sweep-wait-disk", "sweep-wait-resident", "demo")
-# Prompts as text, tokenized once per model by llama.cpp (vocab only); the two requests of
-# a child use different prompts.
-PROMPTS = ("The quick brown fox jumps over the lazy dog near the river bank today",
-           "Streaming experts from disk: what does a cache hit rate really buy us here?")
-WARMUP_TEXT = ("Once upon a time, in a land of many experts, every token chose its own "
-               "path through the layers, and the cache remembered the popular ones. ") * 4
+# Text passages, tokenized once per model by llama.cpp (vocab only), so both engines get the
+# same ids. A request prefills a passage's first --prompt tokens and then decodes --decode
+# more: by default "forced", feeding the passage's next tokens (each step still computes
+# the argmax), because greedy decoding of random weights falls into loops of one repeated
+# token whose routing repeats too, which would flatter every cache. A and B are the cold
+# and the warm request; C and D train the routing history ("pinned") and warm up resident
+# runs, so no measured text is ever learned from.
+PASSAGES = (
+    "The river had carved its way through the valley for ten thousand years, and the town "
+    "that grew along its banks learned to read the water the way other towns read the sky. "
+    "Fishermen argued about currents over breakfast; children raced paper boats past the "
+    "mill; the old bridge, rebuilt three times, still carried carts of apples every autumn.",
+    "Streaming experts from disk changes what a language model costs: the weights no longer "
+    "have to fit in memory, only the ones a token needs right now. A cache keeps the popular "
+    "experts close, a prefetcher guesses the next layer's choices, and the disk does the "
+    "rest, so the question becomes how many bytes each token reads and how fast they arrive.",
+    "Once upon a time, in a land of many experts, every token chose its own path through the "
+    "layers, and the cache remembered the popular ones. Merchants counted coins at the gate, "
+    "scribes copied letters by candlelight, and the library's shelves bent under atlases of "
+    "coastlines nobody had sailed. Each morning the bells rang twice, once for the market.",
+    "Quarterly figures arrived late again: revenue up four percent, shipping costs down, and "
+    "a warehouse in the north still waiting for its new roof. The committee asked for charts, "
+    "then for fewer charts, then for the original spreadsheet, which nobody could find until "
+    "an intern noticed it attached to a reply sent at midnight by the finance director.",
+)
 
 
 # =========================================================================== pure helpers
@@ -161,6 +196,7 @@ class _Colibri:
             kw["io"] = cls("IOConfig")(**spec["io"])
         if spec.get("cache") is not None:
             kw["cache"] = cls("CacheConfig")(**spec["cache"])
+        self.path = spec["path"]
         self.model = colibri.Model.load(spec["path"], engine=cls("EngineConfig")(**kw))
         self.session: Any = None
 
@@ -196,6 +232,7 @@ class _Llama:
 
         low.llama_model_default_params = no_repack
         self.llama_cpp = llama_cpp
+        self.path = spec["path"]
         self.llm = llama_cpp.Llama(
             model_path=spec["path"], n_ctx=spec["ctx"], n_batch=spec["ctx"],
             n_threads=spec["threads"], n_threads_batch=spec["threads"], use_mmap=True,
@@ -231,19 +268,24 @@ def _delta(a: Any, b: Any) -> dict[str, Any] | None:
     return d
 
 
-def _request(eng: Any, prompt: list[int], n_decode: int) -> dict[str, Any]:
-    """One request: prefill `prompt`, then `n_decode` greedy tokens; times and counters."""
+def _request(eng: Any, ids: list[int], n_prompt: int, n_decode: int,
+             forced: bool) -> dict[str, Any]:
+    """One request: prefill ``ids[:n_prompt]``, then `n_decode` steps, each feeding the
+    argmax (greedy) or, when `forced`, the passage's next id; times and counters."""
+    prompt, feed = ids[:n_prompt], ids[n_prompt:n_prompt + n_decode]
     ex0, _ = eng.snapshot()
     io0, t0 = _io_read_bytes(), time.perf_counter()
     logits = eng.start(prompt)
     t1, io1, cpu1 = time.perf_counter(), _io_read_bytes(), _cpu_seconds()
+    dev1 = cg.device_counters(eng.path)
     ex1, ph1 = eng.snapshot()
     toks = []
-    for _ in range(n_decode):
-        tok = _argmax(logits)
+    for i in range(n_decode):
+        tok = _argmax(logits)  # computed in both modes, so both cost the same
         toks.append(tok)
-        logits = eng.step(tok)
+        logits = eng.step(feed[i] if forced else tok)
     t2, io2, cpu2 = time.perf_counter(), _io_read_bytes(), _cpu_seconds()
+    dev2 = cg.device_counters(eng.path)
     ex2, ph2 = eng.snapshot()
     dec_s = t2 - t1
     out: dict[str, Any] = {
@@ -252,12 +294,17 @@ def _request(eng: Any, prompt: list[int], n_decode: int) -> dict[str, Any]:
         "decode_cpu_per_wall": (cpu2 - cpu1) / dec_s,
         "prefill_io_read_bytes": io1 - io0, "decode_io_read_bytes": io2 - io1,
         "io_read_bytes_per_token": (io2 - io1) / n_decode,
-        "tokens": toks,
+        "argmax_tokens": toks, "fed_tokens": feed if forced else toks,
         "experts": _delta(ex1, ex2), "phases": _delta(ph1, ph2),
         "prefill_experts": _delta(ex0, ex1),
     }
+    if dev1 is not None and dev2 is not None:  # the whole device: other processes too
+        out["device_read_bytes_per_s"] = (dev2[0] - dev1[0]) / dec_s
+        out["device_busy"] = (dev2[1] - dev1[1]) / 1e3 / dec_s
     if out["experts"] is not None:
         out["bytes_read_per_token"] = out["experts"]["bytes_read"] / n_decode
+    if out["phases"] is not None:
+        out["expert_wait_ms_per_token"] = 1e3 * out["phases"]["expert_wait"] / n_decode
     return out
 
 
@@ -270,9 +317,12 @@ def child_main(spec: dict[str, Any]) -> None:
     if spec.get("warmup_ids"):  # resident runs: touch (nearly) every expert first
         eng.start(spec["warmup_ids"])
         result["warmup_tokens"] = len(spec["warmup_ids"])
-    for name, prompt in zip(("cold", "warm"), spec["prompts"], strict=True):
-        result[name] = _request(eng, prompt, spec["decode"])
+    for name, ids in zip(("cold", "warm"), spec["requests"], strict=True):
+        result[name] = _request(eng, ids, spec["prompt"], spec["decode"],
+                                spec["decode_mode"] == "forced")
     result.update(eng.extra())
+    if spec.get("save_history"):  # Model.close() adds this run's routing to the history
+        eng.model.close()
     result["vm_hwm"] = cg.proc_status_bytes("VmHWM")
     result["rss_anon"] = cg.proc_status_bytes("RssAnon")
     result["rss_file"] = cg.proc_status_bytes("RssFile")
@@ -314,6 +364,7 @@ class Runner:
     def child(self, spec: dict[str, Any], limit: int, cold: bool = True) -> dict[str, Any]:
         """One child in a fresh cgroup of `limit` bytes (page cache dropped first)."""
         dropped = cg.drop_caches() if cold else False
+        load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
         with cg.MemoryCgroup("colibri-bench", limit) as group:
             try:
@@ -327,7 +378,8 @@ class Runner:
             res = parse_child_output(out) or {"error": err[-2000:], "returncode": rc}
             res.update(cgroup_limit=limit, cgroup_peak=group.peak_bytes(),
                        oom_kills=group.oom_kills(), caches_dropped=dropped,
-                       wall_s=time.perf_counter() - t0, returncode=rc)
+                       wall_s=time.perf_counter() - t0, returncode=rc,
+                       loadavg_1min=(load_before, os.getloadavg()[0]))
         tag = {k: spec[k] for k in ("engine", "wait_policy") if k in spec}
         tag.update({k: spec[k] for k in ("io", "cache") if spec.get(k)})
         if "error" in res:
@@ -339,25 +391,27 @@ class Runner:
         return res
 
 
-def _prompt_ids(gguf: Path, n: int) -> tuple[list[list[int]], list[int]]:
-    """The two prompts' first `n` ids and a warm-up prompt, tokenized by llama.cpp."""
+def _passage_ids(gguf: Path, need: int) -> list[list[int]]:
+    """PASSAGES tokenized by llama.cpp (vocab only); each must have `need` tokens."""
     import llama_cpp
 
     v = llama_cpp.Llama(model_path=str(gguf), vocab_only=True, verbose=False)
-    prompts = [v.tokenize(t.encode(), add_bos=False)[:n] for t in PROMPTS]
-    warm = v.tokenize(WARMUP_TEXT.encode(), add_bos=False)[:96]
-    for p in prompts:
-        if len(p) < n:
-            raise SystemExit(f"prompt shorter than {n} tokens: {p}")
-    return prompts, warm
+    out = [v.tokenize(t.encode(), add_bos=False) for t in PASSAGES]
+    for ids in out:
+        if len(ids) < need:
+            raise SystemExit(f"a passage has {len(ids)} tokens, fewer than {need}")
+    return out
 
 
 def _container(gguf: Path) -> Path:
-    """The native container beside `gguf` (``colibri convert`` it first when missing)."""
-    dst = gguf.with_name(gguf.name.split(".Q")[0] + ".colibri")
+    """The native container of `gguf` in build/bench-data (``colibri convert`` it first
+    when missing)."""
+    dst = BENCH_DATA / (gguf.name.split(".Q")[0] + ".colibri")
     if not (dst / "manifest.json").exists():
+        env = dict(os.environ)
+        env.setdefault("PYTHONPATH", f"{REPO / 'python'}:{REPO / 'build/dev/bench'}")
         subprocess.run([sys.executable, "-m", "colibri", "convert", "-q", str(gguf), str(dst)],
-                       check=True, env={**os.environ, "PYTHONPATH": f"{REPO / 'python'}"})
+                       check=True, env=env)
     return dst
 
 
@@ -373,28 +427,42 @@ def _expert_chunk(container: Path) -> int:
     return max(4096, max(e["length"] for e in m["experts"]))
 
 
-def _summarize(runs: list[dict[str, Any]], disk_bps: float | None) -> dict[str, Any]:
+def add_bounds(res: dict[str, Any], disk_bytes_per_s: float | None) -> None:
+    """Adds to each request of a child's result the read rate it achieved during decode and
+    that as a fraction of the disk's bandwidth (= decode tok/s over the disk-bound bound):
+    ``bound_fraction`` from colibri's bytes_read, ``bound_fraction_io`` from the block
+    layer's count (/proc/self/io, the only one llama.cpp has)."""
+    res["disk_bytes_per_s"] = disk_bytes_per_s
+    for p in ("cold", "warm"):
+        x = res.get(p)
+        if not isinstance(x, dict):
+            continue
+        tok_s = x.get("decode_tok_s")
+        x["bound_fraction"] = bound_fraction(tok_s, x.get("bytes_read_per_token"),
+                                             disk_bytes_per_s)
+        x["bound_fraction_io"] = bound_fraction(tok_s, x.get("io_read_bytes_per_token"),
+                                                disk_bytes_per_s)
+        x["decode_read_bytes_per_s"] = (x.get("decode_io_read_bytes") or 0) / x["decode_s"]
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the repeats of one configuration (failed children left out)."""
     s: dict[str, Any] = {"n": len(runs), "failed": sum(1 for r in runs if "error" in r)}
     ok = [r for r in runs if "error" not in r]
     for p in ("cold", "warm"):
-        tok_s = median_of(ok, f"{p}.decode_tok_s")
-        bpt = median_of(ok, f"{p}.bytes_read_per_token")
-        s[p] = {
-            "decode_tok_s": tok_s,
-            "prefill_tok_s": median_of(ok, f"{p}.prefill_tok_s"),
-            "hit_rate": median_of(ok, f"{p}.experts.hit_rate"),
-            "prefetch_recall": median_of(ok, f"{p}.experts.prefetch_recall"),
-            "bytes_read_per_token": bpt,
-            "io_read_bytes_per_token": median_of(ok, f"{p}.io_read_bytes_per_token"),
-            "stall_s_per_token": None,
-            "cpu_per_wall": median_of(ok, f"{p}.decode_cpu_per_wall"),
-            "bound_fraction": bound_fraction(tok_s, bpt, disk_bps),
-            "bound_fraction_io": bound_fraction(
-                tok_s, median_of(ok, f"{p}.io_read_bytes_per_token"), disk_bps),
+        keys = {
+            "decode_tok_s": "decode_tok_s", "prefill_tok_s": "prefill_tok_s",
+            "hit_rate": "experts.hit_rate", "prefetch_recall": "experts.prefetch_recall",
+            "bytes_read_per_token": "bytes_read_per_token",
+            "io_read_bytes_per_token": "io_read_bytes_per_token",
+            "expert_wait_ms_per_token": "expert_wait_ms_per_token",
+            "cpu_per_wall": "decode_cpu_per_wall", "bound_fraction": "bound_fraction",
+            "bound_fraction_io": "bound_fraction_io",
+            "decode_read_bytes_per_s": "decode_read_bytes_per_s",
+            "device_busy": "device_busy", "device_read_bytes_per_s": "device_read_bytes_per_s",
         }
-        stall = median_of(ok, f"{p}.experts.stall_seconds")
-        if stall is not None and tok_s:
-            s[p]["stall_s_per_token"] = stall / len(dig(ok[0], f"{p}.tokens") or [1])
+        s[p] = {k: median_of(ok, f"{p}.{v}") for k, v in keys.items()}
+    s["disk_bytes_per_s"] = median_of(ok, "disk_bytes_per_s")
     s["cgroup_peak"] = median_of(ok, "cgroup_peak")
     s["vm_hwm"] = median_of(ok, "vm_hwm")
     s["wait_policy_resolved"] = sorted({str(r.get("wait_policy")) for r in ok})
@@ -406,39 +474,51 @@ def _row(label: str, s: dict[str, Any], p: str) -> list[Any]:
     gb = x["bytes_read_per_token"] if x["bytes_read_per_token"] is not None \
         else x["io_read_bytes_per_token"]
     frac = x["bound_fraction"] if x["bound_fraction"] is not None else x["bound_fraction_io"]
+    resolved = [w for w in s["wait_policy_resolved"] if w.startswith("auto")]
+    if resolved:
+        label = f"{label} [{', '.join(resolved)}]"
+    rate = x["decode_read_bytes_per_s"]
     return [label, p, fmt(x["decode_tok_s"]), fmt(x["prefill_tok_s"]),
             fmt(x["hit_rate"]), fmt(x["prefetch_recall"]),
             fmt(gb / 1e9 if gb is not None else None),
+            fmt(rate / 1e9 if rate is not None else None),
             fmt(frac * 100 if frac is not None else None),
+            fmt(x["device_busy"] * 100 if x["device_busy"] is not None else None),
+            fmt(x["expert_wait_ms_per_token"]),
             fmt(x["cpu_per_wall"]),
             fmt(s["cgroup_peak"] / 2**20 if s["cgroup_peak"] else None),
             f"{s['n'] - s['failed']}/{s['n']}"]
 
 
 HEADERS = ["config", "req", "decode tok/s", "prefill tok/s", "hit rate", "prefetch recall",
-           "GB read/tok", "% of disk bound", "CPU/wall", "cgroup peak MiB", "ok"]
+           "GB read/tok", "GB/s read", "% of disk bound", "disk busy %", "wait ms/tok",
+           "CPU/wall", "cgroup peak MiB", "ok"]
 
 
 def run_configs(r: Runner, title: str, part: str, configs: list[tuple[str, dict[str, Any]]],
-                limit: int, disk_path: Path, chunk: int,
-                on_spec: Callable[[dict[str, Any]], None] | None = None) -> None:
-    """Runs each (label, spec) `--repeats` times, rounds outermost (alternating), then
-    prints one table; disk bandwidth measured before every round."""
+                limit: int, disk_path: Path | None, chunk: int) -> None:
+    """Runs each (label, spec) `--repeats` times, rounds outermost (configurations
+    alternate, so drifting machine noise hits all alike), then prints one table. With a
+    `disk_path` the disk's O_DIRECT bandwidth is measured before the first child and after
+    every child; a child's bound uses the mean of the measurements around it."""
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in configs}
-    bws: list[float] = []
+    before = r.disk(disk_path, chunk, f"{part} start") if disk_path else None
     for rep in range(r.args.repeats):
-        bws.append(r.disk(disk_path, chunk, f"{part} round {rep}"))
         for label, spec in configs:
-            if on_spec:
-                on_spec(spec)
-            runs[label].append(r.child(spec, spec.get("cgroup_limit") or limit))
-    bw = median(bws)
-    summary = {label: _summarize(rs, bw) for label, rs in runs.items()}
-    r.doc["parts"][part] = {"title": title, "cgroup_limit": limit, "disk_bytes_per_s": bw,
+            res = r.child(spec, spec.get("cgroup_limit") or limit)
+            after = r.disk(disk_path, chunk, f"{part} {label} #{rep}") if disk_path else None
+            add_bounds(res, (before + after) / 2 if before and after else None)
+            before = after
+            runs[label].append(res)
+    summary = {label: summarize(rs) for label, rs in runs.items()}
+    r.doc["parts"][part] = {"title": title, "cgroup_limit": limit,
                             "configs": {label: spec for label, spec in configs},
                             "summary": summary, "runs": runs}
-    print(f"\n## {title}\ncgroup limit {cg.fmt_bytes(limit)}, disk {bw / 1e9:.2f} GB/s "
-          f"(O_DIRECT, median of {len(bws)}), median of {r.args.repeats}")
+    disks = [x for x in (summary[lb]["disk_bytes_per_s"] for lb, _ in configs) if x]
+    disk_txt = (f", disk {min(disks) / 1e9:.2f}-{max(disks) / 1e9:.2f} GB/s (O_DIRECT, "
+                "medians per config)" if disks else "")
+    print(f"\n## {title}\ncgroup limit {cg.fmt_bytes(limit)}{disk_txt}, "
+          f"median of {r.args.repeats}")
     rows = [_row(label, summary[label], p) for label, _ in configs for p in ("cold", "warm")]
     r.doc["parts"][part]["table"] = print_table(HEADERS, rows)
     r.save()
@@ -457,6 +537,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--llama-decode", type=int, default=8,
                     help="decode tokens per llama.cpp request (it thrashes its page cache at "
                          "~0.1 tok/s in the cgroup; tok/s is a per-token average either way)")
+    ap.add_argument("--resident-decode", type=int, default=64,
+                    help="decode tokens per request in the resident and demo runs")
+    ap.add_argument("--decode-mode", choices=["forced", "greedy"], default="forced",
+                    help="feed the passage's next tokens (default) or the argmax")
     ap.add_argument("--prompt", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--budget-frac", type=float, default=0.25,
@@ -469,6 +553,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--resident-budget", default="3GiB")
     ap.add_argument("--demo-budget", default="160MiB",
                     help="ram_budget of the streamed demo MoE (cgroup: this + margin)")
+    ap.add_argument("--demo-resident-budget", default="1GiB")
     ap.add_argument("--disk-bytes", type=cg.parse_size, default="1GiB",
                     help="bytes per disk bandwidth measurement")
     ap.add_argument("--child-timeout", type=float, default=1200)
@@ -481,11 +566,13 @@ def main(argv: list[str] | None = None) -> None:
     r = Runner(args)
     margin = cg.parse_size(args.margin)
     base_io = {"workers": args.workers, "direct": True, "prefetch": True}
-    base_cache = {"policy": args.cache_policy}
+    base_cache = {"policy": args.cache_policy, "history": False}
+    need = args.prompt + max(args.decode, args.resident_decode)
 
-    def spec(engine: str, path: Path, prompts: list[list[int]], **kw: Any) -> dict[str, Any]:
+    def spec(engine: str, path: Path, passages: list[list[int]], **kw: Any) -> dict[str, Any]:
         d = {"engine": engine, "path": str(path), "threads": args.threads, "ctx": 256,
-             "decode": args.decode, "prompts": prompts, "wait_policy": args.wait_policy}
+             "prompt": args.prompt, "decode": args.decode, "decode_mode": args.decode_mode,
+             "requests": passages[:2], "wait_policy": args.wait_policy}
         d.update(kw)
         return d
 
@@ -497,25 +584,26 @@ def main(argv: list[str] | None = None) -> None:
         chunk = _expert_chunk(cont) if cont.is_dir() else 4 << 20
         limit = int(gguf.stat().st_size * args.budget_frac)
         budget = limit - margin
-        prompts, _ = _prompt_ids(gguf, args.prompt)
+        passages = _passage_ids(gguf, need)
         r.doc["disk_bound_model"] = {"gguf": str(gguf), "colibri_path": str(cont),
                                      "gguf_bytes": gguf.stat().st_size, "cgroup_limit": limit,
-                                     "ram_budget": budget, "prompts": prompts}
+                                     "ram_budget": budget, "passages": passages}
         r.log(f"{args.preset}: cgroup {cg.fmt_bytes(limit)}, colibri budget "
-              f"{cg.fmt_bytes(budget)}, prompts {prompts}")
+              f"{cg.fmt_bytes(budget)}")
 
         def col(**kw: Any) -> dict[str, Any]:
             base = {"ram_budget": budget, "io": dict(base_io), "cache": dict(base_cache)}
             base.update(kw)
-            return spec("colibri", cont, prompts, **base)
+            return spec("colibri", cont, passages, **base)
 
-        def cache_cfg(policy: str) -> dict[str, Any]:
-            return {"policy": policy}
-
+        # Routing history: one file per run (never ~/.cache), learned by a separate child
+        # on passages C and D (never the measured ones), read only by the "pinned" policy.
+        history = BENCH_DATA / f"routing-{r.path.stem}-{args.preset}.json"
+        pinned = {"policy": "pinned", "history": True, "history_path": str(history)}
         sweeps: dict[str, tuple[str, list[tuple[str, dict[str, Any]]]]] = {
             "compare": (f"{args.preset}: colibri vs llama.cpp, {args.threads} threads", [
                 ("colibri", col()),
-                ("llama.cpp", spec("llama", gguf, prompts, decode=args.llama_decode))]),
+                ("llama.cpp", spec("llama", gguf, passages, decode=args.llama_decode))]),
             "sweep-workers": ("I/O workers", [
                 (f"workers={w}", col(io={**base_io, "workers": w})) for w in (0, 1, 2, 4, 8)]),
             "sweep-direct": ("O_DIRECT", [
@@ -523,17 +611,19 @@ def main(argv: list[str] | None = None) -> None:
             "sweep-prefetch": ("Prefetch (next-layer router lookahead)", [
                 (f"prefetch={p}", col(io={**base_io, "prefetch": p})) for p in (True, False)]),
             "sweep-cache": ("Cache policy", [
-                (f"cache={p}", col(cache=cache_cfg(p))) for p in ("lru", "lfru", "pinned")]),
+                ("cache=lru", col(cache={"policy": "lru", "history": False})),
+                ("cache=lfru", col(cache={"policy": "lfru", "history": False})),
+                ("cache=pinned", col(cache=pinned))]),
             "sweep-wait-disk": ("Wait policy, disk-bound", [
                 (f"wait={w}", col(wait_policy=w)) for w in ("spin", "passive", "hybrid", "auto")]),
         }
         for part in disk_parts:
             title, configs = sweeps[part]
             if part == "sweep-cache":
-                # "pinned" learns from routing history: record it in one warm-up child first.
-                r.log("recording routing history for the pinned policy")
-                r.doc["parts"]["pinned-history"] = r.child(
-                    col(cache={"policy": args.cache_policy, "history": True}), limit)
+                r.log(f"recording routing history for the pinned policy into {history}")
+                r.doc["parts"]["pinned-history"] = r.child(col(
+                    cache={"policy": "lfru", "history": True, "history_path": str(history)},
+                    requests=passages[2:4], save_history=True), limit)
             run_configs(r, title, part, configs, limit, experts, chunk)
         if "compare" in r.doc["parts"]:
             s = r.doc["parts"]["compare"]["summary"]
@@ -543,39 +633,43 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"colibri / llama.cpp decode, {p}: {fmt(rt)}x")
             r.save()
 
+    # Resident runs: the cache preloads every expert at load (CacheConfig.preload), so both
+    # requests run with a 100% hit rate and no disk traffic.
+    resident_cache = {**base_cache, "preload": True}
     if "sweep-wait-resident" in parts:
         gguf = _synthetic(args.resident_preset)
         cont = _container(gguf) if args.colibri_source == "container" else gguf
-        prompts, warm = _prompt_ids(gguf, args.prompt)
+        passages = _passage_ids(gguf, need)
         budget = cg.parse_size(args.resident_budget)
-        configs = [(f"wait={w}", spec("colibri", cont, prompts, ram_budget=budget,
-                                      io=dict(base_io), cache=dict(base_cache),
-                                      wait_policy=w, warmup_ids=warm, decode=2 * args.decode))
+        configs = [(f"wait={w}", spec("colibri", cont, passages, ram_budget=budget,
+                                      io=dict(base_io), cache=resident_cache,
+                                      wait_policy=w, decode=args.resident_decode))
                    for w in ("spin", "passive", "hybrid", "auto")]
         run_configs(r, f"Wait policy, resident ({args.resident_preset}, budget "
-                       f"{cg.fmt_bytes(budget)})", "sweep-wait-resident", configs,
-                    budget + margin, cont / "experts.bin" if cont.is_dir() else gguf,
-                    _expert_chunk(cont) if cont.is_dir() else 4 << 20)
+                       f"{cg.fmt_bytes(budget)}, experts preloaded)", "sweep-wait-resident",
+                    configs, budget + margin, None, 0)
 
     if "demo" in parts:
         from colibri.hub import demo_moe_model
 
         gguf = demo_moe_model()
-        prompts, warm = _prompt_ids(gguf, args.prompt)
+        cont = _container(gguf) if args.colibri_source == "container" else gguf
+        passages = _passage_ids(gguf, need)
         small = cg.parse_size(args.demo_budget)
-        big = cg.parse_size("2GiB")
+        big = cg.parse_size(args.demo_resident_budget)
         configs = [
             (f"streamed, budget {cg.fmt_bytes(small)}",
-             spec("colibri", gguf, prompts, ram_budget=small, io=dict(base_io),
-                  cache=dict(base_cache), decode=2 * args.decode)),
-            ("resident (budget 2 GiB)",
-             spec("colibri", gguf, prompts, ram_budget=big, io=dict(base_io),
-                  cache=dict(base_cache), warmup_ids=warm, decode=2 * args.decode)),
+             spec("colibri", cont, passages, ram_budget=small, io=dict(base_io),
+                  cache=dict(base_cache), decode=args.resident_decode)),
+            (f"resident, budget {cg.fmt_bytes(big)}, preloaded",
+             spec("colibri", cont, passages, ram_budget=big, io=dict(base_io),
+                  cache=resident_cache, decode=args.resident_decode)),
         ]
         for _, sp in configs:  # each in a cgroup of its own budget + margin
             sp["cgroup_limit"] = sp["ram_budget"] + margin
-        run_configs(r, "Demo MoE (smollm2-moe-demo), streamed vs resident", "demo", configs,
-                    small + margin, gguf, 4 << 20)
+        run_configs(r, "Demo MoE (smollm2-moe-demo): streamed vs resident", "demo", configs,
+                    small + margin, cont / "experts.bin" if cont.is_dir() else None,
+                    _expert_chunk(cont) if cont.is_dir() else 0)
     r.save()
     print("wrote", r.path)
 

@@ -106,6 +106,15 @@ def test_parse_kv() -> None:
     assert cg.parse_kv(text) == {"oom_kill_disable": 0, "under_oom": 0, "oom_kill": 3}
 
 
+def test_parse_diskstats() -> None:
+    text = (" 253       0 vda 81346 5466 21330702 47890 44424 1503 4210448 76420 0 61520 "
+            "126048 0 0 0 0 2910 1737\n"
+            " 253       1 vda1 100 0 800 10 0 0 0 0 0 5 10 0 0 0 0 0 0\n")
+    assert cg.parse_diskstats(text, 253, 0) == (21330702 * 512, 61520)
+    assert cg.parse_diskstats(text, 253, 1) == (800 * 512, 5)
+    assert cg.parse_diskstats(text, 8, 0) is None
+
+
 def test_random_offsets() -> None:
     offs = cg.random_offsets(10 * 8192 + 100, 8192, 10, seed=1)
     assert sorted(offs) == [i * 8192 for i in range(10)]  # every slot once, shuffled
