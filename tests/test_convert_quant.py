@@ -335,3 +335,47 @@ def test_cli_convert_quant(
     np.testing.assert_array_equal(logits(dst), logits(t.gguf["Q4_0"]))
     assert cli_main(["convert", "--quant", "q9", str(t.gguf["F32"]), str(dst)]) == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_container_to_container(tiny_models: dict[str, TinyModel], tmp_path: Path) -> None:
+    """A container is a source too (e.g. requantize a keep container); converting into
+    the source's own directory is refused."""
+    t = tiny_models["qwen2_moe"]
+    write_container(t.hf_dir, tmp_path / "keep")
+    write_container(tmp_path / "keep", tmp_path / "q8", quant="q8_0")
+    write_container(t.hf_dir, tmp_path / "ref", quant="q8_0")
+    a, b = container_files(tmp_path / "q8"), container_files(tmp_path / "ref")
+    assert a.keys() == b.keys()
+    assert all(a[k] == b[k] for k in a if k != MANIFEST)  # manifest.json: the source name
+    assert load_native(tmp_path / "q8").tensors == load_native(tmp_path / "ref").tensors
+    with pytest.raises(InvalidRequestError, match="source's own files"):
+        write_container(tmp_path / "keep", tmp_path / "keep", quant="q4_0")
+    assert verify_container(tmp_path / "keep") == []
+
+
+def test_resume_after_sigkill(tiny_models: dict[str, TinyModel], tmp_path: Path) -> None:
+    """A conversion killed outright (SIGKILL: no exception handler, no buffered write
+    flushed at exit) resumes to the same bytes."""
+    import signal
+    import subprocess
+    import sys
+
+    src = tiny_models["mixtral"].gguf["F32"]
+    ref, dst = tmp_path / "ref", tmp_path / "dst"
+    write_container(src, ref, quant="q4_1")
+    code = (
+        "import os, signal, sys\n"
+        "from colibri.convert import write_container\n"
+        "n = [0]\n"
+        "def progress(done, total):\n"
+        "    n[0] += 1\n"
+        "    if n[0] > 20:\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "write_container(sys.argv[1], sys.argv[2], quant='q4_1', progress=progress)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(src), str(dst)], timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    assert not (dst / MANIFEST).exists()
+    report = write_container(src, dst, quant="q4_1")
+    assert report.items_reused == 20
+    assert container_files(dst) == container_files(ref)

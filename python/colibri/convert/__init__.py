@@ -1,13 +1,12 @@
 """Conversion to colibri's native streaming container (``docs/format.md``).
 
-:func:`write_container` lays a source manifest (GGUF file or Hugging Face directory) out
-for streaming; :func:`verify_container` checks every checksum of a written container;
+:func:`write_container` lays a model out for streaming: a manifest, or the path of a GGUF
+file, a Hugging Face directory (FP8 block-scaled ones included) or another container,
+optionally converting matrices to another type (``quant=``, :mod:`.quantize`);
+:func:`verify_container` checks every checksum of a written container;
 :func:`colibri.sources.native_source.load_native` reads one back as a manifest.
-
-``open_model_source`` (so ``Model.load``) opens containers. Not wired yet: a
-``colibri convert`` / ``colibri verify`` command; it would call
-``write_container(open_model_source(src), dst, progress=...)`` and print
-``verify_container(dst)``.
+``colibri convert SRC DST [--quant TYPE]`` and ``colibri verify DST`` are the command line
+(``colibri/cli/convert.py``); ``open_model_source`` (so ``Model.load``) opens containers.
 """
 
 from __future__ import annotations
@@ -21,11 +20,13 @@ from .container import (
     verify_container,
     write_container,
 )
+from .quantize import QUANT_CHOICES
 
 __all__ = [
     "ALIGNMENT",
     "CHECKSUM",
     "FORMAT",
+    "QUANT_CHOICES",
     "VERSION",
     "WriteReport",
     "verify_container",

@@ -504,6 +504,10 @@ def write_container(
     check_quant(quant)
     manifest = source if isinstance(source, Manifest) else open_convert_source(source)
     out_dir = Path(dst)
+    if any(f.resolve().parent == out_dir.resolve() for f in manifest.files):
+        raise InvalidRequestError(
+            f"{out_dir} holds the source's own files; convert into another directory"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     items = _plan(manifest, quant)
     digest = _plan_digest(manifest, items)
