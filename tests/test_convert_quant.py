@@ -15,8 +15,9 @@ import colibri
 from colibri.cli import main as cli_main
 from colibri.cli.parser import UsageError, build_parser
 from colibri.convert import quantize, verify_container, write_container
-from colibri.convert.container import JOURNAL, MANIFEST, _reader
+from colibri.convert.container import JOURNAL, MANIFEST
 from colibri.convert.quantize import target_dtype
+from colibri.convert.source import tensor_reader
 from colibri.errors import ConfigError, InvalidRequestError
 from colibri.sources import Extent, Manifest, TensorInfo, open_model_source
 from colibri.sources.native_source import load_native
@@ -232,7 +233,7 @@ def test_reader_spans_extents(tmp_path: Path) -> None:
     f.write_bytes(bytes(range(100)))
     t = TensorInfo("x", "F32", (6,), (Extent(0, 10, 8), Extent(0, 50, 16)))
     with open(f, "rb") as fh:
-        read = _reader([fh], [f])
+        read = tensor_reader([fh], [f])
         assert bytes(read(t, 0, 24)) == bytes(range(10, 18)) + bytes(range(50, 66))
         assert bytes(read(t, 6, 6)) == bytes([16, 17, 50, 51, 52, 53])
         assert bytes(read(t, 8, 4)) == bytes(range(50, 54))

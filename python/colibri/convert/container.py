@@ -44,8 +44,8 @@ from ..errors import (
 from ..sources.hf_source import Fp8TensorInfo
 from ..sources.manifest import Manifest, TensorInfo
 from ..sources.validate import tensor_nbytes
-from .quantize import Reader, check_quant, converted_chunks, target_dtype
-from .source import open_convert_source
+from .quantize import check_quant, converted_chunks, target_dtype
+from .source import open_convert_source, tensor_reader
 
 FORMAT = "colibri-container"
 VERSION = 1
@@ -241,38 +241,6 @@ def _is_zero(f: io.BufferedIOBase, offset: int, length: int) -> bool:
     return len(data) == length and data.count(0) == length
 
 
-def _reader(sources: Sequence[io.BufferedIOBase], names: Sequence[Path]) -> Reader:
-    """read(tensor, start, length): bytes [start, start + length) of a source tensor,
-    across its extents."""
-
-    def read(t: TensorInfo, start: int, length: int) -> bytearray:
-        out = bytearray(length)
-        view = memoryview(out)
-        pos = 0  # in the tensor
-        got = 0
-        for e in t.extents:
-            lo, hi = max(start, pos), min(start + length, pos + e.length)
-            if lo < hi:
-                src = sources[e.file]
-                src.seek(e.offset + lo - pos)
-                while lo < hi:
-                    n = src.readinto(view[got : got + hi - lo])
-                    if not n:
-                        raise ModelIOError(
-                            f"{names[e.file]}: short read in tensor {t.name!r} at offset "
-                            f"{e.offset + lo - pos}; the source file is truncated"
-                        )
-                    lo += n
-                    got += n
-            pos += e.length
-        if got != length:
-            raise ModelFormatError(f"tensor {t.name!r}: bytes [{start}, {start + length}) "
-                                   f"are past its end ({pos} bytes)")  # fmt: skip
-        return out
-
-    return read
-
-
 def _copy_item(
     item: _Item,
     out: io.BufferedIOBase,
@@ -290,7 +258,7 @@ def _copy_item(
         out.write(gap)
         crc = zlib.crc32(gap, crc)
         if not part.copied:
-            for chunk in converted_chunks(part.tensor, part.dtype, _reader(sources, names)):
+            for chunk in converted_chunks(part.tensor, part.dtype, tensor_reader(sources, names)):
                 out.write(chunk.data)
                 crc = zlib.crc32(chunk.data, crc)
             pos = part.offset + part.nbytes
