@@ -50,8 +50,15 @@ constexpr std::size_t kHugePage = 2u * 1024 * 1024;  // x86-64 / arm64 transpare
 
 std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
-// Byte size a spec needs (validated against its extents in the constructor).
+// Norm weights and biases (vectors) are used as F32 by the core; half-precision ones (a
+// BF16 or F16 Hugging Face checkpoint) are widened at load, which is exact.
+bool widened(const TensorSpec& s) {
+  return s.shape.size() == 1 && (s.type == DType::F16 || s.type == DType::BF16);
+}
+
+// Byte size a spec needs in the arena (its extents are validated in the constructor).
 std::size_t spec_bytes(const TensorSpec& s) {
+  if (widened(s)) return static_cast<std::size_t>(s.shape[0]) * sizeof(float);
   int64_t rows = 1, cols = 0;
   if (s.shape.size() == 1) {
     cols = s.shape[0];
@@ -101,11 +108,27 @@ WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& fi
                                   std::to_string(have));
     t.nbytes = expect;
     t.data = arena_.get() + cursor;
-    cursor += round_up(expect, kTensorAlign);
+    cursor += round_up(spec_bytes(s), kTensorAlign);
+    std::vector<uint8_t> half;  // staging for a widened vector
+    uint8_t* dst = t.data;
+    if (widened(s)) {
+      half.resize(expect);
+      dst = half.data();
+    }
     std::size_t at = 0;
     for (const auto& e : s.extents) {
-      files.read(e, t.data + at);
+      files.read(e, dst + at);
       at += e.length;
+    }
+    if (widened(s)) {
+      auto* out = reinterpret_cast<float*>(t.data);
+      for (int64_t i = 0; i < t.cols; ++i) {
+        uint16_t h;
+        std::memcpy(&h, half.data() + i * 2, 2);
+        out[i] = t.type == DType::BF16 ? bf16_to_fp32(h) : fp16_to_fp32(h);
+      }
+      t.type = DType::F32;
+      t.nbytes = static_cast<std::size_t>(t.cols) * sizeof(float);
     }
     if (s.rope_unpermute_heads > 0) {
       if (s.shape.size() == 1) {  // a bias or norm vector: permute its elements like rows
