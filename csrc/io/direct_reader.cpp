@@ -1,6 +1,7 @@
 #include "io/direct_reader.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -61,9 +62,12 @@ void DirectReader::fail_read(const Extent& e, int err) const {
   fail(ErrorKind::Io, "read of " + range_text(e) + " in '" + files_.path(e.file) + "' failed: " + std::strerror(err));
 }
 
-void DirectReader::fail_short(const Extent& e, uint64_t file_end) const {
-  fail(ErrorKind::Io, "short read in '" + files_.path(e.file) + "': wanted " + range_text(e) +
-                          ", file ends at byte " + std::to_string(file_end) +
+void DirectReader::fail_short(const Extent& e, uint64_t read_end) const {
+  // The file's size now (fstat), not where this read stopped: it may end well before.
+  struct stat st {};
+  const std::string end = ::fstat(files_.fd(e.file), &st) == 0 ? "ends after " + std::to_string(st.st_size) + " bytes"
+                                                                : "ends before byte " + std::to_string(read_end);
+  fail(ErrorKind::Io, "short read in '" + files_.path(e.file) + "': wanted " + range_text(e) + ", the file " + end +
                           " (was it truncated or replaced after loading?)");
 }
 

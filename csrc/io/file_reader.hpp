@@ -24,7 +24,8 @@ class FileSet {
 
   std::size_t size() const { return fds_.size(); }
   const std::string& path(int32_t file) const;
-  uint64_t file_size(int32_t file) const;
+  uint64_t file_size(int32_t file) const;  // at open
+  int fd(int32_t file) const { return fds_[static_cast<std::size_t>(file)]; }
 
   // Reads exactly extent.length bytes into dst. Throws Error(Io) on failure or EOF.
   void read(const Extent& extent, void* dst) const;

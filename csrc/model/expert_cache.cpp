@@ -120,15 +120,17 @@ void ExpertCache::set_pins(const std::vector<int64_t>& keys, int32_t max_pinned)
   n_pinned_ = 0;
   max_pinned_ = max_pinned < 0 ? 0 : max_pinned;
   std::fill(want_pin_.begin(), want_pin_.end(), 0);
-  for (int64_t k : keys) {
+  for (int64_t k : keys)
     if (k < 0 || k >= static_cast<int64_t>(want_pin_.size()))
       fail(ErrorKind::InvalidArgument, "pinned expert key " + std::to_string(k) + " is out of range");
-    want_pin_[static_cast<std::size_t>(k)] = 1;
-  }
+  // Only the first max_pinned keys (the hottest, in the caller's order) may be pinned: the
+  // pins go to the history's ranking, not to whichever listed experts load first.
+  const std::size_t n_want = std::min(keys.size(), static_cast<std::size_t>(max_pinned_));
+  for (std::size_t i = 0; i < n_want; ++i) want_pin_[static_cast<std::size_t>(keys[i])] = 1;
   if (policy_ != CachePolicy::Pinned) return;
-  for (int64_t k : keys) {
-    const int32_t s = find(k);
-    if (s < 0 || pinned_[static_cast<std::size_t>(s)] || n_pinned_ >= max_pinned_) continue;
+  for (std::size_t i = 0; i < n_want; ++i) {
+    const int32_t s = find(keys[i]);
+    if (s < 0 || pinned_[static_cast<std::size_t>(s)]) continue;
     unlink(s);
     pinned_[static_cast<std::size_t>(s)] = 1;
     ++n_pinned_;

@@ -28,7 +28,8 @@ class ExpertStats:
 
     hits: int = 0  # routed experts found in the cache (ready, or loading by a prefetch)
     misses: int = 0  # routed experts that had to be read when they were needed
-    reads: int = 0  # expert reads finished (misses + prefetches that completed)
+    reads: int = 0  # read requests finished: one per expert from a native container, one
+    # per contiguous run of its matrices otherwise (a GGUF's three stacks: three requests)
     bytes_read: int = 0  # bytes of those reads
     read_seconds: float = 0.0  # time inside reads, summed over reads (and workers)
     stall_seconds: float = 0.0  # time the compute waited for an expert it needed

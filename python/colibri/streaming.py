@@ -26,7 +26,9 @@ from .errors import ModelIOError
 from .sources import Manifest
 from .stats import ExpertStats, MemoryStats, PhaseTimes
 
-_EXPERT_RE = re.compile(r"^blk\.\d+\.ffn_(gate|up|down)_exps\.\d+$")
+_EXPERT_RE = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.(\d+)$")
+_DIRECT_ALIGN = 4096  # csrc/io/direct_reader.hpp: kDirectAlign
+_MERGE_GAP = 64 * 1024  # csrc/model/expert_store.cpp: kMergeGap
 _POLICY = {
     CachePolicy.LRU: _core.CachePolicy.lru,
     CachePolicy.LFRU: _core.CachePolicy.lfru,
@@ -54,6 +56,41 @@ def expert_blobs(manifest: Manifest) -> list[_core.ExpertBlob]:
     ]
 
 
+def _slab_bytes(offset: int, length: int) -> int:
+    return -(-(offset % _DIRECT_ALIGN + length) // _DIRECT_ALIGN) * _DIRECT_ALIGN
+
+
+def expert_slot_bytes(manifest: Manifest) -> int:
+    """Bytes of one expert cache slot, computed from the manifest the way the core lays
+    slots out (csrc/model/expert_store.cpp, ExpertStore's constructor; a test checks they
+    agree): the largest expert, each of its reads rounded out to 4 KiB boundaries. Lets
+    the budget check state the minimum before any weight is read."""
+    parts: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+    for t in manifest.tensors.values():
+        m = _EXPERT_RE.match(t.name)
+        if m and t.extents:
+            e = t.extents[0]
+            parts.setdefault((int(m.group(1)), int(m.group(3))), []).append(
+                (e.file, e.offset, e.length)
+            )
+    best = 0
+    for key, extents in parts.items():
+        blob = manifest.expert_blobs.get(key)
+        if blob is not None:
+            best = max(best, _slab_bytes(blob.extent.offset, blob.extent.length))
+            continue
+        reads: list[list[int]] = []  # [file, offset, length], merged like the core does
+        for f, off, n in sorted(extents):
+            if reads and reads[-1][0] == f:
+                end = reads[-1][1] + reads[-1][2]
+                if 0 <= off - end <= _MERGE_GAP:
+                    reads[-1][2] = max(end, off + n) - reads[-1][1]
+                    continue
+            reads.append([f, off, n])
+        best = max(best, sum(_slab_bytes(off, n) for _, off, n in reads))
+    return best
+
+
 def resident_bytes(manifest: Manifest) -> int:
     """Bytes of the tensors that stay resident (everything but routed experts)."""
     return sum(t.nbytes for t in manifest.tensors.values() if not is_expert_tensor(t.name))
@@ -75,10 +112,16 @@ def _kv_and_work(manifest: Manifest, engine: EngineConfig, context_length: int) 
 
 def check_resident_fits(manifest: Manifest, engine: EngineConfig, context_length: int) -> None:
     """Raises ConfigError (stating the minimum) before any weight is read when the budget
-    cannot hold the resident part of the model."""
+    cannot hold the resident part of the model and one layer's top-k experts."""
     kv, work = _kv_and_work(manifest, engine, context_length)
-    plan_budget(budget=engine.ram_budget, dense_bytes=resident_bytes(manifest), kv_bytes=kv,
-                work_bytes=work, slot_bytes=0, total_experts=0, min_slots=0)
+    c = manifest.config
+    total = sum(1 for t in manifest.tensors.values()
+                if (m := _EXPERT_RE.match(t.name)) and m.group(2) == "gate")  # fmt: skip
+    plan_budget(
+        budget=engine.ram_budget, dense_bytes=resident_bytes(manifest), kv_bytes=kv,
+        work_bytes=work, slot_bytes=expert_slot_bytes(manifest), total_experts=total,
+        min_slots=c.n_experts_per_tok if total else 0,
+    )  # fmt: skip
 
 
 def plan_store(manifest: Manifest, engine: EngineConfig, core: _core.Engine,
