@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from modelfactory import build_tiny_model
 
 import colibri as co
 from colibri.convert import write_container
 from colibri.sources import open_model_source
 from colibri.streaming import expert_slot_bytes
+from modelfactory import build_tiny_model
 
 
 @pytest.mark.parametrize("family", ["qwen3_moe", "qwen2_moe", "olmoe", "mixtral"])
