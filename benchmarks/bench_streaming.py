@@ -79,19 +79,27 @@ PASSAGES = (
     "The river had carved its way through the valley for ten thousand years, and the town "
     "that grew along its banks learned to read the water the way other towns read the sky. "
     "Fishermen argued about currents over breakfast; children raced paper boats past the "
-    "mill; the old bridge, rebuilt three times, still carried carts of apples every autumn.",
+    "mill; the old bridge, rebuilt three times, still carried carts of apples every autumn. "
+    "In spring the water rose to the third step of the church, and everyone pretended that "
+    "this was normal, because it had always been normal, and because the bakery stayed open.",
     "Streaming experts from disk changes what a language model costs: the weights no longer "
     "have to fit in memory, only the ones a token needs right now. A cache keeps the popular "
     "experts close, a prefetcher guesses the next layer's choices, and the disk does the "
-    "rest, so the question becomes how many bytes each token reads and how fast they arrive.",
+    "rest, so the question becomes how many bytes each token reads and how fast they arrive. "
+    "Measure it in a memory cgroup, drop the page cache first, repeat every run three times, "
+    "and compare engines side by side, because the disk of a shared machine never sits still.",
     "Once upon a time, in a land of many experts, every token chose its own path through the "
     "layers, and the cache remembered the popular ones. Merchants counted coins at the gate, "
     "scribes copied letters by candlelight, and the library's shelves bent under atlases of "
-    "coastlines nobody had sailed. Each morning the bells rang twice, once for the market.",
+    "coastlines nobody had sailed. Each morning the bells rang twice, once for the market "
+    "and once for the tide, and the harbour master wrote both times down in a green ledger "
+    "that his grandmother had bought from a travelling stationer before the great storm.",
     "Quarterly figures arrived late again: revenue up four percent, shipping costs down, and "
     "a warehouse in the north still waiting for its new roof. The committee asked for charts, "
     "then for fewer charts, then for the original spreadsheet, which nobody could find until "
-    "an intern noticed it attached to a reply sent at midnight by the finance director.",
+    "an intern noticed it attached to a reply sent at midnight by the finance director. "
+    "By then the roof had been repaired twice, the charts had been printed in colour, and "
+    "the minutes recorded a unanimous decision to revisit the matter at the next meeting.",
 )
 
 
