@@ -532,6 +532,41 @@ def run_configs(r: Runner, title: str, part: str, configs: list[tuple[str, dict[
     r.save()
 
 
+def best_disk_bound(doc: dict[str, Any]) -> dict[str, Any]:
+    """Decode read rates of every disk-bound configuration over the best O_DIRECT sample of
+    the run (the demo's file left out), printed as a table and returned.
+
+    The per-child "% of disk bound" uses the samples taken around each child. On the VM
+    this was written on those understate what the device gives a running decode (standalone
+    reads of an idle process come back at about half the rate colibri's decode sustains),
+    so the run's best sample is the other yardstick: the device has shown that rate."""
+    samples = [d["gb_s"] * 1e9 for d in doc.get("disk", []) if "demo" not in d["label"]]
+    if not samples:
+        return {}
+    best = max(samples)
+    out: dict[str, Any] = {"best_disk_bytes_per_s": best,
+                           "median_disk_bytes_per_s": median(samples), "configs": {}}
+    rows = []
+    for part, body in doc.get("parts", {}).items():
+        if part in ("sweep-wait-resident", "demo") or "summary" not in body:
+            continue
+        for label, s in body["summary"].items():
+            for p in ("cold", "warm"):
+                rate = s[p].get("decode_read_bytes_per_s")
+                busy = s[p].get("device_busy")
+                frac = rate / best if rate else None
+                out["configs"][f"{part}/{label}/{p}"] = frac
+                rows.append([part, label, p, fmt(s[p]["decode_tok_s"]),
+                             fmt(rate / 1e9 if rate else None),
+                             fmt(frac * 100 if frac else None),
+                             fmt(busy * 100 if busy is not None else None)])
+    print(f"\n## Against the best disk sample of the run: {best / 1e9:.2f} GB/s "
+          f"(median sample {median(samples) / 1e9:.2f}, {len(samples)} samples)")
+    print_table(["part", "config", "req", "decode tok/s", "GB/s read", "% of best-disk bound",
+                 "disk busy %"], rows)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -566,9 +601,14 @@ def main(argv: list[str] | None = None) -> None:
                     help="bytes per disk bandwidth measurement")
     ap.add_argument("--child-timeout", type=float, default=1200)
     ap.add_argument("--colibri-source", choices=["container", "gguf"], default="container")
+    ap.add_argument("--summarize", metavar="JSON",
+                    help="print the best-disk bound table of an earlier run's JSON and exit")
     args = ap.parse_args(argv)
     if args.child:
         child_main(json.loads(args.child))
+        return
+    if args.summarize:
+        best_disk_bound(json.loads(Path(args.summarize).read_text()))
         return
     parts = select_parts(args.only)
     r = Runner(args)
@@ -678,6 +718,7 @@ def main(argv: list[str] | None = None) -> None:
         run_configs(r, "Demo MoE (smollm2-moe-demo): streamed vs resident", "demo", configs,
                     small + margin, cont / "experts.bin" if cont.is_dir() else None,
                     _expert_chunk(cont) if cont.is_dir() else 0)
+    r.doc["best_disk_bound"] = best_disk_bound(r.doc)
     r.save()
     print("wrote", r.path)
 
