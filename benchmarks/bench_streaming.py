@@ -246,6 +246,24 @@ class _Llama:
             n_threads=spec["threads"], n_threads_batch=spec["threads"], use_mmap=True,
             use_mlock=False, verbose=False,
         )
+        if spec.get("madvise_random"):
+            self._madvise_random(spec["path"])
+
+    @staticmethod
+    def _madvise_random(path: str) -> None:
+        """madvise(MADV_RANDOM) on llama.cpp's mappings of the model: no readahead on its
+        page faults (a tuning llama.cpp does not do itself)."""
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        real = os.path.realpath(path)
+        for line in Path("/proc/self/maps").read_text().splitlines():
+            f = line.split(maxsplit=5)
+            if len(f) == 6 and os.path.realpath(f[5]) == real:
+                lo, hi = (int(x, 16) for x in f[0].split("-"))
+                if libc.madvise(lo, hi - lo, 1) != 0:  # MADV_RANDOM
+                    raise OSError(ctypes.get_errno(), "madvise(MADV_RANDOM) failed")
 
     def snapshot(self) -> tuple[Any, Any]:
         return None, None
@@ -584,6 +602,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="decode tokens per request in the resident and demo runs")
     ap.add_argument("--decode-mode", choices=["forced", "greedy"], default="forced",
                     help="feed the passage's next tokens (default) or the argmax")
+    ap.add_argument("--llama-madvise-random", action="store_true",
+                    help="compare: also run llama.cpp with MADV_RANDOM on its model mapping "
+                         "(no readahead on page faults)")
     ap.add_argument("--prompt", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--budget-frac", type=float, default=0.25,
@@ -651,7 +672,10 @@ def main(argv: list[str] | None = None) -> None:
         sweeps: dict[str, tuple[str, list[tuple[str, dict[str, Any]]]]] = {
             "compare": (f"{args.preset}: colibri vs llama.cpp, {args.threads} threads", [
                 ("colibri", col()),
-                ("llama.cpp", spec("llama", gguf, passages, decode=args.llama_decode))]),
+                ("llama.cpp", spec("llama", gguf, passages, decode=args.llama_decode)),
+                *([("llama.cpp MADV_RANDOM", spec("llama", gguf, passages, madvise_random=True,
+                                                  decode=args.llama_decode))]
+                  if args.llama_madvise_random else [])]),
             "sweep-workers": ("I/O workers", [
                 (f"workers={w}", col(io={**base_io, "workers": w})) for w in (0, 1, 2, 4, 8)]),
             "sweep-direct": ("O_DIRECT", [
