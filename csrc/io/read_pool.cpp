@@ -86,10 +86,22 @@ Ticket ReadPool::submit(const ReadRequest& r) {
     ++stats_.submitted;
     // With no workers nothing would ever pop the queue: the read runs in wait().
     if (threads_.empty()) return t;
-    queue_.push_back(t);
+    if (r.urgent) {
+      // Ahead of the prefetches, behind earlier urgent reads (FIFO among demand reads).
+      auto at = queue_.begin();
+      while (at != queue_.end() && is_urgent(*at)) ++at;
+      queue_.insert(at, t);
+    } else {
+      queue_.push_back(t);
+    }
   }
   work_cv_.notify_one();
   return t;
+}
+
+bool ReadPool::is_urgent(Ticket t) const {
+  auto it = slots_.find(t);
+  return it != slots_.end() && it->second.state == State::Queued && it->second.req.urgent;
 }
 
 void ReadPool::run(Slot& slot, std::unique_lock<std::mutex>& lock) {

@@ -51,6 +51,8 @@ struct ReadRequest {
   // delivers Error(Io) on a mismatch (off the compute thread, like the read itself).
   bool check_crc32 = false;
   uint32_t crc32 = 0;
+  // Queued ahead of every non-urgent read (a demand read overtakes queued prefetches).
+  bool urgent = false;
 };
 
 struct ReadPoolStats {
@@ -115,6 +117,7 @@ class ReadPool {
   };
 
   void worker_loop();
+  bool is_urgent(Ticket t) const;  // mu_ held: queued and urgent (stale entries are not)
   // Runs the read of `slot` (state already Running) without the lock; relocks to finish.
   void run(Slot& slot, std::unique_lock<std::mutex>& lock);
 

@@ -29,6 +29,14 @@ void ExpertCache::link_front(int32_t s) {
   if (tail_ < 0) tail_ = s;
 }
 
+void ExpertCache::link_back(int32_t s) {
+  next_[static_cast<std::size_t>(s)] = -1;
+  prev_[static_cast<std::size_t>(s)] = tail_;
+  if (tail_ >= 0) next_[static_cast<std::size_t>(tail_)] = s;
+  tail_ = s;
+  if (head_ < 0) head_ = s;
+}
+
 void ExpertCache::unlink(int32_t s) {
   const int32_t p = prev_[static_cast<std::size_t>(s)], n = next_[static_cast<std::size_t>(s)];
   (p >= 0 ? next_[static_cast<std::size_t>(p)] : head_) = n;
@@ -54,7 +62,7 @@ void ExpertCache::touch(int64_t key) {
   link_front(s);
 }
 
-int32_t ExpertCache::insert(int64_t key, int64_t* evicted) {
+int32_t ExpertCache::insert(int64_t key, int64_t* evicted, bool speculative) {
   *evicted = -1;
   int32_t s = -1;
   if (!free_.empty()) {
@@ -87,6 +95,8 @@ int32_t ExpertCache::insert(int64_t key, int64_t* evicted) {
   if (policy_ == CachePolicy::Pinned && want_pin_[static_cast<std::size_t>(key)] && n_pinned_ < max_pinned_) {
     pinned_[static_cast<std::size_t>(s)] = 1;
     ++n_pinned_;
+  } else if (speculative) {
+    link_back(s);
   } else {
     link_front(s);
   }

@@ -47,7 +47,10 @@ class ExpertCache {
   // A slot for `key` (not cached): a free slot, or the policy's victim among slots that
   // are neither busy nor pinned. Returns -1 when every slot is busy or pinned; otherwise
   // *evicted is the key dropped (-1 for a free slot). The key is then cached in the slot.
-  int32_t insert(int64_t key, int64_t* evicted);
+  // `speculative` (a prefetch): the key enters at the least recent end, so a guess that
+  // turns out wrong is the next victim instead of pushing out experts in use; touch()
+  // moves it to the front when it is routed to.
+  int32_t insert(int64_t key, int64_t* evicted, bool speculative = false);
   // Forgets the key in `slot` (a failed or cancelled read) and any holds; the slot becomes
   // free.
   void remove(int32_t slot);
@@ -68,6 +71,7 @@ class ExpertCache {
 
  private:
   void link_front(int32_t slot);
+  void link_back(int32_t slot);
   void unlink(int32_t slot);
   bool evictable(int32_t slot) const { return busy_[static_cast<std::size_t>(slot)] == 0 && !pinned_[static_cast<std::size_t>(slot)]; }
 

@@ -199,6 +199,7 @@ void ExpertStore::start_read(int32_t s, int64_t k, bool prefetched) {
       req.capacity = slot_bytes_ - r.slab_offset;
       req.check_crc32 = slot.checked;
       req.crc32 = lay.crc32;
+      req.urgent = !prefetched;  // a read the compute needs now goes ahead of guesses
       slot.tickets.push_back(pool_->submit(req));
     }
   } catch (...) {
@@ -331,7 +332,7 @@ void ExpertStore::prefetch(int64_t layer, const std::vector<int32_t>& predicted)
     pred.push_back(k);
     if (!layouts_[static_cast<std::size_t>(k)] || cache_.find(k) >= 0) continue;
     int64_t evicted = -1;
-    const int32_t s = cache_.insert(k, &evicted);
+    const int32_t s = cache_.insert(k, &evicted, /*speculative=*/true);
     if (s < 0) continue;  // no room without evicting something in use: skip, never block
     if (evicted >= 0) ++stats_.evictions;
     start_read(s, k, true);
