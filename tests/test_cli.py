@@ -265,7 +265,7 @@ def test_run_json_record(tmp_path: Path) -> None:
     assert (s["max_tokens"], s["wait_policy"], s["context_length"]) == (8, "passive", 512)
     assert s["sampling"]["seed"] == 3 and s["sampling"]["temperature"] == 0.0
     assert s["stop"] == [] and s["threads"] >= 1 and s["activation_precision"] == "int8"
-    assert s["ram_budget"] is None and s["io"]["workers"] == 4 and s["cache"]["policy"] == "lfru"
+    assert s["ram_budget"] is None and s["io"]["workers"] == 2 and s["cache"]["policy"] == "lfru"
     # A dense model has no expert figures.
     st = rec["stats"]
     assert (st["experts"], st["phases"], st["memory"]) == (None, None, None)

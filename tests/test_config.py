@@ -36,7 +36,7 @@ def test_defaults() -> None:
     assert e.ram_budget is None
     assert e.io == IOConfig() and e.cache == CacheConfig()
     io = IOConfig()
-    assert (io.workers, io.direct, io.prefetch, io.checksums) == (4, True, True, "first")
+    assert (io.workers, io.direct, io.prefetch, io.checksums) == (2, True, True, "first")
     c = CacheConfig()
     assert (c.policy, c.pin_fraction, c.history, c.history_path, c.preload) == (
         CachePolicy.LFRU, 0.5, True, None, False)

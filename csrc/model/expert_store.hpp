@@ -43,7 +43,7 @@ enum class ChecksumMode : int {
 
 struct StoreSettings {
   int64_t cache_bytes = 0;  // slots = cache_bytes / slot_bytes (at least 1 is needed)
-  int workers = 4;          // I/O threads; 0 = synchronous reads on the compute thread
+  int workers = 2;          // I/O threads; 0 = synchronous reads on the compute thread
   bool direct = true;       // O_DIRECT with fallback to buffered reads
   bool prefetch = true;     // lookahead: next layer's router on this layer's input
   CachePolicy policy = CachePolicy::Lfru;

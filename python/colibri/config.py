@@ -496,9 +496,11 @@ class IOConfig:
     """How routed experts are read from disk."""
 
     workers: int
-    """Threads that read experts, 0..MAX_IO_WORKERS (64). Default 4: an NVMe SSD needs a
-    few reads in flight to reach its bandwidth (one 4 KiB-aligned read per expert), and
-    the readers mostly wait on the device, so 4 cost little CPU next to the compute team.
+    """Threads that read experts, 0..MAX_IO_WORKERS (64). Default 2, measured: on the
+    2-core development VM streaming moe-8g, 1-2 workers decoded 9.1-9.8 tok/s and 4-8
+    workers 6.8-7.6 (docs/benchmarks.md): each worker checks crc32s and starts prefetches
+    that cannot be cancelled once running, which takes CPU and bandwidth from the compute
+    team and the demand reads. A fast NVMe drive with cores to spare may want 4-8.
     0 reads synchronously on the compute thread (no overlap; for debugging and for
     measuring what the overlap buys)."""
 
@@ -522,7 +524,7 @@ class IOConfig:
 
     def __init__(
         self,
-        workers: int = 4,
+        workers: int = 2,
         direct: bool = True,
         prefetch: bool = True,
         checksums: Checksums = "first",
