@@ -135,6 +135,7 @@ void bind_engine(py::module_& m) {
   py::class_<ExpertStoreStats>(m, "ExpertStoreStats")
       .def_readonly("hits", &ExpertStoreStats::hits)
       .def_readonly("misses", &ExpertStoreStats::misses)
+      .def_readonly("ready_hits", &ExpertStoreStats::ready_hits)
       .def_readonly("reads", &ExpertStoreStats::reads)
       .def_readonly("bytes_read", &ExpertStoreStats::bytes_read)
       .def_readonly("read_errors", &ExpertStoreStats::read_errors)

@@ -261,6 +261,7 @@ bool ExpertStore::request(int64_t layer, int64_t expert) {
   if (s >= 0) {
     Slot& slot = slots_[static_cast<std::size_t>(s)];
     ++stats_.hits;
+    if (slot.state == State::Ready) ++stats_.ready_hits;
     if (slot.prefetched) {
       ++stats_.prefetch_used;
       slot.prefetched = false;

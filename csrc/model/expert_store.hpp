@@ -67,6 +67,7 @@ struct ExpertViews {
 
 struct ExpertStoreStats {
   uint64_t hits = 0, misses = 0;
+  uint64_t ready_hits = 0;  // hits whose read had finished (not waiting on a prefetch)
   uint64_t reads = 0, bytes_read = 0, read_errors = 0, checksum_failures = 0;
   double read_seconds = 0, stall_seconds = 0;
   uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0, prefetch_cancelled = 0;

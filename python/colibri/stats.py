@@ -28,6 +28,7 @@ class ExpertStats:
 
     hits: int = 0  # routed experts found in the cache (ready, or loading by a prefetch)
     misses: int = 0  # routed experts that had to be read when they were needed
+    ready_hits: int = 0  # of the hits, those already read (not waiting on a prefetch)
     reads: int = 0  # read requests finished: one per expert from a native container, one
     # per contiguous run of its matrices otherwise (a GGUF's three stacks: three requests)
     bytes_read: int = 0  # bytes of those reads
@@ -49,6 +50,13 @@ class ExpertStats:
         return _ratio(self.hits, self.hits + self.misses)
 
     @property
+    def ready_hit_rate(self) -> float:
+        """Fraction of routed experts already in RAM when needed: the cache's own hit
+        rate, comparable between prefetch on and off (hit_rate counts a prefetch still
+        being read as a hit)."""
+        return _ratio(self.ready_hits, self.hits + self.misses)
+
+    @property
     def read_throughput(self) -> float:
         """Bytes per second of one read, on average (bytes_read / read_seconds)."""
         return _ratio(self.bytes_read, self.read_seconds)
@@ -63,7 +71,8 @@ class ExpertStats:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(hit_rate=self.hit_rate, read_throughput=self.read_throughput,
+        d.update(hit_rate=self.hit_rate, ready_hit_rate=self.ready_hit_rate,
+                 read_throughput=self.read_throughput,
                  prefetch_recall=self.prefetch_recall)
         return d
 

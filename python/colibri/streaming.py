@@ -229,7 +229,8 @@ def pin_order(counts: npt.NDArray[np.uint64]) -> list[int]:
 def expert_stats(core: _core.Engine) -> ExpertStats:
     s = core.store_stats()
     return ExpertStats(
-        hits=s.hits, misses=s.misses, reads=s.reads, bytes_read=s.bytes_read,
+        hits=s.hits, misses=s.misses, ready_hits=s.ready_hits, reads=s.reads,
+        bytes_read=s.bytes_read,
         read_seconds=s.read_seconds, stall_seconds=s.stall_seconds,
         prefetch_issued=s.prefetch_issued, prefetch_used=s.prefetch_used,
         prefetch_wasted=s.prefetch_wasted, prefetch_cancelled=s.prefetch_cancelled,

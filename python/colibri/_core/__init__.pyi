@@ -575,6 +575,9 @@ class ExpertStoreStats:
     def reads(self) -> int:
         ...
     @property
+    def ready_hits(self) -> int:
+        ...
+    @property
     def routed_after_prediction(self) -> int:
         ...
     @property

@@ -1,0 +1,40 @@
+"""ExpertStats.ready_hits: hits that did not wait on a prefetch. Without prefetch every
+hit is a ready hit; with it some hits are experts whose prefetch was still reading."""
+
+from __future__ import annotations
+
+import colibri as co
+from modelfactory import build_tiny_model, prompt_ids
+
+
+def _run(prefetch: bool) -> co.ExpertStats:
+    src = build_tiny_model("qwen3_moe").hf_dir
+    probe = co.Model.load(src, engine=co.EngineConfig(cache=co.CacheConfig(history=False)))
+    mem = probe.stats().memory
+    assert mem is not None
+    budget = mem.dense_bytes + mem.kv_bytes + mem.work_bytes + 8 * mem.slot_bytes
+    engine = co.EngineConfig(
+        ram_budget=budget, io=co.IOConfig(workers=1, prefetch=prefetch),
+        cache=co.CacheConfig(history=False),
+    )  # fmt: skip
+    with co.Model.load(src, engine=engine) as m:
+        s = m.session()
+        s.forward(prompt_ids(16))
+        for t in prompt_ids(24, seed=7):
+            s.append(t)
+        return m.stats().experts
+
+
+def test_ready_hits_without_prefetch_are_all_hits() -> None:
+    e = _run(prefetch=False)
+    assert e.hits > 0 and e.ready_hits == e.hits
+    assert e.ready_hit_rate == e.hit_rate
+
+
+def test_ready_hits_with_prefetch_never_exceed_hits() -> None:
+    e = _run(prefetch=True)
+    assert e.prefetch_issued > 0
+    assert 0 < e.ready_hits <= e.hits
+    # A hit that was not ready can only be an expert a prefetch was still reading.
+    assert e.hits - e.ready_hits <= e.prefetch_used
+    assert e.ready_hit_rate <= e.hit_rate
