@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 #include "model/engine.hpp"
 #include "common/errors.hpp"
@@ -106,13 +107,10 @@ void Engine::routed_experts(int64_t layer, int64_t n, const std::vector<int32_t>
 
     const int32_t e = distinct[next_compute++];
     t0 = std::chrono::steady_clock::now();
-    const ExpertViews* w = nullptr;
-    if (auto_wait_ && !store_->ready(layer, e)) {
-      ThreadPool::IdleScope idle(pool_);  // Auto: no core spins while the disk works
-      w = &store_->wait(layer, e);
-    } else {
-      w = &store_->wait(layer, e);
-    }
+    std::optional<ThreadPool::IdleScope> idle;  // Auto: no core spins while the disk works
+    if (auto_wait_ && !store_->ready(layer, e)) idle.emplace(pool_);
+    const ExpertViews& w = store_->wait(layer, e);
+    idle.reset();
     phase_[kExpertWait] += seconds_since(t0);
 
     t0 = std::chrono::steady_clock::now();
@@ -123,7 +121,7 @@ void Engine::routed_experts(int64_t layer, int64_t n, const std::vector<int32_t>
     for (int64_t r = 0; r < m; ++r)
       std::memcpy(ws_.xe.data() + r * d, ws_.h.data() + (slots[static_cast<std::size_t>(r)] / k) * d,
                   static_cast<std::size_t>(d) * sizeof(float));
-    expert_ffn(*w, ws_.xe.data(), m, s.moe_intermediate_size, ws_.ye.data());
+    expert_ffn(w, ws_.xe.data(), m, s.moe_intermediate_size, ws_.ye.data());
     for (int64_t r = 0; r < m; ++r)
       std::memcpy(ws_.slot_out.data() + slots[static_cast<std::size_t>(r)] * d, ws_.ye.data() + r * d,
                   static_cast<std::size_t>(d) * sizeof(float));

@@ -227,6 +227,21 @@ def _siblings_key(topo: Path) -> frozenset[int] | None:
     return None
 
 
+def _own_cgroup(proc: Path, controller: str) -> tuple[str, str]:
+    """This process's cgroup paths from /proc/self/cgroup: the v2 (unified) one and the
+    v1 one of `controller` ("/" when absent)."""
+    v2_path, v1_path = "/", "/"
+    for line in (_read(proc / "self" / "cgroup") or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            v2_path = parts[2]
+        elif controller in parts[1].split(","):
+            v1_path = parts[2]
+    return v2_path, v1_path
+
+
 def _core_id_key(topo: Path) -> tuple[str | None, str | None, str] | None:
     core = _read(topo / "core_id")
     if not core:
@@ -244,16 +259,7 @@ def cgroup_cpu_limit(cgroup_root: str | os.PathLike[str] = "/sys/fs/cgroup",
     the file it came from. Never raises.
     """
     root, proc = Path(cgroup_root), Path(proc_root)
-    v2_path, v1_path = "/", "/"
-    text = _read(proc / "self" / "cgroup")
-    for line in (text or "").splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        if parts[0] == "0" and parts[1] == "":
-            v2_path = parts[2]
-        elif "cpu" in parts[1].split(","):
-            v1_path = parts[2]
+    v2_path, v1_path = _own_cgroup(proc, "cpu")
 
     best: tuple[float | None, str] = (None, "")
 
@@ -450,16 +456,7 @@ def cgroup_memory_headroom(
     Returns (headroom, the limit file, the method name). Never raises.
     """
     root, proc = Path(cgroup_root), Path(proc_root)
-    v2_path, v1_path = "/", "/"
-    text = _read(proc / "self" / "cgroup")
-    for line in (text or "").splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        if parts[0] == "0" and parts[1] == "":
-            v2_path = parts[2]
-        elif "memory" in parts[1].split(","):
-            v1_path = parts[2]
+    v2_path, v1_path = _own_cgroup(proc, "memory")
 
     best: tuple[int | None, str, str] = (None, "", "")
 

@@ -17,10 +17,10 @@ from .container import (
     FORMAT,
     VERSION,
     WriteReport,
-    verify_container,
     write_container,
 )
 from .quantize import QUANT_CHOICES
+from .verify import verify_container
 
 __all__ = [
     "ALIGNMENT",

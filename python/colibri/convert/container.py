@@ -1,4 +1,5 @@
-"""The native streaming container, version 1: format constants, writer, verifier.
+"""The native streaming container, version 1: format constants and the writer (the
+verifier is :mod:`colibri.convert.verify`).
 
 A container is a directory (``model.colibri/``)::
 
@@ -218,7 +219,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
-def _crc_range(f: io.BufferedIOBase, offset: int, length: int, buf: bytearray, where: str) -> int:
+def crc_range(f: io.BufferedIOBase, offset: int, length: int, buf: bytearray, where: str) -> int:
     """CRC-32 of ``length`` bytes at ``offset``, read in chunks; ModelIOError when short."""
     crc = 0
     f.seek(offset)
@@ -505,7 +506,7 @@ def write_container(
                 break
             f = outs[it.file]
             try:
-                got = _crc_range(f, it.offset, it.checked, buf, str(paths[it.file]))
+                got = crc_range(f, it.offset, it.checked, buf, str(paths[it.file]))
             except ModelIOError:
                 break
             if got != want or not _is_zero(f, it.offset + it.checked, it.slot - it.checked):
@@ -560,48 +561,3 @@ def _copy_tokenizer_files(manifest: Manifest, out_dir: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- verifier
-
-
-def verify_container(path: str | os.PathLike[str]) -> list[str]:
-    """Checks every checksum of the container at ``path``; returns the problems found
-    (empty when the container is sound). A damaged expert blob is named by layer and
-    expert, a damaged dense tensor by name."""
-    d = Path(path)
-    try:
-        doc = read_container_json(d)
-    except (ModelFormatError, ModelNotFoundError, UnsupportedError) as exc:
-        return [str(exc)]
-    problems: list[str] = []
-    buf = bytearray(min(CHUNK, 1 << 20))
-    sections: list[tuple[str, str, list[Mapping[str, Any]]]] = [
-        ("dense", DENSE, doc["dense"]),
-        ("experts", EXPERTS, doc["experts"]),
-    ]
-    for key, name, records in sections:
-        p = d / name
-        want_size = int(doc["files"][key]["size"])
-        try:
-            size = os.stat(p).st_size
-        except FileNotFoundError:
-            problems.append(f"{name} is missing")
-            continue
-        if size != want_size:
-            problems.append(f"{name} is {size} bytes long, the manifest says {want_size}")
-        with open(p, "rb") as f:
-            for rec in records:
-                what = (
-                    f"layer {rec['layer']} expert {rec['expert']}" if key == "experts"
-                    else f"dense tensor {rec['name']!r}"
-                )
-                off, length = int(rec["offset"]), int(rec["length"])
-                try:
-                    got = _crc_range(f, off, length, buf, name)
-                except ModelIOError:
-                    problems.append(f"{what}: {name} ends before bytes [{off}, {off + length})")
-                    continue
-                if got != int(rec["crc32"]):
-                    problems.append(
-                        f"{what}: checksum mismatch in {name} at bytes [{off}, {off + length}) "
-                        f"(expected crc32 {int(rec['crc32']):08x}, got {got:08x})"
-                    )
-    return problems
