@@ -26,8 +26,9 @@ from .config import (
     parse_bytes,
 )
 from .generation import Chunk, Generation, GenerationStats
-from .model import Model, ModelStats, Session
+from .model import Model, ModelStats
 from .sampling import Sampler, Sampling, StopChecker
+from .session import Session
 from .stats import ExpertStats, MemoryStats, PhaseTimes
 from .tokenizers import Tokenizer
 

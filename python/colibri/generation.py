@@ -26,7 +26,7 @@ from .sampling import Sampler, Sampling, StopChecker
 from .stats import ExpertStats, PhaseTimes
 
 if TYPE_CHECKING:
-    from .model import Session
+    from .session import Session
     from .tokenizers import Tokenizer
 
 FinishReason = Literal["stop", "length"]

@@ -1,4 +1,4 @@
-"""Model and Session: the Python face of a loaded model.
+"""Model: the Python face of a loaded model (sessions are in session.py).
 
 ``Model.load`` turns a path into a manifest (sources/), builds the core's spec from it and
 loads the weights through their extents. A ``Session`` owns one KV cache; many sessions can
@@ -27,7 +27,6 @@ from .errors import (
     ContextOverflowError,
     InvalidRequestError,
     ModelFormatError,
-    TokenOutOfRangeError,
     UnsupportedError,
 )
 from .generation import (
@@ -40,6 +39,7 @@ from .generation import (
 )
 from .rope import rope_table
 from .sampling import Sampling
+from .session import Session
 from .sources import Manifest, ModelConfig, open_model_source
 from .stats import ExpertStats, MemoryStats, PhaseTimes
 from .streaming import (
@@ -457,129 +457,3 @@ class Model:
         if self._core is None:
             raise InvalidRequestError("the model is closed; load it again to use it")
         return self._core
-
-
-class Session:
-    """One conversation's state (KV cache) on a model."""
-
-    def __init__(self, model: Model, core: _core.Session) -> None:
-        self._model = model
-        self._core = core
-        self._last_logits: npt.NDArray[np.float32] | None = None
-        self._ids: list[int] = []  # the tokens in the KV cache, in order
-
-    @property
-    def n_tokens(self) -> int:
-        """Tokens currently in the KV cache."""
-        return int(self._core.n_tokens)
-
-    @property
-    def context_length(self) -> int:
-        return int(self._core.context_length)
-
-    def forward(
-        self, token_ids: Sequence[int] | npt.ArrayLike, *, all_logits: bool = False
-    ) -> npt.NDArray[np.float32]:
-        """Appends tokens and returns logits: ``[vocab]`` for the last position, or
-        ``[n, vocab]`` for every position when ``all_logits``."""
-        ids = self._check_ids(token_ids)
-        result: npt.NDArray[np.float32] = self._core.forward(ids, all_logits)
-        self._ids.extend(int(t) for t in ids)
-        self._last_logits = result[-1] if all_logits else result
-        return result
-
-    def append(self, token_id: int) -> npt.NDArray[np.float32]:
-        """Appends one token; returns the logits that follow it."""
-        return self.forward([token_id])
-
-    def last_routing(self) -> npt.NDArray[np.int32]:
-        """Experts the router selected during the last :meth:`forward`:
-        ``int32 [n_tokens, n_layers, top_k]`` in router order, -1 for dense layers
-        (shape ``[0, n_layers, 0]`` for a dense model)."""
-        routing: npt.NDArray[np.int32] = self._core.last_routing()
-        return routing
-
-    def last_logits(self) -> npt.NDArray[np.float32]:
-        """Logits after the last token forwarded (raises when there are none)."""
-        if self._last_logits is None or not self._ids:
-            raise InvalidRequestError(
-                "the session has no logits yet: forward some tokens first"
-            )
-        return self._last_logits
-
-    @property
-    def token_ids(self) -> list[int]:
-        """The tokens in the session, in order."""
-        return list(self._ids)
-
-    def generate(
-        self,
-        prompt_ids: Sequence[int] = (),
-        *,
-        max_tokens: int = 256,
-        sampling: Sampling | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] = (),
-    ) -> Generation:
-        """Continues from the session's state: forwards ``prompt_ids`` (may be empty) and
-        generates. The generated tokens stay in the session (the last one's KV entry is
-        written by the next forward)."""
-        chunks: list[str] = []
-        result: dict[str, Any] = {}
-        ids = [int(t) for t in prompt_ids]
-        for chunk in self.stream(ids, max_tokens=max_tokens, sampling=sampling, stop=stop,
-                                 _result=result):
-            chunks.append(chunk.text)
-        return Generation("".join(chunks), result["generated"], result["finish"],
-                          result["stats"], ids)
-
-    def stream(
-        self,
-        prompt_ids: Sequence[int] = (),
-        *,
-        max_tokens: int = 256,
-        sampling: Sampling | Mapping[str, Any] | None = None,
-        stop: str | Sequence[str] = (),
-        _result: dict[str, Any] | None = None,
-    ) -> Generator[Chunk, None, None]:
-        """Like :meth:`generate`, yielding chunks."""
-        ids = [int(t) for t in prompt_ids]
-        if ids:
-            self._check_ids(ids)
-        return self._model._stream(
-            self, ids, max_tokens, sampling, stop, {} if _result is None else _result,
-            history=self.token_ids,
-        )  # fmt: skip
-
-    def reset(self) -> None:
-        """Empties the KV cache."""
-        self._core.reset()
-        self._ids.clear()
-        self._last_logits = None
-
-    def rollback(self, n: int) -> None:
-        """Forgets the last ``n`` tokens. The logits of the new last token are not kept:
-        forward a token next (for example re-forward the last one after rolling back one
-        more)."""
-        self._core.rollback(int(n))
-        if n:
-            del self._ids[len(self._ids) - int(n):]
-            self._last_logits = None
-
-    def _check_ids(self, token_ids: Sequence[int] | npt.ArrayLike) -> npt.NDArray[np.int32]:
-        arr = np.asarray(token_ids)
-        if arr.ndim == 0:
-            arr = arr.reshape(1)
-        if arr.ndim != 1:
-            raise InvalidRequestError(f"token ids must be a 1-D sequence, got shape {arr.shape}")
-        if arr.size == 0:
-            raise InvalidRequestError("forward needs at least one token id")
-        if not np.issubdtype(arr.dtype, np.integer):
-            raise InvalidRequestError(f"token ids must be integers, got dtype {arr.dtype}")
-        vocab = self._model.config.vocab_size
-        bad = np.flatnonzero((arr < 0) | (arr >= vocab))
-        if bad.size:
-            i = int(bad[0])
-            raise TokenOutOfRangeError(
-                f"token id {int(arr[i])} at index {i} is outside the vocabulary [0, {vocab})"
-            )
-        return arr.astype(np.int32)

@@ -12,7 +12,8 @@ import argparse
 from typing import Any, TextIO
 
 from ..errors import ColibriError
-from ..model import Model, Session
+from ..model import Model
+from ..session import Session
 from .common import load_model
 from .parser import sampling_from_args, stops_from_args
 
