@@ -56,6 +56,15 @@ void bind_engine(py::module_& m) {
       .value("head", QkNorm::PerHead)
       .value("full", QkNorm::Full);
 
+  py::enum_<AttentionKind>(m, "AttentionKind")
+      .value("gqa", AttentionKind::Gqa)
+      .value("mla", AttentionKind::Mla);
+
+  py::enum_<RouterKind>(m, "RouterKind")
+      .value("softmax_topk", RouterKind::SoftmaxTopK)
+      .value("sigmoid_grouped", RouterKind::SigmoidGroupedTopK)
+      .value("softmax_group_limited", RouterKind::SoftmaxGroupLimited);
+
   py::class_<Extent>(m, "Extent")
       .def(py::init([](int32_t file, uint64_t offset, uint64_t length) { return Extent{file, offset, length}; }),
            py::arg("file"), py::arg("offset"), py::arg("length"))
@@ -65,17 +74,18 @@ void bind_engine(py::module_& m) {
 
   py::class_<TensorSpec>(m, "TensorSpec")
       .def(py::init([](std::string name, const std::string& dtype, std::vector<int64_t> shape,
-                       std::vector<Extent> extents, int64_t unpermute) {
+                       std::vector<Extent> extents, int64_t unpermute, int64_t transpose) {
              TensorSpec t;
              t.name = std::move(name);
              t.type = dtype_from_name(dtype);
              t.shape = std::move(shape);
              t.extents = std::move(extents);
              t.rope_unpermute_heads = unpermute;
+             t.transpose_heads = transpose;
              return t;
            }),
            py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("extents"),
-           py::arg("rope_unpermute_heads") = 0)
+           py::arg("rope_unpermute_heads") = 0, py::arg("transpose_heads") = 0)
       .def_readonly("name", &TensorSpec::name)
       .def_readonly("shape", &TensorSpec::shape);
 
@@ -99,10 +109,28 @@ void bind_engine(py::module_& m) {
       .def_readwrite("n_experts_per_tok", &ModelSpec::n_experts_per_tok)
       .def_readwrite("moe_intermediate_size", &ModelSpec::moe_intermediate_size)
       .def_readwrite("norm_topk_prob", &ModelSpec::norm_topk_prob)
+      .def_readwrite("router", &ModelSpec::router)
+      .def_readwrite("routed_scaling_factor", &ModelSpec::routed_scaling_factor)
+      .def_readwrite("n_group", &ModelSpec::n_group)
+      .def_readwrite("topk_group", &ModelSpec::topk_group)
       .def_readwrite("shared_expert_intermediate_size", &ModelSpec::shared_expert_intermediate_size)
       .def_readwrite("moe_layers", &ModelSpec::moe_layers)
       .def_readwrite("tie_word_embeddings", &ModelSpec::tie_word_embeddings)
-      .def_readwrite("context_length", &ModelSpec::context_length);
+      .def_readwrite("context_length", &ModelSpec::context_length)
+      .def_readwrite("rope_interleaved", &ModelSpec::rope_interleaved)
+      .def_readwrite("attention", &ModelSpec::attention)
+      .def_readwrite("q_lora_rank", &ModelSpec::q_lora_rank)
+      .def_readwrite("kv_lora_rank", &ModelSpec::kv_lora_rank)
+      .def_readwrite("qk_nope_head_dim", &ModelSpec::qk_nope_head_dim)
+      .def_readwrite("qk_rope_head_dim", &ModelSpec::qk_rope_head_dim)
+      .def_readwrite("v_head_dim", &ModelSpec::v_head_dim)
+      .def_readwrite("mla_norm_eps", &ModelSpec::mla_norm_eps)
+      .def_readwrite("index_n_heads", &ModelSpec::index_n_heads)
+      .def_readwrite("index_head_dim", &ModelSpec::index_head_dim)
+      .def_readwrite("index_topk", &ModelSpec::index_topk)
+      .def_readwrite("indexer_full", &ModelSpec::indexer_full)
+      .def_readwrite("index_rope_interleaved", &ModelSpec::index_rope_interleaved)
+      .def_readwrite("n_mtp_layers", &ModelSpec::n_mtp_layers);
 
   py::enum_<CachePolicy>(m, "CachePolicy")
       .value("lru", CachePolicy::Lru)
@@ -192,6 +220,17 @@ void bind_engine(py::module_& m) {
       .def("reset_thread_stats", &Engine::reset_thread_stats)
       .def_property("activation_precision", &Engine::activation_precision, &Engine::set_activation_precision)
       .def_property_readonly("weight_bytes", &Engine::weight_bytes)
+      .def_property_readonly("kv_layout", &Engine::kv_layout,
+                             "Per layer, the floats per position of each KV-cache plane")
+      .def_property_readonly("kv_bytes_per_token",
+                             [](const Engine& e) {
+                               int64_t n = 0;
+                               for (const auto& l : e.kv_layout())
+                                 for (int64_t w : l) n += w;
+                               return n * static_cast<int64_t>(sizeof(float));
+                             })
+      .def_property_readonly("mtp_layers", [](const Engine& e) { return static_cast<int64_t>(e.mtp_layers().size()); },
+                             "Multi-token-prediction layers loaded (not run by forward)")
       .def_property_readonly("spec", &Engine::spec, py::return_value_policy::copy);
 
   py::class_<Session>(m, "Session")

@@ -46,8 +46,9 @@ void Engine::attention_block(const LayerWeights& L, KvCache& kv, int64_t layer, 
       for (int64_t h = 0; h < nkv; ++h) rms_norm_row(k + h * hd, L.k_norm->f32(), hd, s.rms_norm_eps, k + h * hd);
     }
     rope_cos_sin(pos0 + t, s.rope_inv_freq.data(), half, s.rope_attention_factor, cos_sin.data());
-    for (int64_t h = 0; h < nh; ++h) rope_head(q + h * hd, cos_sin.data(), 2 * half);
-    for (int64_t h = 0; h < nkv; ++h) rope_head(k + h * hd, cos_sin.data(), 2 * half);
+    auto rope = s.rope_interleaved ? rope_head_interleaved : rope_head;
+    for (int64_t h = 0; h < nh; ++h) rope(q + h * hd, cos_sin.data(), 2 * half);
+    for (int64_t h = 0; h < nkv; ++h) rope(k + h * hd, cos_sin.data(), 2 * half);
     std::memcpy(kv.k(layer, pos0 + t), k, static_cast<std::size_t>(kvd) * sizeof(float));
     std::memcpy(kv.v(layer, pos0 + t), ws_.v.data() + t * kvd, static_cast<std::size_t>(kvd) * sizeof(float));
   }

@@ -10,7 +10,9 @@
 
 #include "io/file_reader.hpp"
 #include "model/expert_store.hpp"
+#include "model/kv_cache.hpp"
 #include "model/matmul.hpp"
+#include "model/mla_attention.hpp"
 #include "model/model_spec.hpp"
 #include "model/weights.hpp"
 #include "threadpool/threadpool.hpp"
@@ -41,6 +43,7 @@ using PhaseSeconds = std::array<double, kPhases>;
 
 struct LayerWeights {
   const Tensor* attn_norm = nullptr;
+  std::unique_ptr<MlaAttention> mla;  // AttentionKind::Mla; else the GQA tensors below
   const Tensor* q = nullptr;
   const Tensor* k = nullptr;
   const Tensor* v = nullptr;
@@ -59,6 +62,18 @@ struct LayerWeights {
   int64_t next_moe = -1;               // is_moe: the next MoE layer (lookahead), -1 if none
   ExpertWeights shared;                // shared expert, when the spec has one
   const Tensor* shared_gate = nullptr; // (1, hidden) sigmoid gate of the shared expert
+};
+
+// A multi-token-prediction layer: a decoder layer (always MoE) plus the projection that
+// joins the next token's embedding with the trunk's hidden state. Loaded, not run by
+// forward() (the speculative-decoding work drives it); its experts are in the store as
+// layer n_layers + i.
+struct MtpLayerWeights {
+  LayerWeights block;
+  const Tensor* eh_proj = nullptr;           // (hidden, 2 * hidden): [enorm(e) | hnorm(h)]
+  const Tensor* enorm = nullptr;             // (hidden)
+  const Tensor* hnorm = nullptr;             // (hidden)
+  const Tensor* shared_head_norm = nullptr;  // (hidden)
 };
 
 // Reusable float buffers for one forward call, grown on demand.
@@ -87,6 +102,10 @@ class Engine {
   ThreadPoolStats thread_stats() const { return pool_.stats(); }
   void reset_thread_stats();
   std::size_t weight_bytes() const { return weights_.total_bytes(); }
+  // The KV cache layout of a session: each layer's planes (see model/kv_cache.hpp).
+  const KvLayout& kv_layout() const { return kv_layout_; }
+  // Multi-token-prediction layers (loaded, not run).
+  const std::vector<MtpLayerWeights>& mtp_layers() const { return mtp_; }
 
   // The streaming tier. configure_store drops every cached expert (never during a forward).
   void configure_store(const StoreSettings& settings);
@@ -108,6 +127,7 @@ class Engine {
 
  private:
   void resolve_layers();
+  void resolve_layer(LayerWeights& L, int64_t layer, bool moe);
   void attention_block(const LayerWeights& L, class KvCache& kv, int64_t layer, int64_t pos0,
                        int64_t n);
   void ffn_block(const LayerWeights& L, int64_t n);
@@ -125,7 +145,11 @@ class Engine {
   const Tensor* output_norm_ = nullptr;
   const Tensor* output_ = nullptr;  // token_embd_ when tied
   std::vector<LayerWeights> layers_;
+  std::vector<MtpLayerWeights> mtp_;
   std::unique_ptr<Router> router_;  // the spec's routing rule, shared by the MoE layers
+  KvLayout kv_layout_;
+  MlaWorkspace mla_ws_;
+  KeySelection selection_;  // DSA: the last full indexer layer's choice, for shared layers
   std::unique_ptr<ExpertStore> store_;
   ThreadPool pool_;
   Workspace ws_;

@@ -1,5 +1,11 @@
-// Per-session attention state: keys and values for every layer and position, F32 so that
-// the exact path matches the oracle. Layout per layer: [position][kv_head * head_dim].
+// Per-session attention state: for every layer, one or more planes of float rows, one row
+// per position. F32 so that the exact path matches the oracle. The layout comes from the
+// layer's attention kind (Engine::kv_layout):
+//   GQA: plane 0 = keys, plane 1 = values, each [kv_heads * head_dim]
+//   MLA: plane 0 = [latent c_kv (kv_lora_rank) | shared rope key (qk_rope_head_dim)]: the
+//        key row of absorbed attention, whose first kv_lora_rank values are the value row
+//   DSA: MLA's plane 0, plus plane 1 = the lightning indexer's key [index_head_dim] on layers
+//        that run their own indexer
 //
 // The context length is the session's limit, not its allocation: storage grows (doubling,
 // capped at the limit) as positions are used, so a session that holds a short chat does not
@@ -11,32 +17,52 @@
 
 namespace colibri {
 
+// Row widths (floats per position) of each layer's planes.
+using KvLayout = std::vector<std::vector<int64_t>>;
+
 class KvCache {
  public:
+  KvCache(KvLayout layout, int64_t context_length) : context_(context_length), layout_(std::move(layout)) {
+    planes_.resize(layout_.size());
+    for (std::size_t l = 0; l < layout_.size(); ++l) planes_[l].resize(layout_[l].size());
+  }
+  // GQA everywhere: keys and values of kv_dim floats per layer.
   KvCache(int64_t n_layers, int64_t context_length, int64_t kv_dim)
-      : context_(context_length), kv_dim_(kv_dim),
-        k_(static_cast<std::size_t>(n_layers)), v_(static_cast<std::size_t>(n_layers)) {}
+      : KvCache(KvLayout(static_cast<std::size_t>(n_layers), {kv_dim, kv_dim}), context_length) {}
 
   int64_t context_length() const { return context_; }
-  int64_t kv_dim() const { return kv_dim_; }
-  std::size_t bytes() const { return 2 * k_.size() * static_cast<std::size_t>(capacity_ * kv_dim_) * sizeof(float); }
+  const KvLayout& layout() const { return layout_; }
+  // Floats per position over all layers and planes.
+  int64_t row_floats() const {
+    int64_t n = 0;
+    for (const auto& l : layout_)
+      for (int64_t w : l) n += w;
+    return n;
+  }
+  std::size_t bytes() const { return static_cast<std::size_t>(capacity_ * row_floats()) * sizeof(float); }
 
   // Makes positions [0, n) addressable (n <= context_length). Existing entries are kept.
   void reserve(int64_t n) {
     if (n <= capacity_) return;
     const int64_t cap = std::min(context_, std::max<int64_t>(n, std::max<int64_t>(64, 2 * capacity_)));
-    for (auto* side : {&k_, &v_})
-      for (auto& layer : *side) layer.resize(static_cast<std::size_t>(cap * kv_dim_));
+    for (std::size_t l = 0; l < layout_.size(); ++l)
+      for (std::size_t p = 0; p < layout_[l].size(); ++p)
+        planes_[l][p].resize(static_cast<std::size_t>(cap * layout_[l][p]));
     capacity_ = cap;
   }
 
-  float* k(int64_t layer, int64_t pos) { return k_[static_cast<std::size_t>(layer)].data() + pos * kv_dim_; }
-  float* v(int64_t layer, int64_t pos) { return v_[static_cast<std::size_t>(layer)].data() + pos * kv_dim_; }
+  float* plane(int64_t layer, int plane, int64_t pos) {
+    const auto l = static_cast<std::size_t>(layer);
+    return planes_[l][static_cast<std::size_t>(plane)].data() + pos * layout_[l][static_cast<std::size_t>(plane)];
+  }
+  float* k(int64_t layer, int64_t pos) { return plane(layer, 0, pos); }
+  float* v(int64_t layer, int64_t pos) { return plane(layer, 1, pos); }
 
  private:
-  int64_t context_, kv_dim_;
-  int64_t capacity_ = 0;  // positions currently allocated in every layer
-  std::vector<std::vector<float>> k_, v_;
+  int64_t context_;
+  KvLayout layout_;
+  int64_t capacity_ = 0;  // positions currently allocated in every plane
+  std::vector<std::vector<std::vector<float>>> planes_;  // [layer][plane] -> rows
 };
 
 }  // namespace colibri

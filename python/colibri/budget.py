@@ -31,6 +31,7 @@ __all__ = [
     "estimate_work_bytes",
     "format_bytes",
     "kv_bytes",
+    "kv_bytes_per_token",
     "parse_bytes",
     "plan_budget",
     "safety_margin",
@@ -208,6 +209,15 @@ def kv_bytes(n_layers: int, n_kv_heads: int, head_dim: int, context_length: int)
     return 2 * n_layers * n_kv_heads * head_dim * context_length * _F32
 
 
+def kv_bytes_per_token(floats_per_token: int, context_length: int) -> int:
+    """Bytes of one session's KV cache at the full context for a layout of
+    `floats_per_token` float32 values per position over all layers (MLA: the latent and the
+    rope key per layer, plus the DSA indexer's key on full indexer layers)."""
+    _count("floats_per_token", floats_per_token)
+    _count("context_length", context_length)
+    return floats_per_token * context_length * _F32
+
+
 def estimate_work_bytes(
     *,
     vocab_size: int,
@@ -223,6 +233,7 @@ def estimate_work_bytes(
     context_length: int,
     threads: int,
     batch: int = 512,
+    extra_per_token: int = 0,
 ) -> int:
     """Bytes of the engine's work buffers for a forward of up to `batch` tokens (a prefill
     chunk; decode is a batch of 1). The names are :class:`colibri.sources.ModelConfig`'s.
@@ -242,6 +253,10 @@ def estimate_work_bytes(
     - matmul scratch: activations quantized to 8-bit blocks, up to two formats at once,
       ~1.125 bytes per element: 2 x n x max(d, F, n_heads x head_dim) x 9/8 bytes.
 
+    - `extra_per_token` floats per token of attention-specific buffers (MLA: the query,
+      absorbed query rows, latent outputs and value heads, the q-LoRA and latent rows, the
+      DSA indexer's query, key and weights; see colibri.streaming).
+
     Small per-call vectors (RoPE tables, top-k indices) are left out; the safety margin of
     the default budget covers them.
     """
@@ -252,6 +267,7 @@ def estimate_work_bytes(
         "n_heads": n_heads, "n_kv_heads": n_kv_heads, "head_dim": head_dim,
         "n_experts": n_experts, "n_experts_per_tok": n_experts_per_tok,
         "context_length": context_length, "threads": threads, "batch": batch,
+        "extra_per_token": extra_per_token,
     }
     for name, v in names.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -270,6 +286,7 @@ def estimate_work_bytes(
         + n * n_experts_per_tok * d
         + 2 * vocab_size
         + threads * context_length
+        + n * extra_per_token
     )
     scratch = 2 * n * max(d, ffn, q_dim) * 9 // 8
     return floats * _F32 + scratch

@@ -41,6 +41,7 @@ from .rope import rope_table
 from .sampling import Sampling
 from .session import Session
 from .sources import Manifest, ModelConfig, open_model_source
+from .sources.validate import is_full_indexer_layer
 from .stats import ExpertStats, MemoryStats, PhaseTimes
 from .streaming import (
     RoutingHistory,
@@ -85,6 +86,11 @@ class ModelStats:
         return rate(self.decode_tokens, self.decode_seconds)
 
 _QK_NORM = {"none": _core.QkNorm.none, "head": _core.QkNorm.head, "full": _core.QkNorm.full}
+_ROUTER = {
+    "softmax": _core.RouterKind.softmax_topk,
+    "sigmoid_grouped": _core.RouterKind.sigmoid_grouped,
+    "softmax_group_limited": _core.RouterKind.softmax_group_limited,
+}
 _WAIT = {
     WaitPolicy.SPIN: _core.WaitPolicy.SPIN,
     WaitPolicy.PASSIVE: _core.WaitPolicy.PASSIVE,
@@ -150,7 +156,8 @@ def _model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
     spec.intermediate_size = cfg.intermediate_size
     spec.rms_norm_eps = cfg.rms_norm_eps
     rope = rope_table(
-        cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings
+        cfg.rotary_dim or cfg.head_dim, cfg.rope_theta, cfg.rope_scaling,
+        cfg.max_position_embeddings,
     )
     inv_freq = rope.inv_freq
     factors = _rope_freq_factors(manifest)
@@ -172,6 +179,28 @@ def _model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
     spec.moe_layers = [1 if m else 0 for m in cfg.moe_layers]
     spec.tie_word_embeddings = cfg.tie_word_embeddings
     spec.context_length = context_length
+    spec.rope_interleaved = cfg.rope_interleaved
+    spec.attention_scale = cfg.attention_scale
+    spec.router = _ROUTER[cfg.router]
+    spec.routed_scaling_factor = cfg.routed_scaling_factor
+    spec.n_group = cfg.n_group
+    spec.topk_group = cfg.topk_group
+    spec.n_mtp_layers = cfg.n_mtp_layers
+    if cfg.is_mla:
+        spec.attention = _core.AttentionKind.mla
+        spec.q_lora_rank = cfg.q_lora_rank
+        spec.kv_lora_rank = cfg.kv_lora_rank
+        spec.qk_nope_head_dim = cfg.qk_nope_head_dim
+        spec.qk_rope_head_dim = cfg.qk_rope_head_dim
+        spec.v_head_dim = cfg.v_head_dim
+        spec.mla_norm_eps = cfg.mla_norm_eps
+    if cfg.has_indexer:
+        spec.index_n_heads = cfg.index_n_heads
+        spec.index_head_dim = cfg.index_head_dim
+        spec.index_topk = cfg.index_topk
+        spec.indexer_full = [1 if is_full_indexer_layer(cfg, i) else 0
+                             for i in range(cfg.n_layers)]  # fmt: skip
+        spec.index_rope_interleaved = cfg.index_rope_interleaved
     return spec
 
 
@@ -183,6 +212,7 @@ def _tensor_specs(manifest: Manifest) -> list[_core.TensorSpec]:
             list(t.shape),
             [_core.Extent(e.file, e.offset, e.length) for e in t.extents],
             t.rope_unpermute_heads,
+            t.transpose_heads,
         )
         for t in manifest.tensors.values()
         if t.name not in _SPEC_TENSORS

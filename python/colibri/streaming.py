@@ -20,10 +20,11 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from .budget import BudgetPlan, estimate_work_bytes, kv_bytes, plan_budget
+from .budget import BudgetPlan, estimate_work_bytes, kv_bytes_per_token, plan_budget
 from .config import CachePolicy, EngineConfig, default_history_dir
 from .errors import ModelIOError
-from .sources import Manifest
+from .sources import Manifest, ModelConfig
+from .sources.validate import is_full_indexer_layer
 from .stats import ExpertStats, MemoryStats, PhaseTimes
 
 _EXPERT_RE = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.(\d+)$")
@@ -96,9 +97,30 @@ def resident_bytes(manifest: Manifest) -> int:
     return sum(t.nbytes for t in manifest.tensors.values() if not is_expert_tensor(t.name))
 
 
+def kv_floats_per_token(c: ModelConfig) -> int:
+    """float32 values one position takes in a session's KV cache, over all layers (the
+    core's Engine.kv_layout; MTP layers keep none: they do not run in plain decoding).
+    GQA: keys and values; MLA: the latent and the shared rope key (kv_lora_rank +
+    qk_rope_head_dim: 576 for DeepSeek-V3), plus the DSA indexer key on full indexer layers."""
+    if not c.is_mla:
+        return 2 * c.n_layers * c.n_kv_heads * c.head_dim
+    full = sum(1 for i in range(c.n_layers) if is_full_indexer_layer(c, i))
+    return c.n_layers * (c.kv_lora_rank + c.qk_rope_head_dim) + full * c.index_head_dim
+
+
+def _mla_work_floats(c: ModelConfig) -> int:
+    """Per-token floats of the MLA work buffers (csrc/model/mla_attention.hpp, MlaWorkspace)."""
+    if not c.is_mla:
+        return 0
+    nh, r, rope = c.n_heads, c.kv_lora_rank, c.qk_rope_head_dim
+    per_head = (c.qk_nope_head_dim + rope) + (r + rope) + r + c.v_head_dim
+    indexer = c.index_n_heads * c.index_head_dim + c.index_head_dim + c.index_n_heads
+    return nh * per_head + c.q_lora_rank + r + rope + indexer
+
+
 def _kv_and_work(manifest: Manifest, engine: EngineConfig, context_length: int) -> tuple[int, int]:
     c = manifest.config
-    kv = kv_bytes(c.n_layers, c.n_kv_heads, c.head_dim, context_length)
+    kv = kv_bytes_per_token(kv_floats_per_token(c), context_length)
     work = estimate_work_bytes(
         vocab_size=c.vocab_size, hidden_size=c.hidden_size,
         intermediate_size=c.intermediate_size, moe_intermediate_size=c.moe_intermediate_size,
@@ -106,6 +128,7 @@ def _kv_and_work(manifest: Manifest, engine: EngineConfig, context_length: int) 
         n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, head_dim=c.head_dim,
         n_experts=c.n_experts, n_experts_per_tok=c.n_experts_per_tok,
         context_length=context_length, threads=engine.threads.team_size(),
+        extra_per_token=_mla_work_floats(c),
     )  # fmt: skip
     return kv, work
 
@@ -173,7 +196,7 @@ class RoutingHistory:
             ident = f"{manifest.path.resolve()}|{c.n_layers}|{c.n_experts}|{c.hidden_size}"
             digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
             path = default_history_dir() / f"{manifest.path.name}-{digest}.json"
-        return cls(path, c.n_layers, c.n_experts)
+        return cls(path, c.n_layers + c.n_mtp_layers, c.n_experts)  # the store's layers
 
     def load(self) -> npt.NDArray[np.uint64]:
         """Saved counts, [n_layers * n_experts]; zeros when there is no usable file (a

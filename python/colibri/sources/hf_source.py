@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelFormatError, UnsupportedError
+from . import hf_deepseek
 from .manifest import Extent, Manifest, ModelConfig, QkNorm, TensorInfo
 from .validate import (
     SUPPORTED_FAMILIES,
@@ -189,11 +190,13 @@ def _shard_files(d: Path) -> list[Path]:
 
 def _family(cfg: Mapping[str, Any], where: Path) -> str:
     mt = str(cfg.get("model_type", ""))
-    if mt in _MODEL_TYPES:
-        return _MODEL_TYPES[mt]
+    types = {**_MODEL_TYPES, **hf_deepseek.MODEL_TYPES}
+    if mt in types:
+        return types[mt]
+    classes = {**_ARCH_CLASSES, **hf_deepseek.ARCH_CLASSES}
     for a in cfg.get("architectures") or []:
-        if a in _ARCH_CLASSES:
-            return _ARCH_CLASSES[a]
+        if a in classes:
+            return classes[a]
     found = mt or ", ".join(cfg.get("architectures") or []) or "<none>"
     raise unsupported_architecture(found, where, SUPPORTED_FAMILIES)
 
@@ -249,6 +252,20 @@ def hf_config(cfg: Mapping[str, Any], d: Path, tensor_names: set[str]) -> ModelC
         raise ModelFormatError(f"{d / 'config.json'}: missing or invalid key {exc}") from exc
     n_kv = int(cfg.get("num_key_value_heads") or n_heads)
     head_dim = int(cfg.get("head_dim") or hidden // n_heads)
+    if fam in hf_deepseek.FAMILIES:
+        theta, scaling = _rope(cfg, d)
+        bos = cfg.get("bos_token_id")
+        base: dict[str, Any] = dict(
+            vocab_size=vocab, hidden_size=hidden, n_layers=n_layers, n_heads=n_heads,
+            n_kv_heads=n_kv, head_dim=head_dim,
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=theta,
+            max_position_embeddings=int(cfg.get("max_position_embeddings") or 0),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False))
+            or "lm_head.weight" not in tensor_names,
+            rope_scaling=scaling, bos_token_id=bos if isinstance(bos, int) else None,
+            eos_token_ids=_eos_ids(cfg, d),
+        )  # fmt: skip
+        return hf_deepseek.family_config(fam, cfg, d, tensor_names, base)
     _unsupported_if(
         cfg.get("hidden_act", "silu") != "silu", d, f"hidden_act {cfg.get('hidden_act')!r}"
     )
@@ -325,7 +342,7 @@ def hf_config(cfg: Mapping[str, Any], d: Path, tensor_names: set[str]) -> ModelC
 
 
 def _canonical(name: str) -> str | None:
-    for pat, fmt in _RULES:
+    for pat, fmt in (*_RULES, *hf_deepseek.RULES):
         m = pat.fullmatch(name)
         if m:
             return fmt.format(*m.groups())
@@ -361,6 +378,10 @@ class Fp8TensorInfo(TensorInfo):
 
     scale: TensorInfo  # <name>_scale_inv: F32 or BF16, (ceil(rows / b0), ceil(cols / b1))
     block: tuple[int, int]  # quantization_config.weight_block_size: (b0 rows, b1 columns)
+    # A tensor cut from row ranges of a larger FP8 weight (MLA's kv_b_proj parts): the
+    # source row of each extent's first row, for the scale lookup; () when the rows are
+    # the weight's own.
+    row_origin: tuple[int, ...] = ()
 
 
 def fp8_block_size(cfg: Mapping[str, Any], where: Path) -> tuple[int, int] | None:
@@ -484,6 +505,28 @@ def _split_fused(
     return out
 
 
+def _kv_b_parts(
+    layer: str, dtype: str, shape: tuple[int, ...], ext: Extent, cfg: ModelConfig,
+    found: Mapping[str, tuple[str, tuple[int, ...], Extent]], block: tuple[int, int] | None,
+    where: Path,
+) -> dict[str, TensorInfo]:
+    """MLA's kv_b_proj as attn_k_b (each head's block transposed at load) and attn_v_b."""
+    fp8 = dtype == FP8_DTYPE and block is not None
+    if not fp8:
+        _info(f"blk.{layer}.attn_kv_b", dtype, shape, ext, where)  # refuses what it cannot read
+    parts = hf_deepseek.split_kv_b(layer, dtype, shape, ext, cfg, _ITEMSIZE[dtype], where)
+    out: dict[str, TensorInfo] = {}
+    for (name, pshape, exts, rows), heads in zip(parts, (cfg.n_heads, 0), strict=True):
+        if fp8 and block is not None:
+            src = f"model.layers.{layer}.self_attn.kv_b_proj.weight"
+            whole = _fp8_info(name, src, shape, ext, found, block, where)
+            out[name] = Fp8TensorInfo(name, FP8_DTYPE, pshape, exts, transpose_heads=heads,
+                                      scale=whole.scale, block=block, row_origin=rows)  # fmt: skip
+        else:
+            out[name] = TensorInfo(name, dtype, pshape, exts, transpose_heads=heads)
+    return out
+
+
 def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = False) -> Manifest:
     """Read config.json and the safetensors headers of a checkpoint directory.
 
@@ -530,6 +573,9 @@ def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = False) -> Manifes
         if m := _FUSED_DOWN.fullmatch(name):
             for t in _split_fused(m.group(1), "down", dtype, shape, ext, where):
                 tensors[t.name] = t
+            continue
+        if cfg.is_mla and (m := hf_deepseek.KV_B.fullmatch(name)):
+            tensors.update(_kv_b_parts(m.group(1), dtype, shape, ext, cfg, found, block, where))
             continue
         cname = _canonical(name)
         if cname is None:

@@ -32,7 +32,7 @@ def _config(raw: Any, where: Path) -> ModelConfig:
     if not isinstance(raw, dict):
         raise ModelFormatError(f"{where}: 'config' is not an object")
     d = dict(raw)
-    for key in ("moe_layers", "eos_token_ids"):
+    for key in ("moe_layers", "eos_token_ids", "indexer_types"):
         if key in d:
             d[key] = tuple(d[key])
     try:
