@@ -49,7 +49,7 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
-FACTORY_VERSION = "1"
+FACTORY_VERSION = "2"
 REPO = Path(__file__).resolve().parent.parent
 VOCAB = 256
 N_LAYERS = 3
@@ -113,7 +113,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any], bool]] = {
         **_MLA, q_lora_rank=24, n_routed_experts=8, num_experts_per_tok=2, n_group=1,
         topk_group=1, n_shared_experts=1, routed_scaling_factor=1.8, norm_topk_prob=True,
         mlp_layer_types=["dense", "sparse", "sparse"],
-    ), {"scoring_func": "sigmoid", "topk_method": "noaux_tc"}, False),
+    ), {"scoring_func": "sigmoid", "topk_method": "noaux_tc", "first_k_dense_replace": 1}, False),
 }
 FAMILY = {"deepseek_v3": "deepseek_v3", "kimi_k2": "deepseek_v3", "deepseek_v2_lite": "deepseek_v2",
           "deepseek_v2_glg": "deepseek_v2", "deepseek_v32": "deepseek_v32",
@@ -320,3 +320,100 @@ def transformers_model(hf_dir: str) -> torch.nn.Module:
 
 def prompt_ids(n: int = 32, seed: int = 1234) -> list[int]:
     return [int(x) for x in np.random.default_rng(seed).integers(3, VOCAB, size=n)]
+
+
+# --------------------------------------------------------------------------- dequantized
+
+# HF checkpoint name (layer part) -> the GGUF tensor llama.cpp writes it as: a transcription
+# of llama.cpp's tensor map for these architectures (gguf-py's tensor_mapping.py), kept
+# apart from colibri's own source code so a wrong name in one does not hide in the other.
+_HF_TO_GGUF = [
+    (r"input_layernorm\.weight", "attn_norm"),
+    (r"post_attention_layernorm\.weight", "ffn_norm"),
+    (r"self_attn\.q_proj\.(weight|bias)", "attn_q"),
+    (r"self_attn\.k_proj\.(weight|bias)", "attn_k"),
+    (r"self_attn\.v_proj\.(weight|bias)", "attn_v"),
+    (r"self_attn\.q_norm\.weight", "attn_q_norm"),
+    (r"self_attn\.k_norm\.weight", "attn_k_norm"),
+    (r"self_attn\.q_a_proj\.weight", "attn_q_a"),
+    (r"self_attn\.q_a_layernorm\.weight", "attn_q_a_norm"),
+    (r"self_attn\.q_b_proj\.weight", "attn_q_b"),
+    (r"self_attn\.kv_a_proj_with_mqa\.weight", "attn_kv_a_mqa"),
+    (r"self_attn\.kv_a_layernorm\.weight", "attn_kv_a_norm"),
+    (r"self_attn\.o_proj\.weight", "attn_output"),
+    (r"self_attn\.indexer\.wq_b\.weight", "indexer.attn_q_b"),
+    (r"self_attn\.indexer\.wk\.weight", "indexer.attn_k"),
+    (r"self_attn\.indexer\.k_norm\.(weight|bias)", "indexer.k_norm"),
+    (r"self_attn\.indexer\.weights_proj\.weight", "indexer.proj"),
+    (r"mlp\.(gate|up|down)_proj\.weight", "ffn_{0}"),
+    (r"mlp\.gate\.weight", "ffn_gate_inp"),
+    (r"mlp\.gate\.e_score_correction_bias", "exp_probs_b"),
+    (r"mlp\.shared_experts\.(gate|up|down)_proj\.weight", "ffn_{0}_shexp"),
+]
+
+
+def _gguf_tensors(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor of a GGUF, dequantized to float32, in PyTorch axis order."""
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    return {
+        t.name: gguf.quants.dequantize(t.data, t.tensor_type)
+        .reshape(tuple(reversed(t.shape.tolist()))).astype(np.float32)
+        for t in reader.tensors
+    }
+
+
+def dequantized_hf_dir(tiny: TinyDeepseek, qtype: str) -> Path:
+    """The checkpoint with every trunk weight replaced by the ``qtype`` GGUF's, dequantized:
+    transformers on it computes what the quantized file computes with exact activations.
+    (MTP layers, which the trunk does not run, are left out.)"""
+    import re
+
+    out = tiny.hf_dir.parent / f"hf-dequant-{qtype}"
+    if (out / "DONE").is_file():
+        return out
+    g = _gguf_tensors(tiny.gguf[qtype])
+    new: dict[str, torch.Tensor] = {}
+    top = {"model.embed_tokens.weight": "token_embd.weight",
+           "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+    for name, arr in load_file(str(tiny.hf_dir / "model.safetensors")).items():
+        if name in top:
+            val = g[top[name]]
+        else:
+            m = re.match(r"model\.layers\.(\d+)\.(.*)", name)
+            assert m, name
+            b, rest = int(m.group(1)), m.group(2)
+            if b >= N_LAYERS:
+                continue
+            if rest == "self_attn.kv_b_proj.weight":
+                kb, vb = g[f"blk.{b}.attn_k_b.weight"], g[f"blk.{b}.attn_v_b.weight"]
+                val = np.concatenate([kb.transpose(0, 2, 1), vb], axis=1).reshape(-1, kb.shape[1])
+            elif em := re.match(r"mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight", rest):
+                val = g[f"blk.{b}.ffn_{em.group(2)}_exps.weight"][int(em.group(1))]
+            else:
+                for pat, fmt in _HF_TO_GGUF:
+                    if pm := re.fullmatch(pat, rest):
+                        suffix = ".bias" if rest.endswith("bias") else ".weight"
+                        stem = fmt.format(*pm.groups())
+                        key = f"blk.{b}.{stem}{suffix}"
+                        if tiny.family == "glm4_moe" and stem == "ffn_norm":
+                            key = f"blk.{b}.post_attention_norm.weight"
+                        break
+                else:
+                    raise KeyError(f"no GGUF tensor for {name}")
+                val = g[key]
+        new[name] = torch.from_numpy(np.ascontiguousarray(val.reshape(arr.shape)))
+    tmp = Path(tempfile.mkdtemp(prefix=f".deq-{qtype}-", dir=tiny.hf_dir.parent))
+    try:
+        save_file(new, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        shutil.copy(tiny.hf_dir / "config.json", tmp / "config.json")
+        (tmp / "DONE").write_text("ok\n")
+        try:
+            os.replace(tmp, out)
+        except OSError:
+            if not (out / "DONE").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out

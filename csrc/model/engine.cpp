@@ -232,7 +232,7 @@ void Engine::resolve_layer(LayerWeights& L, int64_t i, bool moe) {
   if (s.attention == AttentionKind::Mla) {
     const bool full = s.index_n_heads > 0 &&
                       (i < s.n_layers ? s.indexer_full[static_cast<std::size_t>(i)] != 0
-                                      : weights_.find(p + "indexer.attn_k") != nullptr);
+                                      : true);  // MTP layers run their own indexer
     L.mla = std::make_unique<MlaAttention>(s, weights_, i, full);
   } else {
     L.q = req(p + "attn_q");

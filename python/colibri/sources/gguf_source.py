@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelFormatError, UnsupportedError
+from . import gguf_deepseek
 from .gguf_header import GGUFHeader, GGUFHeaderError, read_gguf_header
 from .manifest import Extent, Manifest, ModelConfig, QkNorm, TensorInfo
 from .validate import (
@@ -41,7 +42,7 @@ from .validate import (
 )
 
 # GGUF general.architecture values this loader understands -> family.
-GGUF_ARCHITECTURES = ("llama", "qwen2moe", "qwen3moe", "olmoe")
+GGUF_ARCHITECTURES = ("llama", "qwen2moe", "qwen3moe", "olmoe", *gguf_deepseek.ARCHITECTURES)
 _FAMILY = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "olmoe": "olmoe"}
 # llama.cpp's graphs: the norm_w argument of build_moe_ffn, per family.
 _NORM_TOPK = {"mixtral": True, "qwen3_moe": True, "qwen2_moe": False, "olmoe": False}
@@ -117,6 +118,67 @@ def _canonical(name: str) -> str:
     return name[: -len(".weight")] if name.endswith(".weight") else name
 
 
+def _tensors(header: GGUFHeader, p: Path, arch: str) -> dict[str, TensorInfo]:
+    """The file's tensors by canonical name, stacked experts split one per expert."""
+    tensors: dict[str, TensorInfo] = {}
+    for t in header.tensors:
+        ext = Extent(0, header.data_offset(t), t.n_bytes)
+        check_dtype(t.name, t.type_name, p)
+        m = _EXPS.match(t.name)
+        if m:
+            if len(t.shape) != 3:
+                raise ModelFormatError(f"{p}: stacked expert tensor {t.name!r} has shape {t.shape}")
+            n_e, rows, cols = t.shape
+            each = ext.length // n_e if n_e else 0
+            if each * n_e != ext.length:
+                raise ModelFormatError(f"{p}: tensor {t.name!r} does not split into {n_e} experts")
+            for e, sub in enumerate(split_rows(ext, n_e, each)):
+                nm = f"{m.group(1)}.{e}"
+                tensors[nm] = TensorInfo(nm, t.type_name, (rows, cols), (sub,))
+            continue
+        cname = gguf_deepseek.canonical_name(arch, t.name)
+        shape = gguf_deepseek.reshape(cname, t.shape)
+        tensors[cname] = TensorInfo(cname, t.type_name, shape, (ext,))
+    return tensors
+
+
+def _load_deepseek(p: Path, size: int, header: GGUFHeader, arch: str) -> Manifest:
+    md = header.metadata
+    tensors = _tensors(header, p, arch)
+    if "token_embd" not in tensors:
+        raise ModelFormatError(f"{p}: tensor 'token_embd' is missing")
+    n_heads = _int_key(md, f"{arch}.attention.head_count", p)
+    base = dict(
+        vocab_size=tensors["token_embd"].shape[0],
+        hidden_size=_int_key(md, f"{arch}.embedding_length", p),
+        n_layers=_int_key(md, f"{arch}.block_count", p),
+        n_heads=n_heads,
+        n_kv_heads=_int_key(md, f"{arch}.attention.head_count_kv", p, n_heads),
+        head_dim=0,
+        rms_norm_eps=_f32(_get(md, f"{arch}.attention.layer_norm_rms_epsilon", p)),
+        rope_theta=_f32(md.get(f"{arch}.rope.freq_base", 10000.0)),
+        max_position_embeddings=_int_key(md, f"{arch}.context_length", p),
+        tie_word_embeddings="output" not in tensors,
+        rope_scaling=_rope_scaling(md, arch),
+        **_special_ids(md),
+    )
+    cfg = gguf_deepseek.family_config(arch, md, tensors, p, base)
+    ordered = order_and_check(tensors, cfg, p)
+    check_extents(ordered, (p,), (size,))
+    return Manifest(source="gguf", path=p, files=(p.resolve(),), config=cfg, tensors=ordered,
+                    metadata=md)  # fmt: skip
+
+
+def _special_ids(md: dict[str, Any]) -> dict[str, Any]:
+    eos: list[int] = []
+    for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"):
+        v = md.get(key)
+        if v is not None and int(v) not in eos:
+            eos.append(int(v))
+    bos = md.get("tokenizer.ggml.bos_token_id")
+    return {"bos_token_id": int(bos) if bos is not None else None, "eos_token_ids": tuple(eos)}
+
+
 def load_gguf(path: str | os.PathLike[str]) -> Manifest:
     """Read a GGUF file's header and return its manifest (no tensor data is loaded)."""
     p = Path(path)
@@ -133,6 +195,8 @@ def load_gguf(path: str | os.PathLike[str]) -> Manifest:
     if gguf_arch not in GGUF_ARCHITECTURES:
         raise unsupported_architecture(gguf_arch or "<missing>", p, GGUF_ARCHITECTURES)
 
+    if gguf_arch in gguf_deepseek.ARCHITECTURES:
+        return _load_deepseek(p, size, header, gguf_arch)
     n_expert = int(md.get(f"{gguf_arch}.expert_count", 0) or 0)
     family = _FAMILY.get(gguf_arch, "mixtral" if n_expert > 0 else "llama")
 

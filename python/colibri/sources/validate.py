@@ -139,11 +139,12 @@ def _moe_shapes(cfg: ModelConfig, b: str) -> dict[str, tuple[int, ...]]:
 
 
 def is_full_indexer_layer(cfg: ModelConfig, layer: int) -> bool:
-    """True when the layer runs its own DSA indexer (MTP layers: the trunk's last type)."""
+    """True when the layer runs its own DSA indexer (MTP layers always do: the
+    multi-token-prediction pass has no earlier layer to share a selection with)."""
     if not cfg.has_indexer:
         return False
     types = cfg.indexer_types
-    return (types[min(layer, len(types) - 1)] if types else "full") == "full"
+    return layer >= cfg.n_layers or not types or types[layer] == "full"
 
 
 # nextn tensors of a multi-token-prediction layer: required, then optional copies of the
