@@ -6,8 +6,9 @@ prefetches, batch union in a prefill).
 
 The full grid of settings runs on one model (a native container of the tiny Qwen3-MoE);
 every other source (each tiny MoE family from its Hugging Face checkpoint, quantized GGUFs,
-a quantized container, the demo MoE built from SmolLM2) runs a base streamed setting and
-one change of one axis at a time.
+a quantized container, the demo MoE built from SmolLM2, and one source per DeepSeek / GLM
+family: MLA, DSA, sigmoid group-limited and V2 routers, MTP layers) runs a base streamed
+setting and one change of one axis at a time.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 
 import colibri as co
 from colibri.convert import write_container
+from deepseek_factory import build_tiny, llama_cpp_dir
 from modelfactory import TinyModel
 from streaming_helpers import (
     Trace,
@@ -46,8 +48,33 @@ SOURCES: dict[str, Callable[[dict[str, TinyModel], Path], Path]] = {
     "mixtral-Q8_0": lambda t, d: t["mixtral"].gguf["Q8_0"],
     "olmoe-container-q4_0": lambda t, d: _container(t["olmoe"].hf_dir, d / "olmoe.colibri",
                                                     "q4_0"),
+    # The DeepSeek / GLM family (deepseek_factory): one source per family, sigmoid grouped
+    # routing with a selection bias, MTP layers' experts in the store, DSA selections.
+    "deepseek_v3-hf": lambda t, d: _deepseek("deepseek_v3"),
+    "kimi_k2-container-q8_0": lambda t, d: _container(_deepseek("kimi_k2"), d / "kimi.colibri",
+                                                      "q8_0"),
+    "deepseek_v2_lite-hf": lambda t, d: _deepseek("deepseek_v2_lite"),
+    "deepseek_v2_glg-hf": lambda t, d: _deepseek("deepseek_v2_glg"),
+    "deepseek_v32-gguf-Q8_0": lambda t, d: _deepseek("deepseek_v32", "Q8_0"),
+    "glm_moe_dsa-hf": lambda t, d: _deepseek("glm_moe_dsa"),
+    "glm4_moe-gguf-Q8_0": lambda t, d: _deepseek("glm4_moe", "Q8_0"),
+    "glm4_moe_lite-container": lambda t, d: _container(_deepseek("glm4_moe_lite"),
+                                                       d / "lite.colibri"),
 }
 GRID_SOURCE = "qwen3_moe-container"
+# The grid again on MLA with sigmoid group-limited routing, a selection bias and an MTP
+# layer whose experts share the cache.
+GRID_SOURCES = (GRID_SOURCE, "deepseek_v3-hf")
+
+
+def _deepseek(variant: str, gguf: str | None = None) -> Path:
+    """A DeepSeek/GLM-family tiny model: its checkpoint, or a GGUF llama.cpp's converter
+    wrote (the test skips when the converter is not available)."""
+    if gguf is None:
+        return build_tiny(variant, with_gguf=False).hf_dir
+    if llama_cpp_dir() is None:
+        pytest.skip("llama.cpp's converter not found (COLIBRI_LLAMA_CPP)")
+    return build_tiny(variant).gguf[gguf]
 
 
 def _container(src: Path, dst: Path, quant: str = "keep") -> Path:
@@ -150,13 +177,14 @@ GRID = list(itertools.product(
 ))  # fmt: skip
 
 
+@pytest.mark.parametrize("source", GRID_SOURCES)
 @pytest.mark.parametrize(("workers", "direct", "prefetch", "policy", "threads"), GRID)
-def test_grid_bit_identical_to_resident(benches: Callable[[str], Bench], workers: int,
-                                       direct: bool, prefetch: bool, policy: str,
+def test_grid_bit_identical_to_resident(benches: Callable[[str], Bench], source: str,
+                                       workers: int, direct: bool, prefetch: bool, policy: str,
                                        threads: int) -> None:
-    b = benches(GRID_SOURCE)
-    slots = b.top_k + 2  # 4 of the model's 24 experts
-    tag = f"{workers}-{direct}-{prefetch}-{policy}-{threads}"
+    b = benches(source)
+    slots = b.top_k + 2  # qwen3: 4 of the model's 24 experts; deepseek_v3: 6 of 48
+    tag = f"{source}-{workers}-{direct}-{prefetch}-{policy}-{threads}"
     m, got = _streamed_run(b, slots=slots, workers=workers, direct=direct, prefetch=prefetch,
                            policy=policy, threads=threads, tag=tag)
     assert_same_trace(got, b.reference, tag)
