@@ -65,6 +65,39 @@ void bind_engine(py::module_& m) {
       .value("sigmoid_grouped", RouterKind::SigmoidGroupedTopK)
       .value("softmax_group_limited", RouterKind::SoftmaxGroupLimited);
 
+  m.def(
+      "route",
+      [](RouterKind kind, py::array_t<float, py::array::c_style | py::array::forcecast> logits, int64_t top_k,
+         bool norm_topk_prob, float scaling, int64_t n_group, int64_t topk_group,
+         std::optional<py::array_t<float, py::array::c_style | py::array::forcecast>> bias) {
+        if (logits.ndim() != 2) fail(ErrorKind::InvalidArgument, "route: logits must be [tokens, experts]");
+        RouterSpec rs;
+        rs.kind = kind;
+        rs.n_experts = logits.shape(1);
+        rs.top_k = top_k;
+        rs.norm_topk_prob = norm_topk_prob;
+        rs.scaling = scaling;
+        rs.n_group = n_group;
+        rs.topk_group = topk_group;
+        const auto router = make_router(rs);
+        if (bias && (bias->ndim() != 1 || bias->shape(0) != rs.n_experts))
+          fail(ErrorKind::InvalidArgument, "route: bias must have one value per expert");
+        const int64_t n = logits.shape(0);
+        py::array_t<int32_t> experts({n, top_k});
+        py::array_t<float> weights({n, top_k});
+        std::vector<float> row(static_cast<std::size_t>(rs.n_experts));
+        for (int64_t t = 0; t < n; ++t) {
+          std::copy(logits.data() + t * rs.n_experts, logits.data() + (t + 1) * rs.n_experts, row.begin());
+          router->route(row.data(), bias ? bias->data() : nullptr, experts.mutable_data() + t * top_k,
+                        weights.mutable_data() + t * top_k);
+        }
+        return py::make_tuple(experts, weights);
+      },
+      py::arg("kind"), py::arg("logits"), py::arg("top_k"), py::arg("norm_topk_prob") = false,
+      py::arg("scaling") = 1.0f, py::arg("n_group") = 1, py::arg("topk_group") = 1, py::arg("bias") = py::none(),
+      "One routing rule (csrc/model/routers/) on router logits [tokens, experts]: (experts, weights),"
+      " each [tokens, top_k], best first. The MoE layers and the lookahead prefetch run the same code.");
+
   py::class_<Extent>(m, "Extent")
       .def(py::init([](int32_t file, uint64_t offset, uint64_t length) { return Extent{file, offset, length}; }),
            py::arg("file"), py::arg("offset"), py::arg("length"))

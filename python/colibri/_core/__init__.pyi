@@ -10,7 +10,7 @@ import numpy.typing
 import typing
 from . import quant
 from . import io
-__all__: list[str] = ['ActPrecision', 'AttentionKind', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'ModelSpec', 'QkNorm', 'RouterKind', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'io', 'quant']
+__all__: list[str] = ['ActPrecision', 'AttentionKind', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'ModelSpec', 'QkNorm', 'RouterKind', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'io', 'quant', 'route']
 class WaitPolicy:
     """
     How the compute team waits between parallel regions of a computation.
@@ -853,3 +853,7 @@ class Session:
     @property
     def n_tokens(self) -> int:
         ...
+def route(kind: RouterKind, logits: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], top_k: typing.SupportsInt | typing.SupportsIndex, norm_topk_prob: bool = False, scaling: typing.SupportsFloat | typing.SupportsIndex = 1.0, n_group: typing.SupportsInt | typing.SupportsIndex = 1, topk_group: typing.SupportsInt | typing.SupportsIndex = 1, bias: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None) -> tuple[numpy.typing.NDArray[numpy.int32], numpy.typing.NDArray[numpy.float32]]:
+    """
+    One routing rule (csrc/model/routers/) on router logits [tokens, experts]: (experts, weights), each [tokens, top_k], best first. The MoE layers and the lookahead prefetch run the same code.
+    """
