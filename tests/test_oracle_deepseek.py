@@ -256,3 +256,17 @@ def test_missing_mla_tensor_is_named(deepseek_models: dict[str, TinyDeepseek],
     save_file(sd, str(dst / "model.safetensors"))
     with pytest.raises(colibri.errors.ModelFormatError, match="blk.1.attn_kv_a_mqa"):
         load(dst)
+
+
+def test_team_size_does_not_change_logits(deepseek_model: TinyDeepseek) -> None:
+    """Attention over the latent cache (heads split over the team in decode), the indexer
+    (one query per task) and the per-head absorptions give the same bits for 1 and 2
+    threads."""
+    ids = prompt_ids(N_PROMPT)
+    out = []
+    for n in (1, 2):
+        m = load(deepseek_model.hf_dir, threads=colibri.ThreadConfig(n=n))
+        s = m.session()
+        out.append(np.concatenate([s.forward(ids[:20], all_logits=True)]
+                                  + [s.forward([t])[None] for t in ids[20:]]))  # fmt: skip
+    np.testing.assert_array_equal(out[0], out[1])

@@ -93,9 +93,7 @@ void DsaIndexer::select(const AttentionContext& ctx, KvCache& kv, int64_t layer,
         const float* k = kv.plane(layer, 1, j);
         float acc = 0.0f;
         for (int64_t hd = 0; hd < ih; ++hd) {
-          const float* qh = q + hd * id;
-          float dot = 0.0f;
-          for (int64_t i = 0; i < id; ++i) dot += qh[i] * k[i];
+          const float dot = dot_lanes8(q + hd * id, k, id);
           acc += (w[hd] * head_scale) * std::max(dot * dot_scale, 0.0f);
         }
         score[j] = acc;

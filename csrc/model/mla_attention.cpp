@@ -1,5 +1,6 @@
 #include "model/mla_attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -29,25 +30,31 @@ void rope_part(const ModelSpec& s, bool interleaved, float* x, const float* cos_
     rope_head(x, cos_sin, rot);
 }
 
-// Scalar reference of absorbed attention for one query row q [kd] over the layer's latent
-// rows (plane 0, kd floats each, the value being its first vd floats): keys at positions
-// keys[0..n_keys) (ascending), or 0..n_keys-1 when keys is null. scores: n_keys floats of
-// scratch. The attention kernels of csrc/attention/ replace this once they land; the sum
-// over keys runs in position order, so a selection of every key equals no selection.
-void latent_attention_ref(const float* q, KvCache& kv, int64_t layer, const int32_t* keys, int64_t n_keys,
-                          int64_t kd, int64_t vd, float scale, float* scores, float* out) {
+// Scalar reference of absorbed attention for one token's query rows q[h] (kd floats each,
+// heads [h0, h1)) over the layer's latent rows (plane 0, kd floats each, the value being
+// its first vd floats): keys at positions keys[0..n_keys) (ascending), or 0..n_keys-1 when
+// keys is null. Each key row is read once for all the heads (MQA: they share it).
+// scores: (h1 - h0) * n_keys floats of scratch. The sum over keys runs in position order,
+// so a selection of every key equals no selection, and a head's result does not depend on
+// which heads share its task. The attention kernels of csrc/attention/ replace this once
+// they land.
+void latent_attention_ref(const float* q, int64_t h0, int64_t h1, KvCache& kv, int64_t layer,
+                          const int32_t* keys, int64_t n_keys, int64_t kd, int64_t vd, float scale,
+                          float* scores, float* out) {
+  const int64_t nh = h1 - h0;
   for (int64_t j = 0; j < n_keys; ++j) {
     const float* kr = kv.plane(layer, 0, keys ? keys[j] : j);
-    float dot = 0.0f;
-    for (int64_t i = 0; i < kd; ++i) dot += q[i] * kr[i];
-    scores[j] = dot * scale;
+    for (int64_t h = 0; h < nh; ++h) scores[h * n_keys + j] = dot_lanes8(q + (h0 + h) * kd, kr, kd) * scale;
   }
-  softmax(scores, n_keys);
-  std::memset(out, 0, static_cast<std::size_t>(vd) * sizeof(float));
+  for (int64_t h = 0; h < nh; ++h) softmax(scores + h * n_keys, n_keys);
+  std::memset(out + h0 * vd, 0, static_cast<std::size_t>(nh * vd) * sizeof(float));
   for (int64_t j = 0; j < n_keys; ++j) {
     const float* vr = kv.plane(layer, 0, keys ? keys[j] : j);
-    const float p = scores[j];
-    for (int64_t i = 0; i < vd; ++i) out[i] += p * vr[i];
+    for (int64_t h = 0; h < nh; ++h) {
+      const float p = scores[h * n_keys + j];
+      float* o = out + (h0 + h) * vd;
+      for (int64_t i = 0; i < vd; ++i) o[i] += p * vr[i];
+    }
   }
 }
 
@@ -173,21 +180,24 @@ void MlaAttention::absorb_and_attend(const AttentionContext& ctx, KvCache& kv, i
       std::memcpy(ws.qrow.data() + (t * nh + hd) * kd + r, ws.q.data() + (t * nh + hd) * qk + nope,
                   static_cast<std::size_t>(rope) * sizeof(float));
 
-  // One task per (token, head): each output row is computed by one thread, keys summed in
-  // position order, so the result does not depend on the team.
+  // One task per (token, group of heads): each head's output is computed by one thread,
+  // keys summed in position order, so the result does not depend on the team or the
+  // grouping. A decode step (one token) splits its heads over the team.
   const float scale = s.attention_scale > 0 ? s.attention_scale : 1.0f / std::sqrt(static_cast<float>(qk));
-  const int64_t ctx_len = kv.context_length();
+  const int64_t ctx_len = kv.context_length(), team = ctx.pool.size();
+  const int64_t per_task = n >= team ? nh : std::max<int64_t>(1, (nh + team - 1) / team);
+  const int64_t groups = (nh + per_task - 1) / per_task;
   ws.lat.resize(static_cast<std::size_t>(n * nh * r));
-  ws.scores.resize(static_cast<std::size_t>(ctx.pool.size() * ctx_len));
-  ctx.pool.parallel_for(n * nh, 1, [&](int64_t begin, int64_t end, int thread) {
-    float* scores = ws.scores.data() + thread * ctx_len;
+  ws.scores.resize(static_cast<std::size_t>(team * per_task * ctx_len));
+  ctx.pool.parallel_for(n * groups, 1, [&](int64_t begin, int64_t end, int thread) {
+    float* scores = ws.scores.data() + thread * per_task * ctx_len;
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t t = task / nh;
+      const int64_t t = task / groups, h0 = (task % groups) * per_task, h1 = std::min(nh, h0 + per_task);
       const std::vector<int32_t>* keys = selection ? &selection->keys[static_cast<std::size_t>(t)] : nullptr;
       const bool subset = keys && !keys->empty();
       const int64_t n_keys = subset ? static_cast<int64_t>(keys->size()) : pos0 + t + 1;
-      latent_attention_ref(ws.qrow.data() + task * kd, kv, layer, subset ? keys->data() : nullptr, n_keys, kd, r,
-                           scale, scores, ws.lat.data() + task * r);
+      latent_attention_ref(ws.qrow.data() + t * nh * kd, h0, h1, kv, layer, subset ? keys->data() : nullptr,
+                           n_keys, kd, r, scale, scores, ws.lat.data() + t * nh * r);
     }
   });
   ws.heads.resize(static_cast<std::size_t>(n * nh * vd));

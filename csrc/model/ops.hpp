@@ -25,6 +25,11 @@ void layer_norm_row(const float* x, const float* weight, const float* bias, int6
 void rope_cos_sin(int64_t position, const float* inv_freq, int64_t half, float attention_factor,
                   float* cos_sin);
 
+// sum_i a[i] * b[i] as eight independent partial sums combined in a fixed order: the
+// compiler keeps them in one SIMD register without reassociating anything, so the result
+// is the same on every machine and thread.
+float dot_lanes8(const float* a, const float* b, int64_t n);
+
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);
 
