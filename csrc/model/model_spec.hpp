@@ -16,6 +16,11 @@ enum class QkNorm : int {
   Full = 2,     // RMSNorm over the whole projection, all heads at once (OLMoE)
 };
 
+// Which attention unit a layer runs (model/attention_layer.hpp: make_attention).
+enum class AttentionKind : int {
+  Gqa = 0,  // grouped-query attention (multi-head and multi-query are its edge cases)
+};
+
 struct ModelSpec {
   std::string arch;                 // family name, for messages
   int64_t vocab_size = 0;
@@ -32,6 +37,7 @@ struct ModelSpec {
   std::vector<float> rope_inv_freq;  // rotary_dim / 2 entries
   float rope_attention_factor = 1.0f;
   float attention_scale = 0.0f;     // softmax scale; 0 means 1/sqrt(head_dim)
+  AttentionKind attention_kind = AttentionKind::Gqa;
   QkNorm qk_norm = QkNorm::None;
   bool attention_bias = false;
   int64_t n_experts = 0;            // routed experts per MoE layer
