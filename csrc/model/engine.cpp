@@ -149,6 +149,17 @@ void Engine::resolve_layers() {
   check_shape(output_, s.vocab_size, d);
 
   layers_.resize(static_cast<std::size_t>(s.n_layers));
+  if (std::any_of(s.moe_layers.begin(), s.moe_layers.end(), [](uint8_t b) { return b; })) {
+    RouterSpec rs;
+    rs.kind = s.router;
+    rs.n_experts = s.n_experts;
+    rs.top_k = s.n_experts_per_tok;
+    rs.norm_topk_prob = s.norm_topk_prob;
+    rs.scaling = s.routed_scaling_factor;
+    rs.n_group = s.n_group;
+    rs.topk_group = s.topk_group;
+    router_ = make_router(rs);
+  }
   for (int64_t i = 0; i < s.n_layers; ++i) {
     LayerWeights& L = layers_[static_cast<std::size_t>(i)];
     const std::string p = "blk." + std::to_string(i) + ".";
@@ -168,6 +179,7 @@ void Engine::resolve_layers() {
     }
     L.router = req(p + "ffn_gate_inp");
     check_shape(L.router, s.n_experts, d);
+    L.route = router_.get();
     if (s.shared_expert_intermediate_size > 0) {
       const int64_t sf = s.shared_expert_intermediate_size;
       L.shared = {req(p + "ffn_gate_shexp"), req(p + "ffn_up_shexp"), req(p + "ffn_down_shexp")};

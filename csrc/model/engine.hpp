@@ -47,6 +47,8 @@ struct LayerWeights {
   bool is_moe = false;
   ExpertWeights dense;                 // !is_moe
   const Tensor* router = nullptr;      // is_moe: (n_experts, hidden); experts are streamed
+  const Tensor* router_bias = nullptr; // is_moe, optional: (n_experts,) selection bias
+  const Router* route = nullptr;       // is_moe: the routing rule (owned by the engine)
   int64_t next_moe = -1;               // is_moe: the next MoE layer (lookahead), -1 if none
   ExpertWeights shared;                // shared expert, when the spec has one
   const Tensor* shared_gate = nullptr; // (1, hidden) sigmoid gate of the shared expert
@@ -115,6 +117,7 @@ class Engine {
   const Tensor* output_norm_ = nullptr;
   const Tensor* output_ = nullptr;  // token_embd_ when tied
   std::vector<LayerWeights> layers_;
+  std::unique_ptr<Router> router_;  // the spec's routing rule, shared by the MoE layers
   std::unique_ptr<ExpertStore> store_;
   ThreadPool pool_;
   Workspace ws_;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "io/file_reader.hpp"
+#include "model/routers/router.hpp"
 #include "quant/dtype.hpp"
 
 namespace colibri {
@@ -44,6 +45,10 @@ struct ModelSpec {
   int64_t n_experts_per_tok = 0;    // top-k
   int64_t moe_intermediate_size = 0;
   bool norm_topk_prob = false;
+  RouterKind router = RouterKind::SoftmaxTopK;  // the routing rule of every MoE layer
+  float routed_scaling_factor = 1.0f;  // multiplies the routed weights
+  int64_t n_group = 1;                 // expert groups (grouped routers)
+  int64_t topk_group = 1;              // groups kept per token
   int64_t shared_expert_intermediate_size = 0;
   std::vector<uint8_t> moe_layers;  // per layer: 1 when the FFN is the MoE block
   bool tie_word_embeddings = false;
