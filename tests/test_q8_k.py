@@ -54,13 +54,20 @@ def q8_k_numpy(x: np.ndarray) -> np.ndarray:
     qs[zero] = 0
     bsums[zero] = 0
     d[zero] = 0
-    out = np.concatenate([d[:, None].view(np.uint8), qs.view(np.uint8), bsums.view(np.uint8)], axis=1)
+    out = np.concatenate(
+        [d[:, None].view(np.uint8), qs.view(np.uint8), bsums.view(np.uint8)], axis=1
+    )
     return out.reshape(rows, -1)
 
 
 def test_q8_k_layout() -> None:
-    assert q.type_info("Q8_K") == {"name": "Q8_K", "id": 15, "block_size": 256, "type_size": 292,
-                                   "implemented": True}
+    assert q.type_info("Q8_K") == {
+        "name": "Q8_K",
+        "id": 15,
+        "block_size": 256,
+        "type_size": 292,
+        "implemented": True,
+    }
     assert q.row_bytes("Q8_K", 512) == 584
 
 
