@@ -336,8 +336,8 @@ def test_bad_sizes_raise_clear_errors() -> None:
         q.quantize("Q3_X", x)
     with pytest.raises(errors.InvalidRequestError, match="unknown ISA"):
         q.dequantize("Q4_0", w, 2, 64, "sse9")
-    with pytest.raises(errors.UnsupportedError, match="Q4_K"):
-        q.matmul("Q4_K", np.zeros(144, np.uint8), 1, 256, np.zeros((1, 256), np.float32))
+    with pytest.raises(errors.InvalidRequestError, match="unknown tensor type 'TQ1_0' .*Q4_K"):
+        q.matmul("TQ1_0", np.zeros(54, np.uint8), 1, 256, np.zeros((1, 256), np.float32))
     with pytest.raises(errors.UnsupportedError, match="activation format"):
         q.vec_dot("Q8_1", np.zeros(36, np.uint8), np.zeros(32, np.float32))
     assert issubclass(errors.InvalidRequestError, ValueError)
@@ -349,7 +349,7 @@ def test_isa_listing() -> None:
     for dtype in WEIGHT_TYPES:
         assert q.has_kernels(dtype, "scalar")
     assert q.type_info("Q4_K") == {"name": "Q4_K", "id": 12, "block_size": 256, "type_size": 144,
-                                   "implemented": False}
+                                   "implemented": True}
 
 
 # ---- NEON under emulation ------------------------------------------------------------------
