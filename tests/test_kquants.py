@@ -19,6 +19,10 @@ Q8_1): the core's kernels (colibri._core.quant) against independent oracles.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES
@@ -396,3 +400,105 @@ def test_bad_sizes_raise_clear_errors() -> None:
         q.matmul(
             "Q4_K", np.zeros(144, np.uint8), 1, 256, np.zeros((1, 256), np.float32), act="int4"
         )
+
+
+# ---- NEON under emulation ------------------------------------------------------------------
+# As in tests/test_quant.py: where a cross compiler and qemu-user are installed, the quant
+# core is built for AArch64 (with and without the dot-product extension) and each type's
+# NEON kernels are checked against the scalar reference on random data, zero blocks, extreme
+# scales and random bytes: identical quantizer bytes and dequantized bits, vec_dot_rows equal
+# to vec_dot, and K-quant dots bit-identical to the scalar ones (Q5_0 / Q5_1 within the
+# rounding bound).
+
+NEON_DRIVER = r"""
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+#include "quant/kernels.hpp"
+#include "quant/dtype.hpp"
+using namespace colibri;
+int main() {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  int fails = 0;
+  for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q5_0, DType::Q5_1,
+                  DType::Q8_K}) {
+    const TypeKernels* s = kernels_for(t, Isa::Scalar);
+    const TypeKernels* v = kernels_for(t, Isa::NEON);
+    if (!s || !v) { printf("missing kernels %s\n", dtype_name(t).c_str()); fails++; continue; }
+    const bool kq = type_traits(t).block_size == 256;
+    for (int64_t n : {256, 768, 4096}) {
+      for (int mode = 0; mode < 3; ++mode) {  // 0 normal, 1 scaled with zero blocks, 2 random bytes
+        const int rows = 7;
+        std::vector<float> x(rows * n), xa(n);
+        for (auto& f : x) f = nd(rng) * (mode == 1 ? std::pow(10.f, (float)(rng() % 10) - 6) : 1.f);
+        if (mode == 1) for (int64_t i = 0; i < rows * n; i += 512) for (int j = 0; j < 256 && i + j < rows * n; ++j) x[i + j] = 0;
+        for (auto& f : xa) f = nd(rng);
+        const size_t rb = row_bytes(t, n);
+        std::vector<unsigned char> w(rows * rb), w2(rows * rb);
+        for (int r = 0; r < rows; ++r) { s->quantize_row(&x[r*n], &w[r*rb], n); v->quantize_row(&x[r*n], &w2[r*rb], n); }
+        if (w != w2) { printf("quantize_row differs %s\n", dtype_name(t).c_str()); fails++; }
+        if (mode == 2 && t != DType::Q8_K) {  // random bytes, then sane scales via a requantize of half of them
+          for (auto& b : w) b = (unsigned char)rng();
+          std::vector<unsigned char> tmp(rb);
+          for (int r = 0; r < rows; r += 2) { s->quantize_row(&x[r*n], tmp.data(), n); memcpy(&w[r*rb], tmp.data(), rb); }
+        }
+        std::vector<float> d1(n), d2(n);
+        for (int r = 0; r < rows; ++r) {
+          s->dequantize_row(&w[r*rb], d1.data(), n); v->dequantize_row(&w[r*rb], d2.data(), n);
+          if (memcmp(d1.data(), d2.data(), n * 4)) { printf("dequant differs %s\n", dtype_name(t).c_str()); fails++; break; }
+        }
+        const size_t ab = row_bytes(s->act_type, n);
+        std::vector<unsigned char> a1(ab), a2(ab);
+        s->quantize_act(xa.data(), a1.data(), n); v->quantize_act(xa.data(), a2.data(), n);
+        if (a1 != a2) { printf("quantize_act differs %s\n", dtype_name(t).c_str()); fails++; }
+        if (!s->vec_dot) continue;
+        std::vector<float> out(rows);
+        v->vec_dot_rows(n, w.data(), rb, rows, a1.data(), out.data());
+        for (int r = 0; r < rows; ++r) {
+          const float rs = s->vec_dot(n, &w[r*rb], a1.data()), rv = v->vec_dot(n, &w[r*rb], a1.data());
+          // (random bytes can make inf/NaN scales: any NaN equals any NaN here)
+          if (memcmp(&rv, &out[r], 4) && !(std::isnan(rv) && std::isnan(out[r]))) {
+            printf("rows != vec_dot %s r=%d\n", dtype_name(t).c_str(), r); fails++;
+          }
+          if (kq) {
+            if (memcmp(&rs, &rv, 4) && !(std::isnan(rs) && std::isnan(rv))) {
+              printf("%s n=%ld mode=%d r=%d: neon %.9g != scalar %.9g\n", dtype_name(t).c_str(), (long)n, mode, r, rv, rs);
+              fails++;
+            }
+            continue;
+          }
+          s->dequantize_row(&w[r*rb], d1.data(), n);
+          std::vector<float> ad(n);
+          kernels_for(s->act_type, Isa::Scalar)->dequantize_row(a1.data(), ad.data(), n);
+          double S = 0; for (int i = 0; i < n; ++i) S += std::fabs((double)d1[i] * ad[i]);
+          if (std::fabs((double)rs - rv) > 2 * 5.96e-8 * (n / 32 + 16) * S + 1e-30) {
+            printf("%s n=%ld: |neon - scalar| too large\n", dtype_name(t).c_str(), (long)n); fails++;
+          }
+        }
+      }
+    }
+  }
+  printf(fails ? "FAILURES: %d\n" : "ALL OK\n", fails);
+  return fails != 0;
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("march", ["armv8-a", "armv8.2-a+dotprod"])
+def test_neon_kernels_under_qemu(tmp_path: Path, march: str) -> None:
+    cxx, qemu = shutil.which("aarch64-linux-gnu-g++"), shutil.which("qemu-aarch64")
+    if not cxx or not qemu:
+        pytest.skip("needs aarch64-linux-gnu-g++ and qemu-aarch64")
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "main.cpp").write_text(NEON_DRIVER)
+    srcs = sorted(p for p in (root / "csrc/quant").glob("*.cpp") if not p.stem.endswith(("_avx2", "_avx512")))
+    exe = tmp_path / "neon_check"
+    cmd = [cxx, "-O2", "-std=gnu++17", "-Wall", "-Wextra", "-Werror", f"-march={march}", "-static",
+           "-DCOLIBRI_ARM=1", f"-I{root / 'csrc'}", *map(str, srcs), str(tmp_path / "main.cpp"), "-o", str(exe)]  # fmt: skip
+    subprocess.run(cmd, check=True, capture_output=True)
+    out = subprocess.run([qemu, str(exe)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and "ALL OK" in out.stdout, out.stdout[-3000:]
