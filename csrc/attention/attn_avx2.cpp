@@ -46,17 +46,19 @@ inline __m256 exp8(__m256 x) {
   return _mm256_andnot_ps(underflow, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
 }
 
-// Lane i of the result is the tree sum of a[i]'s 8 lanes.
-inline __m256 hsum8(const __m256* a) {
-  const __m256 g0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-  const __m256 g1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+#define COLIBRI_INLINE inline __attribute__((always_inline))
+
+// Lane i of the result is the tree sum of the 8 lanes of the i-th argument.
+COLIBRI_INLINE __m256 hsum8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6,
+                            __m256 a7) {
+  const __m256 g0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+  const __m256 g1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
   return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31));
 }
 
-inline float hsum1(__m256 v) {
+COLIBRI_INLINE float hsum1(__m256 v) {
   const __m256 z = _mm256_setzero_ps();
-  const __m256 a[8] = {v, z, z, z, z, z, z, z};
-  return _mm256_cvtss_f32(hsum8(a));
+  return _mm256_cvtss_f32(hsum8(v, z, z, z, z, z, z, z));
 }
 
 inline float hmax(__m256 v) {
@@ -73,7 +75,7 @@ inline __m256i lane_mask(int64_t n) {
 
 // Scores of R query rows against C keys.
 template <int R, int C>
-inline void score_tile(const float* q, int64_t qs, const float* k, int64_t ks, int64_t dk, float scale, float* s,
+COLIBRI_INLINE void score_tile(const float* q, int64_t qs, const float* k, int64_t ks, int64_t dk, float scale, float* s,
                        int64_t ld) {
   __m256 acc[8];
   for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
@@ -96,13 +98,14 @@ inline void score_tile(const float* q, int64_t qs, const float* k, int64_t ks, i
     }
   }
   alignas(32) float out[8];
-  _mm256_store_ps(out, _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(scale)));
+  const __m256 sums = hsum8(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]);
+  _mm256_store_ps(out, _mm256_mul_ps(sums, _mm256_set1_ps(scale)));
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) s[r * ld + c] = out[r * C + c];
 }
 
 template <int R>
-inline void score_rows(const float* q, int64_t qs, const float* k, int64_t ks, int64_t n_keys, int64_t dk,
+void score_rows(const float* q, int64_t qs, const float* k, int64_t ks, int64_t n_keys, int64_t dk,
                        float scale, float* s, int64_t ld) {
   int64_t j = 0;
   for (; j + 4 <= n_keys; j += 4) score_tile<R, 4>(q, qs, k + j * ks, ks, dk, scale, s + j, ld);
@@ -144,14 +147,19 @@ float softmax_block(float* s, float* m, float* l) {
   return alpha;
 }
 
-// Output dims [0, 8 * NC) of R rows (the last vector masked by `tail`).
-template <int R, int NC>
-inline void pv_tile(float* o, int64_t os, const float* p, int64_t ps, const float* alpha, const float* v,
-                    int64_t vs, int64_t n_keys, __m256i tail) {
+// Output dims [0, 8 * NC) of R rows; with Tail the last vector is masked by `tail`.
+template <bool Tail>
+COLIBRI_INLINE __m256 load_part(const float* p, __m256i tail) {
+  return Tail ? _mm256_maskload_ps(p, tail) : _mm256_loadu_ps(p);
+}
+
+template <int R, int NC, bool Tail>
+COLIBRI_INLINE void pv_tile(float* o, int64_t os, const float* p, int64_t ps, const float* alpha, const float* v,
+                            int64_t vs, int64_t n_keys, __m256i tail) {
   __m256 acc[R][NC];
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < NC; ++c)
-      acc[r][c] = c == NC - 1 ? _mm256_maskload_ps(o + r * os + 8 * c, tail) : _mm256_loadu_ps(o + r * os + 8 * c);
+      acc[r][c] = c == NC - 1 ? load_part<Tail>(o + r * os + 8 * c, tail) : _mm256_loadu_ps(o + r * os + 8 * c);
     if (alpha) {
       const __m256 a = _mm256_set1_ps(alpha[r]);
       for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_mul_ps(acc[r][c], a);
@@ -160,7 +168,7 @@ inline void pv_tile(float* o, int64_t os, const float* p, int64_t ps, const floa
   for (int64_t j = 0; j < n_keys; ++j) {
     __m256 vv[NC];
     for (int c = 0; c < NC; ++c)
-      vv[c] = c == NC - 1 ? _mm256_maskload_ps(v + j * vs + 8 * c, tail) : _mm256_loadu_ps(v + j * vs + 8 * c);
+      vv[c] = c == NC - 1 ? load_part<Tail>(v + j * vs + 8 * c, tail) : _mm256_loadu_ps(v + j * vs + 8 * c);
     for (int r = 0; r < R; ++r) {
       const __m256 pj = _mm256_broadcast_ss(p + r * ps + j);
       for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_fmadd_ps(pj, vv[c], acc[r][c]);
@@ -168,7 +176,7 @@ inline void pv_tile(float* o, int64_t os, const float* p, int64_t ps, const floa
   }
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < NC; ++c) {
-      if (c == NC - 1)
+      if (Tail && c == NC - 1)
         _mm256_maskstore_ps(o + r * os + 8 * c, tail, acc[r][c]);
       else
         _mm256_storeu_ps(o + r * os + 8 * c, acc[r][c]);
@@ -176,17 +184,18 @@ inline void pv_tile(float* o, int64_t os, const float* p, int64_t ps, const floa
 }
 
 template <int R>
-inline void pv_rows(float* o, int64_t os, const float* p, int64_t ps, const float* alpha, const float* v,
-                    int64_t vs, int64_t n_keys, int64_t dv) {
-  for (int64_t d0 = 0; d0 < dv; d0 += 32) {
-    const int64_t left = dv - d0;
-    const __m256i tail = lane_mask(left >= 32 ? 8 : (left - 1) % 8 + 1);
-    switch (left >= 32 ? 4 : (left + 7) / 8) {
-      case 4: pv_tile<R, 4>(o + d0, os, p, ps, alpha, v + d0, vs, n_keys, tail); break;
-      case 3: pv_tile<R, 3>(o + d0, os, p, ps, alpha, v + d0, vs, n_keys, tail); break;
-      case 2: pv_tile<R, 2>(o + d0, os, p, ps, alpha, v + d0, vs, n_keys, tail); break;
-      default: pv_tile<R, 1>(o + d0, os, p, ps, alpha, v + d0, vs, n_keys, tail); break;
-    }
+void pv_rows(float* o, int64_t os, const float* p, int64_t ps, const float* alpha, const float* v, int64_t vs,
+             int64_t n_keys, int64_t dv) {
+  int64_t d0 = 0;
+  const __m256i all = lane_mask(8);
+  for (; d0 + 32 <= dv; d0 += 32) pv_tile<R, 4, false>(o + d0, os, p, ps, alpha, v + d0, vs, n_keys, all);
+  const int64_t left = dv - d0;
+  if (left == 0) return;
+  const __m256i tail = lane_mask((left - 1) % 8 + 1);
+  switch ((left + 7) / 8) {
+    case 3: pv_tile<R, 3, true>(o + d0, os, p, ps, alpha, v + d0, vs, n_keys, tail); break;
+    case 2: pv_tile<R, 2, true>(o + d0, os, p, ps, alpha, v + d0, vs, n_keys, tail); break;
+    default: pv_tile<R, 1, true>(o + d0, os, p, ps, alpha, v + d0, vs, n_keys, tail); break;
   }
 }
 
