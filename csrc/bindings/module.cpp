@@ -10,6 +10,7 @@ void bind_quant(py::module_& m);
 void bind_threads(py::module_& m);
 void bind_engine(py::module_& m);
 void bind_io(py::module_& m);
+void bind_attention(py::module_& m);
 }  // namespace colibri::bindings
 
 PYBIND11_MODULE(_core, m) {
@@ -20,4 +21,5 @@ PYBIND11_MODULE(_core, m) {
   bind_threads(m);
   bind_engine(m);
   bind_io(m);
+  bind_attention(m);
 }

@@ -13,8 +13,9 @@ namespace colibri {
 
 class Session {
  public:
-  Session(std::shared_ptr<Engine> engine, int64_t context_length)
-      : engine_(std::move(engine)), kv_(engine_->kv_layouts(), context_length) {}
+  // kv_type: the KV cache's storage type (F32, F16, BF16, Q8_0).
+  Session(std::shared_ptr<Engine> engine, int64_t context_length, DType kv_type = DType::F32)
+      : engine_(std::move(engine)), kv_(engine_->kv_layouts(), context_length, kv_type) {}
 
   // Appends n tokens; writes logits of the last one ([vocab]) or of all ([n, vocab]).
   // On error (bad token id, context overflow) the session is unchanged.
@@ -43,6 +44,19 @@ class Session {
   }
   // Forgets the last n tokens (their KV entries are overwritten by the next forward).
   void rollback(int64_t n);
+
+  // The KV state, type-agnostic (Session save/load, prompt caching; see kv_cache.hpp).
+  DType kv_type() const { return kv_.type(); }
+  std::size_t kv_bytes_for(int64_t n) const { return kv_.bytes_for(n); }
+  std::size_t kv_allocated_bytes() const { return kv_.bytes(); }
+  // Positions [0, n) (n <= n_tokens) as kv_bytes_for(n) bytes.
+  std::vector<uint8_t> export_kv(int64_t n);
+  // Replaces the state by n positions exported from a session of the same model and KV type;
+  // the session then holds n tokens.
+  void import_kv(const uint8_t* data, std::size_t size, int64_t n);
+  // The first n tokens of `other` (same layout and KV type), n <= other.n_tokens(); the session
+  // then holds n tokens. `other` may be this session (then it keeps its first n).
+  void copy_prefix_from(Session& other, int64_t n);
 
  private:
   std::shared_ptr<Engine> engine_;
