@@ -1,4 +1,5 @@
-// Engine and Session bindings. Long native calls release the GIL; NumPy arrays in and out.
+// Engine bindings (sessions are in bind_session.cpp). Long native calls release the GIL;
+// NumPy arrays in and out.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -9,7 +10,6 @@
 
 #include "common/errors.hpp"
 #include "model/engine.hpp"
-#include "model/session.hpp"
 
 namespace py = pybind11;
 
@@ -25,23 +25,6 @@ DType dtype_from_name(const std::string& name) {
   for (DType t : all)
     if (dtype_name(t) == name) return t;
   fail(ErrorKind::Unsupported, "unknown tensor type '" + name + "'");
-}
-
-py::array_t<float> run_forward(Session& s, py::array_t<int32_t, py::array::c_style | py::array::forcecast> ids,
-                               bool all_logits) {
-  if (ids.ndim() != 1) fail(ErrorKind::InvalidArgument, "token ids must be a 1-D sequence");
-  const int64_t n = ids.shape(0);
-  if (n == 0) fail(ErrorKind::InvalidArgument, "forward needs at least one token id");
-  // Engine sizes come from the session's engine spec (vocab) via a first call shape.
-  const int64_t vocab = s.vocab_size();
-  py::array_t<float> out = all_logits ? py::array_t<float>({n, vocab}) : py::array_t<float>({vocab});
-  const int32_t* p = ids.data();
-  float* o = out.mutable_data();
-  {
-    py::gil_scoped_release release;
-    s.forward(p, n, all_logits, o);
-  }
-  return out;
 }
 
 }  // namespace
@@ -193,26 +176,6 @@ void bind_engine(py::module_& m) {
       .def_property("activation_precision", &Engine::activation_precision, &Engine::set_activation_precision)
       .def_property_readonly("weight_bytes", &Engine::weight_bytes)
       .def_property_readonly("spec", &Engine::spec, py::return_value_policy::copy);
-
-  py::class_<Session>(m, "Session")
-      .def(py::init([](std::shared_ptr<Engine> engine, int64_t context_length) {
-             if (context_length <= 0) fail(ErrorKind::InvalidArgument, "context_length must be > 0");
-             return std::make_unique<Session>(std::move(engine), context_length);
-           }),
-           py::arg("engine"), py::arg("context_length"))
-      .def("forward", &run_forward, py::arg("ids"), py::arg("all_logits") = false)
-      .def_property_readonly("n_tokens", &Session::n_tokens)
-      .def_property_readonly("context_length", &Session::context_length)
-      .def("last_routing",
-           [](const Session& s) {
-             const int64_t k = s.spec().n_experts_per_tok, layers = s.spec().n_layers;
-             const int64_t n = k > 0 ? s.last_routing_tokens() : 0;
-             py::array_t<int32_t> out({n, layers, std::max<int64_t>(k, 0)});
-             if (n > 0) std::copy(s.last_routing().begin(), s.last_routing().end(), out.mutable_data());
-             return out;
-           })
-      .def("reset", &Session::reset)
-      .def("rollback", &Session::rollback, py::arg("n"));
 }
 
 }  // namespace colibri::bindings
