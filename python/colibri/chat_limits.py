@@ -57,7 +57,9 @@ class TemplateLimits:
     max_depth: int = 64  # nested calls
     max_int_bits: int = 1 << 14  # an int a template computes (about 4,900 digits)
     built_factor: int = 64  # all values built in one render: at most this many max_chars
-    max_source_chars: int = 1 << 20  # the template's own text
+    # The template's own text: compiling is the one step no deadline covers, so its size
+    # bounds it (the largest real template known, gpt-oss's, is 16.7 KB).
+    max_source_chars: int = 128 << 10
 
 
 DEFAULT_LIMITS = TemplateLimits()
