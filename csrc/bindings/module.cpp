@@ -9,6 +9,7 @@ void bind_errors(py::module_& m);
 void bind_quant(py::module_& m);
 void bind_threads(py::module_& m);
 void bind_engine(py::module_& m);
+void bind_session(py::module_& m);
 void bind_io(py::module_& m);
 void bind_attention(py::module_& m);
 }  // namespace colibri::bindings
@@ -20,6 +21,7 @@ PYBIND11_MODULE(_core, m) {
   bind_quant(m);
   bind_threads(m);
   bind_engine(m);
+  bind_session(m);
   bind_io(m);
   bind_attention(m);
 }
