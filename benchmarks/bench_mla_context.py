@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.no_extra_bufts:
         kw["use_extra_bufts"] = False
     llm = llama_cpp.Llama(model_path=str(gguf), n_ctx=top, n_threads=args.threads,
-                          n_threads_batch=args.threads, n_batch=512, verbose=False, **kw)  # fmt: skip
+                          n_threads_batch=args.threads, n_batch=512, verbose=False,
+                          **kw)  # fmt: skip
     vocab = model.config.vocab_size
     rows, results = [], {}
     for ctx in contexts:

@@ -189,10 +189,11 @@ def test_kv_cache_holds_the_latent_and_rope_key(deepseek_model: TinyDeepseek) ->
         types = c.indexer_types or ("full",) * c.n_layers
         full = [i for i in range(c.n_layers) if c.has_indexer and types[i] == "full"]
         per_token = (c.kv_lora_rank + c.qk_rope_head_dim) * N_LAYERS + c.index_head_dim * len(full)
-        assert core.kv_layout == [
-            [c.kv_lora_rank + c.qk_rope_head_dim] + ([c.index_head_dim] if i in full else [])
-            for i in range(N_LAYERS)
-        ]
+        # K: the latent row; V: the indexer's key on a full DSA layer, else nothing.
+        latent = (1, c.kv_lora_rank + c.qk_rope_head_dim)
+        indexer = (1, c.index_head_dim)
+        assert core.kv_layouts == [latent + (indexer if i in full else (0, 0))
+                                   for i in range(N_LAYERS)]  # fmt: skip
     else:
         per_token = 2 * c.n_kv_heads * c.head_dim * N_LAYERS
     assert kv_floats_per_token(c) == per_token

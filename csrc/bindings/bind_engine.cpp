@@ -1,15 +1,18 @@
-// Engine and Session bindings. Long native calls release the GIL; NumPy arrays in and out.
+// Engine bindings (sessions are in bind_session.cpp). Long native calls release the GIL;
+// NumPy arrays in and out.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cctype>
+#include <string_view>
 #include <memory>
 #include <optional>
+#include <tuple>
 
 #include "common/errors.hpp"
 #include "model/engine.hpp"
-#include "model/session.hpp"
 
 namespace py = pybind11;
 
@@ -19,30 +22,16 @@ IoFault parse_io_fault(const std::string& s);  // bind_io.cpp
 
 namespace {
 
+// Any type of the core's dtype table (quant/dtype.cpp); one without kernels fails when
+// the engine builds its matmuls, naming the supported types.
 DType dtype_from_name(const std::string& name) {
-  static const DType all[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                              DType::Q4_1, DType::Q8_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
-  for (DType t : all)
-    if (dtype_name(t) == name) return t;
-  fail(ErrorKind::Unsupported, "unknown tensor type '" + name + "'");
+  try {
+    return colibri::dtype_from_name(name);
+  } catch (const Error&) {
+    fail(ErrorKind::Unsupported, "unknown tensor type '" + name + "' (supported: " + implemented_type_names() + ")");
+  }
 }
 
-py::array_t<float> run_forward(Session& s, py::array_t<int32_t, py::array::c_style | py::array::forcecast> ids,
-                               bool all_logits) {
-  if (ids.ndim() != 1) fail(ErrorKind::InvalidArgument, "token ids must be a 1-D sequence");
-  const int64_t n = ids.shape(0);
-  if (n == 0) fail(ErrorKind::InvalidArgument, "forward needs at least one token id");
-  // Engine sizes come from the session's engine spec (vocab) via a first call shape.
-  const int64_t vocab = s.vocab_size();
-  py::array_t<float> out = all_logits ? py::array_t<float>({n, vocab}) : py::array_t<float>({vocab});
-  const int32_t* p = ids.data();
-  float* o = out.mutable_data();
-  {
-    py::gil_scoped_release release;
-    s.forward(p, n, all_logits, o);
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -151,7 +140,7 @@ void bind_engine(py::module_& m) {
       .def_readwrite("tie_word_embeddings", &ModelSpec::tie_word_embeddings)
       .def_readwrite("context_length", &ModelSpec::context_length)
       .def_readwrite("rope_interleaved", &ModelSpec::rope_interleaved)
-      .def_readwrite("attention", &ModelSpec::attention)
+      .def_readwrite("attention_kind", &ModelSpec::attention_kind)
       .def_readwrite("q_lora_rank", &ModelSpec::q_lora_rank)
       .def_readwrite("kv_lora_rank", &ModelSpec::kv_lora_rank)
       .def_readwrite("qk_nope_head_dim", &ModelSpec::qk_nope_head_dim)
@@ -253,38 +242,20 @@ void bind_engine(py::module_& m) {
       .def("reset_thread_stats", &Engine::reset_thread_stats)
       .def_property("activation_precision", &Engine::activation_precision, &Engine::set_activation_precision)
       .def_property_readonly("weight_bytes", &Engine::weight_bytes)
-      .def_property_readonly("kv_layout", &Engine::kv_layout,
-                             "Per layer, the floats per position of each KV-cache plane")
-      .def_property_readonly("kv_bytes_per_token",
-                             [](const Engine& e) {
-                               int64_t n = 0;
-                               for (const auto& l : e.kv_layout())
-                                 for (int64_t w : l) n += w;
-                               return n * static_cast<int64_t>(sizeof(float));
-                             })
+      .def_property_readonly(
+          "kv_layouts",
+          [](const Engine& e) {
+            std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> out;
+            for (const auto& l : e.kv_layouts()) out.emplace_back(l.k_heads, l.k_dim, l.v_heads, l.v_dim);
+            return out;
+          },
+          "Per layer, what a session's KV cache keeps per position: (k_heads, k_dim, v_heads, v_dim)")
+      .def_property_readonly(
+          "kv_bytes_per_token", [](const Engine& e) { return kv_bytes_per_position(e.kv_layouts(), DType::F32); },
+          "Bytes of one position's KV rows over all layers at F32")
       .def_property_readonly("mtp_layers", [](const Engine& e) { return static_cast<int64_t>(e.mtp_layers().size()); },
                              "Multi-token-prediction layers loaded (not run by forward)")
       .def_property_readonly("spec", &Engine::spec, py::return_value_policy::copy);
-
-  py::class_<Session>(m, "Session")
-      .def(py::init([](std::shared_ptr<Engine> engine, int64_t context_length) {
-             if (context_length <= 0) fail(ErrorKind::InvalidArgument, "context_length must be > 0");
-             return std::make_unique<Session>(std::move(engine), context_length);
-           }),
-           py::arg("engine"), py::arg("context_length"))
-      .def("forward", &run_forward, py::arg("ids"), py::arg("all_logits") = false)
-      .def_property_readonly("n_tokens", &Session::n_tokens)
-      .def_property_readonly("context_length", &Session::context_length)
-      .def("last_routing",
-           [](const Session& s) {
-             const int64_t k = s.spec().n_experts_per_tok, layers = s.spec().n_layers;
-             const int64_t n = k > 0 ? s.last_routing_tokens() : 0;
-             py::array_t<int32_t> out({n, layers, std::max<int64_t>(k, 0)});
-             if (n > 0) std::copy(s.last_routing().begin(), s.last_routing().end(), out.mutable_data());
-             return out;
-           })
-      .def("reset", &Session::reset)
-      .def("rollback", &Session::rollback, py::arg("n"));
 }
 
 }  // namespace colibri::bindings

@@ -10,18 +10,15 @@
 //   score_j = sum_h w[h] * relu(iq[h] . ik_j / sqrt(index_dim))
 //
 // The keys with the index_topk highest scores are kept (ties: the lower position), in
-// ascending position order; with index_topk or fewer keys every key is kept (an empty
-// list), as the reference does.
+// ascending position order; with index_topk or fewer keys every key is kept, as the
+// reference does. The selection is written in the attention kernels' sparse form
+// (AttentionScratch::dsa_keys / dsa_offsets) for this layer and the "shared" ones after it.
 #pragma once
 #include <cstdint>
 
-#include "model/mla_attention.hpp"
-#include "model/model_spec.hpp"
-#include "model/weights.hpp"
+#include "model/attention_layer.hpp"
 
 namespace colibri {
-
-class KvCache;
 
 struct DsaWeights {
   const Tensor* q_b = nullptr;     // (index_heads*index_dim, q_lora)
@@ -35,10 +32,10 @@ class DsaIndexer {
  public:
   DsaIndexer(const ModelSpec& spec, const WeightStore& weights, int64_t layer);
 
-  // For n queries at positions [pos0, pos0 + n): writes this layer's indexer keys (KV
-  // plane 1) and the selection of every query. h: [n][hidden]; q_latent: [n][q_lora].
-  void select(const AttentionContext& ctx, KvCache& kv, int64_t layer, int64_t pos0, int64_t n, const float* h,
-              const float* q_latent, KeySelection& out);
+  // For n queries at positions [pos0, pos0 + n): writes this layer's indexer keys (the V
+  // side of its KV rows) and every query's selection. x: [n][hidden]; q_latent: [n][q_lora].
+  void select(AttentionContext& ctx, const float* x, const float* q_latent, int64_t n, int64_t pos0, KvCache& kv,
+              int64_t layer);
 
  private:
   const ModelSpec& s_;

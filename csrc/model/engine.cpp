@@ -13,13 +13,6 @@ namespace colibri {
 
 namespace {
 
-void check_shape(const Tensor* t, int64_t rows, int64_t cols) {
-  if (t->rows != rows || t->cols != cols)
-    fail(ErrorKind::Format, "tensor '" + t->name + "' is " + std::to_string(t->rows) + "x" +
-                                std::to_string(t->cols) + " but the config implies " +
-                                std::to_string(rows) + "x" + std::to_string(cols));
-}
-
 void check_spec(const ModelSpec& s) {
   auto positive = [](int64_t v, const char* what) {
     if (v <= 0) fail(ErrorKind::InvalidArgument, std::string("model spec: ") + what + " must be > 0");
@@ -43,7 +36,7 @@ void check_spec(const ModelSpec& s) {
       (s.n_experts <= 0 || s.n_experts_per_tok <= 0 || s.n_experts_per_tok > s.n_experts))
     fail(ErrorKind::InvalidArgument, "model spec: MoE layers need 0 < n_experts_per_tok <= n_experts");
   if (s.n_mtp_layers < 0) fail(ErrorKind::InvalidArgument, "model spec: n_mtp_layers must be >= 0");
-  if (s.attention == AttentionKind::Mla) {
+  if (s.attention_kind == AttentionKind::Mla) {
     positive(s.kv_lora_rank, "kv_lora_rank");
     positive(s.qk_nope_head_dim, "qk_nope_head_dim");
     positive(s.qk_rope_head_dim, "qk_rope_head_dim");
@@ -54,8 +47,10 @@ void check_spec(const ModelSpec& s) {
       fail(ErrorKind::InvalidArgument, "model spec: MLA rotates exactly qk_rope_head_dim dimensions");
     if (s.q_lora_rank < 0) fail(ErrorKind::InvalidArgument, "model spec: q_lora_rank must be >= 0");
   }
+  if (s.rope_interleaved && s.attention_kind != AttentionKind::Mla)
+    fail(ErrorKind::InvalidArgument, "model spec: interleaved RoPE is implemented for MLA only");
   if (s.index_n_heads > 0) {
-    if (s.attention != AttentionKind::Mla)
+    if (s.attention_kind != AttentionKind::Mla)
       fail(ErrorKind::InvalidArgument, "model spec: the DSA indexer needs MLA attention");
     positive(s.index_head_dim, "index_head_dim");
     positive(s.index_topk, "index_topk");
@@ -213,52 +208,18 @@ void Engine::resolve_layers() {
     M.shared_head_norm = req(p + "shared_head_norm");
     check_shape(M.shared_head_norm, 1, d);
   }
-  kv_layout_.clear();
-  for (const auto& L : layers_) {
-    const int64_t kvd = s.n_kv_heads * s.head_dim;
-    kv_layout_.push_back(L.mla ? L.mla->kv_planes() : std::vector<int64_t>{kvd, kvd});
-  }
 }
 
 // One decoder layer's weights: attention (GQA or MLA, from the spec), norms, FFN.
 void Engine::resolve_layer(LayerWeights& L, int64_t i, bool moe) {
   const ModelSpec& s = spec_;
-  const int64_t d = s.hidden_size, qd = s.n_heads * s.head_dim, kvd = s.n_kv_heads * s.head_dim;
+  const int64_t d = s.hidden_size;
   auto req = [&](const std::string& name) { return &weights_.get(name); };
   auto opt = [&](const std::string& name) { return weights_.find(name); };
   const std::string p = "blk." + std::to_string(i) + ".";
   L.attn_norm = req(p + "attn_norm");
   check_shape(L.attn_norm, 1, d);
-  if (s.attention == AttentionKind::Mla) {
-    const bool full = s.index_n_heads > 0 &&
-                      (i < s.n_layers ? s.indexer_full[static_cast<std::size_t>(i)] != 0
-                                      : true);  // MTP layers run their own indexer
-    L.mla = std::make_unique<MlaAttention>(s, weights_, i, full);
-  } else {
-    L.q = req(p + "attn_q");
-    check_shape(L.q, qd, d);
-    L.k = req(p + "attn_k");
-    check_shape(L.k, kvd, d);
-    L.v = req(p + "attn_v");
-    check_shape(L.v, kvd, d);
-    L.o = req(p + "attn_output");
-    check_shape(L.o, d, qd);
-    if (s.attention_bias) {
-      L.q_bias = req(p + "attn_q.bias");
-      check_shape(L.q_bias, 1, qd);
-      L.k_bias = req(p + "attn_k.bias");
-      check_shape(L.k_bias, 1, kvd);
-      L.v_bias = req(p + "attn_v.bias");
-      check_shape(L.v_bias, 1, kvd);
-    }
-    if (s.qk_norm != QkNorm::None) {
-      L.q_norm = req(p + "attn_q_norm");
-      L.k_norm = req(p + "attn_k_norm");
-      const bool full = s.qk_norm == QkNorm::Full;
-      check_shape(L.q_norm, 1, full ? qd : s.head_dim);
-      check_shape(L.k_norm, 1, full ? kvd : s.head_dim);
-    }
-  }
+  L.attention = make_attention(s, weights_, i);
   L.ffn_norm = req(p + "ffn_norm");
   check_shape(L.ffn_norm, 1, d);
   L.is_moe = moe;
@@ -289,6 +250,13 @@ void Engine::resolve_layer(LayerWeights& L, int64_t i, bool moe) {
     L.shared_gate = opt(p + "ffn_gate_inp_shexp");
     if (L.shared_gate) check_shape(L.shared_gate, 1, d);
   }
+}
+
+std::vector<KvLayerLayout> Engine::kv_layouts() const {
+  std::vector<KvLayerLayout> out;
+  out.reserve(layers_.size());
+  for (const auto& L : layers_) out.push_back(L.attention->kv_layout());
+  return out;
 }
 
 void Engine::configure_threads(const ThreadSettings& settings) {
@@ -376,7 +344,7 @@ void Engine::mm(const Tensor& w, const float* x, int64_t n, float* y) {
 }
 
 void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, bool all_logits,
-                     float* logits_out, int32_t* routing_out) {
+                     float* logits_out, int32_t* routing_out, const CancelCheck* cancelled) {
   const ModelSpec& s = spec_;
   if (n <= 0) fail(ErrorKind::InvalidArgument, "forward needs at least one token");
   for (int64_t t = 0; t < n; ++t) {
@@ -391,8 +359,6 @@ void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, b
              std::to_string(n) + " more would exceed the context length of " +
              std::to_string(kv.context_length()) + " (raise EngineConfig.context_length or start a new session)");
 
-  if (kv.layout() != kv_layout_)
-    fail(ErrorKind::InvalidArgument, "the KV cache was made for another model (its layout differs)");
   kv.reserve(pos0 + n);  // grows the session's cache before any of it is written
   std::lock_guard<std::mutex> lock(mu_);
   if (!store_->empty() && store_->slots() == 0)
@@ -400,30 +366,36 @@ void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, b
   const auto t_start = std::chrono::steady_clock::now();
   const double wait_before = phase_[kExpertWait];
   ThreadPool::ComputeScope scope(pool_);
-  selection_.keys.clear();
+  attn_ws_.dsa_keys.clear();  // a DSA "shared" layer reuses only this forward's selection
   const int64_t d = s.hidden_size;
   ws_.x.resize(static_cast<std::size_t>(n * d));
   ws_.h.resize(static_cast<std::size_t>(n * d));
+  ws_.proj.resize(static_cast<std::size_t>(n * d));
   get_rows(token_embd_->view(), ids, n, ws_.x.data());
+  AttentionContext actx{pool_, ws_.matmul, precision_, attn_ws_};
   if (routing_out && s.n_experts_per_tok > 0)
     std::fill(routing_out, routing_out + n * s.n_layers * s.n_experts_per_tok, -1);
 
+  // Between layers, and between each layer's attention and FFN: a prefill chunk's layer is
+  // the longest stretch without a check (a fraction of a second).
+  auto stop_if_cancelled = [&] {
+    if (cancelled && *cancelled && (*cancelled)()) {
+      store_->abort();  // prefetches in flight: waited for or cancelled
+      fail(ErrorKind::Cancelled, "the forward was interrupted");
+    }
+  };
   for (int64_t li = 0; li < s.n_layers; ++li) {
+    stop_if_cancelled();
     const LayerWeights& L = layers_[static_cast<std::size_t>(li)];
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t t = 0; t < n; ++t)
       rms_norm_row(ws_.x.data() + t * d, L.attn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
-    if (L.mla) {
-      ws_.proj.resize(static_cast<std::size_t>(n * d));
-      const AttentionContext ctx{pool_, precision_, ws_.matmul, mla_ws_};
-      L.mla->forward(ctx, kv, li, pos0, n, ws_.h.data(), ws_.proj.data(), selection_);
-    } else {
-      attention_block(L, kv, li, pos0, n);  // leaves the projected output in ws_.proj
-    }
+    L.attention->forward(actx, ws_.h.data(), n, pos0, kv, li, ws_.proj.data());
     add_inplace(ws_.x.data(), ws_.proj.data(), n * d);
     for (int64_t t = 0; t < n; ++t)
       rms_norm_row(ws_.x.data() + t * d, L.ffn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
     phase_[kAttention] += seconds_since(t0);
+    stop_if_cancelled();
     if (L.is_moe) {
       try {
         moe_block(L, li, n, routing_out);  // leaves the FFN output in ws_.ffn_out
@@ -439,12 +411,14 @@ void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, b
     add_inplace(ws_.x.data(), ws_.ffn_out.data(), n * d);
   }
 
-  const auto t0 = std::chrono::steady_clock::now();
-  const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
-  for (int64_t t = first; t < n; ++t)
-    rms_norm_row(ws_.x.data() + t * d, output_norm_->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
-  mm(*output_, ws_.h.data() + first * d, rows, logits_out);
-  phase_[kLmHead] += seconds_since(t0);
+  if (logits_out != nullptr) {  // null: a prefill chunk before the last one, no logits wanted
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
+    for (int64_t t = first; t < n; ++t)
+      rms_norm_row(ws_.x.data() + t * d, output_norm_->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
+    mm(*output_, ws_.h.data() + first * d, rows, logits_out);
+    phase_[kLmHead] += seconds_since(t0);
+  }
   choose_wait_policy(phase_[kExpertWait] - wait_before, seconds_since(t_start));
 }
 

@@ -3,16 +3,17 @@
 // cache) and call into the engine; one forward runs at a time per engine.
 #pragma once
 #include <array>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "io/file_reader.hpp"
+#include "model/attention_layer.hpp"
 #include "model/expert_store.hpp"
 #include "model/kv_cache.hpp"
 #include "model/matmul.hpp"
-#include "model/mla_attention.hpp"
 #include "model/model_spec.hpp"
 #include "model/weights.hpp"
 #include "threadpool/threadpool.hpp"
@@ -43,16 +44,7 @@ using PhaseSeconds = std::array<double, kPhases>;
 
 struct LayerWeights {
   const Tensor* attn_norm = nullptr;
-  std::unique_ptr<MlaAttention> mla;  // AttentionKind::Mla; else the GQA tensors below
-  const Tensor* q = nullptr;
-  const Tensor* k = nullptr;
-  const Tensor* v = nullptr;
-  const Tensor* o = nullptr;
-  const Tensor* q_bias = nullptr;  // attention_bias only
-  const Tensor* k_bias = nullptr;
-  const Tensor* v_bias = nullptr;
-  const Tensor* q_norm = nullptr;  // qk_norm only
-  const Tensor* k_norm = nullptr;
+  std::unique_ptr<AttentionLayer> attention;  // this layer's attention kind, its weights inside
   const Tensor* ffn_norm = nullptr;
   bool is_moe = false;
   ExpertWeights dense;                 // !is_moe
@@ -78,11 +70,15 @@ struct MtpLayerWeights {
 
 // Reusable float buffers for one forward call, grown on demand.
 struct Workspace {
-  std::vector<float> x, h, q, k, v, attn, proj, gate, up, ffn_out, router, slot_out, xe, ye, logits;
+  std::vector<float> x, h, proj, gate, up, ffn_out, router, slot_out, xe, ye, logits;
   std::vector<float> next_router;  // the lookahead: next MoE layer's router on this input
-  std::vector<float> attn_scores;  // per thread: context_length floats
   ScratchBuffer matmul;
 };
+
+// Asked between layers of a forward (and by the session between prefill chunks): true stops
+// the forward with Error(Cancelled). It is called once per layer, so it must be cheap; the
+// binding's version reads a clock and only looks at Python's signals every few ms.
+using CancelCheck = std::function<bool()>;
 
 class Engine {
  public:
@@ -102,8 +98,8 @@ class Engine {
   ThreadPoolStats thread_stats() const { return pool_.stats(); }
   void reset_thread_stats();
   std::size_t weight_bytes() const { return weights_.total_bytes(); }
-  // The KV cache layout of a session: each layer's planes (see model/kv_cache.hpp).
-  const KvLayout& kv_layout() const { return kv_layout_; }
+  // What each layer keeps per position in a session's KV cache.
+  std::vector<KvLayerLayout> kv_layouts() const;
   // Multi-token-prediction layers (loaded, not run).
   const std::vector<MtpLayerWeights>& mtp_layers() const { return mtp_; }
 
@@ -119,17 +115,20 @@ class Engine {
   PhaseSeconds phase_seconds() const;
 
   // Forward of n tokens at positions [pos0, pos0 + n) with the given KV cache (owned by a
-  // session). Writes logits of the last position, or of every position when all_logits.
-  // Validates ids before touching any state. When routing_out is not null it receives the
-  // selected experts, [n][n_layers][n_experts_per_tok] in router order (-1 for dense layers).
+  // session). Writes logits of the last position, or of every position when all_logits;
+  // none when logits_out is null (a prefill chunk that is not the last: the lm_head is
+  // skipped). Validates ids before touching any state. When routing_out is not null it
+  // receives the selected experts, [n][n_layers][n_experts_per_tok] in router order (-1 for
+  // dense layers). `cancelled` (may be null) is asked between layers; when it says stop,
+  // the forward throws Error(Cancelled) and has written only KV entries at positions >= pos0,
+  // which the session does not count.
   void forward(class KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, bool all_logits,
-               float* logits_out, int32_t* routing_out = nullptr);
+               float* logits_out, int32_t* routing_out = nullptr,
+               const CancelCheck* cancelled = nullptr);
 
  private:
   void resolve_layers();
   void resolve_layer(LayerWeights& L, int64_t layer, bool moe);
-  void attention_block(const LayerWeights& L, class KvCache& kv, int64_t layer, int64_t pos0,
-                       int64_t n);
   void ffn_block(const LayerWeights& L, int64_t n);
   void moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t* routing_out);
   void routed_experts(int64_t layer, int64_t n, const std::vector<int32_t>& sel);
@@ -147,12 +146,10 @@ class Engine {
   std::vector<LayerWeights> layers_;
   std::vector<MtpLayerWeights> mtp_;
   std::unique_ptr<Router> router_;  // the spec's routing rule, shared by the MoE layers
-  KvLayout kv_layout_;
-  MlaWorkspace mla_ws_;
-  KeySelection selection_;  // DSA: the last full indexer layer's choice, for shared layers
   std::unique_ptr<ExpertStore> store_;
   ThreadPool pool_;
   Workspace ws_;
+  AttentionScratch attn_ws_;
   PhaseSeconds phase_{};
   bool auto_wait_ = false;
   ThreadSettings auto_base_;     // n_threads and spin_us under Auto

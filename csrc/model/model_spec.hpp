@@ -17,8 +17,10 @@ enum class QkNorm : int {
   Full = 2,     // RMSNorm over the whole projection, all heads at once (OLMoE)
 };
 
+// Which attention unit a layer runs (model/attention_layer.hpp: make_attention).
 enum class AttentionKind : int {
-  Gqa = 0,  // grouped-query attention (Llama, Qwen, Mixtral, OLMoE, GLM-4.5)
+  Gqa = 0,  // grouped-query attention (multi-head and multi-query are its edge cases;
+            // Llama, Qwen, Mixtral, OLMoE, GLM-4.5)
   Mla = 1,  // multi-head latent attention (DeepSeek-V2/V3, Kimi-K2, GLM-4.7-Flash, GLM-5),
             // with the DSA lightning indexer when index_n_heads > 0
 };
@@ -40,6 +42,7 @@ struct ModelSpec {
   float rope_attention_factor = 1.0f;
   bool rope_interleaved = false;    // pairs (2i, 2i+1) instead of (i, i + rotary_dim/2)
   float attention_scale = 0.0f;     // softmax scale; 0 means 1/sqrt(head_dim)
+  AttentionKind attention_kind = AttentionKind::Gqa;
   QkNorm qk_norm = QkNorm::None;
   bool attention_bias = false;
   int64_t n_experts = 0;            // routed experts per MoE layer
@@ -55,8 +58,7 @@ struct ModelSpec {
   bool tie_word_embeddings = false;
   int64_t context_length = 0;       // KV-cache positions per session
 
-  AttentionKind attention = AttentionKind::Gqa;
-  // MLA (head_dim = qk_nope_head_dim + qk_rope_head_dim; rope_inv_freq covers the rope part).
+  // MLA (attention_kind Mla; head_dim = qk_nope_head_dim + qk_rope_head_dim; rope_inv_freq covers the rope part).
   int64_t q_lora_rank = 0;          // 0: a direct q projection (attn_q)
   int64_t kv_lora_rank = 0;
   int64_t qk_nope_head_dim = 0;

@@ -10,6 +10,7 @@ from __future__ import annotations
 import platform
 import sys
 import threading
+import weakref
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,7 +40,7 @@ from .generation import (
 )
 from .rope import rope_table
 from .sampling import Sampling
-from .session import Session
+from .session import Progress, Session
 from .sources import Manifest, ModelConfig, open_model_source
 from .sources.validate import is_full_indexer_layer
 from .stats import ExpertStats, MemoryStats, PhaseTimes
@@ -187,7 +188,7 @@ def _model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
     spec.topk_group = cfg.topk_group
     spec.n_mtp_layers = cfg.n_mtp_layers
     if cfg.is_mla:
-        spec.attention = _core.AttentionKind.mla
+        spec.attention_kind = _core.AttentionKind.mla
         spec.q_lora_rank = cfg.q_lora_rank
         spec.kv_lora_rank = cfg.kv_lora_rank
         spec.qk_nope_head_dim = cfg.qk_nope_head_dim
@@ -236,6 +237,7 @@ class Model:
         self._plan = plan
         self._history = history
         self._history_base = history_base
+        self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()  # closed with the model
 
     @classmethod
     def load(cls, path: str | Path, engine: EngineConfig | None = None) -> Model:
@@ -307,7 +309,10 @@ class Model:
 
     def session(self) -> Session:
         """A new conversation state (KV cache) on this model."""
-        return Session(self, _core.Session(self._require_core(), self._context_length))
+        with self._lock:
+            session = Session(self, _core.Session(self._require_core(), self._context_length))
+            self._sessions.add(session)
+        return session
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -356,12 +361,15 @@ class Model:
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
         truncate: bool = False,
+        progress: Progress | None = None,
     ) -> Generation:
-        """Generates a completion in a fresh session and returns it whole."""
+        """Generates a completion in a fresh session and returns it whole. ``progress(done,
+        total)`` is called after each prefill chunk of the prompt (Session.forward)."""
         chunks: list[str] = []
         result: dict[str, Any] = {}
         ids = self._fit(self.encode_prompt(prompt, messages=messages), max_tokens, truncate)
-        for chunk in self._stream(self.session(), ids, max_tokens, sampling, stop, result):
+        for chunk in self._stream(self.session(), ids, max_tokens, sampling, stop, result,
+                                  progress=progress):
             chunks.append(chunk.text)
         return Generation(
             "".join(chunks), result["generated"], result["finish"], result["stats"], ids
@@ -376,10 +384,12 @@ class Model:
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
         truncate: bool = False,
+        progress: Progress | None = None,
     ) -> Generator[Chunk, None, None]:
         """Like :meth:`generate`, yielding text chunks as tokens arrive."""
         ids = self._fit(self.encode_prompt(prompt, messages=messages), max_tokens, truncate)
-        return self._stream(self.session(), ids, max_tokens, sampling, stop, {})
+        return self._stream(self.session(), ids, max_tokens, sampling, stop, {},
+                            progress=progress)
 
     def stats(self) -> ModelStats:
         g, p, n, ps, ds, nd = self._totals
@@ -429,6 +439,7 @@ class Model:
         stop: str | Sequence[str],
         result: dict[str, Any],
         history: Sequence[int] = (),
+        progress: Progress | None = None,
     ) -> Generator[Chunk, None, None]:
         stops = [stop] if isinstance(stop, str) else list(stop)
         if isinstance(sampling, Mapping):
@@ -463,14 +474,23 @@ class Model:
         return stream_tokens(
             session, self.tokenizer, ids, max_tokens=max_tokens,
             sampling=sampling or Sampling(), stop=stops, history=history, on_done=done,
+            progress=progress,
         )  # fmt: skip
 
     def close(self) -> None:
-        """Saves the routing history (if kept) and frees the model's memory."""
+        """Saves the routing history (if kept) and frees the model's memory: the weights, the
+        expert cache and every session's KV cache. Its sessions stop working (their calls
+        raise InvalidRequestError); a forward running meanwhile in another thread is
+        stopped at its next layer. Idempotent."""
         try:
             self.save_routing_history()
         finally:
-            self._core = None
+            with self._lock:
+                sessions = list(self._sessions)
+                self._sessions.clear()
+            for session in sessions:
+                session._close()  # drops its KV cache and its hold on the engine
+            self._core = None  # the last reference: the engine frees its memory now
 
     def __enter__(self) -> Model:
         return self
