@@ -215,7 +215,9 @@ def parse_gguf_header(
         value = cur.value(vtype, key)
         if key == "general.alignment":
             if vtype != _UINT32 or value == 0 or value & (value - 1):
-                raise cur.error(f"general.alignment must be a power of two (u32), not {shown(value)}")
+                raise cur.error(
+                    f"general.alignment must be a power of two (u32), not {shown(value)}"
+                )
             alignment = value
         if not prefixes or key.startswith(prefixes):
             md[key] = value
@@ -333,7 +335,9 @@ class _Cursor:
         name = self.string(strict=True, what="tensor name")
         n_dims = self.take("I")
         if n_dims > GGML_MAX_DIMS:
-            raise self.error(f"tensor {shown(name)} has {n_dims} dimensions (at most {GGML_MAX_DIMS})")
+            raise self.error(
+                f"tensor {shown(name)} has {n_dims} dimensions (at most {GGML_MAX_DIMS})"
+            )
         end = self.pos + 8 * n_dims
         if end > self.size:
             raise self.truncated(f"tensor {shown(name)}")

@@ -32,9 +32,9 @@ import numpy as np
 
 from ..errors import ModelFormatError, UnsupportedError
 from .fields import as_float, as_int, as_str, bad
-from .paths import shown
 from .gguf_header import GGUFHeader, GGUFHeaderError, read_gguf_header
 from .manifest import Extent, Manifest, ModelConfig, QkNorm, TensorInfo
+from .paths import shown
 from .validate import (
     check_dtype,
     check_extents,

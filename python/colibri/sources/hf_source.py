@@ -191,7 +191,9 @@ def _shard_files(d: Path, root: ModelDir) -> list[Path]:
         try:
             doc = json.loads(index.read_bytes())
         except (OSError, ValueError, RecursionError) as exc:
-            raise ModelFormatError(f"{index}: not a valid safetensors index ({shown(exc)})") from exc
+            raise ModelFormatError(
+                f"{index}: not a valid safetensors index ({shown(exc)})"
+            ) from exc
         weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
         if not isinstance(weight_map, dict) or not weight_map:
             raise ModelFormatError(f"{index}: not a valid safetensors index (no weight_map)")
@@ -409,7 +411,8 @@ def _info(
         )
     if dtype not in _ST_DTYPES:
         raise UnsupportedError(
-            f"{where}: tensor {shown(src or name)} has dtype {clip(dtype)}; colibri reads F32, F16 and BF16 "
+            f"{where}: tensor {shown(src or name)} has dtype {clip(dtype)}; colibri reads F32, "
+            f"F16 and BF16 "
             f"safetensors (quantized checkpoints: use a GGUF)."
         )
     return TensorInfo(name, dtype, shape, (ext,))
@@ -487,7 +490,9 @@ def _fp8_info(
     rows, cols = shape
     want = (-(-rows // block[0]), -(-cols // block[1]))
     if sdtype not in _FP8_SCALE_DTYPES:
-        raise UnsupportedError(f"{where}: FP8 scale {shown(sname)} has dtype {clip(sdtype)} (F32 expected)")
+        raise UnsupportedError(
+            f"{where}: FP8 scale {shown(sname)} has dtype {clip(sdtype)} (F32 expected)"
+        )
     if tuple(sshape) != want:
         raise ModelFormatError(
             f"{where}: FP8 scale {shown(sname)} has shape {tuple(sshape)}, but a {rows}x{cols} "
@@ -561,8 +566,9 @@ def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = False) -> Manifes
     d = Path(path)
     root = ModelDir(d)
     cfg_path = d / "config.json"
+    cfg_file = root.file("config.json", "config", d)
     try:
-        raw_cfg = json.loads(root.file("config.json", "config", d).read_bytes())
+        raw_cfg = json.loads(cfg_file.read_bytes())
     except (OSError, ValueError, RecursionError) as exc:
         raise ModelFormatError(f"{cfg_path}: cannot read config.json ({shown(exc)})") from exc
     if not isinstance(raw_cfg, dict):
@@ -590,7 +596,9 @@ def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = False) -> Manifes
         if base in found and found[base][0] == FP8_DTYPE:
             continue  # the block scales of an FP8 weight, read with it
         if dtype == FP8_DTYPE and (_FUSED_GATE_UP.fullmatch(name) or _FUSED_DOWN.fullmatch(name)):
-            raise UnsupportedError(f"{where}: fused FP8 expert stack {shown(name)} is not supported")
+            raise UnsupportedError(
+                f"{where}: fused FP8 expert stack {shown(name)} is not supported"
+            )
         if m := _FUSED_GATE_UP.fullmatch(name):
             for t in _split_fused(m.group(1), "gate_up", dtype, shape, ext, where):
                 tensors[t.name] = t
@@ -602,7 +610,8 @@ def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = False) -> Manifes
         cname = _canonical(name)
         if cname is None:
             raise UnsupportedError(
-                f"{where}: tensor {shown(name)} is not part of a {cfg.arch} model colibri knows how "
+                f"{where}: tensor {shown(name)} is not part of a {cfg.arch} model colibri knows "
+                f"how "
                 f"to run; refusing to ignore it."
             )
         if cname == "output" and cfg.tie_word_embeddings:

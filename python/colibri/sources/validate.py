@@ -13,7 +13,6 @@ costs nothing.
 from __future__ import annotations
 
 import itertools
-import math
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -23,7 +22,7 @@ from typing import Any
 from ..errors import ModelFormatError, UnsupportedArchitectureError, UnsupportedError
 from .fields import MAX_DIM, as_bool, as_float, as_int, bad
 from .manifest import Extent, ModelConfig, TensorInfo
-from .paths import shown
+from .paths import clip, shown
 
 # Families the forward pass implements, by canonical name (ModelConfig.arch).
 SUPPORTED_FAMILIES = ("llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
@@ -71,10 +70,11 @@ def tensor_nbytes(dtype: str, shape: Sequence[int], name: str = "") -> int:
     return n // block * size
 
 
-def check_dtype(name: str, dtype: str, where: Path) -> None:
+def check_dtype(name: str, dtype: str, where: object) -> None:
     if dtype not in SUPPORTED_DTYPES:
         raise UnsupportedError(
-            f"{where}: tensor {shown(name)} has element type {dtype}, which colibri cannot read yet "
+            f"{where}: tensor {shown(name)} has element type {clip(dtype)}, which colibri "
+            f"cannot read yet "
             f"(supported: {', '.join(SUPPORTED_DTYPES)}). Use a GGUF quantized to one of those, "
             f"or the original Hugging Face checkpoint."
         )
@@ -231,7 +231,8 @@ def check_expert_count(cfg: ModelConfig, names: Iterable[str], where: object) ->
     found = {int(m.group(2)) for n in names if (m := _EXPERT.match(n))}
     if not any(cfg.moe_layers):
         return
-    if found != set(range(cfg.n_experts)):
+    # found is bounded by the tensors present; range(n_experts) is not (2**31).
+    if len(found) != cfg.n_experts or (found and max(found) != cfg.n_experts - 1):
         raise ModelFormatError(
             f"{where}: the config says {cfg.n_experts} experts per MoE layer, but the file "
             f"holds routed-expert tensors for {len(found)} distinct experts. The header is "
@@ -347,7 +348,8 @@ def check_extents(
         want = tensor_nbytes(t.dtype, t.shape, t.name)
         if t.nbytes != want:
             raise ModelFormatError(
-                f"tensor {shown(t.name)}: its extents hold {t.nbytes} bytes, but a {t.dtype} tensor "
+                f"tensor {shown(t.name)}: its extents hold {t.nbytes} bytes, but a {t.dtype} "
+                f"tensor "
                 f"of shape {tuple(t.shape)} needs {want}. The file is corrupt."
             )
         for e in t.extents:
