@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .formats import FORMATS, PLUGINS
+
 FUZZ_DIR = Path(__file__).resolve().parent
 TESTS_DIR = FUZZ_DIR.parent
 REPO = TESTS_DIR.parent
@@ -145,39 +147,62 @@ HEADER = (f"{'format':12s} {'mutants':>7s} {'rejected':>8s} {'loaded':>7s} {'oth
           f"{'time s':>7s}")  # fmt: skip
 
 
-def run_format(name: str, seeds: Path, work: Path, n: int, seed: int, *, timeout: float = 10.0,
-               use_strace: bool | None = None, save: Path | None = None,
-               start: int = 0) -> FormatResult:  # fmt: skip
-    """One format's campaign: the worker under strace (or with audit hooks), classified."""
-    root = work / name
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    shutil.copytree(seeds / "outside", root / "outside")
-    results = root / "results.jsonl"
-    log = root / "strace.log"
-    use_strace = strace_works() if use_strace is None else use_strace
+def _worker_cmd(name: str, seeds: Path, root: Path, n: int, start: int, seed: int,
+                timeout: float, use_strace: bool, save: Path | None,
+                plugins: tuple[str, ...]) -> list[str]:  # fmt: skip
     cmd = [sys.executable, "-m", "fuzz.worker", "--format", name, "--seeds", str(seeds),
            "--root", str(root), "--n", str(n), "--start", str(start), "--seed", str(seed),
-           "--timeout", str(timeout), "--out", str(results)]  # fmt: skip
+           "--timeout", str(timeout), "--out", str(root / "results.jsonl")]  # fmt: skip
+    for module in plugins:
+        cmd += ["--plugin", module]
     if save is not None:
         cmd += ["--save", str(save)]
-    if use_strace:
-        cmd = ["strace", "-f", "--seccomp-bpf", "-qq", "-xx", "-y", "-s", "4096", "-e",
-               "trace=open,openat,openat2", "-e", "signal=none", "-o", str(log), *cmd]  # fmt: skip
-    else:
-        cmd.append("--audit")
+    if not use_strace:
+        return [*cmd, "--audit"]
+    return ["strace", "-f", "--seccomp-bpf", "-qq", "-xx", "-y", "-s", "4096", "-e",
+            "trace=open,openat,openat2", "-e", "signal=none", "-o", str(root / "strace.log"),
+            *cmd]  # fmt: skip
+
+
+def run_format(name: str, seeds: Path, work: Path, n: int, seed: int, *, timeout: float = 10.0,
+               use_strace: bool | None = None, save: Path | None = None, start: int = 0,
+               jobs: int = 1, plugins: tuple[str, ...] | None = None) -> FormatResult:  # fmt: skip
+    """One format's campaign: ``jobs`` workers (disjoint index ranges, each with its own
+    model directory) under strace, or with audit hooks; outcomes classified and audited."""
+    use_strace = strace_works() if use_strace is None else use_strace
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                TOKENIZERS_PARALLELISM="false", PYTHONDONTWRITEBYTECODE="1")  # fmt: skip
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS_DIR), *[p for p in sys.path if p]])
+    per = -(-n // jobs)
+    procs: list[tuple[Path, subprocess.Popen[bytes]]] = []
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=TESTS_DIR, env=env, capture_output=True, text=True)
-    res = FormatResult(name, seconds=time.perf_counter() - t0,
-                       audit="strace" if use_strace else "audit hook")  # fmt: skip
-    if proc.returncode != 0:
-        raise RuntimeError(f"the {name} worker failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    for j in range(jobs):
+        lo, hi = start + j * per, min(start + n, start + (j + 1) * per)
+        if lo >= hi:
+            break
+        root = work / name / f"job{j}"
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        shutil.copytree(seeds / "outside", root / "outside")
+        cmd = _worker_cmd(name, seeds, root, hi - lo, lo, seed, timeout, use_strace, save,
+                          tuple(PLUGINS) if plugins is None else plugins)
+        procs.append((root, subprocess.Popen(cmd, cwd=TESTS_DIR, env=env,
+                                             stderr=subprocess.PIPE)))  # fmt: skip
+    res = FormatResult(name, audit="strace" if use_strace else "audit hook")
+    for root, proc in procs:
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"the {name} worker failed ({proc.returncode}):\n"
+                               f"{err.decode(errors='replace')[-3000:]}")  # fmt: skip
+        _classify(res, root, use_strace)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _classify(res: FormatResult, root: Path, use_strace: bool) -> None:
     audit = Audit(root)
-    opens = strace_opens(log) if use_strace else {}
-    for line in results.read_text().splitlines():
+    opens = strace_opens(root / "strace.log") if use_strace else {}
+    for line in (root / "results.jsonl").read_text().splitlines():
         rec = json.loads(line)
         res.mutants += 1
         res.counts[rec["kind"]] += 1
@@ -195,7 +220,6 @@ def run_format(name: str, seeds: Path, work: Path, n: int, seed: int, *, timeout
         bad_paths = sorted({p for p in paths if audit.outside(p)})
         if bad_paths:
             res.outside_reads.append({"i": rec["i"], "desc": rec["desc"], "paths": bad_paths[:5]})
-    return res
 
 
 def run_campaign(formats: list[str], n: int, seed: int, work: Path, seeds: Path,
@@ -220,10 +244,11 @@ def print_table(results: list[FormatResult]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .formats import FORMATS
+    import importlib
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--formats", default=",".join(FORMATS))
+    ap.add_argument("--formats", default="")
+    ap.add_argument("--plugin", action="append", default=[], help="module registering formats")
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--start", type=int, default=0)
@@ -232,8 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=Path, help="prebuilt seeds (default: build in --work)")
     ap.add_argument("--save", type=Path, help="copy failing mutants here")
     ap.add_argument("--no-strace", action="store_true")
+    ap.add_argument("--jobs", type=int, default=1, help="workers per format, in parallel")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    for module in args.plugin:
+        importlib.import_module(module)
+    PLUGINS.extend(m for m in args.plugin if m not in PLUGINS)
+    formats = args.formats.split(",") if args.formats else list(FORMATS)
     work = args.work or Path(tempfile.mkdtemp(prefix="colibri-fuzz-"))
     seeds = args.seeds
     if seeds is None:
@@ -241,9 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([sys.executable, "-m", "fuzz.seeds", str(seeds)], cwd=TESTS_DIR,
                        check=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
                            [str(TESTS_DIR), *[p for p in sys.path if p]])))  # fmt: skip
-    results = run_campaign(args.formats.split(","), args.n, args.seed, work, seeds,
+    results = run_campaign(formats, args.n, args.seed, work, seeds,
                            timeout=args.timeout, use_strace=False if args.no_strace else None,
-                           save=args.save, start=args.start)  # fmt: skip
+                           save=args.save, start=args.start, jobs=args.jobs)  # fmt: skip
     print_table(results)
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ for r in results], indent=1))

@@ -5,9 +5,12 @@ writes one mutant into the empty ``model_dir`` and returns the path to load, and
 ``action(entry)``, run in the child: load the model as a user would and generate two
 tokens (plus conversion and verification where the format has them).
 
-:data:`FORMATS` is the registry the campaign runs. Another fuzzer plugs in with
-:func:`register` (the chat-template fuzzer of the runtime hardening does: a Format whose
-seeds are templates and whose action renders them); nothing else needs to change.
+:data:`FORMATS` is the registry the campaign runs. Another fuzzer plugs in as a module
+that calls :func:`register` when imported, listed in :data:`PLUGINS` (or passed to the
+campaign's ``plugins=``): the worker imports it before running. A chat-template fuzzer,
+for instance, is a Format whose mutate writes a template (e.g. a tokenizer_config.json
+into the model directory) and whose action renders it; the runner, the child isolation,
+the classification and the audit are shared.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class Format:
 
 
 FORMATS: dict[str, Format] = {}
+# Modules that register more formats when imported (e.g. "fuzz.chat_template").
+PLUGINS: list[str] = []
 
 
 def register(fmt: Format) -> Format:

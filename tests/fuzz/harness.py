@@ -17,6 +17,7 @@ checks them against the model directory.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import resource
@@ -73,6 +74,7 @@ def vm_size_bytes() -> int:
 def _child(action: Action, args: tuple[Any, ...], mem_cap: int, audit: bool, w: int) -> None:
     payload: dict[str, Any]
     try:
+        faulthandler.disable()  # a crash is reported as a signal, not as a traceback dump
         resource.setrlimit(resource.RLIMIT_AS, (mem_cap, mem_cap))
         if audit:
             sys.addaudithook(_audit)

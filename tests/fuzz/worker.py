@@ -13,6 +13,7 @@ timeout are copied to --save.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import random
 import shutil
@@ -36,10 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=10.0)
     ap.add_argument("--mem-cap-gib", type=float, default=2.0)
     ap.add_argument("--audit", action="store_true", help="Python audit hook (no strace)")
-    ap.add_argument("--baseline", action="store_true", help="run each seed unmutated first")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--save", type=Path)
+    ap.add_argument("--plugin", action="append", default=[], help="module registering formats")
     args = ap.parse_args(argv)
+    for module in args.plugin:
+        importlib.import_module(module)
     fmt = FORMATS[args.format]
     import colibri  # noqa: F401 - imported once, before any fork
 

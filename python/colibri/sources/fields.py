@@ -24,13 +24,15 @@ def bad(where: object, field: str, value: Any, want: str) -> ModelFormatError:
 
 
 def as_int(
-    value: Any, field: str, where: object, *, lo: int = 0, hi: int = MAX_DIM
-) -> int:
-    """An integer in [lo, hi]. Integral floats (4096.0) are accepted; bools are not."""
+    value: Any, field: str, where: object, *, lo: int = 0, hi: int = MAX_DIM,
+    floats: bool = False,
+) -> int:  # fmt: skip
+    """An integer in [lo, hi]; bools are not. ``floats``: integral floats (4096.0, which
+    hand-edited config.json files have) are accepted too."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise bad(where, field, value, f"an integer in [{lo}, {hi}]")
     if isinstance(value, float):
-        if not value.is_integer():
+        if not floats or not value.is_integer():
             raise bad(where, field, value, f"an integer in [{lo}, {hi}]")
         value = int(value)
     if not lo <= value <= hi:

@@ -243,7 +243,7 @@ class _Fields:
             if default is None:
                 raise ModelFormatError(f"{self.where}: key {key!r} is missing")
             return default
-        return as_int(v, key, self.where, lo=lo)
+        return as_int(v, key, self.where, lo=lo, floats=True)
 
     def bool(self, key: str, default: bool = False) -> bool:
         v = self.cfg.get(key)
@@ -335,7 +335,7 @@ def hf_config(
         moe_layers = tuple(False for _ in range(n_layers))
     else:
         n_exp = as_int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0,
-                       "num_experts", where, lo=0)  # fmt: skip
+                       "num_experts", where, lo=0, floats=True)  # fmt: skip
         top_k = f.int("num_experts_per_tok", 0, lo=0)
         if n_exp <= 0 or top_k <= 0:
             raise ModelFormatError(f"{where}: a {fam} model needs experts and top-k > 0")

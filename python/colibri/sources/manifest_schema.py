@@ -132,12 +132,14 @@ def _config(raw: Any, where: object) -> ModelConfig:
 def _dense(raw: Any, i: int, cfg: ModelConfig, where: object) -> DenseRecord:
     what = f"{where}: dense[{i}]"
     rec = as_dict(raw, f"dense[{i}]", where)
-    _keys(rec, {"name", "dtype", "shape", "offset", "length", "crc32"},
-          {"rope_unpermute_heads"}, what)  # fmt: skip
+    # rope_unpermute_heads is required: absent, a GGUF Llama's Q/K rows would silently
+    # stay in llama.cpp's order.
+    _keys(rec, {"name", "dtype", "shape", "offset", "length", "crc32", "rope_unpermute_heads"},
+          set(), what)  # fmt: skip
     name = as_str(rec["name"], "name", what)
     what = f"{where}: dense tensor {shown(name)}"
     offset, length = _span(rec, what)
-    heads = as_int(rec.get("rope_unpermute_heads", 0), "rope_unpermute_heads", what)
+    heads = as_int(rec["rope_unpermute_heads"], "rope_unpermute_heads", what)
     allowed = {0}
     if _Q.match(name):
         allowed.add(cfg.n_heads)

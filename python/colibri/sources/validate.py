@@ -113,7 +113,9 @@ def check_config(cfg: ModelConfig, where: object) -> None:
         raise bad(where, "head_dim", cfg.head_dim, "even (RoPE rotates pairs of dimensions)")
     if cfg.n_heads * cfg.head_dim > MAX_DIM:
         raise ModelFormatError(f"{where}: n_heads x head_dim does not fit the core's sizes")
-    as_float(cfg.rms_norm_eps, "rms_norm_eps", where, lo=0.0)
+    eps = as_float(cfg.rms_norm_eps, "rms_norm_eps", where, lo=0.0)
+    if eps >= 1.0:  # real models use 1e-6..1e-5; >= 1 flattens every activation
+        raise bad(where, "rms_norm_eps", eps, "in [0, 1)")
     as_float(cfg.rope_theta, "rope_theta", where, lo=0.0, lo_open=True)
     for name in ("tie_word_embeddings", "attention_bias", "norm_topk_prob"):
         if not isinstance(getattr(cfg, name), bool):
