@@ -29,13 +29,13 @@ namespace {
 // message prefix is moved forward by D bits with
 //     r' = clmul(r.lo, K(D + 32)) ^ clmul(r.hi, K(D - 32)) ^ next 16 bytes,
 // which keeps the CRC of (r' + rest) equal to the CRC of the message. K(n) is
-// x^n mod P, bit-reflected in 32 bits and shifted left by one (tests/test_crc32.py derives
+// x^n mod P, bit-reflected in 32 bits and shifted left by one (tests/test_checksums.py derives
 // these four values from the polynomial). No Barrett reduction: the last register and the
 // tail are finished by zlib, 16 + < 16 bytes.
 constexpr uint64_t kFold1024Lo = 0x1e88ef372;  // K(1056)
 constexpr uint64_t kFold1024Hi = 0x14a7fe880;  // K(992)
 constexpr uint64_t kFold128Lo = 0x1751997d0;  // K(160)
-constexpr uint64_t kFold128Hi = 0x0ccaa009e;  // K(96)
+constexpr uint64_t kFold128Hi = 0xccaa009e;   // K(96)
 
 __attribute__((target("pclmul,sse2"))) inline __m128i fold(__m128i r, __m128i k, __m128i next) {
   const __m128i lo = _mm_clmulepi64_si128(r, k, 0x00);

@@ -182,7 +182,9 @@ def _model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
     return spec
 
 
-def _tensor_specs(manifest: Manifest) -> list[_core.TensorSpec]:
+def _tensor_specs(manifest: Manifest, checksums: bool = True) -> list[_core.TensorSpec]:
+    """The core's specs. A native container's dense tensors carry their crc32, which the
+    core checks as it loads them (IOConfig.checksums "off" skips that)."""
     return [
         _core.TensorSpec(
             t.name,
@@ -190,7 +192,7 @@ def _tensor_specs(manifest: Manifest) -> list[_core.TensorSpec]:
             list(t.shape),
             [_core.Extent(e.file, e.offset, e.length) for e in t.extents],
             t.rope_unpermute_heads,
-            t.crc32,
+            t.crc32 if checksums else None,
         )
         for t in manifest.tensors.values()
         if t.name not in _SPEC_TENSORS
@@ -228,7 +230,7 @@ class Model:
         spec = _model_spec(manifest, context_length)
         core = _core.Engine(
             spec,
-            _tensor_specs(manifest),
+            _tensor_specs(manifest, engine.io.checksums != "off"),
             [str(f) for f in manifest.files],
             _thread_settings(engine.threads),
             expert_blobs(manifest),

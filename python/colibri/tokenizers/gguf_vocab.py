@@ -114,6 +114,7 @@ def _encodable(tokens: list[str]) -> list[bool]:
 
 def vocab_from_gguf(md: dict[str, Any], where: str) -> VocabData:
     """A VocabData from GGUF metadata (keys ``tokenizer.*`` and ``general.name``)."""
+    _check_types(md, where)
     model = md.get(_P + "model")
     if model is None:
         raise ModelFormatError(f"{where}: the GGUF file has no tokenizer ({_P}model is missing)")
@@ -122,7 +123,6 @@ def vocab_from_gguf(md: dict[str, Any], where: str) -> VocabData:
             f"{where}: tokenizer model {model!r} is not supported; colibri reads "
             f"{', '.join(repr(m) for m in SUPPORTED_MODELS)} (byte-level BPE, SentencePiece)"
         )
-    _check_types(md, where)
     tokens = md.get(_P + "tokens")
     if not isinstance(tokens, list) or not tokens:
         raise ModelFormatError(f"{where}: {_P}tokens is missing or empty")
