@@ -125,8 +125,10 @@ class FormatResult:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     outside_reads: list[dict[str, Any]] = field(default_factory=list)
     bad: list[dict[str, Any]] = field(default_factory=list)  # other/signal/timeout records
-    slowest_rejection_s: float = 0.0
+    slowest_rejection_s: float = 0.0  # wall time in the child
     slowest_rejection: str = ""
+    slowest_rejection_cpu_s: float = 0.0  # CPU time in the child
+    slowest_rejection_cpu: str = ""
     slowest_wall_s: float = 0.0
     peak_rss_rejected_mb: float = 0.0
     peak_rss_any_mb: float = 0.0
@@ -138,13 +140,14 @@ class FormatResult:
         c = self.counts
         return (f"{self.name:12s} {self.mutants:7d} {c['colibri_error']:8d} {c['silent_load']:7d} "
                 f"{c['other_exception']:6d} {c['signal']:6d} {c['timeout']:7d} "
-                f"{len(self.outside_reads):7d} {self.slowest_rejection_s * 1000:9.1f} "
-                f"{self.peak_rss_rejected_mb:9.0f} {self.seconds:7.1f}")  # fmt: skip
+                f"{len(self.outside_reads):7d} {self.slowest_rejection_cpu_s * 1000:8.1f} "
+                f"{self.slowest_rejection_s * 1000:9.1f} {self.peak_rss_rejected_mb:8.0f} "
+                f"{self.seconds:7.1f}")  # fmt: skip
 
 
 HEADER = (f"{'format':12s} {'mutants':>7s} {'rejected':>8s} {'loaded':>7s} {'other':>6s} "
-          f"{'signal':>6s} {'timeout':>7s} {'outside':>7s} {'slowest ms':>9s} {'peak MB':>9s} "
-          f"{'time s':>7s}")  # fmt: skip
+          f"{'signal':>6s} {'timeout':>7s} {'outside':>7s} {'max cpu':>8s} {'max wall':>9s} "
+          f"{'peak MB':>8s} {'time s':>7s}")  # fmt: skip
 
 
 def _worker_cmd(name: str, seeds: Path, root: Path, n: int, start: int, seed: int,
@@ -211,9 +214,11 @@ def _classify(res: FormatResult, root: Path, use_strace: bool) -> None:
         res.slowest_wall_s = max(res.slowest_wall_s, rec["wall"])
         if rec["kind"] == "colibri_error":
             res.peak_rss_rejected_mb = max(res.peak_rss_rejected_mb, rss_mb)
+            what = f"#{rec['i']} {rec['desc'][:120]}: {rec['detail'][:160]}"
             if rec["seconds"] > res.slowest_rejection_s:
-                res.slowest_rejection_s = rec["seconds"]
-                res.slowest_rejection = f"#{rec['i']} {rec['desc'][:120]}: {rec['detail'][:160]}"
+                res.slowest_rejection_s, res.slowest_rejection = rec["seconds"], what
+            if rec["cpu"] > res.slowest_rejection_cpu_s:
+                res.slowest_rejection_cpu_s, res.slowest_rejection_cpu = rec["cpu"], what
         elif rec["kind"] != "silent_load":
             res.bad.append(rec)
         paths = opens.get(rec["pid"], []) if use_strace else rec["opened"]
@@ -232,8 +237,9 @@ def print_table(results: list[FormatResult]) -> None:
     for r in results:
         print(r.row())
     for r in results:
-        print(f"{r.name}: audit by {r.audit}; slowest rejection "
-              f"{r.slowest_rejection_s * 1000:.1f} ms"
+        print(f"{r.name}: audit by {r.audit}; most CPU for a rejection "
+              f"{r.slowest_rejection_cpu_s * 1000:.1f} ms ({r.slowest_rejection_cpu}); "
+              f"slowest rejection {r.slowest_rejection_s * 1000:.1f} ms wall"
               f" ({r.slowest_rejection}); slowest child {r.slowest_wall_s:.2f} s wall; peak RSS "
               f"any child {r.peak_rss_any_mb:.0f} MB")  # fmt: skip
         for rec in r.bad[:10]:

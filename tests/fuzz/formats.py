@@ -501,6 +501,20 @@ def _mutate_tokenizer(rng: random.Random, d: Path, outside: str) -> str:
     return f"{name}: {what}"
 
 
+def deep_json(rng: random.Random) -> str:
+    """A document nested far deeper than any parser's recursion limit."""
+    n = rng.choice((1000, 100_000))
+    return '{"a": ' + "[" * n + "]" * n + "}"
+
+
+def _mutate_nesting(rng: random.Random, d: Path, outside: str) -> str:
+    name = rng.choice(("config.json", "model.safetensors.index.json", "tokenizer_config.json",
+                       "tokenizer.json", "generation_config.json"))  # fmt: skip
+    if (d / name).exists():
+        (d / name).write_text(deep_json(rng))
+    return f"{name} nested deeply"
+
+
 def mutate_safetensors(rng: random.Random, seeds: Path, model_dir: Path) -> tuple[Path, str]:
     seed = rng.choice(sorted((seeds / "safetensors").iterdir()))
     shutil.rmtree(model_dir)
@@ -510,7 +524,8 @@ def mutate_safetensors(rng: random.Random, seeds: Path, model_dir: Path) -> tupl
     # File-system changes last: the others read the files they edit.
     for op in sorted(rng.randrange(20) for _ in range(rng.choice((1, 1, 1, 2)))):
         fn = (_mutate_config if op < 6 else _mutate_shard if op < 12 else _mutate_index
-              if op < 15 else _mutate_tokenizer if op < 17 else _mutate_files)  # fmt: skip
+              if op < 15 else _mutate_tokenizer if op < 17 else _mutate_nesting if op == 17
+              else _mutate_files)  # fmt: skip
         try:
             done.append(fn(rng, model_dir, outside))
         except (ValueError, OSError, KeyError, TypeError, IndexError, AttributeError,
@@ -604,7 +619,10 @@ def mutate_native(rng: random.Random, seeds: Path, model_dir: Path) -> tuple[Pat
     elif op == 8:
         done.append(_mutate_data(rng, model_dir, outside))
     text = json.dumps(doc, allow_nan=True)
-    if op == 9:
+    if op == 9 and rng.random() < 0.2:
+        text = deep_json(rng)
+        done.append("manifest nested deeply")
+    elif op == 9:
         cut = rng.randrange(len(text))
         text = text[:cut]
         done.append(f"manifest truncated at {cut}")

@@ -42,6 +42,8 @@ class Outcome:
     error: str = ""  # exception type
     detail: str = ""  # message (cut) or traceback tail
     seconds: float = 0.0  # in the child, from the start of the action to its end
+    cpu: float = 0.0  # CPU seconds the child spent on it (all its threads): the work,
+    # without the time a loaded machine did not schedule it
     wall: float = 0.0  # fork to exit, seen by the parent
     maxrss_kb: int = 0  # the child's peak resident set (inherited pages included)
     pid: int = 0
@@ -78,7 +80,7 @@ def _child(action: Action, args: tuple[Any, ...], mem_cap: int, audit: bool, w: 
         resource.setrlimit(resource.RLIMIT_AS, (mem_cap, mem_cap))
         if audit:
             sys.addaudithook(_audit)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             action(*args)
             payload = {"kind": "silent_load"}
@@ -88,6 +90,7 @@ def _child(action: Action, args: tuple[Any, ...], mem_cap: int, audit: bool, w: 
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-4:])
             payload = {"kind": "other_exception", "error": type(exc).__name__, "detail": tb}
         payload["seconds"] = time.perf_counter() - t0
+        payload["cpu"] = time.process_time() - c0
         payload["detail"] = payload.get("detail", "")[:600]
         payload["opened"] = OPENED[:2000]
         data = json.dumps(payload).encode()
@@ -150,6 +153,7 @@ def run_in_child(action: Action, args: tuple[Any, ...], *, timeout: float, mem_c
             out.error = payload.get("error", "")
             out.detail = payload.get("detail", "")
             out.seconds = payload.get("seconds", 0.0)
+            out.cpu = payload.get("cpu", 0.0)
             out.opened = payload.get("opened", [])
     else:
         out.detail = f"the child exited ({os.waitstatus_to_exitcode(status)}) without a result"

@@ -64,7 +64,9 @@ def test_long_campaign(fmt: str, seeds: Path, tmp_path: Path,
                         jobs=max(1, min(4, os.cpu_count() or 1)))  # fmt: skip
     print_table([result])
     _check(result)
-    assert result.slowest_rejection_s < 1.0, result.slowest_rejection
+    # CPU time: on a shared machine wall time also counts the time the child waited for
+    # a core (both are recorded in docs/reliability.md).
+    assert result.slowest_rejection_cpu_s < 1.0, result.slowest_rejection_cpu
     assert result.peak_rss_rejected_mb < 1024
 
 

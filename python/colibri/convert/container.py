@@ -429,8 +429,8 @@ def read_container_json(path: str | os.PathLike[str]) -> dict[str, Any]:
         )
     try:
         doc = json.loads(f.read_bytes())
-    except ValueError as exc:
-        raise ModelFormatError(f"{f}: not valid JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested 100,000 deep
+        raise ModelFormatError(f"{f}: not valid JSON ({str(exc)[:200]})") from exc
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ModelFormatError(f"{f}: not a colibri container manifest (no format {FORMAT!r})")
     if doc.get("version") != VERSION:

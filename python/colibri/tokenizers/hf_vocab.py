@@ -129,7 +129,7 @@ def vocab_from_hf(path: Path) -> VocabData:
     try:
         tk = HFTokenizer.from_file(str(file))
     except Exception as exc:  # the library raises plain Exception for malformed files
-        raise ModelFormatError(f"{file}: not a valid tokenizer.json: {exc}") from exc
+        raise ModelFormatError(f"{file}: not a valid tokenizer.json: {str(exc)[:200]}") from exc
     tk.no_truncation()
     tk.no_padding()
     spec = _read_json(file)
