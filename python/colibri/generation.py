@@ -13,6 +13,7 @@ the caller; the model stays usable.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from .errors import ContextOverflowError, InvalidRequestError
+from .errors import ContextOverflowError, InvalidRequestError, NumericalError
 from .sampling import Sampler, Sampling, StopChecker
 from .stats import ExpertStats, PhaseTimes
 
@@ -102,6 +103,18 @@ class Generation:
     prompt_ids: list[int] = field(default_factory=list)
 
 
+def _check_finite(logits: npt.NDArray[np.float32], position: int) -> None:
+    """NaN or infinite logits are the model's fault (broken weights, a value that passed
+    the load checks), never the request's: NumericalError, not the sampler's
+    InvalidRequestError. Two passes over one row of logits, per token."""
+    if not (math.isfinite(float(logits.max())) and math.isfinite(float(logits.min()))):
+        raise NumericalError(
+            f"the model computed non-finite logits (NaN or infinity) at position {position}; "
+            f"its weights are corrupt or a config value is out of range. Check the file "
+            f"(for a native container: colibri verify) or convert the model again."
+        )
+
+
 def stream_tokens(
     session: Session,
     tokenizer: Tokenizer,
@@ -151,6 +164,7 @@ def stream_tokens(
                 decode += time.perf_counter() - t
                 n_decode += 1
             t = time.perf_counter()
+            _check_finite(logits, session.n_tokens)
             tok = sampler(logits, hist)
             generated.append(tok)
             hist.append(tok)
