@@ -6,6 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
+import typing_extensions
 __all__: list[str] = ['DIRECT_ALIGNMENT', 'MAX_WORKERS', 'ReadPool', 'crc32', 'crc32_accelerated', 'slab_bytes']
 class ReadPool:
     """
@@ -61,7 +62,7 @@ class ReadPool:
     @property
     def workers(self) -> int:
         ...
-def crc32(data: typing.Any, crc: typing.SupportsInt | typing.SupportsIndex = 0, reference: bool = False) -> int:
+def crc32(data: typing_extensions.Buffer, crc: typing.SupportsInt | typing.SupportsIndex = 0, reference: bool = False) -> int:
     """
     CRC-32 (zlib's polynomial) of a contiguous buffer, continuing `crc`; reference=True uses zlib only (the oracle of the folded path).
     """
