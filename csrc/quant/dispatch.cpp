@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/errors.hpp"
+#include "quant/iquants_ref.hpp"
 #include "quant/reference.hpp"
 
 namespace colibri {
@@ -49,6 +50,9 @@ const Support& support() {
   return s;
 }
 
+// Each ISA's kernels come from several tables (one per family of types).
+const TypeKernels* first_of(const TypeKernels* a, const TypeKernels* b) { return a ? a : b; }
+
 }  // namespace
 
 const char* isa_name(Isa isa) {
@@ -75,13 +79,13 @@ Isa best_isa() {
 const TypeKernels* kernels_for(DType type, Isa isa) {
   if (!isa_available(isa)) return nullptr;
   switch (isa) {
-    case Isa::Scalar: return ref::scalar_kernels(type);
+    case Isa::Scalar: return first_of(ref::scalar_kernels(type), iq::scalar_kernels(type));
 #if defined(COLIBRI_X86)
-    case Isa::AVX2: return avx2_kernels(type);
-    case Isa::AVX512: return avx512_kernels(type);
+    case Isa::AVX2: return first_of(avx2_kernels(type), iq_avx2_kernels(type));
+    case Isa::AVX512: return first_of(avx512_kernels(type), iq_avx512_kernels(type));
 #endif
 #if defined(COLIBRI_ARM)
-    case Isa::NEON: return neon_kernels(type);
+    case Isa::NEON: return first_of(neon_kernels(type), iq_neon_kernels(type));
 #endif
     default: return nullptr;
   }
@@ -103,7 +107,8 @@ const TypeKernels& kernels(DType type) {
     const std::string name = type_traits(type).name;  // throws for an unknown id
     fail(ErrorKind::Unsupported, "tensor type " + name +
                                      " has no kernels in this build yet (supported: F32, F16, "
-                                     "BF16, Q4_0, Q4_1, Q8_0)");
+                                     "BF16, Q4_0, Q4_1, Q8_0, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, "
+                                     "IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, MXFP4)");
   }
   if (id >= 0 && id < 64) cache[id].store(k, std::memory_order_release);  // all store the same
   return *k;
