@@ -19,12 +19,13 @@ IoFault parse_io_fault(const std::string& s);  // bind_io.cpp
 
 namespace {
 
+// Any type of the core's table (quant/dtype.cpp), by its GGML name.
 DType dtype_from_name(const std::string& name) {
-  static const DType all[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                              DType::Q4_1, DType::Q8_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
-  for (DType t : all)
-    if (dtype_name(t) == name) return t;
-  fail(ErrorKind::Unsupported, "unknown tensor type '" + name + "'");
+  try {
+    return colibri::dtype_from_name(name);
+  } catch (const Error&) {
+    fail(ErrorKind::Unsupported, "unknown tensor type '" + name + "'");
+  }
 }
 
 py::array_t<float> run_forward(Session& s, py::array_t<int32_t, py::array::c_style | py::array::forcecast> ids,

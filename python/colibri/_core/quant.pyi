@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['act_type', 'available_isas', 'bench_matmul', 'bench_sequence', 'best_isa', 'dequantize', 'get_rows', 'has_kernels', 'isa_names', 'matmul', 'matmul_multi', 'quantize', 'read_bandwidth', 'row_bytes', 'type_info', 'vec_dot']
+__all__: list[str] = ['act_type', 'available_isas', 'bench_matmul', 'bench_sequence', 'best_isa', 'dequantize', 'get_rows', 'has_kernels', 'iq_table', 'isa_names', 'matmul', 'matmul_multi', 'quantize', 'read_bandwidth', 'row_bytes', 'type_info', 'vec_dot']
 def act_type(dtype: str) -> str:
     """
     The activation format the dtype's dot product consumes.
@@ -35,6 +35,10 @@ def get_rows(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8
     """
 def has_kernels(dtype: str, isa: str) -> bool:
     ...
+def iq_table(name: str) -> numpy.typing.NDArray[numpy.uint8]:
+    """
+    Raw bytes of a compiled i-quant table (little-endian entries, element 0 lowest).
+    """
 def isa_names() -> list[str]:
     """
     Every ISA name the dispatcher knows.
