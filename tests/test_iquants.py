@@ -59,10 +59,17 @@ def random_blocks(dtype: str, rows: int, cols: int, seed: int, scale: str = "nor
         d = SCALES[scale](rng, rows * (cols // bs)).astype(np.float16)
         b[:, :, 0:2] = d.view(np.uint8).reshape(rows, -1, 2)
     elif dtype == "IQ1_M":  # the half lives in the top nibbles of the 4 scale words
-        d = SCALES[scale](rng, rows * (cols // bs)).astype(np.float16).view(np.uint16).reshape(rows, -1)
+        d = (
+            SCALES[scale](rng, rows * (cols // bs))
+            .astype(np.float16)
+            .view(np.uint16)
+            .reshape(rows, -1)
+        )
         words = b[:, :, 48:56].copy().view(np.uint16)  # [rows, nb, 4]
         for k in range(4):
-            words[:, :, k] = (words[:, :, k] & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12).astype(np.uint16)
+            words[:, :, k] = (words[:, :, k] & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12).astype(
+                np.uint16
+            )
         b[:, :, 48:56] = words.view(np.uint8)
     elif dtype == "MXFP4" and scale != "extreme":  # moderate exponents
         b[:, :, 0] = rng.integers(110, 140, size=b.shape[:2])
@@ -113,7 +120,7 @@ def test_value_tables_equal_gguf() -> None:
 
 
 def test_type_sizes_match_gguf() -> None:
-    for t in TYPES + ["Q8_K"]:
+    for t in [*TYPES, "Q8_K"]:
         bs, ts = gq.GGML_QUANT_SIZES[GT[t]]
         assert info(t) == (bs, ts), t
         assert q.type_info(t)["id"] == int(GT[t])
@@ -128,7 +135,10 @@ def test_type_sizes_match_gguf() -> None:
 def test_dequantize_bits_match_gguf(dtype: str, scale: str, isa: str) -> None:
     for rows, cols in [(1, 256), (7, 512), (3, 1280)]:
         b = random_blocks(dtype, rows, cols, seed=rows + cols, scale=scale)
-        assert same_bits(q.dequantize(dtype, b, rows, cols, isa), gguf_dequantize(b, dtype)), (rows, cols)
+        assert same_bits(q.dequantize(dtype, b, rows, cols, isa), gguf_dequantize(b, dtype)), (
+            rows,
+            cols,
+        )
 
 
 @pytest.mark.parametrize("dtype", TYPES)
@@ -312,7 +322,10 @@ def test_matmul_bit_identical_across_threads_grouping_and_batch(dtype: str) -> N
     for y in ys[1:]:
         assert y.tobytes() == ys[0].tobytes()
     for t in range(x.shape[0]):
-        assert q.matmul(dtype, w, rows, cols, x[t : t + 1], pools[1]).tobytes() == ys[0][t : t + 1].tobytes()
+        assert (
+            q.matmul(dtype, w, rows, cols, x[t : t + 1], pools[1]).tobytes()
+            == ys[0][t : t + 1].tobytes()
+        )
     for isa in ISAS:
         y1 = q.matmul(dtype, w, rows, cols, x[:1], 2, isa)[0]
         dots = np.float32([q.vec_dot(dtype, w[r], x[0], isa) for r in range(rows)])
@@ -322,10 +335,21 @@ def test_matmul_bit_identical_across_threads_grouping_and_batch(dtype: str) -> N
 def test_matmul_multi_mixes_types() -> None:
     cols = 512
     x = np.random.default_rng(13).standard_normal((3, cols)).astype(np.float32)
-    specs = [("IQ4_NL", 33), ("IQ2_XXS", 17), ("Q4_0", 8), ("IQ4_XS", 40), ("MXFP4", 5), ("IQ1_M", 9)]
+    specs = [
+        ("IQ4_NL", 33),
+        ("IQ2_XXS", 17),
+        ("Q4_0", 8),
+        ("IQ4_XS", 40),
+        ("MXFP4", 5),
+        ("IQ1_M", 9),
+    ]
     ws = []
     for i, (dt, rows) in enumerate(specs):
-        b = random_blocks(dt, rows, cols, seed=20 + i) if dt != "Q4_0" else q.quantize(dt, make("normal", rows, cols))
+        b = (
+            random_blocks(dt, rows, cols, seed=20 + i)
+            if dt != "Q4_0"
+            else q.quantize(dt, make("normal", rows, cols))
+        )
         ws.append((dt, b, rows))
     for threads in (1, 2):
         outs = q.matmul_multi(ws, cols, x, threads)
