@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/errors.hpp"
+#include "quant/fp8.hpp"
 #include "quant/iquants_ref.hpp"
 #include "quant/reference.hpp"
 
@@ -79,9 +80,11 @@ Isa best_isa() {
 const TypeKernels* kernels_for(DType type, Isa isa) {
   if (!isa_available(isa)) return nullptr;
   switch (isa) {
-    case Isa::Scalar: return first_of(ref::scalar_kernels(type), iq::scalar_kernels(type));
+    case Isa::Scalar:
+      return first_of(first_of(ref::scalar_kernels(type), iq::scalar_kernels(type)), fp8_type_kernels(type, Isa::Scalar));
 #if defined(COLIBRI_X86)
-    case Isa::AVX2: return first_of(avx2_kernels(type), iq_avx2_kernels(type));
+    case Isa::AVX2:
+      return first_of(first_of(avx2_kernels(type), iq_avx2_kernels(type)), fp8_type_kernels(type, Isa::AVX2));
     case Isa::AVX512: return first_of(avx512_kernels(type), iq_avx512_kernels(type));
 #endif
 #if defined(COLIBRI_ARM)
@@ -108,7 +111,7 @@ const TypeKernels& kernels(DType type) {
     fail(ErrorKind::Unsupported, "tensor type " + name +
                                      " has no kernels in this build yet (supported: F32, F16, "
                                      "BF16, Q4_0, Q4_1, Q8_0, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, "
-                                     "IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, MXFP4)");
+                                     "IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, MXFP4, F8_E4M3)");
   }
   if (id >= 0 && id < 64) cache[id].store(k, std::memory_order_release);  // all store the same
   return *k;

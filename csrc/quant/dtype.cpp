@@ -38,6 +38,7 @@ constexpr Entry kTypes[] = {
     {DType::IQ4_XS, {"IQ4_XS", 256, 136, true}},
     {DType::IQ1_M, {"IQ1_M", 256, 56, true}},
     {DType::MXFP4, {"MXFP4", 32, 17, true}},
+    {DType::F8_E4M3, {"F8_E4M3", 1, 1, true}},  // plus its block scales (quant/fp8.hpp)
 };
 
 const Entry* find(DType type) {

@@ -30,6 +30,9 @@ enum class DType : int {
   IQ1_M = 29,
   BF16 = 30,
   MXFP4 = 39,
+  // colibri's own id (not a GGML type, never in a GGUF): FP8 e4m3 with a companion F32
+  // block-scale matrix (quant/fp8.hpp), as DeepSeek-V3 / GLM safetensors store it.
+  F8_E4M3 = 200,
 };
 
 struct TypeTraits {
