@@ -134,7 +134,7 @@ WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& fi
         files.read(e, sp + at);
         at += e.length;
       }
-      t.scales = BlockScales{reinterpret_cast<const float*>(sp), s.scale_block_rows, s.scale_block_cols};
+      t.scales = BlockScales{sp, s.scale_block_rows, s.scale_block_cols};
     }
     std::vector<uint8_t> half;  // staging for a widened vector
     uint8_t* dst = t.data;

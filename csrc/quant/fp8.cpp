@@ -41,8 +41,8 @@ float e4m3_to_float(uint8_t code) { return table().v[code]; }
 
 void fp8_dequantize_row(const uint8_t* w, int64_t row, int64_t n, const BlockScales& s, float* dst) {
   const float* t = table().v;
-  const float* sc = s.data + (row / s.block_rows) * scale_cols(n, s.block_cols);
-  for (int64_t j = 0; j < n; ++j) dst[j] = t[w[j]] * sc[j / s.block_cols];
+  const int64_t first = (row / s.block_rows) * scale_cols(n, s.block_cols);
+  for (int64_t j = 0; j < n; ++j) dst[j] = t[w[j]] * scale_at(s, first + j / s.block_cols);
 }
 
 namespace fp8 {
@@ -53,13 +53,13 @@ void dot_rows_scalar(int64_t n, const uint8_t* w, std::size_t stride, int64_t nr
   const int64_t nsc = scale_cols(n, s.block_cols);
   for (int64_t r = 0; r < nrows; ++r) {
     const uint8_t* wr = w + static_cast<std::size_t>(r) * stride;
-    const float* sc = s.data + ((row0 + r) / s.block_rows) * nsc;
+    const int64_t first = ((row0 + r) / s.block_rows) * nsc;
     float sum = 0.0f;
     for (int64_t b = 0; b < nsc; ++b) {
       const int64_t j1 = std::min<int64_t>(n, (b + 1) * s.block_cols);
       float part = 0.0f;
       for (int64_t j = b * s.block_cols; j < j1; ++j) part += t[wr[j]] * x[j];
-      sum += sc[b] * part;
+      sum += scale_at(s, first + b) * part;
     }
     out[r] = sum;
   }

@@ -17,10 +17,19 @@
 namespace colibri {
 
 struct BlockScales {
-  const float* data = nullptr;  // [ceil(rows / block_rows), ceil(cols / block_cols)] F32
+  // [ceil(rows / block_rows), ceil(cols / block_cols)] F32, little-endian, any alignment
+  // (streamed experts keep the file's offsets, which need not be 4-aligned).
+  const void* data = nullptr;
   int64_t block_rows = 0;
   int64_t block_cols = 0;
 };
+
+// Scale number i of the matrix (row-major).
+inline float scale_at(const BlockScales& s, int64_t i) {
+  float v;
+  __builtin_memcpy(&v, static_cast<const unsigned char*>(s.data) + i * 4, 4);
+  return v;
+}
 
 // Number of scale columns for `cols` weight columns.
 inline int64_t scale_cols(int64_t cols, int64_t block_cols) { return (cols + block_cols - 1) / block_cols; }

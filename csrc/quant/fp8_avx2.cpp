@@ -34,7 +34,7 @@ void dot_rows_avx2(int64_t n, const uint8_t* w, std::size_t stride, int64_t nrow
   const int64_t nsc = scale_cols(n, s.block_cols);
   for (int64_t r = 0; r < nrows; ++r) {
     const uint8_t* wr = w + static_cast<std::size_t>(r) * stride;
-    const float* sc = s.data + ((row0 + r) / s.block_rows) * nsc;
+    const int64_t first = ((row0 + r) / s.block_rows) * nsc;
     __m256 acc = _mm256_setzero_ps();
     float tail = 0.0f;
     for (int64_t b = 0; b < nsc; ++b) {
@@ -46,11 +46,11 @@ void dot_rows_avx2(int64_t n, const uint8_t* w, std::size_t stride, int64_t nrow
         p1 = _mm256_fmadd_ps(e4m3x8(wr + j + 8), _mm256_loadu_ps(x + j + 8), p1);
       }
       for (; j + 8 <= j1; j += 8) p0 = _mm256_fmadd_ps(e4m3x8(wr + j), _mm256_loadu_ps(x + j), p0);
-      const float scale = sc[b] * 256.0f;
+      const float sb = scale_at(s, first + b), scale = sb * 256.0f;
       if (j < j1) {  // fewer than 8 left in this block
         float part = 0.0f;
         for (; j < j1; ++j) part += e4m3_to_float(wr[j]) * x[j];
-        tail += sc[b] * part;
+        tail += sb * part;
       }
       acc = _mm256_fmadd_ps(_mm256_set1_ps(scale), _mm256_add_ps(p0, p1), acc);
     }
