@@ -43,7 +43,9 @@ def to_fp8(w: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, torch
 
 
 def expand(scale: torch.Tensor, shape: tuple[int, int], block: tuple[int, int]) -> torch.Tensor:
-    return scale.repeat_interleave(block[0], 0).repeat_interleave(block[1], 1)[: shape[0], : shape[1]]
+    return scale.repeat_interleave(block[0], 0).repeat_interleave(block[1], 1)[
+        : shape[0], : shape[1]
+    ]
 
 
 def fp8_checkpoint(family: str, root: Path, block: tuple[int, int]) -> tuple[Path, Path]:
@@ -83,8 +85,9 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("block", [OFFICIAL, (32, 48)])
 @pytest.mark.parametrize("family", ["llama", "qwen3_moe"])
 @pytest.mark.parametrize("precision", ["float32", "int8"])
-def test_loads_directly_and_matches_transformers(family: str, block: tuple[int, int], precision: str,
-                                                 root: Path) -> None:
+def test_loads_directly_and_matches_transformers(
+    family: str, block: tuple[int, int], precision: str, root: Path
+) -> None:
     fp8_dir, ref_dir = fp8_checkpoint(family, root, block)
     ids = prompt_ids(16)
     ref = reference_logits(transformers_model(str(ref_dir)), ids)
@@ -125,11 +128,15 @@ def test_slot_bytes_mirror_counts_the_scales(root: Path) -> None:
 # ---- kernels -------------------------------------------------------------------------------
 
 
-def random_fp8(rows: int, cols: int, block: tuple[int, int], seed: int) -> tuple[np.ndarray, np.ndarray]:
+def random_fp8(
+    rows: int, cols: int, block: tuple[int, int], seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     codes = rng.integers(0, 256, size=(rows, cols), dtype=np.uint8)
     codes[(codes & 0x7F) == 0x7F] = 0x7E  # no NaN codes (checkpoints have none)
-    codes[: min(rows, 3), :] = rng.choice(np.uint8([0x00, 0x80, 0x01, 0x81, 0x7E, 0xFE]), size=(min(rows, 3), cols))
+    codes[: min(rows, 3), :] = rng.choice(
+        np.uint8([0x00, 0x80, 0x01, 0x81, 0x7E, 0xFE]), size=(min(rows, 3), cols)
+    )
     sr, sc = -(-rows // block[0]), -(-cols // block[1])
     scales = (10.0 ** rng.uniform(-4, 1, size=(sr, sc))).astype(np.float32)
     return codes, scales
@@ -172,4 +179,12 @@ def test_fp8_weight_without_scales_is_refused() -> None:
     with pytest.raises(colibri.errors.InvalidRequestError, match="block scales"):
         q.matmul("F8_E4M3", np.zeros((4, 32), np.uint8), 4, 32, np.zeros((1, 32), np.float32))
     with pytest.raises(colibri.errors.InvalidRequestError, match="scales must be"):
-        q.fp8_matmul(np.zeros(64, np.uint8), np.zeros(3, np.float32), 2, 32, 128, 128, np.zeros((1, 32), np.float32))
+        q.fp8_matmul(
+            np.zeros(64, np.uint8),
+            np.zeros(3, np.float32),
+            2,
+            32,
+            128,
+            128,
+            np.zeros((1, 32), np.float32),
+        )
