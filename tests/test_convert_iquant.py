@@ -56,7 +56,8 @@ def test_convert_iq4_xs(tmp_path: Path) -> None:
             b = q.quantize(want, x)
             assert _bytes(nat, name) == b.tobytes(), name
             err_iq4 += float(np.sum((q.dequantize(want, b, rows, cols) - x) ** 2))
-            err_q4 += float(np.sum((q.dequantize("Q4_0", q.quantize("Q4_0", x), rows, cols) - x) ** 2))
+            y4 = q.dequantize("Q4_0", q.quantize("Q4_0", x), rows, cols)
+            err_q4 += float(np.sum((y4 - x) ** 2))
     assert "IQ4_NL" in kinds
     assert err_iq4 < err_q4  # the non-linear grid fits the weights better at the same size
     ids = prompt_ids(16)
