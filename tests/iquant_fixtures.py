@@ -51,3 +51,43 @@ def requantized(ftype_name: str, pure: bool = False) -> Path:
         pytest.fail(f"llama_model_quantize to {ftype_name} failed with {rc}")
     tmp.replace(out)
     return out
+
+
+def colibri_quantized(dtype: str, pattern: str = "ffn_down.weight") -> Path:
+    """SmolLM2 with every tensor whose name ends in ``pattern`` requantized by colibri's own
+    quantizer to ``dtype`` (the others keep the Q4_1 file's bytes), written with gguf's
+    GGUFWriter (cached). For types llama.cpp will not write without an importance matrix."""
+    import gguf
+    import numpy as np
+
+    from colibri._core import quant as q
+
+    src = smollm2_gguf()
+    out = CACHE / f"SmolLM2-135M-Instruct.{dtype}-{pattern.split('.')[0]}.colibri.gguf"
+    if out.is_file():
+        return out
+    CACHE.mkdir(parents=True, exist_ok=True)
+    r = gguf.GGUFReader(src)
+    tmp = out.with_suffix(f".tmp{os.getpid()}")
+    w = gguf.GGUFWriter(str(tmp), arch=str(r.fields["general.architecture"].contents()))
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vt = f.types[0]
+        sub = f.types[1] if vt == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(name, f.contents(), vt, sub_type=sub)
+    for t in r.tensors:
+        if t.name.endswith(pattern):
+            cols = int(t.shape[0])
+            x = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), np.float32).reshape(
+                -1, cols
+            )
+            w.add_tensor(t.name, q.quantize(dtype, x), raw_dtype=gguf.GGMLQuantizationType[dtype])
+        else:
+            w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tmp.replace(out)
+    return out

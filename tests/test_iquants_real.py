@@ -1,9 +1,13 @@
-"""Real weights in i-quants, written by llama.cpp itself: SmolLM2-135M requantized from the
-Q4_1 GGUF by ``llama_model_quantize`` (tests/iquant_fixtures.py).
+"""Real weights in i-quants: SmolLM2-135M requantized from the Q4_1 GGUF
+(tests/iquant_fixtures.py), by llama.cpp itself (``llama_model_quantize``) and, for the
+types llama.cpp refuses without an importance matrix, by colibri's own quantizer.
 
 IQ4_XS with llama.cpp's ``--pure`` (the default IQ4_XS mix puts three ffn_down tensors in
 Q5_K, a K-quant from another branch): the 1536-wide ffn_down rows become IQ4_XS and every
 576-wide row falls back to IQ4_NL (576 is not a multiple of 256), so the file mixes the two.
+
+IQ2_XXS by colibri (every ffn_down; the rest stays Q4_1), checked the same way against
+llama.cpp running the very same file.
 
 * Our IQ4_NL / IQ4_XS quantizers reproduce llama.cpp's bytes for every row of the file.
 * float32 activations: colibri equals transformers loading the same GGUF (argmax at every
@@ -24,7 +28,7 @@ import transformers
 
 import colibri
 from colibri._core import quant as q
-from iquant_fixtures import llama_cpp_or_skip, requantized
+from iquant_fixtures import colibri_quantized, llama_cpp_or_skip, requantized
 from realmodel import smollm2_gguf
 
 TEXT = (
@@ -78,9 +82,12 @@ def mean_kld(ref_logits: np.ndarray, logits: np.ndarray) -> float:
     return float(np.mean(np.sum(np.exp(lp) * (lp - lq), axis=-1)))
 
 
-@pytest.fixture(scope="module")
-def iq4_xs_file() -> str:
-    return str(requantized("IQ4_XS", pure=True))
+@pytest.fixture(scope="module", params=["IQ4_XS by llama.cpp", "IQ2_XXS by colibri"])
+def iq4_xs_file(request: pytest.FixtureRequest) -> str:
+    """The GGUF under test (named for the first one; the fixtures below follow it)."""
+    if request.param.startswith("IQ4_XS"):
+        return str(requantized("IQ4_XS", pure=True))
+    return str(colibri_quantized("IQ2_XXS"))
 
 
 @pytest.fixture(scope="module")
@@ -109,12 +116,38 @@ def reference(hf_model: transformers.PreTrainedModel, tokens: list[int]) -> np.n
     return out.astype(np.float32)
 
 
-def test_file_is_a_mix_of_iq4_types(iq4_xs_file: str) -> None:
+def test_file_mixes_types(iq4_xs_file: str) -> None:
     kinds = {t.tensor_type.name for t in gguf.GGUFReader(iq4_xs_file).tensors}
-    assert {"IQ4_XS", "IQ4_NL"} <= kinds <= {"IQ4_XS", "IQ4_NL", "F32"}
+    if "colibri" in iq4_xs_file:
+        assert kinds == {"IQ2_XXS", "Q4_1", "Q8_0", "F32"} - ({"Q8_0"} - kinds)
+    else:
+        assert {"IQ4_XS", "IQ4_NL"} <= kinds <= {"IQ4_XS", "IQ4_NL", "F32"}
+
+
+def test_colibri_iq2_xxs_file_against_gguf(iq4_xs_file: str) -> None:
+    """The IQ2_XXS tensors colibri wrote decode with gguf (bit-identical to colibri's own
+    decoding) to a 2-bit approximation of the source weights."""
+    if "colibri" not in iq4_xs_file:
+        pytest.skip("for the colibri-written file")
+    src = {t.name: t for t in gguf.GGUFReader(smollm2_gguf()).tensors}
+    for t in gguf.GGUFReader(iq4_xs_file).tensors:
+        if t.tensor_type.name != "IQ2_XXS":
+            continue
+        cols = int(t.shape[0])
+        b = np.asarray(t.data).reshape(-1, q.row_bytes("IQ2_XXS", cols))
+        ref = np.asarray(gguf.quants.dequantize(b, gguf.GGMLQuantizationType.IQ2_XXS), np.float32)
+        assert np.array_equal(
+            q.dequantize("IQ2_XXS", b, b.shape[0], cols).view(np.uint32), ref.view(np.uint32)
+        )
+        s = src[t.name]
+        x = np.asarray(gguf.quants.dequantize(s.data, s.tensor_type), np.float32).reshape(ref.shape)
+        rel = float(np.sqrt(np.mean((ref - x) ** 2) / np.mean(x**2)))
+        assert rel < 0.45, (t.name, rel)  # measured 0.33 on Gaussian data
 
 
 def test_our_quantizers_reproduce_llama_cpp_bytes(iq4_xs_file: str) -> None:
+    if "colibri" in iq4_xs_file:
+        pytest.skip("for the llama.cpp-written file")
     src = {t.name: t for t in gguf.GGUFReader(smollm2_gguf()).tensors}
     checked = 0
     for t in gguf.GGUFReader(iq4_xs_file).tensors:
@@ -172,7 +205,8 @@ def test_default_settings_kld_vs_llama_cpp(
     top1_ours = float(np.mean(mine.argmax(-1) == reference.argmax(-1)))
     top1_llama = float(np.mean(theirs.argmax(-1) == reference.argmax(-1)))
     print(
-        f"IQ4_XS mix, {len(tokens)} tokens: mean KLD colibri {k_ours:.3e} llama.cpp {k_llama:.3e} "
+        f"{iq4_xs_file.rsplit('/', 1)[-1]}, {len(tokens)} tokens: "
+        f"mean KLD colibri {k_ours:.3e} llama.cpp {k_llama:.3e} "
         f"(ratio {k_ours / k_llama:.3f}); top-1 colibri {top1_ours:.4f} llama.cpp {top1_llama:.4f}"
     )
     assert k_ours <= KLD_RATIO * k_llama
