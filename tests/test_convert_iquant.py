@@ -27,6 +27,8 @@ def test_iq4_xs_target_and_fallbacks() -> None:
     assert target_dtype(t((1536, 576)), "iq4_xs") == "IQ4_NL"  # SmolLM2's rows
     assert target_dtype(t((64, 48)), "iq4_xs") == "F16"
     assert target_dtype(t((64,), "blk.0.attn_norm"), "iq4_xs") == "F32"
+    assert target_dtype(t((64, 1536)), "iq2_xxs") == "IQ2_XXS"
+    assert target_dtype(t((1536, 576)), "iq2_xxs") == "IQ4_NL"
 
 
 def _bytes(m: object, name: str) -> bytes:
