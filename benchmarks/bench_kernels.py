@@ -22,6 +22,7 @@ benchmarks/results/kernels-<timestamp>.json.
 
     PYTHONPATH=python:build/dev/quant .venv/bin/python benchmarks/bench_kernels.py
     ... --threads 1 2 --types Q4_0 Q4_1 Q8_0 F32 BF16 --isa all --repeats 5
+    ... --types IQ4_NL IQ4_XS IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ1_S IQ1_M MXFP4 Q4_0 --no-sequence
 
 Shared machines: each number is the median of --repeats runs of --iters matvecs (the best
 run is in the JSON too); the load average before and after is recorded.
@@ -53,7 +54,28 @@ def l3_bytes() -> int:
     return 32 << 20
 
 
+# Types timed on random blocks instead of quantized data: the kernels' work does not depend
+# on the values, and colibri's quantizers for them are slow (IQ4_*) or absent (IQ1-3).
+RANDOM_BLOCK_TYPES = ("IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S",
+                      "IQ1_M", "MXFP4")
+
+
+def random_blocks(dtype: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    """Blocks of random bytes whose half scale (the first 2 bytes, where the type has one)
+    is a small finite number."""
+    info = q.type_info(dtype)
+    bs, ts = int(info["block_size"]), int(info["type_size"])
+    out = rng.integers(0, 256, size=(rows, cols // bs, ts), dtype=np.uint8)
+    if dtype == "MXFP4":
+        out[:, :, 0] = 120
+    elif dtype != "IQ1_M":
+        out[:, :, 0:2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
+    return out.reshape(rows, -1)
+
+
 def make_weight(dtype: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    if dtype in RANDOM_BLOCK_TYPES:
+        return random_blocks(dtype, rows, cols, rng)
     # Quantize in slabs: a 1 GiB float32 temporary is not needed for a 128 MiB Q4 matrix.
     out = np.empty((rows, q.row_bytes(dtype, cols)), np.uint8)
     for r in range(0, rows, 2048):

@@ -432,7 +432,7 @@ def test_neon_kernels_under_qemu(tmp_path: Path, march: str) -> None:
         pytest.skip("needs aarch64-linux-gnu-g++ and qemu-aarch64")
     root = Path(__file__).resolve().parents[1]
     (tmp_path / "main.cpp").write_text(NEON_DRIVER)
-    # every quant source but the x86 ones (dispatch.cpp links every family's tables)
+    # Every quant source except the x86 kernels (the core's CMake selects the same way).
     srcs = sorted(p for p in (root / "csrc/quant").glob("*.cpp") if not p.stem.endswith(("_avx2", "_avx512")))
     exe = tmp_path / "neon_check"
     cmd = [cxx, "-O2", "-std=gnu++17", "-Wall", "-Wextra", "-Werror", f"-march={march}", "-static",

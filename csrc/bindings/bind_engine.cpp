@@ -53,7 +53,8 @@ void bind_engine(py::module_& m) {
 
   py::class_<TensorSpec>(m, "TensorSpec")
       .def(py::init([](std::string name, const std::string& dtype, std::vector<int64_t> shape,
-                       std::vector<Extent> extents, int64_t unpermute, std::optional<uint32_t> crc32) {
+                       std::vector<Extent> extents, int64_t unpermute, std::optional<uint32_t> crc32,
+                       std::vector<Extent> scale_extents, std::vector<int64_t> scale_block) {
              TensorSpec t;
              t.name = std::move(name);
              t.type = dtype_from_name(dtype);
@@ -62,10 +63,17 @@ void bind_engine(py::module_& m) {
              t.rope_unpermute_heads = unpermute;
              t.has_crc32 = crc32.has_value();
              t.crc32 = crc32.value_or(0);
+             t.scale_extents = std::move(scale_extents);
+             if (!scale_block.empty()) {
+               if (scale_block.size() != 2) fail(ErrorKind::InvalidArgument, "scale_block must be (rows, cols)");
+               t.scale_block_rows = scale_block[0];
+               t.scale_block_cols = scale_block[1];
+             }
              return t;
            }),
            py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("extents"),
-           py::arg("rope_unpermute_heads") = 0, py::arg("crc32") = py::none())
+           py::arg("rope_unpermute_heads") = 0, py::arg("crc32") = py::none(),
+           py::arg("scale_extents") = std::vector<Extent>{}, py::arg("scale_block") = std::vector<int64_t>{})
       .def_readonly("name", &TensorSpec::name)
       .def_readonly("shape", &TensorSpec::shape);
 

@@ -132,10 +132,13 @@ class ExpertStore {
     int64_t rows = 0, cols = 0;
     int read = 0;               // which read holds it
     uint64_t offset = 0;        // bytes from that read's first wanted byte
+    int64_t block_rows = 0, block_cols = 0;  // F8_E4M3 weights: their scales are part 3 + i
   };
   struct Layout {
     std::vector<Read> reads;
-    Part parts[3];
+    Part parts[6];              // gate, up, down, then the block scales of FP8 ones
+    int n_parts = 3;
+    int scale_part[3] = {-1, -1, -1};  // the part holding weight i's scales (-1: none)
     bool has_crc32 = false;
     uint32_t crc32 = 0;
   };

@@ -78,7 +78,24 @@ std::size_t spec_bytes(const TensorSpec& s) {
     fail(ErrorKind::Format, "tensor '" + s.name + "' has " + std::to_string(s.shape.size()) +
                                 " dimensions; the core takes vectors and matrices");
   }
-  return row_bytes(s.type, cols) * static_cast<std::size_t>(rows);
+  return row_bytes(s.type, cols) * static_cast<std::size_t>(rows) + kTensorAlign + scale_bytes(s);
+}
+
+// An F8_E4M3 matrix needs its scale matrix, F32, of the size its block shape implies.
+void check_scales(const TensorSpec& s) {
+  if (s.type != DType::F8_E4M3) {
+    if (!s.scale_extents.empty())
+      fail(ErrorKind::Format, "tensor '" + s.name + "': only F8_E4M3 weights carry block scales");
+    return;
+  }
+  if (s.shape.size() != 2 || s.scale_block_rows <= 0 || s.scale_block_cols <= 0)
+    fail(ErrorKind::Format, "F8_E4M3 tensor '" + s.name + "' needs a 2-D shape and a positive scale block shape");
+  std::size_t have = 0;
+  for (const auto& e : s.scale_extents) have += e.length;
+  if (have != scale_bytes(s))
+    fail(ErrorKind::Format, "F8_E4M3 tensor '" + s.name + "': its block scales need " +
+                                std::to_string(scale_bytes(s)) + " bytes (F32) but their extents hold " +
+                                std::to_string(have));
 }
 
 // A native container's dense tensor against the crc32 its manifest records: the bytes are
@@ -128,9 +145,19 @@ WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& fi
                                   std::to_string(t.rows) + "x" + std::to_string(t.cols) + ") needs " +
                                   std::to_string(expect) + " bytes but its extents hold " +
                                   std::to_string(have));
+    check_scales(s);
     t.nbytes = expect;
     t.data = arena_.get() + cursor;
     cursor += round_up(spec_bytes(s), kTensorAlign);
+    if (t.type == DType::F8_E4M3) {  // the scales, float-aligned, right after the codes
+      uint8_t* sp = t.data + round_up(expect, kTensorAlign);
+      std::size_t at = 0;
+      for (const auto& e : s.scale_extents) {
+        files.read(e, sp + at);
+        at += e.length;
+      }
+      t.scales = BlockScales{sp, s.scale_block_rows, s.scale_block_cols};
+    }
     std::vector<uint8_t> half;  // staging for a widened vector
     uint8_t* dst = t.data;
     if (widened(s)) {
@@ -164,7 +191,7 @@ WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& fi
         unpermute_rows(t, s.rope_unpermute_heads);
       }
     }
-    total_bytes_ += t.nbytes;
+    total_bytes_ += t.nbytes + scale_bytes(s);
     tensors_.emplace(t.name, std::move(t));
   }
 }

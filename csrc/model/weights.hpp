@@ -23,8 +23,9 @@ struct Tensor {
   int64_t cols = 0;
   uint8_t* data = nullptr;  // inside the store's arena
   std::size_t nbytes = 0;
+  BlockScales scales{};     // F8_E4M3: its block scales (in the arena after `data`)
 
-  WeightView view() const { return WeightView{type, rows, cols, data}; }
+  WeightView view() const { return WeightView{type, rows, cols, data, scales}; }
   const float* f32() const;  // vector tensors must be F32 (norms, biases); throws otherwise
 };
 

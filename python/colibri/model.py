@@ -41,7 +41,8 @@ from .generation import (
 from .rope import rope_table
 from .sampling import Sampling
 from .session import Progress, Session
-from .sources import Manifest, ModelConfig, open_model_source
+from .sources import Manifest, ModelConfig, TensorInfo, open_model_source
+from .sources.hf_source import Fp8TensorInfo
 from .stats import ExpertStats, MemoryStats, PhaseTimes
 from .streaming import (
     RoutingHistory,
@@ -183,21 +184,29 @@ def _model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
     return spec
 
 
-def _tensor_specs(manifest: Manifest, checksums: bool = True) -> list[_core.TensorSpec]:
-    """The core's specs. A native container's dense tensors carry their crc32, which the
-    core checks as it loads them (IOConfig.checksums "off" skips that)."""
-    return [
-        _core.TensorSpec(
-            t.name,
-            t.dtype,
-            list(t.shape),
-            [_core.Extent(e.file, e.offset, e.length) for e in t.extents],
-            t.rope_unpermute_heads,
-            t.crc32 if checksums else None,
+def _tensor_spec(t: TensorInfo, checksums: bool) -> _core.TensorSpec:
+    """The core's view of one tensor. A native container's dense tensors carry their crc32,
+    which the core checks as it loads them (IOConfig.checksums "off" skips that); an FP8
+    block-scaled weight carries its scale matrix (docs/format.md, "FP8 block-scaled
+    weights")."""
+    extents = [_core.Extent(e.file, e.offset, e.length) for e in t.extents]
+    crc32 = t.crc32 if checksums else None
+    if not isinstance(t, Fp8TensorInfo):
+        return _core.TensorSpec(t.name, t.dtype, list(t.shape), extents, t.rope_unpermute_heads,
+                                crc32)
+    if t.scale.dtype != "F32":
+        raise UnsupportedError(
+            f"FP8 weight {t.name!r} has {t.scale.dtype} block scales; colibri runs F32 scales "
+            f"directly (the DeepSeek-V3 layout). Convert it: colibri convert --quant q8_0."
         )
-        for t in manifest.tensors.values()
-        if t.name not in _SPEC_TENSORS
-    ]
+    scales = [_core.Extent(e.file, e.offset, e.length) for e in t.scale.extents]
+    return _core.TensorSpec(t.name, t.dtype, list(t.shape), extents, t.rope_unpermute_heads,
+                            crc32, scales, list(t.block))
+
+
+def _tensor_specs(manifest: Manifest, checksums: bool = True) -> list[_core.TensorSpec]:
+    return [_tensor_spec(t, checksums) for t in manifest.tensors.values()
+            if t.name not in _SPEC_TENSORS]
 
 
 class Model:

@@ -69,10 +69,10 @@ def expert_slot_bytes(manifest: Manifest) -> int:
     for t in manifest.tensors.values():
         m = _EXPERT_RE.match(t.name)
         if m and t.extents:
-            e = t.extents[0]
-            parts.setdefault((int(m.group(1)), int(m.group(3))), []).append(
-                (e.file, e.offset, e.length)
-            )
+            key = (int(m.group(1)), int(m.group(3)))
+            scale = getattr(t, "scale", None)  # an FP8 weight's block scales: read with it
+            for e in (t.extents[0], *(scale.extents[:1] if scale is not None else ())):
+                parts.setdefault(key, []).append((e.file, e.offset, e.length))
     best = 0
     for key, extents in parts.items():
         blob = manifest.expert_blobs.get(key)

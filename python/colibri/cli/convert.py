@@ -18,7 +18,8 @@ from ..errors import ModelFormatError
 
 QUANT_HELP = (
     "element type of the matrices: keep (default: the source's bytes unchanged; FP8 "
-    "weights become bf16), f32, f16, bf16, q8_0, q4_0 or q4_1. Norms, biases and routers "
+    "weights become bf16), f32, f16, bf16, q8_0, q4_0, q4_1, iq4_xs or iq2_xxs. Norms, "
+    "biases and routers "
     "are f32 with any type but keep. A quantized source is requantized through f32."
 )
 

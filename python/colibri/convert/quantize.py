@@ -6,7 +6,9 @@ Which tensors a ``--quant`` type applies to follows llama.cpp's ``convert_hf_to_
 FFN, routed and shared experts, ``token_embd`` and ``output``) takes the requested type;
 norms, biases, ``rope_freqs``, the router ``ffn_gate_inp`` and the shared-expert gate
 ``ffn_gate_inp_shexp`` are written F32. A matrix whose rows are not a whole number of the
-type's blocks falls back to F16, as llama.cpp's converter does. ``keep`` copies every
+type's blocks falls back to F16, as llama.cpp's converter does; ``iq4_xs`` (256-element
+super-blocks) and ``iq2_xxs`` (colibri's own quantizer, no importance matrix) first fall
+back to IQ4_NL, as llama.cpp's quantizer does. ``keep`` copies every
 matrix's bytes unchanged, except FP8 weights (which the core cannot read): those become
 BF16, as DeepSeek's own ``fp8_cast_bf16.py`` does; vectors (norms, biases) in F16 or BF16
 are widened to F32 (exactly), the only type the core reads them in.
@@ -34,9 +36,12 @@ from ..sources.manifest import TensorInfo
 from ..sources.validate import BLOCK_SIZES, SUPPORTED_DTYPES, tensor_nbytes
 from .fp8 import dequantize_block_fp8
 
-QUANT_CHOICES = ("keep", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1")
+QUANT_CHOICES = ("keep", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_xs", "iq2_xxs")
 CHUNK_ELEMENTS = 1 << 22  # values converted at a time: 16 MiB as float32
 FALLBACK = "F16"  # a matrix whose row length is not a multiple of the block size
+# Super-block types fall back to a 32-element type first, as llama.cpp's quantizer does
+# (IQ4_XS -> IQ4_NL for rows that are not a multiple of 256), then to FALLBACK.
+SUPER_BLOCK_FALLBACK = {"IQ4_XS": "IQ4_NL", "IQ2_XXS": "IQ4_NL"}
 KEEP_FP8_AS = "BF16"
 
 # (tensor, byte offset inside the tensor, length) -> those bytes of the source
@@ -70,9 +75,12 @@ def target_dtype(t: TensorInfo, quant: str) -> str:
     if not is_matrix(t):
         return "F32"
     want = check_quant(quant).upper()
-    if t.shape[-1] % BLOCK_SIZES[want][0]:
-        return FALLBACK
-    return want
+    if t.shape[-1] % BLOCK_SIZES[want][0] == 0:
+        return want
+    second = SUPER_BLOCK_FALLBACK.get(want)
+    if second is not None and t.shape[-1] % BLOCK_SIZES[second][0] == 0:
+        return second
+    return FALLBACK
 
 
 def _rows_cols(shape: tuple[int, ...]) -> tuple[int, int]:

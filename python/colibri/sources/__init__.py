@@ -36,7 +36,7 @@ def open_model_source(path: str | os.PathLike[str]) -> Manifest:
         if p.suffix.lower() == ".gguf" or magic == _GGUF_MAGIC:
             return load_gguf(p)
         if p.name == "config.json":
-            return load_hf(p.parent)
+            return load_hf(p.parent, allow_fp8=True)
         raise ModelFormatError(
             f"{p} is neither a GGUF file nor a model directory. Pass a .gguf file or a "
             f"Hugging Face model directory (config.json + *.safetensors)."
@@ -44,7 +44,7 @@ def open_model_source(path: str | os.PathLike[str]) -> Manifest:
     if (p / "manifest.json").is_file() or (p / "convert.journal").is_file():
         return load_native(p)
     if (p / "config.json").is_file():
-        return load_hf(p)
+        return load_hf(p, allow_fp8=True)
     ggufs = sorted(f for f in p.iterdir() if f.suffix.lower() == ".gguf")
     if len(ggufs) == 1:
         # Named by the directory, not by the user: it must lie inside (symlinks followed).

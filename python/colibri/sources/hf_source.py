@@ -6,11 +6,11 @@ extents. F32, F16 and BF16 tensors are read as they are. FP8 block-scaled checkp
 (DeepSeek-V3 / GLM / Qwen3 "-FP8" style: ``F8_E4M3`` weights, each with an F32
 ``<name>_scale_inv`` of shape ``(ceil(rows / b0), ceil(cols / b1))`` and
 ``quantization_config = {"quant_method": "fp8", "weight_block_size": [b0, b1]}``) are
-recognized: ``load_hf(d, allow_fp8=True)`` reports those weights as :class:`Fp8TensorInfo`
-(dtype ``F8_E4M3``, with their scale tensor and block size) for ``colibri convert``, which
-dequantizes them; the core cannot read them, so a plain ``load_hf`` (and so
-``Model.load``) refuses such a checkpoint with an ``UnsupportedError`` that says to convert
-it first.
+read as they are too: ``load_hf`` reports those weights as :class:`Fp8TensorInfo` (dtype
+``F8_E4M3``, with their scale tensor and block size); the core runs them directly, the
+scale matrix beside the codes (docs/format.md, "FP8 block-scaled weights"), resident and
+streamed, and ``colibri convert`` dequantizes them. ``load_hf(d, allow_fp8=False)`` refuses
+such a checkpoint for callers that take no FP8 weights.
 
 What ``save_pretrained`` writes on disk (transformers 5.2x, checked on tiny models):
 
@@ -460,9 +460,9 @@ def fp8_block_size(cfg: Mapping[str, Any], where: Path) -> tuple[int, int] | Non
 def _fp8_refusal(d: Path, block: tuple[int, int]) -> UnsupportedError:
     return UnsupportedError(
         f"{d} is an FP8 block-scaled checkpoint (quantization_config: fp8, "
-        f"weight_block_size {list(block)}), which colibri cannot run directly. Convert it "
-        f"first, e.g. 'colibri convert {d} OUT.colibri --quant bf16' (or f32, f16, q8_0, "
-        f"q4_0, q4_1), then load OUT.colibri."
+        f"weight_block_size {list(block)}), and this reader takes no FP8 weights. Load it "
+        f"with colibri.Model.load (FP8 runs directly), or convert it first, e.g. 'colibri "
+        f"convert {d} OUT.colibri --quant bf16' (or f32, f16, q8_0, q4_0, q4_1)."
     )
 
 
@@ -556,12 +556,12 @@ def _split_fused(
     return out
 
 
-def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = False) -> Manifest:
+def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = True) -> Manifest:
     """Read config.json and the safetensors headers of a checkpoint directory.
 
-    An FP8 block-scaled checkpoint raises UnsupportedError (convert it first) unless
-    ``allow_fp8``: then its FP8 weights appear as :class:`Fp8TensorInfo` (what
-    ``colibri convert`` reads); such a manifest cannot be loaded by the core.
+    The FP8 weights of a block-scaled checkpoint appear as :class:`Fp8TensorInfo` (the core
+    runs them directly, with their scale matrix; ``colibri convert`` dequantizes them). A
+    caller that cannot handle them passes ``allow_fp8=False`` to get UnsupportedError.
     """
     d = Path(path)
     root = ModelDir(d)

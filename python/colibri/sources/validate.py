@@ -28,7 +28,11 @@ from .paths import clip, shown
 SUPPORTED_FAMILIES = ("llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 
 # Element types the core can read today.
-SUPPORTED_DTYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1")
+SUPPORTED_DTYPES = (
+    "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1",
+    # i-quants and MXFP4
+    "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "MXFP4",
+)  # fmt: skip
 
 # (elements per block, bytes per block) by GGML type name.
 BLOCK_SIZES: Mapping[str, tuple[int, int]] = {
@@ -41,6 +45,17 @@ BLOCK_SIZES: Mapping[str, tuple[int, int]] = {
     "Q4_K": (256, 144),
     "Q5_K": (256, 176),
     "Q6_K": (256, 210),
+    # i-quants and MXFP4
+    "IQ4_NL": (32, 18),
+    "IQ4_XS": (256, 136),
+    "IQ2_XXS": (256, 66),
+    "IQ2_XS": (256, 74),
+    "IQ2_S": (256, 82),
+    "IQ3_XXS": (256, 98),
+    "IQ3_S": (256, 110),
+    "IQ1_S": (256, 50),
+    "IQ1_M": (256, 56),
+    "MXFP4": (32, 17),
 }
 
 
