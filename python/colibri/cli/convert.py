@@ -18,8 +18,10 @@ from ..errors import ModelFormatError
 
 QUANT_HELP = (
     "element type of the matrices: keep (default: the source's bytes unchanged; FP8 "
-    "weights become bf16), f32, f16, bf16, q8_0, q4_0 or q4_1. Norms, biases and routers "
-    "are f32 with any type but keep. A quantized source is requantized through f32."
+    "weights become bf16), f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, the K-quants "
+    "q2_k, q3_k, q4_k, q5_k, q6_k, or llama.cpp's mixes q4_k_m and q5_k_m (attn_v, "
+    "ffn_down and the output at q6_k in some layers). Norms, biases and routers are f32 "
+    "with any type but keep. A quantized source is requantized through f32."
 )
 
 

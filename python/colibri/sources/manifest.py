@@ -40,7 +40,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 # Element types by GGML name. The core's DType uses GGML's numeric ids for the same names.
-TENSOR_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
+TENSOR_TYPES = (
+    "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1",
+    "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+)  # fmt: skip
 
 QkNorm = Literal["none", "head", "full"]
 
