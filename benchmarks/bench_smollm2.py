@@ -66,18 +66,27 @@ def requantized(src: Path, mix: str) -> Path:
     return dst
 
 
-def run_colibri(model: Any, prompt: list[int], n_decode: int) -> tuple[float, float, list[int]]:
+# Each run returns prefill and decode tok/s, both per CPU-second of the calling thread too,
+# and the greedy tokens. With one thread both engines compute in the calling thread,
+# so the CPU-time rate leaves out the time a shared machine gave to other processes.
+
+
+Run = tuple[float, float, float, float, list[int]]
+
+
+def run_colibri(model: Any, prompt: list[int], n_decode: int) -> Run:
     s = model.session()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     logits = s.forward(prompt)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.thread_time()
     out = []
     for _ in range(n_decode):
         tok = int(np.argmax(logits))
         out.append(tok)
         logits = s.forward([tok])
-    t2 = time.perf_counter()
-    return len(prompt) / (t1 - t0), n_decode / (t2 - t1), out
+    t2, c2 = time.perf_counter(), time.thread_time()
+    n = len(prompt)
+    return n / (t1 - t0), n_decode / (t2 - t1), n / (c1 - c0), n_decode / (c2 - c1), out
 
 
 def _llama_logits(llm: Any) -> np.ndarray:
@@ -89,18 +98,19 @@ def _llama_logits(llm: Any) -> np.ndarray:
     return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),))
 
 
-def run_llama(llm: Any, prompt: list[int], n_decode: int) -> tuple[float, float, list[int]]:
+def run_llama(llm: Any, prompt: list[int], n_decode: int) -> Run:
     llm.reset()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     llm.eval(prompt)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.thread_time()
     out = []
     for _ in range(n_decode):
         tok = int(np.argmax(_llama_logits(llm)))
         out.append(tok)
         llm.eval([tok])
-    t2 = time.perf_counter()
-    return len(prompt) / (t1 - t0), n_decode / (t2 - t1), out
+    t2, c2 = time.perf_counter(), time.thread_time()
+    n = len(prompt)
+    return n / (t1 - t0), n_decode / (t2 - t1), n / (c1 - c0), n_decode / (c2 - c1), out
 
 
 def main() -> None:
@@ -150,17 +160,17 @@ def main() -> None:
             activation_precision=args.activation_precision,
         ),
     )
-    runs: dict[str, list[tuple[float, float]]] = {"colibri": [], "llama.cpp": []}
+    runs: dict[str, list[tuple[float, float, float, float]]] = {"colibri": [], "llama.cpp": []}
     texts: dict[str, list[int]] = {}
     load_before = os.getloadavg()
     engines = [("colibri", run_colibri, model), ("llama.cpp", run_llama, llm)]
     for r in range(args.repeats + 1):  # first round warms up both, not counted
         # alternate which engine goes first, so a drift in machine load hits both alike
         for name, fn, obj in engines if r % 2 == 0 else engines[::-1]:
-            pf, dec, toks = fn(obj, prompt, args.decode)
+            pf, dec, pf_cpu, dec_cpu, toks = fn(obj, prompt, args.decode)
             texts[name] = toks
             if r > 0:
-                runs[name].append((pf, dec))
+                runs[name].append((pf, dec, pf_cpu, dec_cpu))
     rows = []
     result: dict[str, Any] = {"model": path.name, "load_avg_before": load_before,
                               "load_avg_after": os.getloadavg(), "threads": args.threads,
@@ -172,13 +182,23 @@ def main() -> None:
                               "llama_no_extra_bufts": args.no_extra_bufts}
     for name, rs in runs.items():
         pf, dec = median([x[0] for x in rs]), median([x[1] for x in rs])
-        result[name] = {"prefill_tok_s": pf, "decode_tok_s": dec, "runs": rs}
-        rows.append([name, pf, dec])
+        pf_cpu, dec_cpu = median([x[2] for x in rs]), median([x[3] for x in rs])
+        result[name] = {"prefill_tok_s": pf, "decode_tok_s": dec, "prefill_tok_per_cpu_s": pf_cpu,
+                        "decode_tok_per_cpu_s": dec_cpu, "runs": rs}
+        one = args.threads == 1
+        rows.append([name, pf, dec, pf_cpu if one else "-", dec_cpu if one else "-"])
     ratio_pf = result["colibri"]["prefill_tok_s"] / result["llama.cpp"]["prefill_tok_s"]
     ratio_dec = result["colibri"]["decode_tok_s"] / result["llama.cpp"]["decode_tok_s"]
-    rows.append(["ratio colibri/llama.cpp", ratio_pf, ratio_dec])
+    c, ll = result["colibri"], result["llama.cpp"]
+    ratio_pf_cpu = c["prefill_tok_per_cpu_s"] / ll["prefill_tok_per_cpu_s"]
+    ratio_cpu = c["decode_tok_per_cpu_s"] / ll["decode_tok_per_cpu_s"]
+    one = args.threads == 1
+    rows.append(["ratio colibri/llama.cpp", ratio_pf, ratio_dec, ratio_pf_cpu if one else "-",
+                 ratio_cpu if one else "-"])
     result["ratio_prefill"] = ratio_pf
     result["ratio_decode"] = ratio_dec
+    result["ratio_prefill_cpu_time"] = ratio_pf_cpu if one else None
+    result["ratio_decode_cpu_time"] = ratio_cpu if one else None
     same = sum(1 for a, b in zip(texts["colibri"], texts["llama.cpp"], strict=False) if a == b)
     agree = 0
     for a, b in zip(texts["colibri"], texts["llama.cpp"], strict=False):
@@ -189,7 +209,10 @@ def main() -> None:
     print(f"{path.name}, {len(prompt)}-token prompt, {args.decode} decode tokens, "
           f"{args.threads} threads, median of {args.repeats}, load average "
           f"{load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}")
-    print_table(["engine", "prefill tok/s", "decode tok/s"], rows)
+    print_table(["engine", "prefill tok/s", "decode tok/s", "prefill tok/CPU-s",
+                 "decode tok/CPU-s"], rows)
+    print("(tok/CPU-s: per CPU-second of the calling thread, shown for 1 thread, where both "
+          "engines compute there)")
     print(f"greedy tokens agreeing from the start: {agree}/{args.decode} "
           f"(same at {same} positions)")
     print("wrote", write_result("smollm2", result))
