@@ -9,6 +9,7 @@
 
 #include <immintrin.h>
 
+#include "quant/dot_tiles.hpp"
 #include "quant/kquants.hpp"
 #include "quant/q8_k.hpp"
 #include "quant/reference.hpp"
@@ -69,7 +70,21 @@ const TypeKernels kTable[] = {
      nullptr},
 };
 
+// Prefill tiles (3 rows x 3 tokens), each reproducing its vec_dot above bit for bit.
+const DotTile kTiles[] = {
+    {dot_fn<Q5_0<Ops>, 32>, dot_tiles::run<Q5_0<Ops>, 2, 4, 32>},
+    {dot_fn<Q5_1<Ops>, 32>, dot_tiles::run<Q5_1<Ops>, 2, 4, 32>},
+    {dot_fn<Q2, kQK_K>, dot_tiles::run<Q2, 1, 4, kQK_K>},
+    {dot_fn<Q3, kQK_K>, dot_tiles::run<Q3, 1, 4, kQK_K>},
+    {dot_fn<Q4, kQK_K>, dot_tiles::run<Q4, 1, 4, kQK_K>},
+    {dot_fn<Q5, kQK_K>, dot_tiles::run<Q5, 1, 4, kQK_K>},
+    {dot_fn<Q6, kQK_K>, dot_tiles::run<Q6, 1, 4, kQK_K>},
+    {nullptr, nullptr},
+};
+
 }  // namespace
+
+const DotTile* kquant_avx2_tiles() { return kTiles; }
 
 const TypeKernels* kquant_avx2_kernels(DType type) {
   for (const TypeKernels& k : kTable)

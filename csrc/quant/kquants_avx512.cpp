@@ -13,6 +13,7 @@
 
 #include <immintrin.h>
 
+#include "quant/dot_tiles.hpp"
 #include "quant/kquants.hpp"
 #include "quant/q8_k.hpp"
 #include "quant/reference.hpp"
@@ -71,7 +72,21 @@ const TypeKernels kTable[] = {
      nullptr},
 };
 
+// Prefill tiles (4 rows x 4 tokens), each reproducing its vec_dot above bit for bit.
+const DotTile kTiles[] = {
+    {dot_fn<Q5_0<Ops>, 32>, dot_tiles::run<Q5_0<Ops>, 4, 4, 32>},
+    {dot_fn<Q5_1<Ops>, 32>, dot_tiles::run<Q5_1<Ops>, 4, 4, 32>},
+    {dot_fn<Q2, kQK_K>, dot_tiles::run<Q2, 2, 4, kQK_K>},
+    {dot_fn<Q3, kQK_K>, dot_tiles::run<Q3, 2, 4, kQK_K>},
+    {dot_fn<Q4, kQK_K>, dot_tiles::run<Q4, 2, 4, kQK_K>},
+    {dot_fn<Q5, kQK_K>, dot_tiles::run<Q5, 2, 4, kQK_K>},
+    {dot_fn<Q6, kQK_K>, dot_tiles::run<Q6, 2, 4, kQK_K>},
+    {nullptr, nullptr},
+};
+
 }  // namespace
+
+const DotTile* kquant_avx512_tiles() { return kTiles; }
 
 const TypeKernels* kquant_avx512_kernels(DType type) {
   for (const TypeKernels& k : kTable)
