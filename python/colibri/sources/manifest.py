@@ -41,7 +41,8 @@ from typing import Any, Literal
 
 # Element types by GGML name. The core's DType uses GGML's numeric ids for the same names.
 TENSOR_TYPES = (
-    "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K",
+    "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1",
+    "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
     # i-quants and MXFP4
     "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "MXFP4",
 )  # fmt: skip

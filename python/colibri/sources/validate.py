@@ -30,6 +30,7 @@ SUPPORTED_FAMILIES = ("llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 # Element types the core can read today.
 SUPPORTED_DTYPES = (
     "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1",
+    "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
     # i-quants and MXFP4
     "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "MXFP4",
 )  # fmt: skip
@@ -42,6 +43,10 @@ BLOCK_SIZES: Mapping[str, tuple[int, int]] = {
     "Q8_0": (32, 34),
     "Q4_0": (32, 18),
     "Q4_1": (32, 20),
+    "Q5_0": (32, 22),
+    "Q5_1": (32, 24),
+    "Q2_K": (256, 84),
+    "Q3_K": (256, 110),
     "Q4_K": (256, 144),
     "Q5_K": (256, 176),
     "Q6_K": (256, 210),
