@@ -307,12 +307,9 @@ void check(const Problem& p) {
 
 }  // namespace
 
-std::size_t workspace_floats(int64_t n_rows_per_group, int64_t dk, int64_t dv, int64_t n_kv_heads,
-                             int64_t threads) {
-  const int64_t rows = std::min(std::max<int64_t>(n_rows_per_group, 1), kMaxTaskRows);
-  const int64_t heads = n_kv_heads * n_rows_per_group;
-  const int64_t shared = round_up((kWaveChunks + 1) * heads * (dv + 2), kAlign);
-  return static_cast<std::size_t>(shared + threads * thread_floats(std::max(rows, kMaxTaskRows), dk, dv));
+std::size_t workspace_floats(int64_t n_heads, int64_t dk, int64_t dv, int64_t threads) {
+  const int64_t shared = round_up((kWaveChunks + 1) * n_heads * (dv + 2), kAlign);
+  return static_cast<std::size_t>(shared + threads * round_up(thread_floats(kMaxTaskRows, dk, dv), kAlign));
 }
 
 void run_with(ThreadPool& pool, const Problem& p, std::vector<float>& workspace, Isa isa) {
