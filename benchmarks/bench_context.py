@@ -76,7 +76,10 @@ def run_colibri(model: Any, ids: list[int], n_decode: int) -> dict[str, float]:
         logits = s.forward([int(np.argmax(logits))])
     t2 = _CLOCK()
     p2 = np.asarray(core.phase_seconds())
-    kv = int(s._core.kv_bytes()) if hasattr(s._core, "kv_bytes") else 4 * KV_F16_BYTES_PER_TOKEN * s.n_tokens
+    if hasattr(s._core, "kv_bytes"):
+        kv = int(s._core.kv_bytes())
+    else:  # an older build: F32 keys and values
+        kv = 2 * KV_F16_BYTES_PER_TOKEN * s.n_tokens
     return {
         "prefill_tok_s": len(ids) / (t1 - t0), "decode_tok_s": n_decode / (t2 - t1),
         "prefill_attention_share": float((p1 - p0)[0] / (p1 - p0).sum()),
@@ -130,9 +133,11 @@ def main() -> None:
     ap.add_argument("--lengths", type=int, nargs="+", default=[64, 512, 1024, 2048, 4096, 8160])
     ap.add_argument("--decode", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--kv-cache-type", default=None, help="colibri's (default: the config's auto)")
+    ap.add_argument("--kv-cache-type", default=None,
+                    help="colibri's (default: the config's auto)")
     ap.add_argument("--wait-policy", default="auto")
-    ap.add_argument("--llama-flash-attn", action="store_true", help="also llama.cpp with flash attention")
+    ap.add_argument("--llama-flash-attn", action="store_true",
+                    help="also llama.cpp with flash attention")
     ap.add_argument("--no-extra-bufts", action="store_true")
     ap.add_argument("--colibri-only", action="store_true")
     ap.add_argument("--cpu-time", action="store_true",
@@ -147,8 +152,8 @@ def main() -> None:
 
     path = smollm2_path()
     n_ctx = max(args.lengths) + args.decode
-    cfg: dict[str, Any] = dict(threads=ThreadConfig(n=args.threads, wait_policy=args.wait_policy),
-                               context_length=n_ctx)
+    threads = ThreadConfig(n=args.threads, wait_policy=args.wait_policy)
+    cfg: dict[str, Any] = dict(threads=threads, context_length=n_ctx)
     if args.kv_cache_type:
         cfg["kv_cache_type"] = args.kv_cache_type
     model = colibri.Model.load(path, engine=EngineConfig(**cfg))
@@ -156,7 +161,8 @@ def main() -> None:
     if not args.colibri_only:
         engines["llama.cpp"] = load_llama(path, args.threads, n_ctx, False, args.no_extra_bufts)
         if args.llama_flash_attn:
-            engines["llama.cpp FA"] = load_llama(path, args.threads, n_ctx, True, args.no_extra_bufts)
+            engines["llama.cpp FA"] = load_llama(path, args.threads, n_ctx, True,
+                                                 args.no_extra_bufts)
     tok = engines.get("llama.cpp")
     text = real_text().encode()
     ids = tok.tokenize(text, add_bos=False, special=False) if tok else model.tokenizer.encode(
@@ -201,13 +207,15 @@ def main() -> None:
         headers += [f"prefill x vs {name}", f"decode x vs {name}"]
     headers += ["colibri KV MiB"] + ([f"{names[1]} KV MiB"] if len(names) > 1 else [])
     headers += ["attn share prefill", "attn share decode"]
+    kv_type = getattr(model, "kv_cache_type", "f32")
     print(f"SmolLM2-135M Q4_1, {args.threads} threads, {args.decode} decode steps, median of "
-          f"{args.repeats}, colibri KV {model.kv_cache_type if hasattr(model, 'kv_cache_type') else 'f32'}; "
+          f"{args.repeats}, colibri KV {kv_type}, {'CPU' if args.cpu_time else 'wall'} time; "
           f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after")
     table = print_table(headers, rows)
-    payload = {"threads": args.threads, "clock": "cpu" if args.cpu_time else "wall", "lengths": args.lengths, "decode": args.decode,
+    payload = {"threads": args.threads, "clock": "cpu" if args.cpu_time else "wall",
+               "lengths": args.lengths, "decode": args.decode,
                "repeats": args.repeats, "wait_policy": args.wait_policy,
-               "kv_cache_type": getattr(model, "kv_cache_type", "f32"),
+               "kv_cache_type": kv_type,
                "load_average_before": load_before, "load_average_after": load_after,
                "no_extra_bufts": args.no_extra_bufts, "table": table,
                "runs": {n: {str(k): v for k, v in r.items()} for n, r in results.items()}}

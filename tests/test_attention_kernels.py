@@ -150,6 +150,8 @@ def test_bad_input_is_refused() -> None:
         A.run(q, k, v, isa="sse9")
 
 
-@pytest.mark.parametrize("heads,dk,dv,threads", [(9, 64, 64, 2), (128, 576, 512, 16), (1, 80, 80, 1)])
+@pytest.mark.parametrize("heads,dk,dv,threads",
+                         [(9, 64, 64, 2), (128, 576, 512, 16), (1, 80, 80, 1)])
 def test_workspace_mirror(heads: int, dk: int, dv: int, threads: int) -> None:
-    assert attention_work_floats(heads, dk, dv, threads) == A.workspace_floats(heads, dk, dv, threads)
+    want = A.workspace_floats(heads, dk, dv, threads)
+    assert attention_work_floats(heads, dk, dv, threads) == want

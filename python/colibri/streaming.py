@@ -22,7 +22,7 @@ import numpy.typing as npt
 from . import _core
 from .budget import BudgetPlan, estimate_work_bytes, kv_bytes, plan_budget
 from .config import CachePolicy, EngineConfig, default_history_dir
-from .errors import ModelIOError
+from .errors import ModelIOError, UnsupportedError
 from .sources import Manifest
 from .stats import ExpertStats, MemoryStats, PhaseTimes
 
@@ -106,8 +106,16 @@ def float_weights(manifest: Manifest) -> bool:
 
 
 def session_kv_type(manifest: Manifest, engine: EngineConfig) -> str:
-    """The KV-cache type sessions get under `engine` (``"auto"`` resolved for this model)."""
-    return engine.resolve_kv_cache_type(float_weights(manifest))
+    """The KV-cache type sessions get under `engine` (``"auto"`` resolved for this model).
+    Raises UnsupportedError for q8_0 when the heads are not whole blocks of 32 values."""
+    kv_type = engine.resolve_kv_cache_type(float_weights(manifest))
+    head_dim = manifest.config.head_dim
+    if kv_type == "q8_0" and head_dim % 32:
+        raise UnsupportedError(
+            f"EngineConfig.kv_cache_type='q8_0' stores each head in blocks of 32 values, but "
+            f"this model's heads have {head_dim}; use 'f16' or 'bf16'"
+        )
+    return kv_type
 
 
 def _kv_and_work(manifest: Manifest, engine: EngineConfig, context_length: int) -> tuple[int, int]:
