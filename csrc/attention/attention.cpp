@@ -31,6 +31,7 @@ namespace {
 constexpr int64_t kMaxTaskRows = 64;  // query rows (positions x heads) per task
 constexpr int64_t kWaveChunks = 32;   // decode: chunk partials held at once
 constexpr int64_t kAlign = 16;        // floats (64 bytes) between working buffers
+constexpr int64_t kInlineMergeFloats = 1 << 16;  // decode merges this small run on the caller
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
@@ -272,7 +273,7 @@ void run_decode(ThreadPool& pool, const Kernels& kr, const Problem& p, const Spl
         }
       }
     });
-    pool.parallel_for(heads, 0, [&](int64_t begin, int64_t end, int) {
+    auto merge_heads = [&](int64_t begin, int64_t end, int) {
       for (int64_t h = begin; h < end; ++h) {
         float* a = acc + h * state;
         for (int64_t c = w0; c < w1; ++c) {
@@ -280,7 +281,12 @@ void run_decode(ThreadPool& pool, const Kernels& kr, const Problem& p, const Spl
           merge(&a[p.dv], &a[p.dv + 1], a, part[p.dv], part[p.dv + 1], part, p.dv);
         }
       }
-    });
+    };
+    // A small merge (SmolLM2 at 8k: 9 heads x 32 chunks x 64) costs less than a region.
+    if (heads * (w1 - w0) * p.dv <= kInlineMergeFloats)
+      merge_heads(0, heads, 0);
+    else
+      pool.parallel_for(heads, 0, merge_heads);
   }
   for (int64_t h = 0; h < heads; ++h) {
     const float* a = acc + h * state;
