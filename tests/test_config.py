@@ -18,6 +18,7 @@ from colibri.config import (
     CachePolicy,
     EngineConfig,
     IOConfig,
+    KvCacheType,
     ThreadConfig,
     WaitPolicy,
     default_history_dir,
@@ -127,7 +128,8 @@ def test_from_dict_and_round_trip() -> None:
     assert e.to_dict() == {"threads": {"n": 4, "wait_policy": "spin", "spin_us": 0},
                            "context_length": 2048, "activation_precision": "int8",
                            "ram_budget": None, "io": IOConfig().to_dict(),
-                           "cache": CacheConfig().to_dict(), "prefill_chunk": 512}
+                           "cache": CacheConfig().to_dict(), "prefill_chunk": 512,
+                           "kv_cache_type": "auto"}
     assert EngineConfig.from_dict(e.to_dict()) == e
     assert EngineConfig.from_dict({}) == EngineConfig()
     # A ThreadConfig object is accepted where a mapping is.
@@ -382,3 +384,22 @@ def test_default_history_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     assert default_history_dir() == tmp_path / "colibri" / "routing"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert default_history_dir() == Path.home() / ".cache" / "colibri" / "routing"
+
+
+def test_kv_cache_type() -> None:
+    assert EngineConfig().kv_cache_type is KvCacheType.AUTO
+    for name in ("f32", "f16", "bf16", "q8_0"):
+        e = EngineConfig(kv_cache_type=name)
+        assert e.kv_cache_type.value == name
+        assert e.resolve_kv_cache_type(float_weights=False) == name  # explicit: as given
+        assert EngineConfig.from_dict(e.to_dict()) == e
+    assert EngineConfig(kv_cache_type=" F16 ").kv_cache_type is KvCacheType.F16
+    # auto: f32 on the exact path (float weights, or float32 activations), else f16.
+    auto = EngineConfig()
+    assert auto.resolve_kv_cache_type(float_weights=True) == "f32"
+    assert auto.resolve_kv_cache_type(float_weights=False) == "f16"
+    exact = EngineConfig(activation_precision="float32")
+    assert exact.resolve_kv_cache_type(float_weights=False) == "f32"
+    for bad in ("q4_0", "fp16", 16, None, True):
+        with pytest.raises(ConfigError, match="EngineConfig.kv_cache_type"):
+            EngineConfig(kv_cache_type=bad)  # type: ignore[arg-type]

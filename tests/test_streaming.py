@@ -366,7 +366,7 @@ def test_demo_moe_small_budget_bit_identical(demo_moe: Path) -> None:
     total = resident.stats().memory.total_experts  # type: ignore[union-attr]
     assert total == 30 * 4
     slots = 5  # of 120 experts
-    budget = budget_for_slots(demo_moe, slots, threads=2)
+    budget = budget_for_slots(demo_moe, slots, threads=2, precision="int8")
     # (The tiny models cover the other settings; this is the costly one on a real model.)
     m = co.Model.load(demo_moe, engine=engine(budget=budget, precision="int8", threads=2,
                                               workers=4, prefetch=True, policy="lfru"))

@@ -24,13 +24,16 @@ from .config import format_bytes, parse_bytes
 from .errors import ConfigError
 
 __all__ = [
+    "KV_TYPE_BYTES",
     "MIN_SAFETY_MARGIN",
     "SAFETY_MARGIN_FRACTION",
     "BudgetPlan",
+    "attention_work_floats",
     "default_budget",
     "estimate_work_bytes",
     "format_bytes",
     "kv_bytes",
+    "kv_row_bytes",
     "parse_bytes",
     "plan_budget",
     "safety_margin",
@@ -197,15 +200,50 @@ def _too_small(budget: int, available: int | None, dense: int, kv: int, work: in
             "explicitly (an explicit budget is used as given, margin or not)")
 
 
-def kv_bytes(n_layers: int, n_kv_heads: int, head_dim: int, context_length: int) -> int:
-    """Bytes of one session's KV cache at the full context: float32 keys and values for
-    every layer, KV head and position: ``2 * n_layers * n_kv_heads * head_dim *
-    context_length * 4``. (The core grows a session's cache as it fills; the budget
-    reserves the full context so a long conversation never runs out.)"""
+KV_TYPE_BYTES: dict[str, tuple[int, int]] = {
+    "f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34),
+}
+"""Per KV-cache type: (values per block, bytes per block), as GGUF lays them out."""
+
+
+def kv_row_bytes(kv_type: str, n: int) -> int:
+    """Bytes of ``n`` values at a KV-cache type (Q8_0: blocks of 32 values, 34 bytes)."""
+    if kv_type not in KV_TYPE_BYTES:
+        raise ValueError(f"kv_row_bytes: unknown KV type {kv_type!r}; use one of "
+                         f"{', '.join(KV_TYPE_BYTES)}")
+    block, size = KV_TYPE_BYTES[kv_type]
+    if n % block:
+        raise ValueError(f"kv_row_bytes: {n} values are not whole {kv_type} blocks of {block}")
+    return n // block * size
+
+
+def kv_bytes(n_layers: int, n_kv_heads: int, head_dim: int, context_length: int,
+             kv_type: str = "f32") -> int:
+    """Bytes of one session's KV cache at the full context: keys and values for every
+    layer, KV head and position, stored at ``kv_type`` (``"f32"``, ``"f16"``, ``"bf16"``,
+    ``"q8_0"``): ``2 * n_layers * row_bytes(n_kv_heads * head_dim) * context_length``,
+    e.g. 4 bytes a value at f32, 2 at f16, 34/32 at q8_0. (The core grows a session's cache
+    as it fills; the budget reserves the full context so a long conversation never runs
+    out.) The core's count is ``_core.Session.kv_bytes``; a test checks they agree."""
     for name, v in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads),
                     ("head_dim", head_dim), ("context_length", context_length)):
         _count(name, v)
-    return 2 * n_layers * n_kv_heads * head_dim * context_length * _F32
+    return 2 * n_layers * kv_row_bytes(kv_type, n_kv_heads * head_dim) * context_length
+
+
+def attention_work_floats(n_heads: int, dk: int, dv: int, threads: int) -> int:
+    """Floats the attention kernels' working memory grows to at most (the core's
+    ``_core.attention.workspace_floats``, mirrored so the budget can be checked before
+    the model loads; a test compares): per compute thread, tiles of 64 keys of F32 keys and
+    values, up to 64 query rows with their scores and softmax states; and for decode the
+    partial states of up to 32 key chunks per query head (csrc/attention/attention.cpp)."""
+    def up(n: int) -> int:
+        return -(-n // 16) * 16
+
+    block, rows, wave = 64, 64, 32
+    per_thread = (up(block * dk) + up(block * dv) + up(rows * dk) + up(rows * block)
+                  + 5 * up(rows) + 2 * up(rows * dv))
+    return up((wave + 1) * n_heads * (dv + 2)) + threads * up(per_thread)
 
 
 def estimate_work_bytes(
@@ -220,7 +258,7 @@ def estimate_work_bytes(
     head_dim: int = 0,
     n_experts: int = 0,
     n_experts_per_tok: int = 0,
-    context_length: int,
+    context_length: int = 0,
     threads: int,
     batch: int = 512,
 ) -> int:
@@ -238,12 +276,14 @@ def estimate_work_bytes(
       n x n_experts_per_tok x d;
     - logits: 2 x vocab_size (the core's row for the last position and the NumPy copy
       handed to Python);
-    - attention scores: context_length per compute thread (`threads`);
+    - attention kernels: :func:`attention_work_floats` for n_heads heads of head_dim
+      (`threads` compute threads); it does not grow with the context (online softmax);
     - matmul scratch: activations quantized to 8-bit blocks, up to two formats at once,
       ~1.125 bytes per element: 2 x n x max(d, F, n_heads x head_dim) x 9/8 bytes.
 
     Small per-call vectors (RoPE tables, top-k indices) are left out; the safety margin of
-    the default budget covers them.
+    the default budget covers them. ``context_length`` is accepted for older callers and
+    not used.
     """
     names = {
         "vocab_size": vocab_size, "hidden_size": hidden_size,
@@ -269,7 +309,7 @@ def estimate_work_bytes(
         + n * n_experts
         + n * n_experts_per_tok * d
         + 2 * vocab_size
-        + threads * context_length
+        + attention_work_floats(n_heads or 1, head_dim or d, head_dim or d, threads)
     )
     scratch = 2 * n * max(d, ffn, q_dim) * 9 // 8
     return floats * _F32 + scratch

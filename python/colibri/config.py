@@ -35,6 +35,7 @@ __all__ = [
     "Checksums",
     "EngineConfig",
     "IOConfig",
+    "KvCacheType",
     "ThreadConfig",
     "WaitPolicy",
     "default_history_dir",
@@ -119,6 +120,27 @@ class ActivationPrecision(str, Enum):
     FLOAT32 = "float32"
     """Dequantize each weight row and use float dot products, as transformers does with a
     GGUF. Matches it to float rounding; slower."""
+
+class KvCacheType(str, Enum):
+    """How a session's KV cache stores keys and values (``EngineConfig.kv_cache_type``)."""
+
+    AUTO = "auto"
+    """F32 when the exact path is in use (float weights: an F32/F16/BF16 checkpoint, or
+    ``activation_precision="float32"``), F16 otherwise (llama.cpp's default). Resolved by
+    :meth:`EngineConfig.resolve_kv_cache_type`."""
+    F32 = "f32"
+    """4 bytes a value: exact; what the oracle tests use."""
+    F16 = "f16"
+    """2 bytes a value: half the memory and bandwidth of F32; mean KL divergence from the
+    F32 cache 1e-6 on SmolLM2 (docs/tuning.md), far below the weights' quantization."""
+    BF16 = "bf16"
+    """2 bytes a value with F32's range and 8 significant bits: KLD 6e-5 on SmolLM2."""
+    Q8_0 = "q8_0"
+    """34 bytes per 32 values (8-bit blocks with a half-precision scale, GGUF's Q8_0):
+    ~27% of F32; KLD 7e-4 on SmolLM2. Needs head dims that are multiples of 32."""
+
+
+KvCacheTypeName = Literal["auto", "f32", "f16", "bf16", "q8_0"]
 
 _E = TypeVar("_E", bound=Enum)
 _C = TypeVar("_C")
@@ -519,6 +541,11 @@ class EngineConfig:
     batch. A long prompt runs in chunks so that Ctrl-C and progress callbacks are served
     between them and the work buffers stay the size of one chunk; the logits are the same
     bits either way. See docs/tuning.md."""
+    kv_cache_type: KvCacheType
+    """How the KV cache stores keys and values: ``"auto"`` (default: ``"f32"`` on the exact
+    path, float weights or float32 activations; ``"f16"`` otherwise), ``"f32"``, ``"f16"``,
+    ``"bf16"`` or ``"q8_0"``. The budget counts the KV cache at this type. Changes the
+    numbers slightly (not for f32); bit-identical across threads and batching for each."""
 
     def __init__(
         self,
@@ -529,6 +556,7 @@ class EngineConfig:
         io: IOConfig | Mapping[str, Any] | None = None,
         cache: CacheConfig | Mapping[str, Any] | None = None,
         prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
+        kv_cache_type: KvCacheType | KvCacheTypeName = KvCacheType.AUTO,
     ) -> None:
         object.__setattr__(self, "threads",
                            _sub_config("EngineConfig.threads", threads, ThreadConfig))
@@ -552,6 +580,8 @@ class EngineConfig:
             _optional_int("EngineConfig.prefill_chunk", prefill_chunk, 1, 1 << 30, "tokens",
                           "the whole prompt in one batch"),
         )
+        object.__setattr__(self, "kv_cache_type",
+                           _enum("EngineConfig.kv_cache_type", kv_cache_type, KvCacheType))
 
     def replace(self, **changes: Any) -> EngineConfig:
         """A copy with `changes` applied and validated (``threads``, ``io`` and ``cache``
@@ -578,7 +608,17 @@ class EngineConfig:
             "io": self.io.to_dict(),
             "cache": self.cache.to_dict(),
             "prefill_chunk": self.prefill_chunk,
+            "kv_cache_type": self.kv_cache_type.value,
         }
+
+    def resolve_kv_cache_type(self, float_weights: bool) -> str:
+        """The KV-cache type to use: ``kv_cache_type`` unless it is ``"auto"``, which gives
+        ``"f32"`` on the exact path (`float_weights`: every matrix of the model is F32, F16
+        or BF16; or float32 activations) and ``"f16"`` otherwise."""
+        if self.kv_cache_type is not KvCacheType.AUTO:
+            return str(self.kv_cache_type.value)
+        exact = float_weights or self.activation_precision is ActivationPrecision.FLOAT32
+        return "f32" if exact else "f16"
 
     def resolve_context_length(self, model_max: int) -> int:
         """KV-cache positions for a model whose maximum context is `model_max`.

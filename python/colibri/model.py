@@ -53,6 +53,7 @@ from .streaming import (
     phase_times,
     pin_order,
     plan_store,
+    session_kv_type,
     store_settings,
     wait_policy_name,
 )
@@ -227,6 +228,7 @@ class Model:
         self._history = history
         self._history_base = history_base
         self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()  # closed with the model
+        self._kv_type = session_kv_type(manifest, engine)
 
     @classmethod
     def load(cls, path: str | Path, engine: EngineConfig | None = None) -> Model:
@@ -291,15 +293,33 @@ class Model:
         self._require_core().reset_thread_stats()
 
     def set_activation_precision(self, precision: ActivationPrecision | str) -> None:
-        """Switches between int8 and float32 activations; takes effect from the next call."""
+        """Switches between int8 and float32 activations; takes effect from the next call.
+        Under ``kv_cache_type="auto"`` sessions opened from now on get the KV type of the
+        new precision (f32 for float32), and the budget is re-split for it (ConfigError,
+        changing nothing, if it no longer fits); existing sessions keep theirs."""
         cfg = self._engine_config.replace(activation_precision=precision)
-        self._require_core().activation_precision = _PRECISION[cfg.activation_precision]
+        core = self._require_core()
+        kv_type = session_kv_type(self._manifest, cfg)
+        if kv_type != self._kv_type and self._plan is not None:
+            plan = plan_store(self._manifest, cfg, core, self._context_length)
+            if plan.cache_bytes != self._plan.cache_bytes:
+                core.configure_store(store_settings(cfg, plan.cache_bytes))
+            self._plan = plan
+        core.activation_precision = _PRECISION[cfg.activation_precision]
         self._engine_config = cfg
+        self._kv_type = kv_type
+
+    @property
+    def kv_cache_type(self) -> str:
+        """How new sessions store keys and values: "f32", "f16", "bf16" or "q8_0"
+        (``EngineConfig.kv_cache_type`` with "auto" resolved)."""
+        return self._kv_type
 
     def session(self) -> Session:
         """A new conversation state (KV cache) on this model."""
         with self._lock:
-            session = Session(self, _core.Session(self._require_core(), self._context_length))
+            session = Session(self, _core.Session(self._require_core(), self._context_length,
+                                                  self._kv_type))
             self._sessions.add(session)
         return session
 
@@ -385,7 +405,8 @@ class Model:
         core = self._require_core()
         return ModelStats(
             int(g), int(p), int(n), float(ps), float(ds), int(nd), self._last,
-            memory=memory_stats(self._plan, core) if self._plan is not None else None,
+            memory=(memory_stats(self._plan, core, self._kv_type)
+                    if self._plan is not None else None),
             experts=expert_stats(core), phases=phase_times(core),
             wait_policy=wait_policy_name(core),
         )  # fmt: skip

@@ -49,6 +49,11 @@ class Session:
     def context_length(self) -> int:
         return int(self._core.context_length)
 
+    @property
+    def kv_cache_type(self) -> str:
+        """How this session's KV cache stores keys and values: "f32", "f16", "bf16", "q8_0"."""
+        return str(self._core.kv_type)
+
     def forward(
         self,
         token_ids: Sequence[int] | npt.ArrayLike,

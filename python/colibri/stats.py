@@ -108,7 +108,7 @@ class MemoryStats:
 
     budget: int  # EngineConfig.ram_budget, resolved
     dense_bytes: int  # resident non-expert weights
-    kv_bytes: int  # one session's KV cache at the full context length
+    kv_bytes: int  # one session's KV cache at the full context length, at kv_cache_type
     work_bytes: int  # work buffers (activations, logits, scratch), estimated
     cache_bytes: int  # the expert cache: slots x slot_bytes
     cache_slots: int  # experts the cache can hold at once
@@ -117,6 +117,7 @@ class MemoryStats:
     pinned_experts: int  # slots pinned by the learned policy
     total_experts: int  # routed experts in the model (layers x experts)
     expert_bytes: int  # bytes of all routed experts on disk
+    kv_cache_type: str = "f32"  # how sessions store keys and values: f32, f16, bf16, q8_0
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, int | str]:
         return asdict(self)

@@ -22,7 +22,7 @@ import numpy.typing as npt
 from . import _core
 from .budget import BudgetPlan, estimate_work_bytes, kv_bytes, plan_budget
 from .config import CachePolicy, EngineConfig, default_history_dir
-from .errors import ModelIOError
+from .errors import ModelIOError, UnsupportedError
 from .sources import Manifest
 from .stats import ExpertStats, MemoryStats, PhaseTimes
 
@@ -96,9 +96,32 @@ def resident_bytes(manifest: Manifest) -> int:
     return sum(t.nbytes for t in manifest.tensors.values() if not is_expert_tensor(t.name))
 
 
+_FLOAT_TYPES = ("F32", "F16", "BF16")
+
+
+def float_weights(manifest: Manifest) -> bool:
+    """Whether every matrix of the model is a float type (F32, F16, BF16): the exact path,
+    on which ``kv_cache_type="auto"`` keeps an F32 KV cache."""
+    return all(t.dtype in _FLOAT_TYPES for t in manifest.tensors.values() if len(t.shape) >= 2)
+
+
+def session_kv_type(manifest: Manifest, engine: EngineConfig) -> str:
+    """The KV-cache type sessions get under `engine` (``"auto"`` resolved for this model).
+    Raises UnsupportedError for q8_0 when the heads are not whole blocks of 32 values."""
+    kv_type = engine.resolve_kv_cache_type(float_weights(manifest))
+    head_dim = manifest.config.head_dim
+    if kv_type == "q8_0" and head_dim % 32:
+        raise UnsupportedError(
+            f"EngineConfig.kv_cache_type='q8_0' stores each head in blocks of 32 values, but "
+            f"this model's heads have {head_dim}; use 'f16' or 'bf16'"
+        )
+    return kv_type
+
+
 def _kv_and_work(manifest: Manifest, engine: EngineConfig, context_length: int) -> tuple[int, int]:
     c = manifest.config
-    kv = kv_bytes(c.n_layers, c.n_kv_heads, c.head_dim, context_length)
+    kv = kv_bytes(c.n_layers, c.n_kv_heads, c.head_dim, context_length,
+                  session_kv_type(manifest, engine))
     work = estimate_work_bytes(
         vocab_size=c.vocab_size, hidden_size=c.hidden_size,
         intermediate_size=c.intermediate_size, moe_intermediate_size=c.moe_intermediate_size,
@@ -243,13 +266,14 @@ def phase_times(core: _core.Engine) -> PhaseTimes:
     return PhaseTimes(*(float(x) for x in core.phase_seconds()))
 
 
-def memory_stats(plan: BudgetPlan, core: _core.Engine) -> MemoryStats:
+def memory_stats(plan: BudgetPlan, core: _core.Engine, kv_type: str) -> MemoryStats:
     return MemoryStats(
         budget=plan.budget, dense_bytes=plan.dense_bytes, kv_bytes=plan.kv_bytes,
         work_bytes=plan.work_bytes, cache_bytes=int(core.cache_slots) * plan.slot_bytes,
         cache_slots=int(core.cache_slots), slot_bytes=plan.slot_bytes,
         cached_experts=int(core.cached_experts), pinned_experts=int(core.pinned_experts),
         total_experts=int(core.streamed_experts), expert_bytes=int(core.expert_bytes),
+        kv_cache_type=kv_type,
     )  # fmt: skip
 
 
