@@ -1,6 +1,6 @@
 """Chat-template mutation fuzzer (issue 8: the chat template harness).
 
-Seeds are real templates (llama.cpp's collection of ~80 models, when available, and a few
+Seeds are real templates (llama.cpp's collection of 70 models, when available, and a few
 built in); each mutant gets 1-3 structure-aware mutations of its Jinja tags: integer
 literals set to 0/+-1/2^31/2^63/10^9..., hostile constructs inserted at tag boundaries
 (``range(10**9)``, ``'x' * N``, recursive macros, nested loops, ``center(N)``,
