@@ -22,3 +22,11 @@ ruff check python tests benchmarks
 mypy
 # Run from the repository root but test the installed package, not python/.
 python -m pytest -q "$@"
+# AddressSanitizer + UBSan over the core's concurrent parts: the thread pool, the read pool,
+# sessions under threads, interruption and close(), expert streaming and its faults (a
+# subset sized to about 5 minutes here; scripts/sanitize.sh without arguments runs the
+# whole set, "tsan" the ThreadSanitizer pass: docs/reliability.md). Skipped when extra
+# pytest arguments select something else.
+if [ "$#" -eq 0 ]; then
+  bash scripts/sanitize.sh ci
+fi

@@ -2,7 +2,7 @@
 
 A template comes from the model file. Hostile ones (each from the defect report, and the
 other amplifications the limits cover) must fail fast with a ModelFormatError naming the
-template, within bounded memory; real ones (llama.cpp's collection of ~80 templates and
+template, within bounded memory; real ones (llama.cpp's collection of 70 templates and
 the GGUF vocabularies') must render byte-identically to transformers' renderer.
 """
 
@@ -124,7 +124,7 @@ _TOOLS_OPENAI = [{"type": "function", "function": {
 
 
 def test_real_templates_render_as_transformers_does() -> None:
-    """Every template of llama.cpp's collection (~80 real models), with and without tools,
+    """Every template of llama.cpp's collection (70 real models), with and without tools,
     renders byte-identically to transformers' renderer (or fails in both)."""
     cu = pytest.importorskip("transformers.utils.chat_template_utils")
     d = templates_dir()

