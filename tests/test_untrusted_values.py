@@ -390,3 +390,15 @@ def test_config_validated_in_one_place_for_every_source(
     for path in (d, h, g):
         with pytest.raises(ModelFormatError, match=r"n_experts_per_tok must be in \[1, n_exp"):
             open_model_source(path)
+
+
+@pytest.mark.parametrize("eos", [2**31 - 1, -(2**63), 256])
+def test_generation_config_eos_beyond_the_vocabulary(tmp_path: Path, eos: int) -> None:
+    """Found by the long campaign (tests/fuzz/regressions/safetensors-eos-id-beyond-vocab):
+    an eos id no token has raised IndexError while the tokenizer was built."""
+    from fuzz.seeds import _byte_level_tokenizer
+
+    _byte_level_tokenizer(tmp_path / "tokenizer.json")
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [eos, 3]}))
+    tok = Tokenizer.from_hf(tmp_path)
+    assert tok.eos_ids == frozenset({3})

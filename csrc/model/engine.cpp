@@ -131,6 +131,7 @@ Engine::Engine(ModelSpec spec, const std::vector<TensorSpec>& tensors,
       pool_(resolve_auto(threads)),
       auto_wait_(threads.policy == WaitPolicy::Auto),
       auto_base_(resolve_auto(threads)) {
+  weights_.verify_checksums(pool_);
   store_ = std::make_unique<ExpertStore>(spec_.n_layers, spec_.n_experts, expert_sources(spec_, tensors, blobs), files);
   resolve_layers();
 }

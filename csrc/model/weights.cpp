@@ -98,16 +98,13 @@ void check_scales(const TensorSpec& s) {
                                 std::to_string(have));
 }
 
-// A native container's dense tensor against the crc32 its manifest records: the bytes are
-// in RAM already, so this is one pass at memory speed (io/crc32.hpp).
-void check_crc32(const TensorSpec& s, const uint8_t* data, std::size_t n, const FileSet& files) {
-  const uint32_t got = crc32(0, data, n);
-  if (got == s.crc32) return;
+// A checksum mismatch, named by file, tensor and offset.
+[[noreturn]] void checksum_failed(const std::string& path, const std::string& name, uint64_t offset,
+                                  std::size_t n, uint32_t want, uint32_t got) {
   char hex[48];
-  std::snprintf(hex, sizeof hex, "expected crc32 %08x, got %08x", s.crc32, got);
-  const Extent& e = s.extents.front();
-  fail(ErrorKind::Format, files.path(e.file) + ": tensor '" + s.name + "' at offset " + std::to_string(e.offset) +
-                              " (" + std::to_string(n) + " bytes) fails its checksum (" + hex +
+  std::snprintf(hex, sizeof hex, "expected crc32 %08x, got %08x", want, got);
+  fail(ErrorKind::Format, path + ": tensor '" + name + "' at offset " + std::to_string(offset) + " (" +
+                              std::to_string(n) + " bytes) fails its checksum (" + hex +
                               "); the file is damaged: convert or download the model again");
 }
 
@@ -169,7 +166,18 @@ WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& fi
       files.read(e, dst + at);
       at += e.length;
     }
-    if (s.has_crc32) check_crc32(s, dst, expect, files);
+    if (s.has_crc32) {
+      // The bytes as stored. A tensor transformed below (widened, unpermuted) is checked
+      // now; the others, most of the bytes, later and in parallel (verify_checksums).
+      const Extent& e = s.extents.front();
+      Pending p{t.name, files.path(e.file), e.offset, dst, expect, s.crc32};
+      if (widened(s) || s.rope_unpermute_heads > 0) {
+        const uint32_t got = crc32(0, dst, expect);
+        if (got != s.crc32) checksum_failed(p.path, p.name, p.offset, p.n, p.crc32, got);
+      } else {
+        pending_.push_back(std::move(p));
+      }
+    }
     if (widened(s)) {
       auto* out = reinterpret_cast<float*>(t.data);
       for (int64_t i = 0; i < t.cols; ++i) {
@@ -194,6 +202,21 @@ WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& fi
     total_bytes_ += t.nbytes + scale_bytes(s);
     tensors_.emplace(t.name, std::move(t));
   }
+}
+
+void WeightStore::verify_checksums(ThreadPool& pool) {
+  std::vector<uint32_t> got(pending_.size());
+  pool.parallel_for(static_cast<int64_t>(pending_.size()), 1, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const Pending& p = pending_[static_cast<std::size_t>(i)];
+      got[static_cast<std::size_t>(i)] = crc32(0, p.data, p.n);
+    }
+  });
+  for (std::size_t i = 0; i < pending_.size(); ++i) {  // the first mismatch in tensor order
+    const Pending& p = pending_[i];
+    if (got[i] != p.crc32) checksum_failed(p.path, p.name, p.offset, p.n, p.crc32, got[i]);
+  }
+  pending_.clear();
 }
 
 const Tensor& WeightStore::get(const std::string& name) const {

@@ -195,7 +195,9 @@ def vocab_from_hf(path: Path) -> VocabData:
         gen = _read_json(gen_file)
         value = gen.get("eos_token_id") if isinstance(gen, dict) else None
         extra.extend(value if isinstance(value, list) else [value])
-    eos_ids = eog_ids(tokens, eos, tuple(int(x) for x in extra if isinstance(x, int)))
+    eos_ids = eog_ids(tokens, eos, tuple(
+        int(x) for x in extra if isinstance(x, int) and not isinstance(x, bool)
+    ))  # fmt: skip
     template, named = _chat_templates(root, config)
 
     plain_tk = HFTokenizer.from_str(tk.to_str())
