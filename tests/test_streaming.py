@@ -6,8 +6,9 @@ prefetches, batch union in a prefill).
 
 The full grid of settings runs on one model (a native container of the tiny Qwen3-MoE);
 every other source (each tiny MoE family from its Hugging Face checkpoint, quantized GGUFs,
-a quantized container, the demo MoE built from SmolLM2) runs a base streamed setting and
-one change of one axis at a time.
+a quantized container, a synthetic Qwen3-MoE with 128 experts per layer and top-8 as real
+models have, the demo MoE built from SmolLM2 with distinct experts) runs a base streamed
+setting and one change of one axis at a time.
 """
 
 from __future__ import annotations
@@ -59,10 +60,24 @@ SOURCES: dict[str, Callable[[dict[str, TinyModel], Path], Path]] = {
     "tiny-k-Q2_K": lambda t, d: _llama_quantized(d, "Q2_K"),
     "qwen2_moe-container-q5_k_m": lambda t, d: _container(t["qwen2_moe"].hf_dir,
                                                           d / "qwen2.colibri", "q5_k_m"),
+    "synthetic-wide": lambda t, d: _synthetic("wide", d / "wide.gguf"),
 }
 _EXPERT = re.compile(r"^blk\.(\d+)\.ffn_(?:gate|up|down)_exps\.(\d+)$")
 GRID_SOURCES = ["qwen3_moe-container", "tiny-k-container-q4_k_m"]
 GRID_SOURCE = GRID_SOURCES[0]
+
+
+def _synthetic(preset: str, dst: Path) -> Path:
+    """benchmarks/synthetic_moe.py's preset (random Q4_0 weights), written to `dst`."""
+    name = "synthetic_moe"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "benchmarks" / "synthetic_moe.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    sys.modules[name].write_synthetic_gguf(preset, dst, seed=0)
+    return dst
 
 
 def _container(src: Path, dst: Path, quant: str = "keep") -> Path:
@@ -343,17 +358,19 @@ def test_prefill_reads_each_distinct_expert_once(benches: Callable[[str], Bench]
             assert d.hits + d.misses == n_moe * k, (slots, d)
 
 
-# --- the demo MoE (SmolLM2's FFN as 4 routed experts, 30 layers) ------------------------------
+# --- the demo MoE (SmolLM2's FFN as 2 pairs of complementary halves, 30 layers) --------------
 
 
 @pytest.fixture(scope="module")
 def demo_moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """experts="halves": the 4 experts of each layer are all different (docs/demo-moe.md),
+    so an expert served in place of another's changes the logits."""
     from colibri.demo_moe import make_demo_moe
     from realmodel import smollm2_gguf
 
-    src = smollm2_gguf()  # skips without the weights
+    src = smollm2_gguf()
     path: Path = make_demo_moe(src, tmp_path_factory.mktemp("demo") / "demo4.gguf",
-                               n_experts=4, top_k=2, seed=3)
+                               n_experts=4, top_k=2, seed=3, experts="halves")
     return path
 
 

@@ -29,8 +29,9 @@ IoFault parse_io_fault(const std::string& s) {
   if (s == "refuse_direct_open") return IoFault::RefuseDirectOpen;
   if (s == "einval_direct_read") return IoFault::EinvalDirectRead;
   if (s == "eio") return IoFault::EioOnRead;
+  if (s == "slow_read") return IoFault::SlowRead;
   fail(ErrorKind::InvalidArgument,
-       "unknown I/O fault '" + s + "' (none, refuse_direct_open, einval_direct_read, eio)");
+       "unknown I/O fault '" + s + "' (none, refuse_direct_open, einval_direct_read, eio, slow_read)");
 }
 
 namespace {
@@ -193,7 +194,7 @@ void bind_io(py::module_& parent) {
   py::class_<PyReadPool>(m, "ReadPool",
                          "I/O worker pool over a list of files. workers=0 reads synchronously in wait(); "
                          "direct asks for O_DIRECT (falls back to buffered per file where refused). "
-                         "fault is a test hook: none, refuse_direct_open, einval_direct_read, eio.")
+                         "fault is a test hook: none, refuse_direct_open, einval_direct_read, eio, slow_read.")
       .def(py::init<const std::vector<std::string>&, int, bool, const std::string&>(), py::arg("paths"),
            py::arg("workers") = 1, py::arg("direct") = true, py::arg("fault") = "none")
       .def_property_readonly("workers", [](PyReadPool& p) { return p.pool().workers(); })

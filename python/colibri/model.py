@@ -424,7 +424,8 @@ class Model:
         history.save(base + core.route_counts())
 
     def set_io_fault(self, fault: str) -> None:
-        """Test hook: make expert reads fail ("eio", "einval_direct_read", "none")."""
+        """Test hook: make expert reads fail ("eio", "einval_direct_read") or slow
+        ("slow_read": each read first sleeps 3 ms), or behave again ("none")."""
         self._require_core().set_io_fault(fault)
 
     def _fit(self, ids: list[int], max_tokens: int, truncate: bool) -> list[int]:

@@ -248,12 +248,9 @@ def make_mutant(seeds: list[str], seed: int, index: int) -> tuple[str, str]:
 def load_seeds() -> list[str]:
     seeds = list(BUILTIN_SEEDS)
     sys.path.insert(0, str(TESTS))
-    try:
-        from tokenizer_vectors import templates_dir
+    from tokenizer_vectors import TEMPLATES_DIR  # fetched by scripts/fetch_test_data.py
 
-        d = templates_dir()
-    except Exception:  # no network, no pip: the built-in seeds only
-        d = None
+    d = TEMPLATES_DIR if any(TEMPLATES_DIR.glob("*.jinja")) else None
     if d is not None:
         seeds += [p.read_text(encoding="utf-8") for p in sorted(d.glob("*.jinja"))]
     return seeds
