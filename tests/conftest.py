@@ -8,9 +8,22 @@ families. Reference outputs from transformers come from ``modelfactory.transform
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from modelfactory import FAMILIES, TinyModel, build_tiny_model
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Points $XDG_CACHE_HOME at a temporary directory for the whole run (subprocesses
+    inherit it), so no test writes routing histories or named models into the user's
+    ~/.cache/colibri. Session-scoped and autouse: it is in place before any module-scoped
+    fixture loads a model (a model's history path is fixed when it loads)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+        yield
 
 
 @pytest.fixture(scope="session")

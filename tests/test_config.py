@@ -25,6 +25,7 @@ from colibri.config import (
     parse_bytes,
 )
 from colibri.errors import ConfigError
+from colibri.sampling import Sampling
 
 
 def test_defaults() -> None:
@@ -374,3 +375,40 @@ def test_default_history_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     assert default_history_dir() == tmp_path / "colibri" / "routing"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert default_history_dir() == Path.home() / ".cache" / "colibri" / "routing"
+
+
+# --- misspelled settings: ConfigError with the closest name, for every settings class ----
+
+
+@pytest.mark.parametrize(
+    ("cls", "wrong", "right"),
+    [
+        (EngineConfig, "ram_budjet", "ram_budget"),
+        (EngineConfig, "context_len", "context_length"),
+        (ThreadConfig, "wait_polcy", "wait_policy"),
+        (IOConfig, "worker", "workers"),
+        (CacheConfig, "pin_fractoin", "pin_fraction"),
+        (Sampling, "temprature", "temperature"),
+        (Sampling, "top_pp", "top_p"),
+    ],
+)
+def test_misspelled_setting_names_the_closest(cls: type, wrong: str, right: str) -> None:
+    pattern = rf"{cls.__name__}: unknown setting '{wrong}' \(did you mean '{right}'\?\)"
+    with pytest.raises(ConfigError, match=pattern):
+        cls(**{wrong: 1})
+    with pytest.raises(ConfigError, match=pattern):
+        cls.from_dict({wrong: 1})  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=pattern):
+        cls().replace(**{wrong: 1})  # type: ignore[attr-defined]
+    # No near name: no suggestion, still the list of valid ones.
+    with pytest.raises(ConfigError, match=r"unknown setting 'zzz'; allowed: ") as info:
+        cls(zzz=1)
+    assert "did you mean" not in str(info.value)
+
+
+def test_positional_and_duplicate_settings_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match=r"IOConfig: takes at most 4 settings by position"):
+        IOConfig(2, True, True, "first", 5)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match=r"IOConfig: setting 'workers' given twice"):
+        IOConfig(2, workers=3)  # type: ignore[misc]
+    assert IOConfig(3, False).workers == 3  # positional use still works

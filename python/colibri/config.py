@@ -18,6 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
+from ._names import check_names, checked_init
 from .errors import ConfigError
 from .sizes import format_bytes, parse_bytes
 
@@ -159,13 +160,9 @@ def _optional_int(
 
 
 def _check_names(cls: type, names: Mapping[str, object] | set[str]) -> None:
-    """Raises ConfigError for a name that is not a field of dataclass `cls`."""
-    allowed = [f.name for f in dataclasses.fields(cls)]
-    for name in names:
-        if name not in allowed:
-            raise ConfigError(
-                f"{cls.__name__}: unknown setting {name!r}; allowed: {', '.join(allowed)}"
-            )
+    """Raises ConfigError for a name that is not a field of dataclass `cls` (suggesting
+    the closest field)."""
+    check_names(cls.__name__, names, [f.name for f in dataclasses.fields(cls)])
 
 
 def _replace(obj: _C, changes: Mapping[str, Any]) -> _C:
@@ -292,6 +289,7 @@ class ThreadConfig:
     the disk or the GPU (milliseconds) stops burning the cores the I/O threads and the
     GPU's power budget need. 0 behaves like PASSIVE."""
 
+    @checked_init
     def __init__(
         self,
         n: int | None = None,
@@ -365,6 +363,7 @@ class CacheConfig:
     are read on first use, so a load is quick and a short run reads only what it routes
     to). True trades load time for no first-use stalls; ignored when they do not fit."""
 
+    @checked_init
     def __init__(
         self,
         policy: CachePolicy | Literal["lru", "lfru", "pinned"] = CachePolicy.LFRU,
@@ -438,6 +437,7 @@ class IOConfig:
     pass per expert per run; ``"always"`` on every read (catches a disk that changes under
     a running model; costs a crc32 pass per read); ``"off"`` never."""
 
+    @checked_init
     def __init__(
         self,
         workers: int = 2,
@@ -505,6 +505,7 @@ class EngineConfig:
     cache: CacheConfig
     """The expert cache's policy, routing history and preload. A mapping is accepted."""
 
+    @checked_init
     def __init__(
         self,
         threads: ThreadConfig | Mapping[str, Any] | None = None,

@@ -7,6 +7,7 @@ share a model.
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 import threading
@@ -37,6 +38,7 @@ from .generation import (
     rate,
     stream_tokens,
 )
+from .resolve import resolve_model_spec
 from .rope import rope_table
 from .sampling import Sampling
 from .session import Session
@@ -206,15 +208,49 @@ class Model:
         self._plan = plan
         self._history = history
         self._history_base = history_base
+        self._name = manifest.path.name
+
+    @property
+    def name(self) -> str:
+        """The named model or Hugging Face repository id it was loaded as, else the file
+        or directory name."""
+        return self._name
 
     @classmethod
-    def load(cls, path: str | Path, engine: EngineConfig | None = None) -> Model:
-        """Loads a GGUF file, a Hugging Face checkpoint directory or a native container.
+    def load(
+        cls,
+        model: str | os.PathLike[str],
+        engine: EngineConfig | None = None,
+        *,
+        filename: str | None = None,
+        revision: str | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        hf_cache_dir: str | os.PathLike[str] | None = None,
+        download: bool = False,
+        progress: bool = True,
+    ) -> Model:
+        """Loads a model: a GGUF file, a Hugging Face checkpoint directory, a native
+        container, a named model (``"smollm2"``, ``"smollm2-moe-demo"``: the names
+        ``colibri run --model`` takes, fetched into ``cache_dir`` on first use) or a
+        Hugging Face repository id (``"org/name"``) already in the local Hugging Face cache
+        (``filename="*Q4_K_M.gguf"`` picks one GGUF of it; ``download=True`` lets
+        huggingface_hub fetch what is missing). See :mod:`colibri.resolve`.
 
         Resident (dense) weights are read now; routed experts are read on demand into the
-        expert cache, sized by ``engine.ram_budget`` (see :mod:`colibri.budget`)."""
+        expert cache, sized by ``engine.ram_budget`` (see :mod:`colibri.budget`). Fetch
+        progress goes to stderr unless ``progress=False``."""
+        resolved = resolve_model_spec(
+            model, filename=filename, revision=revision, cache_dir=cache_dir,
+            hf_cache_dir=hf_cache_dir, download=download, log=sys.stderr if progress else None,
+        )  # fmt: skip
+        loaded = cls._load_path(resolved.path, engine)
+        loaded._name = resolved.name or resolved.path.name
+        return loaded
+
+    @classmethod
+    def _load_path(cls, path: Path, engine: EngineConfig | None) -> Model:
         engine = engine if engine is not None else EngineConfig()
-        manifest = open_model_source(Path(path))
+        manifest = open_model_source(path)
         context_length = _context_length(manifest.config, engine)
         check_resident_fits(manifest, engine, context_length)  # before reading any weight
         spec = _model_spec(manifest, context_length)

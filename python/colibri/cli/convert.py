@@ -31,10 +31,10 @@ def add_convert_options(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..hub import resolve_model
+    from ..resolve import resolve_model_spec
 
     quant = str(getattr(args, "quant", "keep") or "keep")
-    resolved = resolve_model(args.source, args.cache_dir, log=err)
+    resolved = resolve_model_spec(args.source, cache_dir=args.cache_dir, log=err)
     t0 = time.perf_counter()
     last = [0.0]
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .._names import check_names, checked_init
 from ..errors import ConfigError
 
 __all__ = ["MAX_TOKEN_ID", "LogitBias", "Sampling"]
@@ -64,12 +65,7 @@ def _float(
 
 
 def _check_names(names: Mapping[str, object] | set[str]) -> None:
-    allowed = [f.name for f in dataclasses.fields(Sampling)]
-    for name in names:
-        if name not in allowed:
-            raise ConfigError(
-                f"Sampling: unknown setting {name!r}; allowed: {', '.join(allowed)}"
-            )
+    check_names("Sampling", names, [f.name for f in dataclasses.fields(Sampling)])
 
 
 # --- logit bias ---------------------------------------------------------------------------
@@ -192,6 +188,7 @@ class Sampling:
     """Seeds the random generator of :class:`colibri.sampling.Sampler`: the same seed gives
     the same tokens (for the same logits and NumPy version). None = fresh OS entropy."""
 
+    @checked_init
     def __init__(
         self,
         temperature: float = 0.0,
