@@ -144,7 +144,7 @@ def test_not_a_model(tmp_path: Path) -> None:
 # --- info ---------------------------------------------------------------------------------
 
 INFO_KEYS = {
-    "schema", "path", "source", "files", "file_bytes", "name", "architecture",
+    "schema", "path", "format", "source", "files", "file_bytes", "name", "architecture",
     "source_architecture", "parameters", "tensors", "tensor_bytes", "quantization",
     "context_length", "default_context_length", "moe", "config",
 }

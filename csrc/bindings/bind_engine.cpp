@@ -9,6 +9,7 @@
 
 #include "common/errors.hpp"
 #include "model/engine.hpp"
+#include "model/forward_stats.hpp"
 #include "model/session.hpp"
 
 namespace py = pybind11;
@@ -210,6 +211,12 @@ void bind_engine(py::module_& m) {
              py::array_t<int32_t> out({n, layers, std::max<int64_t>(k, 0)});
              if (n > 0) std::copy(s.last_routing().begin(), s.last_routing().end(), out.mutable_data());
              return out;
+           })
+      .def("forward_stats",
+           [](Session& s) {
+             const ForwardStats f = s.forward_stats();
+             return py::make_tuple(f.experts, std::vector<double>(f.phases.begin(), f.phases.end()),
+                                   f.forwards);
            })
       .def("reset", &Session::reset)
       .def("rollback", &Session::rollback, py::arg("n"));

@@ -101,8 +101,11 @@ class Engine {
   // session). Writes logits of the last position, or of every position when all_logits.
   // Validates ids before touching any state. When routing_out is not null it receives the
   // selected experts, [n][n_layers][n_experts_per_tok] in router order (-1 for dense layers).
+  // When stats_out is not null, this forward's share of the expert and phase counters is
+  // added to it (measured under the engine lock: see model/forward_stats.hpp).
   void forward(class KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, bool all_logits,
-               float* logits_out, int32_t* routing_out = nullptr);
+               float* logits_out, int32_t* routing_out = nullptr,
+               struct ForwardStats* stats_out = nullptr);
 
  private:
   void resolve_layers();

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/engine.hpp"
+#include "model/forward_stats.hpp"
 #include "model/kv_cache.hpp"
 
 namespace colibri {
@@ -25,7 +26,8 @@ class Session {
     const ModelSpec& s = engine_->spec();
     const int64_t k = s.n_experts_per_tok;
     std::vector<int32_t> routing(k > 0 ? static_cast<std::size_t>(n * s.n_layers * k) : 0);
-    engine_->forward(kv_, n_tokens_, ids, n, all_logits, logits_out, k > 0 ? routing.data() : nullptr);
+    engine_->forward(kv_, n_tokens_, ids, n, all_logits, logits_out, k > 0 ? routing.data() : nullptr,
+                     &stats_);
     n_tokens_ += n;
     last_routing_ = std::move(routing);
     last_routing_tokens_ = n;
@@ -34,6 +36,13 @@ class Session {
   // Experts selected during the last forward: [tokens][layers][top_k] (empty: dense model).
   const std::vector<int32_t>& last_routing() const { return last_routing_; }
   int64_t last_routing_tokens() const { return last_routing_tokens_; }
+
+  // The expert cache, expert I/O and phase-time counters of this session's forwards
+  // (model/forward_stats.hpp), cumulative since it was made.
+  ForwardStats forward_stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
 
   int64_t n_tokens() const { return n_tokens_; }
   int64_t vocab_size() const { return engine_->spec().vocab_size; }
@@ -53,6 +62,7 @@ class Session {
   int64_t n_tokens_ = 0;
   std::vector<int32_t> last_routing_;
   int64_t last_routing_tokens_ = 0;
+  ForwardStats stats_;
 };
 
 }  // namespace colibri

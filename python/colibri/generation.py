@@ -162,7 +162,8 @@ def stream_tokens(
             yield Chunk(status.text, tok)
         else:
             finish = checker.finish_reason or "length"
-        if finish == "length" and not checker.done:
+        if finish == "length" and (not checker.done or not generated):
+            # The context filled up, or max_tokens was 0: no token carried the reason.
             yield Chunk(checker.flush(), None, "length")
     finally:
         if on_done is not None:

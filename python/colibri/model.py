@@ -448,12 +448,15 @@ class Model:
             raise InvalidRequestError("stop must be a non-empty string or a list of them")
 
         core = self._require_core()
-        experts0, phases0 = expert_stats(core), phase_times(core)
+        # The session's own counters, not the engine's: another thread's generation on
+        # this model must not mix into this one's figures (docs/api.md, threads).
+        experts0, phases0 = session.forward_stats()
 
         def done(stats: GenerationStats, generated: list[int], finish: FinishReason | None) -> None:
+            experts1, phases1 = session.forward_stats()
             stats = replace(
-                stats, experts=expert_stats(core).minus(experts0),
-                phases=phase_times(core).minus(phases0), wait_policy=wait_policy_name(core),
+                stats, experts=experts1.minus(experts0), phases=phases1.minus(phases0),
+                wait_policy=wait_policy_name(core),
             )  # fmt: skip
             result.update(stats=stats, generated=generated, finish=finish)
             with self._lock:

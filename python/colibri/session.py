@@ -16,6 +16,8 @@ from . import _core
 from .errors import InvalidRequestError, TokenOutOfRangeError
 from .generation import Chunk, Generation
 from .sampling import Sampling
+from .stats import ExpertStats, PhaseTimes
+from .streaming import session_stats
 
 if TYPE_CHECKING:
     from .model import Model
@@ -60,6 +62,13 @@ class Session:
         (shape ``[0, n_layers, 0]`` for a dense model)."""
         routing: npt.NDArray[np.int32] = self._core.last_routing()
         return routing
+
+    def forward_stats(self) -> tuple[ExpertStats, PhaseTimes]:
+        """Expert cache, expert I/O and per-phase time of this session's forwards since it
+        was made. Each forward's share is measured inside the engine's lock, so the
+        figures are this session's alone even while other threads run other sessions of
+        the same model (``Model.stats()`` has the model-wide totals)."""
+        return session_stats(self._core)
 
     def last_logits(self) -> npt.NDArray[np.float32]:
         """Logits after the last token forwarded (raises when there are none)."""

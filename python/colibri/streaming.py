@@ -227,7 +227,11 @@ def pin_order(counts: npt.NDArray[np.uint64]) -> list[int]:
 
 
 def expert_stats(core: _core.Engine) -> ExpertStats:
-    s = core.store_stats()
+    """The engine's cumulative counters since load (or reset_stats)."""
+    return expert_stats_of(core.store_stats())
+
+
+def expert_stats_of(s: _core.ExpertStoreStats) -> ExpertStats:
     return ExpertStats(
         hits=s.hits, misses=s.misses, ready_hits=s.ready_hits, reads=s.reads,
         bytes_read=s.bytes_read,
@@ -241,6 +245,14 @@ def expert_stats(core: _core.Engine) -> ExpertStats:
 
 def phase_times(core: _core.Engine) -> PhaseTimes:
     return PhaseTimes(*(float(x) for x in core.phase_seconds()))
+
+
+def session_stats(core: _core.Session) -> tuple[ExpertStats, PhaseTimes]:
+    """A session's own counters: the sum of what each of its forwards did, measured inside
+    the engine lock (csrc/model/forward_stats.hpp), so another thread's generation on the
+    same model never mixes in."""
+    experts, phases, _ = core.forward_stats()
+    return expert_stats_of(experts), PhaseTimes(*(float(x) for x in phases))
 
 
 def memory_stats(plan: BudgetPlan, core: _core.Engine) -> MemoryStats:
