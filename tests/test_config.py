@@ -161,8 +161,14 @@ def test_resolve_context_length() -> None:
 
 
 def test_repr_reads_like_a_spec() -> None:
-    r = repr(EngineConfig(threads=ThreadConfig(n=2, wait_policy="spin")))
-    assert "ThreadConfig(n=2" in r and "SPIN" in r
+    c = EngineConfig(threads=ThreadConfig(n=2, wait_policy="spin"), ram_budget="6GiB")
+    r = repr(c)
+    assert r == "EngineConfig(threads=ThreadConfig(n=2, wait_policy='spin'), ram_budget='6GiB')"
+    assert eval(r) == c  # only what differs from the defaults, and valid Python
+    assert repr(EngineConfig()) == "EngineConfig()"
+    odd = EngineConfig(ram_budget=1_000_001, io=IOConfig(workers=4, direct=False),
+                       cache=CacheConfig(policy="pinned", history_path="/tmp/h.json"))
+    assert eval(repr(odd)) == odd and "1000001" in repr(odd)
 
 
 def test_activation_precision() -> None:

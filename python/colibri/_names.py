@@ -66,3 +66,37 @@ def checked_init(init: _F) -> _F:
         init(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _exact_size(n: int) -> str:
+    """`n` bytes as an exact size text (``'6GiB'``) when it is a whole number of a binary
+    unit, else the integer: what the settings classes accept back."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return repr(f"{n >> shift}{unit}")
+    return str(n)
+
+
+def settings_repr(obj: Any, sizes: Sequence[str] = ()) -> str:
+    """``Name(field=value, ...)`` with only the fields that differ from the defaults, enums
+    as their strings and the fields in `sizes` as exact sizes: short, and valid Python
+    that builds an equal object."""
+    import dataclasses
+    from enum import Enum
+
+    default = type(obj)()
+    parts = []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if value == getattr(default, f.name):
+            continue
+        if isinstance(value, Enum):
+            text = repr(value.value)
+        elif f.name in sizes and isinstance(value, int):
+            text = _exact_size(value)
+        elif hasattr(value, "to_dict") and not dataclasses.is_dataclass(value):
+            text = repr(value.to_dict())  # LogitBias: a plain dict
+        else:
+            text = repr(value)
+        parts.append(f"{f.name}={text}")
+    return f"{type(obj).__name__}({', '.join(parts)})"

@@ -18,7 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
-from ._names import check_names, checked_init
+from ._names import check_names, checked_init, settings_repr
 from .errors import ConfigError
 from .sizes import format_bytes, parse_bytes
 
@@ -306,6 +306,10 @@ class ThreadConfig:
             self, "spin_us", _int("ThreadConfig.spin_us", spin_us, 0, MAX_SPIN_US, "microseconds")
         )
 
+    def __repr__(self) -> str:
+        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
+        return settings_repr(self)
+
     def replace(self, **changes: Any) -> ThreadConfig:
         """A copy with `changes` applied and validated."""
         return _replace(self, changes)
@@ -383,6 +387,10 @@ class CacheConfig:
         ))
         object.__setattr__(self, "preload", _bool("CacheConfig.preload", preload))
 
+    def __repr__(self) -> str:
+        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
+        return settings_repr(self)
+
     def replace(self, **changes: Any) -> CacheConfig:
         """A copy with `changes` applied and validated."""
         return _replace(self, changes)
@@ -453,6 +461,10 @@ class IOConfig:
         object.__setattr__(self, "checksums", _choice(
             "IOConfig.checksums", checksums, ("first", "always", "off")
         ))
+
+    def __repr__(self) -> str:
+        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
+        return settings_repr(self)
 
     def replace(self, **changes: Any) -> IOConfig:
         """A copy with `changes` applied and validated."""
@@ -531,6 +543,10 @@ class EngineConfig:
         object.__setattr__(self, "ram_budget", _ram_budget(ram_budget))
         object.__setattr__(self, "io", _sub_config("EngineConfig.io", io, IOConfig))
         object.__setattr__(self, "cache", _sub_config("EngineConfig.cache", cache, CacheConfig))
+
+    def __repr__(self) -> str:
+        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
+        return settings_repr(self, sizes=("ram_budget",))
 
     def replace(self, **changes: Any) -> EngineConfig:
         """A copy with `changes` applied and validated (``threads``, ``io`` and ``cache``

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from .display import Displayable, duration, sig3
 from .errors import ContextOverflowError, InvalidRequestError
 from .sampling import Sampler, Sampling, StopChecker
 from .stats import ExpertStats, PhaseTimes
@@ -37,8 +38,8 @@ def rate(count: int, seconds: float) -> float:
     return count / seconds if seconds > 0 else 0.0
 
 
-@dataclass(frozen=True)
-class GenerationStats:
+@dataclass(frozen=True, repr=False)
+class GenerationStats(Displayable):
     """Timing of one generation (seconds are wall-clock)."""
 
     prompt_tokens: int  # tokens prefilled for this generation
@@ -62,6 +63,21 @@ class GenerationStats:
     @property
     def decode_tok_s(self) -> float:
         return rate(self.decode_tokens, self.decode_seconds)
+
+    def _display_rows(self) -> list[tuple[str, str]]:
+        rows = [
+            ("prompt", f"{self.prompt_tokens} tokens in {duration(self.prefill_seconds)} "
+                       f"({sig3(self.prefill_tok_s)} tok/s)"),
+            ("generated", f"{self.generated_tokens} tokens, decode {sig3(self.decode_tok_s)} "
+                          f"tok/s ({self.decode_tokens} forwards in "
+                          f"{duration(self.decode_seconds)})"),
+            ("sampling", duration(self.sampling_seconds)),
+        ]
+        if self.experts is not None and self.experts.lookups:
+            rows.append(("experts", self.experts.summary()))
+        if self.wait_policy:
+            rows.append(("wait policy", self.wait_policy))
+        return rows
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -93,13 +109,24 @@ class Chunk:
     finish_reason: FinishReason | None = None  # set on the last chunk
 
 
-@dataclass(frozen=True)
-class Generation:
+@dataclass(frozen=True, repr=False)
+class Generation(Displayable):
+    """What a generation produced: the text, its tokens, why it ended, and its figures."""
+
     text: str
     token_ids: list[int]  # generated ids (an EOS that ended the text included)
     finish_reason: FinishReason
     stats: GenerationStats
     prompt_ids: list[int] = field(default_factory=list)
+
+    def _display_rows(self) -> list[tuple[str, str]]:
+        text = self.text if len(self.text) <= 60 else self.text[:57] + "..."
+        return [
+            ("text", repr(text)),
+            ("tokens", f"{len(self.token_ids)} generated after {len(self.prompt_ids)} prompt"),
+            ("finish", str(self.finish_reason)),
+            ("decode", f"{sig3(self.stats.decode_tok_s)} tok/s"),
+        ]
 
 
 def stream_tokens(

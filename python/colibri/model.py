@@ -24,6 +24,7 @@ from . import _core
 from .budget import BudgetPlan
 from .chat import ChatTemplate
 from .config import ActivationPrecision, CachePolicy, EngineConfig, ThreadConfig, WaitPolicy
+from .display import Displayable, model_rows, model_stats_rows
 from .errors import (
     ContextOverflowError,
     InvalidRequestError,
@@ -61,9 +62,15 @@ from .tokenizers import Tokenizer
 Messages = Sequence[Mapping[str, Any]]
 
 
-@dataclass(frozen=True)
-class ModelStats:
-    """Cumulative counters of a model since load, and the last generation's record."""
+@dataclass(frozen=True, repr=False)
+class ModelStats(Displayable):
+    """Cumulative counters of a model since load, and the last generation's record.
+
+    ``generations``, ``prompt_tokens``, ``generated_tokens`` and the seconds count every
+    generation since load; ``experts`` and ``phases`` the streaming tier since load or
+    :meth:`Model.reset_stats`; ``memory`` is the RAM split now; ``last`` is the most recent
+    generation to finish, from any thread (a generation's own record is
+    ``Generation.stats``)."""
 
     generations: int
     prompt_tokens: int
@@ -85,6 +92,10 @@ class ModelStats:
     @property
     def decode_tok_s(self) -> float:
         return rate(self.decode_tokens, self.decode_seconds)
+
+    def _display_rows(self) -> list[tuple[str, str]]:
+        return model_stats_rows(self)
+
 
 _QK_NORM = {"none": _core.QkNorm.none, "head": _core.QkNorm.head, "full": _core.QkNorm.full}
 _WAIT = {
@@ -191,7 +202,7 @@ def _tensor_specs(manifest: Manifest) -> list[_core.TensorSpec]:
     ]
 
 
-class Model:
+class Model(Displayable):
     """A loaded model. Use :meth:`load`; close it (or use ``with``) to free its memory."""
 
     def __init__(self, manifest: Manifest, engine: EngineConfig, core: _core.Engine,
@@ -271,6 +282,13 @@ class Model:
         if engine.cache.preload and plan.cache_slots >= int(core.streamed_experts):
             core.preload_experts()
         return cls(manifest, engine, core, plan, history, base)
+
+    @property
+    def closed(self) -> bool:
+        return self._core is None
+
+    def _display_rows(self) -> list[tuple[str, str]]:
+        return model_rows(self)
 
     @property
     def config(self) -> ModelConfig:

@@ -32,6 +32,13 @@ class Session:
         self._last_logits: npt.NDArray[np.float32] | None = None
         self._ids: list[int] = []  # the tokens in the KV cache, in order
 
+    def __repr__(self) -> str:
+        return (f"Session({self.n_tokens} of {self.context_length} tokens, "
+                f"model {self._model.name!r})")
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(repr(self))
+
     @property
     def n_tokens(self) -> int:
         """Tokens currently in the KV cache."""
