@@ -14,13 +14,6 @@ namespace colibri {
 
 namespace {
 
-void check_shape(const Tensor* t, int64_t rows, int64_t cols) {
-  if (t->rows != rows || t->cols != cols)
-    fail(ErrorKind::Format, "tensor '" + t->name + "' is " + std::to_string(t->rows) + "x" +
-                                std::to_string(t->cols) + " but the config implies " +
-                                std::to_string(rows) + "x" + std::to_string(cols));
-}
-
 void check_spec(const ModelSpec& s) {
   auto positive = [](int64_t v, const char* what) {
     if (v <= 0) fail(ErrorKind::InvalidArgument, std::string("model spec: ") + what + " must be > 0");
@@ -145,7 +138,7 @@ Engine::Engine(ModelSpec spec, const std::vector<TensorSpec>& tensors,
 
 void Engine::resolve_layers() {
   const ModelSpec& s = spec_;
-  const int64_t d = s.hidden_size, qd = s.n_heads * s.head_dim, kvd = s.n_kv_heads * s.head_dim;
+  const int64_t d = s.hidden_size;
   auto req = [&](const std::string& name) { return &weights_.get(name); };
   auto opt = [&](const std::string& name) { return weights_.find(name); };
 
@@ -157,34 +150,23 @@ void Engine::resolve_layers() {
   check_shape(output_, s.vocab_size, d);
 
   layers_.resize(static_cast<std::size_t>(s.n_layers));
+  if (std::any_of(s.moe_layers.begin(), s.moe_layers.end(), [](uint8_t b) { return b; })) {
+    RouterSpec rs;
+    rs.kind = s.router;
+    rs.n_experts = s.n_experts;
+    rs.top_k = s.n_experts_per_tok;
+    rs.norm_topk_prob = s.norm_topk_prob;
+    rs.scaling = s.routed_scaling_factor;
+    rs.n_group = s.n_group;
+    rs.topk_group = s.topk_group;
+    router_ = make_router(rs);
+  }
   for (int64_t i = 0; i < s.n_layers; ++i) {
     LayerWeights& L = layers_[static_cast<std::size_t>(i)];
     const std::string p = "blk." + std::to_string(i) + ".";
     L.attn_norm = req(p + "attn_norm");
     check_shape(L.attn_norm, 1, d);
-    L.q = req(p + "attn_q");
-    check_shape(L.q, qd, d);
-    L.k = req(p + "attn_k");
-    check_shape(L.k, kvd, d);
-    L.v = req(p + "attn_v");
-    check_shape(L.v, kvd, d);
-    L.o = req(p + "attn_output");
-    check_shape(L.o, d, qd);
-    if (s.attention_bias) {
-      L.q_bias = req(p + "attn_q.bias");
-      check_shape(L.q_bias, 1, qd);
-      L.k_bias = req(p + "attn_k.bias");
-      check_shape(L.k_bias, 1, kvd);
-      L.v_bias = req(p + "attn_v.bias");
-      check_shape(L.v_bias, 1, kvd);
-    }
-    if (s.qk_norm != QkNorm::None) {
-      L.q_norm = req(p + "attn_q_norm");
-      L.k_norm = req(p + "attn_k_norm");
-      const bool full = s.qk_norm == QkNorm::Full;
-      check_shape(L.q_norm, 1, full ? qd : s.head_dim);
-      check_shape(L.k_norm, 1, full ? kvd : s.head_dim);
-    }
+    L.attention = make_attention(s, weights_, i);
     L.ffn_norm = req(p + "ffn_norm");
     check_shape(L.ffn_norm, 1, d);
     L.is_moe = !s.moe_layers.empty() && s.moe_layers[static_cast<std::size_t>(i)];
@@ -198,6 +180,7 @@ void Engine::resolve_layers() {
     }
     L.router = req(p + "ffn_gate_inp");
     check_shape(L.router, s.n_experts, d);
+    L.route = router_.get();
     if (s.shared_expert_intermediate_size > 0) {
       const int64_t sf = s.shared_expert_intermediate_size;
       L.shared = {req(p + "ffn_gate_shexp"), req(p + "ffn_up_shexp"), req(p + "ffn_down_shexp")};
@@ -214,6 +197,13 @@ void Engine::resolve_layers() {
     L.next_moe = next;
     if (L.is_moe) next = i;
   }
+}
+
+std::vector<KvLayerLayout> Engine::kv_layouts() const {
+  std::vector<KvLayerLayout> out;
+  out.reserve(layers_.size());
+  for (const auto& L : layers_) out.push_back(L.attention->kv_layout());
+  return out;
 }
 
 void Engine::configure_threads(const ThreadSettings& settings) {
@@ -339,7 +329,9 @@ void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, b
   const int64_t d = s.hidden_size;
   ws_.x.resize(static_cast<std::size_t>(n * d));
   ws_.h.resize(static_cast<std::size_t>(n * d));
+  ws_.proj.resize(static_cast<std::size_t>(n * d));
   get_rows(token_embd_->view(), ids, n, ws_.x.data());
+  AttentionContext actx{pool_, ws_.matmul, precision_, attn_ws_};
   if (routing_out && s.n_experts_per_tok > 0)
     std::fill(routing_out, routing_out + n * s.n_layers * s.n_experts_per_tok, -1);
 
@@ -348,7 +340,7 @@ void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, b
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t t = 0; t < n; ++t)
       rms_norm_row(ws_.x.data() + t * d, L.attn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
-    attention_block(L, kv, li, pos0, n);  // leaves the projected output in ws_.proj
+    L.attention->forward(actx, ws_.h.data(), n, pos0, kv, li, ws_.proj.data());
     add_inplace(ws_.x.data(), ws_.proj.data(), n * d);
     for (int64_t t = 0; t < n; ++t)
       rms_norm_row(ws_.x.data() + t * d, L.ffn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);

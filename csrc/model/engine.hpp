@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "io/file_reader.hpp"
+#include "model/attention_layer.hpp"
 #include "model/expert_store.hpp"
 #include "model/matmul.hpp"
 #include "model/model_spec.hpp"
@@ -41,19 +42,13 @@ using PhaseSeconds = std::array<double, kPhases>;
 
 struct LayerWeights {
   const Tensor* attn_norm = nullptr;
-  const Tensor* q = nullptr;
-  const Tensor* k = nullptr;
-  const Tensor* v = nullptr;
-  const Tensor* o = nullptr;
-  const Tensor* q_bias = nullptr;  // attention_bias only
-  const Tensor* k_bias = nullptr;
-  const Tensor* v_bias = nullptr;
-  const Tensor* q_norm = nullptr;  // qk_norm only
-  const Tensor* k_norm = nullptr;
+  std::unique_ptr<AttentionLayer> attention;  // this layer's attention kind, its weights inside
   const Tensor* ffn_norm = nullptr;
   bool is_moe = false;
   ExpertWeights dense;                 // !is_moe
   const Tensor* router = nullptr;      // is_moe: (n_experts, hidden); experts are streamed
+  const Tensor* router_bias = nullptr; // is_moe, optional: (n_experts,) selection bias
+  const Router* route = nullptr;       // is_moe: the routing rule (owned by the engine)
   int64_t next_moe = -1;               // is_moe: the next MoE layer (lookahead), -1 if none
   ExpertWeights shared;                // shared expert, when the spec has one
   const Tensor* shared_gate = nullptr; // (1, hidden) sigmoid gate of the shared expert
@@ -61,9 +56,8 @@ struct LayerWeights {
 
 // Reusable float buffers for one forward call, grown on demand.
 struct Workspace {
-  std::vector<float> x, h, q, k, v, attn, proj, gate, up, ffn_out, router, slot_out, xe, ye, logits;
+  std::vector<float> x, h, proj, gate, up, ffn_out, router, slot_out, xe, ye, logits;
   std::vector<float> next_router;  // the lookahead: next MoE layer's router on this input
-  std::vector<float> attn_scores;  // per thread: context_length floats
   ScratchBuffer matmul;
 };
 
@@ -85,6 +79,8 @@ class Engine {
   ThreadPoolStats thread_stats() const { return pool_.stats(); }
   void reset_thread_stats();
   std::size_t weight_bytes() const { return weights_.total_bytes(); }
+  // What each layer keeps per position in a session's KV cache.
+  std::vector<KvLayerLayout> kv_layouts() const;
 
   // The streaming tier. configure_store drops every cached expert (never during a forward).
   void configure_store(const StoreSettings& settings);
@@ -109,8 +105,6 @@ class Engine {
 
  private:
   void resolve_layers();
-  void attention_block(const LayerWeights& L, class KvCache& kv, int64_t layer, int64_t pos0,
-                       int64_t n);
   void ffn_block(const LayerWeights& L, int64_t n);
   void moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t* routing_out);
   void routed_experts(int64_t layer, int64_t n, const std::vector<int32_t>& sel);
@@ -126,9 +120,11 @@ class Engine {
   const Tensor* output_norm_ = nullptr;
   const Tensor* output_ = nullptr;  // token_embd_ when tied
   std::vector<LayerWeights> layers_;
+  std::unique_ptr<Router> router_;  // the spec's routing rule, shared by the MoE layers
   std::unique_ptr<ExpertStore> store_;
   ThreadPool pool_;
   Workspace ws_;
+  AttentionScratch attn_ws_;
   PhaseSeconds phase_{};
   bool auto_wait_ = false;
   ThreadSettings auto_base_;     // n_threads and spin_us under Auto

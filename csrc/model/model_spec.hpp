@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "io/file_reader.hpp"
+#include "model/routers/router.hpp"
 #include "quant/dtype.hpp"
 
 namespace colibri {
@@ -14,6 +15,11 @@ enum class QkNorm : int {
   None = 0,
   PerHead = 1,  // RMSNorm over each head's head_dim values (Qwen3)
   Full = 2,     // RMSNorm over the whole projection, all heads at once (OLMoE)
+};
+
+// Which attention unit a layer runs (model/attention_layer.hpp: make_attention).
+enum class AttentionKind : int {
+  Gqa = 0,  // grouped-query attention (multi-head and multi-query are its edge cases)
 };
 
 struct ModelSpec {
@@ -32,12 +38,17 @@ struct ModelSpec {
   std::vector<float> rope_inv_freq;  // rotary_dim / 2 entries
   float rope_attention_factor = 1.0f;
   float attention_scale = 0.0f;     // softmax scale; 0 means 1/sqrt(head_dim)
+  AttentionKind attention_kind = AttentionKind::Gqa;
   QkNorm qk_norm = QkNorm::None;
   bool attention_bias = false;
   int64_t n_experts = 0;            // routed experts per MoE layer
   int64_t n_experts_per_tok = 0;    // top-k
   int64_t moe_intermediate_size = 0;
   bool norm_topk_prob = false;
+  RouterKind router = RouterKind::SoftmaxTopK;  // the routing rule of every MoE layer
+  float routed_scaling_factor = 1.0f;  // multiplies the routed weights
+  int64_t n_group = 1;                 // expert groups (grouped routers)
+  int64_t topk_group = 1;              // groups kept per token
   int64_t shared_expert_intermediate_size = 0;
   std::vector<uint8_t> moe_layers;  // per layer: 1 when the FFN is the MoE block
   bool tie_word_embeddings = false;

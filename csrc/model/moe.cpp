@@ -1,5 +1,5 @@
-// Feed-forward blocks: the dense SwiGLU FFN and the MoE block (softmax router, top-k,
-// optional renormalization, routed experts, optional sigmoid-gated shared expert).
+// Feed-forward blocks: the dense SwiGLU FFN and the MoE block (the layer's routing rule,
+// model/routers/, then the routed experts and the optional shared expert).
 //
 // Determinism: each token's expert outputs are summed in the router's order (slot 0 first),
 // whatever order the experts were computed in, so batching tokens by expert (each distinct
@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 #include <optional>
 
 #include "model/engine.hpp"
@@ -23,16 +22,6 @@ constexpr int64_t kPrefetchMaxTokens = 8;  // lookahead only for decode-sized ba
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Softmax over all experts, then the top k (ties to the lower index) of row p.
-void top_k(float* p, int64_t ne, int64_t k, std::vector<int32_t>& order) {
-  softmax(p, ne);
-  order.resize(static_cast<std::size_t>(ne));
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [p](int32_t a, int32_t b) {
-    return p[a] > p[b] || (p[a] == p[b] && a < b);
-  });
 }
 
 }  // namespace
@@ -61,12 +50,14 @@ void Engine::predict_next(const LayerWeights& L, int64_t n) {
   const LayerWeights& next = layers_[static_cast<std::size_t>(L.next_moe)];
   ws_.next_router.resize(static_cast<std::size_t>(n * ne));
   mm(*next.router, ws_.h.data(), n, ws_.next_router.data());
-  std::vector<int32_t> order, predicted;
+  // The next layer's whole rule (its bias and groups included), not an approximation.
+  const float* bias = next.router_bias ? next.router_bias->f32() : nullptr;
+  std::vector<int32_t> chosen(static_cast<std::size_t>(k)), predicted;
+  std::vector<float> unused(static_cast<std::size_t>(k));
   for (int64_t t = 0; t < n; ++t) {
-    top_k(ws_.next_router.data() + t * ne, ne, k, order);
-    for (int64_t j = 0; j < k; ++j)
-      if (std::find(predicted.begin(), predicted.end(), order[static_cast<std::size_t>(j)]) == predicted.end())
-        predicted.push_back(order[static_cast<std::size_t>(j)]);
+    next.route->route(ws_.next_router.data() + t * ne, bias, chosen.data(), unused.data());
+    for (int32_t e : chosen)
+      if (std::find(predicted.begin(), predicted.end(), e) == predicted.end()) predicted.push_back(e);
   }
   store_->prefetch(L.next_moe, predicted);
 }
@@ -137,22 +128,15 @@ void Engine::moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t*
   ws_.router.resize(static_cast<std::size_t>(n * ne));
   mm(*L.router, ws_.h.data(), n, ws_.router.data());
 
-  // Route: softmax over all experts, take the top k, renormalize if configured. The choice
-  // and weights for token t are (sel[t*k + j], weight[t*k + j]).
+  // Route with the layer's rule. The choice and weights for token t are
+  // (sel[t*k + j], weight[t*k + j]), best first.
   std::vector<int32_t> sel(static_cast<std::size_t>(n * k));
   std::vector<float> weight(static_cast<std::size_t>(n * k));
-  std::vector<int32_t> order;
+  const float* bias = L.router_bias ? L.router_bias->f32() : nullptr;
   for (int64_t t = 0; t < n; ++t) {
-    float* p = ws_.router.data() + t * ne;
-    top_k(p, ne, k, order);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < k; ++j) sum += p[order[static_cast<std::size_t>(j)]];
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t e = order[static_cast<std::size_t>(j)];
-      sel[static_cast<std::size_t>(t * k + j)] = e;
-      weight[static_cast<std::size_t>(t * k + j)] = s.norm_topk_prob ? p[e] / sum : p[e];
-      if (routing_out) routing_out[(t * s.n_layers + layer) * k + j] = e;
-    }
+    L.route->route(ws_.router.data() + t * ne, bias, sel.data() + t * k, weight.data() + t * k);
+    if (routing_out)
+      for (int64_t j = 0; j < k; ++j) routing_out[(t * s.n_layers + layer) * k + j] = sel[static_cast<std::size_t>(t * k + j)];
   }
   phase_[kRouter] += seconds_since(t0);
 

@@ -15,9 +15,7 @@ namespace colibri {
 class Session {
  public:
   Session(std::shared_ptr<Engine> engine, int64_t context_length)
-      : engine_(std::move(engine)),
-        kv_(engine_->spec().n_layers, context_length,
-            engine_->spec().n_kv_heads * engine_->spec().head_dim) {}
+      : engine_(std::move(engine)), kv_(engine_->kv_layouts(), context_length) {}
 
   // Appends n tokens; writes logits of the last one ([vocab]) or of all ([n, vocab]).
   // On error (bad token id, context overflow) the session is unchanged.

@@ -37,6 +37,13 @@ void unpermute_rows(Tensor& t, int64_t n_heads) {
 
 }  // namespace
 
+void check_shape(const Tensor* t, int64_t rows, int64_t cols) {
+  if (t->rows != rows || t->cols != cols)
+    fail(ErrorKind::Format, "tensor '" + t->name + "' is " + std::to_string(t->rows) + "x" +
+                                std::to_string(t->cols) + " but the config implies " +
+                                std::to_string(rows) + "x" + std::to_string(cols));
+}
+
 const float* Tensor::f32() const {
   if (type != DType::F32)
     fail(ErrorKind::Unsupported, "tensor '" + name + "' must be F32 but is " + dtype_name(type));

@@ -28,6 +28,9 @@ struct Tensor {
   const float* f32() const;  // vector tensors must be F32 (norms, biases); throws otherwise
 };
 
+// Throws Error(Format) naming the tensor unless it is rows x cols (1 x n for a vector).
+void check_shape(const Tensor* t, int64_t rows, int64_t cols);
+
 class WeightStore {
  public:
   WeightStore(const std::vector<TensorSpec>& specs, const FileSet& files);

@@ -1,0 +1,17 @@
+#include "model/attention_layer.hpp"
+
+#include "common/errors.hpp"
+#include "model/attn_gqa.hpp"
+
+namespace colibri {
+
+std::unique_ptr<AttentionLayer> make_attention(const ModelSpec& spec, const WeightStore& weights, int64_t layer) {
+  switch (spec.attention_kind) {
+    case AttentionKind::Gqa:
+      return std::make_unique<GqaAttention>(spec, GqaAttention::resolve(spec, weights, layer));
+  }
+  fail(ErrorKind::Unsupported, "model spec: unknown attention kind " +
+                                   std::to_string(static_cast<int>(spec.attention_kind)));
+}
+
+}  // namespace colibri

@@ -1,0 +1,55 @@
+// The seam between the engine's layer loop and one layer's attention. Each attention kind
+// (grouped-query attention today; MLA and MLA with a sparse indexer next) is a small unit
+// with its own weights struct, its own KV-cache layout and its own forward, chosen per
+// layer from the spec when the model loads (make_attention). The engine only orchestrates:
+// it norms the residual stream, calls the layer's unit, adds the result back.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/kv_cache.hpp"
+#include "model/matmul.hpp"
+#include "model/model_spec.hpp"
+#include "model/weights.hpp"
+
+namespace colibri {
+
+class ThreadPool;
+
+// Float buffers shared by every layer of one engine (one forward runs at a time), grown on
+// demand. Each unit uses the ones it needs; a new kind adds its own fields.
+struct AttentionScratch {
+  std::vector<float> q, k, v, attn;  // GQA: projections and the attention output per token
+  std::vector<float> rope;           // RoPE (cos, sin) pairs for one position
+  std::vector<float> kernel;         // working memory of the attention kernels (attention/)
+};
+
+// What a unit may use during its forward: the compute team and the shared buffers.
+struct AttentionContext {
+  ThreadPool& pool;
+  ScratchBuffer& matmul;  // quantized activations for the projections
+  ActPrecision precision;
+  AttentionScratch& scratch;
+};
+
+class AttentionLayer {
+ public:
+  virtual ~AttentionLayer() = default;
+
+  // What this layer keeps per position in a session's KV cache.
+  virtual KvLayerLayout kv_layout() const = 0;
+
+  // x: [n, hidden] (the normed residual stream of tokens at positions [pos0, pos0 + n)).
+  // Appends this layer's keys and values for those positions to `kv` (positions already
+  // reserved by the caller), attends causally over [0, pos0 + t] for token t, and writes
+  // the output projected back to hidden size into out: [n, hidden].
+  virtual void forward(AttentionContext& ctx, const float* x, int64_t n, int64_t pos0, KvCache& kv,
+                       int64_t layer, float* out) = 0;
+};
+
+// The unit for layer `layer` of a model, its tensors looked up in `weights` and checked
+// against the spec (Error(Format) naming a missing or misshapen tensor).
+std::unique_ptr<AttentionLayer> make_attention(const ModelSpec& spec, const WeightStore& weights, int64_t layer);
+
+}  // namespace colibri

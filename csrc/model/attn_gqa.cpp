@@ -1,0 +1,117 @@
+#include "model/attn_gqa.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "model/ops.hpp"
+#include "threadpool/threadpool.hpp"
+
+namespace colibri {
+
+GqaAttention::GqaAttention(const ModelSpec& s, GqaWeights weights)
+    : w_(weights), hidden_(s.hidden_size), n_heads_(s.n_heads), n_kv_heads_(s.n_kv_heads),
+      head_dim_(s.head_dim), qk_norm_(s.qk_norm), eps_(s.rms_norm_eps),
+      scale_(s.attention_scale > 0 ? s.attention_scale : 1.0f / std::sqrt(static_cast<float>(s.head_dim))),
+      rope_inv_freq_(s.rope_inv_freq), rope_factor_(s.rope_attention_factor) {}
+
+GqaWeights GqaAttention::resolve(const ModelSpec& s, const WeightStore& store, int64_t layer) {
+  const int64_t d = s.hidden_size, qd = s.n_heads * s.head_dim, kvd = s.n_kv_heads * s.head_dim;
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  auto req = [&](const std::string& name, int64_t rows, int64_t cols) {
+    const Tensor* t = &store.get(name);
+    check_shape(t, rows, cols);
+    return t;
+  };
+  GqaWeights w;
+  w.q = req(p + "attn_q", qd, d);
+  w.k = req(p + "attn_k", kvd, d);
+  w.v = req(p + "attn_v", kvd, d);
+  w.o = req(p + "attn_output", d, qd);
+  if (s.attention_bias) {
+    w.q_bias = req(p + "attn_q.bias", 1, qd);
+    w.k_bias = req(p + "attn_k.bias", 1, kvd);
+    w.v_bias = req(p + "attn_v.bias", 1, kvd);
+  }
+  if (s.qk_norm != QkNorm::None) {
+    const bool full = s.qk_norm == QkNorm::Full;
+    w.q_norm = req(p + "attn_q_norm", 1, full ? qd : s.head_dim);
+    w.k_norm = req(p + "attn_k_norm", 1, full ? kvd : s.head_dim);
+  }
+  return w;
+}
+
+KvLayerLayout GqaAttention::kv_layout() const { return KvLayerLayout{n_kv_heads_, head_dim_, n_kv_heads_, head_dim_}; }
+
+void GqaAttention::forward(AttentionContext& ctx, const float* x, int64_t n, int64_t pos0, KvCache& kv,
+                           int64_t layer, float* out) {
+  const int64_t hd = head_dim_, nh = n_heads_, nkv = n_kv_heads_;
+  const int64_t qd = nh * hd, kvd = nkv * hd;
+  AttentionScratch& ws = ctx.scratch;
+  ws.q.resize(static_cast<std::size_t>(n * qd));
+  ws.k.resize(static_cast<std::size_t>(n * kvd));
+  ws.v.resize(static_cast<std::size_t>(n * kvd));
+  ws.attn.resize(static_cast<std::size_t>(n * qd));
+
+  {  // q, k and v read the same input: one parallel region for the three
+    const WeightView w[3] = {w_.q->view(), w_.k->view(), w_.v->view()};
+    float* const proj[3] = {ws.q.data(), ws.k.data(), ws.v.data()};
+    matmul_multi(ctx.pool, w, proj, 3, x, n, ctx.matmul, ctx.precision);
+  }
+  if (w_.q_bias) {
+    for (int64_t t = 0; t < n; ++t) {
+      add_inplace(ws.q.data() + t * qd, w_.q_bias->f32(), qd);
+      add_inplace(ws.k.data() + t * kvd, w_.k_bias->f32(), kvd);
+      add_inplace(ws.v.data() + t * kvd, w_.v_bias->f32(), kvd);
+    }
+  }
+
+  const int64_t half = static_cast<int64_t>(rope_inv_freq_.size());
+  ws.rope.resize(static_cast<std::size_t>(2 * half));
+  float* cos_sin = ws.rope.data();
+  for (int64_t t = 0; t < n; ++t) {
+    float* q = ws.q.data() + t * qd;
+    float* k = ws.k.data() + t * kvd;
+    if (qk_norm_ == QkNorm::Full) {
+      rms_norm_row(q, w_.q_norm->f32(), qd, eps_, q);
+      rms_norm_row(k, w_.k_norm->f32(), kvd, eps_, k);
+    } else if (qk_norm_ == QkNorm::PerHead) {
+      for (int64_t h = 0; h < nh; ++h) rms_norm_row(q + h * hd, w_.q_norm->f32(), hd, eps_, q + h * hd);
+      for (int64_t h = 0; h < nkv; ++h) rms_norm_row(k + h * hd, w_.k_norm->f32(), hd, eps_, k + h * hd);
+    }
+    rope_cos_sin(pos0 + t, rope_inv_freq_.data(), half, rope_factor_, cos_sin);
+    for (int64_t h = 0; h < nh; ++h) rope_head(q + h * hd, cos_sin, 2 * half);
+    for (int64_t h = 0; h < nkv; ++h) rope_head(k + h * hd, cos_sin, 2 * half);
+    std::memcpy(kv.k(layer, pos0 + t), k, static_cast<std::size_t>(kvd) * sizeof(float));
+    std::memcpy(kv.v(layer, pos0 + t), ws.v.data() + t * kvd, static_cast<std::size_t>(kvd) * sizeof(float));
+  }
+
+  // One task per (token, head): each output head row is computed by one thread, with the
+  // positions summed in order, so the result does not depend on the team.
+  const int64_t group = nh / nkv, ctx_len = kv.context_length();
+  ws.kernel.resize(static_cast<std::size_t>(ctx.pool.size() * ctx_len));
+  ctx.pool.parallel_for(n * nh, 1, [&](int64_t begin, int64_t end, int thread) {
+    float* scores = ws.kernel.data() + thread * ctx_len;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t t = task / nh, h = task % nh, g = h / group;
+      const int64_t n_keys = pos0 + t + 1;  // causal: keys at positions <= this one
+      const float* q = ws.q.data() + t * qd + h * hd;
+      for (int64_t j = 0; j < n_keys; ++j) {
+        const float* kr = kv.k(layer, j) + g * hd;
+        float dot = 0.0f;
+        for (int64_t i = 0; i < hd; ++i) dot += q[i] * kr[i];
+        scores[j] = dot * scale_;
+      }
+      softmax(scores, n_keys);
+      float* o = ws.attn.data() + t * qd + h * hd;
+      std::memset(o, 0, static_cast<std::size_t>(hd) * sizeof(float));
+      for (int64_t j = 0; j < n_keys; ++j) {
+        const float* vr = kv.v(layer, j) + g * hd;
+        const float p = scores[j];
+        for (int64_t i = 0; i < hd; ++i) o[i] += p * vr[i];
+      }
+    }
+  });
+  matmul(ctx.pool, w_.o->view(), ws.attn.data(), n, out, ctx.matmul, ctx.precision);
+}
+
+}  // namespace colibri

@@ -1,0 +1,44 @@
+// Grouped-query attention (Llama, Qwen, Mixtral, OLMoE ...): q/k/v projections (+ bias),
+// optional QK-norm, RoPE, KV-cache append, causal softmax attention, output projection.
+// n_heads query heads share n_kv_heads key/value heads in groups of n_heads / n_kv_heads.
+#pragma once
+#include <vector>
+
+#include "model/attention_layer.hpp"
+
+namespace colibri {
+
+struct GqaWeights {
+  const Tensor* q = nullptr;       // (n_heads * head_dim, hidden)
+  const Tensor* k = nullptr;       // (n_kv_heads * head_dim, hidden)
+  const Tensor* v = nullptr;       // (n_kv_heads * head_dim, hidden)
+  const Tensor* o = nullptr;       // (hidden, n_heads * head_dim)
+  const Tensor* q_bias = nullptr;  // attention_bias only
+  const Tensor* k_bias = nullptr;
+  const Tensor* v_bias = nullptr;
+  const Tensor* q_norm = nullptr;  // qk_norm only: (head_dim,) per head or (n * head_dim,) full
+  const Tensor* k_norm = nullptr;
+};
+
+class GqaAttention final : public AttentionLayer {
+ public:
+  GqaAttention(const ModelSpec& spec, GqaWeights weights);
+
+  // blk.{layer}.attn_{q,k,v,output}[.bias], attn_{q,k}_norm, checked against the spec.
+  static GqaWeights resolve(const ModelSpec& spec, const WeightStore& store, int64_t layer);
+
+  KvLayerLayout kv_layout() const override;
+  void forward(AttentionContext& ctx, const float* x, int64_t n, int64_t pos0, KvCache& kv, int64_t layer,
+               float* out) override;
+
+ private:
+  GqaWeights w_;
+  int64_t hidden_, n_heads_, n_kv_heads_, head_dim_;
+  QkNorm qk_norm_;
+  float eps_;
+  float scale_;                    // softmax scale
+  std::vector<float> rope_inv_freq_;
+  float rope_factor_;
+};
+
+}  // namespace colibri

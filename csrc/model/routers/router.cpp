@@ -1,0 +1,55 @@
+#include "model/routers/router.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include "common/errors.hpp"
+
+namespace colibri {
+
+std::unique_ptr<Router> make_softmax_topk(const RouterSpec& spec);        // softmax_topk.cpp
+
+namespace {
+
+[[noreturn]] void bad(const std::string& what) {
+  fail(ErrorKind::InvalidArgument, "model spec: router " + what);
+}
+
+}  // namespace
+
+std::unique_ptr<Router> make_router(const RouterSpec& s) {
+  if (s.n_experts <= 0 || s.top_k <= 0 || s.top_k > s.n_experts)
+    bad("needs 0 < top_k <= n_experts (top_k " + std::to_string(s.top_k) + ", n_experts " +
+        std::to_string(s.n_experts) + ")");
+  if (!(s.scaling > 0.0f)) bad("scaling (routed_scaling_factor) must be > 0");
+  switch (s.kind) {
+    case RouterKind::SoftmaxTopK:
+      return make_softmax_topk(s);
+    default:
+      break;
+  }
+  bad("kind " + std::to_string(static_cast<int>(s.kind)) + " is unknown");
+}
+
+void top_k_indices(const float* v, int64_t n, int64_t k, std::vector<int32_t>& order) {
+  order.resize(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [v](int32_t a, int32_t b) {
+    return v[a] > v[b] || (v[a] == v[b] && a < b);
+  });
+  order.resize(static_cast<std::size_t>(k));
+}
+
+void finish_weights(const RouterSpec& s, float* w) {
+  if (s.norm_topk_prob) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < s.top_k; ++j) sum += w[j];
+    const float denom = sum + 1e-20f;
+    for (int64_t j = 0; j < s.top_k; ++j) w[j] /= denom;
+  }
+  if (s.scaling != 1.0f)
+    for (int64_t j = 0; j < s.top_k; ++j) w[j] *= s.scaling;
+}
+
+}  // namespace colibri
