@@ -14,7 +14,7 @@ to the caller; the model stays usable.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -23,10 +23,12 @@ import numpy.typing as npt
 
 from .display import Displayable, duration, sig3
 from .errors import ContextOverflowError, InvalidRequestError
-from .sampling import Sampler, Sampling, StopChecker
+from .logprobs import Logprob
+from .sampling import Sampler, Sampling, StopChecker, StopStatus
 from .stats import ExpertStats, PhaseTimes
 
 if TYPE_CHECKING:
+    from .decoding import Decoder
     from .session import Session
     from .tokenizers import Tokenizer
 
@@ -107,6 +109,7 @@ class Chunk:
     text: str
     token_id: int | None  # None for the final chunk that only flushes held text
     finish_reason: FinishReason | None = None  # set on the last chunk
+    logprobs: Logprob | None = None  # with Sampling(logprobs=True): this token's record
 
 
 @dataclass(frozen=True, repr=False)
@@ -118,6 +121,10 @@ class Generation(Displayable):
     finish_reason: FinishReason
     stats: GenerationStats
     prompt_ids: list[int] = field(default_factory=list)
+    # With Sampling(logprobs=True): one record per generated token.
+    logprobs: list[Logprob] | None = None
+    # With Sampling(prompt_logprobs=k): one per prompt token (None: nothing before it).
+    prompt_logprobs: list[Logprob | None] | None = None
 
     def _display_rows(self) -> list[tuple[str, str]]:
         text = self.text if len(self.text) <= 60 else self.text[:57] + "..."
@@ -139,9 +146,12 @@ def stream_tokens(
     stop: Sequence[str],
     history: Sequence[int] = (),
     on_done: OnDone | None = None,
+    decoder: Decoder | None = None,
 ) -> Generator[Chunk, None, None]:
     """Prefill ``prompt_ids`` (may be empty when the session already holds tokens and
-    its last logits) and decode. Yields chunks; calls ``on_done(stats)`` at the end."""
+    its last logits) and decode. Yields chunks; calls ``on_done(stats)`` at the end.
+    ``decoder`` adds the optional stages (colibri.decoding: logits processors, logprobs,
+    structured output, stop token ids, min_tokens)."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
         raise InvalidRequestError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
     room = session.context_length - session.n_tokens
@@ -152,13 +162,15 @@ def stream_tokens(
             "it, pass truncate=True, or raise EngineConfig.context_length"
         )
     sampler = Sampler(sampling)
-    checker = StopChecker(list(stop), tokenizer.eos_ids, max_tokens)
+    stop_ids = tokenizer.eos_ids | decoder.stop_ids if decoder is not None else tokenizer.eos_ids
+    checker = StopChecker(list(stop), stop_ids, max_tokens)
     detok = tokenizer.stream(strip_leading_space=False)
     hist = list(history) + list(prompt_ids)
     t0 = time.perf_counter()
     logits: npt.NDArray[np.float32]
     if prompt_ids:
-        logits = session.forward(list(prompt_ids))
+        logits = (decoder.prefill(session, prompt_ids) if decoder is not None
+                  else session.forward(list(prompt_ids)))
     else:
         logits = session.last_logits()
     prefill = time.perf_counter() - t0
@@ -177,22 +189,31 @@ def stream_tokens(
                 decode += time.perf_counter() - t
                 n_decode += 1
             t = time.perf_counter()
-            tok = sampler(logits, hist)
+            lp = None
+            if decoder is None:
+                tok = sampler(logits, hist)
+            else:
+                tok, lp = decoder.choose(sampler, logits, hist, len(generated))
             generated.append(tok)
             hist.append(tok)
             status = checker.feed(tok, detok.add(tok))
+            if not status.done and decoder is not None and decoder.accept(tok):
+                # A constrained text is complete: nothing may follow it.
+                status = StopStatus(status.text + checker.flush(), "stop")
             sampling_time += time.perf_counter() - t
             if status.done:
                 finish = status.finish_reason
-                yield Chunk(status.text, tok, finish)
+                yield Chunk(status.text, tok, finish, lp)
                 break
-            yield Chunk(status.text, tok)
+            yield Chunk(status.text, tok, None, lp)
         else:
             finish = checker.finish_reason or "length"
         if finish == "length" and (not checker.done or not generated):
             # The context filled up, or max_tokens was 0: no token carried the reason.
             yield Chunk(checker.flush(), None, "length")
     finally:
+        if decoder is not None:
+            decoder.close()
         if on_done is not None:
             on_done(
                 GenerationStats(len(prompt_ids), len(generated), prefill, decode, sampling_time,
@@ -201,3 +222,12 @@ def stream_tokens(
                 finish,
             )
 
+
+
+def collect(chunks: Iterable[Chunk], result: Mapping[str, Any],
+            prompt_ids: list[int]) -> Generation:
+    """Runs a stream to its end and builds the Generation (``result`` is filled by the
+    stream's on_done: stats, generated ids, finish reason, logprobs)."""
+    text = "".join(c.text for c in chunks)
+    return Generation(text, result["generated"], result["finish"], result["stats"], prompt_ids,
+                      result.get("logprobs"), result.get("prompt_logprobs"))

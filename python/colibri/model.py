@@ -15,15 +15,17 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _core
+from .aio import AsyncMethods
 from .budget import BudgetPlan
 from .chat import ChatTemplate
 from .config import ActivationPrecision, CachePolicy, EngineConfig, ThreadConfig, WaitPolicy
+from .decoding import Decoder
 from .display import Displayable, model_rows, model_stats_rows
 from .errors import (
     ContextOverflowError,
@@ -36,11 +38,14 @@ from .generation import (
     FinishReason,
     Generation,
     GenerationStats,
+    collect,
     rate,
     stream_tokens,
 )
+from .request import GenerateOptions, Request, parse_request
 from .resolve import resolve_model_spec
 from .rope import rope_table
+from .samples import SampleMethods
 from .sampling import Sampling
 from .session import Session
 from .sources import Manifest, ModelConfig, open_model_source
@@ -57,7 +62,11 @@ from .streaming import (
     store_settings,
     wait_policy_name,
 )
+from .templating import TemplateMethods
 from .tokenizers import Tokenizer
+
+if TYPE_CHECKING:
+    from typing import Unpack
 
 Messages = Sequence[Mapping[str, Any]]
 
@@ -202,7 +211,7 @@ def _tensor_specs(manifest: Manifest) -> list[_core.TensorSpec]:
     ]
 
 
-class Model(Displayable):
+class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
     """A loaded model. Use :meth:`load`; close it (or use ``with``) to free its memory."""
 
     def __init__(self, manifest: Manifest, engine: EngineConfig, core: _core.Engine,
@@ -380,16 +389,36 @@ class Model(Displayable):
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
         truncate: bool = False,
+        **options: Unpack[GenerateOptions],
     ) -> Generation:
-        """Generates a completion in a fresh session and returns it whole."""
-        chunks: list[str] = []
+        """Generates text in a fresh session and returns it whole.
+
+        Raw or templated, one rule: a ``prompt`` (str) is a raw completion: the text is
+        continued as it is (BOS added as the model asks), with no chat template; a list of
+        ids is used as given. ``messages=[{"role": "user", "content": ...}, ...]`` (or
+        :meth:`chat`) renders the conversation with the model's chat template and answers
+        as the assistant. ``colibri run`` uses the template unless ``--raw``.
+
+        ``max_tokens``: most tokens to generate, EOS included (0: none, finish "length").
+        ``sampling``: a :class:`Sampling` (or a mapping of its fields); the default is
+        greedy; ``Sampling(logprobs=True, top_logprobs=k, prompt_logprobs=k)`` adds
+        log-probabilities. ``stop``: strings that end the text (not included).
+        ``truncate``: keep the end of a prompt longer than the context instead of raising
+        :class:`~colibri.errors.ContextOverflowError`. Further options
+        (:class:`~colibri.request.GenerateOptions`): ``stop_token_ids``, ``min_tokens``,
+        ``logits_processors`` (callables ``(token_ids, logits) -> logits``, in order, before
+        sampling) and ``response_format`` (a JSON schema, regex, choice list or grammar:
+        :mod:`colibri.structured`).
+
+        Returns a :class:`Generation`: ``text``, ``token_ids``, ``finish_reason`` ("stop":
+        EOS, a stop string or token, or a complete structured text; "length"),
+        ``stats`` (this generation's own figures, also under concurrent use) and the
+        logprobs asked for. Safe to call from several threads at once (docs/api.md).
+        """
+        request = self._request(max_tokens, sampling, stop, truncate, options, "generate")
+        ids = self._fit(self.encode_prompt(prompt, messages=messages), request)
         result: dict[str, Any] = {}
-        ids = self._fit(self.encode_prompt(prompt, messages=messages), max_tokens, truncate)
-        for chunk in self._stream(self.session(), ids, max_tokens, sampling, stop, result):
-            chunks.append(chunk.text)
-        return Generation(
-            "".join(chunks), result["generated"], result["finish"], result["stats"], ids
-        )
+        return collect(self._stream(self.session(), ids, request, result), result, ids)
 
     def stream(
         self,
@@ -400,12 +429,29 @@ class Model(Displayable):
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
         truncate: bool = False,
+        **options: Unpack[GenerateOptions],
     ) -> Generator[Chunk, None, None]:
-        """Like :meth:`generate`, yielding text chunks as tokens arrive."""
-        ids = self._fit(self.encode_prompt(prompt, messages=messages), max_tokens, truncate)
-        return self._stream(self.session(), ids, max_tokens, sampling, stop, {})
+        """Like :meth:`generate` (same arguments, same rule for raw and templated
+        prompts), yielding a :class:`Chunk` per token as it arrives: the text it made
+        visible (may be empty), its id, its logprobs when asked for, and on the last chunk
+        the finish reason. Closing the generator early stops the generation."""
+        request = self._request(max_tokens, sampling, stop, truncate, options, "stream")
+        ids = self._fit(self.encode_prompt(prompt, messages=messages), request)
+        return self._stream(self.session(), ids, request, {})
+
+    @staticmethod
+    def _request(max_tokens: int, sampling: Sampling | Mapping[str, Any] | None,
+                 stop: str | Sequence[str], truncate: bool, options: Mapping[str, Any],
+                 where: str) -> Request:
+        return parse_request({"max_tokens": max_tokens, "sampling": sampling, "stop": stop,
+                              "truncate": truncate, **options}, where=where)
 
     def stats(self) -> ModelStats:
+        """The model's figures now: generations, tokens and time since load, the streaming
+        tier's expert-cache and I/O counters and time per phase since load (or
+        :meth:`reset_stats`), the RAM budget split, the wait policy in effect, and the
+        last generation to finish (``last``; from any thread: a generation's own record is
+        its ``Generation.stats``). Cheap: safe to call during generation."""
         g, p, n, ps, ds, nd = self._totals
         core = self._require_core()
         return ModelStats(
@@ -431,7 +477,8 @@ class Model(Displayable):
         """Test hook: make expert reads fail ("eio", "einval_direct_read", "none")."""
         self._require_core().set_io_fault(fault)
 
-    def _fit(self, ids: list[int], max_tokens: int, truncate: bool) -> list[int]:
+    def _fit(self, ids: list[int], request: Request) -> list[int]:
+        max_tokens, truncate = request.max_tokens, request.truncate
         if len(ids) < self._context_length:
             return ids
         if not truncate:
@@ -448,23 +495,12 @@ class Model(Displayable):
         self,
         session: Session,
         ids: Sequence[int],
-        max_tokens: int,
-        sampling: Sampling | Mapping[str, Any] | None,
-        stop: str | Sequence[str],
+        request: Request,
         result: dict[str, Any],
         history: Sequence[int] = (),
     ) -> Generator[Chunk, None, None]:
-        stops = [stop] if isinstance(stop, str) else list(stop)
-        if isinstance(sampling, Mapping):
-            sampling = Sampling.from_dict(sampling)
-        elif sampling is not None and not isinstance(sampling, Sampling):
-            raise InvalidRequestError(
-                f"sampling must be a colibri.Sampling or a mapping of its fields, "
-                f"not {type(sampling).__name__}"
-            )
-        if not all(isinstance(x, str) and x for x in stops):
-            raise InvalidRequestError("stop must be a non-empty string or a list of them")
-
+        decoder = None if request.plain else Decoder(request, self.tokenizer,
+                                                     self.config.vocab_size)
         core = self._require_core()
         # The session's own counters, not the engine's: another thread's generation on
         # this model must not mix into this one's figures (docs/api.md, threads).
@@ -477,6 +513,8 @@ class Model(Displayable):
                 wait_policy=wait_policy_name(core),
             )  # fmt: skip
             result.update(stats=stats, generated=generated, finish=finish)
+            if decoder is not None:
+                result.update(logprobs=decoder.logprobs, prompt_logprobs=decoder.prompt_logprobs)
             with self._lock:
                 t = self._totals
                 t[0] += 1
@@ -488,8 +526,9 @@ class Model(Displayable):
                 self._last = stats
 
         return stream_tokens(
-            session, self.tokenizer, ids, max_tokens=max_tokens,
-            sampling=sampling or Sampling(), stop=stops, history=history, on_done=done,
+            session, self.tokenizer, ids, max_tokens=request.max_tokens,
+            sampling=request.sampling, stop=request.stop, history=history, on_done=done,
+            decoder=decoder,
         )  # fmt: skip
 
     def close(self) -> None:

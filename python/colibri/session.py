@@ -6,20 +6,24 @@ NumPy logits, ``rollback`` forgets tokens, ``generate``/``stream`` continue from
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _core
+from .aio import agenerate_stream, astream_stream
 from .errors import InvalidRequestError, TokenOutOfRangeError
-from .generation import Chunk, Generation
+from .generation import Chunk, Generation, collect
+from .request import GenerateOptions, parse_request
 from .sampling import Sampling
 from .stats import ExpertStats, PhaseTimes
 from .streaming import session_stats
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from .model import Model
 
 
@@ -97,18 +101,15 @@ class Session:
         max_tokens: int = 256,
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
+        **options: Unpack[GenerateOptions],
     ) -> Generation:
         """Continues from the session's state: forwards ``prompt_ids`` (may be empty) and
         generates. The generated tokens stay in the session (the last one's KV entry is
-        written by the next forward)."""
-        chunks: list[str] = []
-        result: dict[str, Any] = {}
+        written by the next forward). Options as :meth:`Model.generate`."""
         ids = [int(t) for t in prompt_ids]
-        for chunk in self.stream(ids, max_tokens=max_tokens, sampling=sampling, stop=stop,
-                                 _result=result):
-            chunks.append(chunk.text)
-        return Generation("".join(chunks), result["generated"], result["finish"],
-                          result["stats"], ids)
+        result: dict[str, Any] = {}
+        return collect(self.stream(ids, max_tokens=max_tokens, sampling=sampling, stop=stop,
+                                   _result=result, **options), result, ids)
 
     def stream(
         self,
@@ -118,15 +119,48 @@ class Session:
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
         _result: dict[str, Any] | None = None,
+        **options: Unpack[GenerateOptions],
     ) -> Generator[Chunk, None, None]:
         """Like :meth:`generate`, yielding chunks."""
         ids = [int(t) for t in prompt_ids]
         if ids:
             self._check_ids(ids)
+        request = parse_request({"max_tokens": max_tokens, "sampling": sampling, "stop": stop,
+                                 **options}, where="Session.stream")
         return self._model._stream(
-            self, ids, max_tokens, sampling, stop, {} if _result is None else _result,
-            history=self.token_ids,
+            self, ids, request, {} if _result is None else _result, history=self.token_ids,
         )  # fmt: skip
+
+    async def agenerate(
+        self,
+        prompt_ids: Sequence[int] = (),
+        *,
+        max_tokens: int = 256,
+        sampling: Sampling | Mapping[str, Any] | None = None,
+        stop: str | Sequence[str] = (),
+        **options: Unpack[GenerateOptions],
+    ) -> Generation:
+        """:meth:`generate` for asyncio; a cancelled call leaves the session as it was
+        before it (:mod:`colibri.aio`)."""
+        ids = [int(t) for t in prompt_ids]
+        result: dict[str, Any] = {}
+        gen = self.stream(ids, max_tokens=max_tokens, sampling=sampling, stop=stop,
+                          _result=result, **options)
+        return await agenerate_stream(gen, self, result, ids)
+
+    def astream(
+        self,
+        prompt_ids: Sequence[int] = (),
+        *,
+        max_tokens: int = 256,
+        sampling: Sampling | Mapping[str, Any] | None = None,
+        stop: str | Sequence[str] = (),
+        **options: Unpack[GenerateOptions],
+    ) -> AsyncGenerator[Chunk, None]:
+        """:meth:`stream` for asyncio: ``async for chunk in session.astream(ids)``."""
+        gen = self.stream(prompt_ids, max_tokens=max_tokens, sampling=sampling, stop=stop,
+                          **options)
+        return astream_stream(gen, self)
 
     def reset(self) -> None:
         """Empties the KV cache."""
