@@ -53,11 +53,6 @@ class Decoder:
         self.prompt_logprobs: list[Logprob | None] | None = None
         self.logprobs: list[Logprob] | None = [] if s.logprobs else None
 
-    @property
-    def stop_ids(self) -> frozenset[int]:
-        """Token ids that end the text like EOS."""
-        return self.request.stop_token_ids
-
     def prefill(self, session: Session, ids: Sequence[int]) -> npt.NDArray[np.float32]:
         """Forwards the prompt; with ``prompt_logprobs`` scores it on the way."""
         k = self.request.sampling.prompt_logprobs
@@ -100,9 +95,11 @@ class Decoder:
             self.logprobs.append(lp)
         return tok, lp
 
-    def accept(self, token_id: int) -> bool:
-        """Records the chosen token; True when a constrained text is complete (nothing
-        may follow), so the generation ends now."""
+    def ends_with(self, token_id: int) -> bool:
+        """Records the chosen token; True when it ends the text: a ``stop_token_ids``
+        entry, or the last token of a complete constrained text."""
+        if token_id in self.request.stop_token_ids:
+            return True
         if self.constraint is None:
             return False
         self.constraint.advance(token_id)

@@ -162,8 +162,7 @@ def stream_tokens(
             "it, pass truncate=True, or raise EngineConfig.context_length"
         )
     sampler = Sampler(sampling)
-    stop_ids = tokenizer.eos_ids | decoder.stop_ids if decoder is not None else tokenizer.eos_ids
-    checker = StopChecker(list(stop), stop_ids, max_tokens)
+    checker = StopChecker(list(stop), tokenizer.eos_ids, max_tokens)
     detok = tokenizer.stream(strip_leading_space=False)
     hist = list(history) + list(prompt_ids)
     t0 = time.perf_counter()
@@ -197,8 +196,9 @@ def stream_tokens(
             generated.append(tok)
             hist.append(tok)
             status = checker.feed(tok, detok.add(tok))
-            if not status.done and decoder is not None and decoder.accept(tok):
-                # A constrained text is complete: nothing may follow it.
+            if not status.done and decoder is not None and decoder.ends_with(tok):
+                # A stop token id (its text kept, as vLLM does, unless it is special), or a
+                # complete constrained text: nothing may follow.
                 status = StopStatus(status.text + checker.flush(), "stop")
             sampling_time += time.perf_counter() - t
             if status.done:

@@ -73,8 +73,9 @@ class Request:
 
     ``max_tokens``: the most tokens to generate (EOS included), >= 0. ``sampling``: how each
     token is chosen (logprobs too: ``Sampling(logprobs=True, top_logprobs=k)``). ``stop``:
-    strings that end the text (not emitted). ``stop_token_ids``: token ids that end it like
-    EOS (in ``token_ids``, not in the text). ``min_tokens``: EOS and ``stop_token_ids`` are
+    strings that end the text (not emitted). ``stop_token_ids``: token ids that end it
+    (in ``token_ids``; their text is kept unless they are special tokens, as in vLLM).
+    ``min_tokens``: EOS and ``stop_token_ids`` are
     banned until this many tokens are generated. ``logits_processors``: user callables (see
     :data:`LogitsProcessor`). ``response_format``: constrained decoding (see
     :mod:`colibri.structured`). ``truncate``: keep the end of a prompt that does not fit.

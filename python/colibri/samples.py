@@ -73,8 +73,10 @@ class SampleMethods:
         :meth:`generate`, same options), sharing the prompt's prefill. With
         ``Sampling(seed=s)`` the result is reproducible; greedy settings give ``n`` equal
         texts. With ``prompt_logprobs`` every sample carries the same prompt scores.
-        Each Generation's ``stats.prompt_tokens`` counts what that sample prefilled (the
-        first: all but the last prompt token, plus one; the others: one)."""
+        Sample ``i`` is the generation ``generate`` makes with ``Sampling(seed=
+        sample_seeds(seed, n)[i])``, token for token. Each Generation's stats are its own
+        decode: ``prompt_tokens`` is 1 (the last prompt token it forwarded); the shared
+        prefill is in no sample's record."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SAMPLES:
             raise InvalidRequestError(f"n must be an integer in 1..{MAX_SAMPLES}, got {n!r}")
         request = self._request(
