@@ -94,7 +94,8 @@ def test_processed_logprobs_are_the_distribution_drawn_from(model: co.Model) -> 
         x = logits.astype(np.float64)
         keep = np.argsort(-x, kind="stable")[:k]
         z = x[keep] / t
-        want = dict(zip(keep.tolist(), (z - z.max() - math.log(np.exp(z - z.max()).sum()))))
+        lsm = z - z.max() - math.log(np.exp(z - z.max()).sum())
+        want = dict(zip(keep.tolist(), lsm, strict=True))
         assert lp.logprob == pytest.approx(want[tok], abs=1e-6)
         # Only the k tokens that could be drawn are listed, most likely first.
         assert sorted(a.token_id for a in lp.top) == sorted(want)
