@@ -133,7 +133,9 @@ class Grammar:
         text = self.text
         if self.syntax == "gbnf":
             try:
-                text = llg.gbnf_to_lark(text)
+                from llguidance.gbnf_to_lark import gbnf_to_lark
+
+                text = gbnf_to_lark(text)
             except Exception as exc:  # the converter raises plain Exceptions
                 raise InvalidRequestError(f"response_format: the GBNF grammar is not valid: "
                                           f"{exc}") from exc
