@@ -10,7 +10,8 @@ Cancelling the task that awaits ``agenerate`` (or iterates ``astream``) stops th
 generation between tokens: the step already running (a forward cannot be interrupted;
 for a long prompt that is the whole prefill) finishes on its thread, then no further step
 starts, and the session is rolled back to where it was before the call, so
-``Session.n_tokens`` is unchanged and the session is ready for the next call. The
+``Session.n_tokens`` and ``token_ids`` are unchanged and the session is ready for the
+next call (its last logits are recomputed by forwarding its last token once more). The
 cancellation then propagates (``asyncio.CancelledError``). Leaving an ``async for``
 early (``break``) is not a cancellation: like closing a sync stream, the tokens
 generated so far stay in the session.
@@ -24,6 +25,7 @@ import os
 from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .errors import InvalidRequestError
 from .generation import Chunk, Generation
 
 if TYPE_CHECKING:
@@ -54,12 +56,33 @@ async def _settle(cf: concurrent.futures.Future[Any]) -> None:
             continue
 
 
+def _has_logits(session: Session) -> bool:
+    try:
+        session.last_logits()
+    except InvalidRequestError:
+        return False
+    return True
+
+
+def _restore(session: Session, n0: int, had_logits: bool) -> None:
+    """Rolls `session` back to `n0` tokens; when it had logits then, recomputes them by
+    forwarding its last token again (the KV entry is rewritten with the same values), so
+    the next call can continue from them as before."""
+    if had_logits and n0 > 0:
+        last = session.token_ids[n0 - 1]
+        session.rollback(session.n_tokens - n0 + 1)
+        session.forward([last])
+    else:
+        session.rollback(session.n_tokens - n0)
+
+
 async def astream_stream(gen: Generator[Chunk, None, None],
                          session: Session) -> AsyncGenerator[Chunk, None]:
     """Drives the sync stream `gen` (on `session`) from the event loop, one step per
     worker-thread call. On cancellation: the running step ends, the stream is closed,
     the session is rolled back to its length at the start, the cancellation re-raised."""
     n0 = session.n_tokens
+    had_logits = _has_logits(session)
     finished = False
     try:
         while True:
@@ -71,7 +94,10 @@ async def astream_stream(gen: Generator[Chunk, None, None],
                 gen.close()  # its bookkeeping (stats) runs now
                 finished = True
                 if session.n_tokens > n0:
-                    session.rollback(session.n_tokens - n0)
+                    restore = _STEPS.submit(_restore, session, n0, had_logits)
+                    await _settle(restore)
+                    if restore.exception() is not None:  # the session could not be restored
+                        raise restore.exception()  # type: ignore[misc]
                 raise
             if chunk is _END:
                 finished = True
