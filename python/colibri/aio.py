@@ -89,7 +89,7 @@ async def astream_stream(gen: Generator[Chunk, None, None],
             cf = _STEPS.submit(_step, gen)
             try:
                 chunk = await asyncio.wrap_future(cf)
-            except asyncio.CancelledError:
+            except asyncio.CancelledError as cancelled:
                 await _settle(cf)
                 gen.close()  # its bookkeeping (stats) runs now
                 finished = True
@@ -97,7 +97,7 @@ async def astream_stream(gen: Generator[Chunk, None, None],
                     restore = _STEPS.submit(_restore, session, n0, had_logits)
                     await _settle(restore)
                     if restore.exception() is not None:  # the session could not be restored
-                        raise restore.exception()  # type: ignore[misc]
+                        raise restore.exception() from cancelled  # type: ignore[misc]
                 raise
             if chunk is _END:
                 finished = True
