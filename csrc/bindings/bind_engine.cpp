@@ -20,12 +20,14 @@ IoFault parse_io_fault(const std::string& s);  // bind_io.cpp
 
 namespace {
 
+// Any type of the core's dtype table (quant/dtype.cpp); one without kernels fails when
+// the engine builds its matmuls, naming the supported types.
 DType dtype_from_name(const std::string& name) {
-  static const DType all[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                              DType::Q4_1, DType::Q8_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
-  for (DType t : all)
-    if (dtype_name(t) == name) return t;
-  fail(ErrorKind::Unsupported, "unknown tensor type '" + name + "'");
+  try {
+    return colibri::dtype_from_name(name);
+  } catch (const Error&) {
+    fail(ErrorKind::Unsupported, "unknown tensor type '" + name + "' (supported: " + implemented_type_names() + ")");
+  }
 }
 
 py::array_t<float> run_forward(Session& s, py::array_t<int32_t, py::array::c_style | py::array::forcecast> ids,

@@ -133,10 +133,20 @@ WeightView weight_view(const std::string& dtype, const ByteArray& w, int64_t row
   return WeightView{type, rows, cols, w.data()};
 }
 
+ActPrecision precision_from_name(const std::string& act) {
+  if (act == "int8") return ActPrecision::Int8;
+  if (act == "float32") return ActPrecision::Float32;
+  fail(ErrorKind::InvalidArgument, "unknown activation precision '" + act + "' (known: int8, float32)");
+}
+
 py::array_t<float> matmul(const std::string& dtype, const ByteArray& w, int64_t rows, int64_t cols,
-                          const FloatArray& x, const py::object& threads, const std::optional<std::string>& isa) {
+                          const FloatArray& x, const py::object& threads, const std::optional<std::string>& isa,
+                          const std::string& act) {
   const WeightView wv = weight_view(dtype, w, rows, cols);
-  const TypeKernels& k = pick(wv.type, isa);
+  const ActPrecision precision = precision_from_name(act);
+  if (isa && precision != ActPrecision::Int8)
+    fail(ErrorKind::InvalidArgument, "matmul: an explicit isa needs act='int8'");
+  const TypeKernels& k = isa ? pick(wv.type, isa) : kernels(wv.type, precision);
   const auto [n, xc] = rows_cols(x);
   if (xc != cols)
     fail(ErrorKind::InvalidArgument, "matmul: x has " + std::to_string(xc) + " columns, W has " + std::to_string(cols));
@@ -305,8 +315,9 @@ void bind_quant(py::module_& m) {
   q.def("vec_dot", &vec_dot, py::arg("dtype"), py::arg("w"), py::arg("x"), py::arg("isa") = none,
         "dot(one weight row, x): x is quantized to the act type with that ISA's quantizer.");
   q.def("matmul", &matmul, py::arg("dtype"), py::arg("w"), py::arg("rows"), py::arg("cols"), py::arg("x"),
-        py::arg("threads") = 1, py::arg("isa") = none,
-        "y[n, rows] = x[n, cols] W^T. threads: a team size or a _core.ThreadPool.");
+        py::arg("threads") = 1, py::arg("isa") = none, py::arg("act") = "int8",
+        "y[n, rows] = x[n, cols] W^T. threads: a team size or a _core.ThreadPool. act: 'int8' "
+        "(quantized activations, integer dots) or 'float32' (dequantized rows, float dots).");
   q.def("matmul_multi", &matmul_multi, py::arg("weights"), py::arg("cols"), py::arg("x"), py::arg("threads") = 1,
         "weights: [(dtype, bytes, rows)] sharing x; one region; returns a list of y.");
   q.def("get_rows", &get_rows_py, py::arg("dtype"), py::arg("w"), py::arg("rows"), py::arg("cols"),

@@ -2,9 +2,11 @@
 // the target architecture can compile; which ones run is decided here from the CPU's
 // feature bits (nothing is read from the environment).
 #include <atomic>
+#include <cstddef>
 #include <string>
 
 #include "common/errors.hpp"
+#include "quant/kquants.hpp"
 #include "quant/reference.hpp"
 
 namespace colibri {
@@ -49,6 +51,39 @@ const Support& support() {
   return s;
 }
 
+// Each ISA's kernels come in one table per type family (the 32-element formats in
+// reference.cpp / kernels_<isa>.cpp, the K-quants in kquants_<isa>.cpp, ...). A (type, isa)
+// pair is looked up in that ISA's tables in order; a family adds one line per ISA here.
+using TableFn = const TypeKernels* (*)(DType);
+
+constexpr TableFn kScalarTables[] = {
+    ref::scalar_kernels,
+    kquant_scalar_kernels,
+};
+#if defined(COLIBRI_X86)
+constexpr TableFn kAvx2Tables[] = {
+    avx2_kernels,
+    kquant_avx2_kernels,
+};
+constexpr TableFn kAvx512Tables[] = {
+    avx512_kernels,
+    kquant_avx512_kernels,
+};
+#endif
+#if defined(COLIBRI_ARM)
+constexpr TableFn kNeonTables[] = {
+    neon_kernels,
+    kquant_neon_kernels,
+};
+#endif
+
+template <std::size_t N>
+const TypeKernels* find_in(const TableFn (&tables)[N], DType type) {
+  for (TableFn f : tables)
+    if (const TypeKernels* k = f(type)) return k;
+  return nullptr;
+}
+
 }  // namespace
 
 const char* isa_name(Isa isa) {
@@ -75,13 +110,13 @@ Isa best_isa() {
 const TypeKernels* kernels_for(DType type, Isa isa) {
   if (!isa_available(isa)) return nullptr;
   switch (isa) {
-    case Isa::Scalar: return ref::scalar_kernels(type);
+    case Isa::Scalar: return find_in(kScalarTables, type);
 #if defined(COLIBRI_X86)
-    case Isa::AVX2: return avx2_kernels(type);
-    case Isa::AVX512: return avx512_kernels(type);
+    case Isa::AVX2: return find_in(kAvx2Tables, type);
+    case Isa::AVX512: return find_in(kAvx512Tables, type);
 #endif
 #if defined(COLIBRI_ARM)
-    case Isa::NEON: return neon_kernels(type);
+    case Isa::NEON: return find_in(kNeonTables, type);
 #endif
     default: return nullptr;
   }
@@ -101,9 +136,8 @@ const TypeKernels& kernels(DType type) {
   }
   if (!k) {
     const std::string name = type_traits(type).name;  // throws for an unknown id
-    fail(ErrorKind::Unsupported, "tensor type " + name +
-                                     " has no kernels in this build yet (supported: F32, F16, "
-                                     "BF16, Q4_0, Q4_1, Q8_0)");
+    fail(ErrorKind::Unsupported, "tensor type " + name + " has no kernels in this build yet (supported: " +
+                                     implemented_type_names() + ")");
   }
   if (id >= 0 && id < 64) cache[id].store(k, std::memory_order_release);  // all store the same
   return *k;

@@ -13,19 +13,22 @@ struct Entry {
   TypeTraits traits;
 };
 
-// K-quants are listed with their GGUF sizes so files that contain them can be sized and
-// skipped with a clear "not implemented" error; their kernels come later.
+// Every type is listed with its GGUF sizes; `implemented` says whether it has kernels.
 constexpr Entry kTypes[] = {
     {DType::F32, {"F32", 1, 4, true}},
     {DType::F16, {"F16", 1, 2, true}},
     {DType::Q4_0, {"Q4_0", 32, 18, true}},
     {DType::Q4_1, {"Q4_1", 32, 20, true}},
+    {DType::Q5_0, {"Q5_0", 32, 22, true}},
+    {DType::Q5_1, {"Q5_1", 32, 24, true}},
     {DType::Q8_0, {"Q8_0", 32, 34, true}},
     {DType::Q8_1, {"Q8_1", 32, 36, true}},
-    {DType::Q4_K, {"Q4_K", 256, 144, false}},
-    {DType::Q5_K, {"Q5_K", 256, 176, false}},
-    {DType::Q6_K, {"Q6_K", 256, 210, false}},
-    {DType::Q8_K, {"Q8_K", 256, 292, false}},
+    {DType::Q2_K, {"Q2_K", 256, 84, true}},
+    {DType::Q3_K, {"Q3_K", 256, 110, true}},
+    {DType::Q4_K, {"Q4_K", 256, 144, true}},
+    {DType::Q5_K, {"Q5_K", 256, 176, true}},
+    {DType::Q6_K, {"Q6_K", 256, 210, true}},
+    {DType::Q8_K, {"Q8_K", 256, 292, true}},
     {DType::BF16, {"BF16", 1, 2, true}},
 };
 
@@ -61,6 +64,16 @@ DType dtype_from_id(int id) {
 }
 
 std::string dtype_name(DType type) { return type_traits(type).name; }
+
+std::string implemented_type_names() {
+  std::string s;
+  for (const Entry& e : kTypes) {
+    if (!e.traits.implemented) continue;
+    if (!s.empty()) s += ", ";
+    s += e.traits.name;
+  }
+  return s;
+}
 
 DType dtype_from_name(const std::string& name) {
   std::string upper;

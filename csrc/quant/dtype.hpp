@@ -12,12 +12,16 @@ enum class DType : int {
   F16 = 1,
   Q4_0 = 2,
   Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
   Q8_0 = 8,
-  Q8_1 = 9,   // activation format for Q4_1 (carries d * sum(q) per block)
-  Q4_K = 12,  // K-quants: reserved, not implemented yet
+  Q8_1 = 9,   // activation format for Q4_1 and Q5_1 (carries d * sum(q) per block)
+  Q2_K = 10,  // K-quants: 256-element super-blocks (quant/kquants.hpp)
+  Q3_K = 11,
+  Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
-  Q8_K = 15,
+  Q8_K = 15,  // activation format of the super-block types (quant/q8_k.hpp)
   BF16 = 30,
 };
 
@@ -32,6 +36,8 @@ struct TypeTraits {
 const TypeTraits& type_traits(DType type);
 DType dtype_from_id(int id);
 std::string dtype_name(DType type);
+// The names of the types that have kernels in this build, comma-separated (for errors).
+std::string implemented_type_names();
 // Parses a GGUF type name ("Q4_0", "bf16", ...; case-insensitive). Throws
 // Error(InvalidArgument) naming the known types for anything else.
 DType dtype_from_name(const std::string& name);

@@ -58,6 +58,34 @@ const TypeKernels& kernels(DType type, ActPrecision precision) {
       static const TypeKernels k = make<DType::Q8_0>();
       return k;
     }
+    case DType::Q5_0: {
+      static const TypeKernels k = make<DType::Q5_0>();
+      return k;
+    }
+    case DType::Q5_1: {
+      static const TypeKernels k = make<DType::Q5_1>();
+      return k;
+    }
+    case DType::Q2_K: {
+      static const TypeKernels k = make<DType::Q2_K>();
+      return k;
+    }
+    case DType::Q3_K: {
+      static const TypeKernels k = make<DType::Q3_K>();
+      return k;
+    }
+    case DType::Q4_K: {
+      static const TypeKernels k = make<DType::Q4_K>();
+      return k;
+    }
+    case DType::Q5_K: {
+      static const TypeKernels k = make<DType::Q5_K>();
+      return k;
+    }
+    case DType::Q6_K: {
+      static const TypeKernels k = make<DType::Q6_K>();
+      return k;
+    }
     default:
       fail(ErrorKind::Unsupported,
            "tensor type " + dtype_name(type) + " has no float-activation kernels yet");

@@ -15,18 +15,18 @@
 
 namespace colibri::row_groups {
 
-constexpr int64_t kBlock = 32;  // elements per block of every type driven here
+constexpr int64_t kBlock = 32;  // elements per block unless a kernel names its own (Block)
 
 // Groups of MaxGroup rows (8 or 4), then 4, then the 1..3 left over, all through the same
 // per-row arithmetic, so a row's result does not depend on its group. With HeadBytes > 0
 // the first HeadBytes of this call's rows are prefetched at once: they start cold (the
 // previous call prefetched other memory), then the groups' own prefetch keeps ahead.
-template <class K, int MaxGroup, std::size_t HeadBytes>
+template <class K, int MaxGroup, std::size_t HeadBytes, int64_t Block = kBlock>
 void vec_dot_rows(int64_t n, const void* w, std::size_t stride, int64_t nrows, const void* act, float* out) {
   static_assert(MaxGroup == 4 || MaxGroup == 8, "row groups of 4 or 8");
   const unsigned char* wb = static_cast<const unsigned char*>(w);
   const auto* y = static_cast<const typename K::Act*>(act);
-  const int64_t nb = n / kBlock;
+  const int64_t nb = n / Block;
   if constexpr (HeadBytes > 0) {
     const std::size_t head = std::min<std::size_t>(static_cast<std::size_t>(nrows) * stride, HeadBytes);
     for (std::size_t off = 0; off < head; off += 64) __builtin_prefetch(wb + off, 0, 2);  // into L2
@@ -45,10 +45,10 @@ void vec_dot_rows(int64_t n, const void* w, std::size_t stride, int64_t nrows, c
 }
 
 // One row: the same arithmetic as a group of one.
-template <class K>
+template <class K, int64_t Block = kBlock>
 float vec_dot(int64_t n, const void* w, const void* act) {
   float out;
-  K::template rows<1>(n / kBlock, static_cast<const unsigned char*>(w), 0,
+  K::template rows<1>(n / Block, static_cast<const unsigned char*>(w), 0,
                       static_cast<const typename K::Act*>(act), &out);
   return out;
 }
