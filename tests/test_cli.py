@@ -221,7 +221,7 @@ def test_info_tiny_moe(tiny_models: dict[str, TinyModel], family: str) -> None:
 RUN_KEYS = {"schema", "model", "prompt", "text", "token_ids", "finish_reason", "stats",
             "settings"}
 STATS_KEYS = {"prompt_tokens", "generated_tokens", "prefill_seconds", "decode_seconds",
-              "sampling_seconds", "prefill_tok_s", "decode_tok_s", "decode_tokens",
+              "sampling_seconds", "cached_tokens", "prefill_tok_s", "decode_tok_s", "decode_tokens",
               "load_seconds", "wait_policy", "experts", "phases", "memory"}
 SETTINGS_KEYS = {"max_tokens", "stop", "sampling", "threads", "wait_policy", "context_length",
                  "activation_precision", "ram_budget", "io", "cache"}

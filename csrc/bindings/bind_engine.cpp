@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <string_view>
 
 #include "common/errors.hpp"
 #include "model/engine.hpp"
@@ -214,6 +215,33 @@ void bind_engine(py::module_& m) {
              if (n > 0) std::copy(s.last_routing().begin(), s.last_routing().end(), out.mutable_data());
              return out;
            })
+      // The KV state (INTERIM for the F32 cache: the attention branch's state API has the
+      // same names; see csrc/model/kv_state_interim.cpp).
+      .def_property_readonly("kv_type", [](const Session& s) { return std::string(s.kv_type()); })
+      .def("kv_bytes", [](const Session& s, std::optional<int64_t> n) {
+             const int64_t k = n.value_or(s.n_tokens());
+             if (k < 0) fail(ErrorKind::InvalidArgument, "kv_bytes: n must be >= 0");
+             return s.kv_bytes_for(k);
+           }, py::arg("n") = py::none(), "Bytes of n positions of KV state (default: the tokens held).")
+      .def_property_readonly("kv_allocated_bytes", &Session::kv_allocated_bytes)
+      .def("export_kv", [](Session& s, std::optional<int64_t> n) {
+             std::vector<uint8_t> b;
+             {
+               py::gil_scoped_release release;
+               b = s.export_kv(n.value_or(s.n_tokens()));
+             }
+             return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
+           }, py::arg("n") = py::none(),
+           "Positions [0, n) of every layer's KV state as bytes (default: all tokens held).")
+      .def("import_kv", [](Session& s, const py::bytes& data, int64_t n) {
+             const std::string_view v = data;
+             py::gil_scoped_release release;
+             s.import_kv(reinterpret_cast<const uint8_t*>(v.data()), v.size(), n);
+           }, py::arg("data"), py::arg("n"),
+           "Replaces the state by n positions from export_kv (same model and KV type); holds n tokens.")
+      .def("copy_prefix_from", &Session::copy_prefix_from, py::arg("other"), py::arg("n"),
+           py::call_guard<py::gil_scoped_release>(),
+           "Copies the first n tokens' KV state of another session (same model and KV type); holds n tokens.")
       .def("forward_stats",
            [](Session& s) {
              const ForwardStats f = s.forward_stats();

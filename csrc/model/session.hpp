@@ -53,6 +53,21 @@ class Session {
   // Forgets the last n tokens (their KV entries are overwritten by the next forward).
   void rollback(int64_t n);
 
+  // The KV state as bytes (Session.save/load, the prompt cache). INTERIM, for the current
+  // F32 KvCache only (csrc/model/kv_state_interim.cpp): the same names and meaning as the
+  // type-agnostic state API of the attention branch, which replaces this block when it
+  // lands. kv_type() is "f32".
+  const char* kv_type() const { return "f32"; }
+  std::size_t kv_bytes_for(int64_t n) const;
+  std::size_t kv_allocated_bytes() const { return kv_.bytes(); }
+  // Positions [0, n) (n <= n_tokens) as kv_bytes_for(n) bytes.
+  std::vector<uint8_t> export_kv(int64_t n);
+  // Replaces the state by n positions exported from a session of the same model and KV type;
+  // the session then holds n tokens. Checks the size before changing anything.
+  void import_kv(const uint8_t* data, std::size_t size, int64_t n);
+  // Copies the first n tokens' KV state of `other` (same model); holds n tokens.
+  void copy_prefix_from(Session& other, int64_t n);
+
  private:
   std::shared_ptr<Engine> engine_;
   KvCache kv_;

@@ -125,22 +125,20 @@ class AsyncMethods:
         def encode_prompt(self, prompt: str | Sequence[int] | None = None, *,
                           messages: Sequence[Mapping[str, Any]] | None = None) -> list[int]: ...
         def _fit(self, ids: list[int], request: Request) -> list[int]: ...
-        def _stream(self, session: Session, ids: Sequence[int], request: Request,
-                    result: dict[str, Any],
-                    history: Sequence[int] = ()) -> Generator[Chunk, None, None]: ...
+        def _start(self, ids: list[int], request: Request, result: dict[str, Any],
+                   ) -> tuple[Session, Generator[Chunk, None, None]]: ...
         @staticmethod
         def _request(max_tokens: int, sampling: Any, stop: Any, truncate: bool,
                      options: Mapping[str, Any], where: str) -> Request: ...
 
     def _prepare(self, prompt: str | Sequence[int] | None,
                  messages: Sequence[Mapping[str, Any]] | None, options: dict[str, Any],
-                 where: str) -> tuple[Session, list[int], Request]:
+                 where: str) -> tuple[list[int], Request]:
         request = self._request(
             options.pop("max_tokens", 256), options.pop("sampling", None),
             options.pop("stop", ()), options.pop("truncate", False), options, where,
         )  # fmt: skip
-        ids = self._fit(self.encode_prompt(prompt, messages=messages), request)
-        return self.session(), ids, request
+        return self._fit(self.encode_prompt(prompt, messages=messages), request), request
 
     async def agenerate(
         self,
@@ -152,10 +150,10 @@ class AsyncMethods:
         """:meth:`generate` for asyncio (same arguments and result); the forwards run on a
         worker thread. Cancelling the awaiting task stops between tokens (see
         :mod:`colibri.aio`)."""
-        session, ids, request = self._prepare(prompt, messages, dict(options), "agenerate")
+        ids, request = self._prepare(prompt, messages, dict(options), "agenerate")
         result: dict[str, Any] = {}
-        return await agenerate_stream(self._stream(session, ids, request, result), session,
-                                      result, ids)
+        session, gen = self._start(ids, request, result)
+        return await agenerate_stream(gen, session, result, ids)
 
     def astream(
         self,
@@ -165,6 +163,7 @@ class AsyncMethods:
         **options: Unpack[CallOptions],
     ) -> AsyncGenerator[Chunk, None]:
         """:meth:`stream` for asyncio: ``async for chunk in model.astream(...)``."""
-        session, ids, request = self._prepare(prompt, messages, dict(options), "astream")
-        return astream_stream(self._stream(session, ids, request, {}), session)
+        ids, request = self._prepare(prompt, messages, dict(options), "astream")
+        session, gen = self._start(ids, request, {})
+        return astream_stream(gen, session)
 

@@ -246,6 +246,21 @@ def _ram_budget(value: object) -> int | None:
     return n
 
 
+def _size(field: str, value: object) -> int:
+    """A byte count >= 0 given as an int or a size text ("1GiB")."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ConfigError(f"{field}: expected bytes (int) or a size such as \"1GiB\", got "
+                          f"{type(value).__name__} {value!r} (0: off)")
+    try:
+        n = parse_bytes(value)
+    except ConfigError as e:
+        raise ConfigError(f"{field}: {e}") from None
+    if not 0 <= n <= MAX_RAM_BUDGET:
+        raise ConfigError(f"{field}: {value!r} is out of range; allowed 0.."
+                          f"{format_bytes(MAX_RAM_BUDGET)}")
+    return n
+
+
 def default_history_dir() -> Path:
     """Where routing histories go when ``CacheConfig.history_path`` is None:
     ``routing/`` beside the model cache (``$XDG_CACHE_HOME/colibri/routing``, else
@@ -517,6 +532,13 @@ class EngineConfig:
     cache: CacheConfig
     """The expert cache's policy, routing history and preload. A mapping is accepted."""
 
+    prompt_cache: int
+    """Bytes for the prompt cache (``Model.prompt_cache``): the KV state of recent
+    generations kept so that a later call sharing a token prefix (the next turn of a chat,
+    a common system prompt) reuses it instead of prefilling it again. Part of
+    ``ram_budget`` (taken before the expert cache). Given like ``ram_budget`` (``"1GiB"``);
+    0 (default) turns it off."""
+
     @checked_init
     def __init__(
         self,
@@ -526,6 +548,7 @@ class EngineConfig:
         ram_budget: int | str | None = None,
         io: IOConfig | Mapping[str, Any] | None = None,
         cache: CacheConfig | Mapping[str, Any] | None = None,
+        prompt_cache: int | str = 0,
     ) -> None:
         object.__setattr__(self, "threads",
                            _sub_config("EngineConfig.threads", threads, ThreadConfig))
@@ -543,10 +566,11 @@ class EngineConfig:
         object.__setattr__(self, "ram_budget", _ram_budget(ram_budget))
         object.__setattr__(self, "io", _sub_config("EngineConfig.io", io, IOConfig))
         object.__setattr__(self, "cache", _sub_config("EngineConfig.cache", cache, CacheConfig))
+        object.__setattr__(self, "prompt_cache", _size("EngineConfig.prompt_cache", prompt_cache))
 
     def __repr__(self) -> str:
         """Only what differs from the defaults; ``eval(repr(c)) == c``."""
-        return settings_repr(self, sizes=("ram_budget",))
+        return settings_repr(self, sizes=("ram_budget", "prompt_cache"))
 
     def replace(self, **changes: Any) -> EngineConfig:
         """A copy with `changes` applied and validated (``threads``, ``io`` and ``cache``
@@ -572,6 +596,7 @@ class EngineConfig:
             "ram_budget": self.ram_budget,
             "io": self.io.to_dict(),
             "cache": self.cache.to_dict(),
+            "prompt_cache": self.prompt_cache,
         }
 
     def resolve_context_length(self, model_max: int) -> int:

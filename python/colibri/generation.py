@@ -57,6 +57,9 @@ class GenerationStats(Displayable):
     experts: ExpertStats | None = None
     phases: PhaseTimes | None = None
     wait_policy: str = ""  # the wait policy in effect at the end
+    # Prompt tokens already in the session (the prompt cache, or a session continuing):
+    # not prefilled, not in prompt_tokens.
+    cached_tokens: int = 0
 
     @property
     def prefill_tok_s(self) -> float:
@@ -69,7 +72,8 @@ class GenerationStats(Displayable):
     def _display_rows(self) -> list[tuple[str, str]]:
         rows = [
             ("prompt", f"{self.prompt_tokens} tokens in {duration(self.prefill_seconds)} "
-                       f"({sig3(self.prefill_tok_s)} tok/s)"),
+                       f"({sig3(self.prefill_tok_s)} tok/s)"
+                       + (f", {self.cached_tokens} cached" if self.cached_tokens else "")),
             ("generated", f"{self.generated_tokens} tokens, decode {sig3(self.decode_tok_s)} "
                           f"tok/s ({self.decode_tokens} forwards in "
                           f"{duration(self.decode_seconds)})"),
@@ -88,6 +92,7 @@ class GenerationStats(Displayable):
             "prefill_seconds": self.prefill_seconds,
             "decode_seconds": self.decode_seconds,
             "sampling_seconds": self.sampling_seconds,
+            "cached_tokens": self.cached_tokens,
             "prefill_tok_s": self.prefill_tok_s,
             "decode_tok_s": self.decode_tok_s,
             **({"experts": self.experts.to_dict()} if self.experts is not None else {}),

@@ -42,6 +42,7 @@ from .generation import (
     rate,
     stream_tokens,
 )
+from .prompt_cache import PromptCache
 from .request import GenerateOptions, Request, parse_request
 from .resolve import resolve_model_spec
 from .rope import rope_table
@@ -229,6 +230,17 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         self._history = history
         self._history_base = history_base
         self._name = manifest.path.name
+        self._prompt_cache = PromptCache(self, engine.prompt_cache)
+
+    @property
+    def prompt_cache(self) -> PromptCache:
+        """The prompt cache (colibri.prompt_cache): off unless ``EngineConfig.prompt_cache``
+        gives it bytes; ``model.prompt_cache.stats()`` says what it holds and saved."""
+        return self._prompt_cache
+
+    def load_session(self, path: str | os.PathLike[str]) -> Session:
+        """A session restored from a file written by ``Session.save`` (see Session.load)."""
+        return Session.load(path, self)
 
     @property
     def name(self) -> str:
@@ -418,7 +430,7 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         request = self._request(max_tokens, sampling, stop, truncate, options, "generate")
         ids = self._fit(self.encode_prompt(prompt, messages=messages), request)
         result: dict[str, Any] = {}
-        return collect(self._stream(self.session(), ids, request, result), result, ids)
+        return collect(self._start(ids, request, result)[1], result, ids)
 
     def stream(
         self,
@@ -437,7 +449,19 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         the finish reason. Closing the generator early stops the generation."""
         request = self._request(max_tokens, sampling, stop, truncate, options, "stream")
         ids = self._fit(self.encode_prompt(prompt, messages=messages), request)
-        return self._stream(self.session(), ids, request, {})
+        return self._start(ids, request, {})[1]
+
+    def _start(self, ids: list[int], request: Request, result: dict[str, Any],
+               ) -> tuple[Session, Generator[Chunk, None, None]]:
+        """A generation of `ids` in a new session, or in one of the prompt cache holding
+        a prefix of them (which is then not prefilled again); the session goes to the
+        cache when the generation ends."""
+        if self._prompt_cache.enabled:
+            session, m = self._prompt_cache.take(ids)
+        else:
+            session, m = self.session(), 0
+        return session, self._stream(session, ids[m:], request, result, history=ids[:m],
+                                     to_cache=True)
 
     @staticmethod
     def _request(max_tokens: int, sampling: Sampling | Mapping[str, Any] | None,
@@ -498,6 +522,7 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         request: Request,
         result: dict[str, Any],
         history: Sequence[int] = (),
+        to_cache: bool = False,
     ) -> Generator[Chunk, None, None]:
         decoder = None if request.plain else Decoder(request, self.tokenizer,
                                                      self.config.vocab_size)
@@ -510,8 +535,10 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
             experts1, phases1 = session.forward_stats()
             stats = replace(
                 stats, experts=experts1.minus(experts0), phases=phases1.minus(phases0),
-                wait_policy=wait_policy_name(core),
+                wait_policy=wait_policy_name(core), cached_tokens=len(history),
             )  # fmt: skip
+            if to_cache and self._prompt_cache.enabled:
+                self._prompt_cache.put(session)
             result.update(stats=stats, generated=generated, finish=finish)
             if decoder is not None:
                 result.update(logprobs=decoder.logprobs, prompt_logprobs=decoder.prompt_logprobs)

@@ -6,6 +6,7 @@ NumPy logits, ``rollback`` forgets tokens, ``generate``/``stream`` continue from
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from .aio import agenerate_stream, astream_stream
 from .errors import InvalidRequestError, TokenOutOfRangeError
 from .generation import Chunk, Generation, collect
 from .request import GenerateOptions, parse_request
-from .sampling import Sampling
+from .sampling import Sampler, Sampling
 from .stats import ExpertStats, PhaseTimes
 from .streaming import session_stats
 
@@ -35,6 +36,8 @@ class Session:
         self._core = core
         self._last_logits: npt.NDArray[np.float32] | None = None
         self._ids: list[int] = []  # the tokens in the KV cache, in order
+        # The Sampler restored by Session.load when one was saved (for custom loops).
+        self.sampler: Sampler | None = None
 
     def __repr__(self) -> str:
         return (f"Session({self.n_tokens} of {self.context_length} tokens, "
@@ -42,6 +45,46 @@ class Session:
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(repr(self))
+
+    # --- the KV state: saved sessions, forks, the prompt cache (colibri.session_store) ---
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of KV state the session holds now (its allocation: the cache grows in
+        steps as it fills)."""
+        return int(self._core.kv_allocated_bytes)
+
+    def save(self, path: str | os.PathLike[str], *, sampler: Sampler | None = None) -> None:
+        """Writes the session to `path`: its tokens, its KV cache at its type, its last
+        logits, and `sampler`'s settings and random state if given. Versioned and
+        checksummed, written atomically (colibri.session_store)."""
+        from .session_store import save_session
+
+        save_session(self, path, sampler=sampler)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], model: Model) -> Session:
+        """A session of `model` restored from a file written by :meth:`save` (its
+        ``sampler`` attribute holds the saved Sampler, if any). Refuses a file saved from
+        another model, a corrupt or truncated one, or one from a newer format."""
+        from .session_store import load_session
+
+        return load_session(path, model)
+
+    def fork(self, n: int | None = None) -> Session:
+        """A new session of the same model holding this one's first `n` tokens (all by
+        default), their KV state copied: the two then go their own ways."""
+        n = self.n_tokens if n is None else int(n)
+        new = self._model.session()
+        new._core.copy_prefix_from(self._core, n)
+        new._restore(self._ids[:n], self._last_logits if n == len(self._ids) else None)
+        return new
+
+    def _restore(self, token_ids: list[int], logits: npt.NDArray[np.float32] | None) -> None:
+        """After the core's KV state was replaced: the tokens it now holds and the logits
+        after the last one (None: unknown, forward a token next)."""
+        self._ids = list(token_ids)
+        self._last_logits = logits
 
     @property
     def n_tokens(self) -> int:

@@ -157,15 +157,18 @@ class MemoryStats(Displayable):
     pinned_experts: int  # slots pinned by the learned policy
     total_experts: int  # routed experts in the model (layers x experts)
     expert_bytes: int  # bytes of all routed experts on disk
+    prompt_cache_bytes: int = 0  # the prompt cache's capacity (EngineConfig.prompt_cache)
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
 
     def summary(self) -> str:
         """One line: the budget and its parts."""
+        prompts = (f" + prompt cache {size(self.prompt_cache_bytes)}"
+                   if self.prompt_cache_bytes else "")
         return (f"{size(self.budget)} = dense {size(self.dense_bytes)} + KV "
-                f"{size(self.kv_bytes)} + work {size(self.work_bytes)} + expert cache "
-                f"{size(self.cache_bytes)}")
+                f"{size(self.kv_bytes)} + work {size(self.work_bytes)}{prompts} + expert "
+                f"cache {size(self.cache_bytes)}")
 
     def _display_rows(self) -> list[tuple[str, str]]:
         rows = [("budget", self.summary())]

@@ -120,7 +120,7 @@ def check_resident_fits(manifest: Manifest, engine: EngineConfig, context_length
     plan_budget(
         budget=engine.ram_budget, dense_bytes=resident_bytes(manifest), kv_bytes=kv,
         work_bytes=work, slot_bytes=expert_slot_bytes(manifest), total_experts=total,
-        min_slots=c.n_experts_per_tok if total else 0,
+        min_slots=c.n_experts_per_tok if total else 0, prompt_cache_bytes=engine.prompt_cache,
     )  # fmt: skip
 
 
@@ -134,6 +134,7 @@ def plan_store(manifest: Manifest, engine: EngineConfig, core: _core.Engine,
         work_bytes=work, slot_bytes=int(core.expert_slot_bytes), total_experts=streamed,
         # One layer's top-k at once: fewer still runs (in waves) but stalls on every expert.
         min_slots=manifest.config.n_experts_per_tok if streamed else 0,
+        prompt_cache_bytes=engine.prompt_cache,
     )  # fmt: skip
 
 
@@ -262,6 +263,7 @@ def memory_stats(plan: BudgetPlan, core: _core.Engine) -> MemoryStats:
         cache_slots=int(core.cache_slots), slot_bytes=plan.slot_bytes,
         cached_experts=int(core.cached_experts), pinned_experts=int(core.pinned_experts),
         total_experts=int(core.streamed_experts), expert_bytes=int(core.expert_bytes),
+        prompt_cache_bytes=plan.prompt_cache_bytes,
     )  # fmt: skip
 
 
