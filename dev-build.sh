@@ -2,12 +2,32 @@
 # Developer build: compiles colibri._core into build/dev/<name>/colibri/ so several
 # checkouts or people can build side by side. Use with PYTHONPATH=python:build/dev/<name>
 # (colibri/__init__.py extends its package path to find _core there).
+#
+# Two names select sanitizer builds (scripts/sanitize.sh runs the tests under them):
+#   asan  AddressSanitizer + UndefinedBehaviorSanitizer, every report fatal
+#   tsan  ThreadSanitizer
+# Python is not built with them, so the runtime library must be preloaded:
+#   LD_PRELOAD=$(g++ -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 ...
+#   LD_PRELOAD=$(g++ -print-file-name=libtsan.so) ...
+# Any other name is an ordinary Release build.
 set -euo pipefail
 name="${1:-default}"
 here="$(cd "$(dirname "$0")" && pwd)"
 bdir="$here/build/dev/$name"
 py="${PYTHON:-$here/.venv/bin/python}"
-cmake -S "$here" -B "$bdir/cmake" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+build_type=Release
+sanitize=""
+case "$name" in
+  asan)
+    build_type=RelWithDebInfo
+    sanitize="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" ;;
+  tsan)
+    build_type=RelWithDebInfo
+    sanitize="-fsanitize=thread -fno-omit-frame-pointer" ;;
+esac
+cmake -S "$here" -B "$bdir/cmake" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" \
+  -DCMAKE_CXX_FLAGS="$sanitize" -DCMAKE_MODULE_LINKER_FLAGS="$sanitize" \
+  -DCMAKE_SHARED_LINKER_FLAGS="$sanitize" \
   -DPython_EXECUTABLE="$py" -Dpybind11_DIR="$("$py" -c 'import pybind11;print(pybind11.get_cmake_dir())')" \
   -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$bdir/colibri" >/dev/null
 cmake --build "$bdir/cmake" -j "${JOBS:-2}"

@@ -94,6 +94,14 @@ def test_bad_context_length(value: object) -> None:
         EngineConfig(context_length=value)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("value", [0, -1, 1.5, "512", True])
+def test_bad_prefill_chunk(value: object) -> None:
+    with pytest.raises(ConfigError, match=r"EngineConfig\.prefill_chunk.*one batch"):
+        EngineConfig(prefill_chunk=value)  # type: ignore[arg-type]
+    assert EngineConfig().prefill_chunk == 512
+    assert EngineConfig(prefill_chunk=None).prefill_chunk is None
+
+
 def test_bad_threads_type() -> None:
     with pytest.raises(ConfigError, match=r"EngineConfig\.threads: expected a ThreadConfig"):
         EngineConfig(threads=4)  # type: ignore[arg-type]
@@ -120,7 +128,7 @@ def test_from_dict_and_round_trip() -> None:
     assert e.to_dict() == {"threads": {"n": 4, "wait_policy": "spin", "spin_us": 0},
                            "context_length": 2048, "activation_precision": "int8",
                            "ram_budget": None, "io": IOConfig().to_dict(),
-                           "cache": CacheConfig().to_dict()}
+                           "cache": CacheConfig().to_dict(), "prefill_chunk": 512}
     assert EngineConfig.from_dict(e.to_dict()) == e
     assert EngineConfig.from_dict({}) == EngineConfig()
     # A ThreadConfig object is accepted where a mapping is.

@@ -55,3 +55,38 @@ def test_prefill_equals_token_by_token(smollm2: colibri.Model) -> None:
     single = np.stack([s.forward([t]) for t in PROMPT])
     # Same per-row kernels and reduction order: the only difference allowed is none.
     np.testing.assert_array_equal(batched, single)
+
+
+# A long prompt of real-looking ids: the default chunk (512) splits it in two.
+LONG_PROMPT = (PROMPT * 19)[:600]
+
+
+def _prefill_then_decode(path: object, chunk: int | None, prompt: list[int]
+                         ) -> tuple[np.ndarray, list[np.ndarray], list[tuple[int, int]]]:
+    model = colibri.Model.load(path, engine=EngineConfig(  # type: ignore[arg-type]
+        threads=ThreadConfig(n=2), context_length=1024, prefill_chunk=chunk))
+    calls: list[tuple[int, int]] = []
+    s = model.session()
+    logits = s.forward(prompt, all_logits=True, progress=lambda d, t: calls.append((d, t)))
+    steps = [s.forward([int(np.argmax(logits[-1]))])]
+    for _ in range(3):
+        steps.append(s.forward([int(np.argmax(steps[-1]))]))
+    model.close()
+    return logits, steps, calls
+
+
+@pytest.mark.parametrize(("chunk", "prompt"), [(1, PROMPT), (5, PROMPT), (512, LONG_PROMPT),
+                                               (37, LONG_PROMPT)],
+                         ids=["1-short", "5-short", "512-long", "37-long"])
+def test_chunked_prefill_equals_one_batch(chunk: int, prompt: list[int]) -> None:
+    """A prompt fed in chunks (EngineConfig.prefill_chunk) gives every position's logits,
+    and the decode after it, bit-identical to the whole prompt in one batch."""
+    path = smollm2_gguf()
+    whole, whole_steps, whole_calls = _prefill_then_decode(path, None, prompt)
+    assert whole_calls == [(len(prompt), len(prompt))]
+    chunked, steps, calls = _prefill_then_decode(path, chunk, prompt)
+    np.testing.assert_array_equal(chunked, whole)
+    for a, b in zip(steps, whole_steps, strict=True):
+        np.testing.assert_array_equal(a, b)
+    n = len(prompt)
+    assert calls == [(min(d, n), n) for d in range(chunk, n + chunk, chunk)]

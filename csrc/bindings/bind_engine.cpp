@@ -1,17 +1,17 @@
-// Engine and Session bindings. Long native calls release the GIL; NumPy arrays in and out.
+// Engine bindings (sessions are in bind_session.cpp). Long native calls release the GIL;
+// NumPy arrays in and out.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cctype>
+#include <string_view>
 #include <memory>
 #include <optional>
-#include <string_view>
 
 #include "common/errors.hpp"
 #include "model/engine.hpp"
-#include "model/forward_stats.hpp"
-#include "model/session.hpp"
 
 namespace py = pybind11;
 
@@ -31,22 +31,6 @@ DType dtype_from_name(const std::string& name) {
   }
 }
 
-py::array_t<float> run_forward(Session& s, py::array_t<int32_t, py::array::c_style | py::array::forcecast> ids,
-                               bool all_logits) {
-  if (ids.ndim() != 1) fail(ErrorKind::InvalidArgument, "token ids must be a 1-D sequence");
-  const int64_t n = ids.shape(0);
-  if (n == 0) fail(ErrorKind::InvalidArgument, "forward needs at least one token id");
-  // Engine sizes come from the session's engine spec (vocab) via a first call shape.
-  const int64_t vocab = s.vocab_size();
-  py::array_t<float> out = all_logits ? py::array_t<float>({n, vocab}) : py::array_t<float>({vocab});
-  const int32_t* p = ids.data();
-  float* o = out.mutable_data();
-  {
-    py::gil_scoped_release release;
-    s.forward(p, n, all_logits, o);
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -197,59 +181,6 @@ void bind_engine(py::module_& m) {
       .def_property("activation_precision", &Engine::activation_precision, &Engine::set_activation_precision)
       .def_property_readonly("weight_bytes", &Engine::weight_bytes)
       .def_property_readonly("spec", &Engine::spec, py::return_value_policy::copy);
-
-  py::class_<Session>(m, "Session")
-      .def(py::init([](std::shared_ptr<Engine> engine, int64_t context_length) {
-             if (context_length <= 0) fail(ErrorKind::InvalidArgument, "context_length must be > 0");
-             return std::make_unique<Session>(std::move(engine), context_length);
-           }),
-           py::arg("engine"), py::arg("context_length"))
-      .def("forward", &run_forward, py::arg("ids"), py::arg("all_logits") = false)
-      .def_property_readonly("n_tokens", &Session::n_tokens)
-      .def_property_readonly("context_length", &Session::context_length)
-      .def("last_routing",
-           [](const Session& s) {
-             const int64_t k = s.spec().n_experts_per_tok, layers = s.spec().n_layers;
-             const int64_t n = k > 0 ? s.last_routing_tokens() : 0;
-             py::array_t<int32_t> out({n, layers, std::max<int64_t>(k, 0)});
-             if (n > 0) std::copy(s.last_routing().begin(), s.last_routing().end(), out.mutable_data());
-             return out;
-           })
-      // The KV state (INTERIM for the F32 cache: the attention branch's state API has the
-      // same names; see csrc/model/kv_state_interim.cpp).
-      .def_property_readonly("kv_type", [](const Session& s) { return std::string(s.kv_type()); })
-      .def("kv_bytes", [](const Session& s, std::optional<int64_t> n) {
-             const int64_t k = n.value_or(s.n_tokens());
-             if (k < 0) fail(ErrorKind::InvalidArgument, "kv_bytes: n must be >= 0");
-             return s.kv_bytes_for(k);
-           }, py::arg("n") = py::none(), "Bytes of n positions of KV state (default: the tokens held).")
-      .def_property_readonly("kv_allocated_bytes", &Session::kv_allocated_bytes)
-      .def("export_kv", [](Session& s, std::optional<int64_t> n) {
-             std::vector<uint8_t> b;
-             {
-               py::gil_scoped_release release;
-               b = s.export_kv(n.value_or(s.n_tokens()));
-             }
-             return py::bytes(reinterpret_cast<const char*>(b.data()), b.size());
-           }, py::arg("n") = py::none(),
-           "Positions [0, n) of every layer's KV state as bytes (default: all tokens held).")
-      .def("import_kv", [](Session& s, const py::bytes& data, int64_t n) {
-             const std::string_view v = data;
-             py::gil_scoped_release release;
-             s.import_kv(reinterpret_cast<const uint8_t*>(v.data()), v.size(), n);
-           }, py::arg("data"), py::arg("n"),
-           "Replaces the state by n positions from export_kv (same model and KV type); holds n tokens.")
-      .def("copy_prefix_from", &Session::copy_prefix_from, py::arg("other"), py::arg("n"),
-           py::call_guard<py::gil_scoped_release>(),
-           "Copies the first n tokens' KV state of another session (same model and KV type); holds n tokens.")
-      .def("forward_stats",
-           [](Session& s) {
-             const ForwardStats f = s.forward_stats();
-             return py::make_tuple(f.experts, std::vector<double>(f.phases.begin(), f.phases.end()),
-                                   f.forwards);
-           })
-      .def("reset", &Session::reset)
-      .def("rollback", &Session::rollback, py::arg("n"));
 }
 
 }  // namespace colibri::bindings

@@ -17,6 +17,7 @@ static const char* python_class_for(ErrorKind kind) {
     case ErrorKind::ContextOverflow: return "ContextOverflowError";
     case ErrorKind::Unsupported: return "UnsupportedError";
     case ErrorKind::Internal: return "InternalError";
+    case ErrorKind::Cancelled: return nullptr;  // a builtin: KeyboardInterrupt
   }
   return "ColibriError";
 }
@@ -27,8 +28,13 @@ void bind_errors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
+      const char* name = python_class_for(e.kind());
+      if (name == nullptr) {  // the binding re-raises the Python exception that cancelled
+        PyErr_SetString(PyExc_KeyboardInterrupt, e.what());  // a forward; this is the fallback
+        return;
+      }
       py::object errors = py::module_::import("colibri.errors");
-      py::object cls = errors.attr(python_class_for(e.kind()));
+      py::object cls = errors.attr(name);
       PyErr_SetObject(cls.ptr(), py::str(e.what()).ptr());
     }
   });

@@ -9,7 +9,9 @@ void bind_errors(py::module_& m);
 void bind_quant(py::module_& m);
 void bind_threads(py::module_& m);
 void bind_engine(py::module_& m);
+void bind_session(py::module_& m);
 void bind_io(py::module_& m);
+void bind_attention(py::module_& m);
 }  // namespace colibri::bindings
 
 PYBIND11_MODULE(_core, m) {
@@ -19,5 +21,7 @@ PYBIND11_MODULE(_core, m) {
   bind_quant(m);
   bind_threads(m);
   bind_engine(m);
+  bind_session(m);
   bind_io(m);
+  bind_attention(m);
 }

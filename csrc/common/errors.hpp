@@ -15,6 +15,7 @@ enum class ErrorKind {
   ContextOverflow,   // more tokens than the KV cache holds (-> ContextOverflowError)
   Unsupported,       // a tensor type or feature this build does not implement
   Internal,          // a broken invariant inside the core (a bug)
+  Cancelled,         // a forward stopped by its cancellation check (Ctrl-C); nothing changed
 };
 
 class Error : public std::runtime_error {

@@ -1,8 +1,8 @@
 #include "model/attn_gqa.hpp"
 
 #include <cmath>
-#include <cstring>
 
+#include "attention/attention.hpp"
 #include "model/ops.hpp"
 #include "threadpool/threadpool.hpp"
 
@@ -81,36 +81,27 @@ void GqaAttention::forward(AttentionContext& ctx, const float* x, int64_t n, int
     rope_cos_sin(pos0 + t, rope_inv_freq_.data(), half, rope_factor_, cos_sin);
     for (int64_t h = 0; h < nh; ++h) rope_head(q + h * hd, cos_sin, 2 * half);
     for (int64_t h = 0; h < nkv; ++h) rope_head(k + h * hd, cos_sin, 2 * half);
-    std::memcpy(kv.k(layer, pos0 + t), k, static_cast<std::size_t>(kvd) * sizeof(float));
-    std::memcpy(kv.v(layer, pos0 + t), ws.v.data() + t * kvd, static_cast<std::size_t>(kvd) * sizeof(float));
+    kv.store_k(layer, pos0 + t, k);
+    kv.store_v(layer, pos0 + t, ws.v.data() + t * kvd);
   }
 
-  // One task per (token, head): each output head row is computed by one thread, with the
-  // positions summed in order, so the result does not depend on the team.
-  const int64_t group = nh / nkv, ctx_len = kv.context_length();
-  ws.kernel.resize(static_cast<std::size_t>(ctx.pool.size() * ctx_len));
-  ctx.pool.parallel_for(n * nh, 1, [&](int64_t begin, int64_t end, int thread) {
-    float* scores = ws.kernel.data() + thread * ctx_len;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t t = task / nh, h = task % nh, g = h / group;
-      const int64_t n_keys = pos0 + t + 1;  // causal: keys at positions <= this one
-      const float* q = ws.q.data() + t * qd + h * hd;
-      for (int64_t j = 0; j < n_keys; ++j) {
-        const float* kr = kv.k(layer, j) + g * hd;
-        float dot = 0.0f;
-        for (int64_t i = 0; i < hd; ++i) dot += q[i] * kr[i];
-        scores[j] = dot * scale_;
-      }
-      softmax(scores, n_keys);
-      float* o = ws.attn.data() + t * qd + h * hd;
-      std::memset(o, 0, static_cast<std::size_t>(hd) * sizeof(float));
-      for (int64_t j = 0; j < n_keys; ++j) {
-        const float* vr = kv.v(layer, j) + g * hd;
-        const float p = scores[j];
-        for (int64_t i = 0; i < hd; ++i) o[i] += p * vr[i];
-      }
-    }
-  });
+  attn::Problem p;
+  p.n_queries = n;
+  p.n_kv_heads = nkv;
+  p.group = nh / nkv;
+  p.dk = p.dv = hd;
+  p.scale = scale_;
+  p.q = ws.q.data();
+  p.q_stride = qd;
+  p.q_head_stride = hd;
+  p.out = ws.attn.data();
+  p.out_stride = qd;
+  p.out_head_stride = hd;
+  const std::size_t head_bytes = row_bytes(kv.type(), hd);
+  p.k = attn::KvSide{kv.type(), kv.k(layer, 0), kv.k_row_bytes(layer), head_bytes};
+  p.v = attn::KvSide{kv.type(), kv.v(layer, 0), kv.v_row_bytes(layer), head_bytes};
+  p.pos0 = pos0;
+  attn::run(ctx.pool, p, ws.kernel);
   matmul(ctx.pool, w_.o->view(), ws.attn.data(), n, out, ctx.matmul, ctx.precision);
 }
 

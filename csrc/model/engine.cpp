@@ -291,7 +291,8 @@ void Engine::mm(const Tensor& w, const float* x, int64_t n, float* y) {
 }
 
 void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, bool all_logits,
-                     float* logits_out, int32_t* routing_out, ForwardStats* stats_out) {
+                     float* logits_out, int32_t* routing_out, const CancelCheck* cancelled,
+                     ForwardStats* stats_out) {
   const ModelSpec& s = spec_;
   if (n <= 0) fail(ErrorKind::InvalidArgument, "forward needs at least one token");
   for (int64_t t = 0; t < n; ++t) {
@@ -335,7 +336,16 @@ void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, b
   if (routing_out && s.n_experts_per_tok > 0)
     std::fill(routing_out, routing_out + n * s.n_layers * s.n_experts_per_tok, -1);
 
+  // Between layers, and between each layer's attention and FFN: a prefill chunk's layer is
+  // the longest stretch without a check (a fraction of a second).
+  auto stop_if_cancelled = [&] {
+    if (cancelled && *cancelled && (*cancelled)()) {
+      store_->abort();  // prefetches in flight: waited for or cancelled
+      fail(ErrorKind::Cancelled, "the forward was interrupted");
+    }
+  };
   for (int64_t li = 0; li < s.n_layers; ++li) {
+    stop_if_cancelled();
     const LayerWeights& L = layers_[static_cast<std::size_t>(li)];
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t t = 0; t < n; ++t)
@@ -345,6 +355,7 @@ void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, b
     for (int64_t t = 0; t < n; ++t)
       rms_norm_row(ws_.x.data() + t * d, L.ffn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
     phase_[kAttention] += seconds_since(t0);
+    stop_if_cancelled();
     if (L.is_moe) {
       try {
         moe_block(L, li, n, routing_out);  // leaves the FFN output in ws_.ffn_out
@@ -360,12 +371,14 @@ void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, b
     add_inplace(ws_.x.data(), ws_.ffn_out.data(), n * d);
   }
 
-  const auto t0 = std::chrono::steady_clock::now();
-  const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
-  for (int64_t t = first; t < n; ++t)
-    rms_norm_row(ws_.x.data() + t * d, output_norm_->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
-  mm(*output_, ws_.h.data() + first * d, rows, logits_out);
-  phase_[kLmHead] += seconds_since(t0);
+  if (logits_out != nullptr) {  // null: a prefill chunk before the last one, no logits wanted
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
+    for (int64_t t = first; t < n; ++t)
+      rms_norm_row(ws_.x.data() + t * d, output_norm_->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
+    mm(*output_, ws_.h.data() + first * d, rows, logits_out);
+    phase_[kLmHead] += seconds_since(t0);
+  }
   choose_wait_policy(phase_[kExpertWait] - wait_before, seconds_since(t_start));
 }
 

@@ -3,6 +3,7 @@
 // cache) and call into the engine; one forward runs at a time per engine.
 #pragma once
 #include <array>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -61,6 +62,11 @@ struct Workspace {
   ScratchBuffer matmul;
 };
 
+// Asked between layers of a forward (and by the session between prefill chunks): true stops
+// the forward with Error(Cancelled). It is called once per layer, so it must be cheap; the
+// binding's version reads a clock and only looks at Python's signals every few ms.
+using CancelCheck = std::function<bool()>;
+
 class Engine {
  public:
   // Routed experts (blk.{i}.ffn_{gate,up,down}_exps.{e}) are not loaded: they go to the
@@ -94,14 +100,18 @@ class Engine {
   PhaseSeconds phase_seconds() const;
 
   // Forward of n tokens at positions [pos0, pos0 + n) with the given KV cache (owned by a
-  // session). Writes logits of the last position, or of every position when all_logits.
-  // Validates ids before touching any state. When routing_out is not null it receives the
-  // selected experts, [n][n_layers][n_experts_per_tok] in router order (-1 for dense layers).
-  // When stats_out is not null, this forward's share of the expert and phase counters is
-  // added to it (measured under the engine lock: see model/forward_stats.hpp).
+  // session). Writes logits of the last position, or of every position when all_logits;
+  // none when logits_out is null (a prefill chunk that is not the last: the lm_head is
+  // skipped). Validates ids before touching any state. When routing_out is not null it
+  // receives the selected experts, [n][n_layers][n_experts_per_tok] in router order (-1 for
+  // dense layers). `cancelled` (may be null) is asked between layers; when it says stop,
+  // the forward throws Error(Cancelled) and has written only KV entries at positions >= pos0,
+  // which the session does not count. When stats_out is not null, this forward's share of
+  // the expert and phase counters is added to it (measured under the engine lock, so it is
+  // this forward's alone: see model/forward_stats.hpp).
   void forward(class KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, bool all_logits,
                float* logits_out, int32_t* routing_out = nullptr,
-               struct ForwardStats* stats_out = nullptr);
+               const CancelCheck* cancelled = nullptr, struct ForwardStats* stats_out = nullptr);
 
  private:
   void resolve_layers();

@@ -1,15 +1,265 @@
 #include "model/session.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
 #include "common/errors.hpp"
 
 namespace colibri {
 
-void Session::rollback(int64_t n) {
+namespace {
+
+const char* const kClosed = "the model is closed; load it again to use it";
+constexpr std::chrono::milliseconds kPoll{5};
+
+}  // namespace
+
+// Marks the session in use for the lifetime of one call; a second call (another thread, or
+// a progress callback re-entering the session) is refused instead of interleaving its
+// tokens with the first one's.
+class Session::Busy {
+ public:
+  explicit Busy(Session& s) : s_(s) {
+    std::lock_guard<std::mutex> lock(s_.mu_);
+    s_.require_open();
+    if (s_.busy_)
+      fail(ErrorKind::InvalidArgument,
+           "this session is in use by another call (one call at a time per session: give "
+           "each thread its own session; sessions share the model)");
+    s_.busy_ = true;
+    s_.busy_thread_ = std::this_thread::get_id();
+  }
+  ~Busy() {
+    {
+      std::lock_guard<std::mutex> lock(s_.mu_);
+      s_.busy_ = false;
+      if (s_.closing_.load() && !s_.closed_) s_.release();  // close() was called meanwhile
+    }
+    s_.idle_.notify_all();
+  }
+  Busy(const Busy&) = delete;
+  Busy& operator=(const Busy&) = delete;
+
+ private:
+  Session& s_;
+};
+
+Session::Session(std::shared_ptr<Engine> engine, int64_t context_length, DType kv_type)
+    : engine_(std::move(engine)),
+      spec_(engine_->spec()),
+      kv_(std::make_unique<KvCache>(engine_->kv_layouts(), context_length, kv_type)),
+      context_length_(context_length),
+      kv_type_(kv_type) {}
+
+void Session::require_open() const {
+  if (closed_ || closing_.load()) fail(ErrorKind::InvalidArgument, kClosed);
+}
+
+void Session::forward(const int32_t* ids, int64_t n, bool all_logits, float* logits_out,
+                      const ForwardHooks& hooks) {
+  Busy busy(*this);
+  if (n <= 0) fail(ErrorKind::InvalidArgument, "forward needs at least one token");
+  for (int64_t t = 0; t < n; ++t)  // all of them before the first chunk runs
+    if (ids[t] < 0 || ids[t] >= spec_.vocab_size)
+      fail(ErrorKind::TokenOutOfRange, "token id " + std::to_string(ids[t]) + " at index " + std::to_string(t) +
+                                           " is outside the vocabulary [0, " + std::to_string(spec_.vocab_size) + ")");
+  const int64_t pos0 = n_tokens();
+  if (pos0 + n > context_length_)  // checked here too: a chunk must not be the first to see it
+    fail(ErrorKind::ContextOverflow,
+         "context overflow: the session holds " + std::to_string(pos0) + " tokens and " +
+             std::to_string(n) + " more would exceed the context length of " +
+             std::to_string(context_length_) + " (raise EngineConfig.context_length or start a new session)");
+  const int64_t k = spec_.n_experts_per_tok, layers = spec_.n_layers, vocab = spec_.vocab_size;
+  std::vector<int32_t> routing(k > 0 ? static_cast<std::size_t>(n * layers * k) : 0);
+  // The caller's check may be costly (the binding takes the GIL): it is asked at most every
+  // kPoll between layers, so a decode step of a few ms asks it once, before the commit.
+  auto next_poll = std::chrono::steady_clock::now() + kPoll;
+  const CancelCheck stop = [&] {
+    if (closing_.load(std::memory_order_relaxed)) return true;  // close() from another thread
+    if (!hooks.cancelled) return false;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_poll) return false;
+    next_poll = now + kPoll;
+    return hooks.cancelled();
+  };
+  const int64_t chunk = hooks.chunk > 0 ? hooks.chunk : n;
+  // This call's share of the engine's counters, added to the session's whether the call
+  // commits or not (the work was done either way).
+  struct StatsScope {
+    Session& s;
+    ForwardStats delta;
+    ~StatsScope() {
+      std::lock_guard<std::mutex> lock(s.mu_);
+      add_delta(s.stats_.experts, delta.experts, ExpertStoreStats{});
+      add_delta(s.stats_.phases, delta.phases, PhaseSeconds{});
+      s.stats_.forwards += delta.forwards;
+    }
+  } stats{*this, {}};
+  try {
+    for (int64_t done = 0; done < n;) {
+      const int64_t len = std::min(chunk, n - done);
+      const bool last = done + len == n;
+      float* out = all_logits ? logits_out + done * vocab : (last ? logits_out : nullptr);
+      engine_->forward(*kv_, pos0 + done, ids + done, len, all_logits, out,
+                       k > 0 ? routing.data() + done * layers * k : nullptr, &stop, &stats.delta);
+      done += len;
+      if (hooks.progress) hooks.progress(done, n);
+      if (!last && stop()) fail(ErrorKind::Cancelled, "the forward was interrupted");
+    }
+    // Unthrottled, before the commit: Ctrl-C during the last stretch still undoes the call.
+    if (closing_.load() || (hooks.cancelled && hooks.cancelled()))
+      fail(ErrorKind::Cancelled, "the forward was interrupted");
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::Cancelled && closing_.load())
+      fail(ErrorKind::InvalidArgument, "the model was closed during this forward");
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(mu_);  // commit: the tokens, their ids and routing at once
+  ids_.insert(ids_.end(), ids, ids + n);
+  last_routing_ = std::move(routing);
+  last_routing_tokens_ = n;
+}
+
+ForwardStats Session::forward_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (n < 0 || n > n_tokens_)
-    fail(ErrorKind::InvalidArgument, "cannot roll back " + std::to_string(n) + " tokens: the session holds " +
-                                         std::to_string(n_tokens_));
-  n_tokens_ -= n;
+  return stats_;
+}
+
+std::vector<int32_t> Session::last_routing() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  require_open();
+  return last_routing_;
+}
+
+int64_t Session::last_routing_tokens() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  require_open();
+  return last_routing_tokens_;
+}
+
+int64_t Session::n_tokens() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  require_open();
+  return static_cast<int64_t>(ids_.size());
+}
+
+std::vector<int32_t> Session::token_ids() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  require_open();
+  return ids_;
+}
+
+int64_t Session::context_length() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  require_open();
+  return context_length_;
+}
+
+void Session::reset() {
+  Busy busy(*this);
+  std::lock_guard<std::mutex> lock(mu_);
+  ids_.clear();
+  last_routing_.clear();
+  last_routing_tokens_ = 0;
+}
+
+void Session::rollback(int64_t n) {
+  Busy busy(*this);
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto held = static_cast<int64_t>(ids_.size());
+  if (n < 0 || n > held)
+    fail(ErrorKind::InvalidArgument,
+         "cannot roll back " + std::to_string(n) + " tokens: the session holds " + std::to_string(held));
+  ids_.resize(static_cast<std::size_t>(held - n));
+}
+
+void Session::close() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (closed_) return;
+  closing_.store(true);
+  if (!busy_) {
+    release();
+    return;
+  }
+  // A forward is running: it stops at its next layer and its Busy releases the session.
+  // From its own thread (a progress callback closing the model) there is nothing to wait for.
+  if (busy_thread_ == std::this_thread::get_id()) return;
+  idle_.wait(lock, [&] { return closed_; });
+}
+
+void Session::release() {
+  closed_ = true;
+  kv_.reset();
+  engine_.reset();
+  std::vector<int32_t>().swap(ids_);
+  std::vector<int32_t>().swap(last_routing_);
+  last_routing_tokens_ = 0;
+}
+
+std::size_t Session::kv_bytes_for(int64_t n) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  require_open();
+  return kv_->bytes_for(n);
+}
+
+std::size_t Session::kv_allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  require_open();
+  return kv_->bytes();
+}
+
+std::vector<uint8_t> Session::export_kv(int64_t n) {
+  Busy busy(*this);
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto held = static_cast<int64_t>(ids_.size());
+  if (n < 0 || n > held)
+    fail(ErrorKind::InvalidArgument, "cannot export " + std::to_string(n) + " positions: the session holds " +
+                                         std::to_string(held));
+  std::vector<uint8_t> out(kv_->bytes_for(n));
+  kv_->export_to(n, out.data());
+  return out;
+}
+
+void Session::import_kv(const uint8_t* data, std::size_t size, const std::vector<int32_t>& ids) {
+  Busy busy(*this);
+  const auto n = static_cast<int64_t>(ids.size());
+  for (int32_t t : ids)
+    if (t < 0 || t >= spec_.vocab_size)
+      fail(ErrorKind::TokenOutOfRange, "imported token id " + std::to_string(t) + " is outside the vocabulary");
+  std::lock_guard<std::mutex> lock(mu_);
+  kv_->import_from(n, data, size);  // validates before changing anything
+  ids_ = ids;
+  last_routing_.clear();
+  last_routing_tokens_ = 0;
+}
+
+void Session::copy_prefix_from(Session& other, int64_t n) {
+  if (&other == this) {  // keep the first n
+    const int64_t held = n_tokens();
+    if (n < 0 || n > held)
+      fail(ErrorKind::InvalidArgument, "cannot keep " + std::to_string(n) + " tokens: the session holds " +
+                                           std::to_string(held));
+    rollback(held - n);
+    return;
+  }
+  Busy busy(*this);
+  Busy other_busy(other);
+  std::unique_lock<std::mutex> a(mu_, std::defer_lock), b(other.mu_, std::defer_lock);
+  std::lock(a, b);
+  const auto held = static_cast<int64_t>(other.ids_.size());
+  if (n < 0 || n > held)
+    fail(ErrorKind::InvalidArgument, "cannot copy " + std::to_string(n) + " tokens: the source session holds " +
+                                         std::to_string(held));
+  kv_->copy_prefix(*other.kv_, n);
+  ids_.assign(other.ids_.begin(), other.ids_.begin() + n);
+  last_routing_.clear();
+  last_routing_tokens_ = 0;
+}
+
+bool Session::closed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_;
 }
 
 }  // namespace colibri

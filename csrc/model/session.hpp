@@ -1,9 +1,19 @@
-// One conversation's state on a loaded model: the KV cache and the number of tokens in it.
-// Many sessions can share one Engine (and later its expert cache).
+// One conversation's state on a loaded model: the KV cache and the tokens in it. Many
+// sessions can share one Engine (and its expert cache).
+//
+// The state is all or nothing: a forward that fails, is cancelled (Ctrl-C) or is stopped by
+// a progress callback leaves the session exactly as before the call (its token count, ids
+// and last routing; KV entries past the count may have been written, and are overwritten
+// by the next forward). One call at a time: a call made while another thread's call on the
+// same session runs is refused (InvalidArgument), it does not wait.
 #pragma once
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "model/engine.hpp"
@@ -12,67 +22,82 @@
 
 namespace colibri {
 
+// What a long forward reports and listens to. Every member may be empty / zero.
+struct ForwardHooks {
+  // Tokens per prefill chunk (0: the whole batch at once). Chunking changes no bit of the
+  // result: every position's logits come from the same per-row kernels either way.
+  int64_t chunk = 0;
+  // Asked between layers and chunks; true stops the forward (Error(Cancelled)).
+  CancelCheck cancelled;
+  // After each chunk: tokens done so far and the total. It may throw to stop the forward.
+  std::function<void(int64_t done, int64_t total)> progress;
+};
+
 class Session {
  public:
-  Session(std::shared_ptr<Engine> engine, int64_t context_length)
-      : engine_(std::move(engine)), kv_(engine_->kv_layouts(), context_length) {}
+  // kv_type: the KV cache's storage type (F32, F16, BF16, Q8_0).
+  Session(std::shared_ptr<Engine> engine, int64_t context_length, DType kv_type = DType::F32);
 
   // Appends n tokens; writes logits of the last one ([vocab]) or of all ([n, vocab]).
-  // On error (bad token id, context overflow) the session is unchanged.
-  void forward(const int32_t* ids, int64_t n, bool all_logits, float* logits_out) {
-    std::lock_guard<std::mutex> lock(mu_);  // the GIL is released: two Python threads may race
-    const ModelSpec& s = engine_->spec();
-    const int64_t k = s.n_experts_per_tok;
-    std::vector<int32_t> routing(k > 0 ? static_cast<std::size_t>(n * s.n_layers * k) : 0);
-    engine_->forward(kv_, n_tokens_, ids, n, all_logits, logits_out, k > 0 ? routing.data() : nullptr,
-                     &stats_);
-    n_tokens_ += n;
-    last_routing_ = std::move(routing);
-    last_routing_tokens_ = n;
-  }
-
-  // Experts selected during the last forward: [tokens][layers][top_k] (empty: dense model).
-  const std::vector<int32_t>& last_routing() const { return last_routing_; }
-  int64_t last_routing_tokens() const { return last_routing_tokens_; }
+  // On any error the session is unchanged.
+  void forward(const int32_t* ids, int64_t n, bool all_logits, float* logits_out,
+               const ForwardHooks& hooks = {});
 
   // The expert cache, expert I/O and phase-time counters of this session's forwards
-  // (model/forward_stats.hpp), cumulative since it was made.
-  ForwardStats forward_stats() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
-  }
+  // (model/forward_stats.hpp), cumulative since it was made; a failed or cancelled
+  // forward's work counts too.
+  ForwardStats forward_stats() const;
 
-  int64_t n_tokens() const { return n_tokens_; }
-  int64_t vocab_size() const { return engine_->spec().vocab_size; }
-  const ModelSpec& spec() const { return engine_->spec(); }
-  int64_t context_length() const { return kv_.context_length(); }
-  void reset() {
-    std::lock_guard<std::mutex> lock(mu_);
-    n_tokens_ = 0;
-  }
+  // Experts selected during the last forward: [tokens][layers][top_k] (empty: dense model).
+  std::vector<int32_t> last_routing() const;
+  int64_t last_routing_tokens() const;
+
+  int64_t n_tokens() const;
+  std::vector<int32_t> token_ids() const;
+  int64_t vocab_size() const { return spec_.vocab_size; }
+  const ModelSpec& spec() const { return spec_; }
+  int64_t context_length() const;
+  void reset();
   // Forgets the last n tokens (their KV entries are overwritten by the next forward).
   void rollback(int64_t n);
+  // Frees the KV cache and lets go of the engine; a forward running in another thread is
+  // cancelled at its next layer and waited for. Every later call fails ("the model is
+  // closed"). Idempotent.
+  void close();
+  bool closed() const;
 
-  // The KV state as bytes (Session.save/load, the prompt cache). INTERIM, for the current
-  // F32 KvCache only (csrc/model/kv_state_interim.cpp): the same names and meaning as the
-  // type-agnostic state API of the attention branch, which replaces this block when it
-  // lands. kv_type() is "f32".
-  const char* kv_type() const { return "f32"; }
+  // The KV state, type-agnostic (Session save/load, prompt caching; see kv_cache.hpp).
+  DType kv_type() const { return kv_type_; }
   std::size_t kv_bytes_for(int64_t n) const;
-  std::size_t kv_allocated_bytes() const { return kv_.bytes(); }
+  std::size_t kv_allocated_bytes() const;
   // Positions [0, n) (n <= n_tokens) as kv_bytes_for(n) bytes.
   std::vector<uint8_t> export_kv(int64_t n);
-  // Replaces the state by n positions exported from a session of the same model and KV type;
-  // the session then holds n tokens. Checks the size before changing anything.
-  void import_kv(const uint8_t* data, std::size_t size, int64_t n);
-  // Copies the first n tokens' KV state of `other` (same model); holds n tokens.
+  // Replaces the state by the positions of `ids` exported from a session of the same model
+  // and KV type; the session then holds those tokens.
+  void import_kv(const uint8_t* data, std::size_t size, const std::vector<int32_t>& ids);
+  // The first n tokens of `other` (same layout and KV type), n <= other.n_tokens(); the session
+  // then holds n tokens. `other` may be this session (then it keeps its first n).
   void copy_prefix_from(Session& other, int64_t n);
 
  private:
+  class Busy;  // marks the session in use for one call (refuses a second)
+  void require_open() const;  // mu_ held
+  void release();             // mu_ held, not busy: frees the KV cache, drops the engine
+
   std::shared_ptr<Engine> engine_;
-  KvCache kv_;
-  std::mutex mu_;
-  int64_t n_tokens_ = 0;
+  const ModelSpec spec_;  // a copy: stays readable after close()
+  std::unique_ptr<KvCache> kv_;
+  int64_t context_length_;
+  DType kv_type_;
+
+  // Guards everything below; held only for short sections, never during the compute.
+  mutable std::mutex mu_;
+  std::condition_variable idle_;
+  bool busy_ = false;
+  std::thread::id busy_thread_;
+  bool closed_ = false;
+  std::atomic<bool> closing_{false};  // read by the running forward's cancel check
+  std::vector<int32_t> ids_;          // the tokens in the KV cache, in order
   std::vector<int32_t> last_routing_;
   int64_t last_routing_tokens_ = 0;
   ForwardStats stats_;

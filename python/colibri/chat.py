@@ -3,7 +3,9 @@
 A model ships its own Jinja template (Hugging Face ``tokenizer_config.json`` ``chat_template``,
 or GGUF ``tokenizer.chat_template``). :class:`ChatTemplate` renders it the way
 ``transformers``' ``apply_chat_template`` does: a sandboxed Jinja environment
-(``ImmutableSandboxedEnvironment``, ``trim_blocks``, ``lstrip_blocks``, loop controls), the
+(``ImmutableSandboxedEnvironment``, ``trim_blocks``, ``lstrip_blocks``, loop controls) with
+limits on time, size, loops and call depth (:mod:`colibri.chat_limits`: a template comes
+from the model file, i.e. from a stranger), the
 variables ``messages``, ``add_generation_prompt``, ``bos_token``, ``eos_token``, ``tools``,
 ``documents`` and the helpers templates use: ``raise_exception``, ``strftime_now``, a
 ``tojson`` filter that does not HTML-escape, ``{% generation %}`` blocks.
@@ -31,8 +33,15 @@ import jinja2.ext
 import jinja2.nodes
 import jinja2.parser
 import numpy as np
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from .chat_limits import (
+    DEFAULT_LIMITS,
+    LimitedEnvironment,
+    LimitExceeded,
+    TemplateLimits,
+    check_text,
+)
+from .chat_limits import render as render_limited
 from .errors import InvalidRequestError, ModelFormatError
 
 if TYPE_CHECKING:
@@ -52,6 +61,7 @@ class _TemplateRefused(Exception):
 
 
 def _raise_exception(message: object) -> None:
+    check_text(message, "raise_exception's message")
     raise _TemplateRefused(str(message))
 
 
@@ -110,18 +120,25 @@ class _Namespace(jinja2.utils.Namespace):
             )
 
 
+def _short(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message, cut to `limit` characters (it may quote template data)."""
+    text = str(exc)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
+
+
 @functools.lru_cache(maxsize=32)
 def _compile(source: str) -> jinja2.Template:
     return _environment().from_string(source)
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
+def _environment() -> LimitedEnvironment:
+    env = LimitedEnvironment(
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[_GenerationBlocks, jinja2.ext.loopcontrols],
     )
     env.filters["tojson"] = _tojson
+    env.limit_filters()
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.globals["namespace"] = _Namespace
@@ -197,7 +214,9 @@ class ChatTemplate:
     """A compiled chat template.
 
     ``source``: the Jinja text. ``bos_token`` / ``eos_token``: the strings the template sees
-    under those names. Raises ModelFormatError when the template does not compile.
+    under those names. ``limits``: what one render may use (time, size, loops, call depth;
+    the defaults are far above what real templates need). Raises ModelFormatError when the
+    template does not compile.
     """
 
     def __init__(
@@ -208,6 +227,7 @@ class ChatTemplate:
         eos_token: str | None = None,
         name: str = "chat template",
         is_fallback: bool = False,
+        limits: TemplateLimits = DEFAULT_LIMITS,
     ) -> None:
         if not isinstance(source, str):
             raise ModelFormatError(f"{name} must be a str, not {type(source).__name__}")
@@ -216,6 +236,7 @@ class ChatTemplate:
         self.eos_token = eos_token
         self.name = name
         self.is_fallback = is_fallback
+        self.limits = limits
         try:
             self._template = _compile(source)
         except jinja2.TemplateSyntaxError as exc:
@@ -225,8 +246,12 @@ class ChatTemplate:
             raise ModelFormatError(
                 f"{name} has a Jinja syntax error at line {exc.lineno}{line}: {exc.message}"
             ) from exc
-        except jinja2.TemplateError as exc:
+        except LimitExceeded as exc:
             raise ModelFormatError(f"{name} cannot be compiled: {exc}") from exc
+        except Exception as exc:  # TemplateError, RecursionError (deep nesting), MemoryError...
+            raise ModelFormatError(
+                f"{name} cannot be compiled ({type(exc).__name__}: {_short(exc)})"
+            ) from exc
 
     @classmethod
     def for_tokenizer(cls, tokenizer: Tokenizer, name: str | None = None) -> ChatTemplate:
@@ -277,14 +302,21 @@ class ChatTemplate:
         context["tools"] = None if tools is None else _plain(list(tools), "tools")
         context["documents"] = None if documents is None else _plain(list(documents), "documents")
         try:
-            return self._template.render(**context)
+            return render_limited(self._template, context, self.limits)
         except _TemplateRefused as exc:
-            raise InvalidRequestError(f"the {self.name} refused the conversation: {exc}") from exc
+            raise InvalidRequestError(
+                f"the {self.name} refused the conversation: {_short(exc)}"
+            ) from exc
         except jinja2.exceptions.SecurityError as exc:
             raise ModelFormatError(f"the {self.name} tried an unsafe operation: {exc}") from exc
-        except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError) as exc:
+        except LimitExceeded as exc:
             raise ModelFormatError(
-                f"the {self.name} failed while rendering ({type(exc).__name__}: {exc})"
+                f"the {self.name} went over its resource limits: {exc} (a template that does "
+                "this is broken or hostile; see ChatTemplate(limits=...))"
+            ) from exc
+        except Exception as exc:  # the template is a stranger's code: any failure is its own
+            raise ModelFormatError(
+                f"the {self.name} failed while rendering ({type(exc).__name__}: {_short(exc)})"
             ) from exc
 
     def __repr__(self) -> str:

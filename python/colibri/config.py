@@ -24,6 +24,7 @@ from .sizes import format_bytes, parse_bytes
 
 __all__ = [
     "DEFAULT_CONTEXT_CAP",
+    "DEFAULT_PREFILL_CHUNK",
     "MAX_IO_WORKERS",
     "MAX_PIN_FRACTION",
     "MAX_RAM_BUDGET",
@@ -50,6 +51,11 @@ MAX_SPIN_US = 1_000_000
 
 DEFAULT_CONTEXT_CAP = 4096
 """KV-cache positions used when ``context_length`` is None and the model allows more."""
+
+DEFAULT_PREFILL_CHUNK = 512
+"""Tokens per prefill chunk (EngineConfig.prefill_chunk): large enough that the matrix
+products run at full speed, small enough that Ctrl-C and progress come every fraction of
+a second."""
 
 MAX_IO_WORKERS = 64
 """Largest expert-read worker pool (IOConfig.workers)."""
@@ -532,6 +538,12 @@ class EngineConfig:
     cache: CacheConfig
     """The expert cache's policy, routing history and preload. A mapping is accepted."""
 
+    prefill_chunk: int | None
+    """Tokens per prefill chunk, >= 1 (default 512); ``None`` = the whole prompt in one
+    batch. A long prompt runs in chunks so that Ctrl-C and progress callbacks are served
+    between them and the work buffers stay the size of one chunk; the logits are the same
+    bits either way. See docs/tuning.md."""
+
     prompt_cache: int
     """Bytes for the prompt cache (``Model.prompt_cache``): the KV state of recent
     generations kept so that a later call sharing a token prefix (the next turn of a chat,
@@ -549,6 +561,7 @@ class EngineConfig:
         io: IOConfig | Mapping[str, Any] | None = None,
         cache: CacheConfig | Mapping[str, Any] | None = None,
         prompt_cache: int | str = 0,
+        prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
     ) -> None:
         object.__setattr__(self, "threads",
                            _sub_config("EngineConfig.threads", threads, ThreadConfig))
@@ -566,6 +579,12 @@ class EngineConfig:
         object.__setattr__(self, "ram_budget", _ram_budget(ram_budget))
         object.__setattr__(self, "io", _sub_config("EngineConfig.io", io, IOConfig))
         object.__setattr__(self, "cache", _sub_config("EngineConfig.cache", cache, CacheConfig))
+        object.__setattr__(
+            self,
+            "prefill_chunk",
+            _optional_int("EngineConfig.prefill_chunk", prefill_chunk, 1, 1 << 30, "tokens",
+                          "the whole prompt in one batch"),
+        )
         object.__setattr__(self, "prompt_cache", _size("EngineConfig.prompt_cache", prompt_cache))
 
     def __repr__(self) -> str:
@@ -597,6 +616,7 @@ class EngineConfig:
             "io": self.io.to_dict(),
             "cache": self.cache.to_dict(),
             "prompt_cache": self.prompt_cache,
+            "prefill_chunk": self.prefill_chunk,
         }
 
     def resolve_context_length(self, model_max: int) -> int:

@@ -11,7 +11,7 @@ before any of it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -53,11 +53,13 @@ class Decoder:
         self.prompt_logprobs: list[Logprob | None] | None = None
         self.logprobs: list[Logprob] | None = [] if s.logprobs else None
 
-    def prefill(self, session: Session, ids: Sequence[int]) -> npt.NDArray[np.float32]:
+    def prefill(self, session: Session, ids: Sequence[int],
+                progress: Callable[[int, int], object] | None = None,
+                ) -> npt.NDArray[np.float32]:
         """Forwards the prompt; with ``prompt_logprobs`` scores it on the way."""
         k = self.request.sampling.prompt_logprobs
         if k is None or self._maker is None:
-            return session.forward(list(ids))
+            return session.forward(list(ids), progress=progress)
         logits, scored = prompt_logprobs(session, ids, k, self._maker, self.vocab_size)
         self.prompt_logprobs = scored
         return logits

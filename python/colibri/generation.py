@@ -5,10 +5,10 @@ The loop is plain Python over the public pieces (``Session.forward``, a
 :class:`~colibri.sampling.Sampler`, a :class:`~colibri.tokenizers.StreamDecoder`, a
 :class:`~colibri.sampling.StopChecker`), so a custom loop can do everything it does.
 
-A KeyboardInterrupt can only arrive between two native calls (the core runs with the GIL
-released and Python handles signals when it returns), so an interrupted generation leaves
-the session consistent: every token it holds has its KV entries. The exception propagates
-to the caller; the model stays usable.
+A KeyboardInterrupt during a forward stops it within one layer and leaves the session as
+it was before that forward (see colibri.session), so an interrupted generation leaves the
+session consistent: every token it holds has its KV entries. The exception propagates to
+the caller; the model stays usable.
 """
 
 from __future__ import annotations
@@ -152,6 +152,7 @@ def stream_tokens(
     history: Sequence[int] = (),
     on_done: OnDone | None = None,
     decoder: Decoder | None = None,
+    progress: Callable[[int, int], object] | None = None,
 ) -> Generator[Chunk, None, None]:
     """Prefill ``prompt_ids`` (may be empty when the session already holds tokens and
     its last logits) and decode. Yields chunks; calls ``on_done(stats)`` at the end.
@@ -173,8 +174,8 @@ def stream_tokens(
     t0 = time.perf_counter()
     logits: npt.NDArray[np.float32]
     if prompt_ids:
-        logits = (decoder.prefill(session, prompt_ids) if decoder is not None
-                  else session.forward(list(prompt_ids)))
+        logits = (decoder.prefill(session, prompt_ids, progress) if decoder is not None
+                  else session.forward(list(prompt_ids), progress=progress))
     else:
         logits = session.last_logits()
     prefill = time.perf_counter() - t0

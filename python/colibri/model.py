@@ -11,6 +11,7 @@ import os
 import platform
 import sys
 import threading
+import weakref
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -48,7 +49,7 @@ from .resolve import resolve_model_spec
 from .rope import rope_table
 from .samples import SampleMethods
 from .sampling import Sampling
-from .session import Session
+from .session import Progress, Session
 from .sources import Manifest, ModelConfig, open_model_source
 from .stats import ExpertStats, MemoryStats, PhaseTimes
 from .streaming import (
@@ -231,6 +232,7 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         self._history_base = history_base
         self._name = manifest.path.name
         self._prompt_cache = PromptCache(self, engine.prompt_cache)
+        self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()  # closed with the model
 
     @property
     def prompt_cache(self) -> PromptCache:
@@ -352,7 +354,10 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
 
     def session(self) -> Session:
         """A new conversation state (KV cache) on this model."""
-        return Session(self, _core.Session(self._require_core(), self._context_length))
+        with self._lock:
+            session = Session(self, _core.Session(self._require_core(), self._context_length))
+            self._sessions.add(session)
+        return session
 
     @property
     def tokenizer(self) -> Tokenizer:
@@ -401,6 +406,7 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
         truncate: bool = False,
+        progress: Progress | None = None,
         **options: Unpack[GenerateOptions],
     ) -> Generation:
         """Generates text in a fresh session and returns it whole.
@@ -420,7 +426,8 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         (:class:`~colibri.request.GenerateOptions`): ``stop_token_ids``, ``min_tokens``,
         ``logits_processors`` (callables ``(token_ids, logits) -> logits``, in order, before
         sampling) and ``response_format`` (a JSON schema, regex, choice list or grammar:
-        :mod:`colibri.structured`).
+        :mod:`colibri.structured`). ``progress(done, total)`` is called after each prefill
+        chunk of the prompt (Session.forward).
 
         Returns a :class:`Generation`: ``text``, ``token_ids``, ``finish_reason`` ("stop":
         EOS, a stop string or token, or a complete structured text; "length"),
@@ -430,7 +437,7 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         request = self._request(max_tokens, sampling, stop, truncate, options, "generate")
         ids = self._fit(self.encode_prompt(prompt, messages=messages), request)
         result: dict[str, Any] = {}
-        return collect(self._start(ids, request, result)[1], result, ids)
+        return collect(self._start(ids, request, result, progress)[1], result, ids)
 
     def stream(
         self,
@@ -441,6 +448,7 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
         truncate: bool = False,
+        progress: Progress | None = None,
         **options: Unpack[GenerateOptions],
     ) -> Generator[Chunk, None, None]:
         """Like :meth:`generate` (same arguments, same rule for raw and templated
@@ -449,9 +457,10 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         the finish reason. Closing the generator early stops the generation."""
         request = self._request(max_tokens, sampling, stop, truncate, options, "stream")
         ids = self._fit(self.encode_prompt(prompt, messages=messages), request)
-        return self._start(ids, request, {})[1]
+        return self._start(ids, request, {}, progress)[1]
 
     def _start(self, ids: list[int], request: Request, result: dict[str, Any],
+               progress: Progress | None = None,
                ) -> tuple[Session, Generator[Chunk, None, None]]:
         """A generation of `ids` in a new session, or in one of the prompt cache holding
         a prefix of them (which is then not prefilled again); the session goes to the
@@ -461,7 +470,7 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         else:
             session, m = self.session(), 0
         return session, self._stream(session, ids[m:], request, result, history=ids[:m],
-                                     to_cache=True)
+                                     to_cache=True, progress=progress)
 
     @staticmethod
     def _request(max_tokens: int, sampling: Sampling | Mapping[str, Any] | None,
@@ -523,6 +532,7 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         result: dict[str, Any],
         history: Sequence[int] = (),
         to_cache: bool = False,
+        progress: Progress | None = None,
     ) -> Generator[Chunk, None, None]:
         decoder = None if request.plain else Decoder(request, self.tokenizer,
                                                      self.config.vocab_size)
@@ -555,15 +565,24 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         return stream_tokens(
             session, self.tokenizer, ids, max_tokens=request.max_tokens,
             sampling=request.sampling, stop=request.stop, history=history, on_done=done,
-            decoder=decoder,
+            decoder=decoder, progress=progress,
         )  # fmt: skip
 
     def close(self) -> None:
-        """Saves the routing history (if kept) and frees the model's memory."""
+        """Saves the routing history (if kept) and frees the model's memory: the weights, the
+        expert cache and every session's KV cache. Its sessions stop working (their calls
+        raise InvalidRequestError); a forward running meanwhile in another thread is
+        stopped at its next layer. Idempotent."""
         try:
             self.save_routing_history()
         finally:
-            self._core = None
+            self._prompt_cache.clear()
+            with self._lock:
+                sessions = list(self._sessions)
+                self._sessions.clear()
+            for session in sessions:
+                session._close()  # drops its KV cache and its hold on the engine
+            self._core = None  # the last reference: the engine frees its memory now
 
     def __enter__(self) -> Model:
         return self

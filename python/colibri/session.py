@@ -2,12 +2,19 @@
 
 A session is what custom sampling loops drive: ``forward`` appends tokens and returns
 NumPy logits, ``rollback`` forgets tokens, ``generate``/``stream`` continue from the state.
+
+The state (tokens, their ids, the last logits) lives in the native session and changes in
+one step at the end of a successful call: a forward that fails or is interrupted (Ctrl-C,
+an exception from a progress callback, the model closed meanwhile) leaves it exactly as it
+was. One call at a time per session: a call made while another thread's call on the same
+session is running raises InvalidRequestError rather than waiting (two threads feeding one
+conversation would interleave their tokens); give each thread its own session.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,6 +34,11 @@ if TYPE_CHECKING:
 
     from .model import Model
 
+Progress = Callable[[int, int], object]
+"""``progress(done, total)``: called after each prefill chunk with the tokens forwarded so
+far and the total, in the calling thread; an exception it raises stops the forward (the
+session is then unchanged)."""
+
 
 class Session:
     """One conversation's state (KV cache) on a model."""
@@ -34,14 +46,15 @@ class Session:
     def __init__(self, model: Model, core: _core.Session) -> None:
         self._model = model
         self._core = core
-        self._last_logits: npt.NDArray[np.float32] | None = None
-        self._ids: list[int] = []  # the tokens in the KV cache, in order
         # The Sampler restored by Session.load when one was saved (for custom loops).
         self.sampler: Sampler | None = None
 
     def __repr__(self) -> str:
-        return (f"Session({self.n_tokens} of {self.context_length} tokens, "
-                f"model {self._model.name!r})")
+        try:
+            held = f"{self.n_tokens} of {self.context_length} tokens"
+        except InvalidRequestError:
+            held = "closed"
+        return f"Session({held}, model {self._model.name!r})"
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(repr(self))
@@ -73,18 +86,31 @@ class Session:
 
     def fork(self, n: int | None = None) -> Session:
         """A new session of the same model holding this one's first `n` tokens (all by
-        default), their KV state copied: the two then go their own ways."""
-        n = self.n_tokens if n is None else int(n)
+        default), their KV state copied: the two then go their own ways. Forking all of
+        them keeps the last logits too (the last token is forwarded once more: the same
+        bits)."""
+        held = self.n_tokens
+        n = held if n is None else int(n)
         new = self._model.session()
         new._core.copy_prefix_from(self._core, n)
-        new._restore(self._ids[:n], self._last_logits if n == len(self._ids) else None)
+        if n and n == held and self._core.last_logits is not None:
+            new._refresh_logits()
         return new
 
-    def _restore(self, token_ids: list[int], logits: npt.NDArray[np.float32] | None) -> None:
-        """After the core's KV state was replaced: the tokens it now holds and the logits
-        after the last one (None: unknown, forward a token next)."""
-        self._ids = list(token_ids)
-        self._last_logits = logits
+    def _refresh_logits(self) -> None:
+        """Recomputes the logits after the last token (after the KV state was replaced):
+        rolls it back and forwards it again, which rewrites its KV entry with the same
+        values (the forward is deterministic)."""
+        last = self.token_ids[-1]
+        self._core.rollback(1)
+        self.forward([last])
+
+    def forward_stats(self) -> tuple[ExpertStats, PhaseTimes]:
+        """Expert cache, expert I/O and per-phase time of this session's forwards since it
+        was made. Each forward's share is measured inside the engine's lock, so the
+        figures are this session's alone even while other threads run other sessions of
+        the same model (``Model.stats()`` has the model-wide totals)."""
+        return session_stats(self._core)
 
     @property
     def n_tokens(self) -> int:
@@ -96,14 +122,26 @@ class Session:
         return int(self._core.context_length)
 
     def forward(
-        self, token_ids: Sequence[int] | npt.ArrayLike, *, all_logits: bool = False
+        self,
+        token_ids: Sequence[int] | npt.ArrayLike,
+        *,
+        all_logits: bool = False,
+        progress: Progress | None = None,
     ) -> npt.NDArray[np.float32]:
         """Appends tokens and returns logits: ``[vocab]`` for the last position, or
-        ``[n, vocab]`` for every position when ``all_logits``."""
+        ``[n, vocab]`` for every position when ``all_logits``.
+
+        A long prompt runs in chunks of ``EngineConfig.prefill_chunk`` tokens (the same bits
+        as one batch); ``progress(done, total)`` is called after each. Ctrl-C stops the
+        forward within one layer: KeyboardInterrupt is raised and the session is as before.
+        """
         ids = self._check_ids(token_ids)
-        result: npt.NDArray[np.float32] = self._core.forward(ids, all_logits)
-        self._ids.extend(int(t) for t in ids)
-        self._last_logits = result[-1] if all_logits else result
+        if progress is not None and not callable(progress):
+            raise InvalidRequestError(
+                f"progress must be a callable(done, total), not {type(progress).__name__}"
+            )
+        chunk = self._model.engine_config.prefill_chunk or 0
+        result: npt.NDArray[np.float32] = self._core.forward(ids, all_logits, chunk, progress)
         return result
 
     def append(self, token_id: int) -> npt.NDArray[np.float32]:
@@ -117,25 +155,19 @@ class Session:
         routing: npt.NDArray[np.int32] = self._core.last_routing()
         return routing
 
-    def forward_stats(self) -> tuple[ExpertStats, PhaseTimes]:
-        """Expert cache, expert I/O and per-phase time of this session's forwards since it
-        was made. Each forward's share is measured inside the engine's lock, so the
-        figures are this session's alone even while other threads run other sessions of
-        the same model (``Model.stats()`` has the model-wide totals)."""
-        return session_stats(self._core)
-
     def last_logits(self) -> npt.NDArray[np.float32]:
         """Logits after the last token forwarded (raises when there are none)."""
-        if self._last_logits is None or not self._ids:
+        logits: npt.NDArray[np.float32] | None = self._core.last_logits
+        if logits is None:
             raise InvalidRequestError(
                 "the session has no logits yet: forward some tokens first"
             )
-        return self._last_logits
+        return logits
 
     @property
     def token_ids(self) -> list[int]:
         """The tokens in the session, in order."""
-        return list(self._ids)
+        return [int(t) for t in self._core.token_ids()]
 
     def generate(
         self,
@@ -144,15 +176,17 @@ class Session:
         max_tokens: int = 256,
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
+        progress: Progress | None = None,
         **options: Unpack[GenerateOptions],
     ) -> Generation:
         """Continues from the session's state: forwards ``prompt_ids`` (may be empty) and
         generates. The generated tokens stay in the session (the last one's KV entry is
-        written by the next forward). Options as :meth:`Model.generate`."""
+        written by the next forward). ``progress`` as in :meth:`forward`, for the prompt;
+        further options as :meth:`Model.generate`."""
         ids = [int(t) for t in prompt_ids]
         result: dict[str, Any] = {}
         return collect(self.stream(ids, max_tokens=max_tokens, sampling=sampling, stop=stop,
-                                   _result=result, **options), result, ids)
+                                   progress=progress, _result=result, **options), result, ids)
 
     def stream(
         self,
@@ -161,6 +195,7 @@ class Session:
         max_tokens: int = 256,
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
+        progress: Progress | None = None,
         _result: dict[str, Any] | None = None,
         **options: Unpack[GenerateOptions],
     ) -> Generator[Chunk, None, None]:
@@ -172,6 +207,7 @@ class Session:
                                  **options}, where="Session.stream")
         return self._model._stream(
             self, ids, request, {} if _result is None else _result, history=self.token_ids,
+            progress=progress,
         )  # fmt: skip
 
     async def agenerate(
@@ -208,17 +244,25 @@ class Session:
     def reset(self) -> None:
         """Empties the KV cache."""
         self._core.reset()
-        self._ids.clear()
-        self._last_logits = None
 
     def rollback(self, n: int) -> None:
-        """Forgets the last ``n`` tokens. The logits of the new last token are not kept:
-        forward a token next (for example re-forward the last one after rolling back one
-        more)."""
-        self._core.rollback(int(n))
-        if n:
-            del self._ids[len(self._ids) - int(n):]
-            self._last_logits = None
+        """Forgets the last ``n`` tokens (an int, 0 <= n <= n_tokens). The logits of the new
+        last token are not kept: forward a token next (for example re-forward the last one
+        after rolling back one more)."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise InvalidRequestError(
+                f"cannot roll back {n!r} tokens: rollback takes an int, not {type(n).__name__}"
+            )
+        count, held = int(n), self.n_tokens
+        if not 0 <= count <= held:
+            raise InvalidRequestError(
+                f"cannot roll back {count} tokens: the session holds {held}"
+            )
+        self._core.rollback(count)
+
+    def _close(self) -> None:
+        """Frees the KV cache (Model.close); every later call raises InvalidRequestError."""
+        self._core.close()
 
     def _check_ids(self, token_ids: Sequence[int] | npt.ArrayLike) -> npt.NDArray[np.int32]:
         arr = np.asarray(token_ids)

@@ -95,7 +95,7 @@ def save_session(session: Session, path: str | os.PathLike[str], *,
         raise InvalidRequestError("the session is inconsistent (interrupted mid-call?); "
                                   "reset it or roll it back before saving")
     kv = core.export_kv(n)
-    logits = session._last_logits
+    logits = core.last_logits
     logits_bytes = b"" if logits is None else np.ascontiguousarray(logits, np.float32).tobytes()
     header = {
         "format": FORMAT, "version": VERSION,
@@ -194,18 +194,26 @@ def load_session(path: str | os.PathLike[str], model: Model) -> Session:
     if n > model.context_length:
         raise ContextOverflowError(f"{p} holds {n} tokens but this model's sessions hold "
                                    f"{model.context_length}; raise EngineConfig.context_length")
+    vocab = model.config.vocab_size
+    if not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
+        raise ModelFormatError(f"{p}: a saved token id is outside the vocabulary [0, {vocab})")
+    if logits_bytes and (len(logits_bytes) != 4 * vocab or not ids):
+        raise ModelFormatError(f"{p}: the saved logits are not one row of {vocab}")
     session = model.session()
     if header.get("kv_type") != session._core.kv_type:
         raise InvalidRequestError(f"{p} holds a {header.get('kv_type')!r} KV cache; this "
                                   f"model's sessions use {session._core.kv_type!r}")
-    session._core.import_kv(kv, n)
-    vocab = model.config.vocab_size
-    logits = None
+    session._core.import_kv(kv, ids)
     if logits_bytes:
-        if len(logits_bytes) != 4 * vocab:
-            raise ModelFormatError(f"{p}: the saved logits are not one row of {vocab}")
-        logits = np.frombuffer(logits_bytes, dtype=np.float32).copy()
-    session._restore([int(t) for t in ids], logits)
+        # The core keeps the logits it computed: recompute the last token's (the same bits,
+        # the forward is deterministic) and check them against the saved ones, a last
+        # proof that the state and the model agree.
+        session._refresh_logits()
+        saved_logits = np.frombuffer(logits_bytes, dtype=np.float32)
+        if not np.array_equal(session.last_logits(), saved_logits):
+            raise InvalidRequestError(
+                f"{p}: the restored state does not reproduce the saved logits (another model "
+                "build or KV cache type?); it cannot be continued exactly")
     if header.get("sampler") is not None:
         session.sampler = _sampler_from(header["sampler"])
     return session

@@ -10,7 +10,8 @@ import numpy.typing
 import typing
 from . import quant
 from . import io
-__all__: list[str] = ['ActPrecision', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'ModelSpec', 'QkNorm', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'io', 'quant']
+from . import attention
+__all__: list[str] = ['ActPrecision', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'ModelSpec', 'QkNorm', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'attention', 'io', 'quant']
 class WaitPolicy:
     """
     How the compute team waits between parallel regions of a computation.
@@ -643,24 +644,30 @@ class Engine:
     def weight_bytes(self) -> int:
         ...
 class Session:
-    def __init__(self, engine: Engine, context_length: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    def forward(self, ids: typing.Annotated[numpy.typing.ArrayLike, numpy.int32], all_logits: bool = False) -> numpy.typing.NDArray[numpy.float32]:
+    def __init__(self, engine: Engine, context_length: typing.SupportsInt | typing.SupportsIndex, kv_type: str = 'f32') -> None:
+        """
+        kv_type: the KV cache's storage type, 'f32', 'f16', 'bf16' or 'q8_0'.
+        """
+    def close(self) -> None:
         ...
     def copy_prefix_from(self, other: Session, n: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
+        """
+        Copies the first n tokens' KV state of another session (same model and KV type); holds n tokens.
+        """
     def export_kv(self, n: typing.SupportsInt | typing.SupportsIndex | None = None) -> bytes:
+        """
+        Positions [0, n) of every layer's KV state as bytes (default: all tokens held).
+        """
+    def forward(self, ids: typing.Annotated[numpy.typing.ArrayLike, numpy.int32], all_logits: bool = False, chunk: typing.SupportsInt | typing.SupportsIndex = 0, progress: typing.Any = None) -> numpy.typing.NDArray[numpy.float32]:
         ...
-    def import_kv(self, data: bytes, n: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
+    def import_kv(self, data: bytes, ids: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        """
+        Replaces the state by the tokens `ids` whose KV state export_kv gave (same model and KV type).
+        """
     def kv_bytes(self, n: typing.SupportsInt | typing.SupportsIndex | None = None) -> int:
-        ...
-    @property
-    def kv_allocated_bytes(self) -> int:
-        ...
-    @property
-    def kv_type(self) -> str:
-        ...
+        """
+        Bytes of n positions of KV state (default: the tokens held).
+        """
     def forward_stats(self) -> tuple[ExpertStoreStats, list[float], int]:
         ...
     def last_routing(self) -> numpy.typing.NDArray[numpy.int32]:
@@ -669,8 +676,22 @@ class Session:
         ...
     def rollback(self, n: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
+    def token_ids(self) -> list[int]:
+        ...
+    @property
+    def closed(self) -> bool:
+        ...
     @property
     def context_length(self) -> int:
+        ...
+    @property
+    def kv_allocated_bytes(self) -> int:
+        ...
+    @property
+    def kv_type(self) -> str:
+        ...
+    @property
+    def last_logits(self) -> typing.Any:
         ...
     @property
     def n_tokens(self) -> int:

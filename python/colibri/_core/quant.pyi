@@ -39,9 +39,9 @@ def isa_names() -> list[str]:
     """
     Every ISA name the dispatcher knows.
     """
-def matmul(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], threads: typing.Any = 1, isa: str | None = None) -> numpy.typing.NDArray[numpy.float32]:
+def matmul(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], threads: typing.Any = 1, isa: str | None = None, act: str = 'int8') -> numpy.typing.NDArray[numpy.float32]:
     """
-    y[n, rows] = x[n, cols] W^T. threads: a team size or a _core.ThreadPool.
+    y[n, rows] = x[n, cols] W^T. threads: a team size or a _core.ThreadPool. act: 'int8' (quantized activations, integer dots) or 'float32' (dequantized rows, float dots).
     """
 def matmul_multi(weights: collections.abc.Sequence[tuple[str, typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], typing.SupportsInt | typing.SupportsIndex]], cols: typing.SupportsInt | typing.SupportsIndex, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], threads: typing.Any = 1) -> list[numpy.typing.NDArray[numpy.float32]]:
     """

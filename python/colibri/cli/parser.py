@@ -36,6 +36,7 @@ FLAG_OF_FIELD = {
     "ThreadConfig.n": "--threads",
     "ThreadConfig.wait_policy": "--wait-policy",
     "EngineConfig.context_length": "--context-length",
+    "EngineConfig.prefill_chunk": "--prefill-chunk",
     "EngineConfig.activation_precision": "--activation-precision",
     "EngineConfig.ram_budget": "--ram-budget",
     "IOConfig.workers": "--io-workers",
@@ -100,6 +101,9 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                         "when disk-bound, spinning when compute-bound)")
     g.add_argument("-c", "--context-length", type=int, metavar="N",
                    help="KV-cache positions (default: the model's context, at most 4096)")
+    g.add_argument("--prefill-chunk", type=int, metavar="N",
+                   help="prompt tokens per prefill chunk (default 512; Ctrl-C and the "
+                        "progress line are served between chunks)")
     g.add_argument("--activation-precision", choices=("int8", "float32"),
                    help="int8: llama.cpp's arithmetic (default, fastest); float32: "
                         "transformers' (changes the numbers)")
@@ -243,7 +247,7 @@ def engine_from_args(args: argparse.Namespace) -> EngineConfig:
     threads = _given(args, {"n": "threads", "wait_policy": "wait_policy"})
     io = _given(args, {"workers": "io_workers", "direct": "direct", "prefetch": "prefetch"})
     cache = _given(args, {"policy": "cache_policy"})
-    engine = _given(args, {"context_length": "context_length",
+    engine = _given(args, {"context_length": "context_length", "prefill_chunk": "prefill_chunk",
                            "activation_precision": "activation_precision",
                            "ram_budget": "ram_budget"})
     return EngineConfig(threads=threads, io=io, cache=cache, **engine)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from typing import Any, TextIO
 
 from ..config import format_bytes
@@ -15,6 +16,42 @@ from .common import Loaded, load_model
 from .parser import UsageError, engine_from_args, sampling_from_args, stops_from_args
 
 RUN_SCHEMA = "colibri.run/1"
+
+PROGRESS_MIN_TOKENS = 2048
+"""Prompts at least this long show a prefill progress line (on a terminal only)."""
+
+
+class PrefillProgress:
+    """``progress(done, total)`` for Session.forward that keeps one status line on a
+    terminal: ``colibri: prompt 1536/4030 tokens (38%), 95 tok/s, 26 s left``. It writes
+    nothing when `err` is not a terminal or the prompt is short; :meth:`clear` erases the
+    line before the answer is printed."""
+
+    def __init__(self, err: TextIO, total: int, min_tokens: int | None = None) -> None:
+        isatty = getattr(err, "isatty", None)
+        least = PROGRESS_MIN_TOKENS if min_tokens is None else min_tokens
+        self.enabled = total >= least and callable(isatty) and bool(isatty())
+        self._err = err
+        self._t0 = time.perf_counter()
+        self._shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or done >= total:
+            self.clear()
+            return
+        elapsed = time.perf_counter() - self._t0
+        rate = done / elapsed if elapsed > 0 else 0.0
+        left = f", {(total - done) / rate:.0f} s left" if rate > 0 else ""
+        self._err.write(f"\r\x1b[Kcolibri: prompt {done}/{total} tokens "
+                        f"({100 * done // total}%), {rate:.0f} tok/s{left}")
+        self._err.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        if self._shown:
+            self._err.write("\r\x1b[K")
+            self._err.flush()
+            self._shown = False
 
 
 def _read_prompt(args: argparse.Namespace, stdin: TextIO) -> str:
@@ -257,9 +294,10 @@ def _generate(loaded: Loaded, args: argparse.Namespace, prompt: str, sampling: S
     pieces: list[str] = []
     token_ids: list[int] = []
     finish = "interrupted"
+    progress = PrefillProgress(err, len(ids)) if not args.quiet else None
     try:
         for chunk in model.stream(ids, max_tokens=args.max_tokens, sampling=sampling, stop=stops,
-                                  truncate=args.truncate):
+                                  truncate=args.truncate, progress=progress):
             if chunk.token_id is not None:
                 token_ids.append(chunk.token_id)
             if chunk.finish_reason is not None:
@@ -270,6 +308,8 @@ def _generate(loaded: Loaded, args: argparse.Namespace, prompt: str, sampling: S
                     out.write(chunk.text)
                     out.flush()
     except KeyboardInterrupt:
+        if progress is not None:
+            progress.clear()
         if not args.json:  # --json: stdout holds one record or nothing, stderr no summary
             out.write("\n")
             out.flush()

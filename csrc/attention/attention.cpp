@@ -1,0 +1,340 @@
+// The tiled driver: work split, key blocks and chunks, conversion of cache rows to F32
+// tiles, the online softmax state and its merges. See attention.hpp for the contract and
+// the canonical order every query follows; kernels.hpp for the inner kernels.
+//
+// A task is a set of query rows that share one KV head: (a block of query positions) x
+// (a range of that group's heads), rows ordered query-major, so their causal key counts
+// never decrease from one row to the next. For each key block the task converts the key and
+// value rows to F32 once (in place for an F32 cache), computes the scores of all its rows,
+// updates each row's softmax state and accumulates the values.
+//
+// Prefill (several queries): one task per (query block, KV head, head range), each running
+// its chunks in order and merging every chunk into the running state; the blocks with the
+// most keys go first so the team ends together. Decode (one query): one task per (KV head,
+// head range, chunk), the partials stored, then merged in chunk order; waves of
+// kWaveChunks chunks bound the memory of the partials.
+#include "attention/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attention/kernels.hpp"
+#include "common/errors.hpp"
+#include "threadpool/threadpool.hpp"
+
+namespace colibri::attn {
+namespace {
+
+constexpr int64_t kMaxTaskRows = 64;  // query rows (positions x heads) per task
+constexpr int64_t kWaveChunks = 32;   // decode: chunk partials held at once
+constexpr int64_t kAlign = 16;        // floats (64 bytes) between working buffers
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+int64_t div_up(int64_t n, int64_t a) { return (n + a - 1) / a; }
+
+// How the rows of one KV head are split into tasks.
+struct Split {
+  int64_t heads_per_task;    // query heads of the group per task
+  int64_t head_tiles;        // tasks per group and query block
+  int64_t queries_per_task;  // query positions per task (prefill)
+  int64_t max_rows;          // rows of the largest task
+};
+
+Split split_for(const Problem& p) {
+  Split s;
+  s.heads_per_task = std::min(p.group, kMaxTaskRows);
+  s.head_tiles = div_up(p.group, s.heads_per_task);
+  s.queries_per_task = p.key_index ? 1 : std::max<int64_t>(1, kMaxTaskRows / s.heads_per_task);
+  s.queries_per_task = std::min(s.queries_per_task, std::max<int64_t>(1, p.n_queries));
+  s.max_rows = s.heads_per_task * s.queries_per_task;
+  return s;
+}
+
+// One thread's working memory, carved from the workspace.
+struct ThreadMem {
+  float* ktile;  // kBlockKeys x dk
+  float* vtile;  // kBlockKeys x dv
+  float* q;      // rows x dk, the task's query rows packed
+  float* s;      // rows x kBlockKeys scores, then probabilities
+  float* alpha;  // rows
+  float* pm;     // rows: the chunk's partial state (max, sum, weighted values)
+  float* pl;
+  float* po;     // rows x dv
+  float* am;     // rows: the running state over the chunks so far
+  float* al;
+  float* ao;     // rows x dv
+};
+
+int64_t thread_floats(int64_t rows, int64_t dk, int64_t dv) {
+  return round_up(kBlockKeys * dk, kAlign) + round_up(kBlockKeys * dv, kAlign) + round_up(rows * dk, kAlign) +
+         round_up(rows * kBlockKeys, kAlign) + 5 * round_up(rows, kAlign) + 2 * round_up(rows * dv, kAlign);
+}
+
+ThreadMem carve(float* base, int64_t rows, int64_t dk, int64_t dv) {
+  ThreadMem m;
+  auto take = [&base](int64_t n) {
+    float* p = base;
+    base += round_up(n, kAlign);
+    return p;
+  };
+  m.ktile = take(kBlockKeys * dk);
+  m.vtile = take(kBlockKeys * dv);
+  m.q = take(rows * dk);
+  m.s = take(rows * kBlockKeys);
+  m.alpha = take(rows);
+  m.pm = take(rows);
+  m.pl = take(rows);
+  m.po = take(rows * dv);
+  m.am = take(rows);
+  m.al = take(rows);
+  m.ao = take(rows * dv);
+  return m;
+}
+
+// The keys one task attends to, by key index: position i (causal) or key_index[i] (sparse).
+struct Keys {
+  const int32_t* index;  // nullptr: causal
+  int64_t position(int64_t i) const { return index ? index[i] : i; }
+};
+
+// Rows [i0, i1) of one side as F32 rows; returns the first row, *stride its row stride.
+const float* load_tile(const KvSide& side, int64_t head, int64_t dim, const Keys& keys, int64_t i0, int64_t i1,
+                       float* tile, int64_t* stride) {
+  const auto* base = static_cast<const unsigned char*>(side.data) + static_cast<std::size_t>(head) * side.head_stride;
+  if (side.type == DType::F32 && !keys.index) {
+    *stride = static_cast<int64_t>(side.pos_stride / sizeof(float));
+    return reinterpret_cast<const float*>(base + static_cast<std::size_t>(i0) * side.pos_stride);
+  }
+  const DequantizeRowFn dequantize = kernels(side.type).dequantize_row;
+  for (int64_t i = i0; i < i1; ++i)
+    dequantize(base + static_cast<std::size_t>(keys.position(i)) * side.pos_stride, tile + (i - i0) * dim, dim);
+  *stride = dim;
+  return tile;
+}
+
+// Everything one task needs besides its thread memory.
+struct TaskRows {
+  int64_t head;          // KV head
+  int64_t n_rows;
+  const int64_t* limit;  // per row: keys seen (key-index space), non-decreasing
+  Keys keys;
+};
+
+// The partial softmax state of chunk c for the task's rows that reach into it, left in
+// m.pm / m.pl / m.po (rows that do not reach it are untouched). Returns the first such row.
+int64_t chunk_partial(const Kernels& kr, const Problem& p, const TaskRows& t, int64_t c, ThreadMem& m) {
+  const int64_t c0 = c * kChunkKeys, n = t.n_rows, last = t.limit[n - 1];
+  const bool v_in_k = p.v.data == p.k.data && p.v.pos_stride == p.k.pos_stride &&
+                      p.v.head_stride == p.k.head_stride && p.v.type == p.k.type;
+  int64_t first = 0;
+  while (first < n && t.limit[first] <= c0) ++first;
+  for (int64_t r = first; r < n; ++r) {
+    m.pm[r] = kNegInf;
+    m.pl[r] = 0.0f;
+    std::fill(m.po + r * p.dv, m.po + (r + 1) * p.dv, 0.0f);
+  }
+  for (int64_t b0 = c0; b0 < std::min(c0 + kChunkKeys, last); b0 += kBlockKeys) {
+    const int64_t b1 = std::min(b0 + kBlockKeys, last);
+    int64_t ra = first;  // the first row that sees a key of this block
+    while (t.limit[ra] <= b0) ++ra;
+    int64_t ks, vs;
+    const float* kt = load_tile(p.k, t.head, p.dk, t.keys, b0, b1, m.ktile, &ks);
+    const float* vt = v_in_k ? kt : load_tile(p.v, t.head, p.dv, t.keys, b0, b1, m.vtile, &vs);
+    if (v_in_k) vs = ks;
+    float* s = m.s + ra * kBlockKeys;
+    kr.scores(m.q + ra * p.dk, p.dk, n - ra, kt, ks, b1 - b0, p.dk, p.scale, s, kBlockKeys);
+    for (int64_t r = ra; r < n; ++r) {
+      float* sr = m.s + r * kBlockKeys;
+      std::fill(sr + (std::min(t.limit[r], b1) - b0), sr + kBlockKeys, kNegInf);
+      m.alpha[r] = kr.softmax_block(sr, &m.pm[r], &m.pl[r]);
+    }
+    // Values: every row's keys in order. Rows share the keys up to the smallest count; the
+    // rows that see more continue where the previous ones stopped (a staircase on the
+    // causal diagonal), which is the same sequence of operations per row.
+    int64_t done = std::min(t.limit[ra], b1) - b0;
+    kr.pv(m.po + ra * p.dv, p.dv, n - ra, s, kBlockKeys, m.alpha + ra, vt, vs, done, p.dv);
+    for (int64_t r = ra + 1; r < n; ++r) {
+      const int64_t upto = std::min(t.limit[r], b1) - b0;
+      if (upto <= done) continue;
+      kr.pv(m.po + r * p.dv, p.dv, n - r, m.s + r * kBlockKeys + done, kBlockKeys, nullptr, vt + done * vs, vs,
+            upto - done, p.dv);
+      done = upto;
+    }
+  }
+  return first;
+}
+
+// (m, l, o) <- merge of the running state with a chunk's partial (pm, pl, po).
+void merge(float* m, float* l, float* o, float pm, float pl, const float* po, int64_t dv) {
+  const float mx = *m > pm ? *m : pm;
+  const float sa = std::exp(*m - mx), sb = std::exp(pm - mx);  // sa = 0 for the empty state
+  *l = *l * sa + pl * sb;
+  for (int64_t i = 0; i < dv; ++i) o[i] = o[i] * sa + po[i] * sb;
+  *m = mx;
+}
+
+void finalize(const float* o, float l, int64_t dv, float* out) {
+  for (int64_t i = 0; i < dv; ++i) out[i] = o[i] / l;
+}
+
+const float* q_row(const Problem& p, int64_t t, int64_t h) { return p.q + t * p.q_stride + h * p.q_head_stride; }
+float* out_row(const Problem& p, int64_t t, int64_t h) { return p.out + t * p.out_stride + h * p.out_head_stride; }
+
+int64_t causal_keys(const Problem& p, int64_t t) {
+  return p.key_index ? p.key_offsets[t + 1] - p.key_offsets[t] : p.pos0 + t + 1;
+}
+
+// Several queries: each task runs its rows' chunks in order, merging as it goes.
+void run_prefill(ThreadPool& pool, const Kernels& kr, const Problem& p, const Split& sp, float* ws,
+                 int64_t per_thread) {
+  const int64_t n_qblocks = div_up(p.n_queries, sp.queries_per_task);
+  const int64_t per_qblock = p.n_kv_heads * sp.head_tiles;
+  pool.parallel_for(n_qblocks * per_qblock, 1, [&](int64_t begin, int64_t end, int thread) {
+    ThreadMem m = carve(ws + thread * per_thread, sp.max_rows, p.dk, p.dv);
+    int64_t limit[kMaxTaskRows];
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t qb = n_qblocks - 1 - task / per_qblock;  // the longest blocks first
+      const int64_t g = (task % per_qblock) / sp.head_tiles, ht = task % sp.head_tiles;
+      const int64_t t0 = qb * sp.queries_per_task, t1 = std::min(p.n_queries, t0 + sp.queries_per_task);
+      const int64_t h0 = ht * sp.heads_per_task, h1 = std::min(p.group, h0 + sp.heads_per_task);
+      const int64_t nh = h1 - h0, n = (t1 - t0) * nh;
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t t = t0 + r / nh, h = g * p.group + h0 + r % nh;
+        limit[r] = causal_keys(p, t);
+        std::copy(q_row(p, t, h), q_row(p, t, h) + p.dk, m.q + r * p.dk);
+        m.am[r] = kNegInf;
+        m.al[r] = 0.0f;
+        std::fill(m.ao + r * p.dv, m.ao + (r + 1) * p.dv, 0.0f);
+      }
+      const TaskRows rows{g, n, limit, Keys{p.key_index ? p.key_index + p.key_offsets[t0] : nullptr}};
+      for (int64_t c = 0; c * kChunkKeys < limit[n - 1]; ++c) {
+        const int64_t first = chunk_partial(kr, p, rows, c, m);
+        for (int64_t r = first; r < n; ++r)
+          merge(&m.am[r], &m.al[r], m.ao + r * p.dv, m.pm[r], m.pl[r], m.po + r * p.dv, p.dv);
+      }
+      for (int64_t r = 0; r < n; ++r)
+        finalize(m.ao + r * p.dv, m.al[r], p.dv, out_row(p, t0 + r / nh, g * p.group + h0 + r % nh));
+    }
+  });
+}
+
+// One query: the chunks of every (KV head, head range) in parallel, then merged in order.
+void run_decode(ThreadPool& pool, const Kernels& kr, const Problem& p, const Split& sp, float* ws,
+                int64_t per_thread, float* shared) {
+  const int64_t n_keys = causal_keys(p, 0), n_chunks = div_up(n_keys, kChunkKeys);
+  const int64_t heads = p.n_kv_heads * p.group, state = p.dv + 2;  // per head: o, m, l
+  float* acc = shared;                    // heads x state: the running state
+  float* partials = shared + heads * state;  // kWaveChunks x heads x state
+  for (int64_t h = 0; h < heads; ++h) {
+    float* a = acc + h * state;
+    std::fill(a, a + p.dv, 0.0f);
+    a[p.dv] = kNegInf;
+    a[p.dv + 1] = 0.0f;
+  }
+  const Keys keys{p.key_index ? p.key_index + p.key_offsets[0] : nullptr};
+  const int64_t per_chunk = p.n_kv_heads * sp.head_tiles;
+  for (int64_t w0 = 0; w0 < n_chunks; w0 += kWaveChunks) {
+    const int64_t w1 = std::min(n_chunks, w0 + kWaveChunks);
+    pool.parallel_for((w1 - w0) * per_chunk, 1, [&](int64_t begin, int64_t end, int thread) {
+      ThreadMem m = carve(ws + thread * per_thread, sp.max_rows, p.dk, p.dv);
+      int64_t limit[kMaxTaskRows];
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t c = w0 + task / per_chunk, g = (task % per_chunk) / sp.head_tiles;
+        const int64_t h0 = (task % sp.head_tiles) * sp.heads_per_task, n = std::min(p.group, h0 + sp.heads_per_task) - h0;
+        for (int64_t r = 0; r < n; ++r) {
+          limit[r] = n_keys;
+          std::copy(q_row(p, 0, g * p.group + h0 + r), q_row(p, 0, g * p.group + h0 + r) + p.dk, m.q + r * p.dk);
+        }
+        chunk_partial(kr, p, TaskRows{g, n, limit, keys}, c, m);
+        for (int64_t r = 0; r < n; ++r) {
+          float* out = partials + ((c - w0) * heads + g * p.group + h0 + r) * state;
+          std::copy(m.po + r * p.dv, m.po + (r + 1) * p.dv, out);
+          out[p.dv] = m.pm[r];
+          out[p.dv + 1] = m.pl[r];
+        }
+      }
+    });
+    pool.parallel_for(heads, 0, [&](int64_t begin, int64_t end, int) {
+      for (int64_t h = begin; h < end; ++h) {
+        float* a = acc + h * state;
+        for (int64_t c = w0; c < w1; ++c) {
+          const float* part = partials + ((c - w0) * heads + h) * state;
+          merge(&a[p.dv], &a[p.dv + 1], a, part[p.dv], part[p.dv + 1], part, p.dv);
+        }
+      }
+    });
+  }
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* a = acc + h * state;
+    finalize(a, a[p.dv + 1], p.dv, out_row(p, 0, h));
+  }
+}
+
+void check(const Problem& p) {
+  auto bad = [](const std::string& what) { fail(ErrorKind::InvalidArgument, "attention: " + what); };
+  if (p.n_queries < 0 || p.n_kv_heads <= 0 || p.group <= 0 || p.dk <= 0 || p.dv <= 0)
+    bad("n_kv_heads, group, dk and dv must be > 0");
+  if (!p.q || !p.out || !p.k.data || !p.v.data) bad("null query, output, key or value pointer");
+  for (const KvSide* side : {&p.k, &p.v}) {
+    const int64_t dim = side == &p.k ? p.dk : p.dv;
+    if (side->type != DType::F32 && side->type != DType::F16 && side->type != DType::BF16 &&
+        side->type != DType::Q8_0)
+      bad("KV type " + dtype_name(side->type) + " is not supported (F32, F16, BF16, Q8_0)");
+    row_bytes(side->type, dim);  // throws unless dim is whole blocks
+    if (side->type == DType::F32 && side->pos_stride % sizeof(float) != 0) bad("F32 rows must be float-aligned");
+  }
+  if (p.v.data == p.k.data && p.dv > p.dk) bad("values inside the key rows need dv <= dk");
+  if (!p.key_index) {
+    if (p.pos0 < 0) bad("pos0 must be >= 0");
+    return;
+  }
+  if (!p.key_offsets) bad("a sparse key list needs key_offsets");
+  for (int64_t t = 0; t < p.n_queries; ++t) {
+    const int64_t a = p.key_offsets[t], b = p.key_offsets[t + 1];
+    if (a < 0 || b <= a) bad("query " + std::to_string(t) + " has no keys (key_offsets must increase)");
+    for (int64_t i = a; i < b; ++i) {
+      const int32_t j = p.key_index[i];
+      if (j < 0 || j >= p.n_positions || (i > a && j <= p.key_index[i - 1]))
+        bad("query " + std::to_string(t) + ": key positions must be ascending and in [0, " +
+            std::to_string(p.n_positions) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+std::size_t workspace_floats(int64_t n_rows_per_group, int64_t dk, int64_t dv, int64_t n_kv_heads,
+                             int64_t threads) {
+  const int64_t rows = std::min(std::max<int64_t>(n_rows_per_group, 1), kMaxTaskRows);
+  const int64_t heads = n_kv_heads * n_rows_per_group;
+  const int64_t shared = round_up((kWaveChunks + 1) * heads * (dv + 2), kAlign);
+  return static_cast<std::size_t>(shared + threads * thread_floats(std::max(rows, kMaxTaskRows), dk, dv));
+}
+
+void run_with(ThreadPool& pool, const Problem& p, std::vector<float>& workspace, Isa isa) {
+  const Kernels* kr = kernels_for(isa);
+  if (!kr) fail(ErrorKind::Unsupported, std::string("attention kernels for ") + isa_name(isa) + " are not available");
+  check(p);
+  if (p.n_queries == 0) return;
+  const Split sp = split_for(p);
+  const int64_t per_thread = round_up(thread_floats(sp.max_rows, p.dk, p.dv), kAlign);
+  const int64_t heads = p.n_kv_heads * p.group;
+  const int64_t shared = p.n_queries == 1 ? round_up((kWaveChunks + 1) * heads * (p.dv + 2), kAlign) : 0;
+  const auto need = static_cast<std::size_t>(shared + pool.size() * per_thread);
+  if (workspace.size() < need) workspace.resize(need);
+  float* threads = workspace.data() + shared;
+  if (p.n_queries == 1)
+    run_decode(pool, *kr, p, sp, threads, per_thread, workspace.data());
+  else
+    run_prefill(pool, *kr, p, sp, threads, per_thread);
+}
+
+void run(ThreadPool& pool, const Problem& p, std::vector<float>& workspace) {
+  run_with(pool, p, workspace, best_kernels().isa);
+}
+
+}  // namespace colibri::attn

@@ -1,0 +1,158 @@
+"""Chat templates under resource limits (issue 8, defect 3).
+
+A template comes from the model file. Hostile ones (each from the defect report, and the
+other amplifications the limits cover) must fail fast with a ModelFormatError naming the
+template, within bounded memory; real ones (llama.cpp's collection of ~80 templates and
+the GGUF vocabularies') must render byte-identically to transformers' renderer.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+import warnings
+from typing import Any
+
+import pytest
+
+from colibri.chat import ChatTemplate
+from colibri.chat_limits import TemplateLimits
+from colibri.errors import ModelFormatError
+from test_chat import CONVERSATIONS, DOCUMENTS, TOOLS
+from tokenizer_vectors import templates_dir
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+# name -> (template, what the error says)
+HOSTILE: dict[str, tuple[str, str]] = {
+    "range 10**9": ("{% for i in range(10**9) %}{% endfor %}", "range"),
+    "recursive macro": ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "nest"),
+    "'x' * 10**10": ("{{ 'x' * 10**10 }}", "repetition"),
+    "[0] * 10**9": ("{{ [0] * 10**9 }}", "repetition"),
+    "center(10**9)": ("{{ 'x'|center(10**9) }}", "center"),
+    "str.center": ("{{ 'x'.center(10**9) }}", "center"),
+    "str.ljust": ("{{ 'x'.ljust(10**9) }}", "ljust"),
+    "tojson(indent=10**8)": ("{{ messages|tojson(indent=10**8) }}", "indent"),
+    "nested range loops": ("{% for i in range(100000) %}{% for j in range(100000) %}"
+                           "{% endfor %}{% endfor %}", "iterations"),
+    "doubling with ~": ("{% set ns = namespace(s='x') %}{% for i in range(60) %}"
+                        "{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "concatenation"),
+    "doubling with +": ("{% set ns = namespace(s='x') %}{% for i in range(60) %}"
+                        "{% set ns.s = ns.s + ns.s %}{% endfor %}", "concatenation"),
+    "squaring an int": ("{% set ns = namespace(x=3) %}{% for i in range(60) %}"
+                        "{% set ns.x = ns.x * ns.x %}{% endfor %}", "bits"),
+    "huge power": ("{{ 7 ** 123456789 }}", "bits"),
+    "shared references joined": ("{{ (['x' * 100000] * 100000)|join }}", "join"),
+    "shared references printed": ("{{ ['x' * 100000] * 100000 }}", "output"),
+    "shared references tojson": ("{{ (['x' * 100000] * 100000)|tojson }}", "tojson"),
+    "shared references string": ("{{ (['x' * 100000] * 100000)|string }}", "string"),
+    "a block buffering copies": ("{% set y %}{% for i in range(100000) %}{{ 'x' * 100000 }}"
+                                 "{% endfor %}{% endset %}{{ y|length }}", "built"),
+    "printf width *": ("{{ '%*s' % (10**9, 'x') }}", "%-formatted"),
+    "printf width": ("{{ '%1000000000s' % 'x' }}", "%-formatted"),
+    "format filter width": ("{{ '%1000000000s'|format('x') }}", "%-formatted"),
+    "str.format width": ("{{ '{:>1000000000}'.format('x') }}", "str.format"),
+    "str.format nested width": ("{{ '{:{w}}'.format('x', w=10**9) }}", "str.format"),
+    "str.replace": ("{{ ('a' * 100000).replace('a', 'b' * 100000) }}", "replace"),
+    "replace filter": ("{{ ('a' * 100000)|replace('a', 'b' * 100000) }}", "replace"),
+    "str.join": ("{{ ('x' * 100000).join(['y'] * 100000) }}", "join"),
+    "str.expandtabs": ("{{ ('\t' * 100000).expandtabs(100000) }}", "expandtabs"),
+    "str.translate": ("{{ ('a' * 100000).translate({97: 'b' * 100000}) }}", "translate"),
+    "indent filter": ("{{ ('\n' * 100000)|indent(100000) }}", "indent"),
+    "wordwrap filter": ("{{ ('a ' * 100000)|wordwrap(1, wrapstring='x' * 100000) }}",
+                        "wordwrap"),
+    "slice filter": ("{{ [1]|slice(10**9)|list }}", "slice"),
+    "batch filter": ("{{ [1]|batch(10**9)|list }}", "batch"),
+    "sum of lists": ("{{ ([['x'] * 100000] * 100000)|sum(start=[]) }}", "sum"),
+    "map center": ("{{ range(100000)|map('string')|map('center', 100000)|join }}", "built"),
+    "recursive loop": ("{% for x in [[1]] recursive %}{{ loop([[1]]) }}{% endfor %}", "nest"),
+    "raise_exception of a huge value": ("{{ raise_exception(['x' * 100000] * 100000) }}",
+                                        "raise_exception"),
+    "lipsum": ("{{ lipsum(10**9) }}", "lipsum"),
+    "urlize": ("{{ 'a.com '|urlize(target='x' * 10**6) }}", "urlize"),
+    "busy loop": ("{% for i in range(100000) %}{% for j in range(100000) %}{{ '' }}"
+                  "{% endfor %}{% endfor %}", "longer than|iterations"),
+    "deep nesting": ("{{ " + "(" * 50000 + "1" + ")" * 50000 + " }}", "cannot be compiled"),
+    "division by zero": ("{{ 1 / 0 }}", "ZeroDivisionError"),
+    "float overflow": ("{{ 10.0 ** 400 }}", "OverflowError"),
+    "a huge template": ("x" * (2 << 20), "characters long"),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_template_is_a_model_format_error(name: str) -> None:
+    source, says = HOSTILE[name]
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    with pytest.raises(ModelFormatError, match=says) as info:
+        ChatTemplate(source, name="model's chat template").render(MESSAGES)
+    seconds = time.perf_counter() - t0
+    assert "model's chat template" in str(info.value)
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
+    # Peak growth far below the gigabytes these take without limits (ru_maxrss only grows,
+    # so this bounds this test's own growth from wherever earlier tests left the peak).
+    assert grown_mib < 512, f"{name}: peak memory grew by {grown_mib:.0f} MiB"
+    assert seconds < 30, f"{name}: {seconds:.1f} s"  # loose: the deadline itself is 1 s
+
+
+def test_limits_are_settings() -> None:
+    src = "{% for i in range(n) %}{{ i }}{% endfor %}"
+    assert ChatTemplate(src).render(MESSAGES, n=1000).endswith("999")
+    tight = TemplateLimits(max_range=10)
+    assert ChatTemplate(src, limits=tight).render(MESSAGES, n=10) == "0123456789"
+    with pytest.raises(ModelFormatError, match="range"):
+        ChatTemplate(src, limits=tight).render(MESSAGES, n=11)
+    with pytest.raises(ModelFormatError, match="longer than"):
+        ChatTemplate("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+                     "{% endfor %}", limits=TemplateLimits(seconds=0.05,
+                                                           max_iterations=10**12)).render(MESSAGES)
+
+
+def test_a_long_conversation_still_renders() -> None:
+    """The size limits grow with the input: a 4 MB document goes through a template."""
+    content = "word " * 800_000
+    tpl = ChatTemplate("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content']|trim }}\n"
+                       "{% endfor %}")
+    out = tpl.render([{"role": "user", "content": content}] * 2)
+    assert len(out) == 2 * (len(content.strip()) + len("<|user|>\n"))
+
+
+_TOOLS_OPENAI = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "The city"}}, "required": ["city"]}}}]
+
+
+def test_real_templates_render_as_transformers_does() -> None:
+    """Every template of llama.cpp's collection (~80 real models), with and without tools,
+    renders byte-identically to transformers' renderer (or fails in both)."""
+    cu = pytest.importorskip("transformers.utils.chat_template_utils")
+    d = templates_dir()
+    if d is None:
+        pytest.skip("llama.cpp's chat templates are unavailable")
+    files = sorted(d.glob("*.jinja"))
+    assert len(files) >= 50
+    compared = 0
+    for path in files:
+        source = path.read_text(encoding="utf-8")
+        tpl = ChatTemplate(source, bos_token="<s>", eos_token="</s>", name=path.name)
+        for messages in CONVERSATIONS:
+            extras: list[dict[str, Any]] = [{}, {"tools": _TOOLS_OPENAI},
+                                            {"tools": TOOLS, "documents": DOCUMENTS}]
+            for extra in extras:
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        expected: str | None = cu.render_jinja_template(
+                            conversations=[messages], chat_template=source,
+                            add_generation_prompt=True, bos_token="<s>", eos_token="</s>",
+                            **extra)[0][0]
+                except Exception:
+                    expected = None
+                try:
+                    out: str | None = tpl.render(messages, add_generation_prompt=True, **extra)
+                except Exception:
+                    out = None
+                assert out == expected, (path.name, messages, list(extra))
+                compared += expected is not None
+    assert compared > 500
