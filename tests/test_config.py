@@ -128,7 +128,8 @@ def test_from_dict_and_round_trip() -> None:
     assert e.to_dict() == {"threads": {"n": 4, "wait_policy": "spin", "spin_us": 0},
                            "context_length": 2048, "activation_precision": "int8",
                            "ram_budget": None, "io": IOConfig().to_dict(),
-                           "cache": CacheConfig().to_dict(), "prefill_chunk": 512}
+                           "cache": CacheConfig().to_dict(), "prefill_chunk": 512,
+                           "prompt_cache": 0}
     assert EngineConfig.from_dict(e.to_dict()) == e
     assert EngineConfig.from_dict({}) == EngineConfig()
     # A ThreadConfig object is accepted where a mapping is.
@@ -426,3 +427,14 @@ def test_positional_and_duplicate_settings_are_config_errors() -> None:
     with pytest.raises(ConfigError, match=r"IOConfig: setting 'workers' given twice"):
         IOConfig(2, workers=3)  # type: ignore[misc]
     assert IOConfig(3, False).workers == 3  # positional use still works
+
+
+def test_prompt_cache_size() -> None:
+    assert EngineConfig().prompt_cache == 0
+    assert EngineConfig(prompt_cache="1GiB").prompt_cache == 1 << 30
+    assert EngineConfig(prompt_cache=4096).prompt_cache == 4096
+    with pytest.raises(ConfigError, match=r"EngineConfig.prompt_cache: a size cannot be negative"):
+        EngineConfig(prompt_cache=-1)
+    with pytest.raises(ConfigError, match=r"EngineConfig.prompt_cache: expected bytes"):
+        EngineConfig(prompt_cache=None)  # type: ignore[arg-type]
+    assert eval(repr(EngineConfig(prompt_cache="256MiB"))) == EngineConfig(prompt_cache=256 << 20)
