@@ -339,9 +339,10 @@ def _entry(h: dict[str, Any], name: str) -> dict[str, Any]:
             "overlap",
         ),
         (
+            # The format has no holes: bytes no tensor claims mean the header lies.
             "missing-tensor",
             lambda h: h.pop("model.layers.1.self_attn.k_proj.weight"),
-            "'blk.1.attn_k' is missing",
+            "unused bytes between",
         ),
     ],
 )
@@ -365,8 +366,9 @@ def test_truncated_safetensors(tiny_models: dict[str, TinyModel], tmp_path: Path
     with pytest.raises(ModelFormatError, match="truncated"):
         open_model_source(d)
     f.write_bytes(b"\xff" * 8 + b"{}")
-    with pytest.raises(ModelFormatError, match="header claims"):
+    with pytest.raises(ModelFormatError, match="not a safetensors file") as err:
         open_model_source(d)
+    assert str(2**64 - 1) not in str(err.value)  # the 8 bytes are not echoed
 
 
 def test_config_that_disagrees_with_weights(

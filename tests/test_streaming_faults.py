@@ -120,8 +120,12 @@ def test_checksums_off_reads_the_damaged_blob(container: Path, tmp_path: Path) -
     assert ex.checksum_failures == 0 and ex.read_errors == 0 and ex.misses > 0
 
 
-def test_checksums_always_checks_every_read(container: Path, clean: Trace,
-                                            tmp_path: Path) -> None:
+def test_checksums_catch_a_file_changed_after_the_first_read(container: Path, clean: Trace,
+                                                             tmp_path: Path) -> None:
+    """A blob damaged after its first verified read: "always" re-verifies every read;
+    "first" sees that the file changed (its size/inode/mtime/ctime stamp) and verifies
+    every blob again (issue 8, defect 6: it used to serve the damaged blob); "off" never
+    checks."""
     path = _copy(container, tmp_path / "c")
     ids = prompt()
     expert = _first_routed(path, ids, 2)
@@ -129,7 +133,8 @@ def test_checksums_always_checks_every_read(container: Path, clean: Trace,
     at = rec["offset"] + rec["down"]["offset"] + 3
     top_k = 2
     budget = budget_for_slots(path, top_k)  # every expert is read again by the next prompt
-    modes: tuple[tuple[Checksums, bool], ...] = (("always", True), ("first", False))
+    modes: tuple[tuple[Checksums, bool], ...] = (("always", True), ("first", True),
+                                                 ("off", False))
     for mode, fails in modes:
         m = co.Model.load(path, engine=engine(budget=budget, checksums=mode))
         got = m.session().forward(ids, all_logits=True)  # clean: verified once
@@ -140,7 +145,7 @@ def test_checksums_always_checks_every_read(container: Path, clean: Trace,
             if fails:
                 _assert_failed_forward(s, ids, f"layer 2 expert {expert}\\b")
                 assert m.stats().experts.checksum_failures >= 1
-            else:  # "first": a blob verified once is trusted afterwards
+            else:  # "off": the damaged blob is served
                 s.forward(ids)
                 assert m.stats().experts.checksum_failures == 0
         finally:

@@ -53,17 +53,19 @@ void bind_engine(py::module_& m) {
 
   py::class_<TensorSpec>(m, "TensorSpec")
       .def(py::init([](std::string name, const std::string& dtype, std::vector<int64_t> shape,
-                       std::vector<Extent> extents, int64_t unpermute) {
+                       std::vector<Extent> extents, int64_t unpermute, std::optional<uint32_t> crc32) {
              TensorSpec t;
              t.name = std::move(name);
              t.type = dtype_from_name(dtype);
              t.shape = std::move(shape);
              t.extents = std::move(extents);
              t.rope_unpermute_heads = unpermute;
+             t.has_crc32 = crc32.has_value();
+             t.crc32 = crc32.value_or(0);
              return t;
            }),
            py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("extents"),
-           py::arg("rope_unpermute_heads") = 0)
+           py::arg("rope_unpermute_heads") = 0, py::arg("crc32") = py::none())
       .def_readonly("name", &TensorSpec::name)
       .def_readonly("shape", &TensorSpec::shape);
 

@@ -17,6 +17,7 @@
 
 #include "common/aligned.hpp"
 #include "common/errors.hpp"
+#include "io/crc32.hpp"
 #include "io/read_pool.hpp"
 
 namespace py = pybind11;
@@ -174,6 +175,20 @@ void bind_io(py::module_& parent) {
   m.def(
       "slab_bytes", [](int64_t offset, int64_t length) { return slab_bytes(make_extent(0, offset, length)); },
       py::arg("offset"), py::arg("length"), "Bytes of the aligned slab a read of this extent needs.");
+  m.def(
+      "crc32",
+      [](py::buffer data, uint32_t crc, bool reference) {
+        const py::buffer_info info = data.request();
+        const auto* p = static_cast<const uint8_t*>(info.ptr);
+        const auto n = static_cast<std::size_t>(info.size * info.itemsize);
+        py::gil_scoped_release nogil;
+        return reference ? crc32_reference(crc, p, n) : crc32(crc, p, n);
+      },
+      py::arg("data"), py::arg("crc") = 0, py::arg("reference") = false,
+      "CRC-32 (zlib's polynomial) of a contiguous buffer, continuing `crc`; reference=True uses zlib "
+      "only (the oracle of the folded path).");
+  m.def("crc32_accelerated", &crc32_accelerated,
+        "Whether crc32 folds with carry-less multiplies on this CPU.");
 
   py::class_<PyReadPool>(m, "ReadPool",
                          "I/O worker pool over a list of files. workers=0 reads synchronously in wait(); "

@@ -144,6 +144,7 @@ void ExpertStore::configure(const StoreSettings& settings) {
   if (pool_) add_pool(stats_, pool_->stats(), pool_base_);
   pool_ = std::move(pool);
   pool_base_ = ReadPoolStats{};
+  take_stamps();
   if (arena_) ::munmap(arena_, arena_bytes_);
   arena_ = nullptr;
   arena_bytes_ = static_cast<std::size_t>(n_slots) * slot_bytes_;
@@ -173,12 +174,39 @@ void ExpertStore::set_pins(const std::vector<int64_t>& keys) {
   cache_.set_pins(pins_, max_pinned);
 }
 
+// "first": a blob verified once is trusted while its file is unchanged. A write, a
+// truncation or a replacement changes the file's stamp (size, inode, mtime, ctime; one
+// fstat, about a microsecond per read); then every blob is verified again on its next read
+// (a new epoch). A change the file system does not see (bit rot on the device) needs
+// "always".
+bool ExpertStore::verified(int64_t k, const Layout& lay) {
+  if (!verified_[static_cast<std::size_t>(k)]) return false;
+  const auto file = static_cast<std::size_t>(lay.reads.front().extent.file);
+  const FileStamp now = pool_->reader().files().stamp(static_cast<int32_t>(file));
+  if (now == stamps_[file]) return true;
+  stamps_[file] = now;
+  std::fill(verified_.begin(), verified_.end(), 0);
+  ++epoch_;  // reads started before the change do not mark their blob verified
+  return false;
+}
+
+void ExpertStore::take_stamps() {
+  std::vector<FileStamp> now(files_.size());
+  for (std::size_t f = 0; f < files_.size(); ++f) now[f] = pool_->reader().files().stamp(static_cast<int32_t>(f));
+  if (now != stamps_) {
+    std::fill(verified_.begin(), verified_.end(), 0);
+    ++epoch_;
+  }
+  stamps_ = std::move(now);
+}
+
 void ExpertStore::start_read(int32_t s, int64_t k, bool prefetched) {
   const Layout& lay = *layouts_[static_cast<std::size_t>(k)];
   Slot& slot = slots_[static_cast<std::size_t>(s)];
   uint8_t* base = arena_ + static_cast<std::size_t>(s) * slot_bytes_;
   slot.checked = lay.has_crc32 && (settings_.checksums == ChecksumMode::Always ||
-                                   (settings_.checksums == ChecksumMode::First && !verified_[static_cast<std::size_t>(k)]));
+                                   (settings_.checksums == ChecksumMode::First && !verified(k, lay)));
+  slot.epoch = epoch_;
   slot.tickets.clear();
   slot.prefetched = prefetched;
   slot.doomed = false;
@@ -229,7 +257,7 @@ bool ExpertStore::finish_read(int32_t s, std::exception_ptr* error) {
   }
   cache_.release(s);
   slot.state = State::Ready;
-  if (slot.checked) verified_[static_cast<std::size_t>(k)] = 1;
+  if (slot.checked && slot.epoch == epoch_) verified_[static_cast<std::size_t>(k)] = 1;
   return true;
 }
 

@@ -37,7 +37,8 @@ namespace colibri {
 
 enum class ChecksumMode : int {
   Off = 0,     // never verify
-  First = 1,   // verify each blob the first time this process reads it
+  First = 1,   // verify each blob's first read, and again after its file changed
+
   Always = 2,  // verify every read
 };
 
@@ -143,6 +144,7 @@ class ExpertStore {
     State state = State::Empty;
     std::vector<Ticket> tickets;
     bool checked = false;      // its read verifies the checksum
+    uint64_t epoch = 0;        // ExpertStore::epoch_ when the read started
     bool prefetched = false;   // read started by a prefetch, not routed since
     bool doomed = false;       // a prefetch partly cancelled: drop when its reads end
     ExpertViews views;
@@ -150,6 +152,8 @@ class ExpertStore {
 
   int64_t key(int64_t layer, int64_t expert) const;
   void start_read(int32_t slot, int64_t key, bool prefetched);
+  bool verified(int64_t key, const Layout& lay);  // "first": verified and file unchanged
+  void take_stamps();
   // Waits for the slot's reads; false (and the slot freed) when one failed, with the error
   // in *error.
   bool finish_read(int32_t slot, std::exception_ptr* error);
@@ -171,7 +175,9 @@ class ExpertStore {
   std::vector<Slot> slots_;
   std::vector<int32_t> loading_;          // slots in Loading that no request holds
   std::vector<std::vector<int64_t>> predicted_;  // per layer: keys predicted for it
-  std::vector<uint8_t> verified_;         // per key: checksum seen good once
+  std::vector<uint8_t> verified_;         // per key: checksum seen good since stamps_
+  std::vector<FileStamp> stamps_;         // per file, as verified_ saw it
+  uint64_t epoch_ = 0;                    // bumped whenever verified_ is cleared
   std::vector<uint64_t> route_counts_;    // per key
   std::vector<int64_t> pins_;
   ExpertStoreStats stats_;

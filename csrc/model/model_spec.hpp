@@ -62,6 +62,8 @@ struct TensorSpec {
   std::vector<int64_t> shape;       // PyTorch order: (rows, cols) or (n,)
   std::vector<Extent> extents;
   int64_t rope_unpermute_heads = 0; // see sources/manifest.py
+  bool has_crc32 = false;           // native container: the bytes' crc32, checked at load
+  uint32_t crc32 = 0;
 };
 
 }  // namespace colibri

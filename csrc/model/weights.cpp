@@ -3,10 +3,12 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "common/errors.hpp"
+#include "io/crc32.hpp"
 #include "quant/fp16.hpp"
 #include "quant/kernels.hpp"
 
@@ -79,6 +81,19 @@ std::size_t spec_bytes(const TensorSpec& s) {
   return row_bytes(s.type, cols) * static_cast<std::size_t>(rows);
 }
 
+// A native container's dense tensor against the crc32 its manifest records: the bytes are
+// in RAM already, so this is one pass at memory speed (io/crc32.hpp).
+void check_crc32(const TensorSpec& s, const uint8_t* data, std::size_t n, const FileSet& files) {
+  const uint32_t got = crc32(0, data, n);
+  if (got == s.crc32) return;
+  char hex[48];
+  std::snprintf(hex, sizeof hex, "expected crc32 %08x, got %08x", s.crc32, got);
+  const Extent& e = s.extents.front();
+  fail(ErrorKind::Format, files.path(e.file) + ": tensor '" + s.name + "' at offset " + std::to_string(e.offset) +
+                              " (" + std::to_string(n) + " bytes) fails its checksum (" + hex +
+                              "); the file is damaged: convert or download the model again");
+}
+
 }  // namespace
 
 WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& files) {
@@ -127,6 +142,7 @@ WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& fi
       files.read(e, dst + at);
       at += e.length;
     }
+    if (s.has_crc32) check_crc32(s, dst, expect, files);
     if (widened(s)) {
       auto* out = reinterpret_cast<float*>(t.data);
       for (int64_t i = 0; i < t.cols; ++i) {

@@ -105,8 +105,8 @@ class CachePolicy(str, Enum):
 
 
 Checksums = Literal["first", "always", "off"]
-"""When expert blobs' crc32 are verified: the first read of each blob in this process,
-every read, or never (IOConfig.checksums)."""
+"""When a native container's crc32 are verified: the first read of each blob (and again
+after its file changed), every read, or never (IOConfig.checksums; docs/reliability.md)."""
 
 
 class ActivationPrecision(str, Enum):
@@ -460,11 +460,14 @@ class IOConfig:
     guesses cost bandwidth only. Without it every miss is a stall."""
 
     checksums: Checksums
-    """When each expert blob's crc32 is verified (native containers only; GGUF and
-    safetensors have no per-blob checksum): ``"first"`` (default) the first time a blob is
-    read in this process — catches a corrupt or truncated file at the cost of one crc32
-    pass per expert per run; ``"always"`` on every read (catches a disk that changes under
-    a running model; costs a crc32 pass per read); ``"off"`` never."""
+    """When a native container's crc32 are verified (GGUF and safetensors have none).
+    Dense tensors are verified at load unless ``"off"``. Expert blobs: ``"first"``
+    (default) on each blob's first read into the cache, and again on the next read of
+    every blob once the file's size, inode, mtime or ctime changed (a rewrite, a
+    truncation, an in-place edit) — one crc32 pass per expert per run on an unchanged
+    file; ``"always"`` on every read from disk, re-reads after eviction included (also
+    catches damage the file system does not see, such as bit rot; one crc32 pass per
+    read); ``"off"`` never. Exact guarantees: docs/reliability.md."""
 
     @checked_init
     def __init__(

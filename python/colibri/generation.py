@@ -13,6 +13,7 @@ the caller; the model stays usable.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .display import Displayable, duration, sig3
-from .errors import ContextOverflowError, InvalidRequestError
+from .errors import ContextOverflowError, InvalidRequestError, NumericalError
 from .logprobs import Logprob
 from .sampling import Sampler, Sampling, StopChecker, StopStatus
 from .stats import ExpertStats, PhaseTimes
@@ -141,6 +142,18 @@ class Generation(Displayable):
         ]
 
 
+def _check_finite(logits: npt.NDArray[np.float32], position: int) -> None:
+    """NaN or infinite logits are the model's fault (broken weights, a value that passed
+    the load checks), never the request's: NumericalError, not the sampler's
+    InvalidRequestError. Two passes over one row of logits, per token."""
+    if not (math.isfinite(float(logits.max())) and math.isfinite(float(logits.min()))):
+        raise NumericalError(
+            f"the model computed non-finite logits (NaN or infinity) at position {position}; "
+            f"its weights are corrupt or a config value is out of range. Check the file "
+            f"(for a native container: colibri verify) or convert the model again."
+        )
+
+
 def stream_tokens(
     session: Session,
     tokenizer: Tokenizer,
@@ -194,6 +207,7 @@ def stream_tokens(
                 decode += time.perf_counter() - t
                 n_decode += 1
             t = time.perf_counter()
+            _check_finite(logits, session.n_tokens)
             lp = None
             if decoder is None:
                 tok = sampler(logits, hist)

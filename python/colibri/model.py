@@ -158,7 +158,14 @@ def _rope_freq_factors(manifest: Manifest) -> npt.NDArray[np.float32] | None:
         with open(manifest.files[e.file], "rb") as f:
             f.seek(e.offset)
             chunks.append(f.read(e.length))
-    return np.frombuffer(b"".join(chunks), dtype=np.float32).copy()
+    factors = np.frombuffer(b"".join(chunks), dtype=np.float32).copy()
+    if not (np.all(np.isfinite(factors)) and np.all(factors > 0)):
+        # llama.cpp divides the frequencies by them: zeros or NaN would make NaN logits.
+        raise ModelFormatError(
+            f"{manifest.files[t.extents[0].file]}: rope_freqs must hold finite values > 0; "
+            f"the file is corrupt"
+        )
+    return factors
 
 
 def _model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
@@ -199,7 +206,9 @@ def _model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
     return spec
 
 
-def _tensor_specs(manifest: Manifest) -> list[_core.TensorSpec]:
+def _tensor_specs(manifest: Manifest, checksums: bool = True) -> list[_core.TensorSpec]:
+    """The core's specs. A native container's dense tensors carry their crc32, which the
+    core checks as it loads them (IOConfig.checksums "off" skips that)."""
     return [
         _core.TensorSpec(
             t.name,
@@ -207,6 +216,7 @@ def _tensor_specs(manifest: Manifest) -> list[_core.TensorSpec]:
             list(t.shape),
             [_core.Extent(e.file, e.offset, e.length) for e in t.extents],
             t.rope_unpermute_heads,
+            t.crc32 if checksums else None,
         )
         for t in manifest.tensors.values()
         if t.name not in _SPEC_TENSORS
@@ -290,7 +300,7 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         spec = _model_spec(manifest, context_length)
         core = _core.Engine(
             spec,
-            _tensor_specs(manifest),
+            _tensor_specs(manifest, engine.io.checksums != "off"),
             [str(f) for f in manifest.files],
             _thread_settings(engine.threads),
             expert_blobs(manifest),

@@ -278,7 +278,7 @@ class Extent:
     def offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
 class TensorSpec:
-    def __init__(self, name: str, dtype: str, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], extents: collections.abc.Sequence[Extent], rope_unpermute_heads: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, name: str, dtype: str, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], extents: collections.abc.Sequence[Extent], rope_unpermute_heads: typing.SupportsInt | typing.SupportsIndex = 0, crc32: typing.SupportsInt | typing.SupportsIndex | None = None) -> None:
         ...
     @property
     def name(self) -> str:

@@ -44,6 +44,7 @@ from ..errors import (
 )
 from ..sources.hf_source import Fp8TensorInfo
 from ..sources.manifest import Manifest, TensorInfo
+from ..sources.paths import ModelDir
 from ..sources.validate import tensor_nbytes
 from .quantize import check_quant, converted_chunks, target_dtype
 from .source import open_convert_source, tensor_reader
@@ -428,8 +429,8 @@ def read_container_json(path: str | os.PathLike[str]) -> dict[str, Any]:
         )
     try:
         doc = json.loads(f.read_bytes())
-    except ValueError as exc:
-        raise ModelFormatError(f"{f}: not valid JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested 100,000 deep
+        raise ModelFormatError(f"{f}: not valid JSON ({str(exc)[:200]})") from exc
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ModelFormatError(f"{f}: not a colibri container manifest (no format {FORMAT!r})")
     if doc.get("version") != VERSION:
@@ -547,10 +548,11 @@ def _copy_tokenizer_files(manifest: Manifest, out_dir: Path) -> list[str]:
     tokenizer lives in the metadata, which manifest.json carries)."""
     if manifest.source != "hf":
         return []
+    root = ModelDir(manifest.path)
     copied = []
     for name in TOKENIZER_FILES:
-        src = manifest.path / name
-        if src.is_file():
+        src = root.optional(name, "tokenizer file")  # never a file outside the source
+        if src is not None:
             tmp = out_dir / (name + ".tmp")
             shutil.copyfile(src, tmp)
             with open(tmp, "rb") as f:

@@ -10,6 +10,7 @@ from .gguf_source import load_gguf
 from .hf_source import load_hf
 from .manifest import Extent, Manifest, ModelConfig, TensorInfo
 from .native_source import load_native
+from .paths import ModelDir
 from .validate import SUPPORTED_FAMILIES
 
 _GGUF_MAGIC = b"GGUF"
@@ -44,9 +45,10 @@ def open_model_source(path: str | os.PathLike[str]) -> Manifest:
         return load_native(p)
     if (p / "config.json").is_file():
         return load_hf(p)
-    ggufs = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() == ".gguf")
+    ggufs = sorted(f for f in p.iterdir() if f.suffix.lower() == ".gguf")
     if len(ggufs) == 1:
-        return load_gguf(ggufs[0])
+        # Named by the directory, not by the user: it must lie inside (symlinks followed).
+        return load_gguf(ModelDir(p).listed(ggufs[0], "GGUF file"))
     if len(ggufs) > 1:
         names = ", ".join(f.name for f in ggufs)
         raise ModelFormatError(

@@ -64,6 +64,8 @@ class TensorInfo:
     # > 0, the rows are in that order for this many heads and the loader restores the
     # Hugging Face (rotate-half) order, which is the one convention the core implements.
     rope_unpermute_heads: int = 0
+    # Native containers: the crc32 of the tensor's bytes, checked by the core at load.
+    crc32: int | None = None
 
     @property
     def nbytes(self) -> int:
