@@ -16,7 +16,7 @@ run (scripts/test.sh), so nothing here depends on the network.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -106,6 +106,17 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, o
         rep.outcome = "failed"
         rep.longrepr = (f"unexpected skip of {rep.nodeid} at collection "
                         f"({_reason(rep.longrepr)}); see ALLOWED_SKIPS in tests/conftest.py")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Points $XDG_CACHE_HOME at a temporary directory for the whole run (subprocesses
+    inherit it), so no test writes routing histories or named models into the user's
+    ~/.cache/colibri. Session-scoped and autouse: it is in place before any module-scoped
+    fixture loads a model (a model's history path is fixed when it loads)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+        yield
 
 
 @pytest.fixture(scope="session")

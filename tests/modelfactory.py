@@ -245,12 +245,14 @@ def write_gguf(
     qtype: str,
     edit: Edit | None = None,
     extra: dict[str, np.ndarray] | None = None,
+    chat_template: str | None = None,
 ) -> None:
     """Convert a tiny checkpoint to GGUF following llama.cpp's converter conventions.
 
     ``edit(gguf_name, f32_array)`` (tests of bad files) may return None to drop a tensor or
     ``(raw_bytes_or_array, raw_dtype)`` to write something else in its place. ``extra``
-    tensors (F32) are written as they are, e.g. llama3's ``rope_freqs``.
+    tensors (F32) are written as they are, e.g. llama3's ``rope_freqs``. ``chat_template``
+    is written as ``tokenizer.chat_template``.
     """
     cfg = json.loads((hf_dir / "config.json").read_text())
     family = cfg["model_type"]
@@ -292,6 +294,8 @@ def write_gguf(
     w.add_token_types([2, 3, 3] + [1] * (len(tokens) - 3))
     w.add_bos_token_id(cfg["bos_token_id"])
     w.add_eos_token_id(cfg["eos_token_id"])
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
     sd = _read_checkpoint(hf_dir)

@@ -143,7 +143,7 @@ def test_not_a_model(tmp_path: Path) -> None:
 # --- info ---------------------------------------------------------------------------------
 
 INFO_KEYS = {
-    "schema", "path", "source", "files", "file_bytes", "name", "architecture",
+    "schema", "path", "format", "source", "files", "file_bytes", "name", "architecture",
     "source_architecture", "parameters", "tensors", "tensor_bytes", "quantization",
     "context_length", "default_context_length", "moe", "config",
 }
@@ -220,7 +220,7 @@ def test_info_tiny_moe(tiny_models: dict[str, TinyModel], family: str) -> None:
 RUN_KEYS = {"schema", "model", "prompt", "text", "token_ids", "finish_reason", "stats",
             "settings"}
 STATS_KEYS = {"prompt_tokens", "generated_tokens", "prefill_seconds", "decode_seconds",
-              "sampling_seconds", "prefill_tok_s", "decode_tok_s", "decode_tokens",
+              "sampling_seconds", "cached_tokens", "prefill_tok_s", "decode_tok_s", "decode_tokens",
               "load_seconds", "wait_policy", "experts", "phases", "memory"}
 SETTINGS_KEYS = {"max_tokens", "stop", "sampling", "threads", "wait_policy", "context_length",
                  "activation_precision", "ram_budget", "io", "cache"}

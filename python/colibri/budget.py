@@ -74,11 +74,14 @@ class BudgetPlan:
     cache_slots: int  # experts the cache holds at once, <= the model's routed experts
     slot_bytes: int  # one slot: one routed expert's gate + up + down, as read
     available: int | None = None  # the memory probed for the default budget; None if given
+    prompt_cache_bytes: int = 0  # EngineConfig.prompt_cache (Model.prompt_cache's KV)
+
 
     @property
     def resident_bytes(self) -> int:
-        """Dense weights + KV cache + work buffers: what stays whatever is routed."""
-        return self.dense_bytes + self.kv_bytes + self.work_bytes
+        """Dense weights + KV cache + work buffers + prompt cache: what stays whatever is
+        routed."""
+        return self.dense_bytes + self.kv_bytes + self.work_bytes + self.prompt_cache_bytes
 
     @property
     def unused_bytes(self) -> int:
@@ -115,6 +118,7 @@ def plan_budget(
     total_experts: int,
     min_slots: int,
     available: int | None = None,
+    prompt_cache_bytes: int = 0,
 ) -> BudgetPlan:
     """Splits a RAM budget between the resident part and the expert cache.
 
@@ -129,6 +133,8 @@ def plan_budget(
         routes a token to, top-k); capped at total_experts.
     available: the memory this process may use; None probes it
         (:func:`colibri.plan.available_memory`). Only used when `budget` is None.
+    prompt_cache_bytes: the prompt cache's capacity (``EngineConfig.prompt_cache``):
+        resident too, taken before the expert cache.
 
     The cache gets ``(budget - resident) // slot_bytes`` slots, at most total_experts.
     Raises ConfigError, stating the minimum budget and what takes the space, when the
@@ -137,6 +143,7 @@ def plan_budget(
     dense_bytes = _count("dense_bytes", dense_bytes)
     kv_bytes = _count("kv_bytes", kv_bytes)
     work_bytes = _count("work_bytes", work_bytes)
+    prompt_cache_bytes = _count("prompt_cache_bytes", prompt_cache_bytes)
     slot_bytes = _count("slot_bytes", slot_bytes)
     total_experts = _count("total_experts", total_experts)
     min_slots = min(_count("min_slots", min_slots), total_experts)
@@ -156,11 +163,11 @@ def plan_budget(
             raise ConfigError(f"EngineConfig.ram_budget: expected bytes > 0, got {budget!r}")
         resolved = budget
 
-    resident = dense_bytes + kv_bytes + work_bytes
+    resident = dense_bytes + kv_bytes + work_bytes + prompt_cache_bytes
     minimum = resident + min_slots * slot_bytes
     if resolved < minimum:
         raise ConfigError(_too_small(resolved, probed, dense_bytes, kv_bytes, work_bytes,
-                                     min_slots, slot_bytes, minimum))
+                                     min_slots, slot_bytes, minimum, prompt_cache_bytes))
     slots = min((resolved - resident) // slot_bytes, total_experts) if total_experts else 0
     return BudgetPlan(
         budget=resolved,
@@ -171,11 +178,12 @@ def plan_budget(
         cache_slots=slots,
         slot_bytes=slot_bytes,
         available=probed,
+        prompt_cache_bytes=prompt_cache_bytes,
     )
 
 
 def _too_small(budget: int, available: int | None, dense: int, kv: int, work: int,
-               min_slots: int, slot_bytes: int, minimum: int) -> str:
+               min_slots: int, slot_bytes: int, minimum: int, prompt_cache: int = 0) -> str:
     def down(n: int) -> str:
         return format_bytes(n, rounding="down")
 
@@ -183,6 +191,8 @@ def _too_small(budget: int, available: int | None, dense: int, kv: int, work: in
         return format_bytes(n, rounding="up")
 
     parts = f"dense weights {up(dense)} + KV cache {up(kv)} + work buffers {up(work)}"
+    if prompt_cache:
+        parts += f" + prompt cache {up(prompt_cache)}"
     if min_slots:
         what = f"the resident part and the smallest expert cache: {parts}"
         room = (f"the resident part plus room for {min_slots} "

@@ -18,6 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
+from ._names import check_names, checked_init, settings_repr
 from .errors import ConfigError
 from .sizes import format_bytes, parse_bytes
 
@@ -187,13 +188,9 @@ def _optional_int(
 
 
 def _check_names(cls: type, names: Mapping[str, object] | set[str]) -> None:
-    """Raises ConfigError for a name that is not a field of dataclass `cls`."""
-    allowed = [f.name for f in dataclasses.fields(cls)]
-    for name in names:
-        if name not in allowed:
-            raise ConfigError(
-                f"{cls.__name__}: unknown setting {name!r}; allowed: {', '.join(allowed)}"
-            )
+    """Raises ConfigError for a name that is not a field of dataclass `cls` (suggesting
+    the closest field)."""
+    check_names(cls.__name__, names, [f.name for f in dataclasses.fields(cls)])
 
 
 def _replace(obj: _C, changes: Mapping[str, Any]) -> _C:
@@ -277,6 +274,21 @@ def _ram_budget(value: object) -> int | None:
     return n
 
 
+def _size(field: str, value: object) -> int:
+    """A byte count >= 0 given as an int or a size text ("1GiB")."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ConfigError(f"{field}: expected bytes (int) or a size such as \"1GiB\", got "
+                          f"{type(value).__name__} {value!r} (0: off)")
+    try:
+        n = parse_bytes(value)
+    except ConfigError as e:
+        raise ConfigError(f"{field}: {e}") from None
+    if not 0 <= n <= MAX_RAM_BUDGET:
+        raise ConfigError(f"{field}: {value!r} is out of range; allowed 0.."
+                          f"{format_bytes(MAX_RAM_BUDGET)}")
+    return n
+
+
 def default_history_dir() -> Path:
     """Where routing histories go when ``CacheConfig.history_path`` is None:
     ``routing/`` beside the model cache (``$XDG_CACHE_HOME/colibri/routing``, else
@@ -320,6 +332,7 @@ class ThreadConfig:
     the disk or the GPU (milliseconds) stops burning the cores the I/O threads and the
     GPU's power budget need. 0 behaves like PASSIVE."""
 
+    @checked_init
     def __init__(
         self,
         n: int | None = None,
@@ -335,6 +348,10 @@ class ThreadConfig:
         object.__setattr__(
             self, "spin_us", _int("ThreadConfig.spin_us", spin_us, 0, MAX_SPIN_US, "microseconds")
         )
+
+    def __repr__(self) -> str:
+        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
+        return settings_repr(self)
 
     def replace(self, **changes: Any) -> ThreadConfig:
         """A copy with `changes` applied and validated."""
@@ -393,6 +410,7 @@ class CacheConfig:
     are read on first use, so a load is quick and a short run reads only what it routes
     to). True trades load time for no first-use stalls; ignored when they do not fit."""
 
+    @checked_init
     def __init__(
         self,
         policy: CachePolicy | Literal["lru", "lfru", "pinned"] = CachePolicy.LFRU,
@@ -411,6 +429,10 @@ class CacheConfig:
             "~/.cache/colibri/routing/"
         ))
         object.__setattr__(self, "preload", _bool("CacheConfig.preload", preload))
+
+    def __repr__(self) -> str:
+        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
+        return settings_repr(self)
 
     def replace(self, **changes: Any) -> CacheConfig:
         """A copy with `changes` applied and validated."""
@@ -469,6 +491,7 @@ class IOConfig:
     catches damage the file system does not see, such as bit rot; one crc32 pass per
     read); ``"off"`` never. Exact guarantees: docs/reliability.md."""
 
+    @checked_init
     def __init__(
         self,
         workers: int = 2,
@@ -484,6 +507,10 @@ class IOConfig:
         object.__setattr__(self, "checksums", _choice(
             "IOConfig.checksums", checksums, ("first", "always", "off")
         ))
+
+    def __repr__(self) -> str:
+        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
+        return settings_repr(self)
 
     def replace(self, **changes: Any) -> IOConfig:
         """A copy with `changes` applied and validated."""
@@ -547,6 +574,14 @@ class EngineConfig:
     ``"bf16"`` or ``"q8_0"``. The budget counts the KV cache at this type. Changes the
     numbers slightly (not for f32); bit-identical across threads and batching for each."""
 
+    prompt_cache: int
+    """Bytes for the prompt cache (``Model.prompt_cache``): the KV state of recent
+    generations kept so that a later call sharing a token prefix (the next turn of a chat,
+    a common system prompt) reuses it instead of prefilling it again. Part of
+    ``ram_budget`` (taken before the expert cache). Given like ``ram_budget`` (``"1GiB"``);
+    0 (default) turns it off."""
+
+    @checked_init
     def __init__(
         self,
         threads: ThreadConfig | Mapping[str, Any] | None = None,
@@ -555,6 +590,7 @@ class EngineConfig:
         ram_budget: int | str | None = None,
         io: IOConfig | Mapping[str, Any] | None = None,
         cache: CacheConfig | Mapping[str, Any] | None = None,
+        prompt_cache: int | str = 0,
         prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
         kv_cache_type: KvCacheType | KvCacheTypeName = KvCacheType.AUTO,
     ) -> None:
@@ -582,6 +618,11 @@ class EngineConfig:
         )
         object.__setattr__(self, "kv_cache_type",
                            _enum("EngineConfig.kv_cache_type", kv_cache_type, KvCacheType))
+        object.__setattr__(self, "prompt_cache", _size("EngineConfig.prompt_cache", prompt_cache))
+
+    def __repr__(self) -> str:
+        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
+        return settings_repr(self, sizes=("ram_budget", "prompt_cache"))
 
     def replace(self, **changes: Any) -> EngineConfig:
         """A copy with `changes` applied and validated (``threads``, ``io`` and ``cache``
@@ -607,6 +648,7 @@ class EngineConfig:
             "ram_budget": self.ram_budget,
             "io": self.io.to_dict(),
             "cache": self.cache.to_dict(),
+            "prompt_cache": self.prompt_cache,
             "prefill_chunk": self.prefill_chunk,
             "kv_cache_type": self.kv_cache_type.value,
         }

@@ -145,7 +145,7 @@ def check_resident_fits(manifest: Manifest, engine: EngineConfig, context_length
     plan_budget(
         budget=engine.ram_budget, dense_bytes=resident_bytes(manifest), kv_bytes=kv,
         work_bytes=work, slot_bytes=expert_slot_bytes(manifest), total_experts=total,
-        min_slots=c.n_experts_per_tok if total else 0,
+        min_slots=c.n_experts_per_tok if total else 0, prompt_cache_bytes=engine.prompt_cache,
     )  # fmt: skip
 
 
@@ -159,6 +159,7 @@ def plan_store(manifest: Manifest, engine: EngineConfig, core: _core.Engine,
         work_bytes=work, slot_bytes=int(core.expert_slot_bytes), total_experts=streamed,
         # One layer's top-k at once: fewer still runs (in waves) but stalls on every expert.
         min_slots=manifest.config.n_experts_per_tok if streamed else 0,
+        prompt_cache_bytes=engine.prompt_cache,
     )  # fmt: skip
 
 
@@ -252,7 +253,11 @@ def pin_order(counts: npt.NDArray[np.uint64]) -> list[int]:
 
 
 def expert_stats(core: _core.Engine) -> ExpertStats:
-    s = core.store_stats()
+    """The engine's cumulative counters since load (or reset_stats)."""
+    return expert_stats_of(core.store_stats())
+
+
+def expert_stats_of(s: _core.ExpertStoreStats) -> ExpertStats:
     return ExpertStats(
         hits=s.hits, misses=s.misses, ready_hits=s.ready_hits, reads=s.reads,
         bytes_read=s.bytes_read,
@@ -268,6 +273,14 @@ def phase_times(core: _core.Engine) -> PhaseTimes:
     return PhaseTimes(*(float(x) for x in core.phase_seconds()))
 
 
+def session_stats(core: _core.Session) -> tuple[ExpertStats, PhaseTimes]:
+    """A session's own counters: the sum of what each of its forwards did, measured inside
+    the engine lock (csrc/model/forward_stats.hpp), so another thread's generation on the
+    same model never mixes in."""
+    experts, phases, _ = core.forward_stats()
+    return expert_stats_of(experts), PhaseTimes(*(float(x) for x in phases))
+
+
 def memory_stats(plan: BudgetPlan, core: _core.Engine, kv_type: str) -> MemoryStats:
     return MemoryStats(
         budget=plan.budget, dense_bytes=plan.dense_bytes, kv_bytes=plan.kv_bytes,
@@ -276,6 +289,7 @@ def memory_stats(plan: BudgetPlan, core: _core.Engine, kv_type: str) -> MemorySt
         cached_experts=int(core.cached_experts), pinned_experts=int(core.pinned_experts),
         total_experts=int(core.streamed_experts), expert_bytes=int(core.expert_bytes),
         kv_cache_type=kv_type,
+        prompt_cache_bytes=plan.prompt_cache_bytes,
     )  # fmt: skip
 
 

@@ -10,7 +10,7 @@ import typing_extensions
 __all__: list[str] = ['DIRECT_ALIGNMENT', 'MAX_WORKERS', 'ReadPool', 'crc32', 'crc32_accelerated', 'slab_bytes']
 class ReadPool:
     """
-    I/O worker pool over a list of files. workers=0 reads synchronously in wait(); direct asks for O_DIRECT (falls back to buffered per file where refused). fault is a test hook: none, refuse_direct_open, einval_direct_read, eio.
+    I/O worker pool over a list of files. workers=0 reads synchronously in wait(); direct asks for O_DIRECT (falls back to buffered per file where refused). fault is a test hook: none, refuse_direct_open, einval_direct_read, eio, slow_read.
     """
     def __enter__(self) -> typing.Any:
         ...
