@@ -65,6 +65,29 @@ def machine() -> dict[str, Any]:
         "memory_bytes": mem,
         "platform": platform.platform(),
         "python": platform.python_version(),
+        **conditions(),
+    }
+
+
+def _bracketed(path: str) -> str | None:
+    """The selected value of a sysfs choice file ("always [madvise] never" -> "madvise")."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return None
+    start, end = text.find("["), text.find("]")
+    return text[start + 1 : end] if 0 <= start < end else text.strip()
+
+
+def conditions() -> dict[str, Any]:
+    """What else shapes a timing on this machine right now: the 1/5/15-minute load average
+    (other processes on the cores) and the transparent huge page modes (they change page
+    fault cost and TLB misses). Recorded in every result; call again per run to follow the
+    load through a benchmark."""
+    return {
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "thp_enabled": _bracketed("/sys/kernel/mm/transparent_hugepage/enabled"),
+        "thp_defrag": _bracketed("/sys/kernel/mm/transparent_hugepage/defrag"),
     }
 
 

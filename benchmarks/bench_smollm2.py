@@ -1,9 +1,14 @@
 """SmolLM2-135M-Instruct Q4_1, resident: colibri vs llama-cpp-python on the same GGUF.
 
 Both engines get the same token ids (tokenized once by llama.cpp), the same thread count,
-greedy decoding, and run alternately in one process so machine noise hits both alike.
-Prints a table of medians and the colibri/llama.cpp ratios, and writes JSON to
-benchmarks/results/.
+greedy decoding, and run alternately in one process so machine noise hits both alike: each
+round runs both, and the order flips every round (colibri first in even rounds, llama.cpp
+first in odd ones), so neither always runs on a cache warmed or a core heated by the other.
+Two workloads per round: the chat prompt (prefill, then ``--decode`` greedy tokens) and a
+512-token prefill of an English passage. Prints a table of medians and the colibri/llama.cpp
+ratios (the median of the per-round ratios as well), and writes JSON to benchmarks/results/
+with every run's figures, the load average before each round, the THP mode and the CPU's
+ISA.
 
     python benchmarks/bench_smollm2.py --threads 2 --repeats 5 --decode 64
 
@@ -21,13 +26,25 @@ from typing import Any
 
 import numpy as np
 
-from _common import median, print_table, write_result
+from _common import conditions, median, print_table, write_result
 
 PROMPT = (
     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
     "<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
     "<|im_start|>assistant\n"
 )
+
+
+# An English passage for the long prefill, repeated until it is long enough (the test is
+# throughput, not text; any passage works).
+PASSAGE = (
+    "The river rises in the hills to the north and runs for two hundred miles through farms, "
+    "forests and three small towns before it reaches the sea. In spring the snow melts and "
+    "the water comes down fast and brown; by late summer it is slow and clear enough to see "
+    "the stones on the bottom. People have lived along its banks for thousands of years, "
+    "fishing, farming and building mills where the current is strong. "
+)
+LONG_PREFILL = 512
 
 
 def smollm2_path() -> Path:
@@ -48,7 +65,7 @@ def run_colibri(model: Any, prompt: list[int], n_decode: int) -> tuple[float, fl
         out.append(tok)
         logits = s.forward([tok])
     t2 = time.perf_counter()
-    return len(prompt) / (t1 - t0), n_decode / (t2 - t1), out
+    return len(prompt) / (t1 - t0), (n_decode / (t2 - t1) if n_decode else 0.0), out
 
 
 def _llama_logits(llm: Any) -> np.ndarray:
@@ -71,7 +88,7 @@ def run_llama(llm: Any, prompt: list[int], n_decode: int) -> tuple[float, float,
         out.append(tok)
         llm.eval([tok])
     t2 = time.perf_counter()
-    return len(prompt) / (t1 - t0), n_decode / (t2 - t1), out
+    return len(prompt) / (t1 - t0), (n_decode / (t2 - t1) if n_decode else 0.0), out
 
 
 def main() -> None:
@@ -105,7 +122,7 @@ def main() -> None:
 
         low_level.llama_model_default_params = patched
     llm = llama_cpp.Llama(
-        model_path=str(path), n_ctx=512, n_batch=512, n_threads=args.threads,
+        model_path=str(path), n_ctx=1024, n_batch=512, n_threads=args.threads,
         n_threads_batch=args.threads, verbose=False,
     )
     prompt = llm.tokenize(PROMPT.encode(), add_bos=False, special=True)
@@ -113,34 +130,50 @@ def main() -> None:
         path,
         engine=EngineConfig(
             threads=ThreadConfig(n=args.threads, wait_policy=args.wait_policy),
-            context_length=512,
+            context_length=1024,
             activation_precision=args.activation_precision,
         ),
     )
-    runs: dict[str, list[tuple[float, float]]] = {"colibri": [], "llama.cpp": []}
+    long_ids = llm.tokenize((PASSAGE * 12).encode(), add_bos=False, special=False)
+    if len(long_ids) < LONG_PREFILL:
+        raise SystemExit(f"the passage is only {len(long_ids)} tokens")
+    long_prompt = long_ids[:LONG_PREFILL]
+    engines = {"colibri": (run_colibri, model), "llama.cpp": (run_llama, llm)}
+    runs: dict[str, list[dict[str, float]]] = {"colibri": [], "llama.cpp": []}
+    rounds: list[dict[str, Any]] = []
     texts: dict[str, list[int]] = {}
-    for r in range(args.repeats + 1):  # first round warms up both, not counted
-        for name, fn, obj in (("colibri", run_colibri, model), ("llama.cpp", run_llama, llm)):
+    for r in range(args.repeats + 1):  # round 0 warms up both, not counted
+        order = list(engines) if r % 2 == 0 else list(reversed(engines))
+        cond = conditions()
+        for name in order:
+            fn, obj = engines[name]
             pf, dec, toks = fn(obj, prompt, args.decode)
+            pf512, _, _ = fn(obj, long_prompt, 0)
             texts[name] = toks
             if r > 0:
-                runs[name].append((pf, dec))
+                runs[name].append({"prefill_tok_s": pf, "decode_tok_s": dec,
+                                   "prefill512_tok_s": pf512})
+        if r > 0:
+            rounds.append({"order": order, "load_average": cond["load_average"]})
     rows = []
     result: dict[str, Any] = {"threads": args.threads, "prompt_tokens": len(prompt),
+                              "long_prefill_tokens": LONG_PREFILL,
                               "decode_tokens": args.decode, "repeats": args.repeats,
                               "wait_policy": args.wait_policy,
                               "activation_precision": args.activation_precision,
                               "llama_cpp_version": llama_cpp.__version__,
-                              "llama_no_extra_bufts": args.no_extra_bufts}
+                              "llama_no_extra_bufts": args.no_extra_bufts, "rounds": rounds}
+    keys = ("prefill_tok_s", "prefill512_tok_s", "decode_tok_s")
     for name, rs in runs.items():
-        pf, dec = median([x[0] for x in rs]), median([x[1] for x in rs])
-        result[name] = {"prefill_tok_s": pf, "decode_tok_s": dec, "runs": rs}
-        rows.append([name, pf, dec])
-    ratio_pf = result["colibri"]["prefill_tok_s"] / result["llama.cpp"]["prefill_tok_s"]
-    ratio_dec = result["colibri"]["decode_tok_s"] / result["llama.cpp"]["decode_tok_s"]
-    rows.append(["ratio colibri/llama.cpp", ratio_pf, ratio_dec])
-    result["ratio_prefill"] = ratio_pf
-    result["ratio_decode"] = ratio_dec
+        result[name] = {k: median([x[k] for x in rs]) for k in keys} | {"runs": rs}
+        rows.append([name, *(result[name][k] for k in keys)])
+    # Per-round ratios: both engines measured back to back under the same load.
+    ratios = {k: median([c[k] / ll[k] for c, ll in zip(runs["colibri"], runs["llama.cpp"],
+                                                       strict=True)]) for k in keys}
+    rows.append(["ratio colibri/llama.cpp (median per round)", *(ratios[k] for k in keys)])
+    result["ratio_prefill"] = ratios["prefill_tok_s"]
+    result["ratio_prefill512"] = ratios["prefill512_tok_s"]
+    result["ratio_decode"] = ratios["decode_tok_s"]
     same = sum(1 for a, b in zip(texts["colibri"], texts["llama.cpp"], strict=False) if a == b)
     agree = 0
     for a, b in zip(texts["colibri"], texts["llama.cpp"], strict=False):
@@ -148,9 +181,13 @@ def main() -> None:
             break
         agree += 1
     result["greedy_prefix_agreement"] = agree
+    loads = [rd["load_average"][0] for rd in rounds if rd["load_average"]]
     print(f"SmolLM2-135M Q4_1, {len(prompt)}-token prompt, {args.decode} decode tokens, "
-          f"{args.threads} threads, median of {args.repeats}")
-    print_table(["engine", "prefill tok/s", "decode tok/s"], rows)
+          f"{args.threads} threads, median of {args.repeats} rounds (order alternating); "
+          f"1-min load average {min(loads, default=0):.2f}-{max(loads, default=0):.2f}, "
+          f"THP {cond['thp_enabled']}")
+    print_table(["engine", f"prefill {len(prompt)} tok/s", f"prefill {LONG_PREFILL} tok/s",
+                 "decode tok/s"], rows)
     print(f"greedy tokens agreeing from the start: {agree}/{args.decode} "
           f"(same at {same} positions)")
     print("wrote", write_result("smollm2", result))

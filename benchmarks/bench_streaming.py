@@ -19,14 +19,19 @@ decoding of random weights falls into loops of one repeated token, whose routing
 and flatters every cache (``--decode-mode greedy`` measures that). Decode tok/s is wall
 time over the decode loop only.
 
-The bound: the disk's O_DIRECT bandwidth is measured in the same run, before the first
-child and after every child (expert-sized chunks at random aligned offsets of the experts
-file, best of 1 and 4 reads in flight), and ``bytes read / decode tokens`` (colibri's
-stats; the block layer's count from /proc/self/io for llama.cpp) turns it into
-``tok/s <= disk B/s / bytes per token``; "% of disk bound" is the achieved fraction, using
-the mean of the two measurements around the child. "disk busy %" is the device's own busy
-time over the decode (/proc/diskstats; every process on the machine counts). The parent
-prints tables and writes ``benchmarks/results/streaming-*.json``.
+The bound: ``tok/s <= disk B/s / bytes per token``, with ``bytes read / decode tokens``
+from colibri's stats (the block layer's count from /proc/self/io for llama.cpp). Which disk
+figure is the bound is fixed before any child runs: the **yardstick** is the disk's
+O_DIRECT bandwidth measured once at the start of the run, on the experts file the run
+streams (expert-sized chunks at random aligned offsets, best of 1, 4 and 8 reads in
+flight), or the figure given with ``--yardstick-gbs`` (from an earlier calibration). "% of
+disk bound" is every child's decode against that one figure. The disk is sampled again
+after every child (1 and 4 reads in flight) only to show drift: those samples are printed
+as a range beside the yardstick and never replace it (on a shared VM, samples between
+children come back well below what a running decode sustains; docs/benchmarks.md).
+"disk busy %" is the device's own busy time over the decode (/proc/diskstats; every
+process on the machine counts). The parent prints tables and writes
+``benchmarks/results/streaming-*.json``.
 
     sudo PYTHONPATH=python:build/dev/bench .venv/bin/python benchmarks/bench_streaming.py
     ... --only compare --repeats 3 --decode 32
@@ -40,11 +45,13 @@ GGUF (colibri's ram_budget is that less ``--margin``); the resident wait-policy 
 ``--resident-preset`` with every expert preloaded; "demo" streams smollm2-moe-demo with a
 small budget and runs it resident.
 
-llama.cpp runs with ``use_extra_bufts = False`` (else it copies the whole model into
-anonymous memory and the cgroup kills it; docs/benchmarks.md, "Synthetic MoE presets"),
-``use_mmap=True``: it streams through mmap and the page cache, its designed way. It reads
-far more than the routed bytes there (readahead, and its resident tensors are evicted and
-re-read), so it decodes ``--llama-decode`` tokens per request (tok/s is a per-token mean).
+"compare" runs three rows with the same token ids, the same threads and the same number
+of decode tokens (``--compare-decode``; llama.cpp decodes ~0.1-0.2 tok/s in the cgroup, so
+the default is small): colibri on its native container, colibri on the very GGUF file
+llama.cpp reads (the same bytes, three expert tensors per expert instead of one blob), and
+llama.cpp. llama.cpp runs with ``use_extra_bufts = False`` (else it copies the whole model
+into anonymous memory and the cgroup kills it; docs/benchmarks.md, "Synthetic MoE
+presets"), ``use_mmap=True``: it streams through mmap and the page cache, its designed way.
 """
 
 from __future__ import annotations
@@ -369,6 +376,7 @@ class Runner:
         self.path = RESULTS_DIR / f"streaming-{time.strftime('%Y%m%d-%H%M%S')}.json"
         self.env = dict(os.environ)
         self.env.setdefault("PYTHONPATH", f"{REPO / 'python'}:{REPO / 'build/dev/bench'}")
+        self.yardstick: float | None = None
 
     def save(self) -> None:
         self.path.write_text(json.dumps(self.doc, indent=2))
@@ -376,16 +384,28 @@ class Runner:
     def log(self, msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
-    def disk(self, path: Path, chunk: int, label: str) -> float:
-        """O_DIRECT bandwidth of `path` now (best of QD 1 and QD 4), recorded; B/s."""
+    def disk(self, path: Path, chunk: int, label: str,
+             depths: tuple[int, ...] = (1, 4)) -> float:
+        """O_DIRECT bandwidth of `path` now (best of the queue `depths`), recorded; B/s."""
         best = 0.0
-        for qd in (1, 4):
+        for qd in depths:
             r = cg.disk_bandwidth(path, chunk=chunk, total=self.args.disk_bytes, qd=qd,
                                   seed=len(self.doc["disk"]))
             self.doc["disk"].append({"label": label, **r.to_dict()})
             best = max(best, r.bytes_per_s)
         self.log(f"disk {label}: {best / 1e9:.2f} GB/s (O_DIRECT, {cg.fmt_bytes(chunk)} chunks)")
         return best
+
+    def set_yardstick(self, path: Path, chunk: int) -> None:
+        """Fixes the disk bound of the whole run, once, before its first child: the figure
+        given on the command line, else the best of 1, 4 and 8 reads in flight now."""
+        if self.yardstick is None:
+            if self.args.yardstick_gbs:
+                self.yardstick = self.args.yardstick_gbs * 1e9
+            else:
+                self.yardstick = self.disk(path, chunk, "yardstick", depths=(1, 4, 8))
+            self.doc["yardstick"] = self.yardstick
+            self.log(f"yardstick (the disk bound of this run): {self.yardstick / 1e9:.2f} GB/s")
 
     def child(self, spec: dict[str, Any], limit: int, cold: bool = True) -> dict[str, Any]:
         """One child in a fresh cgroup of `limit` bytes (page cache dropped first)."""
@@ -455,7 +475,8 @@ def _expert_chunk(container: Path) -> int:
 
 def add_bounds(res: dict[str, Any], disk_bytes_per_s: float | None) -> None:
     """Adds to each request of a child's result the read rate it achieved during decode and
-    that as a fraction of the disk's bandwidth (= decode tok/s over the disk-bound bound):
+    its decode speed as a fraction of the disk-bound bound, for the yardstick
+    `disk_bytes_per_s` (B/s):
     ``bound_fraction`` from colibri's bytes_read, ``bound_fraction_io`` from the block
     layer's count (/proc/self/io, the only one llama.cpp has)."""
     res["disk_bytes_per_s"] = disk_bytes_per_s
@@ -522,27 +543,31 @@ HEADERS = ["config", "req", "decode tok/s", "prefill tok/s", "hit rate", "prefet
 
 
 def run_configs(r: Runner, title: str, part: str, configs: list[tuple[str, dict[str, Any]]],
-                limit: int, disk_path: Path | None, chunk: int) -> None:
+                limit: int, disk_path: Path | None, chunk: int,
+                yardstick: float | None) -> None:
     """Runs each (label, spec) `--repeats` times, rounds outermost (configurations
-    alternate, so drifting machine noise hits all alike), then prints one table. With a
-    `disk_path` the disk's O_DIRECT bandwidth is measured before the first child and after
-    every child; a child's bound uses the mean of the measurements around it."""
+    alternate, so drifting machine noise hits all alike), then prints one table. Every
+    child's bound uses the `yardstick` (B/s, fixed before the run); with a `disk_path` the
+    disk is sampled after every child as well, to show drift (never used as the bound)."""
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in configs}
-    before = r.disk(disk_path, chunk, f"{part} start") if disk_path else None
+    drift: list[float] = []
     for rep in range(r.args.repeats):
         for label, spec in configs:
             res = r.child(spec, spec.get("cgroup_limit") or limit)
-            after = r.disk(disk_path, chunk, f"{part} {label} #{rep}") if disk_path else None
-            add_bounds(res, (before + after) / 2 if before and after else None)
-            before = after
+            if disk_path:
+                res["disk_after_bytes_per_s"] = r.disk(disk_path, chunk, f"{part} {label} #{rep}")
+                drift.append(res["disk_after_bytes_per_s"])
+            add_bounds(res, yardstick)
             runs[label].append(res)
     summary = {label: summarize(rs) for label, rs in runs.items()}
-    r.doc["parts"][part] = {"title": title, "cgroup_limit": limit,
+    r.doc["parts"][part] = {"title": title, "cgroup_limit": limit, "yardstick": yardstick,
                             "configs": {label: spec for label, spec in configs},
                             "summary": summary, "runs": runs}
-    disks = [x for x in (summary[lb]["disk_bytes_per_s"] for lb, _ in configs) if x]
-    disk_txt = (f", disk {min(disks) / 1e9:.2f}-{max(disks) / 1e9:.2f} GB/s (O_DIRECT, "
-                "medians per config)" if disks else "")
+    disk_txt = (f", bound: yardstick {yardstick / 1e9:.2f} GB/s (O_DIRECT, measured before "
+                "the run)" if yardstick else "")
+    if drift:
+        disk_txt += (f"; disk after each child {min(drift) / 1e9:.2f}-"
+                     f"{max(drift) / 1e9:.2f} GB/s (drift only)")
     print(f"\n## {title}\ncgroup limit {cg.fmt_bytes(limit)}{disk_txt}, "
           f"median of {r.args.repeats}")
     rows = [_row(label, summary[label], p) for label, _ in configs for p in ("cold", "warm")]
@@ -550,20 +575,22 @@ def run_configs(r: Runner, title: str, part: str, configs: list[tuple[str, dict[
     r.save()
 
 
-def best_disk_bound(doc: dict[str, Any]) -> dict[str, Any]:
-    """Decode read rates of every disk-bound configuration over the best O_DIRECT sample of
-    the run (the demo's file left out), printed as a table and returned.
+def yardstick_of(doc: dict[str, Any]) -> float | None:
+    """The run's bound in B/s: its recorded yardstick, or for results written before the
+    yardstick existed, the first disk sample (taken before any child, the same rule)."""
+    if doc.get("yardstick"):
+        return float(doc["yardstick"])
+    disk = doc.get("disk") or []
+    return float(disk[0]["gb_s"]) * 1e9 if disk else None
 
-    The per-child "% of disk bound" uses the samples taken around each child. On the VM
-    this was written on those understate what the device gives a running decode (standalone
-    reads of an idle process come back at about half the rate colibri's decode sustains),
-    so the run's best sample is the other yardstick: the device has shown that rate."""
-    samples = [d["gb_s"] * 1e9 for d in doc.get("disk", []) if "demo" not in d["label"]]
-    if not samples:
+
+def bound_table(doc: dict[str, Any]) -> dict[str, Any]:
+    """Decode read rates of every disk-bound configuration of a run's JSON against its
+    yardstick, printed as a table and returned."""
+    yard = yardstick_of(doc)
+    if not yard:
         return {}
-    best = max(samples)
-    out: dict[str, Any] = {"best_disk_bytes_per_s": best,
-                           "median_disk_bytes_per_s": median(samples), "configs": {}}
+    out: dict[str, Any] = {"yardstick_bytes_per_s": yard, "configs": {}}
     rows = []
     for part, body in doc.get("parts", {}).items():
         if part in ("sweep-wait-resident", "demo") or "summary" not in body:
@@ -572,15 +599,14 @@ def best_disk_bound(doc: dict[str, Any]) -> dict[str, Any]:
             for p in ("cold", "warm"):
                 rate = s[p].get("decode_read_bytes_per_s")
                 busy = s[p].get("device_busy")
-                frac = rate / best if rate else None
+                frac = rate / yard if rate else None
                 out["configs"][f"{part}/{label}/{p}"] = frac
                 rows.append([part, label, p, fmt(s[p]["decode_tok_s"]),
                              fmt(rate / 1e9 if rate else None),
                              fmt(frac * 100 if frac else None),
                              fmt(busy * 100 if busy is not None else None)])
-    print(f"\n## Against the best disk sample of the run: {best / 1e9:.2f} GB/s "
-          f"(median sample {median(samples) / 1e9:.2f}, {len(samples)} samples)")
-    print_table(["part", "config", "req", "decode tok/s", "GB/s read", "% of best-disk bound",
+    print(f"\n## Against the yardstick: {yard / 1e9:.2f} GB/s (fixed before the run)")
+    print_table(["part", "config", "req", "decode tok/s", "GB/s read", "% of disk bound",
                  "disk busy %"], rows)
     return out
 
@@ -595,9 +621,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="synthetic preset for the resident (compute-bound) wait-policy run")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--decode", type=int, default=32)
-    ap.add_argument("--llama-decode", type=int, default=8,
-                    help="decode tokens per llama.cpp request (it thrashes its page cache at "
-                         "~0.1 tok/s in the cgroup; tok/s is a per-token average either way)")
+    ap.add_argument("--compare-decode", type=int, default=8,
+                    help="decode tokens per request of every compare row (llama.cpp thrashes "
+                         "its page cache at ~0.1 tok/s in the cgroup)")
+    ap.add_argument("--yardstick-gbs", type=float,
+                    help="the disk bound in GB/s, fixed before the run (default: measured at "
+                         "the start, best of 1/4/8 O_DIRECT reads in flight)")
     ap.add_argument("--resident-decode", type=int, default=64,
                     help="decode tokens per request in the resident and demo runs")
     ap.add_argument("--decode-mode", choices=["forced", "greedy"], default="forced",
@@ -623,13 +652,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--child-timeout", type=float, default=1200)
     ap.add_argument("--colibri-source", choices=["container", "gguf"], default="container")
     ap.add_argument("--summarize", metavar="JSON",
-                    help="print the best-disk bound table of an earlier run's JSON and exit")
+                    help="print the disk-bound table of an earlier run's JSON and exit")
     args = ap.parse_args(argv)
     if args.child:
         child_main(json.loads(args.child))
         return
     if args.summarize:
-        best_disk_bound(json.loads(Path(args.summarize).read_text()))
+        bound_table(json.loads(Path(args.summarize).read_text()))
         return
     parts = select_parts(args.only)
     r = Runner(args)
@@ -659,6 +688,7 @@ def main(argv: list[str] | None = None) -> None:
                                      "ram_budget": budget, "passages": passages}
         r.log(f"{args.preset}: cgroup {cg.fmt_bytes(limit)}, colibri budget "
               f"{cg.fmt_bytes(budget)}")
+        r.set_yardstick(experts, chunk)
 
         def col(**kw: Any) -> dict[str, Any]:
             base = {"ram_budget": budget, "io": dict(base_io), "cache": dict(base_cache)}
@@ -670,11 +700,13 @@ def main(argv: list[str] | None = None) -> None:
         history = BENCH_DATA / f"routing-{r.path.stem}-{args.preset}.json"
         pinned = {"policy": "pinned", "history": True, "history_path": str(history)}
         sweeps: dict[str, tuple[str, list[tuple[str, dict[str, Any]]]]] = {
-            "compare": (f"{args.preset}: colibri vs llama.cpp, {args.threads} threads", [
-                ("colibri", col()),
-                ("llama.cpp", spec("llama", gguf, passages, decode=args.llama_decode)),
+            "compare": (f"{args.preset}: colibri vs llama.cpp, {args.threads} threads, "
+                        f"{args.compare_decode} decode tokens each", [
+                ("colibri", col(decode=args.compare_decode)),
+                ("colibri, same GGUF", {**col(decode=args.compare_decode), "path": str(gguf)}),
+                ("llama.cpp", spec("llama", gguf, passages, decode=args.compare_decode)),
                 *([("llama.cpp MADV_RANDOM", spec("llama", gguf, passages, madvise_random=True,
-                                                  decode=args.llama_decode))]
+                                                  decode=args.compare_decode))]
                   if args.llama_madvise_random else [])]),
             "sweep-workers": ("I/O workers", [
                 (f"workers={w}", col(io={**base_io, "workers": w})) for w in (0, 1, 2, 4, 8)]),
@@ -696,13 +728,15 @@ def main(argv: list[str] | None = None) -> None:
                 r.doc["parts"]["pinned-history"] = r.child(col(
                     cache={"policy": "lfru", "history": True, "history_path": str(history)},
                     requests=passages[2:4], save_history=True), limit)
-            run_configs(r, title, part, configs, limit, experts, chunk)
+            run_configs(r, title, part, configs, limit, experts, chunk, r.yardstick)
         if "compare" in r.doc["parts"]:
             s = r.doc["parts"]["compare"]["summary"]
             for p in ("cold", "warm"):
-                rt = ratio(s["colibri"][p]["decode_tok_s"], s["llama.cpp"][p]["decode_tok_s"])
-                r.doc["parts"]["compare"][f"ratio_decode_{p}"] = rt
-                print(f"colibri / llama.cpp decode, {p}: {fmt(rt)}x")
+                for row in ("colibri", "colibri, same GGUF"):
+                    rt = ratio(s[row][p]["decode_tok_s"], s["llama.cpp"][p]["decode_tok_s"])
+                    key = "ratio_decode" if row == "colibri" else "ratio_decode_same_gguf"
+                    r.doc["parts"]["compare"][f"{key}_{p}"] = rt
+                    print(f"{row} / llama.cpp decode, {p}: {fmt(rt)}x")
             r.save()
 
     # Resident runs: the cache preloads every expert at load (CacheConfig.preload), so both
@@ -719,7 +753,7 @@ def main(argv: list[str] | None = None) -> None:
                    for w in ("spin", "passive", "hybrid", "auto")]
         run_configs(r, f"Wait policy, resident ({args.resident_preset}, budget "
                        f"{cg.fmt_bytes(budget)}, experts preloaded)", "sweep-wait-resident",
-                    configs, budget + margin, None, 0)
+                    configs, budget + margin, None, 0, None)
 
     if "demo" in parts:
         from colibri.hub import demo_moe_model
@@ -739,10 +773,12 @@ def main(argv: list[str] | None = None) -> None:
         ]
         for _, sp in configs:  # each in a cgroup of its own budget + margin
             sp["cgroup_limit"] = sp["ram_budget"] + margin
+        demo_disk = cont / "experts.bin" if cont.is_dir() else gguf
+        demo_chunk = _expert_chunk(cont) if cont.is_dir() else 4 << 20
+        r.set_yardstick(demo_disk, demo_chunk)  # the same disk: kept if already measured
         run_configs(r, "Demo MoE (smollm2-moe-demo): streamed vs resident", "demo", configs,
-                    small + margin, cont / "experts.bin" if cont.is_dir() else None,
-                    _expert_chunk(cont) if cont.is_dir() else 0)
-    r.doc["best_disk_bound"] = best_disk_bound(r.doc)
+                    small + margin, demo_disk, demo_chunk, r.yardstick)
+    r.doc["bound_table"] = bound_table(r.doc)
     r.save()
     print("wrote", r.path)
 

@@ -262,6 +262,16 @@ PRESETS: dict[str, Preset] = {
             description="tests: 16 experts x 4 layers, 1.1 MB",
         ),
         Preset(
+            "tiny-k", n_layers=4, hidden=256, n_heads=4, n_kv_heads=2, head_dim=64, n_experts=8,
+            top_k=2, expert_ffn=256, vocab=512, context_length=4096,
+            description="tests: every row a multiple of 256 (K-quants apply to all), 3.9 MB",
+        ),
+        Preset(
+            "wide", n_layers=2, hidden=128, n_heads=4, n_kv_heads=2, head_dim=32,
+            n_experts=128, top_k=8, expert_ffn=64, vocab=512, context_length=4096,
+            description="tests: 128 experts x 2 layers (a real model's expert count), 3.7 MB",
+        ),
+        Preset(
             "small", n_layers=18, hidden=1024, n_heads=16, n_kv_heads=4, head_dim=64,
             n_experts=64, top_k=8, expert_ffn=512, vocab=32768,
             description="about 1 GB of experts (0.95 GiB), quick to write and stream",

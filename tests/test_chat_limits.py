@@ -2,7 +2,7 @@
 
 A template comes from the model file. Hostile ones (each from the defect report, and the
 other amplifications the limits cover) must fail fast with a ModelFormatError naming the
-template, within bounded memory; real ones (llama.cpp's collection of ~80 templates and
+template, within bounded memory; real ones (llama.cpp's collection of 70 templates and
 the GGUF vocabularies') must render byte-identically to transformers' renderer.
 """
 
@@ -124,12 +124,10 @@ _TOOLS_OPENAI = [{"type": "function", "function": {
 
 
 def test_real_templates_render_as_transformers_does() -> None:
-    """Every template of llama.cpp's collection (~80 real models), with and without tools,
+    """Every template of llama.cpp's collection (70 real models), with and without tools,
     renders byte-identically to transformers' renderer (or fails in both)."""
     cu = pytest.importorskip("transformers.utils.chat_template_utils")
     d = templates_dir()
-    if d is None:
-        pytest.skip("llama.cpp's chat templates are unavailable")
     files = sorted(d.glob("*.jinja"))
     assert len(files) >= 50
     compared = 0
@@ -156,3 +154,30 @@ def test_real_templates_render_as_transformers_does() -> None:
                 assert out == expected, (path.name, messages, list(extra))
                 compared += expected is not None
     assert compared > 500
+
+
+@pytest.mark.parametrize("control", ["continue", "break"])
+def test_loop_control_outside_a_loop_opens_no_file(control: str, tmp_path: Any,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python's compiler quotes a SyntaxError's line by opening the file it names: Jinja
+    names '<template>', so a `{% continue %}` outside a loop read '<template>' from the
+    working directory. It is refused before Python compiles anything."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "<template>").write_text("SECRET\n" * 200)
+    opened: list[str] = []
+    import sys
+
+    def audit(event: str, args: tuple[Any, ...]) -> None:
+        if event == "open" and "<template>" in str(args[0]):
+            opened.append(str(args[0]))
+
+    sys.addaudithook(audit)  # cannot be removed: it only records
+    src = "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}{% " + control + " %}"
+    with pytest.raises(ModelFormatError, match=f"'{control}' outside a loop") as info:
+        ChatTemplate(src, bos_token="<s>", eos_token="</s>", name="t")
+    assert "SECRET" not in str(info.value)
+    assert opened == []
+    # Inside a loop (and in a loop's macro-free body) they still work.
+    ok = ChatTemplate("{% for m in messages %}{% if loop.first %}{% continue %}{% endif %}"
+                      "{{ m.content }}{% endfor %}", bos_token="", eos_token="", name="t")
+    assert ok.render([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]) == "b"

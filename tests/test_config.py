@@ -18,6 +18,7 @@ from colibri.config import (
     CachePolicy,
     EngineConfig,
     IOConfig,
+    KvCacheType,
     ThreadConfig,
     WaitPolicy,
     default_history_dir,
@@ -25,6 +26,7 @@ from colibri.config import (
     parse_bytes,
 )
 from colibri.errors import ConfigError
+from colibri.sampling import Sampling
 
 
 def test_defaults() -> None:
@@ -127,7 +129,8 @@ def test_from_dict_and_round_trip() -> None:
     assert e.to_dict() == {"threads": {"n": 4, "wait_policy": "spin", "spin_us": 0},
                            "context_length": 2048, "activation_precision": "int8",
                            "ram_budget": None, "io": IOConfig().to_dict(),
-                           "cache": CacheConfig().to_dict(), "prefill_chunk": 512}
+                           "cache": CacheConfig().to_dict(), "prefill_chunk": 512,
+                           "kv_cache_type": "auto", "prompt_cache": 0}
     assert EngineConfig.from_dict(e.to_dict()) == e
     assert EngineConfig.from_dict({}) == EngineConfig()
     # A ThreadConfig object is accepted where a mapping is.
@@ -168,8 +171,14 @@ def test_resolve_context_length() -> None:
 
 
 def test_repr_reads_like_a_spec() -> None:
-    r = repr(EngineConfig(threads=ThreadConfig(n=2, wait_policy="spin")))
-    assert "ThreadConfig(n=2" in r and "SPIN" in r
+    c = EngineConfig(threads=ThreadConfig(n=2, wait_policy="spin"), ram_budget="6GiB")
+    r = repr(c)
+    assert r == "EngineConfig(threads=ThreadConfig(n=2, wait_policy='spin'), ram_budget='6GiB')"
+    assert eval(r) == c  # only what differs from the defaults, and valid Python
+    assert repr(EngineConfig()) == "EngineConfig()"
+    odd = EngineConfig(ram_budget=1_000_001, io=IOConfig(workers=4, direct=False),
+                       cache=CacheConfig(policy="pinned", history_path="/tmp/h.json"))
+    assert eval(repr(odd)) == odd and "1000001" in repr(odd)
 
 
 def test_activation_precision() -> None:
@@ -382,3 +391,70 @@ def test_default_history_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     assert default_history_dir() == tmp_path / "colibri" / "routing"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert default_history_dir() == Path.home() / ".cache" / "colibri" / "routing"
+
+
+def test_kv_cache_type() -> None:
+    assert EngineConfig().kv_cache_type is KvCacheType.AUTO
+    for name in ("f32", "f16", "bf16", "q8_0"):
+        e = EngineConfig(kv_cache_type=name)
+        assert e.kv_cache_type.value == name
+        assert e.resolve_kv_cache_type(float_weights=False) == name  # explicit: as given
+        assert EngineConfig.from_dict(e.to_dict()) == e
+    assert EngineConfig(kv_cache_type=" F16 ").kv_cache_type is KvCacheType.F16
+    # auto: f32 on the exact path (float weights, or float32 activations), else f16.
+    auto = EngineConfig()
+    assert auto.resolve_kv_cache_type(float_weights=True) == "f32"
+    assert auto.resolve_kv_cache_type(float_weights=False) == "f16"
+    exact = EngineConfig(activation_precision="float32")
+    assert exact.resolve_kv_cache_type(float_weights=False) == "f32"
+    for bad in ("q4_0", "fp16", 16, None, True):
+        with pytest.raises(ConfigError, match="EngineConfig.kv_cache_type"):
+            EngineConfig(kv_cache_type=bad)  # type: ignore[arg-type]
+
+
+# --- misspelled settings: ConfigError with the closest name, for every settings class ----
+
+
+@pytest.mark.parametrize(
+    ("cls", "wrong", "right"),
+    [
+        (EngineConfig, "ram_budjet", "ram_budget"),
+        (EngineConfig, "context_len", "context_length"),
+        (ThreadConfig, "wait_polcy", "wait_policy"),
+        (IOConfig, "worker", "workers"),
+        (CacheConfig, "pin_fractoin", "pin_fraction"),
+        (Sampling, "temprature", "temperature"),
+        (Sampling, "top_pp", "top_p"),
+    ],
+)
+def test_misspelled_setting_names_the_closest(cls: type, wrong: str, right: str) -> None:
+    pattern = rf"{cls.__name__}: unknown setting '{wrong}' \(did you mean '{right}'\?\)"
+    with pytest.raises(ConfigError, match=pattern):
+        cls(**{wrong: 1})
+    with pytest.raises(ConfigError, match=pattern):
+        cls.from_dict({wrong: 1})  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=pattern):
+        cls().replace(**{wrong: 1})  # type: ignore[attr-defined]
+    # No near name: no suggestion, still the list of valid ones.
+    with pytest.raises(ConfigError, match=r"unknown setting 'zzz'; allowed: ") as info:
+        cls(zzz=1)
+    assert "did you mean" not in str(info.value)
+
+
+def test_positional_and_duplicate_settings_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match=r"IOConfig: takes at most 4 settings by position"):
+        IOConfig(2, True, True, "first", 5)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match=r"IOConfig: setting 'workers' given twice"):
+        IOConfig(2, workers=3)  # type: ignore[misc]
+    assert IOConfig(3, False).workers == 3  # positional use still works
+
+
+def test_prompt_cache_size() -> None:
+    assert EngineConfig().prompt_cache == 0
+    assert EngineConfig(prompt_cache="1GiB").prompt_cache == 1 << 30
+    assert EngineConfig(prompt_cache=4096).prompt_cache == 4096
+    with pytest.raises(ConfigError, match=r"EngineConfig.prompt_cache: a size cannot be negative"):
+        EngineConfig(prompt_cache=-1)
+    with pytest.raises(ConfigError, match=r"EngineConfig.prompt_cache: expected bytes"):
+        EngineConfig(prompt_cache=None)  # type: ignore[arg-type]
+    assert eval(repr(EngineConfig(prompt_cache="256MiB"))) == EngineConfig(prompt_cache=256 << 20)

@@ -85,8 +85,8 @@ def test_target_dtype_rules() -> None:
     assert target_dtype(t("blk.0.attn_norm", (64,), "BF16"), "keep") == "F32"
     assert target_dtype(t("blk.0.attn_q.bias", (64,), "F16"), "keep") == "F32"
     assert target_dtype(t("blk.0.attn_q", (64, 64), "Q4_1"), "keep") == "Q4_1"
-    with pytest.raises(ConfigError, match="q5_k"):
-        target_dtype(t("blk.0.attn_q", (64, 64)), "q5_k")
+    with pytest.raises(ConfigError, match="iq9_k"):
+        target_dtype(t("blk.0.attn_q", (64, 64)), "iq9_k")
 
 
 def test_unknown_quant_is_refused(tiny_models: dict[str, TinyModel], tmp_path: Path) -> None:
@@ -312,7 +312,8 @@ def test_convert_options_and_command(tiny_models: dict[str, TinyModel], tmp_path
     np.testing.assert_array_equal(logits(dst), logits(t.gguf["Q8_0"]))
     assert p.parse_args(["a", "b"]).quant == "keep"
     with pytest.raises(SystemExit):
-        p.parse_args(["a", "b", "--quant", "q5_k"])
+        p.parse_args(["a", "b", "--quant", "iq9_k"])
+    assert p.parse_args(["a", "b", "--quant", "q4_k_m"]).quant == "q4_k_m"
 
 
 def _parser_has_quant() -> bool:

@@ -5,6 +5,11 @@ weights. With the paired router (the named model) each token's top-2 is a pair o
 with equal logits, weights 0.5 and 0.5, so the MoE computes the dense model's logits bit
 for bit while the chosen pair changes token by token; with an independent random router
 the output is the dense one up to float rounding.
+
+``experts="halves"`` (colibri.demo_halves): the two experts of each pair hold complementary
+halves of the FFN's neurons, with a different split for every pair, so the experts of a
+layer are all distinct while the mixture stays the dense FFN (up to one float addition's
+order): tested byte by byte on the structure and against the dense logits.
 """
 
 from __future__ import annotations
@@ -260,6 +265,106 @@ def test_tiny_llama_paired_is_bit_identical(tiny_models: dict[str, TinyModel],
         assert len(np.unique(pairs)) == 3
 
 
+def _halves_layout(dense: Manifest, moe: Manifest, layer: int, n_experts: int,
+                   all_distinct: bool = True) -> None:
+    """Each expert of `layer` holds whole 32-neuron groups of the dense FFN: gate/up rows as
+    they are, down columns with every block scale doubled; the two experts of a pair hold
+    complementary groups, and (`all_distinct`: with enough groups for random splits to
+    differ) no two experts of the layer are the same."""
+    ffn = dense.tensors[f"blk.{layer}.ffn_gate"].shape[0]
+    n_groups = ffn // 32
+    rows = {kind: np.frombuffer(_read(dense, dense.tensors[f"blk.{layer}.ffn_{kind}"]),
+                                dtype=np.uint8) for kind in ("gate", "up", "down")}  # fmt: skip
+    gate_row = len(rows["gate"]) // ffn
+    hidden = dense.tensors[f"blk.{layer}.ffn_down"].shape[0]
+    down = rows["down"].reshape(hidden, n_groups, -1)
+    dtype = dense.tensors[f"blk.{layer}.ffn_down"].dtype
+    blobs = set()
+    groups_of = []
+    for e in range(n_experts):
+        gate = np.frombuffer(_read(moe, moe.tensors[f"blk.{layer}.ffn_gate_exps.{e}"]),
+                             dtype=np.uint8).reshape(ffn // 2, gate_row)
+        dense_gate = rows["gate"].reshape(ffn, gate_row)
+        # which dense rows: every expert row is one of them, in 32-row groups, in order
+        found = [int(np.flatnonzero((dense_gate == r).all(1))[0]) for r in gate[::32]]
+        groups = [f // 32 for f in found]
+        assert all(f % 32 == 0 for f in found) and groups == sorted(groups), (layer, e)
+        idx = (np.asarray(groups)[:, None] * 32 + np.arange(32)).reshape(-1)
+        assert np.array_equal(gate, dense_gate[idx]), (layer, e)
+        up = _read(moe, moe.tensors[f"blk.{layer}.ffn_up_exps.{e}"])
+        assert up == rows["up"].reshape(ffn, -1)[idx].tobytes(), (layer, e)
+        got = np.frombuffer(_read(moe, moe.tensors[f"blk.{layer}.ffn_down_exps.{e}"]),
+                            dtype=np.uint8).reshape(hidden, len(groups), -1)
+        want = down[:, groups, :]
+        if dtype == "F32":
+            assert np.array_equal(got.view(np.float32), 2 * want.view(np.float32))
+        else:
+            n_scales = 2 if dtype == "Q4_1" else 1  # fp16 d (and m) lead each block
+            assert np.array_equal(got[:, :, 2 * n_scales:], want[:, :, 2 * n_scales:])
+            assert np.array_equal(got[:, :, : 2 * n_scales].copy().view(np.float16),
+                                  2 * want[:, :, : 2 * n_scales].copy().view(np.float16))
+        blobs.add(gate.tobytes())
+        groups_of.append(set(groups))
+    for j in range(0, n_experts, 2):
+        a, b = groups_of[j], groups_of[j + 1]
+        assert not a & b and a | b == set(range(n_groups)), (layer, j)
+    assert len(blobs) == (n_experts if all_distinct else len(blobs)) >= 2, layer
+
+
+@pytest.mark.parametrize("dtype", ["F32", "Q8_0", "Q4_0", "Q4_1"])
+def test_tiny_llama_halves(tiny_models: dict[str, TinyModel], tmp_path: Path,
+                           dtype: str) -> None:
+    src = tiny_models["llama"].gguf[dtype]
+    dst = make_demo_moe(src, tmp_path / f"halves-{dtype}.gguf", n_experts=8, seed=4,
+                        experts="halves")
+    dense_src, moe_src = open_model_source(src), open_model_source(dst)
+    cfg = moe_src.config
+    assert (cfg.arch, cfg.n_experts, cfg.n_experts_per_tok) == ("mixtral", 8, 2)
+    assert cfg.moe_intermediate_size == dense_src.config.intermediate_size // 2 == 64
+    assert moe_src.metadata["llama.feed_forward_length"] == 64
+    for layer in range(cfg.n_layers):  # 4 groups of 32: 6 possible halves for 8 experts
+        _halves_layout(dense_src, moe_src, layer, 8, all_distinct=False)
+    ids = list(range(3, 40))
+    for precision in ("float32", "int8"):
+        engine = colibri.EngineConfig(activation_precision=precision)
+        a = colibri.Model.load(src, engine=engine).session().forward(ids, all_logits=True)
+        s = colibri.Model.load(dst, engine=engine).session()
+        b = s.forward(ids, all_logits=True)
+        if precision == "float32":  # one float addition's order apart: float32 rounding
+            assert float(np.abs(a - b).max()) <= 1e-5 * float(np.abs(a).max()), dtype
+        else:  # int8: a last-bit difference can flip an 8-bit rounding (module docstring)
+            assert float(np.mean(a.argmax(-1) == b.argmax(-1))) >= 0.9, dtype
+        pairs = s.last_routing() // 2
+        assert np.all(pairs[:, :, 0] == pairs[:, :, 1]) and len(np.unique(pairs)) == 4
+
+
+def test_smollm2_halves_equal_dense(models: tuple[colibri.Model, colibri.Model],
+                                    tmp_path: Path) -> None:
+    """On the real model: 4 distinct experts per layer (2 pairs of halves), float32 logits
+    equal to the dense model's up to float rounding, and the same greedy answer."""
+    dense, _ = models
+    path = make_demo_moe(smollm2_gguf(), tmp_path / "halves.gguf", n_experts=4, seed=5,
+                         experts="halves")
+    d, m = open_model_source(smollm2_gguf()), open_model_source(path)
+    for layer in (0, 29):
+        _halves_layout(d, m, layer, 4)
+    moe = colibri.Model.load(path, engine=colibri.EngineConfig(activation_precision="float32"))
+    dense.set_activation_precision("float32")
+    try:
+        messages = [{"role": "user", "content": PROMPTS[0]}]
+        ids = dense.encode_prompt(messages=messages)
+        a = dense.session().forward(ids, all_logits=True)
+        s = moe.session()
+        b = s.forward(ids, all_logits=True)
+        assert float(np.abs(a - b).max()) <= 1e-5 * float(np.abs(a).max())
+        assert set(np.unique(s.last_routing()).tolist()) == {0, 1, 2, 3}
+        want = dense.generate(messages=messages, max_tokens=MAX_TOKENS)
+        got = moe.generate(messages=messages, max_tokens=MAX_TOKENS)
+        assert got.token_ids == want.token_ids, (got.text, want.text)
+    finally:
+        dense.set_activation_precision("int8")
+
+
 def test_errors(tiny_models: dict[str, TinyModel], tmp_path: Path) -> None:
     src = tiny_models["llama"].gguf["Q8_0"]
     out = tmp_path / "out.gguf"
@@ -275,6 +380,10 @@ def test_errors(tiny_models: dict[str, TinyModel], tmp_path: Path) -> None:
         make_demo_moe(src, out, n_experts=5, top_k=2)
     with pytest.raises(ConfigError, match="router"):
         make_demo_moe(src, out, router="tied")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="experts"):
+        make_demo_moe(src, out, experts="thirds")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="paired"):
+        make_demo_moe(src, out, n_experts=4, top_k=2, router="random", experts="halves")
     with pytest.raises(ModelFormatError, match="already a mixture of experts"):
         make_demo_moe(tiny_models["mixtral"].gguf["Q8_0"], out)
     with pytest.raises(ModelFormatError, match="qwen3moe"):

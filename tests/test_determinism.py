@@ -3,6 +3,8 @@ team sizes and wait policies (DESIGN.md, principle 1)."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -90,3 +92,34 @@ def test_chunked_prefill_equals_one_batch(chunk: int, prompt: list[int]) -> None
         np.testing.assert_array_equal(a, b)
     n = len(prompt)
     assert calls == [(min(d, n), n) for d in range(chunk, n + chunk, chunk)]
+
+
+# --- long context: the attention kernels' fixed key blocks and chunks ------------------------
+
+LONG = 1536  # six key chunks of 256: decode splits them over the team and merges in order
+
+
+@pytest.mark.parametrize("kv_type", ["f32", "f16", "bf16", "q8_0"])
+def test_long_context_bit_identical(kv_type: str) -> None:
+    """At 1.5k positions, for every KV type: 1 vs 2 threads, one batch vs chunks of the
+    prompt, and one batch vs token-by-token decoding (from the start, and after a long
+    batched prefix) give the same bits."""
+    ids = [int(x) for x in np.random.default_rng(7).integers(3, 49152, LONG)]
+    m = colibri.Model.load(smollm2_gguf(), engine=EngineConfig(
+        threads=ThreadConfig(n=1), context_length=LONG, kv_cache_type=kv_type))
+    ref = m.session().forward(ids, all_logits=True)
+    m.set_threads(ThreadConfig(n=2))
+    np.testing.assert_array_equal(m.session().forward(ids, all_logits=True), ref,
+                                  err_msg="2 threads")
+    s = m.session()
+    cuts = [0, 300, 556, 557, 1200, LONG]  # across chunk and block boundaries
+    for a, b in itertools.pairwise(cuts):
+        np.testing.assert_array_equal(s.forward(ids[a:b], all_logits=True), ref[a:b],
+                                      err_msg=f"chunk [{a}, {b})")
+    s = m.session()
+    for t in range(300):  # token by token from the start: chunk 0 and 1
+        np.testing.assert_array_equal(s.forward([ids[t]]), ref[t], err_msg=f"token {t}")
+    s = m.session()
+    s.forward(ids[:1300])
+    for t in range(1300, LONG):  # decode at long context: six chunks merged in order
+        np.testing.assert_array_equal(s.forward([ids[t]]), ref[t], err_msg=f"token {t}")

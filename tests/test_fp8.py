@@ -1,5 +1,6 @@
 """FP8 block-scaled Hugging Face checkpoints (DeepSeek-V3 / GLM / Qwen3-FP8 style):
-recognized by the HF source, refused for inference, dequantized by ``colibri convert``
+recognized by the HF source, dequantized by ``colibri convert`` (direct loading:
+tests/test_fp8_direct.py)
 (docs/format.md, "FP8 checkpoints").
 
 The checkpoints are made here from the tiny test models: every attention and FFN/expert
@@ -130,12 +131,11 @@ def test_fp8_to_f32_matches_transformers(family: str, root: Path, tmp_path: Path
     assert "quantization_config" not in doc["metadata"] and doc["quant"] == "f32"
 
 
-def test_source_reports_fp8_and_refuses_inference(root: Path) -> None:
+def test_source_reports_fp8(root: Path) -> None:
     fp8_dir, _ = fp8_checkpoint("qwen3_moe", root)
-    for load in (lambda: load_hf(fp8_dir), lambda: colibri.Model.load(fp8_dir)):
-        with pytest.raises(UnsupportedError, match=r"FP8 .*colibri convert .* --quant"):
-            load()
-    m = load_hf(fp8_dir, allow_fp8=True)
+    with pytest.raises(UnsupportedError, match=r"FP8 .*Model.load .*colibri convert .* --quant"):
+        load_hf(fp8_dir, allow_fp8=False)
+    m = load_hf(fp8_dir)
     t = m.tensors["blk.1.ffn_down_exps.3"]
     assert isinstance(t, Fp8TensorInfo)
     assert (t.dtype, t.shape, t.nbytes, t.block) == (FP8_DTYPE, (64, 32), 64 * 32, BLOCK)

@@ -35,17 +35,11 @@ from deepseek_factory import (
     TinyDeepseek,
     build_tiny,
     dequantized_hf_dir,
-    llama_cpp_dir,
     prompt_ids,
     transformers_model,
 )
 from modelfactory import reference_logits
 from test_oracle_hf import assert_logits_close
-
-pytestmark = pytest.mark.skipif(
-    llama_cpp_dir() is None,
-    reason="llama.cpp's converter not found (scripts/test.sh unpacks it; or set COLIBRI_LLAMA_CPP)",
-)
 
 N_PROMPT = 32
 CONTEXT = 128

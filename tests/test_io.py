@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from colibri import _core as core
 from colibri.errors import InvalidRequestError, ModelIOError
 
-core = pytest.importorskip("colibri._core")
 cio: Any = core.io
 
 ALIGN = 4096

@@ -70,3 +70,28 @@ def test_exported_state_continues_bit_identically(deepseek_models: dict[str, Tin
     b.import_kv(state, ids[:20])
     for t in ids[20:]:
         np.testing.assert_array_equal(b.forward([t]), a.forward([t]))
+
+
+@pytest.mark.parametrize("kv_type", ["f16", "bf16"])
+def test_budget_counts_the_rows_at_the_kv_type(deepseek_models: dict[str, TinyDeepseek],
+                                               kv_type: str) -> None:
+    """EngineConfig.kv_cache_type sizes the budget's KV figure as the core stores it: the
+    latent row and the DSA indexer key (glm_moe_dsa has a full and a shared indexer layer)
+    at 2 bytes a value, for the whole context."""
+    tiny = deepseek_models["glm_moe_dsa"]
+    m = colibri.Model.load(tiny.hf_dir, engine=colibri.EngineConfig(
+        context_length=CONTEXT, activation_precision="float32", kv_cache_type=kv_type))
+    core = m._require_core()
+    mem = m.stats().memory
+    assert mem is not None
+    assert mem.kv_bytes == core.kv_bytes_per_token // 2 * CONTEXT  # the core's F32 figure
+    s = m.session()
+    assert s.kv_type == kv_type
+    s.forward(prompt_ids(5))
+    assert s._core.kv_bytes(5) == 5 * core.kv_bytes_per_token // 2
+
+
+def test_q8_0_kv_refused_at_load_naming_the_row(deepseek_models: dict[str, TinyDeepseek]) -> None:
+    with pytest.raises(colibri.errors.UnsupportedError, match="40"):
+        colibri.Model.load(deepseek_models["deepseek_v3"].hf_dir, engine=colibri.EngineConfig(
+            context_length=CONTEXT, kv_cache_type="q8_0"))

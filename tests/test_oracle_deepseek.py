@@ -21,11 +21,20 @@ import torch
 
 import colibri
 from colibri.streaming import kv_floats_per_token
-from deepseek_factory import N_LAYERS, TinyDeepseek, prompt_ids, transformers_model
+from deepseek_factory import (
+    FAMILY,
+    N_LAYERS,
+    VARIANTS,
+    TinyDeepseek,
+    prompt_ids,
+    transformers_model,
+)
 from modelfactory import reference_greedy, reference_logits
 from test_oracle_hf import assert_logits_close, assert_same_greedy
 
 N_PROMPT = 32
+SIGMOID_VARIANTS = [v for v in VARIANTS if FAMILY[v] != "deepseek_v2"]
+MTP_VARIANTS = [v for v in VARIANTS if VARIANTS[v][3]]
 N_GREEDY = 20
 CONTEXT = 128
 
@@ -120,22 +129,26 @@ def test_routing_selects_the_same_experts(deepseek_model: TinyDeepseek) -> None:
                                       err_msg=f"{deepseek_model.variant} layer {layer}")
 
 
-def test_selection_bias_is_in_the_checkpoint(deepseek_model: TinyDeepseek) -> None:
-    """transformers initializes e_score_correction_bias to zeros; the factory does not."""
+@pytest.mark.parametrize("variant", SIGMOID_VARIANTS)
+def test_selection_bias_is_in_the_checkpoint(deepseek_models: dict[str, TinyDeepseek],
+                                             variant: str) -> None:
+    """transformers initializes e_score_correction_bias to zeros; the factory does not.
+    (The DeepSeek-V2 variants route by softmax, which has no selection bias.)"""
+    deepseek_model = deepseek_models[variant]
     m = load(deepseek_model.hf_dir)
-    if m.config.router != "sigmoid_grouped":
-        pytest.skip("a softmax router has no selection bias")
+    assert m.config.router == "sigmoid_grouped"
     assert m.config.router_bias
     gate = transformers_model(str(deepseek_model.hf_dir)).model.layers[1].mlp.gate
     assert float(gate.e_score_correction_bias.abs().min()) > 0
 
 
 def _variant_copy(tiny: TinyDeepseek, dst: Path, **changes: object) -> Path:
-    """The checkpoint with config.json changed (weights linked, not copied)."""
+    """The checkpoint with config.json changed (weights copied: a symlink out of a model's
+    directory is refused)."""
     dst.mkdir()
     for f in tiny.hf_dir.iterdir():
         if f.name != "config.json":
-            (dst / f.name).symlink_to(f)
+            shutil.copy(f, dst / f.name)
     cfg = json.loads((tiny.hf_dir / "config.json").read_text())
     for k, v in changes.items():
         if v is None:
@@ -203,12 +216,14 @@ def test_kv_cache_holds_the_latent_and_rope_key(deepseek_model: TinyDeepseek) ->
         assert per_token == (32 + 8) * 3  # 40 floats per layer instead of 4 heads x (24 + 16)
 
 
-def test_mtp_layers_are_loaded_not_run(deepseek_model: TinyDeepseek) -> None:
+@pytest.mark.parametrize("variant", MTP_VARIANTS)
+def test_mtp_layers_are_loaded_not_run(deepseek_models: dict[str, TinyDeepseek],
+                                       variant: str) -> None:
     """The checkpoint's multi-token-prediction layer is in the manifest, resident in the
     core and its experts in the store (they stream like any layer's); the trunk's logits
     (checked against transformers above, which ignores those keys) do not use it."""
-    if not deepseek_model.has_mtp:
-        pytest.skip("no MTP layer in this variant")
+    deepseek_model = deepseek_models[variant]
+    assert deepseek_model.has_mtp
     m = load(deepseek_model.hf_dir, ram_budget=None)
     c = m.config
     assert c.n_mtp_layers == 1

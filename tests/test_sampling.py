@@ -471,7 +471,8 @@ def test_replace_from_dict_to_dict() -> None:
     assert Sampling.from_dict(json.loads(json.dumps(s.to_dict()))) == s  # "3": ... keys
     assert s.replace(top_k=5).top_k == 5 and s.replace(top_k=5).top_p == 0.9
     assert Sampling.from_dict({"temperature": 1}) == Sampling(temperature=1.0)
-    with pytest.raises(ConfigError, match="unknown setting 'top_a'; allowed: temperature"):
+    with pytest.raises(ConfigError,
+                       match=r"unknown setting 'top_a' \(did you mean 'top_p'\?\); allowed: temp"):
         s.replace(top_a=1)
     with pytest.raises(ConfigError, match="unknown setting 'temp'"):
         Sampling.from_dict({"temp": 1.0})

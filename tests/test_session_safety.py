@@ -361,3 +361,42 @@ def test_state_lives_in_one_place(model: colibri.Model) -> None:
         s.last_logits()
     s.reset()
     assert s.n_tokens == 0 and s.token_ids == []
+
+
+_LOCK_ORDER_CHILD = r"""
+import sys, threading, time
+import colibri
+m = colibri.Model.load(sys.argv[1], engine=colibri.EngineConfig(threads={"n": 2},
+                                                               context_length=512))
+s = m.session()
+done = threading.Event()
+def long_forward():
+    try:
+        s.forward(list(range(1, 300)))
+    finally:
+        done.set()
+t = threading.Thread(target=long_forward)
+t.start()
+calls = 0
+while not done.is_set():  # engine calls that take the engine's lock, from the GIL holder
+    m.reset_stats()
+    m.set_activation_precision("int8")
+    m.stats()
+    m.reset_thread_stats()
+    calls += 1
+    time.sleep(0.002)
+t.join()
+print("ok", calls)
+"""
+
+
+def test_engine_calls_during_a_forward_do_not_deadlock(tmp_path: Path) -> None:
+    """A running forward holds the engine's lock and takes the GIL between layers (Ctrl-C);
+    every engine call from Python must therefore release the GIL before it takes that
+    lock. Run in a child with a timeout: a deadlock would hang it."""
+    script = tmp_path / "lock_order.py"
+    script.write_text(_LOCK_ORDER_CHILD)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run([sys.executable, str(script), str(smollm2_gguf())], env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0 and out.stdout.startswith("ok"), out.stderr[-3000:]

@@ -6,15 +6,19 @@ prefetches, batch union in a prefill).
 
 The full grid of settings runs on one model (a native container of the tiny Qwen3-MoE);
 every other source (each tiny MoE family from its Hugging Face checkpoint, quantized GGUFs,
-a quantized container, the demo MoE built from SmolLM2, and one source per DeepSeek / GLM
-family: MLA, DSA, sigmoid group-limited and V2 routers, MTP layers) runs a base streamed
-setting and one change of one axis at a time.
+a quantized container, a synthetic Qwen3-MoE with 128 experts per layer and top-8 as real
+models have, the demo MoE built from SmolLM2 with distinct experts, and one source per
+DeepSeek / GLM family: MLA, DSA, sigmoid group-limited and V2 routers, MTP layers) runs a
+base streamed setting and one change of one axis at a time.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+import re
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,8 +27,9 @@ import pytest
 
 import colibri as co
 from colibri.convert import write_container
-from deepseek_factory import build_tiny, llama_cpp_dir
-from modelfactory import TinyModel
+from colibri.sources import open_model_source
+from deepseek_factory import build_tiny
+from modelfactory import REPO, TinyModel
 from streaming_helpers import (
     Trace,
     assert_same_trace,
@@ -48,6 +53,16 @@ SOURCES: dict[str, Callable[[dict[str, TinyModel], Path], Path]] = {
     "mixtral-Q8_0": lambda t, d: t["mixtral"].gguf["Q8_0"],
     "olmoe-container-q4_0": lambda t, d: _container(t["olmoe"].hf_dir, d / "olmoe.colibri",
                                                     "q4_0"),
+    # K-quant experts: the synthetic MoE with rows of 256 (benchmarks/synthetic_moe.py,
+    # preset tiny-k), as a container written by colibri's q4_k_m (Q4_K / Q6_K experts,
+    # Q8_0 / Q5_K / Q6_K dense) and as GGUFs written by llama.cpp's own quantizer.
+    "tiny-k-container-q4_k_m": lambda t, d: _container(_tiny_k(d), d / "tiny-k.colibri",
+                                                       "q4_k_m"),
+    "tiny-k-Q4_K_M": lambda t, d: _llama_quantized(d, "Q4_K_M"),
+    "tiny-k-Q2_K": lambda t, d: _llama_quantized(d, "Q2_K"),
+    "qwen2_moe-container-q5_k_m": lambda t, d: _container(t["qwen2_moe"].hf_dir,
+                                                          d / "qwen2.colibri", "q5_k_m"),
+    "synthetic-wide": lambda t, d: _synthetic("wide", d / "wide.gguf"),
     # The DeepSeek / GLM family (deepseek_factory): one source per family, sigmoid grouped
     # routing with a selection bias, MTP layers' experts in the store, DSA selections.
     "deepseek_v3-hf": lambda t, d: _deepseek("deepseek_v3"),
@@ -61,25 +76,55 @@ SOURCES: dict[str, Callable[[dict[str, TinyModel], Path], Path]] = {
     "glm4_moe_lite-container": lambda t, d: _container(_deepseek("glm4_moe_lite"),
                                                        d / "lite.colibri"),
 }
-GRID_SOURCE = "qwen3_moe-container"
-# The grid again on MLA with sigmoid group-limited routing, a selection bias and an MTP
-# layer whose experts share the cache.
-GRID_SOURCES = (GRID_SOURCE, "deepseek_v3-hf")
+_EXPERT = re.compile(r"^blk\.(\d+)\.ffn_(?:gate|up|down)_exps\.(\d+)$")
+# The grid on K-quant experts too, and on MLA with sigmoid group-limited routing, a
+# selection bias and an MTP layer whose experts share the cache.
+GRID_SOURCES = ["qwen3_moe-container", "tiny-k-container-q4_k_m", "deepseek_v3-hf"]
+GRID_SOURCE = GRID_SOURCES[0]
+
+
+def _synthetic(preset: str, dst: Path) -> Path:
+    """benchmarks/synthetic_moe.py's preset (random Q4_0 weights), written to `dst`."""
+    name = "synthetic_moe"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "benchmarks" / "synthetic_moe.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    sys.modules[name].write_synthetic_gguf(preset, dst, seed=0)
+    return dst
 
 
 def _deepseek(variant: str, gguf: str | None = None) -> Path:
     """A DeepSeek/GLM-family tiny model: its checkpoint, or a GGUF llama.cpp's converter
-    wrote (the test skips when the converter is not available)."""
+    wrote."""
     if gguf is None:
         return build_tiny(variant, with_gguf=False).hf_dir
-    if llama_cpp_dir() is None:
-        pytest.skip("llama.cpp's converter not found (COLIBRI_LLAMA_CPP)")
     return build_tiny(variant).gguf[gguf]
 
 
 def _container(src: Path, dst: Path, quant: str = "keep") -> Path:
     write_container(src, dst, quant=quant)
     return dst
+
+
+def _tiny_k(d: Path) -> Path:
+    name = "synthetic_moe"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    path = d / "tiny-k.gguf"
+    sys.modules[name].write_synthetic_gguf("tiny-k", path, seed=0)
+    return path
+
+
+def _llama_quantized(d: Path, mix: str) -> Path:
+    from llamacpp_quant import quantize_gguf  # skips without llama-cpp-python
+
+    return quantize_gguf(_tiny_k(d), mix, d / f"tiny-k-{mix}.gguf")
 
 
 class Bench:
@@ -103,6 +148,14 @@ class Bench:
         assert hist.is_file()
         self._history = hist
         self._budgets: dict[tuple[int, int], int] = {}
+        # The smallest expert (gate + up + down): a mix can hold experts of several types
+        # (llama.cpp's Q4_K_M gives some layers' down projections Q6_K).
+        sizes: dict[tuple[int, int], int] = {}
+        for t in open_model_source(path).tensors.values():
+            if (mt := _EXPERT.match(t.name)) is not None:
+                key = (int(mt[1]), int(mt[2]))
+                sizes[key] = sizes.get(key, 0) + t.nbytes
+        self.min_expert_bytes = min(sizes.values())
 
     def budget(self, slots: int, threads: int) -> int:
         key = (slots, threads)
@@ -150,7 +203,7 @@ def _check_streamed_stats(m: co.Model, b: Bench, *, slots: int, policy: str,
     assert mem.total_experts > slots
     assert 0 < mem.cached_experts <= slots
     assert ex.misses > 0 and ex.evictions > 0 and ex.bytes_read > 0
-    assert ex.bytes_read >= ex.misses * (mem.expert_bytes // mem.total_experts)  # each miss read
+    assert ex.bytes_read >= ex.misses * b.min_expert_bytes  # each miss read its expert
     assert ex.read_errors == 0 and ex.checksum_failures == 0
     assert 0.0 <= ex.hit_rate < 1.0
     if policy == "pinned":
@@ -183,7 +236,7 @@ def test_grid_bit_identical_to_resident(benches: Callable[[str], Bench], source:
                                        workers: int, direct: bool, prefetch: bool, policy: str,
                                        threads: int) -> None:
     b = benches(source)
-    slots = b.top_k + 2  # qwen3: 4 of the model's 24 experts; deepseek_v3: 6 of 48
+    slots = b.top_k + 2  # 4 of qwen3's 24 experts, 4 of tiny-k's 32, 6 of deepseek_v3's 48
     tag = f"{source}-{workers}-{direct}-{prefetch}-{policy}-{threads}"
     m, got = _streamed_run(b, slots=slots, workers=workers, direct=direct, prefetch=prefetch,
                            policy=policy, threads=threads, tag=tag)
@@ -329,17 +382,19 @@ def test_prefill_reads_each_distinct_expert_once(benches: Callable[[str], Bench]
             assert d.hits + d.misses == n_moe * k, (slots, d)
 
 
-# --- the demo MoE (SmolLM2's FFN as 4 routed experts, 30 layers) ------------------------------
+# --- the demo MoE (SmolLM2's FFN as 2 pairs of complementary halves, 30 layers) --------------
 
 
 @pytest.fixture(scope="module")
 def demo_moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """experts="halves": the 4 experts of each layer are all different (docs/demo-moe.md),
+    so an expert served in place of another's changes the logits."""
     from colibri.demo_moe import make_demo_moe
     from realmodel import smollm2_gguf
 
-    src = smollm2_gguf()  # skips without the weights
+    src = smollm2_gguf()
     path: Path = make_demo_moe(src, tmp_path_factory.mktemp("demo") / "demo4.gguf",
-                               n_experts=4, top_k=2, seed=3)
+                               n_experts=4, top_k=2, seed=3, experts="halves")
     return path
 
 
@@ -352,7 +407,7 @@ def test_demo_moe_small_budget_bit_identical(demo_moe: Path) -> None:
     total = resident.stats().memory.total_experts  # type: ignore[union-attr]
     assert total == 30 * 4
     slots = 5  # of 120 experts
-    budget = budget_for_slots(demo_moe, slots, threads=2)
+    budget = budget_for_slots(demo_moe, slots, threads=2, precision="int8")
     # (The tiny models cover the other settings; this is the costly one on a real model.)
     m = co.Model.load(demo_moe, engine=engine(budget=budget, precision="int8", threads=2,
                                               workers=4, prefetch=True, policy="lfru"))

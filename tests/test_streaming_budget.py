@@ -118,7 +118,9 @@ def _child(path: Path, budget: int | None, preload: bool) -> dict[str, Any]:
 
 
 def test_peak_rss_within_budget(synthetic: Path) -> None:
-    probe = co.Model.load(synthetic, engine=engine(threads=THREADS, context_length=1024))
+    # Same settings as the child (int8 activations: an f16 KV cache under "auto").
+    probe = co.Model.load(synthetic, engine=engine(threads=THREADS, context_length=1024,
+                                                   precision="int8"))
     mem = probe.stats().memory
     assert mem is not None
     resident = mem.dense_bytes + mem.kv_bytes + mem.work_bytes

@@ -1,8 +1,10 @@
 """Faults of the expert store: a blob whose crc32 does not match, an I/O error, a file cut
-short under a loaded model. Each raises colibri.errors.ModelIOError naming the expert (or
-the file), never leaves a session half-advanced (its token count and ids are unchanged),
-and once the fault is gone the same model serves again, bit-identical to a clean one
-(DESIGN.md, "The expert store"; ExpertStore::abort).
+short under a loaded model, a disk slower than the compute. Each error raises
+colibri.errors.ModelIOError naming the expert (or the file), never leaves a session
+half-advanced (its token count and ids are unchanged), and once the fault is gone the same
+model serves again, bit-identical to a clean one (DESIGN.md, "The expert store";
+ExpertStore::abort). A slow disk changes nothing but time: the compute really waits on
+reads in flight, and the logits stay bit-identical.
 """
 
 from __future__ import annotations
@@ -120,8 +122,12 @@ def test_checksums_off_reads_the_damaged_blob(container: Path, tmp_path: Path) -
     assert ex.checksum_failures == 0 and ex.read_errors == 0 and ex.misses > 0
 
 
-def test_checksums_always_checks_every_read(container: Path, clean: Trace,
-                                            tmp_path: Path) -> None:
+def test_checksums_catch_a_file_changed_after_the_first_read(container: Path, clean: Trace,
+                                                             tmp_path: Path) -> None:
+    """A blob damaged after its first verified read: "always" re-verifies every read;
+    "first" sees that the file changed (its size/inode/mtime/ctime stamp) and verifies
+    every blob again (issue 8, defect 6: it used to serve the damaged blob); "off" never
+    checks."""
     path = _copy(container, tmp_path / "c")
     ids = prompt()
     expert = _first_routed(path, ids, 2)
@@ -129,7 +135,8 @@ def test_checksums_always_checks_every_read(container: Path, clean: Trace,
     at = rec["offset"] + rec["down"]["offset"] + 3
     top_k = 2
     budget = budget_for_slots(path, top_k)  # every expert is read again by the next prompt
-    modes: tuple[tuple[Checksums, bool], ...] = (("always", True), ("first", False))
+    modes: tuple[tuple[Checksums, bool], ...] = (("always", True), ("first", True),
+                                                 ("off", False))
     for mode, fails in modes:
         m = co.Model.load(path, engine=engine(budget=budget, checksums=mode))
         got = m.session().forward(ids, all_logits=True)  # clean: verified once
@@ -140,7 +147,7 @@ def test_checksums_always_checks_every_read(container: Path, clean: Trace,
             if fails:
                 _assert_failed_forward(s, ids, f"layer 2 expert {expert}\\b")
                 assert m.stats().experts.checksum_failures >= 1
-            else:  # "first": a blob verified once is trusted afterwards
+            else:  # "off": the damaged blob is served
                 s.forward(ids)
                 assert m.stats().experts.checksum_failures == 0
         finally:
@@ -185,6 +192,36 @@ def test_failing_direct_reads_fall_back(container: Path, clean: Trace) -> None:
         m.set_io_fault("none")
     ex = m.stats().experts
     assert ex.read_errors == 0 and ex.misses > 0
+
+
+# --- a disk slower than the compute -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("workers", "threads"), [(1, 1), (4, 2)])
+def test_slow_reads_are_waited_for_and_change_nothing(container: Path, clean: Trace,
+                                                      workers: int, threads: int) -> None:
+    """Every read sleeps 3 ms first (IoFault::SlowRead), so the lookahead's prefetches are
+    still reading when the compute reaches their layer: the compute must wait on those
+    in-flight reads (hits that were not ready: hits > ready_hits), never use a slot before
+    its bytes are in, and give the resident run's logits bit for bit. With microsecond
+    reads (the other tests) a prefetch is nearly always done before it is wanted, so a
+    missing wait would go unseen there."""
+    slots = 6  # top-2 plus room for the lookahead's reads
+    m = co.Model.load(container, engine=engine(budget=budget_for_slots(container, slots,
+                                                                       threads=threads),
+                                               workers=workers, prefetch=True, threads=threads))
+    m.set_io_fault("slow_read")
+    try:
+        got = run_trace(m, prompt(), clean.decode_ids)
+    finally:
+        m.set_io_fault("none")
+    assert_same_trace(got, clean)
+    ex = m.stats().experts
+    assert ex.prefetch_issued > 0 and ex.misses > 0 and ex.read_errors == 0
+    in_flight = ex.hits - ex.ready_hits
+    assert in_flight > 0, f"no hit waited on a read in flight: {ex}"
+    assert in_flight <= ex.prefetch_used  # only a prefetch can be in flight when wanted
+    assert ex.stall_seconds > 0
 
 
 # --- files cut short under a loaded model ---------------------------------------------------

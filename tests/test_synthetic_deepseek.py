@@ -16,7 +16,7 @@ import pytest
 import colibri
 from colibri.sources import open_model_source
 from colibri.sources.gguf_header import read_gguf_header
-from deepseek_factory import build_tiny, llama_cpp_dir
+from deepseek_factory import build_tiny
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from synthetic_deepseek import FAMILY_PRESETS, write_family_gguf
@@ -46,8 +46,6 @@ def _shape_of_names(path: Path) -> tuple[set[str], set[tuple[str, int]]]:
 
 
 def test_same_keys_and_tensors_as_llama_cpp_writes(synthetic: tuple[Path, str]) -> None:
-    if llama_cpp_dir() is None:
-        pytest.skip("llama.cpp's converter not found")
     path, variant = synthetic
     ref = build_tiny(variant).gguf["F32"]
     keys, tensors = _shape_of_names(path)

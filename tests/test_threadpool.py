@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from colibri import _core as core
 from colibri.errors import ModelIOError
 
-core = pytest.importorskip("colibri._core")
 WP = core.WaitPolicy
 
 

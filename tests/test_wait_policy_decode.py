@@ -1,6 +1,14 @@
-"""The wait policy is real on a real decode (issue 2 acceptance), measured with process CPU
-time: CPU seconds per wall second are higher under spin than passive, a policy changed on a
-loaded model shows at once, and an idle model uses (near) zero CPU under every policy."""
+"""The wait policy is real on a real decode (issue 2 acceptance).
+
+Two kinds of evidence. The pool's counters, on every run whatever the load: under passive
+no wait ever spins (no starved spin), under spin a worker sleeps only where the policy's
+contract allows (parked between computations, after a spin that lost its core, and in a
+computation that the starvation guard turned passive), and a policy changed on a loaded
+model shows in the very next decode. And process CPU time, where the machine lets it speak:
+CPU seconds per wall second are higher under spin than passive, and an idle model uses
+(near) zero CPU under every policy. A CPU ratio needs the cores to itself; on a machine
+whose other processes hold them (measured from /proc/stat) or oversubscribe them, that one
+test skips with its figures (an allowed skip, tests/conftest.py), and the counters stand."""
 
 from __future__ import annotations
 
@@ -84,6 +92,34 @@ def test_spin_uses_more_cpu_than_passive_and_changes_apply_at_once(
     # slower machine scales both figures alike; 1.15 is well above run-to-run noise (<3%).
     assert figures["spin"] > 1.15 * figures["passive"]
     assert figures["spin again"] > 1.15 * figures["passive"]
+
+
+STRIKES = 3  # csrc/threadpool: kStarvedStrikes, starved waits before a computation turns passive
+
+
+def test_policies_sleep_as_they_should(model: colibri.Model) -> None:
+    """Counters, not timings: they hold on a loaded machine too."""
+    figures = {}
+    for label, policy in (("spin", "spin"), ("passive", "passive"), ("spin again", "spin")):
+        model.set_threads(ThreadConfig(n=2, wait_policy=policy))  # applies at once
+        s = model.session()
+        logits = s.forward([1, 2, 3, 4])
+        model.reset_thread_stats()
+        for _ in range(DECODE_STEPS):
+            logits = s.forward([int(np.argmax(logits))])
+        figures[label] = model.thread_stats()
+    text = {k: v.as_dict() for k, v in figures.items()}
+    for label in ("spin", "spin again"):
+        st = figures[label]
+        assert st.scopes == DECODE_STEPS and st.regions > 100 * DECODE_STEPS, text
+        # One team worker: it parks once per computation; beyond that it sleeps only after
+        # a spin that lost its core, or for the rest of a computation with STRIKES of them.
+        per_scope = st.regions // st.scopes + 1
+        bound = st.scopes + st.starved + (st.starved // STRIKES) * per_scope
+        assert st.sleeps <= bound, (label, text)
+    passive = figures["passive"]
+    assert passive.starved == 0, text  # a passive wait never spins, so it never starves
+    assert passive.sleeps >= passive.scopes, text
 
 
 @pytest.mark.parametrize("policy", ["spin", "passive", "hybrid"])

@@ -94,10 +94,9 @@ void run(ThreadPool& pool, const Problem& p, std::vector<float>& workspace);
 // Error(Unsupported) when the ISA is not available on this CPU.
 void run_with(ThreadPool& pool, const Problem& p, std::vector<float>& workspace, Isa isa);
 
-// Floats of working memory run() needs for problems up to these sizes with `threads`
-// members (the budget's work-buffer estimate uses it).
-std::size_t workspace_floats(int64_t n_rows_per_group, int64_t dk, int64_t dv, int64_t n_kv_heads,
-                             int64_t threads);
+// Floats of working memory run() grows `workspace` to, at most, for n_heads query heads
+// of dims dk / dv and a team of `threads` (colibri.budget mirrors it; a test compares).
+std::size_t workspace_floats(int64_t n_heads, int64_t dk, int64_t dv, int64_t threads);
 
 // The naive reference: per query head, all scores, a two-pass softmax and the weighted sum
 // of values, accumulated in double. Slow; for tests.

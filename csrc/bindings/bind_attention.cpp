@@ -171,6 +171,8 @@ void bind_attention(py::module_& m) {
   a.def("bench", &bench, py::arg("q"), py::arg("k"), py::arg("v") = none, py::arg("dv") = 0, py::arg("pos0") = 0,
         py::arg("scale") = 1.0f, py::arg("kv_type") = "F32", py::arg("threads") = 1, py::arg("iters") = 10,
         "Seconds per run() with the best kernels, iters runs inside one ComputeScope.");
+  a.def("workspace_floats", &attn::workspace_floats, py::arg("n_heads"), py::arg("dk"), py::arg("dv"),
+        py::arg("threads"), "Most floats of working memory a run needs (the budget mirrors it).");
   a.def("block_keys", [] { return attn::kBlockKeys; });
   a.def("chunk_keys", [] { return attn::kChunkKeys; });
 }

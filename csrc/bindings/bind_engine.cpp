@@ -1,5 +1,7 @@
 // Engine bindings (sessions are in bind_session.cpp). Long native calls release the GIL;
-// NumPy arrays in and out.
+// NumPy arrays in and out. Every call that takes the engine's lock releases the GIL first:
+// a running forward holds that lock and takes the GIL between layers to look at Python's
+// signals (bind_session.cpp), so holding the GIL while waiting for the lock would deadlock.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -96,18 +98,29 @@ void bind_engine(py::module_& m) {
 
   py::class_<TensorSpec>(m, "TensorSpec")
       .def(py::init([](std::string name, const std::string& dtype, std::vector<int64_t> shape,
-                       std::vector<Extent> extents, int64_t unpermute, int64_t transpose) {
+                       std::vector<Extent> extents, int64_t unpermute, std::optional<uint32_t> crc32,
+                       std::vector<Extent> scale_extents, std::vector<int64_t> scale_block, int64_t transpose) {
              TensorSpec t;
              t.name = std::move(name);
              t.type = dtype_from_name(dtype);
              t.shape = std::move(shape);
              t.extents = std::move(extents);
              t.rope_unpermute_heads = unpermute;
+             t.has_crc32 = crc32.has_value();
+             t.crc32 = crc32.value_or(0);
+             t.scale_extents = std::move(scale_extents);
+             if (!scale_block.empty()) {
+               if (scale_block.size() != 2) fail(ErrorKind::InvalidArgument, "scale_block must be (rows, cols)");
+               t.scale_block_rows = scale_block[0];
+               t.scale_block_cols = scale_block[1];
+             }
              t.transpose_heads = transpose;
              return t;
            }),
            py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("extents"),
-           py::arg("rope_unpermute_heads") = 0, py::arg("transpose_heads") = 0)
+           py::arg("rope_unpermute_heads") = 0, py::arg("crc32") = py::none(),
+           py::arg("scale_extents") = std::vector<Extent>{}, py::arg("scale_block") = std::vector<int64_t>{},
+           py::arg("transpose_heads") = 0)
       .def_readonly("name", &TensorSpec::name)
       .def_readonly("shape", &TensorSpec::shape);
 
@@ -215,18 +228,29 @@ void bind_engine(py::module_& m) {
       .def("configure_store", &Engine::configure_store, py::arg("settings"),
            py::call_guard<py::gil_scoped_release>())
       .def("preload_experts", &Engine::preload_experts, py::call_guard<py::gil_scoped_release>())
-      .def("set_expert_pins", &Engine::set_expert_pins, py::arg("keys"))
+      .def("set_expert_pins", &Engine::set_expert_pins, py::arg("keys"), py::call_guard<py::gil_scoped_release>())
       .def("route_counts",
            [](const Engine& e) {
-             const std::vector<uint64_t> c = e.route_counts();
+             std::vector<uint64_t> c;
+             {
+               py::gil_scoped_release release;
+               c = e.route_counts();
+             }
              py::array_t<uint64_t> out(static_cast<py::ssize_t>(c.size()));
              std::copy(c.begin(), c.end(), out.mutable_data());
              return out;
            })
       .def("store_stats", &Engine::store_stats, py::call_guard<py::gil_scoped_release>())
-      .def("reset_store_stats", &Engine::reset_store_stats)
+      .def("reset_store_stats", &Engine::reset_store_stats, py::call_guard<py::gil_scoped_release>())
       .def("phase_seconds", &Engine::phase_seconds, py::call_guard<py::gil_scoped_release>())
-      .def("set_io_fault", [](Engine& e, const std::string& f) { e.set_io_fault(parse_io_fault(f)); }, py::arg("fault"))
+      .def(
+          "set_io_fault",
+          [](Engine& e, const std::string& f) {
+            const IoFault fault = parse_io_fault(f);
+            py::gil_scoped_release release;
+            e.set_io_fault(fault);
+          },
+          py::arg("fault"))
       .def_property_readonly("auto_wait_policy", &Engine::auto_wait_policy)
       .def_property_readonly("expert_slot_bytes", [](const Engine& e) { return e.store().slot_bytes(); })
       .def_property_readonly("expert_bytes", [](const Engine& e) { return e.store().expert_bytes(); })
@@ -239,8 +263,12 @@ void bind_engine(py::module_& m) {
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("thread_settings", &Engine::thread_settings)
       .def("thread_stats", &Engine::thread_stats)
-      .def("reset_thread_stats", &Engine::reset_thread_stats)
-      .def_property("activation_precision", &Engine::activation_precision, &Engine::set_activation_precision)
+      .def("reset_thread_stats", &Engine::reset_thread_stats, py::call_guard<py::gil_scoped_release>())
+      .def_property("activation_precision", &Engine::activation_precision,
+                    [](Engine& e, ActPrecision p) {
+                      py::gil_scoped_release release;
+                      e.set_activation_precision(p);
+                    })
       .def_property_readonly("weight_bytes", &Engine::weight_bytes)
       .def_property_readonly(
           "kv_layouts",

@@ -17,6 +17,7 @@
 
 #include "common/aligned.hpp"
 #include "common/errors.hpp"
+#include "io/crc32.hpp"
 #include "io/read_pool.hpp"
 
 namespace py = pybind11;
@@ -28,8 +29,9 @@ IoFault parse_io_fault(const std::string& s) {
   if (s == "refuse_direct_open") return IoFault::RefuseDirectOpen;
   if (s == "einval_direct_read") return IoFault::EinvalDirectRead;
   if (s == "eio") return IoFault::EioOnRead;
+  if (s == "slow_read") return IoFault::SlowRead;
   fail(ErrorKind::InvalidArgument,
-       "unknown I/O fault '" + s + "' (none, refuse_direct_open, einval_direct_read, eio)");
+       "unknown I/O fault '" + s + "' (none, refuse_direct_open, einval_direct_read, eio, slow_read)");
 }
 
 namespace {
@@ -174,11 +176,25 @@ void bind_io(py::module_& parent) {
   m.def(
       "slab_bytes", [](int64_t offset, int64_t length) { return slab_bytes(make_extent(0, offset, length)); },
       py::arg("offset"), py::arg("length"), "Bytes of the aligned slab a read of this extent needs.");
+  m.def(
+      "crc32",
+      [](py::buffer data, uint32_t crc, bool reference) {
+        const py::buffer_info info = data.request();
+        const auto* p = static_cast<const uint8_t*>(info.ptr);
+        const auto n = static_cast<std::size_t>(info.size * info.itemsize);
+        py::gil_scoped_release nogil;
+        return reference ? crc32_reference(crc, p, n) : crc32(crc, p, n);
+      },
+      py::arg("data"), py::arg("crc") = 0, py::arg("reference") = false,
+      "CRC-32 (zlib's polynomial) of a contiguous buffer, continuing `crc`; reference=True uses zlib "
+      "only (the oracle of the folded path).");
+  m.def("crc32_accelerated", &crc32_accelerated,
+        "Whether crc32 folds with carry-less multiplies on this CPU.");
 
   py::class_<PyReadPool>(m, "ReadPool",
                          "I/O worker pool over a list of files. workers=0 reads synchronously in wait(); "
                          "direct asks for O_DIRECT (falls back to buffered per file where refused). "
-                         "fault is a test hook: none, refuse_direct_open, einval_direct_read, eio.")
+                         "fault is a test hook: none, refuse_direct_open, einval_direct_read, eio, slow_read.")
       .def(py::init<const std::vector<std::string>&, int, bool, const std::string&>(), py::arg("paths"),
            py::arg("workers") = 1, py::arg("direct") = true, py::arg("fault") = "none")
       .def_property_readonly("workers", [](PyReadPool& p) { return p.pool().workers(); })

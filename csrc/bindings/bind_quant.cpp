@@ -87,6 +87,7 @@ py::array_t<uint8_t> quantize(const std::string& dtype, const FloatArray& x, con
   const DType type = dtype_from_name(dtype);
   const auto [rows, cols] = rows_cols(x);
   const QuantizeRowFn fn = isa ? pick(type, isa).quantize_row : pick(type, std::string("scalar")).quantize_row;
+  if (!fn) fail(ErrorKind::Unsupported, "colibri has no quantizer for " + dtype + " yet");
   const std::size_t rb = row_bytes(type, cols);
   py::array_t<uint8_t> out({static_cast<py::ssize_t>(rows), static_cast<py::ssize_t>(rb)});
   const float* src = x.data();

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "common/errors.hpp"
+#include "model/forward_stats.hpp"
 #include "model/session.hpp"
 #include "quant/dtype.hpp"
 
@@ -129,6 +130,14 @@ void bind_session(py::module_& m) {
                                (void)s.core->n_tokens();  // raises once the model is closed
                                return s.last_logits;
                              })
+      .def("forward_stats",
+           [](const BoundSession& s) {
+             const ForwardStats f = s.core->forward_stats();
+             return py::make_tuple(f.experts, std::vector<double>(f.phases.begin(), f.phases.end()),
+                                   f.forwards);
+           },
+           "This session's share of the expert and phase counters: (ExpertStoreStats, phase "
+           "seconds, forwards), measured inside the engine lock around each forward.")
       .def("last_routing",
            [](const BoundSession& s) {
              const Session& c = *s.core;

@@ -7,6 +7,7 @@ namespace py = pybind11;
 namespace colibri::bindings {
 void bind_errors(py::module_& m);
 void bind_quant(py::module_& m);
+void bind_iquants(py::module_& m);  // after bind_quant: adds to colibri._core.quant
 void bind_threads(py::module_& m);
 void bind_engine(py::module_& m);
 void bind_session(py::module_& m);
@@ -19,6 +20,7 @@ PYBIND11_MODULE(_core, m) {
   using namespace colibri::bindings;
   bind_errors(m);
   bind_quant(m);
+  bind_iquants(m);
   bind_threads(m);
   bind_engine(m);
   bind_session(m);

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 
 #include "common/errors.hpp"
 
@@ -88,6 +89,7 @@ ReadOutcome DirectReader::read(const Extent& e, uint8_t* slab, std::size_t capac
                                          range_text(e) + " (needs " + std::to_string(slab_bytes(e)) + ")");
   const auto fault = static_cast<IoFault>(fault_.load(std::memory_order_relaxed));
   if (fault == IoFault::EioOnRead) fail_read(e, EIO);
+  if (fault == IoFault::SlowRead) std::this_thread::sleep_for(kSlowReadDelay);
   const int fd = direct_fds_[e.file];
   const bool direct = fd >= 0 && direct_on_[e.file].load(std::memory_order_relaxed);
   if (e.length == 0) return {direct, false};  // nothing to read; counted as the file's mode

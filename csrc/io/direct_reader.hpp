@@ -16,6 +16,7 @@
 // shared descriptors; the fallback flags are atomics).
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,7 +44,13 @@ enum class IoFault : int {
   RefuseDirectOpen = 1,  // behave as if open(O_DIRECT) failed with EINVAL (tmpfs on old kernels)
   EinvalDirectRead = 2,  // every O_DIRECT pread fails with EINVAL (falls back at first read)
   EioOnRead = 3,         // every read fails with EIO (an Error(Io), the reader stays usable)
+  SlowRead = 4,          // every read first sleeps kSlowReadDelay: a disk slower than the
+                         // compute, so reads are still in flight when the compute wants them
 };
+
+// The delay of IoFault::SlowRead: long against a tiny model's compute (microseconds per
+// expert), short enough that a test of a few hundred reads stays within seconds.
+inline constexpr auto kSlowReadDelay = std::chrono::milliseconds(3);
 
 // How one read went.
 struct ReadOutcome {

@@ -43,6 +43,19 @@ uint64_t FileSet::file_size(int32_t file) const {
   return static_cast<uint64_t>(st.st_size);
 }
 
+FileStamp FileSet::stamp(int32_t file) const {
+  path(file);  // range check
+  struct stat st {};
+  if (::fstat(fds_[file], &st) != 0)
+    fail(ErrorKind::Io, "cannot stat '" + paths_[file] + "': " + std::strerror(errno));
+  FileStamp s;
+  s.size = static_cast<uint64_t>(st.st_size);
+  s.inode = static_cast<uint64_t>(st.st_ino);
+  s.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  s.ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  return s;
+}
+
 void FileSet::read(const Extent& extent, void* dst) const {
   const std::string& p = path(extent.file);
   auto* out = static_cast<char*>(dst);

@@ -15,6 +15,17 @@ struct Extent {
   uint64_t length = 0;  // bytes
 };
 
+// What changes when a file is written, truncated or replaced: a file whose stamp differs
+// from an earlier one may hold other bytes than it did then.
+struct FileStamp {
+  uint64_t size = 0, inode = 0;
+  int64_t mtime_ns = 0, ctime_ns = 0;
+  bool operator==(const FileStamp& o) const {
+    return size == o.size && inode == o.inode && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns;
+  }
+  bool operator!=(const FileStamp& o) const { return !(*this == o); }
+};
+
 class FileSet {
  public:
   explicit FileSet(const std::vector<std::string>& paths);  // opens read-only; throws Io
@@ -25,6 +36,7 @@ class FileSet {
   std::size_t size() const { return fds_.size(); }
   const std::string& path(int32_t file) const;
   uint64_t file_size(int32_t file) const;  // at open
+  FileStamp stamp(int32_t file) const;     // now (fstat of the open descriptor)
   int fd(int32_t file) const { return fds_[static_cast<std::size_t>(file)]; }
 
   // Reads exactly extent.length bytes into dst. Throws Error(Io) on failure or EOF.

@@ -4,9 +4,8 @@
 #include <cstdint>
 #include <cstdio>
 
-#include <zlib.h>
-
 #include "common/errors.hpp"
+#include "io/crc32.hpp"
 
 namespace colibri {
 
@@ -14,19 +13,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// zlib's crc32 (the polynomial the container's checksums use), fed in chunks because its
-// length argument is a uInt.
-uint32_t crc32_of(const uint8_t* p, uint64_t n) {
-  uLong crc = ::crc32(0L, Z_NULL, 0);
-  while (n > 0) {
-    const uInt chunk = static_cast<uInt>(n < (1u << 30) ? n : (1u << 30));
-    crc = ::crc32(crc, p, chunk);
-    p += chunk;
-    n -= chunk;
-  }
-  return static_cast<uint32_t>(crc);
 }
 
 }  // namespace
@@ -114,7 +100,7 @@ void ReadPool::run(Slot& slot, std::unique_lock<std::mutex>& lock) {
   try {
     outcome = reader_.read(req.extent, req.slab, req.capacity);
     if (req.check_crc32) {
-      const uint32_t got = crc32_of(req.slab + data_offset(req.extent), req.extent.length);
+      const uint32_t got = crc32(0, req.slab + data_offset(req.extent), req.extent.length);
       if (got != req.crc32) {
         crc_failed = true;
         char hex[48];

@@ -6,6 +6,7 @@
 #include <regex>
 
 #include "common/errors.hpp"
+#include "model/forward_stats.hpp"
 #include "model/kv_cache.hpp"
 #include "model/ops.hpp"
 
@@ -156,6 +157,7 @@ Engine::Engine(ModelSpec spec, const std::vector<TensorSpec>& tensors,
       pool_(resolve_auto(threads)),
       auto_wait_(threads.policy == WaitPolicy::Auto),
       auto_base_(resolve_auto(threads)) {
+  weights_.verify_checksums(pool_);
   store_ = std::make_unique<ExpertStore>(spec_.n_layers + spec_.n_mtp_layers, spec_.n_experts,
                                          expert_sources(spec_, tensors, blobs), files);
   resolve_layers();
@@ -344,7 +346,8 @@ void Engine::mm(const Tensor& w, const float* x, int64_t n, float* y) {
 }
 
 void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, bool all_logits,
-                     float* logits_out, int32_t* routing_out, const CancelCheck* cancelled) {
+                     float* logits_out, int32_t* routing_out, const CancelCheck* cancelled,
+                     ForwardStats* stats_out) {
   const ModelSpec& s = spec_;
   if (n <= 0) fail(ErrorKind::InvalidArgument, "forward needs at least one token");
   for (int64_t t = 0; t < n; ++t) {
@@ -363,6 +366,19 @@ void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, b
   std::lock_guard<std::mutex> lock(mu_);
   if (!store_->empty() && store_->slots() == 0)
     fail(ErrorKind::InvalidArgument, "the expert cache is not configured (Engine.configure_store)");
+  // Counts this forward's share of the counters even when it throws (a failed read).
+  struct DeltaScope {
+    Engine& e;
+    ForwardStats* out;
+    ExpertStoreStats experts0;
+    PhaseSeconds phases0;
+    ~DeltaScope() {
+      if (!out) return;
+      add_delta(out->experts, e.store_->stats(), experts0);
+      add_delta(out->phases, e.phase_, phases0);
+      ++out->forwards;
+    }
+  } delta{*this, stats_out, stats_out ? store_->stats() : ExpertStoreStats{}, phase_};
   const auto t_start = std::chrono::steady_clock::now();
   const double wait_before = phase_[kExpertWait];
   ThreadPool::ComputeScope scope(pool_);

@@ -121,10 +121,12 @@ class Engine {
   // receives the selected experts, [n][n_layers][n_experts_per_tok] in router order (-1 for
   // dense layers). `cancelled` (may be null) is asked between layers; when it says stop,
   // the forward throws Error(Cancelled) and has written only KV entries at positions >= pos0,
-  // which the session does not count.
+  // which the session does not count. When stats_out is not null, this forward's share of
+  // the expert and phase counters is added to it (measured under the engine lock, so it is
+  // this forward's alone: see model/forward_stats.hpp).
   void forward(class KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, bool all_logits,
                float* logits_out, int32_t* routing_out = nullptr,
-               const CancelCheck* cancelled = nullptr);
+               const CancelCheck* cancelled = nullptr, struct ForwardStats* stats_out = nullptr);
 
  private:
   void resolve_layers();

@@ -50,7 +50,7 @@ ExpertStore::ExpertStore(int64_t n_layers, int64_t n_experts, std::vector<Expert
     const int64_t k = key(src.layer, src.expert);
     auto lay = std::make_unique<Layout>();
     const TensorSpec* specs[3] = {&src.gate, &src.up, &src.down};
-    Extent ext[3];
+    Extent ext[6];
     for (int i = 0; i < 3; ++i) {
       const TensorSpec& t = *specs[i];
       if (t.shape.size() != 2)
@@ -66,25 +66,49 @@ ExpertStore::ExpertStore(int64_t n_layers, int64_t n_experts, std::vector<Expert
       if (ext[i].file < 0 || static_cast<std::size_t>(ext[i].file) >= files.size())
         fail(ErrorKind::Format, "expert tensor '" + t.name + "' names file " + std::to_string(ext[i].file) +
                                     " of " + std::to_string(files.size()));
-      lay->parts[i] = Part{t.type, t.shape[0], t.shape[1], 0, 0};
+      lay->parts[i] = Part{t.type, t.shape[0], t.shape[1], 0, 0, t.scale_block_rows, t.scale_block_cols};
       expert_bytes_ += ext[i].length;
     }
+    // FP8 weights bring their block-scale matrix: one more part each, read like the others.
+    for (int i = 0; i < 3; ++i) {
+      const TensorSpec& t = *specs[i];
+      if (t.type != DType::F8_E4M3) continue;
+      if (t.scale_extents.size() != 1 || t.scale_extents[0].length != scale_bytes(t) || scale_bytes(t) == 0)
+        fail(ErrorKind::Format, "expert tensor '" + t.name + "' (F8_E4M3) needs one extent of " +
+                                    std::to_string(scale_bytes(t)) + " bytes for its block scales");
+      const Extent& se = t.scale_extents[0];
+      if (se.file < 0 || static_cast<std::size_t>(se.file) >= files.size())
+        fail(ErrorKind::Format, "the block scales of '" + t.name + "' name a file that does not exist");
+      ext[lay->n_parts] = se;
+      lay->parts[lay->n_parts] = Part{DType::F32, 1, static_cast<int64_t>(se.length / 4), 0, 0, 0, 0};
+      lay->parts[i].read = lay->n_parts;  // until the reads are planned: the index of its scale part
+      ++lay->n_parts;
+      expert_bytes_ += se.length;
+    }
+    int scale_part[3] = {-1, -1, -1};
+    for (int i = 0; i < 3; ++i)
+      if (specs[i]->type == DType::F8_E4M3) {
+        scale_part[i] = lay->parts[i].read;
+        lay->parts[i].read = 0;  // set by the read plan below
+      }
+    const int np = lay->n_parts;
     if (src.blob.length > 0) {
-      for (int i = 0; i < 3; ++i) {
+      for (int i = 0; i < np; ++i) {
         if (ext[i].file != src.blob.file || ext[i].offset < src.blob.offset ||
             ext[i].offset + ext[i].length > src.blob.offset + src.blob.length)
-          fail(ErrorKind::Format, "expert tensor '" + specs[i]->name + "' lies outside its blob");
+          fail(ErrorKind::Format, "expert tensor '" + specs[i < 3 ? i : 0]->name + "' lies outside its blob");
         lay->parts[i].offset = ext[i].offset - src.blob.offset;
       }
       lay->reads.push_back(Read{src.blob, 0});
       lay->has_crc32 = src.has_crc32;
       lay->crc32 = src.crc32;
     } else {
-      int order[3] = {0, 1, 2};
-      std::sort(order, order + 3, [&](int a, int b) {
+      int order[6] = {0, 1, 2, 3, 4, 5};
+      std::sort(order, order + np, [&](int a, int b) {
         return ext[a].file != ext[b].file ? ext[a].file < ext[b].file : ext[a].offset < ext[b].offset;
       });
-      for (int oi : order) {
+      for (int n = 0; n < np; ++n) {
+        const int oi = order[n];
         const Extent& e = ext[oi];
         if (!lay->reads.empty()) {
           Extent& last = lay->reads.back().extent;
@@ -101,6 +125,7 @@ ExpertStore::ExpertStore(int64_t n_layers, int64_t n_experts, std::vector<Expert
         lay->reads.push_back(Read{e, 0});
       }
     }
+    for (int i = 0; i < 3; ++i) lay->scale_part[i] = scale_part[i];
     std::size_t at = 0;
     for (auto& r : lay->reads) {
       r.slab_offset = at;
@@ -144,6 +169,7 @@ void ExpertStore::configure(const StoreSettings& settings) {
   if (pool_) add_pool(stats_, pool_->stats(), pool_base_);
   pool_ = std::move(pool);
   pool_base_ = ReadPoolStats{};
+  take_stamps();
   if (arena_) ::munmap(arena_, arena_bytes_);
   arena_ = nullptr;
   arena_bytes_ = static_cast<std::size_t>(n_slots) * slot_bytes_;
@@ -173,12 +199,39 @@ void ExpertStore::set_pins(const std::vector<int64_t>& keys) {
   cache_.set_pins(pins_, max_pinned);
 }
 
+// "first": a blob verified once is trusted while its file is unchanged. A write, a
+// truncation or a replacement changes the file's stamp (size, inode, mtime, ctime; one
+// fstat, about a microsecond per read); then every blob is verified again on its next read
+// (a new epoch). A change the file system does not see (bit rot on the device) needs
+// "always".
+bool ExpertStore::verified(int64_t k, const Layout& lay) {
+  if (!verified_[static_cast<std::size_t>(k)]) return false;
+  const auto file = static_cast<std::size_t>(lay.reads.front().extent.file);
+  const FileStamp now = pool_->reader().files().stamp(static_cast<int32_t>(file));
+  if (now == stamps_[file]) return true;
+  stamps_[file] = now;
+  std::fill(verified_.begin(), verified_.end(), 0);
+  ++epoch_;  // reads started before the change do not mark their blob verified
+  return false;
+}
+
+void ExpertStore::take_stamps() {
+  std::vector<FileStamp> now(files_.size());
+  for (std::size_t f = 0; f < files_.size(); ++f) now[f] = pool_->reader().files().stamp(static_cast<int32_t>(f));
+  if (now != stamps_) {
+    std::fill(verified_.begin(), verified_.end(), 0);
+    ++epoch_;
+  }
+  stamps_ = std::move(now);
+}
+
 void ExpertStore::start_read(int32_t s, int64_t k, bool prefetched) {
   const Layout& lay = *layouts_[static_cast<std::size_t>(k)];
   Slot& slot = slots_[static_cast<std::size_t>(s)];
   uint8_t* base = arena_ + static_cast<std::size_t>(s) * slot_bytes_;
   slot.checked = lay.has_crc32 && (settings_.checksums == ChecksumMode::Always ||
-                                   (settings_.checksums == ChecksumMode::First && !verified_[static_cast<std::size_t>(k)]));
+                                   (settings_.checksums == ChecksumMode::First && !verified(k, lay)));
+  slot.epoch = epoch_;
   slot.tickets.clear();
   slot.prefetched = prefetched;
   slot.doomed = false;
@@ -186,10 +239,15 @@ void ExpertStore::start_read(int32_t s, int64_t k, bool prefetched) {
   cache_.hold(s);  // the load's hold, dropped when the reads end
   loading_.push_back(s);
   WeightView* views[3] = {&slot.views.gate, &slot.views.up, &slot.views.down};
+  auto at = [&](const Part& p) {
+    const Read& r = lay.reads[static_cast<std::size_t>(p.read)];
+    return base + r.slab_offset + data_offset(r.extent) + p.offset;
+  };
   for (int i = 0; i < 3; ++i) {
     const Part& p = lay.parts[i];
-    const Read& r = lay.reads[static_cast<std::size_t>(p.read)];
-    *views[i] = WeightView{p.type, p.rows, p.cols, base + r.slab_offset + data_offset(r.extent) + p.offset};
+    *views[i] = WeightView{p.type, p.rows, p.cols, at(p)};
+    if (lay.scale_part[i] >= 0)
+      views[i]->scales = BlockScales{at(lay.parts[lay.scale_part[i]]), p.block_rows, p.block_cols};
   }
   try {
     for (const Read& r : lay.reads) {
@@ -229,7 +287,7 @@ bool ExpertStore::finish_read(int32_t s, std::exception_ptr* error) {
   }
   cache_.release(s);
   slot.state = State::Ready;
-  if (slot.checked) verified_[static_cast<std::size_t>(k)] = 1;
+  if (slot.checked && slot.epoch == epoch_) verified_[static_cast<std::size_t>(k)] = 1;
   return true;
 }
 

@@ -37,7 +37,8 @@ namespace colibri {
 
 enum class ChecksumMode : int {
   Off = 0,     // never verify
-  First = 1,   // verify each blob the first time this process reads it
+  First = 1,   // verify each blob's first read, and again after its file changed
+
   Always = 2,  // verify every read
 };
 
@@ -131,10 +132,13 @@ class ExpertStore {
     int64_t rows = 0, cols = 0;
     int read = 0;               // which read holds it
     uint64_t offset = 0;        // bytes from that read's first wanted byte
+    int64_t block_rows = 0, block_cols = 0;  // F8_E4M3 weights: their scales are part 3 + i
   };
   struct Layout {
     std::vector<Read> reads;
-    Part parts[3];
+    Part parts[6];              // gate, up, down, then the block scales of FP8 ones
+    int n_parts = 3;
+    int scale_part[3] = {-1, -1, -1};  // the part holding weight i's scales (-1: none)
     bool has_crc32 = false;
     uint32_t crc32 = 0;
   };
@@ -143,6 +147,7 @@ class ExpertStore {
     State state = State::Empty;
     std::vector<Ticket> tickets;
     bool checked = false;      // its read verifies the checksum
+    uint64_t epoch = 0;        // ExpertStore::epoch_ when the read started
     bool prefetched = false;   // read started by a prefetch, not routed since
     bool doomed = false;       // a prefetch partly cancelled: drop when its reads end
     ExpertViews views;
@@ -150,6 +155,8 @@ class ExpertStore {
 
   int64_t key(int64_t layer, int64_t expert) const;
   void start_read(int32_t slot, int64_t key, bool prefetched);
+  bool verified(int64_t key, const Layout& lay);  // "first": verified and file unchanged
+  void take_stamps();
   // Waits for the slot's reads; false (and the slot freed) when one failed, with the error
   // in *error.
   bool finish_read(int32_t slot, std::exception_ptr* error);
@@ -171,7 +178,9 @@ class ExpertStore {
   std::vector<Slot> slots_;
   std::vector<int32_t> loading_;          // slots in Loading that no request holds
   std::vector<std::vector<int64_t>> predicted_;  // per layer: keys predicted for it
-  std::vector<uint8_t> verified_;         // per key: checksum seen good once
+  std::vector<uint8_t> verified_;         // per key: checksum seen good since stamps_
+  std::vector<FileStamp> stamps_;         // per file, as verified_ saw it
+  uint64_t epoch_ = 0;                    // bumped whenever verified_ is cleared
   std::vector<uint64_t> route_counts_;    // per key
   std::vector<int64_t> pins_;
   ExpertStoreStats stats_;

@@ -14,7 +14,8 @@
 // 2 * kMinChunkBytes run on the caller alone (no region).
 // Prefill (n_tokens > 1): within a chunk, each weight row is loaded once and dotted with a
 // tile of activation rows that stays in L2 (kActTileBytes), instead of streaming the whole
-// matrix once per token.
+// matrix once per token. Types with a tile kernel (quant/dot_tiles.hpp) also decode each
+// weight block once per tile of tokens, with the same per-(row, token) arithmetic.
 #include "model/matmul.hpp"
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <string>
 
 #include "common/errors.hpp"
+#include "quant/dot_tiles.hpp"
 #include "threadpool/threadpool.hpp"
 
 namespace colibri {
@@ -36,6 +38,7 @@ constexpr int64_t kParallelQuantizeTokens = 8;      // quantize activations in p
 
 struct Job {
   VecDotRowsFn dot_rows;
+  DotTileFn tile;  // rows x tokens in one pass (quant/dot_tiles.hpp), or nullptr
   const unsigned char* w;
   std::size_t w_row_bytes;
   const unsigned char* act;  // n_tokens rows of act_row_bytes
@@ -43,6 +46,17 @@ struct Job {
   float* y;
   int64_t rows;
   int64_t first;  // index of row 0 in the combined row space
+  const BlockScales* scales = nullptr;  // F8_E4M3: the weight's block scales (then fp8 is used)
+  Fp8DotRowsFn fp8 = nullptr;
+
+  // Rows [r, r + nrows) against one activation row.
+  void dot(int64_t cols, int64_t r, int64_t nrows, const unsigned char* a, float* out) const {
+    const unsigned char* wr = w + static_cast<std::size_t>(r) * w_row_bytes;
+    if (scales)
+      fp8(cols, wr, w_row_bytes, nrows, r, *scales, reinterpret_cast<const float*>(a), out);
+    else
+      dot_rows(cols, wr, w_row_bytes, nrows, a, out);
+  }
 };
 
 void check_weight(const WeightView& w, const char* what) {
@@ -50,14 +64,15 @@ void check_weight(const WeightView& w, const char* what) {
     fail(ErrorKind::InvalidArgument, std::string(what) + ": bad shape [" + std::to_string(w.rows) + ", " +
                                          std::to_string(w.cols) + "]");
   row_bytes(w.type, w.cols);  // throws unless cols is a whole number of blocks
+  if (w.type == DType::F8_E4M3 && (!w.scales.data || w.scales.block_rows <= 0 || w.scales.block_cols <= 0))
+    fail(ErrorKind::InvalidArgument, std::string(what) + ": an F8_E4M3 weight needs its block scales");
   if (w.rows > 0 && !w.data) fail(ErrorKind::InvalidArgument, std::string(what) + ": null weight data");
 }
 
 // Rows [r0, r1) of one job for all n_tokens.
 void run_rows(const Job& j, int64_t r0, int64_t r1, int64_t n_tokens, int64_t cols) {
-  const unsigned char* w = j.w + static_cast<std::size_t>(r0) * j.w_row_bytes;
   if (n_tokens == 1) {
-    j.dot_rows(cols, w, j.w_row_bytes, r1 - r0, j.act, j.y + r0);
+    j.dot(cols, r0, r1 - r0, j.act, j.y + r0);
     return;
   }
   // Row tiles small enough to stay in L1/L2 while a tile of activation rows passes by.
@@ -67,10 +82,14 @@ void run_rows(const Job& j, int64_t r0, int64_t r1, int64_t n_tokens, int64_t co
     const int64_t t1 = std::min(n_tokens, t0 + tok_tile);
     for (int64_t ra = r0; ra < r1; ra += row_tile) {
       const int64_t rb = std::min(r1, ra + row_tile);
-      const unsigned char* wt = j.w + static_cast<std::size_t>(ra) * j.w_row_bytes;
+      if (j.tile && !j.scales) {  // each weight block decoded once for the whole tile of tokens
+        const unsigned char* wt = j.w + static_cast<std::size_t>(ra) * j.w_row_bytes;
+        j.tile(cols, wt, j.w_row_bytes, rb - ra, j.act + static_cast<std::size_t>(t0) * j.act_row_bytes,
+               j.act_row_bytes, t1 - t0, j.y + t0 * j.rows + ra, static_cast<std::size_t>(j.rows));
+        continue;
+      }
       for (int64_t t = t0; t < t1; ++t)
-        j.dot_rows(cols, wt, j.w_row_bytes, rb - ra, j.act + static_cast<std::size_t>(t) * j.act_row_bytes,
-                   j.y + t * j.rows + ra);
+        j.dot(cols, ra, rb - ra, j.act + static_cast<std::size_t>(t) * j.act_row_bytes, j.y + t * j.rows + ra);
     }
   }
 }
@@ -160,8 +179,12 @@ void run(ThreadPool& pool, const TypeKernels* const* ks, const WeightView* weigh
     const DType a = ks[i]->act_type;
     const unsigned char* act = reinterpret_cast<const unsigned char*>(x);
     if (a != DType::F32) act = act_data[std::find(act_types, act_types + n_act, a) - act_types];
-    jobs[i] = Job{ks[i]->vec_dot_rows, static_cast<const unsigned char*>(weights[i].data),
+    jobs[i] = Job{ks[i]->vec_dot_rows, dot_tile_for(*ks[i]), static_cast<const unsigned char*>(weights[i].data),
                   row_bytes(weights[i].type, cols), act, row_bytes(a, cols), outputs[i], weights[i].rows, first};
+    if (weights[i].type == DType::F8_E4M3) {
+      jobs[i].scales = &weights[i].scales;
+      jobs[i].fp8 = fp8_dot_rows_for(*ks[i]);
+    }
     first += weights[i].rows;
   }
 
@@ -234,7 +257,11 @@ void get_rows(const WeightView& w, const int32_t* ids, int64_t n, float* out) {
       fail(ErrorKind::TokenOutOfRange, "token id " + std::to_string(ids[i]) + " is outside the vocabulary [0, " +
                                            std::to_string(w.rows) + ")");
   for (int64_t i = 0; i < n; ++i) {
-    k.dequantize_row(base + static_cast<std::size_t>(ids[i]) * rb, out + i * w.cols, w.cols);
+    const unsigned char* row = base + static_cast<std::size_t>(ids[i]) * rb;
+    if (w.type == DType::F8_E4M3)
+      fp8_dequantize_row(row, ids[i], w.cols, w.scales, out + i * w.cols);
+    else
+      k.dequantize_row(row, out + i * w.cols, w.cols);
   }
 }
 

@@ -15,6 +15,7 @@
 #include "common/aligned.hpp"
 #include "quant/dtype.hpp"
 #include "quant/float_act.hpp"
+#include "quant/fp8.hpp"
 #include "quant/kernels.hpp"
 
 namespace colibri {
@@ -27,6 +28,7 @@ struct WeightView {
   int64_t rows = 0;            // output features
   int64_t cols = 0;            // input features; a whole number of the type's blocks
   const void* data = nullptr;  // rows * row_bytes(type, cols) bytes, no alignment needed
+  BlockScales scales{};        // F8_E4M3 only: its companion block-scale matrix (quant/fp8.hpp)
 };
 
 // Reusable working memory for the quantized activations. Grows on demand, never shrinks,

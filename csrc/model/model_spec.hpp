@@ -84,6 +84,21 @@ struct TensorSpec {
   std::vector<Extent> extents;
   int64_t rope_unpermute_heads = 0; // see sources/manifest.py
   int64_t transpose_heads = 0;      // see sources/manifest.py (MLA's W_UK from kv_b_proj)
+  bool has_crc32 = false;           // native container: the bytes' crc32, checked at load
+  uint32_t crc32 = 0;
+  // F8_E4M3 only: the companion F32 block-scale matrix (quant/fp8.hpp), its extents and
+  // block shape; it lies in the store right after the weight's bytes.
+  std::vector<Extent> scale_extents;
+  int64_t scale_block_rows = 0;
+  int64_t scale_block_cols = 0;
 };
+
+// Bytes of an F8_E4M3 spec's scale matrix (0 for other types).
+inline std::size_t scale_bytes(const TensorSpec& s) {
+  if (s.type != DType::F8_E4M3 || s.shape.size() != 2 || s.scale_block_rows <= 0 || s.scale_block_cols <= 0) return 0;
+  const int64_t sr = (s.shape[0] + s.scale_block_rows - 1) / s.scale_block_rows;
+  const int64_t sc = (s.shape[1] + s.scale_block_cols - 1) / s.scale_block_cols;
+  return static_cast<std::size_t>(sr * sc) * sizeof(float);
+}
 
 }  // namespace colibri

@@ -84,13 +84,25 @@ void Session::forward(const int32_t* ids, int64_t n, bool all_logits, float* log
     return hooks.cancelled();
   };
   const int64_t chunk = hooks.chunk > 0 ? hooks.chunk : n;
+  // This call's share of the engine's counters, added to the session's whether the call
+  // commits or not (the work was done either way).
+  struct StatsScope {
+    Session& s;
+    ForwardStats delta;
+    ~StatsScope() {
+      std::lock_guard<std::mutex> lock(s.mu_);
+      add_delta(s.stats_.experts, delta.experts, ExpertStoreStats{});
+      add_delta(s.stats_.phases, delta.phases, PhaseSeconds{});
+      s.stats_.forwards += delta.forwards;
+    }
+  } stats{*this, {}};
   try {
     for (int64_t done = 0; done < n;) {
       const int64_t len = std::min(chunk, n - done);
       const bool last = done + len == n;
       float* out = all_logits ? logits_out + done * vocab : (last ? logits_out : nullptr);
       engine_->forward(*kv_, pos0 + done, ids + done, len, all_logits, out,
-                       k > 0 ? routing.data() + done * layers * k : nullptr, &stop);
+                       k > 0 ? routing.data() + done * layers * k : nullptr, &stop, &stats.delta);
       done += len;
       if (hooks.progress) hooks.progress(done, n);
       if (!last && stop()) fail(ErrorKind::Cancelled, "the forward was interrupted");
@@ -107,6 +119,11 @@ void Session::forward(const int32_t* ids, int64_t n, bool all_logits, float* log
   ids_.insert(ids_.end(), ids, ids + n);
   last_routing_ = std::move(routing);
   last_routing_tokens_ = n;
+}
+
+ForwardStats Session::forward_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
 }
 
 std::vector<int32_t> Session::last_routing() const {
@@ -244,6 +261,5 @@ bool Session::closed() const {
   std::lock_guard<std::mutex> lock(mu_);
   return closed_;
 }
-
 
 }  // namespace colibri

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "model/engine.hpp"
+#include "model/forward_stats.hpp"
 #include "model/kv_cache.hpp"
 
 namespace colibri {
@@ -41,6 +42,11 @@ class Session {
   // On any error the session is unchanged.
   void forward(const int32_t* ids, int64_t n, bool all_logits, float* logits_out,
                const ForwardHooks& hooks = {});
+
+  // The expert cache, expert I/O and phase-time counters of this session's forwards
+  // (model/forward_stats.hpp), cumulative since it was made; a failed or cancelled
+  // forward's work counts too.
+  ForwardStats forward_stats() const;
 
   // Experts selected during the last forward: [tokens][layers][top_k] (empty: dense model).
   std::vector<int32_t> last_routing() const;
@@ -94,6 +100,7 @@ class Session {
   std::vector<int32_t> ids_;          // the tokens in the KV cache, in order
   std::vector<int32_t> last_routing_;
   int64_t last_routing_tokens_ = 0;
+  ForwardStats stats_;
 };
 
 }  // namespace colibri

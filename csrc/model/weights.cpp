@@ -3,10 +3,12 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "common/errors.hpp"
+#include "io/crc32.hpp"
 #include "quant/fp16.hpp"
 #include "quant/kernels.hpp"
 
@@ -103,7 +105,34 @@ std::size_t spec_bytes(const TensorSpec& s) {
     fail(ErrorKind::Format, "tensor '" + s.name + "' has " + std::to_string(s.shape.size()) +
                                 " dimensions; the core takes vectors and matrices");
   }
-  return row_bytes(s.type, cols) * static_cast<std::size_t>(rows);
+  return row_bytes(s.type, cols) * static_cast<std::size_t>(rows) + kTensorAlign + scale_bytes(s);
+}
+
+// An F8_E4M3 matrix needs its scale matrix, F32, of the size its block shape implies.
+void check_scales(const TensorSpec& s) {
+  if (s.type != DType::F8_E4M3) {
+    if (!s.scale_extents.empty())
+      fail(ErrorKind::Format, "tensor '" + s.name + "': only F8_E4M3 weights carry block scales");
+    return;
+  }
+  if (s.shape.size() != 2 || s.scale_block_rows <= 0 || s.scale_block_cols <= 0)
+    fail(ErrorKind::Format, "F8_E4M3 tensor '" + s.name + "' needs a 2-D shape and a positive scale block shape");
+  std::size_t have = 0;
+  for (const auto& e : s.scale_extents) have += e.length;
+  if (have != scale_bytes(s))
+    fail(ErrorKind::Format, "F8_E4M3 tensor '" + s.name + "': its block scales need " +
+                                std::to_string(scale_bytes(s)) + " bytes (F32) but their extents hold " +
+                                std::to_string(have));
+}
+
+// A checksum mismatch, named by file, tensor and offset.
+[[noreturn]] void checksum_failed(const std::string& path, const std::string& name, uint64_t offset,
+                                  std::size_t n, uint32_t want, uint32_t got) {
+  char hex[48];
+  std::snprintf(hex, sizeof hex, "expected crc32 %08x, got %08x", want, got);
+  fail(ErrorKind::Format, path + ": tensor '" + name + "' at offset " + std::to_string(offset) + " (" +
+                              std::to_string(n) + " bytes) fails its checksum (" + hex +
+                              "); the file is damaged: convert or download the model again");
 }
 
 }  // namespace
@@ -140,9 +169,19 @@ WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& fi
                                   std::to_string(t.rows) + "x" + std::to_string(t.cols) + ") needs " +
                                   std::to_string(expect) + " bytes but its extents hold " +
                                   std::to_string(have));
+    check_scales(s);
     t.nbytes = expect;
     t.data = arena_.get() + cursor;
     cursor += round_up(spec_bytes(s), kTensorAlign);
+    if (t.type == DType::F8_E4M3) {  // the scales, float-aligned, right after the codes
+      uint8_t* sp = t.data + round_up(expect, kTensorAlign);
+      std::size_t at = 0;
+      for (const auto& e : s.scale_extents) {
+        files.read(e, sp + at);
+        at += e.length;
+      }
+      t.scales = BlockScales{sp, s.scale_block_rows, s.scale_block_cols};
+    }
     std::vector<uint8_t> half;  // staging for a widened vector
     uint8_t* dst = t.data;
     if (widened(s)) {
@@ -153,6 +192,18 @@ WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& fi
     for (const auto& e : s.extents) {
       files.read(e, dst + at);
       at += e.length;
+    }
+    if (s.has_crc32) {
+      // The bytes as stored. A tensor transformed below (widened, transposed, unpermuted) is
+      // checked now; the others, most of the bytes, later and in parallel (verify_checksums).
+      const Extent& e = s.extents.front();
+      Pending p{t.name, files.path(e.file), e.offset, dst, expect, s.crc32};
+      if (widened(s) || s.transpose_heads > 0 || s.rope_unpermute_heads > 0) {
+        const uint32_t got = crc32(0, dst, expect);
+        if (got != s.crc32) checksum_failed(p.path, p.name, p.offset, p.n, p.crc32, got);
+      } else {
+        pending_.push_back(std::move(p));
+      }
     }
     if (widened(s)) {
       auto* out = reinterpret_cast<float*>(t.data);
@@ -176,9 +227,24 @@ WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& fi
         unpermute_rows(t, s.rope_unpermute_heads);
       }
     }
-    total_bytes_ += t.nbytes;
+    total_bytes_ += t.nbytes + scale_bytes(s);
     tensors_.emplace(t.name, std::move(t));
   }
+}
+
+void WeightStore::verify_checksums(ThreadPool& pool) {
+  std::vector<uint32_t> got(pending_.size());
+  pool.parallel_for(static_cast<int64_t>(pending_.size()), 1, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const Pending& p = pending_[static_cast<std::size_t>(i)];
+      got[static_cast<std::size_t>(i)] = crc32(0, p.data, p.n);
+    }
+  });
+  for (std::size_t i = 0; i < pending_.size(); ++i) {  // the first mismatch in tensor order
+    const Pending& p = pending_[i];
+    if (got[i] != p.crc32) checksum_failed(p.path, p.name, p.offset, p.n, p.crc32, got[i]);
+  }
+  pending_.clear();
 }
 
 const Tensor& WeightStore::get(const std::string& name) const {

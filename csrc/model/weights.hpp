@@ -13,6 +13,7 @@
 #include "io/file_reader.hpp"
 #include "model/matmul.hpp"
 #include "model/model_spec.hpp"
+#include "threadpool/threadpool.hpp"
 
 namespace colibri {
 
@@ -23,8 +24,9 @@ struct Tensor {
   int64_t cols = 0;
   uint8_t* data = nullptr;  // inside the store's arena
   std::size_t nbytes = 0;
+  BlockScales scales{};     // F8_E4M3: its block scales (in the arena after `data`)
 
-  WeightView view() const { return WeightView{type, rows, cols, data}; }
+  WeightView view() const { return WeightView{type, rows, cols, data, scales}; }
   const float* f32() const;  // vector tensors must be F32 (norms, biases); throws otherwise
 };
 
@@ -35,6 +37,11 @@ class WeightStore {
  public:
   WeightStore(const std::vector<TensorSpec>& specs, const FileSet& files);
 
+  // Checks the crc32 of the tensors the constructor read but did not check (a native
+  // container's untransformed dense tensors) on the team; throws Error(Format) naming the
+  // first damaged one. The engine calls it once, right after the team exists.
+  void verify_checksums(ThreadPool& pool);
+
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   const Tensor& get(const std::string& name) const;       // throws Format naming the tensor
   const Tensor* find(const std::string& name) const;      // nullptr if absent
@@ -44,6 +51,14 @@ class WeightStore {
   std::map<std::string, Tensor> tensors_;
   std::size_t total_bytes_ = 0;
   AlignedPtr<uint8_t> arena_;
+  struct Pending {
+    std::string name, path;
+    uint64_t offset = 0;
+    const uint8_t* data = nullptr;
+    std::size_t n = 0;
+    uint32_t crc32 = 0;
+  };
+  std::vector<Pending> pending_;
 };
 
 }  // namespace colibri

@@ -7,6 +7,8 @@
 
 #include "common/errors.hpp"
 #include "quant/kquants.hpp"
+#include "quant/fp8.hpp"
+#include "quant/iquants_ref.hpp"
 #include "quant/reference.hpp"
 
 namespace colibri {
@@ -59,21 +61,27 @@ using TableFn = const TypeKernels* (*)(DType);
 constexpr TableFn kScalarTables[] = {
     ref::scalar_kernels,
     kquant_scalar_kernels,
+    iq::scalar_kernels,
+    [](DType t) { return fp8_type_kernels(t, Isa::Scalar); },
 };
 #if defined(COLIBRI_X86)
 constexpr TableFn kAvx2Tables[] = {
     avx2_kernels,
     kquant_avx2_kernels,
+    iq_avx2_kernels,
+    [](DType t) { return fp8_type_kernels(t, Isa::AVX2); },
 };
 constexpr TableFn kAvx512Tables[] = {
     avx512_kernels,
     kquant_avx512_kernels,
+    iq_avx512_kernels,
 };
 #endif
 #if defined(COLIBRI_ARM)
 constexpr TableFn kNeonTables[] = {
     neon_kernels,
     kquant_neon_kernels,
+    iq_neon_kernels,
 };
 #endif
 

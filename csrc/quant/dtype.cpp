@@ -30,6 +30,18 @@ constexpr Entry kTypes[] = {
     {DType::Q6_K, {"Q6_K", 256, 210, true}},
     {DType::Q8_K, {"Q8_K", 256, 292, true}},
     {DType::BF16, {"BF16", 1, 2, true}},
+    // i-quants and MXFP4
+    {DType::IQ2_XXS, {"IQ2_XXS", 256, 66, true}},
+    {DType::IQ2_XS, {"IQ2_XS", 256, 74, true}},
+    {DType::IQ3_XXS, {"IQ3_XXS", 256, 98, true}},
+    {DType::IQ1_S, {"IQ1_S", 256, 50, true}},
+    {DType::IQ4_NL, {"IQ4_NL", 32, 18, true}},
+    {DType::IQ3_S, {"IQ3_S", 256, 110, true}},
+    {DType::IQ2_S, {"IQ2_S", 256, 82, true}},
+    {DType::IQ4_XS, {"IQ4_XS", 256, 136, true}},
+    {DType::IQ1_M, {"IQ1_M", 256, 56, true}},
+    {DType::MXFP4, {"MXFP4", 32, 17, true}},
+    {DType::F8_E4M3, {"F8_E4M3", 1, 1, true}},  // plus its block scales (quant/fp8.hpp)
 };
 
 const Entry* find(DType type) {

@@ -22,7 +22,21 @@ enum class DType : int {
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,  // activation format of the super-block types (quant/q8_k.hpp)
+  // i-quants and MXFP4 (quant/iquants_*.cpp)
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
+  IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
+  IQ4_XS = 23,
+  IQ1_M = 29,
   BF16 = 30,
+  MXFP4 = 39,
+  // colibri's own id (not a GGML type, never in a GGUF): FP8 e4m3 with a companion F32
+  // block-scale matrix (quant/fp8.hpp), as DeepSeek-V3 / GLM safetensors store it.
+  F8_E4M3 = 200,
 };
 
 struct TypeTraits {

@@ -86,6 +86,23 @@ const TypeKernels& kernels(DType type, ActPrecision precision) {
       static const TypeKernels k = make<DType::Q6_K>();
       return k;
     }
+#define COLIBRI_FLOAT_ACT(T)                     \
+  case DType::T: {                               \
+    static const TypeKernels k = make<DType::T>(); \
+    return k;                                    \
+  }
+      // i-quants and MXFP4
+      COLIBRI_FLOAT_ACT(IQ4_NL)
+      COLIBRI_FLOAT_ACT(IQ4_XS)
+      COLIBRI_FLOAT_ACT(IQ2_XXS)
+      COLIBRI_FLOAT_ACT(IQ2_XS)
+      COLIBRI_FLOAT_ACT(IQ2_S)
+      COLIBRI_FLOAT_ACT(IQ3_XXS)
+      COLIBRI_FLOAT_ACT(IQ3_S)
+      COLIBRI_FLOAT_ACT(IQ1_S)
+      COLIBRI_FLOAT_ACT(IQ1_M)
+      COLIBRI_FLOAT_ACT(MXFP4)
+#undef COLIBRI_FLOAT_ACT
     default:
       fail(ErrorKind::Unsupported,
            "tensor type " + dtype_name(type) + " has no float-activation kernels yet");

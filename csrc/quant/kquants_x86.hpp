@@ -14,9 +14,17 @@
 // stay within int16 (2 * 63 * 128 = 16128 < 32767); times a scale (|sc| <= 128) and summed
 // in pairs by the multiply-add they stay far inside int32.
 //
+// Structure: `decode` turns a weight super-block into a Decoded (below): the 256 quants as
+// eight 32-byte chunks of unsigned values, a register of sub-block scales and the int16
+// coefficients of the activation's 16 group sums (the mins, or the scales for the offset
+// of a signed quant). `isum_of` then meets it with one activation block. Decode rows<NR>
+// decodes each row's block and uses it once; prefill tiles (dot_tiles.hpp) decode it once
+// for several tokens. Both end in the reference's float expression per (row, token).
+//
 // Layout of the per-16 scales in a register: [sc0 sc2 .. sc14 | sc1 sc3 .. sc15] as int16
 // (evens in the low 128-bit lane, odds in the high one), so broadcasting int16 lane c within
-// each lane (kBcast16[c]) gives the scale of both 16-element halves of 32-element chunk c.
+// each lane (bcast16(c)) gives the scale of both 16-element halves of 32-element chunk c;
+// per-32 scales are [sc0 .. sc7 | sc0 .. sc7], so the same broadcast gives sub-block c's.
 #pragma once
 #include <immintrin.h>
 
@@ -58,56 +66,53 @@ inline __m128i deinterleave_bytes(__m128i s) {
 
 inline __m256i mask8(int v) { return _mm256_set1_epi8(static_cast<char>(v)); }
 
-// The 16 activation group sums times 16 per-group coefficients (int16), summed: exact.
+struct Decoded {
+  __m256i q[8];  // quants of elements 32c .. 32c + 31, unsigned (offset added where signed)
+  __m256i sc;    // sub-block scales; shuffle_epi8(sc, bcast16(c)) = chunk c's (int16)
+  __m256i coef;  // int16 coefficient of each activation group sum (bsums[g])
+};
+
+// The 16 activation group sums times 16 coefficients, summed: exact.
 inline int bsums_dot(const BlockQ8K& a, __m256i coef16) {
   return hsum_i32(_mm256_madd_epi16(load256(a.bsums), coef16));
 }
 
-// Every type: `block` returns the super-block's exact isum (and msum where it has mins);
-// `rows` accumulates sum += d_a d isum [- d_a dmin msum] per row like the reference.
-
+// sum over chunks of scale * (sum of q * a): exact in int32 lanes.
 template <class Ops>
-struct Q2K {
-  using Act = BlockQ8K;
-  static int block(const BlockQ2K& x, const BlockQ8K& a, int* msum) {
+inline int scaled_dot(const Decoded& d, const BlockQ8K& a) {
+  __m256i acc = _mm256_setzero_si256();
+  for (int c = 0; c < 8; ++c) {
+    const __m256i p = _mm256_maddubs_epi16(d.q[c], load256(a.qs + 32 * c));
+    acc = Ops::madd_acc(acc, p, _mm256_shuffle_epi8(d.sc, bcast16(c)));
+  }
+  return hsum_i32(acc);
+}
+
+// Q2_K: quants 0..3 with per-16 scales and mins (4 bits each).
+struct Q2KCodec {
+  using Block = BlockQ2K;
+  static constexpr bool kMins = true;
+  static Decoded decode(const BlockQ2K& x) {
+    Decoded d;
     const __m128i s = load128(x.scales);
-    const __m256i sc = _mm256_cvtepu8_epi16(deinterleave_bytes(_mm_and_si128(s, _mm_set1_epi8(0x0f))));
-    *msum = bsums_dot(a, _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(0x0f))));
-    __m256i acc = _mm256_setzero_si256();
+    d.sc = _mm256_cvtepu8_epi16(deinterleave_bytes(_mm_and_si128(s, _mm_set1_epi8(0x0f))));
+    d.coef = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(0x0f)));
     for (int h = 0; h < 2; ++h) {
       const __m256i bits = load256(x.qs + 32 * h);
-      for (int k = 0; k < 4; ++k) {
-        const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), mask8(3));
-        const __m256i p = _mm256_maddubs_epi16(q, load256(a.qs + 128 * h + 32 * k));
-        acc = Ops::madd_acc(acc, p, _mm256_shuffle_epi8(sc, bcast16(4 * h + k)));
-      }
+      for (int k = 0; k < 4; ++k) d.q[4 * h + k] = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), mask8(3));
     }
-    return hsum_i32(acc);
-  }
-  template <int NR>
-  static void rows(int64_t nb, const unsigned char* w, std::size_t stride, const Act* y, float* out) {
-    float sum[NR] = {};
-    GroupPrefetch pf(w, stride, NR, nb);
-    for (int64_t i = 0; i < nb; ++i) {
-      pf.step();
-      for (int r = 0; r < NR; ++r) {
-        const BlockQ2K& x = reinterpret_cast<const BlockQ2K*>(w + r * stride)[i];
-        int msum;
-        const int isum = block(x, y[i], &msum);
-        const float dall = y[i].d * half_to_float(x.d), dmin = y[i].d * half_to_float(x.dmin);
-        sum[r] += dall * static_cast<float>(isum) - dmin * static_cast<float>(msum);
-      }
-    }
-    for (int r = 0; r < NR; ++r) out[r] = sum[r];
+    return d;
   }
 };
 
-// Q3_K: quant + 4 = low two bits + 4 * hmask bit (0..7, unsigned), and the 4 * sum of the
-// activation comes back through the group sums: isum = sum_g sc_g (sum (q+4) a - 4 bsum_g).
-template <class Ops>
-struct Q3K {
-  using Act = BlockQ8K;
-  static int block(const BlockQ3K& x, const BlockQ8K& a) {
+// Q3_K: quant + 4 = low two bits + 4 * hmask bit (0..7); the 4 * sum of the activation comes
+// back through the group sums: isum = sum_g sc_g (sum (q+4) a - 4 bsum_g).
+struct Q3KCodec {
+  using Block = BlockQ3K;
+  static constexpr bool kMins = false;
+  static constexpr int kOffset = 4;
+  static Decoded decode(const BlockQ3K& x) {
+    Decoded d;
     uint32_t u[3];
     std::memcpy(u, x.scales, 12);
     const uint32_t m2 = 0x03030303, m4 = 0x0f0f0f0f;
@@ -116,69 +121,41 @@ struct Q3K {
                                        static_cast<int>(((u[0] >> 4) & m4) | (((u[2] >> 4) & m2) << 4)),
                                        static_cast<int>(((u[1] >> 4) & m4) | (((u[2] >> 6) & m2) << 4)));
     const __m128i s = _mm_sub_epi8(raw, _mm_set1_epi8(32));  // the 16 scales, -32..31
-    const __m256i sc = _mm256_cvtepi8_epi16(deinterleave_bytes(s));
-    const int corr = 4 * bsums_dot(a, _mm256_cvtepi8_epi16(s));
+    d.sc = _mm256_cvtepi8_epi16(deinterleave_bytes(s));
+    d.coef = _mm256_cvtepi8_epi16(s);
     const __m256i hm = load256(x.hmask);
-    __m256i acc = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
       const __m256i bits = load256(x.qs + 32 * h);
       for (int k = 0; k < 4; ++k) {
         const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * k), mask8(3));
         const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), mask8(1));
-        const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
-        const __m256i p = _mm256_maddubs_epi16(q, load256(a.qs + 128 * h + 32 * k));
-        acc = Ops::madd_acc(acc, p, _mm256_shuffle_epi8(sc, bcast16(4 * h + k)));
+        d.q[4 * h + k] = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
       }
     }
-    return hsum_i32(acc) - corr;
-  }
-  template <int NR>
-  static void rows(int64_t nb, const unsigned char* w, std::size_t stride, const Act* y, float* out) {
-    float sum[NR] = {};
-    GroupPrefetch pf(w, stride, NR, nb);
-    for (int64_t i = 0; i < nb; ++i) {
-      pf.step();
-      for (int r = 0; r < NR; ++r) {
-        const BlockQ3K& x = reinterpret_cast<const BlockQ3K*>(w + r * stride)[i];
-        const int isum = block(x, y[i]);
-        sum[r] += y[i].d * half_to_float(x.d) * static_cast<float>(isum);
-      }
-    }
-    for (int r = 0; r < NR; ++r) out[r] = sum[r];
+    return d;
   }
 };
 
 // Q4_K / Q5_K: 8 sub-blocks of 32, 6-bit scales and mins (kq::scale_min_k4 unpacked four
-// at a time in 32-bit words). The mins meet the activation's pair-of-group sums.
-inline void unpack_scale_min_k4(const uint8_t* packed, __m128i* scales16, __m128i* mins16) {
-  uint32_t u[3];
-  std::memcpy(u, packed, 12);
-  const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
-  const uint32_t sc_lo = u[0] & m6, m_lo = u[1] & m6;
-  const uint32_t sc_hi = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
-  const uint32_t m_hi = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
-  *scales16 = _mm_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), 0, 0));
-  *mins16 = _mm_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(m_lo), static_cast<int>(m_hi), 0, 0));
-}
-
-// sum of min_j * (bsums[2j] + bsums[2j+1]) over the 8 sub-blocks.
-inline int mins_dot(const BlockQ8K& a, __m128i mins16) {
-  const __m128i pairs = _mm_hadd_epi16(load128(a.bsums), load128(a.bsums + 8));
-  return hsum_i32(_mm_madd_epi16(mins16, pairs));
-}
-
-template <class Ops, bool Five>
-struct Q45K {
-  using Act = BlockQ8K;
+// at a time in 32-bit words); a min meets the sum of its sub-block's two activation groups.
+template <bool Five>
+struct Q45KCodec {
   using Block = std::conditional_t<Five, BlockQ5K, BlockQ4K>;
-  static int block(const Block& x, const BlockQ8K& a, int* msum) {
-    __m128i sc128, mins;
-    unpack_scale_min_k4(x.scales, &sc128, &mins);
-    *msum = mins_dot(a, mins);
-    const __m256i sc = _mm256_broadcastsi128_si256(sc128);
+  static constexpr bool kMins = true;
+  static Decoded decode(const Block& x) {
+    Decoded d;
+    uint32_t u[3];
+    std::memcpy(u, x.scales, 12);
+    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    const uint32_t sc_lo = u[0] & m6, m_lo = u[1] & m6;
+    const uint32_t sc_hi = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
+    const uint32_t m_hi = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
+    d.sc = _mm256_broadcastsi128_si256(
+        _mm_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), 0, 0)));
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(m_lo), static_cast<int>(m_hi), 0, 0));
+    d.coef = _mm256_setr_m128i(_mm_unpacklo_epi16(mins, mins), _mm_unpackhi_epi16(mins, mins));  // m0 m0 m1 m1 ..
     __m256i hb = _mm256_setzero_si256();
     if constexpr (Five) hb = load256(x.qh);
-    __m256i acc = _mm256_setzero_si256();
     for (int j = 0; j < 4; ++j) {  // 64 elements: sub-block 2j (low nibbles), 2j+1 (high)
       const __m256i bits = load256(x.qs + 32 * j);
       __m256i lo = _mm256_and_si256(bits, mask8(0x0f));
@@ -187,13 +164,59 @@ struct Q45K {
         lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * j), mask8(1)), 4));
         hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * j + 1), mask8(1)), 4));
       }
-      const __m256i plo = _mm256_maddubs_epi16(lo, load256(a.qs + 64 * j));
-      const __m256i phi = _mm256_maddubs_epi16(hi, load256(a.qs + 64 * j + 32));
-      acc = Ops::madd_acc(acc, plo, _mm256_shuffle_epi8(sc, bcast16(2 * j)));
-      acc = Ops::madd_acc(acc, phi, _mm256_shuffle_epi8(sc, bcast16(2 * j + 1)));
+      d.q[2 * j] = lo;
+      d.q[2 * j + 1] = hi;
     }
-    return hsum_i32(acc);
+    return d;
   }
+};
+
+// Q6_K: quant + 32 (0..63) from a nibble and two high bits; the 32 * sum of the activation
+// comes back through the group sums: isum = sum_g sc_g (sum (q+32) a - 32 bsum_g).
+struct Q6KCodec {
+  using Block = BlockQ6K;
+  static constexpr bool kMins = false;
+  static constexpr int kOffset = 32;
+  static Decoded decode(const BlockQ6K& x) {
+    Decoded d;
+    const __m128i s = load128(x.scales);
+    d.sc = _mm256_cvtepi8_epi16(deinterleave_bytes(s));
+    d.coef = _mm256_cvtepi8_epi16(s);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i A = load256(x.ql + 64 * h), B = load256(x.ql + 64 * h + 32), H = load256(x.qh + 32 * h);
+      const __m256i nib[4] = {_mm256_and_si256(A, mask8(0x0f)), _mm256_and_si256(B, mask8(0x0f)),
+                              _mm256_and_si256(_mm256_srli_epi16(A, 4), mask8(0x0f)),
+                              _mm256_and_si256(_mm256_srli_epi16(B, 4), mask8(0x0f))};
+      for (int k = 0; k < 4; ++k) {
+        const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 2 * k), mask8(3)), 4);
+        d.q[4 * h + k] = _mm256_or_si256(nib[k], hi);
+      }
+    }
+    return d;
+  }
+};
+
+// One (decoded row block, activation block) pair added into a row's sum with the
+// reference's float expression: sum += d_a d isum [- d_a dmin msum].
+template <class Ops, class C>
+inline void accumulate(const Decoded& dec, const typename C::Block& x, const BlockQ8K& a, float* sum) {
+  const int dot = scaled_dot<Ops>(dec, a);
+  if constexpr (C::kMins) {
+    const int msum = bsums_dot(a, dec.coef);
+    const float dall = a.d * half_to_float(x.d), dmin = a.d * half_to_float(x.dmin);
+    *sum += dall * static_cast<float>(dot) - dmin * static_cast<float>(msum);
+  } else {
+    const int isum = dot - C::kOffset * bsums_dot(a, dec.coef);
+    *sum += a.d * half_to_float(x.d) * static_cast<float>(isum);
+  }
+}
+
+// The kernel struct of a K-quant type: rows<NR> for decode (row_groups.hpp), tile<R, T>
+// for prefill (dot_tiles.hpp). Both give every (row, token) the same operations.
+template <class Ops, class C>
+struct KQuant {
+  using Act = BlockQ8K;
+  using Block = typename C::Block;
   template <int NR>
   static void rows(int64_t nb, const unsigned char* w, std::size_t stride, const Act* y, float* out) {
     float sum[NR] = {};
@@ -202,55 +225,35 @@ struct Q45K {
       pf.step();
       for (int r = 0; r < NR; ++r) {
         const Block& x = reinterpret_cast<const Block*>(w + r * stride)[i];
-        int msum;
-        const int isum = block(x, y[i], &msum);
-        const float dall = y[i].d * half_to_float(x.d), dmin = y[i].d * half_to_float(x.dmin);
-        sum[r] += dall * static_cast<float>(isum) - dmin * static_cast<float>(msum);
+        accumulate<Ops, C>(C::decode(x), x, y[i], &sum[r]);
       }
     }
     for (int r = 0; r < NR; ++r) out[r] = sum[r];
+  }
+  template <int R, int T>
+  static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
+                   float* out, std::size_t os) {
+    float sum[R][T] = {};
+    for (int64_t i = 0; i < nb; ++i)
+      for (int r = 0; r < R; ++r) {
+        const Block& x = reinterpret_cast<const Block*>(w + r * ws)[i];
+        const Decoded dec = C::decode(x);
+        for (int t = 0; t < T; ++t)
+          accumulate<Ops, C>(dec, x, reinterpret_cast<const BlockQ8K*>(act + t * as)[i], &sum[r][t]);
+      }
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) out[t * os + r] = sum[r][t];
   }
 };
 
-// Q6_K: quant + 32 (0..63, unsigned) from a nibble and two high bits; the 32 * sum of the
-// activation comes back through the group sums: isum = sum_g sc_g (sum (q+32) a - 32 bsum_g).
 template <class Ops>
-struct Q6K {
-  using Act = BlockQ8K;
-  static int block(const BlockQ6K& x, const BlockQ8K& a) {
-    const __m128i s = load128(x.scales);
-    const __m256i sc = _mm256_cvtepi8_epi16(deinterleave_bytes(s));
-    const int corr = 32 * bsums_dot(a, _mm256_cvtepi8_epi16(s));
-    __m256i acc = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      const __m256i A = load256(x.ql + 64 * h), B = load256(x.ql + 64 * h + 32), H = load256(x.qh + 32 * h);
-      const __m256i nib[4] = {_mm256_and_si256(A, mask8(0x0f)), _mm256_and_si256(B, mask8(0x0f)),
-                              _mm256_and_si256(_mm256_srli_epi16(A, 4), mask8(0x0f)),
-                              _mm256_and_si256(_mm256_srli_epi16(B, 4), mask8(0x0f))};
-      for (int k = 0; k < 4; ++k) {
-        const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 2 * k), mask8(3)), 4);
-        const __m256i q = _mm256_or_si256(nib[k], hi);
-        const __m256i p = _mm256_maddubs_epi16(q, load256(a.qs + 128 * h + 32 * k));
-        acc = Ops::madd_acc(acc, p, _mm256_shuffle_epi8(sc, bcast16(4 * h + k)));
-      }
-    }
-    return hsum_i32(acc) - corr;
-  }
-  template <int NR>
-  static void rows(int64_t nb, const unsigned char* w, std::size_t stride, const Act* y, float* out) {
-    float sum[NR] = {};
-    GroupPrefetch pf(w, stride, NR, nb);
-    for (int64_t i = 0; i < nb; ++i) {
-      pf.step();
-      for (int r = 0; r < NR; ++r) {
-        const BlockQ6K& x = reinterpret_cast<const BlockQ6K*>(w + r * stride)[i];
-        const int isum = block(x, y[i]);
-        sum[r] += y[i].d * half_to_float(x.d) * static_cast<float>(isum);
-      }
-    }
-    for (int r = 0; r < NR; ++r) out[r] = sum[r];
-  }
-};
+using Q2K = KQuant<Ops, Q2KCodec>;
+template <class Ops>
+using Q3K = KQuant<Ops, Q3KCodec>;
+template <class Ops, bool Five>
+using Q45K = KQuant<Ops, Q45KCodec<Five>>;
+template <class Ops>
+using Q6K = KQuant<Ops, Q6KCodec>;
 
 }  // namespace
 }  // namespace colibri

@@ -71,6 +71,38 @@ struct Q5_0 {
     }
     for (int r = 0; r < NR; ++r) out[r] = hsum_f32(acc[r]);
   }
+  // R rows x T tokens (dot_tiles.hpp): each row's quants unpacked once per block, each
+  // (row, token) accumulating exactly as rows<NR> does for that row.
+  template <int R, int T>
+  static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
+                   float* out, std::size_t os) {
+    __m256 acc[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      __m256i q[R];
+      __m128 dw[R];
+      for (int r = 0; r < R; ++r) {
+        const BlockQ5_0* x = reinterpret_cast<const BlockQ5_0*>(w + r * ws) + i;
+        q[r] = unpack5(x->qs, x->qh);
+        dw[r] = half2(&x->d);
+      }
+      for (int t = 0; t < T; ++t) {
+        const Act* y = reinterpret_cast<const Act*>(act + t * as) + i;
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y->qs));
+        const __m256i sa = _mm256_maddubs_epi16(_mm256_set1_epi8(16), a);
+        const __m128 da = half2(&y->d);
+        for (int r = 0; r < R; ++r) {
+          const __m256i qa = _mm256_sub_epi16(_mm256_maddubs_epi16(q[r], a), sa);
+          const __m256i p = _mm256_madd_epi16(qa, _mm256_set1_epi16(1));
+          const __m256 d = _mm256_broadcastss_ps(_mm_mul_ps(dw[r], da));
+          acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r][t]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) out[t * os + r] = hsum_f32(acc[r][t]);
+  }
 };
 
 // d d_a sum q a + m s: (d, m) and (d_a, s) are adjacent half pairs, one multiply gives
@@ -100,6 +132,40 @@ struct Q5_1 {
       }
     }
     for (int r = 0; r < NR; ++r) out[r] = hsum_f32(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(offs[r]));
+  }
+  template <int R, int T>
+  static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
+                   float* out, std::size_t os) {
+    __m256 acc[R][T];
+    __m128 offs[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) {
+        acc[r][t] = _mm256_setzero_ps();
+        offs[r][t] = _mm_setzero_ps();
+      }
+    for (int64_t i = 0; i < nb; ++i) {
+      __m256i q[R];
+      __m128 dm[R];
+      for (int r = 0; r < R; ++r) {
+        const BlockQ5_1* x = reinterpret_cast<const BlockQ5_1*>(w + r * ws) + i;
+        q[r] = unpack5(x->qs, x->qh);
+        dm[r] = half2(&x->d);
+      }
+      for (int t = 0; t < T; ++t) {
+        const Act* y = reinterpret_cast<const Act*>(act + t * as) + i;
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y->qs));
+        const __m128 ds = half2(&y->d);
+        for (int r = 0; r < R; ++r) {
+          const __m128 prod = _mm_mul_ps(dm[r], ds);
+          offs[r][t] = _mm_add_ps(offs[r][t], prod);
+          const __m256i p = Ops::dot_u8_i8(q[r], a);
+          acc[r][t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc[r][t]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r)
+        out[t * os + r] = hsum_f32(acc[r][t]) + _mm_cvtss_f32(_mm_movehdup_ps(offs[r][t]));
   }
 };
 

@@ -47,5 +47,13 @@ const TypeKernels* avx512_kernels(DType type);
 #if defined(COLIBRI_ARM)
 const TypeKernels* neon_kernels(DType type);
 #endif
+// i-quants and MXFP4 (quant/iquants_<isa>.cpp).
+#if defined(COLIBRI_X86)
+const TypeKernels* iq_avx2_kernels(DType type);
+const TypeKernels* iq_avx512_kernels(DType type);
+#endif
+#if defined(COLIBRI_ARM)
+const TypeKernels* iq_neon_kernels(DType type);
+#endif
 
 }  // namespace colibri

@@ -18,20 +18,24 @@ the available memory is given. The numbers are documented in docs/tuning.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from .config import format_bytes, parse_bytes
 from .errors import ConfigError
 
 __all__ = [
+    "KV_TYPE_BYTES",
     "MIN_SAFETY_MARGIN",
     "SAFETY_MARGIN_FRACTION",
     "BudgetPlan",
+    "attention_work_floats",
     "default_budget",
     "estimate_work_bytes",
     "format_bytes",
     "kv_bytes",
-    "kv_bytes_per_token",
+    "kv_layers_bytes",
+    "kv_row_bytes",
     "parse_bytes",
     "plan_budget",
     "safety_margin",
@@ -72,11 +76,14 @@ class BudgetPlan:
     cache_slots: int  # experts the cache holds at once, <= the model's routed experts
     slot_bytes: int  # one slot: one routed expert's gate + up + down, as read
     available: int | None = None  # the memory probed for the default budget; None if given
+    prompt_cache_bytes: int = 0  # EngineConfig.prompt_cache (Model.prompt_cache's KV)
+
 
     @property
     def resident_bytes(self) -> int:
-        """Dense weights + KV cache + work buffers: what stays whatever is routed."""
-        return self.dense_bytes + self.kv_bytes + self.work_bytes
+        """Dense weights + KV cache + work buffers + prompt cache: what stays whatever is
+        routed."""
+        return self.dense_bytes + self.kv_bytes + self.work_bytes + self.prompt_cache_bytes
 
     @property
     def unused_bytes(self) -> int:
@@ -113,6 +120,7 @@ def plan_budget(
     total_experts: int,
     min_slots: int,
     available: int | None = None,
+    prompt_cache_bytes: int = 0,
 ) -> BudgetPlan:
     """Splits a RAM budget between the resident part and the expert cache.
 
@@ -127,6 +135,8 @@ def plan_budget(
         routes a token to, top-k); capped at total_experts.
     available: the memory this process may use; None probes it
         (:func:`colibri.plan.available_memory`). Only used when `budget` is None.
+    prompt_cache_bytes: the prompt cache's capacity (``EngineConfig.prompt_cache``):
+        resident too, taken before the expert cache.
 
     The cache gets ``(budget - resident) // slot_bytes`` slots, at most total_experts.
     Raises ConfigError, stating the minimum budget and what takes the space, when the
@@ -135,6 +145,7 @@ def plan_budget(
     dense_bytes = _count("dense_bytes", dense_bytes)
     kv_bytes = _count("kv_bytes", kv_bytes)
     work_bytes = _count("work_bytes", work_bytes)
+    prompt_cache_bytes = _count("prompt_cache_bytes", prompt_cache_bytes)
     slot_bytes = _count("slot_bytes", slot_bytes)
     total_experts = _count("total_experts", total_experts)
     min_slots = min(_count("min_slots", min_slots), total_experts)
@@ -154,11 +165,11 @@ def plan_budget(
             raise ConfigError(f"EngineConfig.ram_budget: expected bytes > 0, got {budget!r}")
         resolved = budget
 
-    resident = dense_bytes + kv_bytes + work_bytes
+    resident = dense_bytes + kv_bytes + work_bytes + prompt_cache_bytes
     minimum = resident + min_slots * slot_bytes
     if resolved < minimum:
         raise ConfigError(_too_small(resolved, probed, dense_bytes, kv_bytes, work_bytes,
-                                     min_slots, slot_bytes, minimum))
+                                     min_slots, slot_bytes, minimum, prompt_cache_bytes))
     slots = min((resolved - resident) // slot_bytes, total_experts) if total_experts else 0
     return BudgetPlan(
         budget=resolved,
@@ -169,11 +180,12 @@ def plan_budget(
         cache_slots=slots,
         slot_bytes=slot_bytes,
         available=probed,
+        prompt_cache_bytes=prompt_cache_bytes,
     )
 
 
 def _too_small(budget: int, available: int | None, dense: int, kv: int, work: int,
-               min_slots: int, slot_bytes: int, minimum: int) -> str:
+               min_slots: int, slot_bytes: int, minimum: int, prompt_cache: int = 0) -> str:
     def down(n: int) -> str:
         return format_bytes(n, rounding="down")
 
@@ -181,6 +193,8 @@ def _too_small(budget: int, available: int | None, dense: int, kv: int, work: in
         return format_bytes(n, rounding="up")
 
     parts = f"dense weights {up(dense)} + KV cache {up(kv)} + work buffers {up(work)}"
+    if prompt_cache:
+        parts += f" + prompt cache {up(prompt_cache)}"
     if min_slots:
         what = f"the resident part and the smallest expert cache: {parts}"
         room = (f"the resident part plus room for {min_slots} "
@@ -198,24 +212,66 @@ def _too_small(budget: int, available: int | None, dense: int, kv: int, work: in
             "explicitly (an explicit budget is used as given, margin or not)")
 
 
-def kv_bytes(n_layers: int, n_kv_heads: int, head_dim: int, context_length: int) -> int:
-    """Bytes of one session's KV cache at the full context: float32 keys and values for
-    every layer, KV head and position: ``2 * n_layers * n_kv_heads * head_dim *
-    context_length * 4``. (The core grows a session's cache as it fills; the budget
-    reserves the full context so a long conversation never runs out.)"""
+KV_TYPE_BYTES: dict[str, tuple[int, int]] = {
+    "f32": (1, 4), "f16": (1, 2), "bf16": (1, 2), "q8_0": (32, 34),
+}
+"""Per KV-cache type: (values per block, bytes per block), as GGUF lays them out."""
+
+
+def kv_row_bytes(kv_type: str, n: int) -> int:
+    """Bytes of ``n`` values at a KV-cache type (Q8_0: blocks of 32 values, 34 bytes)."""
+    if kv_type not in KV_TYPE_BYTES:
+        raise ValueError(f"kv_row_bytes: unknown KV type {kv_type!r}; use one of "
+                         f"{', '.join(KV_TYPE_BYTES)}")
+    block, size = KV_TYPE_BYTES[kv_type]
+    if n % block:
+        raise ValueError(f"kv_row_bytes: {n} values are not whole {kv_type} blocks of {block}")
+    return n // block * size
+
+
+def kv_bytes(n_layers: int, n_kv_heads: int, head_dim: int, context_length: int,
+             kv_type: str = "f32") -> int:
+    """Bytes of one session's KV cache at the full context: keys and values for every
+    layer, KV head and position, stored at ``kv_type`` (``"f32"``, ``"f16"``, ``"bf16"``,
+    ``"q8_0"``): ``2 * n_layers * row_bytes(n_kv_heads * head_dim) * context_length``,
+    e.g. 4 bytes a value at f32, 2 at f16, 34/32 at q8_0. (The core grows a session's cache
+    as it fills; the budget reserves the full context so a long conversation never runs
+    out.) The core's count is ``_core.Session.kv_bytes``; a test checks they agree."""
     for name, v in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads),
                     ("head_dim", head_dim), ("context_length", context_length)):
         _count(name, v)
-    return 2 * n_layers * n_kv_heads * head_dim * context_length * _F32
+    return 2 * n_layers * kv_row_bytes(kv_type, n_kv_heads * head_dim) * context_length
 
 
-def kv_bytes_per_token(floats_per_token: int, context_length: int) -> int:
-    """Bytes of one session's KV cache at the full context for a layout of
-    `floats_per_token` float32 values per position over all layers (MLA: the latent and the
-    rope key per layer, plus the DSA indexer's key on full indexer layers)."""
-    _count("floats_per_token", floats_per_token)
+def attention_work_floats(n_heads: int, dk: int, dv: int, threads: int) -> int:
+    """Floats the attention kernels' working memory grows to at most (the core's
+    ``_core.attention.workspace_floats``, mirrored so the budget can be checked before
+    the model loads; a test compares): per compute thread, tiles of 64 keys of F32 keys and
+    values, up to 64 query rows with their scores and softmax states; and for decode the
+    partial states of up to 32 key chunks per query head (csrc/attention/attention.cpp)."""
+    def up(n: int) -> int:
+        return -(-n // 16) * 16
+
+    block, rows, wave = 64, 64, 32
+    per_thread = (up(block * dk) + up(block * dv) + up(rows * dk) + up(rows * block)
+                  + 5 * up(rows) + 2 * up(rows * dv))
+    return up((wave + 1) * n_heads * (dv + 2)) + threads * up(per_thread)
+
+
+def kv_layers_bytes(widths: Sequence[tuple[int, int]], context_length: int,
+                    kv_type: str = "f32") -> int:
+    """Bytes of one session's KV cache at the full context for per-layer rows of
+    ``(key width, value width)`` values per position, each row stored at ``kv_type``
+    (:func:`kv_row_bytes`). GQA: ``n_kv_heads * head_dim`` both (:func:`kv_bytes`); MLA: the
+    latent and the shared rope key (``kv_lora_rank + qk_rope_head_dim``) as the key and no
+    value, or the DSA indexer's key as the value on a full indexer layer."""
     _count("context_length", context_length)
-    return floats_per_token * context_length * _F32
+    per_token = 0
+    for k, v in widths:
+        _count("key width", k)
+        _count("value width", v)
+        per_token += kv_row_bytes(kv_type, k) + kv_row_bytes(kv_type, v)
+    return per_token * context_length
 
 
 def estimate_work_bytes(
@@ -230,10 +286,12 @@ def estimate_work_bytes(
     head_dim: int = 0,
     n_experts: int = 0,
     n_experts_per_tok: int = 0,
-    context_length: int,
+    context_length: int = 0,
     threads: int,
     batch: int = 512,
     extra_per_token: int = 0,
+    attn_key_dim: int = 0,
+    attn_value_dim: int = 0,
 ) -> int:
     """Bytes of the engine's work buffers for a forward of up to `batch` tokens (a prefill
     chunk; decode is a batch of 1). The names are :class:`colibri.sources.ModelConfig`'s.
@@ -249,16 +307,19 @@ def estimate_work_bytes(
       n x n_experts_per_tok x d;
     - logits: 2 x vocab_size (the core's row for the last position and the NumPy copy
       handed to Python);
-    - attention scores: context_length per compute thread (`threads`);
+    - attention kernels: :func:`attention_work_floats` for n_heads heads of head_dim, or of
+      `attn_key_dim` / `attn_value_dim` where those are set (MLA attends over the latent
+      row: kv_lora_rank + qk_rope_head_dim keys, kv_lora_rank values), `threads` compute
+      threads; it does not grow with the context (online softmax);
     - matmul scratch: activations quantized to 8-bit blocks, up to two formats at once,
-      ~1.125 bytes per element: 2 x n x max(d, F, n_heads x head_dim) x 9/8 bytes.
-
+      ~1.125 bytes per element: 2 x n x max(d, F, n_heads x head_dim) x 9/8 bytes;
     - `extra_per_token` floats per token of attention-specific buffers (MLA: the query,
       absorbed query rows, latent outputs and value heads, the q-LoRA and latent rows, the
       DSA indexer's query, key and weights; see colibri.streaming).
 
     Small per-call vectors (RoPE tables, top-k indices) are left out; the safety margin of
-    the default budget covers them.
+    the default budget covers them. ``context_length`` is accepted for older callers and
+    not used.
     """
     names = {
         "vocab_size": vocab_size, "hidden_size": hidden_size,
@@ -267,7 +328,8 @@ def estimate_work_bytes(
         "n_heads": n_heads, "n_kv_heads": n_kv_heads, "head_dim": head_dim,
         "n_experts": n_experts, "n_experts_per_tok": n_experts_per_tok,
         "context_length": context_length, "threads": threads, "batch": batch,
-        "extra_per_token": extra_per_token,
+        "extra_per_token": extra_per_token, "attn_key_dim": attn_key_dim,
+        "attn_value_dim": attn_value_dim,
     }
     for name, v in names.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -285,7 +347,8 @@ def estimate_work_bytes(
         + n * n_experts
         + n * n_experts_per_tok * d
         + 2 * vocab_size
-        + threads * context_length
+        + attention_work_floats(n_heads or 1, attn_key_dim or head_dim or d,
+                                attn_value_dim or head_dim or d, threads)
         + n * extra_per_token
     )
     scratch = 2 * n * max(d, ffn, q_dim) * 9 // 8

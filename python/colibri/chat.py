@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import warnings
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -128,7 +129,35 @@ def _short(exc: BaseException, limit: int = 300) -> str:
 
 @functools.lru_cache(maxsize=32)
 def _compile(source: str) -> jinja2.Template:
-    return _environment().from_string(source)
+    env = _environment()
+    tree = env.parse(source)
+    _check_loop_controls(tree, in_loop=False)
+    # Jinja compiles a template to Python source; odd template code (``x[0]`` on a literal)
+    # makes Python's compiler warn, which tells a user nothing: ignore it while compiling.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        return env.from_string(tree)
+
+
+def _check_loop_controls(node: jinja2.nodes.Node, in_loop: bool) -> None:
+    """A ``{% break %}`` / ``{% continue %}`` outside a loop is refused here, before Python
+    compiles Jinja's output: Python's compiler reports that SyntaxError by opening the
+    "file" it names ('<template>' in the working directory) to quote the line, a read
+    outside the model (found by the template fuzzer)."""
+    if isinstance(node, (jinja2.nodes.Break, jinja2.nodes.Continue)) and not in_loop:
+        kind = "break" if isinstance(node, jinja2.nodes.Break) else "continue"
+        raise jinja2.TemplateSyntaxError(f"'{kind}' outside a loop", node.lineno)
+    if isinstance(node, jinja2.nodes.For):
+        for child in node.body:
+            _check_loop_controls(child, True)
+        for part in (node.target, node.iter, node.test, *node.else_):
+            if part is not None:
+                _check_loop_controls(part, in_loop)
+        return
+    if isinstance(node, (jinja2.nodes.Macro, jinja2.nodes.CallBlock)):
+        in_loop = False  # compiled as a function of its own
+    for child in node.iter_child_nodes():
+        _check_loop_controls(child, in_loop)
 
 
 def _environment() -> LimitedEnvironment:

@@ -18,6 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
+from ._names import check_names, checked_init, settings_repr
 from .errors import ConfigError
 from .sizes import format_bytes, parse_bytes
 
@@ -35,6 +36,7 @@ __all__ = [
     "Checksums",
     "EngineConfig",
     "IOConfig",
+    "KvCacheType",
     "ThreadConfig",
     "WaitPolicy",
     "default_history_dir",
@@ -104,8 +106,8 @@ class CachePolicy(str, Enum):
 
 
 Checksums = Literal["first", "always", "off"]
-"""When expert blobs' crc32 are verified: the first read of each blob in this process,
-every read, or never (IOConfig.checksums)."""
+"""When a native container's crc32 are verified: the first read of each blob (and again
+after its file changed), every read, or never (IOConfig.checksums; docs/reliability.md)."""
 
 
 class ActivationPrecision(str, Enum):
@@ -119,6 +121,27 @@ class ActivationPrecision(str, Enum):
     FLOAT32 = "float32"
     """Dequantize each weight row and use float dot products, as transformers does with a
     GGUF. Matches it to float rounding; slower."""
+
+class KvCacheType(str, Enum):
+    """How a session's KV cache stores keys and values (``EngineConfig.kv_cache_type``)."""
+
+    AUTO = "auto"
+    """F32 when the exact path is in use (float weights: an F32/F16/BF16 checkpoint, or
+    ``activation_precision="float32"``), F16 otherwise (llama.cpp's default). Resolved by
+    :meth:`EngineConfig.resolve_kv_cache_type`."""
+    F32 = "f32"
+    """4 bytes a value: exact; what the oracle tests use."""
+    F16 = "f16"
+    """2 bytes a value: half the memory and bandwidth of F32; mean KL divergence from the
+    F32 cache 1e-6 on SmolLM2 (docs/tuning.md), far below the weights' quantization."""
+    BF16 = "bf16"
+    """2 bytes a value with F32's range and 8 significant bits: KLD 6e-5 on SmolLM2."""
+    Q8_0 = "q8_0"
+    """34 bytes per 32 values (8-bit blocks with a half-precision scale, GGUF's Q8_0):
+    ~27% of F32; KLD 7e-4 on SmolLM2. Needs head dims that are multiples of 32."""
+
+
+KvCacheTypeName = Literal["auto", "f32", "f16", "bf16", "q8_0"]
 
 _E = TypeVar("_E", bound=Enum)
 _C = TypeVar("_C")
@@ -165,13 +188,9 @@ def _optional_int(
 
 
 def _check_names(cls: type, names: Mapping[str, object] | set[str]) -> None:
-    """Raises ConfigError for a name that is not a field of dataclass `cls`."""
-    allowed = [f.name for f in dataclasses.fields(cls)]
-    for name in names:
-        if name not in allowed:
-            raise ConfigError(
-                f"{cls.__name__}: unknown setting {name!r}; allowed: {', '.join(allowed)}"
-            )
+    """Raises ConfigError for a name that is not a field of dataclass `cls` (suggesting
+    the closest field)."""
+    check_names(cls.__name__, names, [f.name for f in dataclasses.fields(cls)])
 
 
 def _replace(obj: _C, changes: Mapping[str, Any]) -> _C:
@@ -255,6 +274,21 @@ def _ram_budget(value: object) -> int | None:
     return n
 
 
+def _size(field: str, value: object) -> int:
+    """A byte count >= 0 given as an int or a size text ("1GiB")."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ConfigError(f"{field}: expected bytes (int) or a size such as \"1GiB\", got "
+                          f"{type(value).__name__} {value!r} (0: off)")
+    try:
+        n = parse_bytes(value)
+    except ConfigError as e:
+        raise ConfigError(f"{field}: {e}") from None
+    if not 0 <= n <= MAX_RAM_BUDGET:
+        raise ConfigError(f"{field}: {value!r} is out of range; allowed 0.."
+                          f"{format_bytes(MAX_RAM_BUDGET)}")
+    return n
+
+
 def default_history_dir() -> Path:
     """Where routing histories go when ``CacheConfig.history_path`` is None:
     ``routing/`` beside the model cache (``$XDG_CACHE_HOME/colibri/routing``, else
@@ -298,6 +332,7 @@ class ThreadConfig:
     the disk or the GPU (milliseconds) stops burning the cores the I/O threads and the
     GPU's power budget need. 0 behaves like PASSIVE."""
 
+    @checked_init
     def __init__(
         self,
         n: int | None = None,
@@ -313,6 +348,10 @@ class ThreadConfig:
         object.__setattr__(
             self, "spin_us", _int("ThreadConfig.spin_us", spin_us, 0, MAX_SPIN_US, "microseconds")
         )
+
+    def __repr__(self) -> str:
+        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
+        return settings_repr(self)
 
     def replace(self, **changes: Any) -> ThreadConfig:
         """A copy with `changes` applied and validated."""
@@ -371,6 +410,7 @@ class CacheConfig:
     are read on first use, so a load is quick and a short run reads only what it routes
     to). True trades load time for no first-use stalls; ignored when they do not fit."""
 
+    @checked_init
     def __init__(
         self,
         policy: CachePolicy | Literal["lru", "lfru", "pinned"] = CachePolicy.LFRU,
@@ -389,6 +429,10 @@ class CacheConfig:
             "~/.cache/colibri/routing/"
         ))
         object.__setattr__(self, "preload", _bool("CacheConfig.preload", preload))
+
+    def __repr__(self) -> str:
+        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
+        return settings_repr(self)
 
     def replace(self, **changes: Any) -> CacheConfig:
         """A copy with `changes` applied and validated."""
@@ -438,12 +482,16 @@ class IOConfig:
     guesses cost bandwidth only. Without it every miss is a stall."""
 
     checksums: Checksums
-    """When each expert blob's crc32 is verified (native containers only; GGUF and
-    safetensors have no per-blob checksum): ``"first"`` (default) the first time a blob is
-    read in this process — catches a corrupt or truncated file at the cost of one crc32
-    pass per expert per run; ``"always"`` on every read (catches a disk that changes under
-    a running model; costs a crc32 pass per read); ``"off"`` never."""
+    """When a native container's crc32 are verified (GGUF and safetensors have none).
+    Dense tensors are verified at load unless ``"off"``. Expert blobs: ``"first"``
+    (default) on each blob's first read into the cache, and again on the next read of
+    every blob once the file's size, inode, mtime or ctime changed (a rewrite, a
+    truncation, an in-place edit) — one crc32 pass per expert per run on an unchanged
+    file; ``"always"`` on every read from disk, re-reads after eviction included (also
+    catches damage the file system does not see, such as bit rot; one crc32 pass per
+    read); ``"off"`` never. Exact guarantees: docs/reliability.md."""
 
+    @checked_init
     def __init__(
         self,
         workers: int = 2,
@@ -459,6 +507,10 @@ class IOConfig:
         object.__setattr__(self, "checksums", _choice(
             "IOConfig.checksums", checksums, ("first", "always", "off")
         ))
+
+    def __repr__(self) -> str:
+        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
+        return settings_repr(self)
 
     def replace(self, **changes: Any) -> IOConfig:
         """A copy with `changes` applied and validated."""
@@ -516,7 +568,20 @@ class EngineConfig:
     batch. A long prompt runs in chunks so that Ctrl-C and progress callbacks are served
     between them and the work buffers stay the size of one chunk; the logits are the same
     bits either way. See docs/tuning.md."""
+    kv_cache_type: KvCacheType
+    """How the KV cache stores keys and values: ``"auto"`` (default: ``"f32"`` on the exact
+    path, float weights or float32 activations; ``"f16"`` otherwise), ``"f32"``, ``"f16"``,
+    ``"bf16"`` or ``"q8_0"``. The budget counts the KV cache at this type. Changes the
+    numbers slightly (not for f32); bit-identical across threads and batching for each."""
 
+    prompt_cache: int
+    """Bytes for the prompt cache (``Model.prompt_cache``): the KV state of recent
+    generations kept so that a later call sharing a token prefix (the next turn of a chat,
+    a common system prompt) reuses it instead of prefilling it again. Part of
+    ``ram_budget`` (taken before the expert cache). Given like ``ram_budget`` (``"1GiB"``);
+    0 (default) turns it off."""
+
+    @checked_init
     def __init__(
         self,
         threads: ThreadConfig | Mapping[str, Any] | None = None,
@@ -525,7 +590,9 @@ class EngineConfig:
         ram_budget: int | str | None = None,
         io: IOConfig | Mapping[str, Any] | None = None,
         cache: CacheConfig | Mapping[str, Any] | None = None,
+        prompt_cache: int | str = 0,
         prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
+        kv_cache_type: KvCacheType | KvCacheTypeName = KvCacheType.AUTO,
     ) -> None:
         object.__setattr__(self, "threads",
                            _sub_config("EngineConfig.threads", threads, ThreadConfig))
@@ -549,6 +616,13 @@ class EngineConfig:
             _optional_int("EngineConfig.prefill_chunk", prefill_chunk, 1, 1 << 30, "tokens",
                           "the whole prompt in one batch"),
         )
+        object.__setattr__(self, "kv_cache_type",
+                           _enum("EngineConfig.kv_cache_type", kv_cache_type, KvCacheType))
+        object.__setattr__(self, "prompt_cache", _size("EngineConfig.prompt_cache", prompt_cache))
+
+    def __repr__(self) -> str:
+        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
+        return settings_repr(self, sizes=("ram_budget", "prompt_cache"))
 
     def replace(self, **changes: Any) -> EngineConfig:
         """A copy with `changes` applied and validated (``threads``, ``io`` and ``cache``
@@ -574,8 +648,19 @@ class EngineConfig:
             "ram_budget": self.ram_budget,
             "io": self.io.to_dict(),
             "cache": self.cache.to_dict(),
+            "prompt_cache": self.prompt_cache,
             "prefill_chunk": self.prefill_chunk,
+            "kv_cache_type": self.kv_cache_type.value,
         }
+
+    def resolve_kv_cache_type(self, float_weights: bool) -> str:
+        """The KV-cache type to use: ``kv_cache_type`` unless it is ``"auto"``, which gives
+        ``"f32"`` on the exact path (`float_weights`: every matrix of the model is F32, F16
+        or BF16; or float32 activations) and ``"f16"`` otherwise."""
+        if self.kv_cache_type is not KvCacheType.AUTO:
+            return str(self.kv_cache_type.value)
+        exact = float_weights or self.activation_precision is ActivationPrecision.FLOAT32
+        return "f32" if exact else "f16"
 
     def resolve_context_length(self, model_max: int) -> int:
         """KV-cache positions for a model whose maximum context is `model_max`.

@@ -31,8 +31,20 @@ by token. Two router layouts:
     rounding and grow into a visible logit change, so greedy text may diverge; with
     float32 activations it matches in practice.
 
-It is a test and demonstration model, not a trained MoE: its experts are identical and
-its router is noise. ``docs/demo-moe.md`` says more.
+Two expert layouts (the ``experts`` argument):
+
+``experts="copies"`` (the default, the named model)
+    Every expert is a byte copy of the dense FFN (above).
+``experts="halves"`` (needs ``router="paired"``)
+    The two experts of a pair hold complementary halves of the dense FFN's neurons (in
+    groups of 32), with ``ffn_down`` doubled exactly, and each pair of each layer its own
+    random split (:mod:`colibri.demo_halves`). The pair's mixture, ``0.5 * 2 FFN_A +
+    0.5 * 2 FFN_B``, is the dense FFN up to the order of one float addition, and the
+    experts of a layer are all different: an expert mixed up with another pair's shows in
+    the logits. ``llama.feed_forward_length`` is the half width.
+
+It is a test and demonstration model, not a trained MoE: its experts are copies or halves of
+one FFN and its router is noise. ``docs/demo-moe.md`` says more.
 """
 
 from __future__ import annotations
@@ -48,6 +60,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from . import demo_halves
 from .errors import ConfigError, ModelFormatError, ModelNotFoundError, UnsupportedError
 
 __all__ = ["DEMO_N_EXPERTS", "DEMO_TOP_K", "make_demo_moe"]
@@ -65,9 +78,10 @@ _KIND_ORDER = ("gate", "up", "down")
 Progress = Callable[[int, int], None]
 
 RouterLayout = Literal["paired", "random"]
+ExpertLayout = Literal["copies", "halves"]
 
 
-def _check_args(n_experts: int, top_k: int, seed: int, router: str) -> None:
+def _check_args(n_experts: int, top_k: int, seed: int, router: str, experts: str) -> None:
     for name, v in (("n_experts", n_experts), ("top_k", top_k), ("seed", seed)):
         if isinstance(v, bool) or not isinstance(v, int):
             raise ConfigError(f"make_demo_moe: {name} must be an integer, got {v!r}")
@@ -87,15 +101,22 @@ def _check_args(n_experts: int, top_k: int, seed: int, router: str) -> None:
             f"make_demo_moe: router='paired' needs top_k == 2 and an even n_experts (got "
             f"top_k {top_k}, n_experts {n_experts}); use router='random' otherwise"
         )
+    if experts not in ("copies", "halves"):
+        raise ConfigError(f"make_demo_moe: experts {experts!r} is not allowed; use 'copies' "
+                          "or 'halves'")
+    if experts == "halves" and router != "paired":
+        raise ConfigError("make_demo_moe: experts='halves' needs router='paired' (each pair "
+                          "holds two halves with weight 0.5 each)")
 
 
-def _copy_metadata(reader: Any, writer: Any, src: Path) -> None:
-    """Every key/value of `reader` into `writer`, raw strings as bytes (exact copy)."""
+def _copy_metadata(reader: Any, writer: Any, src: Path, skip: tuple[str, ...] = ()) -> None:
+    """Every key/value of `reader` into `writer` (but `skip`), raw strings as bytes (exact
+    copy)."""
     import gguf
 
     vt = gguf.GGUFValueType
     for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
+        if key.startswith("GGUF.") or key == "general.architecture" or key in skip:
             continue  # the header fields; the writer adds the architecture itself
         if key == "general.alignment":
             writer.add_custom_alignment(int(field.contents()))
@@ -126,6 +147,7 @@ def make_demo_moe(
     seed: int = 0,
     *,
     router: RouterLayout = "paired",
+    experts: ExpertLayout = "copies",
     progress: Progress | None = None,
 ) -> Path:
     """Writes the demo MoE made from the dense Llama GGUF `src_gguf` to `dst_gguf`.
@@ -133,17 +155,20 @@ def make_demo_moe(
     Every expert of layer N is a byte copy of the source's dense FFN of layer N; the router
     ``blk.N.ffn_gate_inp`` is random (``numpy.random.default_rng(seed)``, normal with std
     ``1/sqrt(hidden)``, layer after layer), with one row per pair of experts repeated
-    twice when `router` is ``"paired"`` (see the module docstring). `progress` is called
+    twice when `router` is ``"paired"`` (see the module docstring). With ``experts="halves"``
+    the experts of a pair hold complementary halves of the FFN instead (the split drawn from
+    ``numpy.random.default_rng([seed, 1])``, pair after pair, layer after layer; the
+    routers are the same as with copies). `progress` is called
     after each layer. The file is written to a temporary name beside `dst_gguf` and renamed
     into place, so a reader never sees a partial file. Returns `dst_gguf`.
 
     Raises ModelNotFoundError when `src_gguf` is missing, ModelFormatError when it is not a
     dense ``llama`` GGUF with a gate/up/down FFN in every layer, ConfigError for bad
-    `n_experts`/`top_k`/`seed`/`router`.
+    `n_experts`/`top_k`/`seed`/`router`/`experts`.
     """
     import gguf
 
-    _check_args(n_experts, top_k, seed, router)
+    _check_args(n_experts, top_k, seed, router, experts)
     src, dst = Path(src_gguf), Path(dst_gguf)
     if not src.is_file():
         raise ModelNotFoundError(f"demo MoE source {str(src)!r} does not exist")
@@ -192,6 +217,29 @@ def make_demo_moe(
 
         return get
 
+    ffn = int(tensors["blk.0.ffn_gate.weight"].shape[1])
+    n_groups = ffn // demo_halves.GROUP
+    splits: list[list[tuple[Any, Any]]] = []
+    if experts == "halves":
+        if ffn % (2 * demo_halves.GROUP):
+            raise UnsupportedError(f"{src}: FFN width {ffn} does not split into two halves of "
+                                   f"whole {demo_halves.GROUP}-neuron groups")
+        split_rng = np.random.default_rng([seed, 1])
+        splits = [demo_halves.halves(n_groups, n_experts // 2, split_rng)
+                  for _ in range(n_layers)]
+
+    def halves_of(t: Any, layer: int, kind: str) -> Callable[[], np.ndarray[Any, Any]]:
+        def get() -> np.ndarray[Any, Any]:
+            data, qtype = np.asarray(t.data), t.tensor_type.name
+            parts = []
+            for e in range(n_experts):
+                groups = splits[layer][e // 2][e % 2]
+                parts.append(demo_halves.doubled_down_columns(data, qtype, groups, n_groups)
+                             if kind == "down" else demo_halves.neuron_rows(data, groups))
+            return np.ascontiguousarray(np.stack(parts))
+
+        return get
+
     plan: list[tuple[str, Callable[[], np.ndarray[Any, Any]], Any]] = []
     done: set[int] = set()
     for t in reader.tensors:
@@ -207,7 +255,8 @@ def make_demo_moe(
                      gguf.GGMLQuantizationType.F32))
         for kind in _KIND_ORDER:
             dense = tensors[f"blk.{layer}.ffn_{kind}.weight"]
-            plan.append((f"blk.{layer}.ffn_{kind}_exps.weight", stack(dense), dense.tensor_type))
+            get = halves_of(dense, layer, kind) if experts == "halves" else stack(dense)
+            plan.append((f"blk.{layer}.ffn_{kind}_exps.weight", get, dense.tensor_type))
 
     dst.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
@@ -215,7 +264,11 @@ def make_demo_moe(
     tmp = Path(tmp_name)
     try:
         writer = gguf.GGUFWriter(None, "llama")
-        _copy_metadata(reader, writer, src)
+        if experts == "halves":  # llama.cpp reads the expert width from this key
+            _copy_metadata(reader, writer, src, skip=("llama.feed_forward_length",))
+            writer.add_feed_forward_length(ffn // 2)
+        else:
+            _copy_metadata(reader, writer, src)
         writer.add_expert_count(n_experts)
         writer.add_expert_used_count(top_k)
         for name, get, qtype in plan:

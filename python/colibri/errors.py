@@ -33,6 +33,11 @@ class UnsupportedArchitectureError(ModelFormatError):
     """The model's architecture is not one colibri implements."""
 
 
+class NumericalError(ModelFormatError):
+    """The model computed NaN or infinite values: its weights (or a setting that passed the
+    load checks) are broken. A fault of the model, never of the request."""
+
+
 class UnsupportedError(ColibriError, NotImplementedError):
     """A feature (for example a tensor type) this build does not implement."""
 
@@ -62,6 +67,7 @@ __all__ = [
     "ModelFormatError",
     "ModelIOError",
     "ModelNotFoundError",
+    "NumericalError",
     "TokenOutOfRangeError",
     "UnsupportedArchitectureError",
     "UnsupportedError",

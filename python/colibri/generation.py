@@ -13,19 +13,23 @@ the caller; the model stays usable.
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from .errors import ContextOverflowError, InvalidRequestError
-from .sampling import Sampler, Sampling, StopChecker
+from .display import Displayable, duration, sig3
+from .errors import ContextOverflowError, InvalidRequestError, NumericalError
+from .logprobs import Logprob
+from .sampling import Sampler, Sampling, StopChecker, StopStatus
 from .stats import ExpertStats, PhaseTimes
 
 if TYPE_CHECKING:
+    from .decoding import Decoder
     from .session import Session
     from .tokenizers import Tokenizer
 
@@ -37,8 +41,8 @@ def rate(count: int, seconds: float) -> float:
     return count / seconds if seconds > 0 else 0.0
 
 
-@dataclass(frozen=True)
-class GenerationStats:
+@dataclass(frozen=True, repr=False)
+class GenerationStats(Displayable):
     """Timing of one generation (seconds are wall-clock)."""
 
     prompt_tokens: int  # tokens prefilled for this generation
@@ -54,6 +58,9 @@ class GenerationStats:
     experts: ExpertStats | None = None
     phases: PhaseTimes | None = None
     wait_policy: str = ""  # the wait policy in effect at the end
+    # Prompt tokens already in the session (the prompt cache, or a session continuing):
+    # not prefilled, not in prompt_tokens.
+    cached_tokens: int = 0
 
     @property
     def prefill_tok_s(self) -> float:
@@ -63,6 +70,22 @@ class GenerationStats:
     def decode_tok_s(self) -> float:
         return rate(self.decode_tokens, self.decode_seconds)
 
+    def _display_rows(self) -> list[tuple[str, str]]:
+        rows = [
+            ("prompt", f"{self.prompt_tokens} tokens in {duration(self.prefill_seconds)} "
+                       f"({sig3(self.prefill_tok_s)} tok/s)"
+                       + (f", {self.cached_tokens} cached" if self.cached_tokens else "")),
+            ("generated", f"{self.generated_tokens} tokens, decode {sig3(self.decode_tok_s)} "
+                          f"tok/s ({self.decode_tokens} forwards in "
+                          f"{duration(self.decode_seconds)})"),
+            ("sampling", duration(self.sampling_seconds)),
+        ]
+        if self.experts is not None and self.experts.lookups:
+            rows.append(("experts", self.experts.summary()))
+        if self.wait_policy:
+            rows.append(("wait policy", self.wait_policy))
+        return rows
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "prompt_tokens": self.prompt_tokens,
@@ -70,6 +93,7 @@ class GenerationStats:
             "prefill_seconds": self.prefill_seconds,
             "decode_seconds": self.decode_seconds,
             "sampling_seconds": self.sampling_seconds,
+            "cached_tokens": self.cached_tokens,
             "prefill_tok_s": self.prefill_tok_s,
             "decode_tok_s": self.decode_tok_s,
             **({"experts": self.experts.to_dict()} if self.experts is not None else {}),
@@ -91,15 +115,43 @@ class Chunk:
     text: str
     token_id: int | None  # None for the final chunk that only flushes held text
     finish_reason: FinishReason | None = None  # set on the last chunk
+    logprobs: Logprob | None = None  # with Sampling(logprobs=True): this token's record
 
 
-@dataclass(frozen=True)
-class Generation:
+@dataclass(frozen=True, repr=False)
+class Generation(Displayable):
+    """What a generation produced: the text, its tokens, why it ended, and its figures."""
+
     text: str
     token_ids: list[int]  # generated ids (an EOS that ended the text included)
     finish_reason: FinishReason
     stats: GenerationStats
     prompt_ids: list[int] = field(default_factory=list)
+    # With Sampling(logprobs=True): one record per generated token.
+    logprobs: list[Logprob] | None = None
+    # With Sampling(prompt_logprobs=k): one per prompt token (None: nothing before it).
+    prompt_logprobs: list[Logprob | None] | None = None
+
+    def _display_rows(self) -> list[tuple[str, str]]:
+        text = self.text if len(self.text) <= 60 else self.text[:57] + "..."
+        return [
+            ("text", repr(text)),
+            ("tokens", f"{len(self.token_ids)} generated after {len(self.prompt_ids)} prompt"),
+            ("finish", str(self.finish_reason)),
+            ("decode", f"{sig3(self.stats.decode_tok_s)} tok/s"),
+        ]
+
+
+def _check_finite(logits: npt.NDArray[np.float32], position: int) -> None:
+    """NaN or infinite logits are the model's fault (broken weights, a value that passed
+    the load checks), never the request's: NumericalError, not the sampler's
+    InvalidRequestError. Two passes over one row of logits, per token."""
+    if not (math.isfinite(float(logits.max())) and math.isfinite(float(logits.min()))):
+        raise NumericalError(
+            f"the model computed non-finite logits (NaN or infinity) at position {position}; "
+            f"its weights are corrupt or a config value is out of range. Check the file "
+            f"(for a native container: colibri verify) or convert the model again."
+        )
 
 
 def stream_tokens(
@@ -112,10 +164,13 @@ def stream_tokens(
     stop: Sequence[str],
     history: Sequence[int] = (),
     on_done: OnDone | None = None,
+    decoder: Decoder | None = None,
     progress: Callable[[int, int], object] | None = None,
 ) -> Generator[Chunk, None, None]:
     """Prefill ``prompt_ids`` (may be empty when the session already holds tokens and
-    its last logits) and decode. Yields chunks; calls ``on_done(stats)`` at the end."""
+    its last logits) and decode. Yields chunks; calls ``on_done(stats)`` at the end.
+    ``decoder`` adds the optional stages (colibri.decoding: logits processors, logprobs,
+    structured output, stop token ids, min_tokens)."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
         raise InvalidRequestError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
     room = session.context_length - session.n_tokens
@@ -132,7 +187,8 @@ def stream_tokens(
     t0 = time.perf_counter()
     logits: npt.NDArray[np.float32]
     if prompt_ids:
-        logits = session.forward(list(prompt_ids), progress=progress)
+        logits = (decoder.prefill(session, prompt_ids, progress) if decoder is not None
+                  else session.forward(list(prompt_ids), progress=progress))
     else:
         logits = session.last_logits()
     prefill = time.perf_counter() - t0
@@ -151,21 +207,33 @@ def stream_tokens(
                 decode += time.perf_counter() - t
                 n_decode += 1
             t = time.perf_counter()
-            tok = sampler(logits, hist)
+            _check_finite(logits, session.n_tokens)
+            lp = None
+            if decoder is None:
+                tok = sampler(logits, hist)
+            else:
+                tok, lp = decoder.choose(sampler, logits, hist, len(generated))
             generated.append(tok)
             hist.append(tok)
             status = checker.feed(tok, detok.add(tok))
+            if not status.done and decoder is not None and decoder.ends_with(tok):
+                # A stop token id (its text kept, as vLLM does, unless it is special), or a
+                # complete constrained text: nothing may follow.
+                status = StopStatus(status.text + checker.flush(), "stop")
             sampling_time += time.perf_counter() - t
             if status.done:
                 finish = status.finish_reason
-                yield Chunk(status.text, tok, finish)
+                yield Chunk(status.text, tok, finish, lp)
                 break
-            yield Chunk(status.text, tok)
+            yield Chunk(status.text, tok, None, lp)
         else:
             finish = checker.finish_reason or "length"
-        if finish == "length" and not checker.done:
+        if finish == "length" and (not checker.done or not generated):
+            # The context filled up, or max_tokens was 0: no token carried the reason.
             yield Chunk(checker.flush(), None, "length")
     finally:
+        if decoder is not None:
+            decoder.close()
         if on_done is not None:
             on_done(
                 GenerationStats(len(prompt_ids), len(generated), prefill, decode, sampling_time,
@@ -174,3 +242,12 @@ def stream_tokens(
                 finish,
             )
 
+
+
+def collect(chunks: Iterable[Chunk], result: Mapping[str, Any],
+            prompt_ids: list[int]) -> Generation:
+    """Runs a stream to its end and builds the Generation (``result`` is filled by the
+    stream's on_done: stats, generated ids, finish reason, logprobs)."""
+    text = "".join(c.text for c in chunks)
+    return Generation(text, result["generated"], result["finish"], result["stats"], prompt_ids,
+                      result.get("logprobs"), result.get("prompt_logprobs"))

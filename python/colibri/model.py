@@ -7,6 +7,7 @@ share a model.
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 import threading
@@ -15,15 +16,18 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _core
+from .aio import AsyncMethods
 from .budget import BudgetPlan
 from .chat import ChatTemplate
 from .config import ActivationPrecision, CachePolicy, EngineConfig, ThreadConfig, WaitPolicy
+from .decoding import Decoder
+from .display import Displayable, model_rows, model_stats_rows
 from .errors import (
     ContextOverflowError,
     InvalidRequestError,
@@ -35,13 +39,19 @@ from .generation import (
     FinishReason,
     Generation,
     GenerationStats,
+    collect,
     rate,
     stream_tokens,
 )
+from .prompt_cache import PromptCache
+from .request import GenerateOptions, Request, parse_request
+from .resolve import resolve_model_spec
 from .rope import rope_table
+from .samples import SampleMethods
 from .sampling import Sampling
 from .session import Progress, Session
-from .sources import Manifest, ModelConfig, open_model_source
+from .sources import Manifest, ModelConfig, TensorInfo, open_model_source
+from .sources.hf_source import Fp8TensorInfo
 from .sources.validate import is_full_indexer_layer
 from .stats import ExpertStats, MemoryStats, PhaseTimes
 from .streaming import (
@@ -53,17 +63,28 @@ from .streaming import (
     phase_times,
     pin_order,
     plan_store,
+    session_kv_type,
     store_settings,
     wait_policy_name,
 )
+from .templating import TemplateMethods
 from .tokenizers import Tokenizer
+
+if TYPE_CHECKING:
+    from typing import Unpack
 
 Messages = Sequence[Mapping[str, Any]]
 
 
-@dataclass(frozen=True)
-class ModelStats:
-    """Cumulative counters of a model since load, and the last generation's record."""
+@dataclass(frozen=True, repr=False)
+class ModelStats(Displayable):
+    """Cumulative counters of a model since load, and the last generation's record.
+
+    ``generations``, ``prompt_tokens``, ``generated_tokens`` and the seconds count every
+    generation since load; ``experts`` and ``phases`` the streaming tier since load or
+    :meth:`Model.reset_stats`; ``memory`` is the RAM split now; ``last`` is the most recent
+    generation to finish, from any thread (a generation's own record is
+    ``Generation.stats``)."""
 
     generations: int
     prompt_tokens: int
@@ -85,6 +106,10 @@ class ModelStats:
     @property
     def decode_tok_s(self) -> float:
         return rate(self.decode_tokens, self.decode_seconds)
+
+    def _display_rows(self) -> list[tuple[str, str]]:
+        return model_stats_rows(self)
+
 
 _QK_NORM = {"none": _core.QkNorm.none, "head": _core.QkNorm.head, "full": _core.QkNorm.full}
 _ROUTER = {
@@ -141,7 +166,14 @@ def _rope_freq_factors(manifest: Manifest) -> npt.NDArray[np.float32] | None:
         with open(manifest.files[e.file], "rb") as f:
             f.seek(e.offset)
             chunks.append(f.read(e.length))
-    return np.frombuffer(b"".join(chunks), dtype=np.float32).copy()
+    factors = np.frombuffer(b"".join(chunks), dtype=np.float32).copy()
+    if not (np.all(np.isfinite(factors)) and np.all(factors > 0)):
+        # llama.cpp divides the frequencies by them: zeros or NaN would make NaN logits.
+        raise ModelFormatError(
+            f"{manifest.files[t.extents[0].file]}: rope_freqs must hold finite values > 0; "
+            f"the file is corrupt"
+        )
+    return factors
 
 
 def _model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
@@ -205,22 +237,39 @@ def _model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
     return spec
 
 
-def _tensor_specs(manifest: Manifest) -> list[_core.TensorSpec]:
-    return [
-        _core.TensorSpec(
-            t.name,
-            t.dtype,
-            list(t.shape),
-            [_core.Extent(e.file, e.offset, e.length) for e in t.extents],
-            t.rope_unpermute_heads,
-            t.transpose_heads,
+def _tensor_spec(t: TensorInfo, checksums: bool) -> _core.TensorSpec:
+    """The core's view of one tensor. A native container's dense tensors carry their crc32,
+    which the core checks as it loads them (IOConfig.checksums "off" skips that); an FP8
+    block-scaled weight carries its scale matrix (docs/format.md, "FP8 block-scaled
+    weights"); MLA's W_UK (from kv_b_proj) its head count to transpose at load."""
+    extents = [_core.Extent(e.file, e.offset, e.length) for e in t.extents]
+    crc32 = t.crc32 if checksums else None
+    if not isinstance(t, Fp8TensorInfo):
+        return _core.TensorSpec(t.name, t.dtype, list(t.shape), extents, t.rope_unpermute_heads,
+                                crc32, transpose_heads=t.transpose_heads)
+    if t.transpose_heads or t.row_origin:
+        # MLA's kv_b_proj split into attn_k_b / attn_v_b: their rows are a per-head subset
+        # of the FP8 weight's, so its 128x128 scale blocks do not line up with theirs.
+        raise UnsupportedError(
+            f"FP8 weight {t.name!r} (MLA's kv_b_proj, split per head) cannot run directly; "
+            f"convert the checkpoint first: colibri convert --quant q8_0 (or bf16)."
         )
-        for t in manifest.tensors.values()
-        if t.name not in _SPEC_TENSORS
-    ]
+    if t.scale.dtype != "F32":
+        raise UnsupportedError(
+            f"FP8 weight {t.name!r} has {t.scale.dtype} block scales; colibri runs F32 scales "
+            f"directly (the DeepSeek-V3 layout). Convert it: colibri convert --quant q8_0."
+        )
+    scales = [_core.Extent(e.file, e.offset, e.length) for e in t.scale.extents]
+    return _core.TensorSpec(t.name, t.dtype, list(t.shape), extents, t.rope_unpermute_heads,
+                            crc32, scales, list(t.block))
 
 
-class Model:
+def _tensor_specs(manifest: Manifest, checksums: bool = True) -> list[_core.TensorSpec]:
+    return [_tensor_spec(t, checksums) for t in manifest.tensors.values()
+            if t.name not in _SPEC_TENSORS]
+
+
+class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
     """A loaded model. Use :meth:`load`; close it (or use ``with``) to free its memory."""
 
     def __init__(self, manifest: Manifest, engine: EngineConfig, core: _core.Engine,
@@ -237,22 +286,68 @@ class Model:
         self._plan = plan
         self._history = history
         self._history_base = history_base
+        self._name = manifest.path.name
+        self._prompt_cache = PromptCache(self, engine.prompt_cache)
         self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()  # closed with the model
+        self._kv_type = session_kv_type(manifest, engine)
+
+    @property
+    def prompt_cache(self) -> PromptCache:
+        """The prompt cache (colibri.prompt_cache): off unless ``EngineConfig.prompt_cache``
+        gives it bytes; ``model.prompt_cache.stats()`` says what it holds and saved."""
+        return self._prompt_cache
+
+    def load_session(self, path: str | os.PathLike[str]) -> Session:
+        """A session restored from a file written by ``Session.save`` (see Session.load)."""
+        return Session.load(path, self)
+
+    @property
+    def name(self) -> str:
+        """The named model or Hugging Face repository id it was loaded as, else the file
+        or directory name."""
+        return self._name
 
     @classmethod
-    def load(cls, path: str | Path, engine: EngineConfig | None = None) -> Model:
-        """Loads a GGUF file, a Hugging Face checkpoint directory or a native container.
+    def load(
+        cls,
+        model: str | os.PathLike[str],
+        engine: EngineConfig | None = None,
+        *,
+        filename: str | None = None,
+        revision: str | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        hf_cache_dir: str | os.PathLike[str] | None = None,
+        download: bool = False,
+        progress: bool = True,
+    ) -> Model:
+        """Loads a model: a GGUF file, a Hugging Face checkpoint directory, a native
+        container, a named model (``"smollm2"``, ``"smollm2-moe-demo"``: the names
+        ``colibri run --model`` takes, fetched into ``cache_dir`` on first use) or a
+        Hugging Face repository id (``"org/name"``) already in the local Hugging Face cache
+        (``filename="*Q4_K_M.gguf"`` picks one GGUF of it; ``download=True`` lets
+        huggingface_hub fetch what is missing). See :mod:`colibri.resolve`.
 
         Resident (dense) weights are read now; routed experts are read on demand into the
-        expert cache, sized by ``engine.ram_budget`` (see :mod:`colibri.budget`)."""
+        expert cache, sized by ``engine.ram_budget`` (see :mod:`colibri.budget`). Fetch
+        progress goes to stderr unless ``progress=False``."""
+        resolved = resolve_model_spec(
+            model, filename=filename, revision=revision, cache_dir=cache_dir,
+            hf_cache_dir=hf_cache_dir, download=download, log=sys.stderr if progress else None,
+        )  # fmt: skip
+        loaded = cls._load_path(resolved.path, engine)
+        loaded._name = resolved.name or resolved.path.name
+        return loaded
+
+    @classmethod
+    def _load_path(cls, path: Path, engine: EngineConfig | None) -> Model:
         engine = engine if engine is not None else EngineConfig()
-        manifest = open_model_source(Path(path))
+        manifest = open_model_source(path)
         context_length = _context_length(manifest.config, engine)
         check_resident_fits(manifest, engine, context_length)  # before reading any weight
         spec = _model_spec(manifest, context_length)
         core = _core.Engine(
             spec,
-            _tensor_specs(manifest),
+            _tensor_specs(manifest, engine.io.checksums != "off"),
             [str(f) for f in manifest.files],
             _thread_settings(engine.threads),
             expert_blobs(manifest),
@@ -267,6 +362,13 @@ class Model:
         if engine.cache.preload and plan.cache_slots >= int(core.streamed_experts):
             core.preload_experts()
         return cls(manifest, engine, core, plan, history, base)
+
+    @property
+    def closed(self) -> bool:
+        return self._core is None
+
+    def _display_rows(self) -> list[tuple[str, str]]:
+        return model_rows(self)
 
     @property
     def config(self) -> ModelConfig:
@@ -302,15 +404,33 @@ class Model:
         self._require_core().reset_thread_stats()
 
     def set_activation_precision(self, precision: ActivationPrecision | str) -> None:
-        """Switches between int8 and float32 activations; takes effect from the next call."""
+        """Switches between int8 and float32 activations; takes effect from the next call.
+        Under ``kv_cache_type="auto"`` sessions opened from now on get the KV type of the
+        new precision (f32 for float32), and the budget is re-split for it (ConfigError,
+        changing nothing, if it no longer fits); existing sessions keep theirs."""
         cfg = self._engine_config.replace(activation_precision=precision)
-        self._require_core().activation_precision = _PRECISION[cfg.activation_precision]
+        core = self._require_core()
+        kv_type = session_kv_type(self._manifest, cfg)
+        if kv_type != self._kv_type and self._plan is not None:
+            plan = plan_store(self._manifest, cfg, core, self._context_length)
+            if plan.cache_bytes != self._plan.cache_bytes:
+                core.configure_store(store_settings(cfg, plan.cache_bytes))
+            self._plan = plan
+        core.activation_precision = _PRECISION[cfg.activation_precision]
         self._engine_config = cfg
+        self._kv_type = kv_type
+
+    @property
+    def kv_cache_type(self) -> str:
+        """How new sessions store keys and values: "f32", "f16", "bf16" or "q8_0"
+        (``EngineConfig.kv_cache_type`` with "auto" resolved)."""
+        return self._kv_type
 
     def session(self) -> Session:
         """A new conversation state (KV cache) on this model."""
         with self._lock:
-            session = Session(self, _core.Session(self._require_core(), self._context_length))
+            session = Session(self, _core.Session(self._require_core(), self._context_length,
+                                                  self._kv_type))
             self._sessions.add(session)
         return session
 
@@ -362,18 +482,37 @@ class Model:
         stop: str | Sequence[str] = (),
         truncate: bool = False,
         progress: Progress | None = None,
+        **options: Unpack[GenerateOptions],
     ) -> Generation:
-        """Generates a completion in a fresh session and returns it whole. ``progress(done,
-        total)`` is called after each prefill chunk of the prompt (Session.forward)."""
-        chunks: list[str] = []
+        """Generates text in a fresh session and returns it whole.
+
+        Raw or templated, one rule: a ``prompt`` (str) is a raw completion: the text is
+        continued as it is (BOS added as the model asks), with no chat template; a list of
+        ids is used as given. ``messages=[{"role": "user", "content": ...}, ...]`` (or
+        :meth:`chat`) renders the conversation with the model's chat template and answers
+        as the assistant. ``colibri run`` uses the template unless ``--raw``.
+
+        ``max_tokens``: most tokens to generate, EOS included (0: none, finish "length").
+        ``sampling``: a :class:`Sampling` (or a mapping of its fields); the default is
+        greedy; ``Sampling(logprobs=True, top_logprobs=k, prompt_logprobs=k)`` adds
+        log-probabilities. ``stop``: strings that end the text (not included).
+        ``truncate``: keep the end of a prompt longer than the context instead of raising
+        :class:`~colibri.errors.ContextOverflowError`. Further options
+        (:class:`~colibri.request.GenerateOptions`): ``stop_token_ids``, ``min_tokens``,
+        ``logits_processors`` (callables ``(token_ids, logits) -> logits``, in order, before
+        sampling) and ``response_format`` (a JSON schema, regex, choice list or grammar:
+        :mod:`colibri.structured`). ``progress(done, total)`` is called after each prefill
+        chunk of the prompt (Session.forward).
+
+        Returns a :class:`Generation`: ``text``, ``token_ids``, ``finish_reason`` ("stop":
+        EOS, a stop string or token, or a complete structured text; "length"),
+        ``stats`` (this generation's own figures, also under concurrent use) and the
+        logprobs asked for. Safe to call from several threads at once (docs/api.md).
+        """
+        request = self._request(max_tokens, sampling, stop, truncate, options, "generate")
+        ids = self._fit(self.encode_prompt(prompt, messages=messages), request)
         result: dict[str, Any] = {}
-        ids = self._fit(self.encode_prompt(prompt, messages=messages), max_tokens, truncate)
-        for chunk in self._stream(self.session(), ids, max_tokens, sampling, stop, result,
-                                  progress=progress):
-            chunks.append(chunk.text)
-        return Generation(
-            "".join(chunks), result["generated"], result["finish"], result["stats"], ids
-        )
+        return collect(self._start(ids, request, result, progress)[1], result, ids)
 
     def stream(
         self,
@@ -385,18 +524,48 @@ class Model:
         stop: str | Sequence[str] = (),
         truncate: bool = False,
         progress: Progress | None = None,
+        **options: Unpack[GenerateOptions],
     ) -> Generator[Chunk, None, None]:
-        """Like :meth:`generate`, yielding text chunks as tokens arrive."""
-        ids = self._fit(self.encode_prompt(prompt, messages=messages), max_tokens, truncate)
-        return self._stream(self.session(), ids, max_tokens, sampling, stop, {},
-                            progress=progress)
+        """Like :meth:`generate` (same arguments, same rule for raw and templated
+        prompts), yielding a :class:`Chunk` per token as it arrives: the text it made
+        visible (may be empty), its id, its logprobs when asked for, and on the last chunk
+        the finish reason. Closing the generator early stops the generation."""
+        request = self._request(max_tokens, sampling, stop, truncate, options, "stream")
+        ids = self._fit(self.encode_prompt(prompt, messages=messages), request)
+        return self._start(ids, request, {}, progress)[1]
+
+    def _start(self, ids: list[int], request: Request, result: dict[str, Any],
+               progress: Progress | None = None,
+               ) -> tuple[Session, Generator[Chunk, None, None]]:
+        """A generation of `ids` in a new session, or in one of the prompt cache holding
+        a prefix of them (which is then not prefilled again); the session goes to the
+        cache when the generation ends."""
+        if self._prompt_cache.enabled:
+            session, m = self._prompt_cache.take(ids)
+        else:
+            session, m = self.session(), 0
+        return session, self._stream(session, ids[m:], request, result, history=ids[:m],
+                                     to_cache=True, progress=progress)
+
+    @staticmethod
+    def _request(max_tokens: int, sampling: Sampling | Mapping[str, Any] | None,
+                 stop: str | Sequence[str], truncate: bool, options: Mapping[str, Any],
+                 where: str) -> Request:
+        return parse_request({"max_tokens": max_tokens, "sampling": sampling, "stop": stop,
+                              "truncate": truncate, **options}, where=where)
 
     def stats(self) -> ModelStats:
+        """The model's figures now: generations, tokens and time since load, the streaming
+        tier's expert-cache and I/O counters and time per phase since load (or
+        :meth:`reset_stats`), the RAM budget split, the wait policy in effect, and the
+        last generation to finish (``last``; from any thread: a generation's own record is
+        its ``Generation.stats``). Cheap: safe to call during generation."""
         g, p, n, ps, ds, nd = self._totals
         core = self._require_core()
         return ModelStats(
             int(g), int(p), int(n), float(ps), float(ds), int(nd), self._last,
-            memory=memory_stats(self._plan, core) if self._plan is not None else None,
+            memory=(memory_stats(self._plan, core, self._kv_type)
+                    if self._plan is not None else None),
             experts=expert_stats(core), phases=phase_times(core),
             wait_policy=wait_policy_name(core),
         )  # fmt: skip
@@ -414,10 +583,12 @@ class Model:
         history.save(base + core.route_counts())
 
     def set_io_fault(self, fault: str) -> None:
-        """Test hook: make expert reads fail ("eio", "einval_direct_read", "none")."""
+        """Test hook: make expert reads fail ("eio", "einval_direct_read") or slow
+        ("slow_read": each read first sleeps 3 ms), or behave again ("none")."""
         self._require_core().set_io_fault(fault)
 
-    def _fit(self, ids: list[int], max_tokens: int, truncate: bool) -> list[int]:
+    def _fit(self, ids: list[int], request: Request) -> list[int]:
+        max_tokens, truncate = request.max_tokens, request.truncate
         if len(ids) < self._context_length:
             return ids
         if not truncate:
@@ -434,33 +605,30 @@ class Model:
         self,
         session: Session,
         ids: Sequence[int],
-        max_tokens: int,
-        sampling: Sampling | Mapping[str, Any] | None,
-        stop: str | Sequence[str],
+        request: Request,
         result: dict[str, Any],
         history: Sequence[int] = (),
+        to_cache: bool = False,
         progress: Progress | None = None,
     ) -> Generator[Chunk, None, None]:
-        stops = [stop] if isinstance(stop, str) else list(stop)
-        if isinstance(sampling, Mapping):
-            sampling = Sampling.from_dict(sampling)
-        elif sampling is not None and not isinstance(sampling, Sampling):
-            raise InvalidRequestError(
-                f"sampling must be a colibri.Sampling or a mapping of its fields, "
-                f"not {type(sampling).__name__}"
-            )
-        if not all(isinstance(x, str) and x for x in stops):
-            raise InvalidRequestError("stop must be a non-empty string or a list of them")
-
+        decoder = None if request.plain else Decoder(request, self.tokenizer,
+                                                     self.config.vocab_size)
         core = self._require_core()
-        experts0, phases0 = expert_stats(core), phase_times(core)
+        # The session's own counters, not the engine's: another thread's generation on
+        # this model must not mix into this one's figures (docs/api.md, threads).
+        experts0, phases0 = session.forward_stats()
 
         def done(stats: GenerationStats, generated: list[int], finish: FinishReason | None) -> None:
+            experts1, phases1 = session.forward_stats()
             stats = replace(
-                stats, experts=expert_stats(core).minus(experts0),
-                phases=phase_times(core).minus(phases0), wait_policy=wait_policy_name(core),
+                stats, experts=experts1.minus(experts0), phases=phases1.minus(phases0),
+                wait_policy=wait_policy_name(core), cached_tokens=len(history),
             )  # fmt: skip
+            if to_cache and self._prompt_cache.enabled:
+                self._prompt_cache.put(session)
             result.update(stats=stats, generated=generated, finish=finish)
+            if decoder is not None:
+                result.update(logprobs=decoder.logprobs, prompt_logprobs=decoder.prompt_logprobs)
             with self._lock:
                 t = self._totals
                 t[0] += 1
@@ -472,9 +640,9 @@ class Model:
                 self._last = stats
 
         return stream_tokens(
-            session, self.tokenizer, ids, max_tokens=max_tokens,
-            sampling=sampling or Sampling(), stop=stops, history=history, on_done=done,
-            progress=progress,
+            session, self.tokenizer, ids, max_tokens=request.max_tokens,
+            sampling=request.sampling, stop=request.stop, history=history, on_done=done,
+            decoder=decoder, progress=progress,
         )  # fmt: skip
 
     def close(self) -> None:
@@ -485,6 +653,7 @@ class Model:
         try:
             self.save_routing_history()
         finally:
+            self._prompt_cache.clear()
             with self._lock:
                 sessions = list(self._sessions)
                 self._sessions.clear()

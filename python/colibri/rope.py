@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import UnsupportedError
+from .errors import ColibriError, ModelFormatError, UnsupportedError
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
 
@@ -37,6 +37,37 @@ def rope_table(
     scaling: Mapping[str, Any] | None,
     max_position_embeddings: int,
     partial_rotary_factor: float = 1.0,
+) -> RopeTable:
+    """The table for a config; ModelFormatError when its parameters are missing or give
+    frequencies that are not finite and positive (they would make NaN logits). The
+    sources check the parameters first (``sources.validate.check_rope_scaling``)."""
+    try:
+        with np.errstate(all="ignore"):  # non-finite results are reported below
+            table = _rope_table(head_dim, theta, scaling, max_position_embeddings,
+                                partial_rotary_factor)  # fmt: skip
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
+        if isinstance(exc, ColibriError):
+            raise
+        raise ModelFormatError(
+            f"the RoPE scaling parameters are invalid ({type(exc).__name__}: {str(exc)[:80]})"
+        ) from exc
+    inv = table.inv_freq
+    if not (np.all(np.isfinite(inv)) and np.all(inv > 0)) or not (
+        math.isfinite(table.attention_factor) and table.attention_factor > 0
+    ):
+        raise ModelFormatError(
+            f"RoPE base {theta!r} with these scaling parameters gives frequencies that are "
+            f"not finite and positive; the model's config is corrupt"
+        )
+    return table
+
+
+def _rope_table(
+    head_dim: int,
+    theta: float,
+    scaling: Mapping[str, Any] | None,
+    max_position_embeddings: int,
+    partial_rotary_factor: float,
 ) -> RopeTable:
     dim = int(head_dim * partial_rotary_factor)
     rope_type = "default"

@@ -13,18 +13,25 @@ conversation would interleave their tokens); give each thread its own session.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping, Sequence
+import os
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _core
+from .aio import agenerate_stream, astream_stream
 from .errors import InvalidRequestError, TokenOutOfRangeError
-from .generation import Chunk, Generation
-from .sampling import Sampling
+from .generation import Chunk, Generation, collect
+from .request import GenerateOptions, parse_request
+from .sampling import Sampler, Sampling
+from .stats import ExpertStats, PhaseTimes
+from .streaming import session_stats
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from .model import Model
 
 Progress = Callable[[int, int], object]
@@ -39,6 +46,71 @@ class Session:
     def __init__(self, model: Model, core: _core.Session) -> None:
         self._model = model
         self._core = core
+        # The Sampler restored by Session.load when one was saved (for custom loops).
+        self.sampler: Sampler | None = None
+
+    def __repr__(self) -> str:
+        try:
+            held = f"{self.n_tokens} of {self.context_length} tokens"
+        except InvalidRequestError:
+            held = "closed"
+        return f"Session({held}, model {self._model.name!r})"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(repr(self))
+
+    # --- the KV state: saved sessions, forks, the prompt cache (colibri.session_store) ---
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of KV state the session holds now (its allocation: the cache grows in
+        steps as it fills)."""
+        return int(self._core.kv_allocated_bytes)
+
+    def save(self, path: str | os.PathLike[str], *, sampler: Sampler | None = None) -> None:
+        """Writes the session to `path`: its tokens, its KV cache at its type, its last
+        logits, and `sampler`'s settings and random state if given. Versioned and
+        checksummed, written atomically (colibri.session_store)."""
+        from .session_store import save_session
+
+        save_session(self, path, sampler=sampler)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], model: Model) -> Session:
+        """A session of `model` restored from a file written by :meth:`save` (its
+        ``sampler`` attribute holds the saved Sampler, if any). Refuses a file saved from
+        another model, a corrupt or truncated one, or one from a newer format."""
+        from .session_store import load_session
+
+        return load_session(path, model)
+
+    def fork(self, n: int | None = None) -> Session:
+        """A new session of the same model holding this one's first `n` tokens (all by
+        default), their KV state copied: the two then go their own ways. Forking all of
+        them keeps the last logits too (the last token is forwarded once more: the same
+        bits)."""
+        held = self.n_tokens
+        n = held if n is None else int(n)
+        new = self._model.session()
+        new._core.copy_prefix_from(self._core, n)
+        if n and n == held and self._core.last_logits is not None:
+            new._refresh_logits()
+        return new
+
+    def _refresh_logits(self) -> None:
+        """Recomputes the logits after the last token (after the KV state was replaced):
+        rolls it back and forwards it again, which rewrites its KV entry with the same
+        values (the forward is deterministic)."""
+        last = self.token_ids[-1]
+        self._core.rollback(1)
+        self.forward([last])
+
+    def forward_stats(self) -> tuple[ExpertStats, PhaseTimes]:
+        """Expert cache, expert I/O and per-phase time of this session's forwards since it
+        was made. Each forward's share is measured inside the engine's lock, so the
+        figures are this session's alone even while other threads run other sessions of
+        the same model (``Model.stats()`` has the model-wide totals)."""
+        return session_stats(self._core)
 
     @property
     def n_tokens(self) -> int:
@@ -48,6 +120,11 @@ class Session:
     @property
     def context_length(self) -> int:
         return int(self._core.context_length)
+
+    @property
+    def kv_cache_type(self) -> str:
+        """How this session's KV cache stores keys and values: "f32", "f16", "bf16", "q8_0"."""
+        return str(self._core.kv_type)
 
     def forward(
         self,
@@ -105,18 +182,16 @@ class Session:
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
         progress: Progress | None = None,
+        **options: Unpack[GenerateOptions],
     ) -> Generation:
         """Continues from the session's state: forwards ``prompt_ids`` (may be empty) and
         generates. The generated tokens stay in the session (the last one's KV entry is
-        written by the next forward). ``progress`` as in :meth:`forward`, for the prompt."""
-        chunks: list[str] = []
-        result: dict[str, Any] = {}
+        written by the next forward). ``progress`` as in :meth:`forward`, for the prompt;
+        further options as :meth:`Model.generate`."""
         ids = [int(t) for t in prompt_ids]
-        for chunk in self.stream(ids, max_tokens=max_tokens, sampling=sampling, stop=stop,
-                                 progress=progress, _result=result):
-            chunks.append(chunk.text)
-        return Generation("".join(chunks), result["generated"], result["finish"],
-                          result["stats"], ids)
+        result: dict[str, Any] = {}
+        return collect(self.stream(ids, max_tokens=max_tokens, sampling=sampling, stop=stop,
+                                   progress=progress, _result=result, **options), result, ids)
 
     def stream(
         self,
@@ -127,15 +202,49 @@ class Session:
         stop: str | Sequence[str] = (),
         progress: Progress | None = None,
         _result: dict[str, Any] | None = None,
+        **options: Unpack[GenerateOptions],
     ) -> Generator[Chunk, None, None]:
         """Like :meth:`generate`, yielding chunks."""
         ids = [int(t) for t in prompt_ids]
         if ids:
             self._check_ids(ids)
+        request = parse_request({"max_tokens": max_tokens, "sampling": sampling, "stop": stop,
+                                 **options}, where="Session.stream")
         return self._model._stream(
-            self, ids, max_tokens, sampling, stop, {} if _result is None else _result,
-            history=self.token_ids, progress=progress,
+            self, ids, request, {} if _result is None else _result, history=self.token_ids,
+            progress=progress,
         )  # fmt: skip
+
+    async def agenerate(
+        self,
+        prompt_ids: Sequence[int] = (),
+        *,
+        max_tokens: int = 256,
+        sampling: Sampling | Mapping[str, Any] | None = None,
+        stop: str | Sequence[str] = (),
+        **options: Unpack[GenerateOptions],
+    ) -> Generation:
+        """:meth:`generate` for asyncio; a cancelled call leaves the session as it was
+        before it (:mod:`colibri.aio`)."""
+        ids = [int(t) for t in prompt_ids]
+        result: dict[str, Any] = {}
+        gen = self.stream(ids, max_tokens=max_tokens, sampling=sampling, stop=stop,
+                          _result=result, **options)
+        return await agenerate_stream(gen, self, result, ids)
+
+    def astream(
+        self,
+        prompt_ids: Sequence[int] = (),
+        *,
+        max_tokens: int = 256,
+        sampling: Sampling | Mapping[str, Any] | None = None,
+        stop: str | Sequence[str] = (),
+        **options: Unpack[GenerateOptions],
+    ) -> AsyncGenerator[Chunk, None]:
+        """:meth:`stream` for asyncio: ``async for chunk in session.astream(ids)``."""
+        gen = self.stream(prompt_ids, max_tokens=max_tokens, sampling=sampling, stop=stop,
+                          **options)
+        return astream_stream(gen, self)
 
     def reset(self) -> None:
         """Empties the KV cache."""

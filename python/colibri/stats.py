@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, TypeVar
 
+from .display import Displayable, duration, percent, size
+
 _T = TypeVar("_T")
 
 
@@ -22,8 +24,8 @@ def _ratio(num: float, den: float) -> float:
     return num / den if den > 0 else 0.0
 
 
-@dataclass(frozen=True)
-class ExpertStats:
+@dataclass(frozen=True, repr=False)
+class ExpertStats(Displayable):
     """Expert cache and expert I/O counters (cumulative, or one generation's delta)."""
 
     hits: int = 0  # routed experts found in the cache (ready, or loading by a prefetch)
@@ -69,6 +71,39 @@ class ExpertStats:
     def minus(self, earlier: ExpertStats) -> ExpertStats:
         return _minus(self, earlier)
 
+    @property
+    def lookups(self) -> int:
+        """Routed experts looked up in the cache (hits + misses)."""
+        return self.hits + self.misses
+
+    def summary(self) -> str:
+        """One line: hits, misses and the hit rate, bytes read."""
+        if not self.lookups and not self.reads:
+            return "no routed experts"
+        return (f"{self.hits} hits, {self.misses} misses ({percent(self.hit_rate)}), "
+                f"read {size(self.bytes_read)}")
+
+    def _display_rows(self) -> list[tuple[str, str]]:
+        if not self.lookups and not self.reads:
+            return [("", "no routed experts looked up")]
+        rows = [
+            ("hits", f"{self.hits} of {self.lookups} ({percent(self.hit_rate)}; "
+                     f"{self.ready_hits} already in RAM)"),
+            ("read", f"{size(self.bytes_read)} in {self.reads} reads, "
+                     f"{duration(self.read_seconds)}"
+                     + (f" ({size(int(self.read_throughput))}/s)" if self.read_seconds else "")),
+            ("stalled", duration(self.stall_seconds)),
+        ]
+        if self.prefetch_issued or self.routed_after_prediction:
+            rows.append(("prefetch", f"{self.prefetch_issued} issued, {self.prefetch_used} used, "
+                                     f"{self.prefetch_wasted} wasted (recall "
+                                     f"{percent(self.prefetch_recall)})"))
+        rows.append(("evictions", str(self.evictions)))
+        if self.read_errors or self.checksum_failures:
+            rows.append(("errors", f"{self.read_errors} read errors, "
+                                   f"{self.checksum_failures} checksum failures"))
+        return rows
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.update(hit_rate=self.hit_rate, ready_hit_rate=self.ready_hit_rate,
@@ -77,8 +112,8 @@ class ExpertStats:
         return d
 
 
-@dataclass(frozen=True)
-class PhaseTimes:
+@dataclass(frozen=True, repr=False)
+class PhaseTimes(Displayable):
     """Wall-clock seconds per phase of the forward pass (cumulative, or a delta)."""
 
     attention: float = 0.0  # norms, Q/K/V/O projections, RoPE, attention
@@ -96,19 +131,24 @@ class PhaseTimes:
     def minus(self, earlier: PhaseTimes) -> PhaseTimes:
         return _minus(self, earlier)
 
+    def _display_rows(self) -> list[tuple[str, str]]:
+        rows = [(f.name.replace("_", " "), duration(getattr(self, f.name)))
+                for f in fields(self) if getattr(self, f.name) > 0]
+        return [*rows, ("total", duration(self.total))]
+
     def to_dict(self) -> dict[str, float]:
         d = asdict(self)
         d["total"] = self.total
         return d
 
 
-@dataclass(frozen=True)
-class MemoryStats:
+@dataclass(frozen=True, repr=False)
+class MemoryStats(Displayable):
     """How the RAM budget is split (bytes)."""
 
     budget: int  # EngineConfig.ram_budget, resolved
     dense_bytes: int  # resident non-expert weights
-    kv_bytes: int  # one session's KV cache at the full context length
+    kv_bytes: int  # one session's KV cache at the full context length, at kv_cache_type
     work_bytes: int  # work buffers (activations, logits, scratch), estimated
     cache_bytes: int  # the expert cache: slots x slot_bytes
     cache_slots: int  # experts the cache can hold at once
@@ -117,6 +157,26 @@ class MemoryStats:
     pinned_experts: int  # slots pinned by the learned policy
     total_experts: int  # routed experts in the model (layers x experts)
     expert_bytes: int  # bytes of all routed experts on disk
+    kv_cache_type: str = "f32"  # how sessions store keys and values: f32, f16, bf16, q8_0
+    prompt_cache_bytes: int = 0  # the prompt cache's capacity (EngineConfig.prompt_cache)
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, int | str]:
         return asdict(self)
+
+    def summary(self) -> str:
+        """One line: the budget and its parts."""
+        prompts = (f" + prompt cache {size(self.prompt_cache_bytes)}"
+                   if self.prompt_cache_bytes else "")
+        return (f"{size(self.budget)} = dense {size(self.dense_bytes)} + KV "
+                f"{size(self.kv_bytes)} + work {size(self.work_bytes)}{prompts} + expert "
+                f"cache {size(self.cache_bytes)}")
+
+    def _display_rows(self) -> list[tuple[str, str]]:
+        rows = [("budget", self.summary())]
+        if self.total_experts:
+            rows += [
+                ("expert cache", f"{self.cache_slots} slots of {size(self.slot_bytes)}; "
+                                 f"{self.cached_experts} in use, {self.pinned_experts} pinned"),
+                ("experts", f"{self.total_experts} routed, {size(self.expert_bytes)} on disk"),
+            ]
+        return rows

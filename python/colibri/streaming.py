@@ -20,9 +20,9 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from .budget import BudgetPlan, estimate_work_bytes, kv_bytes_per_token, plan_budget
+from .budget import BudgetPlan, estimate_work_bytes, kv_layers_bytes, plan_budget
 from .config import CachePolicy, EngineConfig, default_history_dir
-from .errors import ModelIOError
+from .errors import ModelIOError, UnsupportedError
 from .sources import Manifest, ModelConfig
 from .sources.validate import is_full_indexer_layer
 from .stats import ExpertStats, MemoryStats, PhaseTimes
@@ -70,10 +70,10 @@ def expert_slot_bytes(manifest: Manifest) -> int:
     for t in manifest.tensors.values():
         m = _EXPERT_RE.match(t.name)
         if m and t.extents:
-            e = t.extents[0]
-            parts.setdefault((int(m.group(1)), int(m.group(3))), []).append(
-                (e.file, e.offset, e.length)
-            )
+            key = (int(m.group(1)), int(m.group(3)))
+            scale = getattr(t, "scale", None)  # an FP8 weight's block scales: read with it
+            for e in (t.extents[0], *(scale.extents[:1] if scale is not None else ())):
+                parts.setdefault(key, []).append((e.file, e.offset, e.length))
     best = 0
     for key, extents in parts.items():
         blob = manifest.expert_blobs.get(key)
@@ -97,19 +97,26 @@ def resident_bytes(manifest: Manifest) -> int:
     return sum(t.nbytes for t in manifest.tensors.values() if not is_expert_tensor(t.name))
 
 
-def kv_floats_per_token(c: ModelConfig) -> int:
-    """float32 values one position takes in a session's KV cache, over all layers (the
-    core's Engine.kv_layout; MTP layers keep none: they do not run in plain decoding).
-    GQA: keys and values; MLA: the latent and the shared rope key (kv_lora_rank +
-    qk_rope_head_dim: 576 for DeepSeek-V3), plus the DSA indexer key on full indexer layers."""
+def kv_layer_widths(c: ModelConfig) -> list[tuple[int, int]]:
+    """Per layer, the (key, value) values one position keeps in a session's KV cache (the
+    core's Engine.kv_layouts; MTP layers keep none: they do not run in plain decoding).
+    GQA: keys and values of every KV head; MLA: the latent and the shared rope key as the
+    key (kv_lora_rank + qk_rope_head_dim: 576 for DeepSeek-V3), and the DSA indexer's key
+    as the value on full indexer layers (none on the others)."""
     if not c.is_mla:
-        return 2 * c.n_layers * c.n_kv_heads * c.head_dim
-    full = sum(1 for i in range(c.n_layers) if is_full_indexer_layer(c, i))
-    return c.n_layers * (c.kv_lora_rank + c.qk_rope_head_dim) + full * c.index_head_dim
+        return [(c.n_kv_heads * c.head_dim, c.n_kv_heads * c.head_dim)] * c.n_layers
+    latent = c.kv_lora_rank + c.qk_rope_head_dim
+    return [(latent, c.index_head_dim if is_full_indexer_layer(c, i) else 0)
+            for i in range(c.n_layers)]  # fmt: skip
+
+
+def kv_floats_per_token(c: ModelConfig) -> int:
+    """Values one position takes in a session's KV cache, over all layers."""
+    return sum(k + v for k, v in kv_layer_widths(c))
 
 
 def _mla_work_floats(c: ModelConfig) -> int:
-    """Per-token floats of the MLA work buffers (csrc/model/mla_attention.hpp, MlaWorkspace)."""
+    """Per-token floats of the MLA work buffers (csrc/model/attn_mla.hpp)."""
     if not c.is_mla:
         return 0
     nh, r, rope = c.n_heads, c.kv_lora_rank, c.qk_rope_head_dim
@@ -118,9 +125,40 @@ def _mla_work_floats(c: ModelConfig) -> int:
     return nh * per_head + c.q_lora_rank + r + rope + indexer
 
 
+_FLOAT_TYPES = ("F32", "F16", "BF16")
+
+
+def float_weights(manifest: Manifest) -> bool:
+    """Whether every matrix of the model is a float type (F32, F16, BF16): the exact path,
+    on which ``kv_cache_type="auto"`` keeps an F32 KV cache."""
+    return all(t.dtype in _FLOAT_TYPES for t in manifest.tensors.values() if len(t.shape) >= 2)
+
+
+def session_kv_type(manifest: Manifest, engine: EngineConfig) -> str:
+    """The KV-cache type sessions get under `engine` (``"auto"`` resolved for this model).
+    Raises UnsupportedError for q8_0 when a cached row (a head; MLA's latent row) is not
+    whole blocks of 32 values."""
+    kv_type = engine.resolve_kv_cache_type(float_weights(manifest))
+    c = manifest.config
+    if kv_type == "q8_0":
+        if c.is_mla:
+            rows = {k for k, _ in kv_layer_widths(c)} | {v for _, v in kv_layer_widths(c) if v}
+            what = "cached rows (the latent and rope key; the DSA indexer key)"
+        else:
+            rows = {c.head_dim}
+            what = "heads"
+        odd = sorted(w for w in rows if w % 32)
+        if odd:
+            raise UnsupportedError(
+                f"EngineConfig.kv_cache_type='q8_0' stores each row in blocks of 32 values, "
+                f"but this model's {what} have {', '.join(map(str, odd))}; use 'f16' or 'bf16'"
+            )
+    return kv_type
+
+
 def _kv_and_work(manifest: Manifest, engine: EngineConfig, context_length: int) -> tuple[int, int]:
     c = manifest.config
-    kv = kv_bytes_per_token(kv_floats_per_token(c), context_length)
+    kv = kv_layers_bytes(kv_layer_widths(c), context_length, session_kv_type(manifest, engine))
     work = estimate_work_bytes(
         vocab_size=c.vocab_size, hidden_size=c.hidden_size,
         intermediate_size=c.intermediate_size, moe_intermediate_size=c.moe_intermediate_size,
@@ -128,7 +166,12 @@ def _kv_and_work(manifest: Manifest, engine: EngineConfig, context_length: int) 
         n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, head_dim=c.head_dim,
         n_experts=c.n_experts, n_experts_per_tok=c.n_experts_per_tok,
         context_length=context_length, threads=engine.threads.team_size(),
+        # a forward's batch is one prefill chunk (the whole prompt when chunking is off)
+        batch=engine.prefill_chunk if engine.prefill_chunk is not None else context_length,
         extra_per_token=_mla_work_floats(c),
+        # MLA attends over the latent row (MQA: the latent and rope key, values the latent)
+        attn_key_dim=c.kv_lora_rank + c.qk_rope_head_dim if c.is_mla else 0,
+        attn_value_dim=c.kv_lora_rank if c.is_mla else 0,
     )  # fmt: skip
     return kv, work
 
@@ -143,7 +186,7 @@ def check_resident_fits(manifest: Manifest, engine: EngineConfig, context_length
     plan_budget(
         budget=engine.ram_budget, dense_bytes=resident_bytes(manifest), kv_bytes=kv,
         work_bytes=work, slot_bytes=expert_slot_bytes(manifest), total_experts=total,
-        min_slots=c.n_experts_per_tok if total else 0,
+        min_slots=c.n_experts_per_tok if total else 0, prompt_cache_bytes=engine.prompt_cache,
     )  # fmt: skip
 
 
@@ -157,6 +200,7 @@ def plan_store(manifest: Manifest, engine: EngineConfig, core: _core.Engine,
         work_bytes=work, slot_bytes=int(core.expert_slot_bytes), total_experts=streamed,
         # One layer's top-k at once: fewer still runs (in waves) but stalls on every expert.
         min_slots=manifest.config.n_experts_per_tok if streamed else 0,
+        prompt_cache_bytes=engine.prompt_cache,
     )  # fmt: skip
 
 
@@ -250,7 +294,11 @@ def pin_order(counts: npt.NDArray[np.uint64]) -> list[int]:
 
 
 def expert_stats(core: _core.Engine) -> ExpertStats:
-    s = core.store_stats()
+    """The engine's cumulative counters since load (or reset_stats)."""
+    return expert_stats_of(core.store_stats())
+
+
+def expert_stats_of(s: _core.ExpertStoreStats) -> ExpertStats:
     return ExpertStats(
         hits=s.hits, misses=s.misses, ready_hits=s.ready_hits, reads=s.reads,
         bytes_read=s.bytes_read,
@@ -266,13 +314,23 @@ def phase_times(core: _core.Engine) -> PhaseTimes:
     return PhaseTimes(*(float(x) for x in core.phase_seconds()))
 
 
-def memory_stats(plan: BudgetPlan, core: _core.Engine) -> MemoryStats:
+def session_stats(core: _core.Session) -> tuple[ExpertStats, PhaseTimes]:
+    """A session's own counters: the sum of what each of its forwards did, measured inside
+    the engine lock (csrc/model/forward_stats.hpp), so another thread's generation on the
+    same model never mixes in."""
+    experts, phases, _ = core.forward_stats()
+    return expert_stats_of(experts), PhaseTimes(*(float(x) for x in phases))
+
+
+def memory_stats(plan: BudgetPlan, core: _core.Engine, kv_type: str) -> MemoryStats:
     return MemoryStats(
         budget=plan.budget, dense_bytes=plan.dense_bytes, kv_bytes=plan.kv_bytes,
         work_bytes=plan.work_bytes, cache_bytes=int(core.cache_slots) * plan.slot_bytes,
         cache_slots=int(core.cache_slots), slot_bytes=plan.slot_bytes,
         cached_experts=int(core.cached_experts), pinned_experts=int(core.pinned_experts),
         total_experts=int(core.streamed_experts), expert_bytes=int(core.expert_bytes),
+        kv_cache_type=kv_type,
+        prompt_cache_bytes=plan.prompt_cache_bytes,
     )  # fmt: skip
 
 

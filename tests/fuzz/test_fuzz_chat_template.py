@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import os
 
-import fuzz_chat_template as fuzz
 import pytest
+
+from fuzz import fuzz_chat_template as fuzz
 
 
 def _check(report: fuzz.Report) -> None:

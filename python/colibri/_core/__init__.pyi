@@ -371,7 +371,7 @@ class Extent:
     def offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
 class TensorSpec:
-    def __init__(self, name: str, dtype: str, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], extents: collections.abc.Sequence[Extent], rope_unpermute_heads: typing.SupportsInt | typing.SupportsIndex = 0, transpose_heads: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, name: str, dtype: str, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], extents: collections.abc.Sequence[Extent], rope_unpermute_heads: typing.SupportsInt | typing.SupportsIndex = 0, crc32: typing.SupportsInt | typing.SupportsIndex | None = None, scale_extents: collections.abc.Sequence[Extent] = [], scale_block: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], transpose_heads: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         ...
     @property
     def name(self) -> str:
@@ -856,6 +856,10 @@ class Session:
         """
     def forward(self, ids: typing.Annotated[numpy.typing.ArrayLike, numpy.int32], all_logits: bool = False, chunk: typing.SupportsInt | typing.SupportsIndex = 0, progress: typing.Any = None) -> numpy.typing.NDArray[numpy.float32]:
         ...
+    def forward_stats(self) -> tuple[ExpertStoreStats, list[float], int]:
+        """
+        This session's share of the expert and phase counters: (ExpertStoreStats, phase seconds, forwards), measured inside the engine lock around each forward.
+        """
     def import_kv(self, data: bytes, ids: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
         """
         Replaces the state by the tokens `ids` whose KV state export_kv gave (same model and KV type).

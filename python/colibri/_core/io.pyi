@@ -6,10 +6,11 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['DIRECT_ALIGNMENT', 'MAX_WORKERS', 'ReadPool', 'slab_bytes']
+import typing_extensions
+__all__: list[str] = ['DIRECT_ALIGNMENT', 'MAX_WORKERS', 'ReadPool', 'crc32', 'crc32_accelerated', 'slab_bytes']
 class ReadPool:
     """
-    I/O worker pool over a list of files. workers=0 reads synchronously in wait(); direct asks for O_DIRECT (falls back to buffered per file where refused). fault is a test hook: none, refuse_direct_open, einval_direct_read, eio.
+    I/O worker pool over a list of files. workers=0 reads synchronously in wait(); direct asks for O_DIRECT (falls back to buffered per file where refused). fault is a test hook: none, refuse_direct_open, einval_direct_read, eio, slow_read.
     """
     def __enter__(self) -> typing.Any:
         ...
@@ -61,6 +62,14 @@ class ReadPool:
     @property
     def workers(self) -> int:
         ...
+def crc32(data: typing_extensions.Buffer, crc: typing.SupportsInt | typing.SupportsIndex = 0, reference: bool = False) -> int:
+    """
+    CRC-32 (zlib's polynomial) of a contiguous buffer, continuing `crc`; reference=True uses zlib only (the oracle of the folded path).
+    """
+def crc32_accelerated() -> bool:
+    """
+    Whether crc32 folds with carry-less multiplies on this CPU.
+    """
 def slab_bytes(offset: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> int:
     """
     Bytes of the aligned slab a read of this extent needs.

@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['act_type', 'available_isas', 'bench_matmul', 'bench_sequence', 'best_isa', 'dequantize', 'get_rows', 'has_kernels', 'isa_names', 'matmul', 'matmul_multi', 'quantize', 'read_bandwidth', 'row_bytes', 'type_info', 'vec_dot']
+__all__: list[str] = ['act_type', 'available_isas', 'bench_matmul', 'bench_sequence', 'best_isa', 'dequantize', 'fp8_dequantize', 'fp8_matmul', 'get_rows', 'has_kernels', 'iq_table', 'isa_names', 'matmul', 'matmul_multi', 'quantize', 'read_bandwidth', 'row_bytes', 'type_info', 'vec_dot']
 def act_type(dtype: str) -> str:
     """
     The activation format the dtype's dot product consumes.
@@ -29,12 +29,24 @@ def dequantize(dtype: str, data: typing.Annotated[numpy.typing.ArrayLike, numpy.
     """
     uint8 bytes -> float32 [rows, cols]; isa=None: the best ISA.
     """
+def fp8_dequantize(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], scales: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, block_rows: typing.SupportsInt | typing.SupportsIndex, block_cols: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    W as float32 (e4m3 * scale, as DeepSeek's weight_dequant).
+    """
+def fp8_matmul(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], scales: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, block_rows: typing.SupportsInt | typing.SupportsIndex, block_cols: typing.SupportsInt | typing.SupportsIndex, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], threads: typing.SupportsInt | typing.SupportsIndex = 1, isa: str | None = None) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    y = x W^T for an F8_E4M3 weight with its F32 block scales; isa None: the best.
+    """
 def get_rows(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, ids: typing.Annotated[numpy.typing.ArrayLike, numpy.int32]) -> numpy.typing.NDArray[numpy.float32]:
     """
     Embedding lookup: dequantized rows ids -> float32 [len(ids), cols].
     """
 def has_kernels(dtype: str, isa: str) -> bool:
     ...
+def iq_table(name: str) -> numpy.typing.NDArray[numpy.uint8]:
+    """
+    Raw bytes of a compiled i-quant table (little-endian entries, element 0 lowest).
+    """
 def isa_names() -> list[str]:
     """
     Every ISA name the dispatcher knows.

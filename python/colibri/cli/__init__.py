@@ -49,11 +49,11 @@ def _dispatch(args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO)
         from .convert import cmd_verify
 
         return cmd_verify(args, out)
-    from ..hub import resolve_model
+    from ..resolve import resolve_model_spec
     from ..sources import open_model_source
     from .info import model_info, print_info
 
-    resolved = resolve_model(args.model, args.cache_dir, log=err)
+    resolved = resolve_model_spec(args.model, cache_dir=args.cache_dir, log=err)
     info = model_info(open_model_source(resolved.path))
     if args.json:
         out.write(json.dumps(info) + "\n")

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 from ..errors import ColibriError
 from ..model import Model
 from ..session import Session
-from .common import load_model
+from .common import Loaded, load_model
 from .parser import sampling_from_args, stops_from_args
 
 HELP = "commands: /reset forgets the conversation, /exit (or Ctrl-D) ends, /help shows this"
@@ -80,6 +80,14 @@ def cmd_chat(args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO) 
     sampling = sampling_from_args(args)
     stops = stops_from_args(args)
     loaded = load_model(args, err)
+    try:
+        return _converse(loaded, args, sampling, stops, stdin, out, err)
+    finally:
+        loaded.model.close()  # saves the routing history (what --cache-policy pinned learns)
+
+
+def _converse(loaded: Loaded, args: argparse.Namespace, sampling: Any, stops: list[str],
+              stdin: TextIO, out: TextIO, err: TextIO) -> int:
     model = loaded.model
     session = model.session()
     system = [{"role": "system", "content": args.system}] if args.system is not None else []

@@ -7,8 +7,9 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
-from ..hub import ResolvedModel, resolve_model
+from ..hub import ResolvedModel
 from ..model import Model
+from ..resolve import resolve_model_spec
 from .parser import engine_from_args
 
 
@@ -20,10 +21,12 @@ class Loaded:
 
 
 def load_model(args: argparse.Namespace, err: TextIO, *, quiet: bool = False) -> Loaded:
-    """Resolves ``--model`` (a path, a named model, or the default) and loads it with the
-    engine flags. Download/build progress goes to `err` unless `quiet`."""
+    """Resolves ``--model`` (a path, a named model, a Hugging Face repository id in the
+    local cache, or the default) the way ``Model.load`` does and loads it with the engine
+    flags. Download/build progress goes to `err` unless `quiet`."""
     engine = engine_from_args(args)
-    resolved = resolve_model(args.model, args.cache_dir, log=None if quiet else err)
+    resolved = resolve_model_spec(args.model, cache_dir=args.cache_dir,
+                                  log=None if quiet else err)
     t0 = time.perf_counter()
-    model = Model.load(resolved.path, engine=engine)
+    model = Model.load(resolved.path, engine=engine, progress=False)
     return Loaded(model, resolved, time.perf_counter() - t0)

@@ -15,11 +15,15 @@ from typing import TextIO
 from ..convert import verify_container, write_container
 from ..convert.quantize import QUANT_CHOICES
 from ..errors import ModelFormatError
+from ..progress import Progress
 
 QUANT_HELP = (
     "element type of the matrices: keep (default: the source's bytes unchanged; FP8 "
-    "weights become bf16), f32, f16, bf16, q8_0, q4_0 or q4_1. Norms, biases and routers "
-    "are f32 with any type but keep. A quantized source is requantized through f32."
+    "weights become bf16), f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, the K-quants "
+    "q2_k, q3_k, q4_k, q5_k, q6_k, llama.cpp's mixes q4_k_m and q5_k_m (attn_v, "
+    "ffn_down and the output at q6_k in some layers), or the i-quants iq4_xs and iq2_xxs. "
+    "Norms, biases and routers are f32 with any type but keep. A quantized source is "
+    "requantized through f32."
 )
 
 
@@ -31,25 +35,13 @@ def add_convert_options(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..hub import resolve_model
+    from ..resolve import resolve_model_spec
 
     quant = str(getattr(args, "quant", "keep") or "keep")
-    resolved = resolve_model(args.source, args.cache_dir, log=err)
+    resolved = resolve_model_spec(args.source, cache_dir=args.cache_dir, log=err)
     t0 = time.perf_counter()
-    last = [0.0]
-
-    def progress(done: int, total: int) -> None:
-        now = time.perf_counter()
-        if not args.quiet and (now - last[0] > 0.5 or done == total):
-            last[0] = now
-            pct = 100.0 * done / total if total else 100.0
-            err.write(f"\rcolibri: converting ({quant}) {done / 2**20:,.0f} / "
-                      f"{total / 2**20:,.0f} MiB ({pct:.0f}%)")  # fmt: skip
-            err.flush()
-
-    report = write_container(resolved.path, args.dest, quant=quant, progress=progress)
-    if not args.quiet:
-        err.write("\n")
+    progress = Progress(None if args.quiet else err, f"colibri: converting ({quant})")
+    report = write_container(resolved.path, args.dest, quant=quant, progress=progress.update)
     out.write(
         f"wrote {args.dest}: {report.items_total} items ({report.items_written} written, "
         f"{report.items_reused} reused from an interrupted run), "

@@ -86,9 +86,12 @@ def model_info(manifest: Manifest) -> dict[str, Any]:
             "active_parameters": params - routed_params + sum(per_layer_active.values()),
         }
 
+    # A native container keeps the kind of model it was converted from in `source`.
+    container = manifest.path.is_dir() and (manifest.path / "manifest.json").is_file()
     return {
         "schema": INFO_SCHEMA,
         "path": str(manifest.path),
+        "format": "container" if container else manifest.source,
         "source": manifest.source,
         "files": [str(f) for f in manifest.files],
         "file_bytes": sum(os.stat(f).st_size for f in manifest.files),
@@ -122,13 +125,23 @@ def _count(n: int) -> str:
     return str(n)
 
 
+_SOURCE_NAMES = {"gguf": "GGUF", "hf": "Hugging Face checkpoint"}
+
+
+def _format_name(info: Mapping[str, Any]) -> str:
+    source = _SOURCE_NAMES.get(info["source"], str(info["source"]))
+    if info.get("format") == "container":
+        return f"colibri container, converted from a {source}"
+    return source
+
+
 def print_info(info: Mapping[str, Any], out: TextIO) -> None:
     c = info["config"]
     kind = "MoE" if info["moe"] else "dense"
     files = len(info["files"])
     rows = [
         ("model", info["path"]),
-        ("format", f"{info['source'].upper()} ({info['source_architecture'] or '?'}), "
+        ("format", f"{_format_name(info)} ({info['source_architecture'] or '?'}), "
                    f"{_size(info['file_bytes'])} in {files} file{'s' * (files != 1)}"),
         ("name", info["name"] or "-"),
         ("architecture", f"{info['architecture']} ({kind})"),

@@ -115,7 +115,7 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                         "10%% or 512 MiB)")
     s.add_argument("--io-workers", type=int, metavar="N",
                    help="threads reading experts from disk, 0 = read on the compute thread "
-                        "(default: 4)")
+                        "(default: 2)")
     s.add_argument("--direct", action=argparse.BooleanOptionalAction, default=None,
                    help="read experts with O_DIRECT, bypassing the page cache (default: on; "
                         "falls back to buffered reads where unsupported)")
@@ -157,11 +157,18 @@ def build_parser(version: str) -> Parser:
 
     run = sub.add_parser("run", help="generate an answer to one prompt",
                          description="Generate an answer to PROMPT and stream it to stdout; "
-                                     "a summary line goes to stderr.")
+                                     "a summary line goes to stderr. PROMPT is one user "
+                                     "message rendered with the model's chat template, or "
+                                     "with --raw a plain completion prompt.")
     run.add_argument("prompt", nargs="?", metavar="PROMPT",
                      help="the prompt; '-' or nothing reads it from stdin")
     run.add_argument("--raw", action="store_true",
-                     help="a plain completion prompt (no chat template)")
+                     help="a plain completion prompt: the text is continued as it is, with no "
+                          "chat template (without --raw PROMPT is one user message rendered "
+                          "with the model's chat template)")
+    run.add_argument("--truncate", action="store_true",
+                     help="keep the end of a prompt longer than the context (default: refuse "
+                          "it)")
     run.add_argument("--json", action="store_true",
                      help="print one JSON record (see docs/cli.md) instead of the text")
     run.add_argument("-q", "--quiet", action="store_true",

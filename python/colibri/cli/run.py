@@ -8,7 +8,9 @@ import time
 from typing import Any, TextIO
 
 from ..config import format_bytes
+from ..errors import ContextOverflowError
 from ..generation import GenerationStats
+from ..sampling import Sampling
 from ..stats import ExpertStats, MemoryStats, PhaseTimes
 from .common import Loaded, load_model
 from .parser import UsageError, engine_from_args, sampling_from_args, stops_from_args
@@ -65,11 +67,14 @@ def _read_prompt(args: argparse.Namespace, stdin: TextIO) -> str:
     return text
 
 
-def summary_line(stats: GenerationStats, finish: str, load_seconds: float | None = None) -> str:
-    """The first line of the summary ``colibri run`` prints to stderr."""
+def summary_line(stats: GenerationStats, finish: str, load_seconds: float | None = None,
+                 mode: str = "") -> str:
+    """The first line of the summary ``colibri run`` prints to stderr; `mode` says how the
+    prompt was made ("chat template" or "raw")."""
     load = f"load {load_seconds:.2f} s, " if load_seconds is not None else ""
+    how = f" ({mode})" if mode else ""
     return (
-        f"colibri: {load}{stats.prompt_tokens} prompt tokens, {stats.generated_tokens} "
+        f"colibri: {load}{stats.prompt_tokens} prompt tokens{how}, {stats.generated_tokens} "
         f"generated; prefill {stats.prefill_tok_s:.1f} tok/s, decode "
         f"{stats.decode_tok_s:.1f} tok/s; finish: {finish}"
     )
@@ -161,11 +166,12 @@ def memory_line(m: MemoryStats) -> str:
     )
 
 
-def summary_lines(loaded: Loaded, stats: GenerationStats, finish: str) -> list[str]:
+def summary_lines(loaded: Loaded, stats: GenerationStats, finish: str,
+                  mode: str = "") -> list[str]:
     """The summary ``colibri run`` prints to stderr: the speed line, and for a model with
     routed experts the generation's expert cache and I/O figures, its time per phase (and
     the wait policy in effect) and the RAM split."""
-    lines = [summary_line(stats, finish, loaded.load_seconds)]
+    lines = [summary_line(stats, finish, loaded.load_seconds, mode)]
     model = loaded.model
     if model.config.n_experts <= 0:
         return lines
@@ -254,6 +260,13 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO) -
     prompt = _read_prompt(args, stdin)
 
     loaded = load_model(args, err, quiet=args.quiet)
+    try:
+        return _generate(loaded, args, prompt, sampling, stops, out, err)
+    finally:
+        loaded.model.close()  # saves the routing history (what --cache-policy pinned learns)
+
+
+def _prompt_ids(loaded: Loaded, args: argparse.Namespace, prompt: str) -> list[int]:
     model = loaded.model
     if args.raw:
         ids = model.encode_prompt(prompt)
@@ -262,14 +275,29 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO) -
         if args.system is not None:
             messages.insert(0, {"role": "system", "content": args.system})
         ids = model.encode_prompt(messages=messages)
+    ctx = model.context_length
+    if len(ids) >= ctx and not args.truncate:
+        limit = model.config.max_position_embeddings
+        raise ContextOverflowError(
+            f"the prompt has {len(ids)} tokens but the context holds {ctx} (and at least one "
+            "more is needed to answer); shorten it, pass --truncate to keep its end, or raise "
+            f"--context-length (this model allows up to {limit})"
+        )
+    return ids
 
+
+def _generate(loaded: Loaded, args: argparse.Namespace, prompt: str, sampling: Sampling,
+              stops: list[str], out: TextIO, err: TextIO) -> int:
+    model = loaded.model
+    ids = _prompt_ids(loaded, args, prompt)
+    mode = "raw" if args.raw else "chat template"
     pieces: list[str] = []
     token_ids: list[int] = []
     finish = "interrupted"
     progress = PrefillProgress(err, len(ids)) if not args.quiet else None
     try:
         for chunk in model.stream(ids, max_tokens=args.max_tokens, sampling=sampling, stop=stops,
-                                  progress=progress):
+                                  truncate=args.truncate, progress=progress):
             if chunk.token_id is not None:
                 token_ids.append(chunk.token_id)
             if chunk.finish_reason is not None:
@@ -282,12 +310,13 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO) -
     except KeyboardInterrupt:
         if progress is not None:
             progress.clear()
-        if not args.json:
+        if not args.json:  # --json: stdout holds one record or nothing, stderr no summary
             out.write("\n")
             out.flush()
-        stats = model.stats().last
-        if stats is not None and not args.quiet:
-            err.write("".join(line + "\n" for line in summary_lines(loaded, stats, finish)))
+            stats = model.stats().last
+            if stats is not None and not args.quiet:
+                err.write("".join(line + "\n"
+                                  for line in summary_lines(loaded, stats, finish, mode)))
         raise
     stats = model.stats().last
     assert stats is not None  # the stream has ended, so its record exists
@@ -299,6 +328,6 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO) -
         if not text.endswith("\n"):
             out.write("\n")
         if not args.quiet:
-            err.write("".join(line + "\n" for line in summary_lines(loaded, stats, finish)))
+            err.write("".join(line + "\n" for line in summary_lines(loaded, stats, finish, mode)))
     out.flush()
     return 0

@@ -43,7 +43,8 @@ from ..errors import (
     UnsupportedError,
 )
 from ..sources.hf_source import Fp8TensorInfo
-from ..sources.manifest import Manifest, TensorInfo
+from ..sources.manifest import Manifest, ModelConfig, TensorInfo
+from ..sources.paths import ModelDir
 from ..sources.validate import tensor_nbytes
 from .quantize import check_quant, converted_chunks, target_dtype
 from .source import open_convert_source, tensor_reader
@@ -123,8 +124,8 @@ class WriteReport:
     quant: str = "keep"  # the --quant choice
 
 
-def _part(t: TensorInfo, offset: int, quant: str) -> _Part:
-    dtype = target_dtype(t, quant)
+def _part(t: TensorInfo, offset: int, quant: str, config: ModelConfig) -> _Part:
+    dtype = target_dtype(t, quant, config)
     return _Part(t, offset, dtype, tensor_nbytes(dtype, t.shape, t.name))
 
 
@@ -144,7 +145,7 @@ def _plan(manifest: Manifest, quant: str) -> list[_Item]:
     items: list[_Item] = []
     off = 0
     for t in dense:
-        part = _part(t, 0, quant)
+        part = _part(t, 0, quant, manifest.config)
         off = round_up(off, TENSOR_ALIGNMENT)
         slot = round_up(part.nbytes, TENSOR_ALIGNMENT)
         items.append(_Item(0, off, part.nbytes, slot, (part,)))
@@ -160,7 +161,7 @@ def _plan(manifest: Manifest, quant: str) -> list[_Item]:
         used = 0
         for p in PROJECTIONS:
             used = round_up(used, TENSOR_ALIGNMENT)
-            parts.append(_part(projs[p], used, quant))
+            parts.append(_part(projs[p], used, quant, manifest.config))
             used += parts[-1].nbytes
         slot = round_up(used, ALIGNMENT)
         items.append(_Item(1, off, slot, slot, tuple(parts), layer, expert))
@@ -431,8 +432,8 @@ def read_container_json(path: str | os.PathLike[str]) -> dict[str, Any]:
         )
     try:
         doc = json.loads(f.read_bytes())
-    except ValueError as exc:
-        raise ModelFormatError(f"{f}: not valid JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested 100,000 deep
+        raise ModelFormatError(f"{f}: not valid JSON ({str(exc)[:200]})") from exc
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ModelFormatError(f"{f}: not a colibri container manifest (no format {FORMAT!r})")
     if doc.get("version") != VERSION:
@@ -550,10 +551,11 @@ def _copy_tokenizer_files(manifest: Manifest, out_dir: Path) -> list[str]:
     tokenizer lives in the metadata, which manifest.json carries)."""
     if manifest.source != "hf":
         return []
+    root = ModelDir(manifest.path)
     copied = []
     for name in TOKENIZER_FILES:
-        src = manifest.path / name
-        if src.is_file():
+        src = root.optional(name, "tokenizer file")  # never a file outside the source
+        if src is not None:
             tmp = out_dir / (name + ".tmp")
             shutil.copyfile(src, tmp)
             with open(tmp, "rb") as f:

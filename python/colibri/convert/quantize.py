@@ -6,10 +6,13 @@ Which tensors a ``--quant`` type applies to follows llama.cpp's ``convert_hf_to_
 FFN, routed and shared experts, ``token_embd`` and ``output``) takes the requested type;
 norms, biases, ``rope_freqs``, the router ``ffn_gate_inp`` and the shared-expert gate
 ``ffn_gate_inp_shexp`` are written F32. A matrix whose rows are not a whole number of the
-type's blocks falls back to F16, as llama.cpp's converter does. ``keep`` copies every
-matrix's bytes unchanged, except FP8 weights (which the core cannot read): those become
-BF16, as DeepSeek's own ``fp8_cast_bf16.py`` does; vectors (norms, biases) in F16 or BF16
-are widened to F32 (exactly), the only type the core reads them in.
+type's blocks falls back to F16, as llama.cpp's converter does; for the 256-element
+K-quants first to a 32-element type (Q4_K -> Q5_0, Q6_K -> Q8_0, ...), and for ``iq4_xs``
+and ``iq2_xxs`` (colibri's own quantizer, no importance matrix) first to IQ4_NL, as
+llama.cpp's quantizer does. ``q4_k_m`` / ``q5_k_m`` are llama.cpp's mixes (:mod:`.kquant_mix`).
+``keep`` copies every matrix's bytes unchanged, except FP8 weights (which the core cannot
+read): those become BF16, as DeepSeek's own ``fp8_cast_bf16.py`` does; vectors (norms,
+biases) in F16 or BF16 are widened to F32 (exactly), the only type the core reads them in.
 
 Converting means decoding to float32 and encoding again: F32/F16/BF16 and GGUF block types
 are decoded by the core (``colibri._core.quant.dequantize``, scalar kernels so the result
@@ -30,13 +33,20 @@ import numpy.typing as npt
 
 from ..errors import ConfigError, ModelFormatError, UnsupportedError
 from ..sources.hf_source import FP8_DTYPE, Fp8TensorInfo
-from ..sources.manifest import TensorInfo
+from ..sources.manifest import ModelConfig, TensorInfo
 from ..sources.validate import BLOCK_SIZES, SUPPORTED_DTYPES, tensor_nbytes
 from .fp8 import decode_e4m3, dequantize_block_fp8
+from .kquant_mix import K_FALLBACK, MIX_BASE, mix_dtype
 
-QUANT_CHOICES = ("keep", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1")
+QUANT_CHOICES = (
+    "keep", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
+    "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m", "iq4_xs", "iq2_xxs",
+)  # fmt: skip
 CHUNK_ELEMENTS = 1 << 22  # values converted at a time: 16 MiB as float32
 FALLBACK = "F16"  # a matrix whose row length is not a multiple of the block size
+# Super-block types fall back to a 32-element type first, as llama.cpp's quantizer does
+# (IQ4_XS -> IQ4_NL for rows that are not a multiple of 256), then to FALLBACK.
+SUPER_BLOCK_FALLBACK = {"IQ4_XS": "IQ4_NL", "IQ2_XXS": "IQ4_NL"}
 KEEP_FP8_AS = "BF16"
 
 # (tensor, byte offset inside the tensor, length) -> those bytes of the source
@@ -57,8 +67,9 @@ def is_matrix(t: TensorInfo) -> bool:
     return len(t.shape) == 2 and not t.name.endswith("_norm") and "ffn_gate_inp" not in t.name
 
 
-def target_dtype(t: TensorInfo, quant: str) -> str:
-    """The type ``t`` is written in for ``--quant quant``."""
+def target_dtype(t: TensorInfo, quant: str, config: ModelConfig | None = None) -> str:
+    """The type ``t`` is written in for ``--quant quant`` (``config``: the model's, for the
+    layer-dependent rules of the q4_k_m / q5_k_m mixes)."""
     if quant == "keep":
         if t.dtype == FP8_DTYPE:
             return KEEP_FP8_AS
@@ -69,10 +80,16 @@ def target_dtype(t: TensorInfo, quant: str) -> str:
         return t.dtype
     if not is_matrix(t):
         return "F32"
-    want = check_quant(quant).upper()
-    if t.shape[-1] % BLOCK_SIZES[want][0]:
-        return FALLBACK
-    return want
+    check_quant(quant)
+    want = mix_dtype(t.name, quant, config) if quant in MIX_BASE else quant.upper()
+    cols = t.shape[-1]
+    if cols % BLOCK_SIZES[want][0] == 0:
+        return want
+    # A super-block type falls back to a 32-element type first, as llama.cpp's quantizer.
+    fallback = K_FALLBACK.get(want) or SUPER_BLOCK_FALLBACK.get(want)
+    if fallback is not None and cols % BLOCK_SIZES[fallback][0] == 0:
+        return fallback
+    return FALLBACK
 
 
 def _rows_cols(shape: tuple[int, ...]) -> tuple[int, int]:

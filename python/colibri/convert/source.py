@@ -1,7 +1,6 @@
-"""What ``colibri convert`` reads: any model source ``open_model_source`` opens, plus FP8
-block-scaled Hugging Face checkpoints, which only conversion can read (``load_hf`` with
-``allow_fp8``; ``Model.load`` refuses them); and a reader of byte ranges of a source
-tensor across its extents."""
+"""What ``colibri convert`` reads: any model source ``open_model_source`` opens (FP8
+block-scaled Hugging Face checkpoints included: conversion dequantizes their weights); and a
+reader of byte ranges of a source tensor across its extents."""
 
 from __future__ import annotations
 

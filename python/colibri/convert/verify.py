@@ -3,54 +3,57 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from ..errors import ModelFormatError, ModelIOError, ModelNotFoundError, UnsupportedError
-from .container import CHUNK, DENSE, EXPERTS, crc_range, read_container_json
+from ..sources.paths import shown
+from .container import CHUNK, DENSE, EXPERTS, crc_range
 
 
 def verify_container(path: str | os.PathLike[str]) -> list[str]:
     """Checks every checksum of the container at ``path``; returns the problems found
     (empty when the container is sound). A damaged expert blob is named by layer and
-    expert, a damaged dense tensor by name."""
+    expert, a damaged dense tensor by name. The manifest is checked against its schema
+    first (a malformed one is the one problem reported), and only files inside the
+    container's directory are read."""
+    from ..sources.native_source import read_container  # the sources import this package
+
     d = Path(path)
     try:
-        doc = read_container_json(d)
+        doc, root = read_container(d)
     except (ModelFormatError, ModelNotFoundError, UnsupportedError) as exc:
         return [str(exc)]
     problems: list[str] = []
     buf = bytearray(min(CHUNK, 1 << 20))
-    sections: list[tuple[str, str, list[Mapping[str, Any]]]] = [
-        ("dense", DENSE, doc["dense"]),
-        ("experts", EXPERTS, doc["experts"]),
-    ]
-    for key, name, records in sections:
-        p = d / name
-        want_size = int(doc["files"][key]["size"])
+    sections: list[tuple[str, int, list[tuple[str, int, int, int]]]] = [
+        (DENSE, doc.dense_size,
+         [(f"dense tensor {shown(r.name)}", r.offset, r.length, r.crc32) for r in doc.dense]),
+        (EXPERTS, doc.experts_size,
+         [(f"layer {e.layer} expert {e.expert}", e.offset, e.length, e.crc32)
+          for e in doc.experts]),
+    ]  # fmt: skip
+    for name, want_size, records in sections:
         try:
-            size = os.stat(p).st_size
-        except FileNotFoundError:
-            problems.append(f"{name} is missing")
+            p = root.file(name, "data file", d)
+        except ModelFormatError as exc:
+            problems.append(str(exc))
             continue
+        size = os.stat(p).st_size
         if size != want_size:
             problems.append(f"{name} is {size} bytes long, the manifest says {want_size}")
         with open(p, "rb") as f:
-            for rec in records:
-                what = (
-                    f"layer {rec['layer']} expert {rec['expert']}" if key == "experts"
-                    else f"dense tensor {rec['name']!r}"
-                )
-                off, length = int(rec["offset"]), int(rec["length"])
+            for what, off, length, crc in records:
+                if off + length > size:  # checked before seeking: off may be 2**62
+                    problems.append(f"{what}: {name} ends before bytes [{off}, {off + length})")
+                    continue
                 try:
                     got = crc_range(f, off, length, buf, name)
                 except ModelIOError:
                     problems.append(f"{what}: {name} ends before bytes [{off}, {off + length})")
                     continue
-                if got != int(rec["crc32"]):
+                if got != crc:
                     problems.append(
                         f"{what}: checksum mismatch in {name} at bytes [{off}, {off + length}) "
-                        f"(expected crc32 {int(rec['crc32']):08x}, got {got:08x})"
+                        f"(expected crc32 {crc:08x}, got {got:08x})"
                     )
     return problems

@@ -12,16 +12,22 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
+from .._names import check_names, checked_init, settings_repr
 from ..errors import ConfigError
 
-__all__ = ["MAX_TOKEN_ID", "LogitBias", "Sampling"]
+__all__ = ["MAX_TOKEN_ID", "MAX_TOP_LOGPROBS", "LogitBias", "LogprobsMode", "Sampling"]
+
+LogprobsMode = Literal["raw", "processed"]
 
 MAX_TOKEN_ID = (1 << 31) - 1
 """Largest token id accepted anywhere in sampling settings (ids are int32 in the core)."""
+
+MAX_TOP_LOGPROBS = 1024
+"""Most alternatives ``top_logprobs``/``prompt_logprobs`` may ask for per token."""
 
 _Number = (int, float, np.integer, np.floating)
 
@@ -64,12 +70,7 @@ def _float(
 
 
 def _check_names(names: Mapping[str, object] | set[str]) -> None:
-    allowed = [f.name for f in dataclasses.fields(Sampling)]
-    for name in names:
-        if name not in allowed:
-            raise ConfigError(
-                f"Sampling: unknown setting {name!r}; allowed: {', '.join(allowed)}"
-            )
+    check_names("Sampling", names, [f.name for f in dataclasses.fields(Sampling)])
 
 
 # --- logit bias ---------------------------------------------------------------------------
@@ -192,6 +193,30 @@ class Sampling:
     """Seeds the random generator of :class:`colibri.sampling.Sampler`: the same seed gives
     the same tokens (for the same logits and NumPy version). None = fresh OS entropy."""
 
+    # Log-probabilities: reported by the decode loop (Model.generate/stream, sessions), not
+    # used by the Sampler (see colibri.logprobs).
+
+    logprobs: bool
+    """Report each generated token's log-probability (``Chunk.logprobs``,
+    ``Generation.logprobs``). Default False."""
+
+    top_logprobs: int
+    """With ``logprobs``: also the ``k`` most likely alternatives at each step (token id,
+    text, log-probability), most likely first, ties to the lower id; 0 = none."""
+
+    logprobs_mode: LogprobsMode
+    """Which distribution the log-probabilities are of: ``"raw"`` (default) the
+    log-softmax of the model's logits, what OpenAI and vLLM report, at temperature 0 too;
+    ``"processed"`` the distribution the token was drawn from, after logits processors,
+    logit bias, penalties, filters and temperature (``-inf`` for filtered tokens; greedy
+    decoding is one-hot: 0 for the chosen token)."""
+
+    prompt_logprobs: int | None
+    """Score the prompt: the raw log-probability of every prompt token given the ones
+    before it (``Generation.prompt_logprobs``; the first token has none), with the ``k``
+    most likely alternatives at each position. None = off; 0 = the prompt tokens only."""
+
+    @checked_init
     def __init__(
         self,
         temperature: float = 0.0,
@@ -204,6 +229,10 @@ class Sampling:
         penalty_last_n: int = 64,
         logit_bias: Mapping[int, float] | None = None,
         seed: int | None = None,
+        logprobs: bool = False,
+        top_logprobs: int = 0,
+        logprobs_mode: LogprobsMode = "raw",
+        prompt_logprobs: int | None = None,
     ) -> None:
         def put(name: str, value: object) -> None:
             object.__setattr__(self, name, value)
@@ -227,6 +256,20 @@ class Sampling:
             else LogitBias(logit_bias, field="Sampling.logit_bias"))
         put("seed", None if seed is None else _int("Sampling.seed", seed, 0, (1 << 128) - 1,
                                                     "or None"))
+        if not isinstance(logprobs, bool):
+            raise ConfigError(f"Sampling.logprobs: expected True or False, got {logprobs!r}")
+        put("logprobs", logprobs)
+        put("top_logprobs", _int("Sampling.top_logprobs", top_logprobs, 0, MAX_TOP_LOGPROBS,
+                                 "alternatives per token, 0 = none"))
+        if top_logprobs and not logprobs:
+            raise ConfigError("Sampling.top_logprobs: needs logprobs=True")
+        if logprobs_mode not in ("raw", "processed"):
+            raise ConfigError(f"Sampling.logprobs_mode: {logprobs_mode!r} is not allowed; use "
+                              "'raw' or 'processed'")
+        put("logprobs_mode", logprobs_mode)
+        put("prompt_logprobs", None if prompt_logprobs is None else _int(
+            "Sampling.prompt_logprobs", prompt_logprobs, 0, MAX_TOP_LOGPROBS,
+            "alternatives per prompt token, or None = off"))
 
     @property
     def greedy(self) -> bool:
@@ -241,6 +284,11 @@ class Sampling:
             or self.presence_penalty != 0.0
             or self.frequency_penalty != 0.0
         )
+
+    def __repr__(self) -> str:
+        """Only what differs from the defaults (greedy): ``Sampling(temperature=0.7,
+        seed=1)``; ``eval(repr(s)) == s``."""
+        return settings_repr(self)
 
     def replace(self, **changes: Any) -> Sampling:
         """A copy with `changes` applied and validated."""
@@ -275,4 +323,8 @@ class Sampling:
             "penalty_last_n": self.penalty_last_n,
             "logit_bias": self.logit_bias.to_dict(),
             "seed": self.seed,
+            "logprobs": self.logprobs,
+            "top_logprobs": self.top_logprobs,
+            "logprobs_mode": self.logprobs_mode,
+            "prompt_logprobs": self.prompt_logprobs,
         }

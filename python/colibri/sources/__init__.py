@@ -10,6 +10,7 @@ from .gguf_source import load_gguf
 from .hf_source import load_hf
 from .manifest import Extent, Manifest, ModelConfig, TensorInfo
 from .native_source import load_native
+from .paths import ModelDir
 from .validate import SUPPORTED_FAMILIES
 
 _GGUF_MAGIC = b"GGUF"
@@ -35,7 +36,7 @@ def open_model_source(path: str | os.PathLike[str]) -> Manifest:
         if p.suffix.lower() == ".gguf" or magic == _GGUF_MAGIC:
             return load_gguf(p)
         if p.name == "config.json":
-            return load_hf(p.parent)
+            return load_hf(p.parent, allow_fp8=True)
         raise ModelFormatError(
             f"{p} is neither a GGUF file nor a model directory. Pass a .gguf file or a "
             f"Hugging Face model directory (config.json + *.safetensors)."
@@ -43,10 +44,11 @@ def open_model_source(path: str | os.PathLike[str]) -> Manifest:
     if (p / "manifest.json").is_file() or (p / "convert.journal").is_file():
         return load_native(p)
     if (p / "config.json").is_file():
-        return load_hf(p)
-    ggufs = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() == ".gguf")
+        return load_hf(p, allow_fp8=True)
+    ggufs = sorted(f for f in p.iterdir() if f.suffix.lower() == ".gguf")
     if len(ggufs) == 1:
-        return load_gguf(ggufs[0])
+        # Named by the directory, not by the user: it must lie inside (symlinks followed).
+        return load_gguf(ModelDir(p).listed(ggufs[0], "GGUF file"))
     if len(ggufs) > 1:
         names = ", ".join(f.name for f in ggufs)
         raise ModelFormatError(

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelFormatError, UnsupportedError
+from .fields import as_bool, as_float, as_int
 from .hf_deepseek import MLA_NORM_EPS, mla_softmax_scale
 from .manifest import IndexerType, ModelConfig, QkNorm, RouterKind, TensorInfo
 
@@ -91,25 +92,29 @@ def _get(md: dict[str, Any], key: str, where: Path, default: Any = None) -> Any:
     return v
 
 
-def _int(md: dict[str, Any], key: str, where: Path, default: int | None = None) -> int:
+def _int(md: dict[str, Any], key: str, where: Path, default: int | None = None,
+         lo: int = 0) -> int:  # fmt: skip
     v = _get(md, key, where, default)
     if isinstance(v, list):
         if not v or any(x != v[0] for x in v):
             raise UnsupportedError(f"{where}: per-layer values for {key!r} are not supported")
         v = v[0]
-    return int(v)
+    return as_int(v, f"GGUF metadata {key}", where, lo=lo)
+
+
+def _float(md: dict[str, Any], key: str, where: Path, default: float) -> float:
+    v = md.get(key)
+    return default if v is None else as_float(v, f"GGUF metadata {key}", where, lo=0.0,
+                                                    lo_open=True)  # fmt: skip
 
 
 def _router(arch: str, md: dict[str, Any], a: str, where: Path) -> RouterKind:
-    gating = md.get(f"{a}.expert_gating_func")
-    if gating is None:
-        gating = 1 if arch == "deepseek2" else 2
-    gating = int(gating)
+    gating = _int(md, f"{a}.expert_gating_func", where, 1 if arch == "deepseek2" else 2)
     if gating == 2:
         return "sigmoid_grouped"
     if gating == 1:
-        groups = int(md.get(f"{a}.expert_group_count", 1) or 1)
-        used = int(md.get(f"{a}.expert_group_used_count", groups) or groups)
+        groups = _int(md, f"{a}.expert_group_count", where, 1, lo=1)
+        used = _int(md, f"{a}.expert_group_used_count", where, groups, lo=1)
         return "softmax_group_limited" if 1 < groups and used < groups else "softmax"
     raise UnsupportedError(
         f"{where}: expert_gating_func {gating} is not supported (1: softmax, 2: sigmoid)"
@@ -139,7 +144,7 @@ def family_config(
     what every architecture shares (vocab, hidden, heads, eps, RoPE, ids) as load_gguf read
     it, with n_layers the whole block_count."""
     a = arch
-    declared = int(md.get(f"{a}.nextn_predict_layers", 0) or 0)
+    declared = _int(md, f"{a}.nextn_predict_layers", where, 0)
     n_layers = base["n_layers"] - declared  # block_count counts the MTP layers
     # A "trunk-only" file declares them but carries none (llama.cpp accepts it too).
     n_mtp = declared if f"blk.{n_layers}.nextn.eh_proj" in tensors else 0
@@ -155,8 +160,8 @@ def family_config(
     shexp = tensors.get(f"blk.{first_moe}.ffn_gate_shexp")
     dense_ffn = tensors[f"blk.{first_dense}.ffn_gate"].shape[0] if first_dense is not None else 0
     router = _router(arch, md, a, where)
-    groups = int(md.get(f"{a}.expert_group_count", 1) or 1)
-    used = int(md.get(f"{a}.expert_group_used_count", groups) or groups)
+    groups = _int(md, f"{a}.expert_group_count", where, 1, lo=1)
+    used = _int(md, f"{a}.expert_group_used_count", where, groups, lo=1)
     if router == "softmax":
         groups = used = 1
     eps = base["rms_norm_eps"]
@@ -167,13 +172,14 @@ def family_config(
         n_experts=_int(md, f"{a}.expert_count", where),
         n_experts_per_tok=_int(md, f"{a}.expert_used_count", where),
         moe_intermediate_size=moe_ffn,
-        norm_topk_prob=bool(md.get(f"{a}.expert_weights_norm", False)),
+        norm_topk_prob=as_bool(md.get(f"{a}.expert_weights_norm", False),
+                               f"GGUF metadata {a}.expert_weights_norm", where),
         shared_expert_intermediate_size=shexp.shape[0] if shexp is not None else 0,
         shared_expert_gated=False,
         moe_layers=moe_layers,
         router=router,
         router_bias=f"blk.{first_moe}.exp_probs_b" in tensors,
-        routed_scaling_factor=float(md.get(f"{a}.expert_weights_scale", 1.0) or 1.0),
+        routed_scaling_factor=_float(md, f"{a}.expert_weights_scale", where, 1.0),
         n_group=groups,
         topk_group=used,
         n_mtp_layers=n_mtp,
@@ -211,7 +217,8 @@ def family_config(
     scaling = base["rope_scaling"]
     if scaling and "mscale_all_dim" in scaling:
         scaling = dict(scaling)
-        scaling["mscale_all_dim"] = float(scaling["mscale_all_dim"]) / 0.1  # see the docstring
+        scaling["mscale_all_dim"] = as_float(scaling["mscale_all_dim"], "yarn_log_multiplier",
+                                             where, lo=0.0) / 0.1  # see the docstring
         scaling.setdefault("mscale", scaling["mscale_all_dim"])
     family = {"deepseek32": "deepseek_v32", "glm-dsa": "glm_moe_dsa"}.get(
         arch, "deepseek_v3" if router == "sigmoid_grouped" else "deepseek_v2"
@@ -225,12 +232,12 @@ def family_config(
         rope_interleaved=True,
         rope_scaling=scaling,
         attention_scale=mla_softmax_scale(qk_dim, scaling),
-        q_lora_rank=int(md.get(f"{a}.attention.q_lora_rank", 0) or 0),
+        q_lora_rank=_int(md, f"{a}.attention.q_lora_rank", where, 0),
         kv_lora_rank=kv_lora,
         qk_nope_head_dim=qk_dim - rot,
         qk_rope_head_dim=rot,
         v_head_dim=v_dim,
-        mla_norm_eps=float(eps) if eps else MLA_NORM_EPS,
+        mla_norm_eps=as_float(eps, "rms_norm_eps", where, lo=0.0) if eps else MLA_NORM_EPS,
     )
     if arch in _DSA:
         ctx = base["max_position_embeddings"]

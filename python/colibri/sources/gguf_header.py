@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelFormatError, ModelNotFoundError
+from .paths import shown
 
 GGUF_MAGIC = b"GGUF"
 GGUF_DEFAULT_ALIGNMENT = 32
@@ -116,7 +117,7 @@ class GGUFTensor:
     def n_bytes(self) -> int:
         info = ggml_type_info(self.ggml_type)
         if info is None:
-            raise ModelFormatError(f"tensor {self.name!r}: unknown GGML type {self.ggml_type}")
+            raise ModelFormatError(f"tensor {shown(self.name)}: unknown GGML type {self.ggml_type}")
         _name, block, size = info
         return self.n_elements // block * size
 
@@ -182,7 +183,7 @@ def parse_gguf_header(
 ) -> GGUFHeader:
     """:func:`read_gguf_header` on the bytes of a file (``bytes`` or an ``mmap``)."""
     if len(buf) < 8 or bytes(buf[:4]) != GGUF_MAGIC:
-        raise GGUFHeaderError(where, f"not a GGUF file (bad magic {bytes(buf[:4])!r})")
+        raise GGUFHeaderError(where, "not a GGUF file (bad magic: it does not start with 'GGUF')")
     (version,) = struct.unpack_from("<I", buf, 4)
     order = "<"
     if version & 0xFFFF == 0:  # written on a big-endian host
@@ -194,19 +195,29 @@ def parse_gguf_header(
     cur.pos = 8
     n_tensors = cur.take("Q")
     n_kv = cur.take("Q")
+    # Counts against the bytes that follow (a key/value takes at least 13 bytes, a tensor
+    # info 24), so a claim of 2**63 entries fails here rather than after a long loop.
+    left = cur.size - cur.pos
+    if n_kv > left // 13 or n_tensors > left // 24:
+        raise cur.error(
+            f"it claims {n_kv} key/values and {n_tensors} tensors, more than the "
+            f"{left} bytes that follow can hold"
+        )
     md: dict[str, Any] = {}
     seen: set[str] = set()
     alignment = GGUF_DEFAULT_ALIGNMENT
     for _ in range(n_kv):
         key = cur.string(strict=True, what="metadata key")
         if key in seen:
-            raise cur.error(f"duplicate metadata key {key!r}")
+            raise cur.error(f"duplicate metadata key {shown(key)}")
         seen.add(key)
         vtype = cur.take("I")
         value = cur.value(vtype, key)
         if key == "general.alignment":
             if vtype != _UINT32 or value == 0 or value & (value - 1):
-                raise cur.error(f"general.alignment must be a power of two (u32), not {value!r}")
+                raise cur.error(
+                    f"general.alignment must be a power of two (u32), not {shown(value)}"
+                )
             alignment = value
         if not prefixes or key.startswith(prefixes):
             md[key] = value
@@ -217,7 +228,7 @@ def parse_gguf_header(
     for _ in range(n_tensors):
         t = cur.tensor_info()
         if t.name in by_name:
-            raise cur.error(f"duplicate tensor {t.name!r}")
+            raise cur.error(f"duplicate tensor {shown(t.name)}")
         by_name[t.name] = t
         infos.append(t)
     data_start = -(-cur.pos // alignment) * alignment
@@ -263,7 +274,7 @@ class _Cursor:
             s = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             if strict:
-                raise self.error(f"{what} {raw!r} is not UTF-8") from exc
+                raise self.error(f"{what} of {len(raw)} bytes is not UTF-8") from exc
             # llama.cpp keeps the bytes; a vocabulary entry that is not UTF-8 is kept as
             # text with surrogate escapes so that it still maps to one distinct token.
             s = raw.decode("utf-8", errors="surrogateescape")
@@ -283,7 +294,7 @@ class _Cursor:
                 dt = np.dtype(_NUMPY[etype]).newbyteorder("<" if self.order == "<" else ">")
                 end = self.pos + n * dt.itemsize
                 if end > self.size:
-                    raise self.truncated(f"array {key!r}")
+                    raise self.truncated(f"array {shown(key)}")
                 arr = np.frombuffer(self.buf, dtype=dt, count=n, offset=self.pos)
                 self.pos = end
                 out: list[Any] = arr.tolist()
@@ -292,10 +303,10 @@ class _Cursor:
             if etype == _STRING:
                 return self._strings(n, key)
             if etype == _ARRAY and depth >= _MAX_NESTING:
-                raise self.error(f"arrays nested deeper than {_MAX_NESTING} in key {key!r}")
+                raise self.error(f"arrays nested deeper than {_MAX_NESTING} in key {shown(key)}")
             if etype == _ARRAY or n == 0:
                 return [self.value(etype, key, depth + 1) for _ in range(n)]
-        raise self.error(f"unknown value type {vtype} for key {key!r}")
+        raise self.error(f"unknown value type {vtype} for key {shown(key)}")
 
     def _strings(self, n: int, key: str) -> list[str]:
         buf, pos, size, q = self.buf, self.pos, self.size, self._q
@@ -316,7 +327,7 @@ class _Cursor:
                 pos = end
         except (IndexError, struct.error):
             self.pos = pos
-            raise self.truncated(f"string array {key!r}") from None
+            raise self.truncated(f"string array {shown(key)}") from None
         self.pos = pos
         return out
 
@@ -324,20 +335,27 @@ class _Cursor:
         name = self.string(strict=True, what="tensor name")
         n_dims = self.take("I")
         if n_dims > GGML_MAX_DIMS:
-            raise self.error(f"tensor {name!r} has {n_dims} dimensions (at most {GGML_MAX_DIMS})")
+            raise self.error(
+                f"tensor {shown(name)} has {n_dims} dimensions (at most {GGML_MAX_DIMS})"
+            )
         end = self.pos + 8 * n_dims
         if end > self.size:
-            raise self.truncated(f"tensor {name!r}")
+            raise self.truncated(f"tensor {shown(name)}")
         dims = struct.unpack_from(f"{self.order}{n_dims}Q", self.buf, self.pos)
         self.pos = end
+        n = 1
+        for d in dims:
+            n *= d
+        if n >= 2**63:  # llama.cpp's limit too: the element count must fit an int64
+            raise self.error(f"tensor {shown(name)} has dimensions {list(dims)} ({n} elements)")
         ggml_type = self.take("I")
         offset = self.take("Q")
         info = ggml_type_info(ggml_type)
         if info is None:
-            raise self.error(f"tensor {name!r} has unknown GGML type {ggml_type}")
+            raise self.error(f"tensor {shown(name)} has unknown GGML type {ggml_type}")
         if n_dims and dims[0] % info[1]:
             raise self.error(
-                f"tensor {name!r} ({info[0]}) has rows of {dims[0]} elements, not a multiple "
+                f"tensor {shown(name)} ({info[0]}) has rows of {dims[0]} elements, not a multiple "
                 f"of its block size {info[1]}"
             )
         return GGUFTensor(name, tuple(int(d) for d in dims), ggml_type, offset)

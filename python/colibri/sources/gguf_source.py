@@ -22,6 +22,7 @@ loader:
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -31,11 +32,16 @@ import numpy as np
 
 from ..errors import ModelFormatError, UnsupportedError
 from . import gguf_deepseek
+from .fields import as_float, as_int, as_str, bad
 from .gguf_header import GGUFHeader, GGUFHeaderError, read_gguf_header
 from .manifest import Extent, Manifest, ModelConfig, QkNorm, TensorInfo
+from .paths import shown
 from .validate import (
     check_dtype,
     check_extents,
+    check_layer_count,
+    check_packed,
+    layers_present,
     order_and_check,
     split_rows,
     unsupported_architecture,
@@ -77,25 +83,27 @@ def _get(md: dict[str, Any], key: str, where: Path, default: Any = None) -> Any:
     return v
 
 
-def _int_key(md: dict[str, Any], key: str, where: Path, default: int | None = None) -> int:
+def _int_key(
+    md: dict[str, Any], key: str, where: Path, default: int | None = None, *, lo: int = 1
+) -> int:
     v = _get(md, key, where, default)
     if isinstance(v, list):
         if not v or any(x != v[0] for x in v):
             raise UnsupportedError(f"{where}: per-layer values for {key!r} are not supported")
         v = v[0]
-    return int(v)
+    return as_int(v, f"GGUF metadata {key}", where, lo=lo)
 
 
-def _rope_scaling(md: dict[str, Any], arch: str) -> dict[str, Any] | None:
+def _rope_scaling(md: dict[str, Any], arch: str, where: Path) -> dict[str, Any] | None:
     kind = md.get(f"{arch}.rope.scaling.type")
     factor = md.get(f"{arch}.rope.scaling.factor")
     if kind is None and md.get(f"{arch}.rope.scale_linear") is not None:
         kind, factor = "linear", md[f"{arch}.rope.scale_linear"]
     if kind is None or kind == "none":
         return None
-    out: dict[str, Any] = {"rope_type": str(kind)}
+    out: dict[str, Any] = {"rope_type": as_str(kind, f"{arch}.rope.scaling.type", where)}
     if factor is not None:
-        out["factor"] = _f32(factor)
+        out["factor"] = _f32(factor, f"{arch}.rope.scaling.factor", where)
     extra = {
         "rope.scaling.original_context_length": "original_max_position_embeddings",
         "rope.scaling.attn_factor": "attention_factor",
@@ -105,23 +113,35 @@ def _rope_scaling(md: dict[str, Any], arch: str) -> dict[str, Any] | None:
     }
     for k, hf in extra.items():
         if (v := md.get(f"{arch}.{k}")) is not None:
-            out[hf] = v
+            out[hf] = v  # typed and range-checked with the config (check_rope_scaling)
     return out
 
 
-def _f32(v: Any) -> float:
+def _f32(v: Any, key: str, where: Path) -> float:
     """A float32 metadata value as the decimal it was written from (1e-05, not 9.99e-06)."""
-    return float(str(np.float32(v)))
+    x = as_float(v, f"GGUF metadata {key}", where)
+    with np.errstate(over="ignore"):
+        y = float(str(np.float32(x)))
+    if not math.isfinite(y):
+        raise bad(where, f"GGUF metadata {key}", v, "a finite float32")
+    return y
 
 
 def _canonical(name: str) -> str:
     return name[: -len(".weight")] if name.endswith(".weight") else name
 
 
-def _tensors(header: GGUFHeader, p: Path, arch: str) -> dict[str, TensorInfo]:
+def _optional_int(md: dict[str, Any], key: str, where: Path) -> int | None:
+    v = md.get(key)
+    return None if v is None else as_int(v, f"GGUF metadata {key}", where)
+
+
+def _tensors(header: GGUFHeader, p: Path, arch: str, n_expert: int) -> dict[str, TensorInfo]:
     """The file's tensors by canonical name, stacked experts split one per expert."""
     tensors: dict[str, TensorInfo] = {}
     for t in header.tensors:
+        if any(d == 0 for d in t.dims):
+            raise ModelFormatError(f"{p}: tensor {shown(t.name)} has a zero dimension {t.shape}")
         ext = Extent(0, header.data_offset(t), t.n_bytes)
         check_dtype(t.name, t.type_name, p)
         m = _EXPS.match(t.name)
@@ -129,7 +149,12 @@ def _tensors(header: GGUFHeader, p: Path, arch: str) -> dict[str, TensorInfo]:
             if len(t.shape) != 3:
                 raise ModelFormatError(f"{p}: stacked expert tensor {t.name!r} has shape {t.shape}")
             n_e, rows, cols = t.shape
-            each = ext.length // n_e if n_e else 0
+            if n_e != n_expert:
+                raise ModelFormatError(
+                    f"{p}: stacked expert tensor {t.name!r} holds {n_e} experts, but "
+                    f"{arch}.expert_count is {n_expert}"
+                )
+            each = ext.length // n_e
             if each * n_e != ext.length:
                 raise ModelFormatError(f"{p}: tensor {t.name!r} does not split into {n_e} experts")
             for e, sub in enumerate(split_rows(ext, n_e, each)):
@@ -144,24 +169,38 @@ def _tensors(header: GGUFHeader, p: Path, arch: str) -> dict[str, TensorInfo]:
 
 def _load_deepseek(p: Path, size: int, header: GGUFHeader, arch: str) -> Manifest:
     md = header.metadata
-    tensors = _tensors(header, p, arch)
-    if "token_embd" not in tensors:
-        raise ModelFormatError(f"{p}: tensor 'token_embd' is missing")
+    check_packed(
+        ((header.data_offset(t), header.data_offset(t) + t.n_bytes, t.name)
+         for t in header.tensors),
+        header.data_start, size, header.alignment, p,
+    )  # fmt: skip
+    # Before anything loops over the layers: block_count is the layers present (a
+    # "trunk-only" file declares its MTP layers without carrying them).
+    blocks = _int_key(md, f"{arch}.block_count", p)
+    declared = _int_key(md, f"{arch}.nextn_predict_layers", p, 0, lo=0)
+    present = layers_present(t.name for t in header.tensors)
+    if present != set(range(len(present))) or blocks not in (len(present), len(present) + declared):
+        check_layer_count(blocks, (t.name for t in header.tensors),
+                          f"GGUF metadata {arch}.block_count", p)  # fmt: skip
+    tensors = _tensors(header, p, arch, _int_key(md, f"{arch}.expert_count", p, 0, lo=0))
+    if "token_embd" not in tensors or len(tensors["token_embd"].shape) != 2:
+        raise ModelFormatError(f"{p}: tensor 'token_embd' is missing or not a matrix")
     n_heads = _int_key(md, f"{arch}.attention.head_count", p)
     base = dict(
         vocab_size=tensors["token_embd"].shape[0],
         hidden_size=_int_key(md, f"{arch}.embedding_length", p),
-        n_layers=_int_key(md, f"{arch}.block_count", p),
+        n_layers=blocks,
         n_heads=n_heads,
         n_kv_heads=_int_key(md, f"{arch}.attention.head_count_kv", p, n_heads),
         head_dim=0,
-        rms_norm_eps=_f32(_get(md, f"{arch}.attention.layer_norm_rms_epsilon", p)),
-        rope_theta=_f32(md.get(f"{arch}.rope.freq_base", 10000.0)),
+        rms_norm_eps=_f32(_get(md, f"{arch}.attention.layer_norm_rms_epsilon", p),
+                          f"{arch}.attention.layer_norm_rms_epsilon", p),
+        rope_theta=_f32(md.get(f"{arch}.rope.freq_base", 10000.0), f"{arch}.rope.freq_base", p),
         max_position_embeddings=_int_key(md, f"{arch}.context_length", p),
         tie_word_embeddings="output" not in tensors,
-        rope_scaling=_rope_scaling(md, arch),
-        **_special_ids(md),
-    )
+        rope_scaling=_rope_scaling(md, arch, p),
+        **_special_ids(md, p),
+    )  # fmt: skip
     cfg = gguf_deepseek.family_config(arch, md, tensors, p, base)
     ordered = order_and_check(tensors, cfg, p)
     check_extents(ordered, (p,), (size,))
@@ -169,14 +208,14 @@ def _load_deepseek(p: Path, size: int, header: GGUFHeader, arch: str) -> Manifes
                     metadata=md)  # fmt: skip
 
 
-def _special_ids(md: dict[str, Any]) -> dict[str, Any]:
+def _special_ids(md: dict[str, Any], where: Path) -> dict[str, Any]:
     eos: list[int] = []
     for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"):
-        v = md.get(key)
-        if v is not None and int(v) not in eos:
-            eos.append(int(v))
-    bos = md.get("tokenizer.ggml.bos_token_id")
-    return {"bos_token_id": int(bos) if bos is not None else None, "eos_token_ids": tuple(eos)}
+        v = _optional_int(md, key, where)
+        if v is not None and v not in eos:
+            eos.append(v)
+    bos = _optional_int(md, "tokenizer.ggml.bos_token_id", where)
+    return {"bos_token_id": bos, "eos_token_ids": tuple(eos)}
 
 
 def load_gguf(path: str | os.PathLike[str]) -> Manifest:
@@ -186,23 +225,32 @@ def load_gguf(path: str | os.PathLike[str]) -> Manifest:
     header = _open(p, size)
     md = header.metadata
     where = p
-    if int(md.get("split.count", 1) or 1) > 1:
+    if (_optional_int(md, "split.count", p) or 1) > 1:
         raise UnsupportedError(
             f"{p}: split GGUF files are not supported; merge the parts with "
             f"`llama-gguf-split --merge` and load the merged file."
         )
-    gguf_arch = str(md.get("general.architecture", ""))
+    gguf_arch = md.get("general.architecture", "")
     if gguf_arch not in GGUF_ARCHITECTURES:
-        raise unsupported_architecture(gguf_arch or "<missing>", p, GGUF_ARCHITECTURES)
+        found = gguf_arch if isinstance(gguf_arch, str) and gguf_arch else "<missing>"
+        raise unsupported_architecture(found[:60], p, GGUF_ARCHITECTURES)
 
     if gguf_arch in gguf_deepseek.ARCHITECTURES:
         return _load_deepseek(p, size, header, gguf_arch)
-    n_expert = int(md.get(f"{gguf_arch}.expert_count", 0) or 0)
+    n_expert = _int_key(md, f"{gguf_arch}.expert_count", where, 0, lo=0)
     family = _FAMILY.get(gguf_arch, "mixtral" if n_expert > 0 else "llama")
 
+    # Writers put tensors back to back, padded to the alignment: a gap is a shrunk tensor.
+    check_packed(
+        ((header.data_offset(t), header.data_offset(t) + t.n_bytes, t.name)
+         for t in header.tensors),
+        header.data_start, size, header.alignment, p,
+    )  # fmt: skip
     # Raw tensors: name -> (dtype, torch shape, extent).
     raw: dict[str, tuple[str, tuple[int, ...], Extent]] = {}
     for t in header.tensors:
+        if any(d == 0 for d in t.dims):
+            raise ModelFormatError(f"{p}: tensor {shown(t.name)} has a zero dimension {t.shape}")
         raw[t.name] = (t.type_name, t.shape, Extent(0, header.data_offset(t), t.n_bytes))
 
     hidden = _int_key(md, f"{gguf_arch}.embedding_length", where)
@@ -217,9 +265,11 @@ def load_gguf(path: str | os.PathLike[str]) -> Manifest:
             f"{p}: key length {head_dim}, value length {v_dim} and RoPE dimensions {rot} "
             f"differ; colibri supports full-dimension RoPE with equal key/value head sizes."
         )
-    if "token_embd.weight" not in raw:
-        raise ModelFormatError(f"{p}: tensor 'token_embd' is missing")
+    if "token_embd.weight" not in raw or len(raw["token_embd.weight"][1]) != 2:
+        raise ModelFormatError(f"{p}: tensor 'token_embd' is missing or not a matrix")
     vocab = raw["token_embd.weight"][1][0]
+    # Before anything loops over the layers: the count must be the layers present.
+    check_layer_count(n_layers, raw, f"GGUF metadata {gguf_arch}.block_count", p)
 
     tensors: dict[str, TensorInfo] = {}
     for name, (dtype, shape, ext) in raw.items():
@@ -229,7 +279,12 @@ def load_gguf(path: str | os.PathLike[str]) -> Manifest:
             if len(shape) != 3:
                 raise ModelFormatError(f"{p}: stacked expert tensor {name!r} has shape {shape}")
             n_e, rows, cols = shape
-            each = ext.length // n_e if n_e else 0
+            if n_e != n_expert:
+                raise ModelFormatError(
+                    f"{p}: stacked expert tensor {name!r} holds {n_e} experts, but "
+                    f"{gguf_arch}.expert_count is {n_expert}"
+                )
+            each = ext.length // n_e
             if each * n_e != ext.length:
                 raise ModelFormatError(f"{p}: tensor {name!r} does not split into {n_e} experts")
             for e, sub in enumerate(split_rows(ext, n_e, each)):
@@ -249,7 +304,7 @@ def load_gguf(path: str | os.PathLike[str]) -> Manifest:
 
     def width(name: str, axis: int) -> int:
         t = tensors.get(name)
-        return t.shape[axis] if t is not None else 0
+        return t.shape[axis] if t is not None and len(t.shape) > axis else 0
 
     moe_layers = tuple(f"blk.{i}.ffn_gate_inp" in tensors for i in range(n_layers))
     first_moe = next((i for i, m in enumerate(moe_layers) if m), None)
@@ -265,10 +320,11 @@ def load_gguf(path: str | os.PathLike[str]) -> Manifest:
 
     eos: list[int] = []
     for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"):
-        v = md.get(key)
-        if v is not None and int(v) not in eos:
-            eos.append(int(v))
-    bos = md.get("tokenizer.ggml.bos_token_id")
+        v = _optional_int(md, key, where)
+        if v is not None and v not in eos:
+            eos.append(v)
+    eps_key = f"{gguf_arch}.attention.layer_norm_rms_epsilon"
+    theta_key = f"{gguf_arch}.rope.freq_base"
 
     cfg = ModelConfig(
         arch=family,
@@ -279,22 +335,22 @@ def load_gguf(path: str | os.PathLike[str]) -> Manifest:
         n_kv_heads=n_kv,
         head_dim=head_dim,
         intermediate_size=dense_ffn,
-        rms_norm_eps=_f32(_get(md, f"{gguf_arch}.attention.layer_norm_rms_epsilon", where)),
-        rope_theta=_f32(md.get(f"{gguf_arch}.rope.freq_base", 10000.0)),
-        max_position_embeddings=_int_key(md, f"{gguf_arch}.context_length", where),
+        rms_norm_eps=_f32(_get(md, eps_key, where), eps_key, where),
+        rope_theta=_f32(md.get(theta_key, 10000.0), theta_key, where),
+        max_position_embeddings=_int_key(md, f"{gguf_arch}.context_length", where, lo=0),
         tie_word_embeddings="output" not in tensors,
-        rope_scaling=_rope_scaling(md, gguf_arch),
+        rope_scaling=_rope_scaling(md, gguf_arch, where),
         qk_norm=qk,
         attention_bias="blk.0.attn_q.bias" in tensors,
         n_experts=n_expert if first_moe is not None else 0,
-        n_experts_per_tok=int(md.get(f"{gguf_arch}.expert_used_count", 0) or 0)
+        n_experts_per_tok=_int_key(md, f"{gguf_arch}.expert_used_count", where, 0, lo=0)
         if first_moe is not None
         else 0,
         moe_intermediate_size=moe_ffn,
         norm_topk_prob=_NORM_TOPK.get(family, False) if first_moe is not None else False,
         shared_expert_intermediate_size=shared_ffn,
         moe_layers=moe_layers,
-        bos_token_id=int(bos) if bos is not None else None,
+        bos_token_id=_optional_int(md, "tokenizer.ggml.bos_token_id", where),
         eos_token_ids=tuple(eos),
     )
     if family in _NORM_TOPK and first_moe is None:

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelFormatError, UnsupportedError
+from .fields import as_bool, as_float, as_int
 from .manifest import Extent, IndexerType, ModelConfig, QkNorm, RouterKind
 
 MODEL_TYPES = {
@@ -103,16 +104,27 @@ RULES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(_L + r"embed_tokens\.weight"), "blk.{0}.nextn.embed_tokens"),
 ]
 KV_B = re.compile(_L + r"self_attn\.kv_b_proj\.weight")
-_LAYER = re.compile(r"model\.layers\.(\d+)\.")
+_LAYER = re.compile(r"model\.layers\.(\d{1,9})\.")
 
 
-def _int(cfg: Mapping[str, Any], key: str, where: Path, default: int | None = None) -> int:
-    v = cfg.get(key, default)
+def _int(cfg: Mapping[str, Any], key: str, where: Path, default: int | None = None,
+         lo: int = 0) -> int:  # fmt: skip
+    v = cfg.get(key)
+    if v is None:
+        v = default
     if v is None:
         raise ModelFormatError(f"{where / 'config.json'}: missing key {key!r}")
-    if isinstance(v, bool) or not isinstance(v, int | float) or int(v) != v:
-        raise ModelFormatError(f"{where / 'config.json'}: {key!r} must be an integer, not {v!r}")
-    return int(v)
+    return as_int(v, key, where / "config.json", lo=lo, floats=True)
+
+
+def _bool(cfg: Mapping[str, Any], key: str, where: Path, default: bool) -> bool:
+    v = cfg.get(key)
+    return default if v is None else as_bool(v, key, where / "config.json")
+
+
+def _float(cfg: Mapping[str, Any], key: str, where: Path, default: float) -> float:
+    v = cfg.get(key)
+    return default if v is None else as_float(v, key, where / "config.json", lo=0.0, lo_open=True)
 
 
 def _router(fam: str, cfg: Mapping[str, Any], d: Path) -> tuple[RouterKind, bool]:
@@ -183,8 +195,8 @@ def _indexer_types(
         elif pattern is not None:
             types = list(pattern)
         else:
-            freq = max(int(cfg.get("index_topk_freq", 1) or 1), 1)
-            offset = int(cfg.get("index_skip_topk_offset", 2))
+            freq = max(_int(cfg, "index_topk_freq", d, 1), 1)
+            offset = _int(cfg, "index_skip_topk_offset", d, 2)
             types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared"
                      for i in range(n_layers)]  # fmt: skip
     if not isinstance(types, list) or len(types) != n_layers:
@@ -226,7 +238,7 @@ def mtp_layer_count(cfg: Mapping[str, Any], n_layers: int, names: Iterable[str],
     extra = sorted(i for i in present if i >= n_layers)
     if not extra:
         return 0
-    declared = int(cfg.get("num_nextn_predict_layers") or cfg.get("num_mtp_layers") or 0)
+    declared = _int(cfg, "num_nextn_predict_layers", d, _int(cfg, "num_mtp_layers", d, 0))
     if extra != list(range(n_layers, n_layers + len(extra))) or len(extra) > declared:
         raise ModelFormatError(
             f"{d}: the checkpoint has tensors of layers {extra} beyond num_hidden_layers "
@@ -250,8 +262,8 @@ def family_config(
     top_k = _int(cfg, "num_experts_per_tok", d)
     moe_ffn = _int(cfg, "moe_intermediate_size", d)
     n_shared = _int(cfg, "n_shared_experts", d, 0)
-    n_group = int(cfg.get("n_group") or 1)
-    topk_group = int(cfg.get("topk_group") or 1)
+    n_group = _int(cfg, "n_group", d, 1, lo=1)
+    topk_group = _int(cfg, "topk_group", d, 1, lo=1)
     if router == "softmax":
         n_group = topk_group = 1  # "greedy" ignores the groups
     moe_layers = _moe_layers(fam, cfg, n_layers, d)
@@ -263,38 +275,42 @@ def family_config(
         n_experts=n_exp,
         n_experts_per_tok=top_k,
         moe_intermediate_size=moe_ffn,
-        norm_topk_prob=bool(cfg.get("norm_topk_prob", fam != "deepseek_v2")),
+        norm_topk_prob=_bool(cfg, "norm_topk_prob", d, fam != "deepseek_v2"),
         shared_expert_intermediate_size=n_shared * moe_ffn,
         shared_expert_gated=False,
         moe_layers=moe_layers,
         router=router,
         router_bias=bias and any(n.endswith("mlp.gate.e_score_correction_bias") for n in names),
-        routed_scaling_factor=float(cfg.get("routed_scaling_factor") or _SCALING[fam]),
+        routed_scaling_factor=_float(cfg, "routed_scaling_factor", d, _SCALING[fam]),
         n_group=n_group,
         topk_group=topk_group,
         n_mtp_layers=mtp_layer_count(cfg, n_layers, names, d),
     )
     if fam == "glm4_moe":
-        head_dim = int(cfg.get("head_dim") or hidden // n_heads)
-        rope_params = cfg.get("rope_parameters") or {}
-        prf = rope_params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 0.5))
-        qk: QkNorm = "head" if cfg.get("use_qk_norm") else "none"
+        head_dim = _int(cfg, "head_dim", d, hidden // n_heads, lo=1)
+        rope_params = cfg.get("rope_parameters")
+        rope_params = rope_params if isinstance(rope_params, dict) else {}
+        prf = as_float(rope_params.get("partial_rotary_factor", cfg.get("partial_rotary_factor",
+                       0.5)), "partial_rotary_factor", d / "config.json", lo=0.0, lo_open=True)
+        if prf > 1:
+            raise ModelFormatError(f"{d / 'config.json'}: partial_rotary_factor {prf} > 1")
+        qk: QkNorm = "head" if _bool(cfg, "use_qk_norm", d, False) else "none"
         out.update(
             head_dim=head_dim,
-            n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
-            rotary_dim=int(head_dim * float(prf)),
+            n_kv_heads=_int(cfg, "num_key_value_heads", d, n_heads, lo=1),
+            rotary_dim=int(head_dim * prf),
             qk_norm=qk,
-            attention_bias=bool(cfg.get("attention_bias")),
+            attention_bias=_bool(cfg, "attention_bias", d, False),
         )
         return ModelConfig(**out)
 
-    if cfg.get("attention_bias"):
+    if _bool(cfg, "attention_bias", d, False):
         raise UnsupportedError(f"{d}: attention_bias on an MLA model is not supported")
     nope = _int(cfg, "qk_nope_head_dim", d)
     rope = _int(cfg, "qk_rope_head_dim", d)
     q_lora = cfg.get("q_lora_rank")
-    interleaved = fam in ("deepseek_v2", "deepseek_v32", "glm_moe_dsa") or bool(
-        cfg.get("rope_interleave", True)
+    interleaved = fam in ("deepseek_v2", "deepseek_v32", "glm_moe_dsa") or _bool(
+        cfg, "rope_interleave", d, True
     )
     out.update(
         attention="mla",
@@ -303,7 +319,7 @@ def family_config(
         rotary_dim=rope,
         rope_interleaved=interleaved,
         attention_scale=mla_softmax_scale(nope + rope, scaling),
-        q_lora_rank=int(q_lora or 0),
+        q_lora_rank=_int(cfg, "q_lora_rank", d, 0),
         kv_lora_rank=_int(cfg, "kv_lora_rank", d),
         qk_nope_head_dim=nope,
         qk_rope_head_dim=rope,

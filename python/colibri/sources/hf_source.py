@@ -6,11 +6,13 @@ extents. F32, F16 and BF16 tensors are read as they are. FP8 block-scaled checkp
 (DeepSeek-V3 / GLM / Qwen3 "-FP8" style: ``F8_E4M3`` weights, each with an F32
 ``<name>_scale_inv`` of shape ``(ceil(rows / b0), ceil(cols / b1))`` and
 ``quantization_config = {"quant_method": "fp8", "weight_block_size": [b0, b1]}``) are
-recognized: ``load_hf(d, allow_fp8=True)`` reports those weights as :class:`Fp8TensorInfo`
-(dtype ``F8_E4M3``, with their scale tensor and block size) for ``colibri convert``, which
-dequantizes them; the core cannot read them, so a plain ``load_hf`` (and so
-``Model.load``) refuses such a checkpoint with an ``UnsupportedError`` that says to convert
-it first.
+read as they are too: ``load_hf`` reports those weights as :class:`Fp8TensorInfo` (dtype
+``F8_E4M3``, with their scale tensor and block size); the core runs them directly, the
+scale matrix beside the codes (docs/format.md, "FP8 block-scaled weights"), resident and
+streamed, and ``colibri convert`` dequantizes them. ``load_hf(d, allow_fp8=False)`` refuses
+such a checkpoint for callers that take no FP8 weights. (One exception: an MLA model's
+``kv_b_proj`` split per head into ``attn_k_b`` / ``attn_v_b`` no longer lines up with its
+128x128 scale blocks; Model.load refuses those and says to convert the checkpoint.)
 
 What ``save_pretrained`` writes on disk (transformers 5.2x, checked on tiny models):
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import re
 import struct
@@ -41,10 +44,14 @@ from typing import Any
 
 from ..errors import ModelFormatError, UnsupportedError
 from . import hf_deepseek
+from .fields import as_bool, as_float, as_int, bad
 from .manifest import Extent, Manifest, ModelConfig, QkNorm, TensorInfo
+from .paths import ModelDir, clip, shown
 from .validate import (
     SUPPORTED_FAMILIES,
     check_extents,
+    check_layer_count,
+    check_packed,
     file_sizes,
     order_and_check,
     split_rows,
@@ -106,10 +113,29 @@ _IGNORED = re.compile(r".*rotary_emb\.inv_freq")
 # --------------------------------------------------------------------------- safetensors
 
 
+def _header_entry(path: Path, name: str, info: Any) -> tuple[str, tuple[int, ...], int, int]:
+    """(dtype, shape, begin, end) of one header entry, every field typed."""
+    what = f"{path}: header entry {shown(name)}"
+    if not isinstance(info, dict):
+        raise ModelFormatError(f"{what} is not an object")
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(dtype, str):
+        raise bad(what, "dtype", dtype, "a string")
+    if not isinstance(shape, list):
+        raise bad(what, "shape", shape, "a list of sizes")
+    dims = tuple(as_int(d, "shape", what) for d in shape)
+    if not isinstance(offsets, list) or len(offsets) != 2:
+        raise bad(what, "data_offsets", offsets, "[begin, end]")
+    b, e = (as_int(x, "data_offsets", what, hi=2**63 - 1) for x in offsets)
+    return dtype, dims, b, e
+
+
 def read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int, int]]:
     """name -> (dtype, shape, absolute offset, length) for every tensor in the file.
 
-    Checks that the header parses and that every tensor's bytes lie inside the file.
+    Checks that the header parses, that every tensor's bytes lie inside the file and that
+    the tensors fill the data region exactly, without gaps (the format requires it: a gap
+    means a header that no longer describes the bytes, e.g. a shifted header length).
     """
     size = os.stat(path).st_size
     with open(path, "rb") as fh:
@@ -117,66 +143,72 @@ def read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...],
         if len(head) < 8:
             raise ModelFormatError(f"{path}: {size} bytes, too short to be a safetensors file")
         (n,) = struct.unpack("<Q", head)
-        if n > min(size - 8, _MAX_HEADER):
+        # The length field is arbitrary bytes in a file that is not safetensors: say so,
+        # without echoing them as a number.
+        if n < 2 or n > min(size - 8, _MAX_HEADER):
             raise ModelFormatError(
-                f"{path}: safetensors header claims {n} bytes but the file is {size} bytes; "
-                f"the file is truncated or not a safetensors file."
+                f"{path}: not a safetensors file, or a truncated one: its 8-byte header "
+                f"length does not fit the file ({size} bytes)."
             )
         raw = fh.read(n)
     try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelFormatError(f"{path}: safetensors header is not valid JSON ({exc})") from exc
+        header = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ModelFormatError(
+            f"{path}: not a safetensors file: its header is not UTF-8 (byte {exc.start})"
+        ) from exc
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ModelFormatError(
+            f"{path}: not a safetensors file: its header is not valid JSON ({shown(exc)})"
+        ) from exc
     if not isinstance(header, dict):
-        raise ModelFormatError(f"{path}: safetensors header is not a JSON object")
+        raise ModelFormatError(f"{path}: not a safetensors file: its header is not a JSON object")
     start = 8 + n
     out: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        try:
-            dtype = str(info["dtype"])
-            shape = tuple(int(d) for d in info["shape"])
-            b, e = (int(x) for x in info["data_offsets"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ModelFormatError(f"{path}: header entry for {name!r} is malformed") from exc
-        if b < 0 or e < b or start + e > size:
+        dtype, shape, b, e = _header_entry(path, name, info)
+        if e < b or start + e > size:
             raise ModelFormatError(
-                f"{path}: tensor {name!r} claims bytes [{start + b}, {start + e}) but the file "
-                f"is {size} bytes (expected at least {start + e}). The file is truncated or "
-                f"its header is corrupt."
+                f"{path}: tensor {shown(name)} claims bytes [{start + b}, {start + e}) but the "
+                f"file is {size} bytes (expected at least {start + e}). The file is truncated "
+                f"or its header is corrupt."
             )
         if dtype in _ITEMSIZE:
-            numel = 1
-            for d in shape:
-                numel *= d
+            numel = math.prod(shape)
             if e - b != numel * _ITEMSIZE[dtype]:
                 raise ModelFormatError(
-                    f"{path}: tensor {name!r} ({dtype}, shape {shape}) needs "
+                    f"{path}: tensor {shown(name)} ({dtype}, shape {shape}) needs "
                     f"{numel * _ITEMSIZE[dtype]} bytes but its header gives {e - b}. "
                     f"The header is corrupt."
                 )
         out[name] = (dtype, shape, start + b, e - b)
+    check_packed(((o, o + n_, k) for k, (_d, _s, o, n_) in out.items()), start, size, 0, path)
     return out
 
 
-def _shard_files(d: Path) -> list[Path]:
-    index = d / "model.safetensors.index.json"
-    if index.is_file():
+def _shard_files(d: Path, root: ModelDir) -> list[Path]:
+    index = root.optional("model.safetensors.index.json", "safetensors index")
+    if index is not None:
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-            names = sorted(set(weight_map.values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ModelFormatError(f"{index}: not a valid safetensors index ({exc})") from exc
-        files = [d / n for n in names]
-        for f in files:
-            if not f.is_file():
-                raise ModelFormatError(
-                    f"{index} lists shard {f.name}, which is missing. Download the whole "
-                    f"checkpoint again."
-                )
-        return files
-    files = sorted(d.glob("*.safetensors"))
+            doc = json.loads(index.read_bytes())
+        except (OSError, ValueError, RecursionError) as exc:
+            raise ModelFormatError(
+                f"{index}: not a valid safetensors index ({shown(exc)})"
+            ) from exc
+        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ModelFormatError(f"{index}: not a valid safetensors index (no weight_map)")
+        names: list[str] = []
+        for tensor, shard in weight_map.items():
+            if not isinstance(shard, str):
+                raise bad(index, f"weight_map[{shown(tensor)}]", shard, "a shard file name")
+            if shard not in names:
+                names.append(shard)
+        # Each shard once, in name order; every one inside the model directory.
+        return [root.file(n, "shard", index) for n in sorted(names)]
+    files = [root.listed(f, "safetensors file") for f in sorted(d.glob("*.safetensors"))]
     if not files:
         raise ModelFormatError(
             f"{d}: config.json found but no *.safetensors weights. colibri reads safetensors "
@@ -189,26 +221,52 @@ def _shard_files(d: Path) -> list[Path]:
 
 
 def _family(cfg: Mapping[str, Any], where: Path) -> str:
-    mt = str(cfg.get("model_type", ""))
+    mt = cfg.get("model_type", "")
     types = {**_MODEL_TYPES, **hf_deepseek.MODEL_TYPES}
-    if mt in types:
+    if isinstance(mt, str) and mt in types:
         return types[mt]
+    archs = cfg.get("architectures") or []
+    archs = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
     classes = {**_ARCH_CLASSES, **hf_deepseek.ARCH_CLASSES}
-    for a in cfg.get("architectures") or []:
+    for a in archs:
         if a in classes:
             return classes[a]
-    found = mt or ", ".join(cfg.get("architectures") or []) or "<none>"
+    found = (mt if isinstance(mt, str) else "") or ", ".join(archs) or "<none>"
     raise unsupported_architecture(found, where, SUPPORTED_FAMILIES)
+
+
+class _Fields:
+    """Typed reads of config.json keys, named in messages as ``config.json: key``."""
+
+    def __init__(self, cfg: Mapping[str, Any], where: Path) -> None:
+        self.cfg = cfg
+        self.where = where
+
+    def int(self, key: str, default: int | None = None, *, lo: int = 1) -> int:
+        v = self.cfg.get(key)
+        if v is None:
+            if default is None:
+                raise ModelFormatError(f"{self.where}: key {key!r} is missing")
+            return default
+        return as_int(v, key, self.where, lo=lo, floats=True)
+
+    def bool(self, key: str, default: bool = False) -> bool:
+        v = self.cfg.get(key)
+        return default if v is None else as_bool(v, key, self.where)
 
 
 def _rope(cfg: Mapping[str, Any], where: Path) -> tuple[float, dict[str, Any] | None]:
     """(theta, scaling) from transformers 5's ``rope_parameters`` or the older top-level
     ``rope_theta`` + ``rope_scaling``; scaling is None for plain RoPE, else a dict with
-    ``rope_type`` (never the old ``type`` key) and the variant's parameters."""
+    ``rope_type`` (never the old ``type`` key) and the variant's parameters (typed and
+    range-checked with the config, :func:`~.validate.check_rope_scaling`)."""
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    if not isinstance(params, dict) or any(isinstance(v, dict) for v in params.values()):
+    if not isinstance(params, dict):
+        raise bad(where, "rope_parameters", params, "an object")
+    if any(isinstance(v, dict) for v in params.values()):
         raise UnsupportedError(f"{where}: per-layer-type RoPE parameters are not supported")
-    theta = float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    theta = as_float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)), "rope_theta",
+                     where, lo=0.0, lo_open=True)  # fmt: skip
     kind = params.get("rope_type", params.get("type", "default"))
     if kind in (None, "default"):
         return theta, None
@@ -224,50 +282,64 @@ def _unsupported_if(cond: Any, where: Path, what: str) -> None:
         raise UnsupportedError(f"{where}: {what} is not supported")
 
 
-def _eos_ids(cfg: Mapping[str, Any], d: Path) -> tuple[int, ...]:
+def _eos_ids(cfg: Mapping[str, Any], root: ModelDir) -> tuple[int, ...]:
     ids: list[int] = []
     sources: list[Any] = [cfg.get("eos_token_id")]
-    gen = d / "generation_config.json"
-    if gen.is_file():
+    gen = root.optional("generation_config.json", "generation config")
+    if gen is not None:
         try:
-            sources.append(json.loads(gen.read_text()).get("eos_token_id"))
-        except (OSError, ValueError, AttributeError):
+            doc = json.loads(gen.read_bytes())
+            sources.append(doc.get("eos_token_id") if isinstance(doc, dict) else None)
+        except (OSError, ValueError, RecursionError):
             pass
     for v in sources:
         for x in v if isinstance(v, list) else [v]:
-            if isinstance(x, int) and x not in ids:
+            if isinstance(x, int) and not isinstance(x, bool) and x >= 0 and x not in ids:
                 ids.append(x)
     return tuple(ids)
 
 
-def hf_config(cfg: Mapping[str, Any], d: Path, tensor_names: set[str]) -> ModelConfig:
+_HF_LAYER = re.compile(r"^model\.layers\.(\d{1,9})\.")
+
+
+def hf_config(
+    cfg: Mapping[str, Any], d: Path, tensor_names: set[str], root: ModelDir | None = None
+) -> ModelConfig:
     """Normalize a config.json (plus what the weights show) into a ModelConfig."""
     fam = _family(cfg, d)
-    try:
-        hidden = int(cfg["hidden_size"])
-        n_layers = int(cfg["num_hidden_layers"])
-        n_heads = int(cfg["num_attention_heads"])
-        vocab = int(cfg["vocab_size"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelFormatError(f"{d / 'config.json'}: missing or invalid key {exc}") from exc
-    n_kv = int(cfg.get("num_key_value_heads") or n_heads)
-    head_dim = int(cfg.get("head_dim") or hidden // n_heads)
+    where = d / "config.json"
+    f = _Fields(cfg, where)
+    hidden = f.int("hidden_size")
+    n_layers = f.int("num_hidden_layers")
+    n_heads = f.int("num_attention_heads")
+    vocab = f.int("vocab_size")
+    # Before anything loops over the layers: the count must be the layers present (the
+    # DeepSeek / GLM family's multi-token-prediction layers after them included).
+    n_mtp = 0
     if fam in hf_deepseek.FAMILIES:
-        theta, scaling = _rope(cfg, d)
+        n_mtp = hf_deepseek.mtp_layer_count(cfg, n_layers, tensor_names, d)
+    check_layer_count(n_layers + n_mtp, tensor_names, "num_hidden_layers", where, _HF_LAYER)
+    n_kv = f.int("num_key_value_heads", n_heads)
+    head_dim = f.int("head_dim", hidden // n_heads)
+    if fam in hf_deepseek.FAMILIES:
+        theta, scaling = _rope(cfg, where)
         bos = cfg.get("bos_token_id")
+        eps = cfg.get("rms_norm_eps")
         base: dict[str, Any] = dict(
             vocab_size=vocab, hidden_size=hidden, n_layers=n_layers, n_heads=n_heads,
             n_kv_heads=n_kv, head_dim=head_dim,
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=theta,
-            max_position_embeddings=int(cfg.get("max_position_embeddings") or 0),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False))
+            rms_norm_eps=1e-6 if eps is None else as_float(eps, "rms_norm_eps", where, lo=0.0),
+            rope_theta=theta, max_position_embeddings=f.int("max_position_embeddings", 0, lo=0),
+            tie_word_embeddings=cfg.get("tie_word_embeddings") is True
             or "lm_head.weight" not in tensor_names,
-            rope_scaling=scaling, bos_token_id=bos if isinstance(bos, int) else None,
-            eos_token_ids=_eos_ids(cfg, d),
+            rope_scaling=scaling,
+            bos_token_id=bos if isinstance(bos, int) and not isinstance(bos, bool) and bos >= 0
+            else None,
+            eos_token_ids=_eos_ids(cfg, root or ModelDir(d)),
         )  # fmt: skip
         return hf_deepseek.family_config(fam, cfg, d, tensor_names, base)
     _unsupported_if(
-        cfg.get("hidden_act", "silu") != "silu", d, f"hidden_act {cfg.get('hidden_act')!r}"
+        cfg.get("hidden_act", "silu") != "silu", d, f"hidden_act {shown(cfg.get('hidden_act'))}"
     )
     _unsupported_if(cfg.get("mlp_bias"), d, "mlp_bias")
     _unsupported_if(cfg.get("clip_qkv") is not None, d, "clip_qkv (OLMoE activation clipping)")
@@ -278,39 +350,42 @@ def hf_config(cfg: Mapping[str, Any], d: Path, tensor_names: set[str]) -> ModelC
         d,
         "attention_bias on this architecture (it adds an output-projection bias)",
     )
-    theta, scaling = _rope(cfg, d)
+    theta, scaling = _rope(cfg, where)
 
     qk: QkNorm = {"qwen3_moe": "head", "olmoe": "full"}.get(fam, "none")  # type: ignore[assignment]
     moe_ffn = shared = 0
     n_exp = top_k = 0
     norm_topk = False
-    dense = int(cfg.get("intermediate_size") or 0)
+    dense = f.int("intermediate_size", 0, lo=0)
     if fam == "llama":
         moe_layers = tuple(False for _ in range(n_layers))
     else:
-        n_exp = int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0)
-        top_k = int(cfg.get("num_experts_per_tok") or 0)
+        n_exp = as_int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0,
+                       "num_experts", where, lo=0, floats=True)  # fmt: skip
+        top_k = f.int("num_experts_per_tok", 0, lo=0)
         if n_exp <= 0 or top_k <= 0:
-            raise ModelFormatError(
-                f"{d / 'config.json'}: a {fam} model needs experts and top-k > 0"
-            )
+            raise ModelFormatError(f"{where}: a {fam} model needs experts and top-k > 0")
         if fam in ("qwen2_moe", "qwen3_moe"):
-            moe_ffn = int(cfg["moe_intermediate_size"])
-            step = int(cfg.get("decoder_sparse_step") or 1)
-            only = set(cfg.get("mlp_only_layers") or [])
+            moe_ffn = f.int("moe_intermediate_size")
+            step = f.int("decoder_sparse_step", 1)
+            only_raw = cfg.get("mlp_only_layers") or []
+            if not isinstance(only_raw, list):
+                raise bad(where, "mlp_only_layers", only_raw, "a list of layer indices")
+            only = {as_int(i, "mlp_only_layers", where) for i in only_raw}
             moe_layers = tuple(i not in only and (i + 1) % step == 0 for i in range(n_layers))
-            norm_topk = bool(cfg.get("norm_topk_prob", False))
+            norm_topk = f.bool("norm_topk_prob")
         else:  # mixtral, olmoe: intermediate_size is the expert width, every layer is MoE
             moe_ffn, dense = dense, 0
             moe_layers = tuple(True for _ in range(n_layers))
-            norm_topk = True if fam == "mixtral" else bool(cfg.get("norm_topk_prob", False))
+            norm_topk = True if fam == "mixtral" else f.bool("norm_topk_prob")
         if fam == "qwen2_moe":
-            shared = int(cfg.get("shared_expert_intermediate_size") or 0)
+            shared = f.int("shared_expert_intermediate_size", 0, lo=0)
         if all(moe_layers):
             dense = 0
-    tied = bool(cfg.get("tie_word_embeddings", False)) or "lm_head.weight" not in tensor_names
+    tied = f.bool("tie_word_embeddings") or "lm_head.weight" not in tensor_names
     bias = fam == "qwen2_moe" and "model.layers.0.self_attn.q_proj.bias" in tensor_names
     bos = cfg.get("bos_token_id")
+    eps = cfg.get("rms_norm_eps")
     return ModelConfig(
         arch=fam,
         vocab_size=vocab,
@@ -320,9 +395,9 @@ def hf_config(cfg: Mapping[str, Any], d: Path, tensor_names: set[str]) -> ModelC
         n_kv_heads=n_kv,
         head_dim=head_dim,
         intermediate_size=dense,
-        rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        rms_norm_eps=1e-6 if eps is None else as_float(eps, "rms_norm_eps", where, lo=0.0),
         rope_theta=theta,
-        max_position_embeddings=int(cfg.get("max_position_embeddings") or 0),
+        max_position_embeddings=f.int("max_position_embeddings", 0, lo=0),
         tie_word_embeddings=tied,
         rope_scaling=scaling,
         qk_norm=qk,
@@ -333,8 +408,9 @@ def hf_config(cfg: Mapping[str, Any], d: Path, tensor_names: set[str]) -> ModelC
         norm_topk_prob=norm_topk,
         shared_expert_intermediate_size=shared,
         moe_layers=moe_layers,
-        bos_token_id=bos if isinstance(bos, int) else None,
-        eos_token_ids=_eos_ids(cfg, d),
+        bos_token_id=bos if isinstance(bos, int) and not isinstance(bos, bool) and bos >= 0
+        else None,
+        eos_token_ids=_eos_ids(cfg, root or ModelDir(d)),
     )
 
 
@@ -354,14 +430,15 @@ def _info(
 ) -> TensorInfo:
     if dtype == FP8_DTYPE:
         raise UnsupportedError(
-            f"{where}: tensor {src or name!r} is {FP8_DTYPE} but config.json has no "
+            f"{where}: tensor {shown(src or name)} is {FP8_DTYPE} but config.json has no "
             f"quantization_config with quant_method 'fp8' and a weight_block_size; colibri "
             f"reads only block-scaled FP8 checkpoints (DeepSeek-V3 style), through "
             f"'colibri convert'."
         )
     if dtype not in _ST_DTYPES:
         raise UnsupportedError(
-            f"{where}: tensor {src or name!r} has dtype {dtype}; colibri reads F32, F16 and BF16 "
+            f"{where}: tensor {shown(src or name)} has dtype {clip(dtype)}; colibri reads F32, "
+            f"F16 and BF16 "
             f"safetensors (quantized checkpoints: use a GGUF)."
         )
     return TensorInfo(name, dtype, shape, (ext,))
@@ -392,7 +469,7 @@ def fp8_block_size(cfg: Mapping[str, Any], where: Path) -> tuple[int, int] | Non
         return None
     fmt = q.get("fmt", "e4m3")
     if fmt != "e4m3":
-        raise UnsupportedError(f"{where}: FP8 format {fmt!r} is not supported (only e4m3)")
+        raise UnsupportedError(f"{where}: FP8 format {shown(fmt)} is not supported (only e4m3)")
     bs = q.get("weight_block_size")
     if bs is None:
         raise UnsupportedError(
@@ -405,7 +482,7 @@ def fp8_block_size(cfg: Mapping[str, Any], where: Path) -> tuple[int, int] | Non
     ):
         raise ModelFormatError(
             f"{where}: quantization_config.weight_block_size must be two positive integers, "
-            f"not {bs!r}"
+            f"not {shown(bs)}"
         )
     return int(bs[0]), int(bs[1])
 
@@ -413,9 +490,9 @@ def fp8_block_size(cfg: Mapping[str, Any], where: Path) -> tuple[int, int] | Non
 def _fp8_refusal(d: Path, block: tuple[int, int]) -> UnsupportedError:
     return UnsupportedError(
         f"{d} is an FP8 block-scaled checkpoint (quantization_config: fp8, "
-        f"weight_block_size {list(block)}), which colibri cannot run directly. Convert it "
-        f"first, e.g. 'colibri convert {d} OUT.colibri --quant bf16' (or f32, f16, q8_0, "
-        f"q4_0, q4_1), then load OUT.colibri."
+        f"weight_block_size {list(block)}), and this reader takes no FP8 weights. Load it "
+        f"with colibri.Model.load (FP8 runs directly), or convert it first, e.g. 'colibri "
+        f"convert {d} OUT.colibri --quant bf16' (or f32, f16, q8_0, q4_0, q4_1)."
     )
 
 
@@ -430,23 +507,25 @@ def _fp8_info(
 ) -> Fp8TensorInfo:
     if len(shape) != 2:
         raise UnsupportedError(
-            f"{where}: FP8 tensor {name!r} has shape {shape}; only 2-D block-scaled weights "
+            f"{where}: FP8 tensor {shown(name)} has shape {shape}; only 2-D block-scaled weights "
             f"are supported (fused expert stacks in FP8 are not)."
         )
     sname = name + SCALE_SUFFIX
     if sname not in found:
         raise ModelFormatError(
-            f"{where}: FP8 tensor {name!r} has no {sname!r} (its block scales); the "
+            f"{where}: FP8 tensor {shown(name)} has no {shown(sname)} (its block scales); the "
             f"checkpoint is incomplete."
         )
     sdtype, sshape, sext = found[sname]
     rows, cols = shape
     want = (-(-rows // block[0]), -(-cols // block[1]))
     if sdtype not in _FP8_SCALE_DTYPES:
-        raise UnsupportedError(f"{where}: FP8 scale {sname!r} has dtype {sdtype} (F32 expected)")
+        raise UnsupportedError(
+            f"{where}: FP8 scale {shown(sname)} has dtype {clip(sdtype)} (F32 expected)"
+        )
     if tuple(sshape) != want:
         raise ModelFormatError(
-            f"{where}: FP8 scale {sname!r} has shape {tuple(sshape)}, but a {rows}x{cols} "
+            f"{where}: FP8 scale {shown(sname)} has shape {tuple(sshape)}, but a {rows}x{cols} "
             f"weight in {block[0]}x{block[1]} blocks needs {want}."
         )
     scale = TensorInfo(sname, sdtype, want, (sext,))
@@ -464,7 +543,7 @@ def _check_fp8_extents(
         if isinstance(t, Fp8TensorInfo):
             plain[t.scale.name] = t.scale
             if t.nbytes != t.shape[0] * t.shape[1]:
-                raise ModelFormatError(f"tensor {t.name!r}: {t.nbytes} bytes for {t.shape}")
+                raise ModelFormatError(f"tensor {shown(t.name)}: {t.nbytes} bytes for {t.shape}")
             spans += [(e.file, e.offset, e.offset + e.length, t.name) for e in t.extents]
         else:
             plain[t.name] = t
@@ -475,7 +554,7 @@ def _check_fp8_extents(
     for (fa, a0, a1, an), (fb, b0, _b1, bn) in itertools.pairwise(spans):
         if fa == fb and b0 < a1 and a0 != a1:
             raise ModelFormatError(
-                f"{files[fa]}: tensors {an!r} and {bn!r} overlap (bytes {b0}..{a1}). "
+                f"{files[fa]}: tensors {shown(an)} and {shown(bn)} overlap (bytes {b0}..{a1}). "
                 f"The file's header is corrupt."
             )
 
@@ -486,6 +565,8 @@ def _split_fused(
     if len(shape) != 3:
         raise ModelFormatError(f"{where}: fused expert tensor of layer {layer} has shape {shape}")
     n_e, rows, cols = shape
+    if min(shape) <= 0:
+        raise ModelFormatError(f"{where}: fused expert tensor of layer {layer} has shape {shape}")
     each = ext.length // n_e
     out: list[TensorInfo] = []
     for e, sub in enumerate(split_rows(ext, n_e, each)):
@@ -527,34 +608,36 @@ def _kv_b_parts(
     return out
 
 
-def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = False) -> Manifest:
+def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = True) -> Manifest:
     """Read config.json and the safetensors headers of a checkpoint directory.
 
-    An FP8 block-scaled checkpoint raises UnsupportedError (convert it first) unless
-    ``allow_fp8``: then its FP8 weights appear as :class:`Fp8TensorInfo` (what
-    ``colibri convert`` reads); such a manifest cannot be loaded by the core.
+    The FP8 weights of a block-scaled checkpoint appear as :class:`Fp8TensorInfo` (the core
+    runs them directly, with their scale matrix; ``colibri convert`` dequantizes them). A
+    caller that cannot handle them passes ``allow_fp8=False`` to get UnsupportedError.
     """
     d = Path(path)
+    root = ModelDir(d)
     cfg_path = d / "config.json"
+    cfg_file = root.file("config.json", "config", d)
     try:
-        raw_cfg = json.loads(cfg_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ModelFormatError(f"{cfg_path}: cannot read config.json ({exc})") from exc
+        raw_cfg = json.loads(cfg_file.read_bytes())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise ModelFormatError(f"{cfg_path}: cannot read config.json ({shown(exc)})") from exc
     if not isinstance(raw_cfg, dict):
         raise ModelFormatError(f"{cfg_path}: config.json is not a JSON object")
     _family(raw_cfg, d)  # unsupported architectures fail before any weight is looked at
     block = fp8_block_size(raw_cfg, cfg_path)
     if block is not None and not allow_fp8:
         raise _fp8_refusal(d, block)
-    files = _shard_files(d)
+    files = _shard_files(d, root)
     sizes = file_sizes(files)
     found: dict[str, tuple[str, tuple[int, ...], Extent]] = {}
     for fi, f in enumerate(files):
         for name, (dtype, shape, off, length) in read_safetensors_header(f).items():
             if name in found:
-                raise ModelFormatError(f"{d}: tensor {name!r} appears in more than one shard")
+                raise ModelFormatError(f"{d}: tensor {shown(name)} appears in more than one shard")
             found[name] = (dtype, shape, Extent(fi, off, length))
-    cfg = hf_config(raw_cfg, d, set(found))
+    cfg = hf_config(raw_cfg, d, set(found), root)
 
     tensors: dict[str, TensorInfo] = {}
     for name, (dtype, shape, ext) in found.items():
@@ -565,7 +648,9 @@ def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = False) -> Manifes
         if base in found and found[base][0] == FP8_DTYPE:
             continue  # the block scales of an FP8 weight, read with it
         if dtype == FP8_DTYPE and (_FUSED_GATE_UP.fullmatch(name) or _FUSED_DOWN.fullmatch(name)):
-            raise UnsupportedError(f"{where}: fused FP8 expert stack {name!r} is not supported")
+            raise UnsupportedError(
+                f"{where}: fused FP8 expert stack {shown(name)} is not supported"
+            )
         if m := _FUSED_GATE_UP.fullmatch(name):
             for t in _split_fused(m.group(1), "gate_up", dtype, shape, ext, where):
                 tensors[t.name] = t
@@ -580,7 +665,8 @@ def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = False) -> Manifes
         cname = _canonical(name)
         if cname is None:
             raise UnsupportedError(
-                f"{where}: tensor {name!r} is not part of a {cfg.arch} model colibri knows how "
+                f"{where}: tensor {shown(name)} is not part of a {cfg.arch} model colibri knows "
+                f"how "
                 f"to run; refusing to ignore it."
             )
         if cname == "output" and cfg.tie_word_embeddings:
@@ -597,7 +683,7 @@ def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = False) -> Manifes
     return Manifest(
         source="hf",
         path=d,
-        files=tuple(f.resolve() for f in files),
+        files=tuple(files),  # resolved, inside the directory (ModelDir)
         config=cfg,
         tensors=ordered,
         metadata=raw_cfg,

@@ -66,7 +66,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 # Element types by GGML name. The core's DType uses GGML's numeric ids for the same names.
-TENSOR_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K")
+TENSOR_TYPES = (
+    "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1",
+    "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+    # i-quants and MXFP4
+    "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "MXFP4",
+)  # fmt: skip
 
 QkNorm = Literal["none", "head", "full"]
 AttentionKind = Literal["gqa", "mla"]
@@ -95,6 +100,8 @@ class TensorInfo:
     # > 0, the rows are in that order for this many heads and the loader restores the
     # Hugging Face (rotate-half) order, which is the one convention the core implements.
     rope_unpermute_heads: int = 0
+    # Native containers: the crc32 of the tensor's bytes, checked by the core at load.
+    crc32: int | None = None
     # When > 0 the bytes hold this many per-head blocks stored transposed (each
     # [cols, rows / heads]: MLA's W_UK as kv_b_proj keeps it); the loader transposes each
     # block to [rows / heads, cols]. Float types only.

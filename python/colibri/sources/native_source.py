@@ -20,76 +20,82 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
-from ..convert.container import DENSE, EXPERTS, PROJECTIONS, read_container_json
+from ..convert.container import (
+    DENSE,
+    EXPERTS,
+    MANIFEST,
+    PROJECTIONS,
+    TENSOR_ALIGNMENT,
+    read_container_json,
+)
 from ..errors import ModelFormatError
-from .manifest import ExpertBlob, Extent, Manifest, ModelConfig, TensorInfo
-from .validate import check_dtype, check_extents, file_sizes, order_and_check
+from .manifest import ExpertBlob, Extent, Manifest, TensorInfo
+from .manifest_schema import ContainerDoc, check_container_doc
+from .paths import ModelDir
+from .validate import check_extents, check_packed, order_and_check
 
 
-def _config(raw: Any, where: Path) -> ModelConfig:
-    if not isinstance(raw, dict):
-        raise ModelFormatError(f"{where}: 'config' is not an object")
-    d = dict(raw)
-    for key in ("moe_layers", "eos_token_ids", "indexer_types"):
-        if key in d:
-            d[key] = tuple(d[key])
-    try:
-        return ModelConfig(**d)
-    except TypeError as exc:
-        raise ModelFormatError(f"{where}: invalid config ({exc})") from exc
+def read_container(path: str | os.PathLike[str]) -> tuple[ContainerDoc, ModelDir]:
+    """The checked manifest of the container at ``path`` and its directory (every file
+    it names must lie inside it)."""
+    d = Path(path).expanduser()
+    root = ModelDir(d)
+    if (d / MANIFEST).exists():
+        root.file(MANIFEST, "manifest", d)  # a symlink out of the directory is refused
+    doc = read_container_json(d)
+    return check_container_doc(doc, d / MANIFEST), root
+
+
+def _check_layout(doc: ContainerDoc, sizes: tuple[int, int], where: Path) -> None:
+    """The data files are the sizes the manifest records, and the records are laid out
+    the way the writer lays them out (dense tensors padded to 64 bytes, blobs back to
+    back): a gap means a record no longer describes the bytes."""
+    for name, want, got in ((DENSE, doc.dense_size, sizes[0]),
+                            (EXPERTS, doc.experts_size, sizes[1])):  # fmt: skip
+        if want != got:
+            raise ModelFormatError(
+                f"{where}: {name} is {got} bytes, the manifest says {want}: the container is "
+                f"truncated or damaged; convert the model again"
+            )
+    check_packed(((r.offset, r.offset + r.length, r.name) for r in doc.dense), 0, sizes[0],
+                 TENSOR_ALIGNMENT, where / DENSE)  # fmt: skip
+    check_packed(((e.offset, e.offset + e.length, f"layer {e.layer} expert {e.expert}")
+                  for e in doc.experts), 0, sizes[1], 1, where / EXPERTS)  # fmt: skip
 
 
 def load_native(path: str | os.PathLike[str]) -> Manifest:
     """The manifest of the native container (directory) at ``path``."""
-    d = Path(path).expanduser()
-    doc = read_container_json(d)
-    where = d / "manifest.json"
-    cfg = _config(doc.get("config"), where)
-    kind = doc.get("source", {}).get("kind")
-    if kind not in ("gguf", "hf"):
-        raise ModelFormatError(f"{where}: unknown source kind {kind!r}")
+    doc, root = read_container(path)
+    d = root.path
+    where = d / MANIFEST
+    files = (root.file(DENSE, "data file", where), root.file(EXPERTS, "data file", where))
+    sizes = (os.stat(files[0]).st_size, os.stat(files[1]).st_size)
+    _check_layout(doc, sizes, d)
     tensors: dict[str, TensorInfo] = {}
     blobs: dict[tuple[int, int], ExpertBlob] = {}
-    try:
-        for rec in doc["dense"]:
-            check_dtype(rec["name"], rec["dtype"], where)
-            tensors[rec["name"]] = TensorInfo(
-                rec["name"], rec["dtype"], tuple(rec["shape"]),
-                (Extent(0, int(rec["offset"]), int(rec["length"])),),
-                int(rec.get("rope_unpermute_heads", 0)),
+    for rec in doc.dense:
+        tensors[rec.name] = TensorInfo(
+            rec.name, rec.dtype, rec.shape, (Extent(0, rec.offset, rec.length),),
+            rope_unpermute_heads=rec.rope_unpermute_heads, crc32=rec.crc32,
+        )  # fmt: skip
+    for e in doc.experts:
+        blobs[(e.layer, e.expert)] = ExpertBlob(Extent(1, e.offset, e.length), e.crc32)
+        for proj, sub in zip(PROJECTIONS, e.parts, strict=True):
+            name = f"blk.{e.layer}.ffn_{proj}_exps.{e.expert}"
+            if name in tensors:
+                raise ModelFormatError(f"{where}: {name} is both a dense tensor and an expert")
+            tensors[name] = TensorInfo(
+                name, sub.dtype, sub.shape, (Extent(1, e.offset + sub.offset, sub.length),)
             )
-        for rec in doc["experts"]:
-            layer, expert, base = int(rec["layer"]), int(rec["expert"]), int(rec["offset"])
-            crc = rec.get("crc32")
-            blobs[(layer, expert)] = ExpertBlob(
-                Extent(1, base, int(rec["length"])), None if crc is None else int(crc)
-            )
-            for proj in PROJECTIONS:
-                sub = rec[proj]
-                name = f"blk.{layer}.ffn_{proj}_exps.{expert}"
-                check_dtype(name, sub["dtype"], where)
-                if int(sub["offset"]) + int(sub["length"]) > int(rec["length"]):
-                    raise ModelFormatError(f"{where}: {name} extends past its blob")
-                tensors[name] = TensorInfo(
-                    name, sub["dtype"], tuple(sub["shape"]),
-                    (Extent(1, base + int(sub["offset"]), int(sub["length"])),),
-                )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelFormatError(f"{where}: malformed tensor record ({exc!r})") from exc
-    files = ((d / DENSE).resolve(), (d / EXPERTS).resolve())
-    for f in files:
-        if not f.is_file():
-            raise ModelFormatError(f"{d}: {f.name} is missing; the container is incomplete")
-    ordered = order_and_check(tensors, cfg, where)
-    check_extents(ordered, files, file_sizes(files))
+    ordered = order_and_check(tensors, doc.config, where)
+    check_extents(ordered, files, sizes)
     return Manifest(
-        source=kind,
+        source=doc.source_kind,  # type: ignore[arg-type]  # checked: "gguf" or "hf"
         path=d,
         files=files,
-        config=cfg,
+        config=doc.config,
         tensors=ordered,
-        metadata=doc.get("metadata", {}),
+        metadata=doc.metadata,
         expert_blobs=blobs,
     )

@@ -1,20 +1,28 @@
-"""Checks shared by every model source: families, tensor sets, shapes and byte extents.
+"""Checks shared by every model source: the config as data, families, tensor sets,
+shapes and byte extents.
 
 A source maps its own names and metadata to canonical ones; this module then checks the
-result against the normalized config, so every source reports the same problems the same
-way: the first missing tensor, a shape that disagrees with the config, an extent outside
-its file or overlapping another one.
+result, so every source reports the same problems the same way: a config field of the
+wrong type or out of range (:func:`check_config`), layer or expert counts that disagree
+with the tensors present, the first missing tensor, a shape that disagrees with the
+config, an extent outside its file or overlapping another one. The counts are checked
+against the tensors before anything loops over them, so a header claiming 2**31 layers
+costs nothing.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator, Mapping, Sequence
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..errors import ModelFormatError, UnsupportedArchitectureError, UnsupportedError
+from .fields import MAX_DIM, as_bool, as_float, as_int, bad
 from .manifest import Extent, ModelConfig, TensorInfo
+from .paths import clip, shown
 
 # Families the forward pass implements, by canonical name (ModelConfig.arch).
 SUPPORTED_FAMILIES = (
@@ -23,7 +31,12 @@ SUPPORTED_FAMILIES = (
 )
 
 # Element types the core can read today.
-SUPPORTED_DTYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1")
+SUPPORTED_DTYPES = (
+    "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1",
+    "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
+    # i-quants and MXFP4
+    "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "MXFP4",
+)  # fmt: skip
 
 # (elements per block, bytes per block) by GGML type name.
 BLOCK_SIZES: Mapping[str, tuple[int, int]] = {
@@ -33,9 +46,24 @@ BLOCK_SIZES: Mapping[str, tuple[int, int]] = {
     "Q8_0": (32, 34),
     "Q4_0": (32, 18),
     "Q4_1": (32, 20),
+    "Q5_0": (32, 22),
+    "Q5_1": (32, 24),
+    "Q2_K": (256, 84),
+    "Q3_K": (256, 110),
     "Q4_K": (256, 144),
     "Q5_K": (256, 176),
     "Q6_K": (256, 210),
+    # i-quants and MXFP4
+    "IQ4_NL": (32, 18),
+    "IQ4_XS": (256, 136),
+    "IQ2_XXS": (256, 66),
+    "IQ2_XS": (256, 74),
+    "IQ2_S": (256, 82),
+    "IQ3_XXS": (256, 98),
+    "IQ3_S": (256, 110),
+    "IQ1_S": (256, 50),
+    "IQ1_M": (256, 56),
+    "MXFP4": (32, 17),
 }
 
 
@@ -43,7 +71,7 @@ def unsupported_architecture(
     found: str, where: Path, supported: Sequence[str]
 ) -> UnsupportedArchitectureError:
     return UnsupportedArchitectureError(
-        f"{where}: architecture {found!r} is not supported. Supported architectures: "
+        f"{where}: architecture {shown(found)} is not supported. Supported architectures: "
         f"{', '.join(supported)}."
     )
 
@@ -51,7 +79,7 @@ def unsupported_architecture(
 def tensor_nbytes(dtype: str, shape: Sequence[int], name: str = "") -> int:
     """Bytes a tensor of this type and shape occupies (rows of blocks for quantized types)."""
     if dtype not in BLOCK_SIZES:
-        raise UnsupportedError(f"tensor {name!r}: element type {dtype} is not supported")
+        raise UnsupportedError(f"tensor {shown(name)}: element type {dtype} is not supported")
     block, size = BLOCK_SIZES[dtype]
     n = 1
     for d in shape:
@@ -59,18 +87,245 @@ def tensor_nbytes(dtype: str, shape: Sequence[int], name: str = "") -> int:
     cols = int(shape[-1]) if shape else 1
     if cols % block:
         raise ModelFormatError(
-            f"tensor {name!r}: row length {cols} is not a multiple of the {dtype} "
+            f"tensor {shown(name)}: row length {cols} is not a multiple of the {dtype} "
             f"block size {block}"
         )
     return n // block * size
 
 
-def check_dtype(name: str, dtype: str, where: Path) -> None:
+def check_dtype(name: str, dtype: str, where: object) -> None:
     if dtype not in SUPPORTED_DTYPES:
         raise UnsupportedError(
-            f"{where}: tensor {name!r} has element type {dtype}, which colibri cannot read yet "
+            f"{where}: tensor {shown(name)} has element type {clip(dtype)}, which colibri "
+            f"cannot read yet "
             f"(supported: {', '.join(SUPPORTED_DTYPES)}). Use a GGUF quantized to one of those, "
             f"or the original Hugging Face checkpoint."
+        )
+
+
+# RoPE scaling variants colibri computes (colibri.rope), and the parameters each needs.
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
+_QK_NORMS = ("none", "head", "full")
+
+
+def check_config(cfg: ModelConfig, where: object) -> None:
+    """The normalized config as data: every field has its type and a value the forward
+    pass can use (positive sizes that fit the core's integers, heads that divide into KV
+    groups, top-k within the experts, a finite positive RoPE base, a finite epsilon >= 0,
+    RoPE scaling parameters that give finite frequencies). Raises ModelFormatError naming
+    the field, UnsupportedArchitectureError / UnsupportedError for what colibri does not
+    implement."""
+    if not isinstance(cfg.arch, str) or cfg.arch not in SUPPORTED_FAMILIES:
+        raise unsupported_architecture(str(cfg.arch), Path(str(where)), SUPPORTED_FAMILIES)
+
+    def pos(name: str, lo: int = 1) -> int:
+        return as_int(getattr(cfg, name), name, where, lo=lo)
+
+    for name in ("vocab_size", "hidden_size", "n_layers", "n_heads", "n_kv_heads", "head_dim"):
+        pos(name)
+    for name in ("intermediate_size", "max_position_embeddings", "n_experts",
+                 "n_experts_per_tok", "moe_intermediate_size",
+                 "shared_expert_intermediate_size"):  # fmt: skip
+        pos(name, 0)
+    if cfg.n_heads % cfg.n_kv_heads:
+        raise ModelFormatError(
+            f"{where}: n_heads ({cfg.n_heads}) must be a multiple of n_kv_heads "
+            f"({cfg.n_kv_heads})"
+        )
+    if cfg.head_dim % 2:
+        raise bad(where, "head_dim", cfg.head_dim, "even (RoPE rotates pairs of dimensions)")
+    if cfg.n_heads * cfg.head_dim > MAX_DIM:
+        raise ModelFormatError(f"{where}: n_heads x head_dim does not fit the core's sizes")
+    eps = as_float(cfg.rms_norm_eps, "rms_norm_eps", where, lo=0.0)
+    if eps >= 1.0:  # real models use 1e-6..1e-5; >= 1 flattens every activation
+        raise bad(where, "rms_norm_eps", eps, "in [0, 1)")
+    as_float(cfg.rope_theta, "rope_theta", where, lo=0.0, lo_open=True)
+    for name in ("tie_word_embeddings", "attention_bias", "norm_topk_prob"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise bad(where, name, getattr(cfg, name), "true or false")
+    if cfg.qk_norm not in _QK_NORMS:
+        raise bad(where, "qk_norm", cfg.qk_norm, f"one of {', '.join(_QK_NORMS)}")
+    layers = cfg.moe_layers
+    if not isinstance(layers, tuple) or not all(isinstance(m, bool) for m in layers):
+        raise bad(where, "moe_layers", layers, "a list of true/false, one per layer")
+    if layers and len(layers) != cfg.n_layers:
+        raise ModelFormatError(
+            f"{where}: moe_layers has {len(layers)} entries for {cfg.n_layers} layers"
+        )
+    if any(layers):
+        if cfg.n_experts < 1 or cfg.moe_intermediate_size < 1:
+            raise ModelFormatError(
+                f"{where}: MoE layers need n_experts >= 1 and moe_intermediate_size >= 1 "
+                f"(got {cfg.n_experts}, {cfg.moe_intermediate_size})"
+            )
+        if not 1 <= cfg.n_experts_per_tok <= cfg.n_experts:
+            raise ModelFormatError(
+                f"{where}: n_experts_per_tok must be in [1, n_experts = {cfg.n_experts}], "
+                f"not {cfg.n_experts_per_tok}"
+            )
+    if not all(layers) and cfg.intermediate_size < 1:
+        raise ModelFormatError(f"{where}: dense layers need intermediate_size >= 1")
+    if cfg.bos_token_id is not None:
+        as_int(cfg.bos_token_id, "bos_token_id", where)
+    if not isinstance(cfg.eos_token_ids, tuple):
+        raise bad(where, "eos_token_ids", cfg.eos_token_ids, "a list of token ids")
+    for t in cfg.eos_token_ids:
+        as_int(t, "eos_token_ids", where)
+    check_rope_scaling(cfg.rope_scaling, cfg.rope_theta, cfg.max_position_embeddings, where)
+    check_family_fields(cfg, where)
+
+
+_ATTENTION_KINDS = ("gqa", "mla")
+_ROUTERS = ("softmax", "sigmoid_grouped", "softmax_group_limited")
+_INDEXER_TYPES = ("full", "shared")
+
+
+def check_family_fields(cfg: ModelConfig, where: object) -> None:
+    """The fields of the DeepSeek / GLM family (routing rule, MLA, DSA, MTP; defaults for
+    every other family) as data, with the same care as the rest of the config."""
+    for name in ("rope_interleaved", "router_bias", "shared_expert_gated",
+                 "index_rope_interleaved"):  # fmt: skip
+        if not isinstance(getattr(cfg, name), bool):
+            raise bad(where, name, getattr(cfg, name), "true or false")
+    as_int(cfg.index_n_heads, "index_n_heads", where, lo=0)  # has_indexer compares it
+    if cfg.attention not in _ATTENTION_KINDS:
+        raise bad(where, "attention", cfg.attention, f"one of {', '.join(_ATTENTION_KINDS)}")
+    if cfg.router not in _ROUTERS:
+        raise UnsupportedError(f"{where}: routing rule {shown(cfg.router)} is not implemented "
+                               f"({', '.join(_ROUTERS)})")  # fmt: skip
+    as_float(cfg.routed_scaling_factor, "routed_scaling_factor", where, lo=0.0, lo_open=True)
+    as_float(cfg.attention_scale, "attention_scale", where, lo=0.0)
+    n_group = as_int(cfg.n_group, "n_group", where, lo=1)
+    as_int(cfg.topk_group, "topk_group", where, lo=1, hi=n_group)
+    if any(cfg.moe_layers) and cfg.n_experts % n_group:
+        raise ModelFormatError(f"{where}: n_group {n_group} does not divide n_experts "
+                               f"{cfg.n_experts}")  # fmt: skip
+    rot = as_int(cfg.rotary_dim, "rotary_dim", where, lo=0, hi=cfg.head_dim)
+    if rot % 2:
+        raise bad(where, "rotary_dim", rot, "even (RoPE rotates pairs of dimensions)")
+    as_int(cfg.n_mtp_layers, "n_mtp_layers", where, lo=0, hi=64)
+    if cfg.attention == "mla":
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            as_int(getattr(cfg, name), name, where, lo=1)
+        as_int(cfg.q_lora_rank, "q_lora_rank", where, lo=0)
+        if cfg.qk_rope_head_dim % 2 or cfg.rotary_dim != cfg.qk_rope_head_dim:
+            raise bad(where, "qk_rope_head_dim", cfg.qk_rope_head_dim,
+                      "even, and the rotary dimension (rotary_dim)")  # fmt: skip
+        if cfg.head_dim != cfg.qk_nope_head_dim + cfg.qk_rope_head_dim or \
+                cfg.n_kv_heads != cfg.n_heads:  # fmt: skip
+            raise ModelFormatError(f"{where}: MLA needs head_dim = qk_nope_head_dim + "
+                                   f"qk_rope_head_dim and n_kv_heads = n_heads")  # fmt: skip
+        eps = as_float(cfg.mla_norm_eps, "mla_norm_eps", where, lo=0.0)
+        if eps >= 1.0:
+            raise bad(where, "mla_norm_eps", eps, "in [0, 1)")
+    elif cfg.rope_interleaved:
+        raise UnsupportedError(f"{where}: interleaved RoPE is implemented for MLA models only")
+    if not cfg.has_indexer:
+        return
+    if cfg.attention != "mla" or cfg.q_lora_rank < 1:
+        raise UnsupportedError(f"{where}: the DSA indexer needs MLA with q-LoRA")
+    as_int(cfg.index_head_dim, "index_head_dim", where, lo=max(cfg.qk_rope_head_dim, 1))
+    as_int(cfg.index_topk, "index_topk", where, lo=1, hi=1 << 30)
+    types = cfg.indexer_types
+    if not isinstance(types, tuple) or (types and len(types) != cfg.n_layers):
+        raise bad(where, "indexer_types", types, f"a list of {cfg.n_layers} entries")
+    for t in types:
+        if t not in _INDEXER_TYPES:
+            raise UnsupportedError(f"{where}: indexer type {shown(t)} is not implemented "
+                                   f"(colibri runs 'full' and 'shared' DSA layers)")  # fmt: skip
+    if types and types[0] != "full":
+        raise ModelFormatError(f"{where}: indexer_types[0] must be 'full' (a shared layer "
+                               f"reuses an earlier full layer's selection)")  # fmt: skip
+
+
+def check_rope_scaling(
+    scaling: Mapping[str, Any] | None, theta: float, max_positions: int, where: object
+) -> None:
+    """The parameters colibri.rope reads, for the variant named: present, numbers, and in
+    the range where the formulas are finite (factor > 0, llama3's 0 < low < high, ...)."""
+    if scaling is None:
+        return
+    if not isinstance(scaling, Mapping):
+        raise bad(where, "rope_scaling", scaling, "an object or null")
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise UnsupportedError(
+            f"{where}: RoPE scaling type {shown(kind)} is not supported; supported: "
+            f"{', '.join(ROPE_TYPES)}"
+        )
+
+    def number(key: str, *, required: bool = True, lo_open: bool = True) -> float | None:
+        v = scaling.get(key)
+        if v is None and not required:
+            return None
+        return as_float(v, f"rope_scaling.{key}", where, lo=0.0, lo_open=lo_open)
+
+    if kind == "default":
+        return
+    number("factor", required=kind != "dynamic")
+    if kind == "llama3":
+        low, high = number("low_freq_factor"), number("high_freq_factor")
+        if low is not None and high is not None and not low < high:
+            raise ModelFormatError(
+                f"{where}: rope_scaling needs low_freq_factor < high_freq_factor "
+                f"(got {low:g}, {high:g})"
+            )
+        as_int(scaling.get("original_max_position_embeddings"),
+               "rope_scaling.original_max_position_embeddings", where, lo=1)  # fmt: skip
+    if kind == "yarn":
+        number("beta_fast", required=False)
+        number("beta_slow", required=False)
+        number("attention_factor", required=False)
+        number("mscale", required=False, lo_open=False)
+        number("mscale_all_dim", required=False, lo_open=False)
+        original = scaling.get("original_max_position_embeddings")
+        if original is not None or max_positions < 1:
+            as_int(original, "rope_scaling.original_max_position_embeddings", where, lo=1)
+        if "truncate" in scaling:
+            as_bool(scaling["truncate"], "rope_scaling.truncate", where)
+        if theta == 1.0:
+            raise bad(where, "rope_theta", theta, "!= 1 with YaRN scaling (it divides by log)")
+
+
+# At most 9 digits: a name with a 5000-digit index must not reach int() (which refuses
+# more than 4300 digits); it is then simply a tensor the config does not use.
+_LAYER = re.compile(r"^blk\.(\d{1,9})\.")
+_EXPERT = re.compile(r"^blk\.(\d{1,9})\.ffn_(?:gate|up|down)_exps\.(\d{1,9})$")
+
+
+def layers_present(names: Iterable[str], pattern: re.Pattern[str] = _LAYER) -> set[int]:
+    """The layer indices that tensors named ``blk.{i}....`` (or ``pattern``) exist for."""
+    return {int(m.group(1)) for n in names if (m := pattern.match(n))}
+
+
+def check_layer_count(
+    n_layers: int, names: Iterable[str], field: str, where: object,
+    pattern: re.Pattern[str] = _LAYER,
+) -> None:  # fmt: skip
+    """A header's layer count against the tensors present (before anything loops over
+    it): layers 0 .. n_layers - 1, each with tensors, and no others. ``pattern`` finds
+    the layer index in a name (group 1; canonical ``blk.{i}.`` by default)."""
+    found = layers_present(names, pattern)
+    if found != set(range(len(found))) or len(found) != n_layers:
+        last = max(found) if found else None
+        raise ModelFormatError(
+            f"{where}: {field} says {n_layers} layers, but the file has tensors for "
+            f"{len(found)} layers" + (f" (numbered up to blk.{last})" if last is not None else "")
+            + ". The header is corrupt or does not match the weights."
+        )
+
+
+def check_expert_count(cfg: ModelConfig, names: Iterable[str], where: object) -> None:
+    """n_experts against the routed-expert tensors present: indices 0 .. n_experts - 1."""
+    found = {int(m.group(2)) for n in names if (m := _EXPERT.match(n))}
+    if not any(cfg.moe_layers):
+        return
+    # found is bounded by the tensors present; range(n_experts) is not (2**31).
+    if len(found) != cfg.n_experts or (found and max(found) != cfg.n_experts - 1):
+        raise ModelFormatError(
+            f"{where}: the config says {cfg.n_experts} experts per MoE layer, but the file "
+            f"holds routed-expert tensors for {len(found)} distinct experts. The header is "
+            f"corrupt or does not match the weights."
         )
 
 
@@ -203,22 +458,26 @@ def order_and_check(
 ) -> dict[str, TensorInfo]:
     """Check the tensor set against the config and return it in canonical order.
 
-    Raises ModelFormatError naming the first missing tensor, a shape mismatch, or a tensor
-    the config does not account for.
+    The config is checked first (:func:`check_config`), then its layer and expert counts
+    against the tensors present. Raises ModelFormatError naming the first missing tensor,
+    a shape mismatch, or a tensor the config does not account for.
     """
+    check_config(cfg, where)
+    check_layer_count(cfg.n_layers + cfg.n_mtp_layers, tensors, "n_layers + n_mtp_layers", where)
+    check_expert_count(cfg, tensors, where)
     want = expected_shapes(cfg)
     out: dict[str, TensorInfo] = {}
     for name, shape in want.items():
         t = tensors.get(name)
         if t is None:
             raise ModelFormatError(
-                f"{where}: tensor {name!r} is missing ({len(tensors)} tensors found, "
+                f"{where}: tensor {shown(name)} is missing ({len(tensors)} tensors found, "
                 f"{len(want)} expected for this {cfg.arch} config). The checkpoint is incomplete "
                 f"or its config does not match its weights."
             )
         if tuple(t.shape) != shape:
             raise ModelFormatError(
-                f"{where}: tensor {name!r} has shape {tuple(t.shape)}, but the config implies "
+                f"{where}: tensor {shown(name)} has shape {tuple(t.shape)}, but the config implies "
                 f"{shape}. The config does not match the weights."
             )
         out[name] = t
@@ -232,13 +491,13 @@ def order_and_check(
         if name in optional:
             if tuple(t.shape) != optional[name]:
                 raise ModelFormatError(
-                    f"{where}: tensor {name!r} has shape {tuple(t.shape)}, but the config "
+                    f"{where}: tensor {shown(name)} has shape {tuple(t.shape)}, but the config "
                     f"implies {optional[name]}. The config does not match the weights."
                 )
             out[name] = t
             continue
         raise ModelFormatError(
-            f"{where}: tensor {name!r} is not used by a {cfg.arch} model with this config "
+            f"{where}: tensor {shown(name)} is not used by a {cfg.arch} model with this config "
             f"(for example a dense FFN in a layer the config makes MoE). The config does not "
             f"match the weights."
         )
@@ -259,18 +518,19 @@ def check_extents(
         want = tensor_nbytes(t.dtype, t.shape, t.name)
         if t.nbytes != want:
             raise ModelFormatError(
-                f"tensor {t.name!r}: its extents hold {t.nbytes} bytes, but a {t.dtype} tensor "
+                f"tensor {shown(t.name)}: its extents hold {t.nbytes} bytes, but a {t.dtype} "
+                f"tensor "
                 f"of shape {tuple(t.shape)} needs {want}. The file is corrupt."
             )
         for e in t.extents:
             if not 0 <= e.file < len(files):
                 raise ModelFormatError(
-                    f"tensor {t.name!r}: extent names file #{e.file}, which does not exist"
+                    f"tensor {shown(t.name)}: extent names file #{e.file}, which does not exist"
                 )
             end = e.offset + e.length
             if e.offset < 0 or e.length < 0 or end > sizes[e.file]:
                 raise ModelFormatError(
-                    f"{files[e.file]}: tensor {t.name!r} needs bytes [{e.offset}, {end}), but "
+                    f"{files[e.file]}: tensor {shown(t.name)} needs bytes [{e.offset}, {end}), but "
                     f"the file is only {sizes[e.file]} bytes long (expected at least {end}). "
                     f"The file is truncated or corrupt; download or convert it again."
                 )
@@ -280,9 +540,39 @@ def check_extents(
         for (a0, a1, an), (b0, _b1, bn) in itertools.pairwise(spans):
             if b0 < a1 and a0 != a1:
                 raise ModelFormatError(
-                    f"{files[fi]}: tensors {an!r} and {bn!r} overlap (bytes {b0}..{a1}). "
+                    f"{files[fi]}: tensors {shown(an)} and {shown(bn)} overlap (bytes {b0}..{a1}). "
                     f"The file's header is corrupt."
                 )
+
+
+def check_packed(
+    spans: Iterable[tuple[int, int, str]], start: int, end: int, slack: int, where: object
+) -> None:
+    """Tensors fill the data region [start, end) of a file the way its writers lay them
+    out: in offset order, each starting fewer than ``slack`` bytes after the previous one
+    ends (alignment padding), the last ending fewer than ``slack`` bytes before ``end``.
+    A gap means the header shrank a tensor (a changed type or shape): its bytes would be
+    read as something they are not. Overlaps are check_extents' to report."""
+    pos, prev = start, "the start of the data"
+    for lo, hi, name in sorted(spans):
+        if lo < pos and lo < hi:
+            raise ModelFormatError(
+                f"{where}: tensors {prev} and {shown(name)} overlap (bytes {lo}..{pos}): the "
+                f"header is corrupt"
+            )
+        if lo - pos >= max(slack, 1):
+            raise ModelFormatError(
+                f"{where}: {lo - pos} unused bytes between {prev} and tensor {shown(name)} "
+                f"(more than the writer's padding): the header is corrupt (a tensor's type or "
+                f"shape was changed)"
+            )
+        pos, prev = max(pos, hi), f"tensor {shown(name)}"
+    if end - pos >= max(slack, 1):
+        raise ModelFormatError(
+            f"{where}: {end - pos} bytes after the last tensor ({prev}) belong to no tensor: "
+            f"the header is corrupt (a tensor's type or shape was changed, or its length "
+            f"field is wrong)"
+        )
 
 
 def split_rows(extent: Extent, n: int, nbytes_each: int) -> Iterator[Extent]:

@@ -17,12 +17,14 @@ Special tokens (control, user-defined, unknown types) are matched in the text by
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tokenizers import Regex, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
 from ..errors import ModelFormatError, UnsupportedError
+from ..sources.paths import shown
 from .pretok import PRE_TOKENIZERS, supported_pre_types
 from .vocab import (
     SPECIAL_TYPES,
@@ -37,30 +39,82 @@ SUPPORTED_MODELS = ("gpt2", "llama")
 _P = "tokenizer.ggml."
 
 
+_TYPES = {int(t): t for t in TokenType}
+
+
 def _types(md: dict[str, Any], n: int, where: str) -> list[TokenType]:
     raw = md.get(_P + "token_type")
     if raw is None:
         return [TokenType.NORMAL] * n
-    if len(raw) != n:
+    if not isinstance(raw, list) or len(raw) != n:
         raise ModelFormatError(
-            f"{where}: {_P}token_type has {len(raw)} entries for {n} tokens; the file is corrupt"
+            f"{where}: {_P}token_type must be a list with one entry per token ({n}); "
+            f"the file is corrupt"
         )
-    try:
-        return [TokenType(int(t)) for t in raw]
-    except ValueError as exc:
-        raise ModelFormatError(f"{where}: unknown token type in {_P}token_type: {exc}") from exc
+    out = [_TYPES.get(t) if type(t) is int else None for t in raw]
+    if None in out:
+        i = out.index(None)
+        raise ModelFormatError(
+            f"{where}: unknown token type {shown(raw[i])} for token {i} in {_P}token_type"
+        )
+    return out  # type: ignore[return-value]  # no None left
 
 
 def _opt_id(md: dict[str, Any], key: str, n: int) -> int | None:
     v = md.get(_P + key)
-    if v is None:
+    if type(v) is not int:  # absent, or not an id (a bool, a string...): no such token
         return None
-    v = int(v)
     return v if 0 <= v < n else None
+
+
+def _check_types(md: dict[str, Any], where: str) -> None:
+    """The tokenizer keys this module reads have the types it reads them as."""
+
+    def typed(key: str, kind: type | tuple[type, ...], what: str) -> None:
+        v = md.get(_P + key if not key.startswith("tokenizer.") else key)
+        if v is not None and not isinstance(v, kind):
+            raise ModelFormatError(f"{where}: {key} must be {what}, not {shown(v)}")
+
+    typed("model", str, "a string")
+    typed("pre", str, "a string")
+    typed("tokenizer.chat_template", str, "a string")
+    typed("tokenizer.chat_templates", list, "a list of names")
+    for key in ("tokens", "merges"):
+        v = md.get(_P + key)
+        if v is not None and (not isinstance(v, list) or not all(isinstance(x, str) for x in v)):
+            raise ModelFormatError(f"{where}: {_P}{key} must be a list of strings")
+    scores = md.get(_P + "scores")
+    if scores is not None and (
+        not isinstance(scores, list)
+        or not all(type(x) in (int, float) and math.isfinite(x) for x in scores)
+    ):
+        raise ModelFormatError(f"{where}: {_P}scores must be a list of finite numbers")
+
+
+def _utf8(text: str) -> bool:
+    """Whether a token's text is valid UTF-8 (the header keeps invalid bytes as
+    surrogate escapes, which ``tokenizers`` cannot take)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _encodable(tokens: list[str]) -> list[bool]:
+    """Per token: whether it can be handed to ``tokenizers`` (one fast check when all
+    can). A token that is not valid UTF-8 can never come out of encoding valid text, so
+    leaving it out of the encoder changes nothing; it still decodes to its bytes."""
+    try:
+        "".join(tokens).encode("utf-8")
+        return [True] * len(tokens)
+    except UnicodeEncodeError:
+        return [_utf8(t) for t in tokens]
 
 
 def vocab_from_gguf(md: dict[str, Any], where: str) -> VocabData:
     """A VocabData from GGUF metadata (keys ``tokenizer.*`` and ``general.name``)."""
+    _check_types(md, where)
     model = md.get(_P + "model")
     if model is None:
         raise ModelFormatError(f"{where}: the GGUF file has no tokenizer ({_P}model is missing)")
@@ -72,7 +126,6 @@ def vocab_from_gguf(md: dict[str, Any], where: str) -> VocabData:
     tokens = md.get(_P + "tokens")
     if not isinstance(tokens, list) or not tokens:
         raise ModelFormatError(f"{where}: {_P}tokens is missing or empty")
-    tokens = [str(t) for t in tokens]
     n = len(tokens)
     types = _types(md, n, where)
     name = str(md.get("general.name", "")).lower()
@@ -98,6 +151,8 @@ def vocab_from_gguf(md: dict[str, Any], where: str) -> VocabData:
     data.eos_ids = frozenset(eog_ids(tokens, eos, (eot, eom)))
     data.chat_template = md.get("tokenizer.chat_template")
     for tname in md.get("tokenizer.chat_templates", []) or []:
+        if not isinstance(tname, str):
+            raise ModelFormatError(f"{where}: tokenizer.chat_templates must hold names")
         tpl = md.get(f"tokenizer.chat_template.{tname}")
         if isinstance(tpl, str):
             data.chat_templates[str(tname)] = tpl
@@ -127,12 +182,14 @@ def _bpe(md: dict[str, Any], tokens: list[str], types: list[TokenType], where: s
             f"supported: {', '.join(supported_pre_types())}"
         )
     # The BPE model sees the normal tokens; a duplicated text keeps its last normal id.
+    ok = _encodable(tokens)
     vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):
-        if types[i] in (TokenType.NORMAL, TokenType.BYTE):
+        if types[i] in (TokenType.NORMAL, TokenType.BYTE) and ok[i]:
             vocab[t] = i
     for i, t in enumerate(tokens):
-        vocab.setdefault(t, i)
+        if ok[i]:
+            vocab.setdefault(t, i)
     merges: list[tuple[str, str]] = []
     for m in md.get(_P + "merges", []) or []:
         pos = m.find(" ", 1)
@@ -147,7 +204,8 @@ def _bpe(md: dict[str, Any], tokens: list[str], types: list[TokenType], where: s
         + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
     )
     pieces = [
-        byte_level_bytes(t) if types[i] in (TokenType.NORMAL, TokenType.BYTE) else t.encode()
+        byte_level_bytes(t) if types[i] in (TokenType.NORMAL, TokenType.BYTE)
+        else t.encode("utf-8", "surrogateescape")
         for i, t in enumerate(tokens)
     ]
     return VocabData(
@@ -163,16 +221,18 @@ def _spm(md: dict[str, Any], tokens: list[str], types: list[TokenType], where: s
         raise ModelFormatError(
             f"{where}: a SentencePiece vocabulary needs {_P}scores with one score per token"
         )
+    ok = _encodable(tokens)
     vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):
-        vocab[t] = i
+        if ok[i]:
+            vocab[t] = i
     # Every way to build a token from two tokens, best score first. Control, unknown and
     # byte tokens are never the result of a merge (they cannot appear in plain text).
     ranked: list[tuple[float, int, int, str, str]] = []
     for i, t in enumerate(tokens):
         if types[i] not in (TokenType.NORMAL, TokenType.USER_DEFINED) or len(t) < 2:
             continue
-        if vocab[t] != i:
+        if vocab.get(t) != i:
             continue
         s = -float(scores[i])
         for k in range(1, len(t)):
@@ -182,7 +242,7 @@ def _spm(md: dict[str, Any], tokens: list[str], types: list[TokenType], where: s
     ranked.sort()
     merges = [(a, b) for _s, _i, _k, a, b in ranked]
     has_bytes = all(f"<0x{b:02X}>" in vocab for b in range(256))
-    unk = next((t for i, t in enumerate(tokens) if types[i] == TokenType.UNKNOWN), None)
+    unk = next((t for i, t in enumerate(tokens) if types[i] == TokenType.UNKNOWN and ok[i]), None)
     enc = HFTokenizer(
         models.BPE(vocab=vocab, merges=merges, byte_fallback=has_bytes, unk_token=unk)
     )

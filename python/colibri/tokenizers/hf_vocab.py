@@ -10,20 +10,24 @@ token at a time; other decoders (WordPiece...) are refused.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer as HFTokenizer
 
 from ..errors import ModelFormatError, ModelNotFoundError, UnsupportedError
+from ..sources.paths import ModelDir, shown
 from .vocab import TokenType, VocabData, byte_level_bytes, byte_token_value, eog_ids
 
 
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelFormatError(f"{path}: cannot be read as JSON: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ModelFormatError(f"{path}: cannot be read as JSON: not UTF-8") from exc
+    except (OSError, json.JSONDecodeError, RecursionError) as exc:
+        raise ModelFormatError(f"{path}: cannot be read as JSON: {shown(exc)}") from exc
 
 
 def _decoder_kinds(dec: Any) -> list[dict[str, Any]]:
@@ -43,7 +47,7 @@ def _token_text(v: Any) -> str | None:
     return v if isinstance(v, str) else None
 
 
-def _chat_templates(directory: Path, config: dict[str, Any]) -> tuple[str | None, dict[str, str]]:
+def _chat_templates(root: ModelDir, config: dict[str, Any]) -> tuple[str | None, dict[str, str]]:
     named: dict[str, str] = {}
     default: str | None = None
     tpl = config.get("chat_template")
@@ -54,19 +58,66 @@ def _chat_templates(directory: Path, config: dict[str, Any]) -> tuple[str | None
             if isinstance(item, dict) and isinstance(item.get("template"), str):
                 named[str(item.get("name", "default"))] = item["template"]
         default = named.pop("default", None)
-    if default is None and (directory / "chat_template.jinja").is_file():
-        default = (directory / "chat_template.jinja").read_text(encoding="utf-8")
-    if default is None and (directory / "chat_template.json").is_file():
-        value = _read_json(directory / "chat_template.json")
+    jinja = root.optional("chat_template.jinja", "chat template") if default is None else None
+    if jinja is not None:
+        try:
+            default = jinja.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ModelFormatError(f"{jinja}: the chat template is not UTF-8 text") from exc
+    tpl_json = root.optional("chat_template.json", "chat template") if default is None else None
+    if tpl_json is not None:
+        value = _read_json(tpl_json)
         if isinstance(value, dict) and isinstance(value.get("chat_template"), str):
             default = value["chat_template"]
     return default, named
 
 
+def _decoding(spec: dict[str, Any], file: Path) -> tuple[Callable[[str], bytes], bool]:
+    """How a normal token's text becomes bytes (byte-level or SentencePiece), and whether
+    decoding strips one leading space. The structure was parsed by ``tokenizers``
+    already; a value of an unexpected type is reported as a malformed file."""
+    try:
+        decoders = _decoder_kinds(spec.get("decoder"))
+        kinds = {d.get("type") for d in decoders}
+        strip = False
+        if "ByteLevel" in kinds:
+            normal = byte_level_bytes
+        elif "Metaspace" in kinds or any(
+            d.get("type") == "Replace" and (d.get("pattern") or {}).get("String") == "\u2581"
+            for d in decoders
+        ):
+            for d in decoders:
+                if d.get("type") == "Strip" and d.get("content") == " " and int(d.get("start", 0)):
+                    strip = True
+                if d.get("type") == "Metaspace":
+                    scheme = d.get(
+                        "prepend_scheme", "always" if d.get("add_prefix_space", True) else "never"
+                    )
+                    strip = strip or scheme != "never"
+
+            def normal(text: str) -> bytes:
+                return text.replace("\u2581", " ").encode("utf-8")
+        else:
+            raise UnsupportedError(
+                f"{file}: decoder {sorted(k for k in kinds if k) or None} is not supported; "
+                f"colibri "
+                f"decodes byte-level BPE (ByteLevel) and SentencePiece-style (Metaspace, or "
+                f"Replace '\u2581' + ByteFallback) tokenizers"
+            )
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise ModelFormatError(
+            f"{file}: malformed decoder in tokenizer.json ({shown(exc)})"
+        ) from exc
+    return normal, strip
+
+
 def vocab_from_hf(path: Path) -> VocabData:
     """A VocabData from a directory holding ``tokenizer.json`` or from that file."""
+    # Every file is read from the tokenizer's directory, symlinks resolving inside it.
+    root = ModelDir(path if path.is_dir() else path.parent)
+    found = root.optional("tokenizer.json" if path.is_dir() else path.name, "tokenizer file")
     file = path / "tokenizer.json" if path.is_dir() else path
-    if not file.is_file():
+    if found is None:
         hint = ""
         if path.is_dir() and (path / "tokenizer.model").is_file():
             hint = (
@@ -74,27 +125,33 @@ def vocab_from_hf(path: Path) -> VocabData:
                 "with transformers' save_pretrained() to get a tokenizer.json)"
             )
         raise ModelNotFoundError(f"{file}: no tokenizer.json{hint}")
-    directory = file.parent
+    file = found
     try:
         tk = HFTokenizer.from_file(str(file))
     except Exception as exc:  # the library raises plain Exception for malformed files
-        raise ModelFormatError(f"{file}: not a valid tokenizer.json: {exc}") from exc
+        raise ModelFormatError(f"{file}: not a valid tokenizer.json: {str(exc)[:200]}") from exc
     tk.no_truncation()
     tk.no_padding()
     spec = _read_json(file)
-    cfg_file = directory / "tokenizer_config.json"
-    config = _read_json(cfg_file) if cfg_file.is_file() else {}
+    if not isinstance(spec, dict):
+        raise ModelFormatError(f"{file}: expected a JSON object")
+    cfg_file = root.optional("tokenizer_config.json", "tokenizer file")
+    config = _read_json(cfg_file) if cfg_file is not None else {}
     if not isinstance(config, dict):
         raise ModelFormatError(f"{cfg_file}: expected a JSON object")
 
     full_vocab: dict[str, int] = tk.get_vocab(with_added_tokens=True)
     n = max(full_vocab.values()) + 1 if full_vocab else 0
+    if n > 2 * len(full_vocab) + 65536:  # ids index lists below: they must be dense-ish
+        raise ModelFormatError(
+            f"{file}: token ids go up to {n - 1} for {len(full_vocab)} tokens; the file is corrupt"
+        )
     tokens = [""] * n
     for text, i in full_vocab.items():
         tokens[i] = text
     added = tk.get_added_tokens_decoder()
     model = spec.get("model") or {}
-    byte_fallback = bool(model.get("byte_fallback", False))
+    byte_fallback = isinstance(model, dict) and bool(model.get("byte_fallback", False))
     present = set(full_vocab.values())
     types = [TokenType.NORMAL] * n
     for i in range(n):
@@ -105,32 +162,7 @@ def vocab_from_hf(path: Path) -> VocabData:
         elif byte_fallback and byte_token_value(tokens[i]) is not None:
             types[i] = TokenType.BYTE
 
-    decoders = _decoder_kinds(spec.get("decoder"))
-    kinds = {d.get("type") for d in decoders}
-    strip = False
-    if "ByteLevel" in kinds:
-        normal = byte_level_bytes
-    elif "Metaspace" in kinds or any(
-        d.get("type") == "Replace" and (d.get("pattern") or {}).get("String") == "\u2581"
-        for d in decoders
-    ):
-        for d in decoders:
-            if d.get("type") == "Strip" and d.get("content") == " " and int(d.get("start", 0)):
-                strip = True
-            if d.get("type") == "Metaspace":
-                scheme = d.get(
-                    "prepend_scheme", "always" if d.get("add_prefix_space", True) else "never"
-                )
-                strip = strip or scheme != "never"
-
-        def normal(text: str) -> bytes:
-            return text.replace("\u2581", " ").encode("utf-8")
-    else:
-        raise UnsupportedError(
-            f"{file}: decoder {sorted(k for k in kinds if k) or None} is not supported; colibri "
-            f"decodes byte-level BPE (ByteLevel) and SentencePiece-style (Metaspace, or "
-            f"Replace '\u2581' + ByteFallback) tokenizers"
-        )
+    normal, strip = _decoding(spec, file)
     pieces: list[bytes] = []
     for i, t in enumerate(tokens):
         if types[i] == TokenType.BYTE:
@@ -146,8 +178,11 @@ def vocab_from_hf(path: Path) -> VocabData:
 
     bos, eos = special_id("bos_token"), special_id("eos_token")
     # What the post-processor adds around a text decides add_bos / add_eos.
-    plain = tk.encode("a", add_special_tokens=False).ids
-    wrapped = tk.encode("a", add_special_tokens=True).ids
+    try:
+        plain = tk.encode("a", add_special_tokens=False).ids
+        wrapped = tk.encode("a", add_special_tokens=True).ids
+    except Exception as exc:  # the library raises plain Exception
+        raise ModelFormatError(f"{file}: the tokenizer cannot encode text: {shown(exc)}") from exc
     head: list[int] = []
     tail: list[int] = []
     for k in range(len(wrapped) - len(plain) + 1):
@@ -155,13 +190,15 @@ def vocab_from_hf(path: Path) -> VocabData:
             head, tail = wrapped[:k], wrapped[k + len(plain) :]
             break
     extra: list[int | None] = []
-    gen_file = directory / "generation_config.json"
-    if gen_file.is_file():
+    gen_file = root.optional("generation_config.json", "generation config")
+    if gen_file is not None:
         gen = _read_json(gen_file)
         value = gen.get("eos_token_id") if isinstance(gen, dict) else None
         extra.extend(value if isinstance(value, list) else [value])
-    eos_ids = eog_ids(tokens, eos, tuple(int(x) for x in extra if isinstance(x, int)))
-    template, named = _chat_templates(directory, config)
+    eos_ids = eog_ids(tokens, eos, tuple(
+        int(x) for x in extra if isinstance(x, int) and not isinstance(x, bool)
+    ))  # fmt: skip
+    template, named = _chat_templates(root, config)
 
     plain_tk = HFTokenizer.from_str(tk.to_str())
     plain_tk.encode_special_tokens = True

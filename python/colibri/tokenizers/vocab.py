@@ -71,7 +71,9 @@ def byte_token_value(text: str) -> int | None:
 
 def eog_ids(tokens: list[str], eos: int | None, extra: tuple[int | None, ...] = ()) -> set[int]:
     """End-of-generation ids: eos, the given eot/eom ids and the tokens named like one."""
-    ids = {i for i in (eos, *extra) if i is not None}
+    # Ids from a config (generation_config.json's eos_token_id) may lie outside the
+    # vocabulary: such an id can never be generated, so it is no end-of-generation id.
+    ids = {i for i in (eos, *extra) if i is not None and 0 <= i < len(tokens)}
     ids.update(i for i, t in enumerate(tokens) if t in EOG_TEXTS)
     # o200k_harmony (gpt-oss): "<|end|>" ends a message, not the generation.
     texts = {tokens[i] for i in ids}

@@ -1,0 +1,49 @@
+// What one forward did to the engine's cumulative counters (expert cache, expert I/O, time
+// per phase), measured inside the engine lock, so that a session's own figures stay its own
+// when several sessions share one engine from different threads. A session accumulates
+// the deltas of its forwards; a generation's figures are two snapshots of its session's.
+//
+// Reads the I/O workers are still doing when a forward returns (prefetches of experts the
+// next layer did not route to) are counted by the forward during which they finish.
+#pragma once
+#include <cstdint>
+
+#include "model/engine.hpp"
+#include "model/expert_store.hpp"
+
+namespace colibri {
+
+struct ForwardStats {
+  ExpertStoreStats experts;
+  PhaseSeconds phases{};
+  int64_t forwards = 0;  // forward calls counted
+};
+
+// out += after - before, field by field.
+inline void add_delta(ExpertStoreStats& out, const ExpertStoreStats& after, const ExpertStoreStats& before) {
+  out.hits += after.hits - before.hits;
+  out.misses += after.misses - before.misses;
+  out.ready_hits += after.ready_hits - before.ready_hits;
+  out.reads += after.reads - before.reads;
+  out.bytes_read += after.bytes_read - before.bytes_read;
+  out.read_errors += after.read_errors - before.read_errors;
+  out.checksum_failures += after.checksum_failures - before.checksum_failures;
+  out.read_seconds += after.read_seconds - before.read_seconds;
+  out.stall_seconds += after.stall_seconds - before.stall_seconds;
+  out.prefetch_issued += after.prefetch_issued - before.prefetch_issued;
+  out.prefetch_used += after.prefetch_used - before.prefetch_used;
+  out.prefetch_wasted += after.prefetch_wasted - before.prefetch_wasted;
+  out.prefetch_cancelled += after.prefetch_cancelled - before.prefetch_cancelled;
+  out.predicted_routed += after.predicted_routed - before.predicted_routed;
+  out.routed_after_prediction += after.routed_after_prediction - before.routed_after_prediction;
+  out.evictions += after.evictions - before.evictions;
+  out.direct_reads += after.direct_reads - before.direct_reads;
+  out.buffered_reads += after.buffered_reads - before.buffered_reads;
+  out.inline_reads += after.inline_reads - before.inline_reads;
+}
+
+inline void add_delta(PhaseSeconds& out, const PhaseSeconds& after, const PhaseSeconds& before) {
+  for (int i = 0; i < kPhases; ++i) out[i] += after[i] - before[i];
+}
+
+}  // namespace colibri

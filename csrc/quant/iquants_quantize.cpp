@@ -1,0 +1,186 @@
+// colibri's own quantizers for the low-bit i-quants. llama.cpp refuses these types without
+// an importance matrix; colibri quantizes without one, using llama.cpp's weighting with the
+// importance set to 1: weight_j = sqrt(sigma2 + x_j^2), sigma2 = 2 * mean(x^2) over the
+// super-block (what llama.cpp's i-quant quantizers compute with qw_j = 1).
+//
+// IQ2_XXS (the only one written so far): per 32-block, signs come from the data (with the
+// smallest weighted element flipped where the count of negatives in a group of 8 is odd:
+// the format stores 7 sign bits and implies even parity); the magnitudes are fitted by a
+// scale search (candidate scales around max / 43), each group of 8 taking the lattice point
+// of least weighted error among all 256. The block scales are then coded as 4-bit multiples of
+// the super-block's half scale and every group is refitted to its final scale. Not
+// byte-compatible with llama.cpp (which has no imatrix-free IQ2_XXS): checked by
+// dequantizing with gguf and by running the file in llama.cpp (tests/test_iquant_quantizer.py).
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "quant/blocks_iq.hpp"
+#include "quant/fp16.hpp"
+#include "quant/iquant_grids.hpp"
+#include "quant/iquants_ref.hpp"
+
+namespace colibri::iq {
+namespace {
+
+// The IQ2_XXS lattice as floats, transposed (element j of every point in one row) so the
+// per-point sums below vectorize over the 256 points.
+struct Iq2xxsLattice {
+  float g[8][256];
+  float g2[8][256];
+  Iq2xxsLattice() {
+    for (int i = 0; i < 256; ++i)
+      for (int j = 0; j < 8; ++j) {
+        g[j][i] = static_cast<float>(static_cast<uint8_t>(kIq2xxsGrid[i] >> (8 * j)));
+        g2[j][i] = g[j][i] * g[j][i];
+      }
+  }
+};
+
+const Iq2xxsLattice& lattice() {
+  static const Iq2xxsLattice l;
+  return l;
+}
+
+// For one group of 8 (signed magnitudes a, weights w) and every lattice point i:
+// c[i] = sum_j w_j a_j g_ij and e[i] = sum_j w_j g_ij^2. The weighted error of point i at
+// scale s is then sum w a^2 - 2 s c[i] + s^2 e[i]: one pass serves every candidate scale.
+struct GroupFit {
+  float c[256], e[256];
+  void compute(const float* a, const float* w) {
+    const Iq2xxsLattice& L = lattice();
+    for (int i = 0; i < 256; ++i) c[i] = e[i] = 0.0f;
+    for (int j = 0; j < 8; ++j) {
+      const float wa = w[j] * a[j], ww = w[j];
+      for (int i = 0; i < 256; ++i) {
+        c[i] += wa * L.g[j][i];
+        e[i] += ww * L.g2[j][i];
+      }
+    }
+  }
+  int best(float s) const {
+    int bi = 0;
+    float be = INFINITY;
+    for (int i = 0; i < 256; ++i) {
+      const float err = s * (s * e[i] - 2.0f * c[i]);
+      if (err < be) {
+        be = err;
+        bi = i;
+      }
+    }
+    return bi;
+  }
+};
+
+// Fits one 32-block (4 groups): indices and the least-squares scale of the best candidate.
+void fit_block(const GroupFit* fits, const float* a, const float* w, float max, int* idx, float* scale) {
+  const Iq2xxsLattice& L = lattice();
+  float best_err = INFINITY;
+  for (int c = 0; c < 9; ++c) {
+    const float s = max / 43.0f * (0.6f + 0.075f * static_cast<float>(c));
+    int cand[4];
+    float sag = 0.0f, sgg = 0.0f, saa = 0.0f;
+    for (int k = 0; k < 4; ++k) {
+      cand[k] = fits[k].best(s);
+      sag += fits[k].c[cand[k]];
+      sgg += fits[k].e[cand[k]];
+      for (int j = 0; j < 8; ++j) saa += w[8 * k + j] * a[8 * k + j] * a[8 * k + j];
+    }
+    (void)L;
+    const float sopt = sgg > 0.0f ? sag / sgg : 0.0f;
+    const float err = saa - sopt * sag;
+    if (err < best_err) {
+      best_err = err;
+      *scale = sopt;
+      std::memcpy(idx, cand, sizeof cand);
+    }
+  }
+}
+
+// 32 groups' fits (64 KiB): per thread, reused.
+std::vector<GroupFit>& group_fits() {
+  thread_local std::vector<GroupFit> fits(32);
+  return fits;
+}
+
+void quantize_row_iq2_xxs(const float* src, void* dst, int64_t n) {
+  BlockIQ2_XXS* y = static_cast<BlockIQ2_XXS*>(dst);
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const float* x = src + i * kQKK;
+    float sumx2 = 0.0f;
+    for (int j = 0; j < kQKK; ++j) sumx2 += x[j] * x[j];
+    const float sigma2 = 2.0f * sumx2 / static_cast<float>(kQKK);
+    float a[kQKK], w[kQKK];
+    uint8_t sign_bits[32];  // per group of 8: the 7 stored bits (the 8th is implied)
+    float bscale[8];
+    int bidx[8][4];
+    for (int j = 0; j < kQKK; ++j) {
+      w[j] = std::sqrt(sigma2 + x[j] * x[j]);
+      a[j] = std::fabs(x[j]);
+    }
+    for (int g = 0; g < 32; ++g) {
+      unsigned bits = 0;
+      for (int j = 0; j < 8; ++j)
+        if (x[8 * g + j] < 0.0f) bits |= 1u << j;
+      if (__builtin_popcount(bits) % 2) {  // flip the element that costs least
+        int jmin = 0;
+        float vmin = INFINITY;
+        for (int j = 0; j < 8; ++j) {
+          const float v = w[8 * g + j] * x[8 * g + j] * x[8 * g + j];
+          if (v < vmin) {
+            vmin = v;
+            jmin = j;
+          }
+        }
+        bits ^= 1u << jmin;
+        a[8 * g + jmin] = -a[8 * g + jmin];
+      }
+      sign_bits[g] = static_cast<uint8_t>(bits & 127);
+    }
+    float max_scale = 0.0f;
+    std::vector<GroupFit>& fits = group_fits();
+    for (int g = 0; g < 32; ++g) fits[static_cast<std::size_t>(g)].compute(a + 8 * g, w + 8 * g);
+    for (int ib = 0; ib < 8; ++ib) {
+      float max = 0.0f;
+      for (int j = 0; j < 32; ++j) max = std::fmax(max, a[32 * ib + j]);
+      bscale[ib] = 0.0f;
+      for (int k = 0; k < 4; ++k) bidx[ib][k] = 0;
+      if (max < 1e-25f) continue;
+      fit_block(&fits[static_cast<std::size_t>(4 * ib)], a + 32 * ib, w + 32 * ib, max, bidx[ib], &bscale[ib]);
+      if (bscale[ib] < 0.0f) bscale[ib] = 0.0f;
+      max_scale = std::fmax(max_scale, bscale[ib]);
+    }
+    std::memset(&y[i], 0, sizeof y[i]);
+    if (!(max_scale > 0.0f)) continue;
+    // block scale = d * (0.5 + ls) / 4 with ls in 0..15: the largest maps to ls = 15.
+    y[i].d = fp32_to_fp16(max_scale * 4.0f / 15.5f);
+    const float d = fp16_to_fp32(y[i].d);
+    for (int ib = 0; ib < 8; ++ib) {
+      int ls = d > 0.0f ? static_cast<int>(std::lround(4.0f * bscale[ib] / d - 0.5f)) : 0;
+      ls = ls < 0 ? 0 : (ls > 15 ? 15 : ls);
+      const float s = d * (0.5f + static_cast<float>(ls)) * 0.25f;
+      uint32_t idx = 0, sg = static_cast<uint32_t>(ls) << 28;
+      for (int k = 0; k < 4; ++k) {
+        const int p = fits[static_cast<std::size_t>(4 * ib + k)].best(s);
+        idx |= static_cast<uint32_t>(p) << (8 * k);
+        sg |= static_cast<uint32_t>(sign_bits[4 * ib + k]) << (7 * k);
+      }
+      std::memcpy(y[i].qs + 4 * ib, &idx, 4);
+      std::memcpy(y[i].qs + 4 * ib + 2, &sg, 4);
+    }
+  }
+}
+
+}  // namespace
+
+QuantizeRowFn low_bit_quantizer(DType type) {
+  return type == DType::IQ2_XXS ? quantize_row_iq2_xxs : nullptr;
+}
+
+}  // namespace colibri::iq

@@ -1,0 +1,146 @@
+"""The prompt cache (``Model.prompt_cache``, on with ``EngineConfig(prompt_cache="1GiB")``):
+the KV state of recent generations, kept so that a later call whose prompt starts with
+the same tokens reuses it instead of prefilling it again.
+
+- **Lookup**: the entry sharing the longest token prefix with the new prompt wins (at
+  most the prompt minus its last token, which is forwarded to get fresh logits). When the
+  entry is all prefix (the next turn of a chat: the history, then a new message) the
+  entry's session itself is taken out of the cache and continues; when the entry goes on
+  differently (a shared system prompt, then another question) the prefix is copied into a
+  new session (the core's ``copy_prefix_from``) and the entry stays.
+- **Insert**: a generation's session goes into the cache when it ends (prompt and
+  generated tokens), replacing entries it extends.
+- **Bytes**: each entry counts its session's allocated KV bytes; the total stays within
+  ``EngineConfig.prompt_cache``, which is part of the RAM budget (``MemoryStats.
+  prompt_cache_bytes``).
+- **Eviction**: least recently used first; an entry larger than the whole cache is not
+  kept.
+
+Reuse changes speed, never tokens: a prompt prefilled in parts gives bit-identical logits
+to one prefilled at once, so a cached call generates what an uncached one does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .display import Displayable, size
+
+if TYPE_CHECKING:
+    from .model import Model
+    from .session import Session
+
+__all__ = ["PromptCache", "PromptCacheStats"]
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass(frozen=True, repr=False)
+class PromptCacheStats(Displayable):
+    """What the prompt cache holds and has done since load (or :meth:`PromptCache.clear`)."""
+
+    entries: int  # sessions held
+    bytes: int  # their KV bytes
+    max_bytes: int  # EngineConfig.prompt_cache
+    hits: int  # calls that reused a prefix
+    misses: int  # calls that found none
+    reused_tokens: int  # prompt tokens not prefilled thanks to it
+    evictions: int  # entries dropped to make room
+
+    def _display_rows(self) -> list[tuple[str, str]]:
+        return [
+            ("entries", f"{self.entries}, {size(self.bytes)} of {size(self.max_bytes)}"),
+            ("hits", f"{self.hits} of {self.hits + self.misses} calls, "
+                     f"{self.reused_tokens} tokens reused"),
+            ("evictions", str(self.evictions)),
+        ]
+
+
+@dataclass
+class _Entry:
+    tokens: list[int]
+    session: Session
+    bytes: int
+    used: float
+
+
+class PromptCache:
+    """The cache of one model (see the module docstring). Thread-safe."""
+
+    def __init__(self, model: Model, max_bytes: int) -> None:
+        self._model = model
+        self.max_bytes = int(max_bytes)
+        self._entries: list[_Entry] = []
+        self._lock = threading.Lock()
+        self._counts = [0, 0, 0, 0]  # hits, misses, reused tokens, evictions
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_bytes > 0
+
+    def stats(self) -> PromptCacheStats:
+        with self._lock:
+            h, m, r, e = self._counts
+            return PromptCacheStats(len(self._entries), sum(x.bytes for x in self._entries),
+                                    self.max_bytes, h, m, r, e)
+
+    def clear(self) -> None:
+        """Drops every entry and zeroes the counters."""
+        with self._lock:
+            self._entries.clear()
+            self._counts = [0, 0, 0, 0]
+
+    def take(self, ids: list[int]) -> tuple[Session, int]:
+        """A session holding the longest cached prefix of `ids` (at most all but the last
+        token) and that prefix's length (0, and a new session, on a miss)."""
+        limit = len(ids) - 1
+        with self._lock:
+            best, best_n = None, 0
+            for e in self._entries:
+                n = min(common_prefix(e.tokens, ids), limit)
+                if n > best_n:
+                    best, best_n = e, n
+            if best is None:
+                self._counts[1] += 1
+                return self._model.session(), 0
+            self._counts[0] += 1
+            self._counts[2] += best_n
+            if best_n == len(best.tokens) or best_n == len(best.tokens) - 1 == limit:
+                # The prompt extends the entry: continue in its own session.
+                self._entries.remove(best)
+                session = best.session
+            else:
+                best.used = time.monotonic()
+                session = best.session.fork(best_n)
+                return session, best_n
+        if session.n_tokens > best_n:
+            session.rollback(session.n_tokens - best_n)
+        return session, best_n
+
+    def put(self, session: Session) -> None:
+        """Keeps `session`'s state (called when a generation ends)."""
+        tokens = session.token_ids
+        if not self.enabled or not tokens or session.n_tokens != len(tokens):
+            return  # empty, or inconsistent (an interrupted call): not reusable
+        nbytes = session.kv_bytes
+        with self._lock:
+            # Entries this one extends hold nothing it does not.
+            self._entries = [e for e in self._entries
+                             if common_prefix(e.tokens, tokens) < len(e.tokens)]
+            if nbytes > self.max_bytes:
+                self._counts[3] += 1
+                return
+            self._entries.sort(key=lambda e: e.used)
+            while self._entries and sum(e.bytes for e in self._entries) + nbytes > self.max_bytes:
+                self._entries.pop(0)
+                self._counts[3] += 1
+            self._entries.append(_Entry(tokens, session, nbytes, time.monotonic()))
