@@ -86,7 +86,7 @@ def test_budget_counts_the_rows_at_the_kv_type(deepseek_models: dict[str, TinyDe
     assert mem is not None
     assert mem.kv_bytes == core.kv_bytes_per_token // 2 * CONTEXT  # the core's F32 figure
     s = m.session()
-    assert s.kv_type == kv_type
+    assert s.kv_cache_type == kv_type
     s.forward(prompt_ids(5))
     assert s._core.kv_bytes(5) == 5 * core.kv_bytes_per_token // 2
 
