@@ -160,3 +160,25 @@ def test_gguf_converts_to_container_bit_identical(tmp_path: Path) -> None:
         np.testing.assert_array_equal(b.session().forward(ids, all_logits=True),
                                       a.session().forward(ids, all_logits=True))
     shutil.rmtree(dst)
+
+
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("n_mtp_layers", 2**31, "n_mtp_layers"),  # refused as data, before any loop over layers
+    ("n_mtp_layers", 0, "layers"),  # the file's MTP layer is then a layer nobody declared
+    ("indexer_types", ["shared", "full", "full"], "indexer_types"),
+    ("router", "sparsemixer", "routing rule"),
+])
+def test_container_config_fields_are_checked(deepseek_models: dict[str, TinyDeepseek],
+                                             tmp_path: Path, field: str, value: object,
+                                             match: str) -> None:
+    """The family's fields in a container's manifest go through the same validation as
+    every source's config (validate.check_family_fields, the layer count with MTP layers)."""
+    dst = tmp_path / "m.colibri"
+    write_container(deepseek_models["glm_moe_dsa"].hf_dir, dst)
+    doc = json.loads((dst / "manifest.json").read_text())
+    assert doc["config"]["n_mtp_layers"] == 1
+    doc["config"][field] = value
+    (dst / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises((colibri.errors.ModelFormatError, colibri.errors.UnsupportedError),
+                       match=match):
+        open_model_source(dst)

@@ -286,3 +286,14 @@ def test_team_size_does_not_change_logits(deepseek_model: TinyDeepseek) -> None:
         out.append(np.concatenate([s.forward(ids[:20], all_logits=True)]
                                   + [s.forward([t])[None] for t in ids[20:]]))  # fmt: skip
     np.testing.assert_array_equal(out[0], out[1])
+
+
+@pytest.mark.parametrize("declared", [0, None])
+def test_undeclared_mtp_layers_are_refused(deepseek_models: dict[str, TinyDeepseek],
+                                           tmp_path: Path, declared: int | None) -> None:
+    """Tensors of a layer after num_hidden_layers are an MTP layer only when config.json
+    declares it (num_nextn_predict_layers); otherwise the checkpoint does not match."""
+    bad = _variant_copy(deepseek_models["deepseek_v3"], tmp_path / "bad",
+                        num_nextn_predict_layers=declared)  # fmt: skip
+    with pytest.raises(colibri.errors.ModelFormatError, match="multi-token-prediction"):
+        load(bad)
