@@ -463,7 +463,7 @@ def _container(gguf: Path) -> Path:
 
 def _synthetic(name: str) -> Path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from synthetic_moe import ensure_preset
+    from synthetic_moe import ensure_preset  # also the DeepSeek/GLM-shaped presets
 
     return Path(ensure_preset(name))
 

@@ -485,7 +485,12 @@ def ensure_preset(
     root: Path | None = None,
     progress: Progress | None = None,
 ) -> Path:
-    """The preset's file under ``root`` (build/bench-data/), written on first use."""
+    """The preset's file under ``root`` (build/bench-data/), written on first use. The
+    DeepSeek-V3 / GLM-4.5-shaped presets (synthetic_deepseek.FAMILY_PRESETS) too."""
+    from synthetic_deepseek import FAMILY_PRESETS, ensure_family_preset
+
+    if isinstance(preset, str) and preset in FAMILY_PRESETS:
+        return ensure_family_preset(preset, seed, root, progress)
     path = default_path(preset, seed, root)
     if not path.is_file():
         write_synthetic_gguf(preset, path, seed, progress)
@@ -527,6 +532,14 @@ class _ProgressLine:
 
 
 def _list() -> None:
+    from synthetic_deepseek import main as family_list
+
+    _list_qwen()
+    print("DeepSeek-V3 / GLM-4.5-shaped presets (benchmarks/synthetic_deepseek.py):")
+    family_list(["--list"])
+
+
+def _list_qwen() -> None:
     cols = ("preset", "layers", "experts", "top_k", "expert_ffn", "vocab")
     print(
         f"{'preset':<15}{'layers':>7}{'experts':>8}{'top-k':>6}{'ffn':>6}{'vocab':>8}"

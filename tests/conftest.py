@@ -3,7 +3,8 @@
 ``tiny_models`` builds (or reuses from build/test-models/) one checkpoint and four GGUF
 files per family, once per test session; ``tiny_model`` is the same, parametrized over the
 families. Reference outputs from transformers come from ``modelfactory.transformers_model``
-(cached per process).
+(cached per process). ``deepseek_models`` / ``deepseek_model`` are the DeepSeek/GLM-family
+variants of deepseek_factory.py.
 
 Skips: a test that skips is a test that did not run, and a suite that exits 0 with oracles
 silently skipped proves nothing. Every skip must match an entry of ``ALLOWED_SKIPS`` (the
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from deepseek_factory import VARIANTS as DEEPSEEK_VARIANTS
+from deepseek_factory import TinyDeepseek, build_tiny
 from modelfactory import FAMILIES, TinyModel, build_tiny_model
 
 
@@ -53,6 +56,12 @@ ALLOWED_SKIPS = (
         "llama-cpp-python is the bench extra (a 6-minute source build), not a test "
         "dependency; llama.cpp's file layouts are checked on every run by "
         "tests/test_gguf_fixtures.py (files written by its own converter and quantizer)."),
+    AllowedSkip(
+        "tests/test_*deepseek.py::test_llama_cpp_*", "could not import 'llama_cpp'",
+        "Running the same DeepSeek/GLM GGUF in llama.cpp needs llama-cpp-python (the bench "
+        "extra); the files themselves come from llama.cpp's converter (unpacked from the sdist "
+        "scripts/fetch_test_data.py downloads) and are checked against transformers on every "
+        "run by the other tests of test_gguf_deepseek.py and test_synthetic_deepseek.py."),
     AllowedSkip(
         "tests/test_bench_helpers.py::test_disk_bandwidth_small_file", "O_DIRECT not supported",
         "The temporary directory is on a file system that refuses O_DIRECT (tmpfs); the "
@@ -129,3 +138,16 @@ def tiny_models() -> dict[str, TinyModel]:
 def tiny_model(request: pytest.FixtureRequest, tiny_models: dict[str, TinyModel]) -> TinyModel:
     """One family's TinyModel; tests using it run once per family."""
     return tiny_models[request.param]
+
+
+@pytest.fixture(scope="session")
+def deepseek_models() -> dict[str, TinyDeepseek]:
+    """variant -> TinyDeepseek (the checkpoint; GGUF tests convert it themselves)."""
+    return {v: build_tiny(v, with_gguf=False) for v in DEEPSEEK_VARIANTS}
+
+
+@pytest.fixture(scope="session", params=DEEPSEEK_VARIANTS)
+def deepseek_model(request: pytest.FixtureRequest,
+                   deepseek_models: dict[str, TinyDeepseek]) -> TinyDeepseek:
+    """One DeepSeek/GLM-family variant (deepseek_factory.VARIANTS)."""
+    return deepseek_models[request.param]

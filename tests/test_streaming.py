@@ -7,8 +7,9 @@ prefetches, batch union in a prefill).
 The full grid of settings runs on one model (a native container of the tiny Qwen3-MoE);
 every other source (each tiny MoE family from its Hugging Face checkpoint, quantized GGUFs,
 a quantized container, a synthetic Qwen3-MoE with 128 experts per layer and top-8 as real
-models have, the demo MoE built from SmolLM2 with distinct experts) runs a base streamed
-setting and one change of one axis at a time.
+models have, the demo MoE built from SmolLM2 with distinct experts, and one source per
+DeepSeek / GLM family: MLA, DSA, sigmoid group-limited and V2 routers, MTP layers) runs a
+base streamed setting and one change of one axis at a time.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import pytest
 import colibri as co
 from colibri.convert import write_container
 from colibri.sources import open_model_source
+from deepseek_factory import build_tiny
 from modelfactory import REPO, TinyModel
 from streaming_helpers import (
     Trace,
@@ -61,9 +63,23 @@ SOURCES: dict[str, Callable[[dict[str, TinyModel], Path], Path]] = {
     "qwen2_moe-container-q5_k_m": lambda t, d: _container(t["qwen2_moe"].hf_dir,
                                                           d / "qwen2.colibri", "q5_k_m"),
     "synthetic-wide": lambda t, d: _synthetic("wide", d / "wide.gguf"),
+    # The DeepSeek / GLM family (deepseek_factory): one source per family, sigmoid grouped
+    # routing with a selection bias, MTP layers' experts in the store, DSA selections.
+    "deepseek_v3-hf": lambda t, d: _deepseek("deepseek_v3"),
+    "kimi_k2-container-q8_0": lambda t, d: _container(_deepseek("kimi_k2"), d / "kimi.colibri",
+                                                      "q8_0"),
+    "deepseek_v2_lite-hf": lambda t, d: _deepseek("deepseek_v2_lite"),
+    "deepseek_v2_glg-hf": lambda t, d: _deepseek("deepseek_v2_glg"),
+    "deepseek_v32-gguf-Q8_0": lambda t, d: _deepseek("deepseek_v32", "Q8_0"),
+    "glm_moe_dsa-hf": lambda t, d: _deepseek("glm_moe_dsa"),
+    "glm4_moe-gguf-Q8_0": lambda t, d: _deepseek("glm4_moe", "Q8_0"),
+    "glm4_moe_lite-container": lambda t, d: _container(_deepseek("glm4_moe_lite"),
+                                                       d / "lite.colibri"),
 }
 _EXPERT = re.compile(r"^blk\.(\d+)\.ffn_(?:gate|up|down)_exps\.(\d+)$")
-GRID_SOURCES = ["qwen3_moe-container", "tiny-k-container-q4_k_m"]
+# The grid on K-quant experts too, and on MLA with sigmoid group-limited routing, a
+# selection bias and an MTP layer whose experts share the cache.
+GRID_SOURCES = ["qwen3_moe-container", "tiny-k-container-q4_k_m", "deepseek_v3-hf"]
 GRID_SOURCE = GRID_SOURCES[0]
 
 
@@ -78,6 +94,14 @@ def _synthetic(preset: str, dst: Path) -> Path:
         spec.loader.exec_module(sys.modules[name])
     sys.modules[name].write_synthetic_gguf(preset, dst, seed=0)
     return dst
+
+
+def _deepseek(variant: str, gguf: str | None = None) -> Path:
+    """A DeepSeek/GLM-family tiny model: its checkpoint, or a GGUF llama.cpp's converter
+    wrote."""
+    if gguf is None:
+        return build_tiny(variant, with_gguf=False).hf_dir
+    return build_tiny(variant).gguf[gguf]
 
 
 def _container(src: Path, dst: Path, quant: str = "keep") -> Path:
@@ -206,14 +230,14 @@ GRID = list(itertools.product(
 ))  # fmt: skip
 
 
-@pytest.mark.parametrize(("workers", "direct", "prefetch", "policy", "threads"), GRID)
 @pytest.mark.parametrize("source", GRID_SOURCES)
+@pytest.mark.parametrize(("workers", "direct", "prefetch", "policy", "threads"), GRID)
 def test_grid_bit_identical_to_resident(benches: Callable[[str], Bench], source: str,
                                        workers: int, direct: bool, prefetch: bool, policy: str,
                                        threads: int) -> None:
     b = benches(source)
-    slots = b.top_k + 2  # 4 of the qwen3 model's 24 experts, 4 of tiny-k's 32
-    tag = f"{workers}-{direct}-{prefetch}-{policy}-{threads}"
+    slots = b.top_k + 2  # 4 of qwen3's 24 experts, 4 of tiny-k's 32, 6 of deepseek_v3's 48
+    tag = f"{source}-{workers}-{direct}-{prefetch}-{policy}-{threads}"
     m, got = _streamed_run(b, slots=slots, workers=workers, direct=direct, prefetch=prefetch,
                            policy=policy, threads=threads, tag=tag)
     assert_same_trace(got, b.reference, tag)

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <memory>
 #include <optional>
+#include <tuple>
 
 #include "common/errors.hpp"
 #include "model/engine.hpp"
@@ -46,6 +47,48 @@ void bind_engine(py::module_& m) {
       .value("head", QkNorm::PerHead)
       .value("full", QkNorm::Full);
 
+  py::enum_<AttentionKind>(m, "AttentionKind")
+      .value("gqa", AttentionKind::Gqa)
+      .value("mla", AttentionKind::Mla);
+
+  py::enum_<RouterKind>(m, "RouterKind")
+      .value("softmax_topk", RouterKind::SoftmaxTopK)
+      .value("sigmoid_grouped", RouterKind::SigmoidGroupedTopK)
+      .value("softmax_group_limited", RouterKind::SoftmaxGroupLimited);
+
+  m.def(
+      "route",
+      [](RouterKind kind, py::array_t<float, py::array::c_style | py::array::forcecast> logits, int64_t top_k,
+         bool norm_topk_prob, float scaling, int64_t n_group, int64_t topk_group,
+         std::optional<py::array_t<float, py::array::c_style | py::array::forcecast>> bias) {
+        if (logits.ndim() != 2) fail(ErrorKind::InvalidArgument, "route: logits must be [tokens, experts]");
+        RouterSpec rs;
+        rs.kind = kind;
+        rs.n_experts = logits.shape(1);
+        rs.top_k = top_k;
+        rs.norm_topk_prob = norm_topk_prob;
+        rs.scaling = scaling;
+        rs.n_group = n_group;
+        rs.topk_group = topk_group;
+        const auto router = make_router(rs);
+        if (bias && (bias->ndim() != 1 || bias->shape(0) != rs.n_experts))
+          fail(ErrorKind::InvalidArgument, "route: bias must have one value per expert");
+        const int64_t n = logits.shape(0);
+        py::array_t<int32_t> experts({n, top_k});
+        py::array_t<float> weights({n, top_k});
+        std::vector<float> row(static_cast<std::size_t>(rs.n_experts));
+        for (int64_t t = 0; t < n; ++t) {
+          std::copy(logits.data() + t * rs.n_experts, logits.data() + (t + 1) * rs.n_experts, row.begin());
+          router->route(row.data(), bias ? bias->data() : nullptr, experts.mutable_data() + t * top_k,
+                        weights.mutable_data() + t * top_k);
+        }
+        return py::make_tuple(experts, weights);
+      },
+      py::arg("kind"), py::arg("logits"), py::arg("top_k"), py::arg("norm_topk_prob") = false,
+      py::arg("scaling") = 1.0f, py::arg("n_group") = 1, py::arg("topk_group") = 1, py::arg("bias") = py::none(),
+      "One routing rule (csrc/model/routers/) on router logits [tokens, experts]: (experts, weights),"
+      " each [tokens, top_k], best first. The MoE layers and the lookahead prefetch run the same code.");
+
   py::class_<Extent>(m, "Extent")
       .def(py::init([](int32_t file, uint64_t offset, uint64_t length) { return Extent{file, offset, length}; }),
            py::arg("file"), py::arg("offset"), py::arg("length"))
@@ -56,7 +99,7 @@ void bind_engine(py::module_& m) {
   py::class_<TensorSpec>(m, "TensorSpec")
       .def(py::init([](std::string name, const std::string& dtype, std::vector<int64_t> shape,
                        std::vector<Extent> extents, int64_t unpermute, std::optional<uint32_t> crc32,
-                       std::vector<Extent> scale_extents, std::vector<int64_t> scale_block) {
+                       std::vector<Extent> scale_extents, std::vector<int64_t> scale_block, int64_t transpose) {
              TensorSpec t;
              t.name = std::move(name);
              t.type = dtype_from_name(dtype);
@@ -71,11 +114,13 @@ void bind_engine(py::module_& m) {
                t.scale_block_rows = scale_block[0];
                t.scale_block_cols = scale_block[1];
              }
+             t.transpose_heads = transpose;
              return t;
            }),
            py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("extents"),
            py::arg("rope_unpermute_heads") = 0, py::arg("crc32") = py::none(),
-           py::arg("scale_extents") = std::vector<Extent>{}, py::arg("scale_block") = std::vector<int64_t>{})
+           py::arg("scale_extents") = std::vector<Extent>{}, py::arg("scale_block") = std::vector<int64_t>{},
+           py::arg("transpose_heads") = 0)
       .def_readonly("name", &TensorSpec::name)
       .def_readonly("shape", &TensorSpec::shape);
 
@@ -99,10 +144,28 @@ void bind_engine(py::module_& m) {
       .def_readwrite("n_experts_per_tok", &ModelSpec::n_experts_per_tok)
       .def_readwrite("moe_intermediate_size", &ModelSpec::moe_intermediate_size)
       .def_readwrite("norm_topk_prob", &ModelSpec::norm_topk_prob)
+      .def_readwrite("router", &ModelSpec::router)
+      .def_readwrite("routed_scaling_factor", &ModelSpec::routed_scaling_factor)
+      .def_readwrite("n_group", &ModelSpec::n_group)
+      .def_readwrite("topk_group", &ModelSpec::topk_group)
       .def_readwrite("shared_expert_intermediate_size", &ModelSpec::shared_expert_intermediate_size)
       .def_readwrite("moe_layers", &ModelSpec::moe_layers)
       .def_readwrite("tie_word_embeddings", &ModelSpec::tie_word_embeddings)
-      .def_readwrite("context_length", &ModelSpec::context_length);
+      .def_readwrite("context_length", &ModelSpec::context_length)
+      .def_readwrite("rope_interleaved", &ModelSpec::rope_interleaved)
+      .def_readwrite("attention_kind", &ModelSpec::attention_kind)
+      .def_readwrite("q_lora_rank", &ModelSpec::q_lora_rank)
+      .def_readwrite("kv_lora_rank", &ModelSpec::kv_lora_rank)
+      .def_readwrite("qk_nope_head_dim", &ModelSpec::qk_nope_head_dim)
+      .def_readwrite("qk_rope_head_dim", &ModelSpec::qk_rope_head_dim)
+      .def_readwrite("v_head_dim", &ModelSpec::v_head_dim)
+      .def_readwrite("mla_norm_eps", &ModelSpec::mla_norm_eps)
+      .def_readwrite("index_n_heads", &ModelSpec::index_n_heads)
+      .def_readwrite("index_head_dim", &ModelSpec::index_head_dim)
+      .def_readwrite("index_topk", &ModelSpec::index_topk)
+      .def_readwrite("indexer_full", &ModelSpec::indexer_full)
+      .def_readwrite("index_rope_interleaved", &ModelSpec::index_rope_interleaved)
+      .def_readwrite("n_mtp_layers", &ModelSpec::n_mtp_layers);
 
   py::enum_<CachePolicy>(m, "CachePolicy")
       .value("lru", CachePolicy::Lru)
@@ -207,6 +270,19 @@ void bind_engine(py::module_& m) {
                       e.set_activation_precision(p);
                     })
       .def_property_readonly("weight_bytes", &Engine::weight_bytes)
+      .def_property_readonly(
+          "kv_layouts",
+          [](const Engine& e) {
+            std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> out;
+            for (const auto& l : e.kv_layouts()) out.emplace_back(l.k_heads, l.k_dim, l.v_heads, l.v_dim);
+            return out;
+          },
+          "Per layer, what a session's KV cache keeps per position: (k_heads, k_dim, v_heads, v_dim)")
+      .def_property_readonly(
+          "kv_bytes_per_token", [](const Engine& e) { return kv_bytes_per_position(e.kv_layouts(), DType::F32); },
+          "Bytes of one position's KV rows over all layers at F32")
+      .def_property_readonly("mtp_layers", [](const Engine& e) { return static_cast<int64_t>(e.mtp_layers().size()); },
+                             "Multi-token-prediction layers loaded (not run by forward)")
       .def_property_readonly("spec", &Engine::spec, py::return_value_policy::copy);
 }
 

@@ -2,6 +2,7 @@
 
 #include "common/errors.hpp"
 #include "model/attn_gqa.hpp"
+#include "model/attn_mla.hpp"
 
 namespace colibri {
 
@@ -9,6 +10,8 @@ std::unique_ptr<AttentionLayer> make_attention(const ModelSpec& spec, const Weig
   switch (spec.attention_kind) {
     case AttentionKind::Gqa:
       return std::make_unique<GqaAttention>(spec, GqaAttention::resolve(spec, weights, layer));
+    case AttentionKind::Mla:
+      return std::make_unique<MlaAttention>(spec, weights, layer);
   }
   fail(ErrorKind::Unsupported, "model spec: unknown attention kind " +
                                    std::to_string(static_cast<int>(spec.attention_kind)));

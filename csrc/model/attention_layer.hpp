@@ -1,5 +1,6 @@
 // The seam between the engine's layer loop and one layer's attention. Each attention kind
-// (grouped-query attention today; MLA and MLA with a sparse indexer next) is a small unit
+// (grouped-query attention, attn_gqa; multi-head latent attention with or without the DSA
+// indexer, attn_mla + dsa_indexer) is a small unit
 // with its own weights struct, its own KV-cache layout and its own forward, chosen per
 // layer from the spec when the model loads (make_attention). The engine only orchestrates:
 // it norms the residual stream, calls the layer's unit, adds the result back.
@@ -23,6 +24,19 @@ struct AttentionScratch {
   std::vector<float> q, k, v, attn;  // GQA: projections and the attention output per token
   std::vector<float> rope;           // RoPE (cos, sin) pairs for one position
   std::vector<float> kernel;         // working memory of the attention kernels (attention/)
+  // MLA (attn_mla.cpp): q-LoRA latent, query, [latent | rope key], absorbed query rows,
+  // latent outputs, value heads, one cache row.
+  std::vector<float> mla_qa, mla_q, mla_kva, mla_qrow, mla_lat, mla_heads, mla_row;
+  std::vector<std::vector<float>> gather;  // per team member: per-head products (head_matmul)
+  std::vector<ScratchBuffer> thread_matmul;  // per team member: their quantized activations
+  // DSA indexer (dsa_indexer.cpp): queries, keys, head weights, scores, cached keys as F32.
+  std::vector<float> dsa_q, dsa_k, dsa_w, dsa_scores, dsa_keys_f32;
+  // DSA: the key positions each query of this forward attends to, from the last layer that
+  // ran its own indexer ("shared" layers reuse them): query t's ascending positions are
+  // dsa_keys[dsa_offsets[t] .. dsa_offsets[t + 1]), the attention kernels' sparse form.
+  // Cleared by the engine at the start of every forward.
+  std::vector<int32_t> dsa_keys;
+  std::vector<int64_t> dsa_offsets;
 };
 
 // What a unit may use during its forward: the compute team and the shared buffers.

@@ -33,8 +33,32 @@ void check_spec(const ModelSpec& s) {
   if (!s.moe_layers.empty() && static_cast<int64_t>(s.moe_layers.size()) != s.n_layers)
     fail(ErrorKind::InvalidArgument, "model spec: moe_layers must have one entry per layer");
   const bool any_moe = std::any_of(s.moe_layers.begin(), s.moe_layers.end(), [](uint8_t b) { return b; });
-  if (any_moe && (s.n_experts <= 0 || s.n_experts_per_tok <= 0 || s.n_experts_per_tok > s.n_experts))
+  if ((any_moe || s.n_mtp_layers > 0) &&
+      (s.n_experts <= 0 || s.n_experts_per_tok <= 0 || s.n_experts_per_tok > s.n_experts))
     fail(ErrorKind::InvalidArgument, "model spec: MoE layers need 0 < n_experts_per_tok <= n_experts");
+  if (s.n_mtp_layers < 0) fail(ErrorKind::InvalidArgument, "model spec: n_mtp_layers must be >= 0");
+  if (s.attention_kind == AttentionKind::Mla) {
+    positive(s.kv_lora_rank, "kv_lora_rank");
+    positive(s.qk_nope_head_dim, "qk_nope_head_dim");
+    positive(s.qk_rope_head_dim, "qk_rope_head_dim");
+    positive(s.v_head_dim, "v_head_dim");
+    if (s.head_dim != s.qk_nope_head_dim + s.qk_rope_head_dim || s.n_kv_heads != s.n_heads)
+      fail(ErrorKind::InvalidArgument, "model spec: MLA needs head_dim = qk_nope + qk_rope and n_kv_heads = n_heads");
+    if (rot != s.qk_rope_head_dim)
+      fail(ErrorKind::InvalidArgument, "model spec: MLA rotates exactly qk_rope_head_dim dimensions");
+    if (s.q_lora_rank < 0) fail(ErrorKind::InvalidArgument, "model spec: q_lora_rank must be >= 0");
+  }
+  if (s.rope_interleaved && s.attention_kind != AttentionKind::Mla)
+    fail(ErrorKind::InvalidArgument, "model spec: interleaved RoPE is implemented for MLA only");
+  if (s.index_n_heads > 0) {
+    if (s.attention_kind != AttentionKind::Mla)
+      fail(ErrorKind::InvalidArgument, "model spec: the DSA indexer needs MLA attention");
+    positive(s.index_head_dim, "index_head_dim");
+    positive(s.index_topk, "index_topk");
+    if (static_cast<int64_t>(s.indexer_full.size()) != s.n_layers || s.indexer_full[0] == 0)
+      fail(ErrorKind::InvalidArgument,
+           "model spec: indexer_full needs one entry per layer, the first layer running its own indexer");
+  }
 }
 
 // blk.{layer}.ffn_{gate,up,down}_exps.{expert}: a routed expert's matrix (streamed).
@@ -62,14 +86,15 @@ std::vector<TensorSpec> resident_tensors(const std::vector<TensorSpec>& tensors)
 std::vector<ExpertSource> expert_sources(const ModelSpec& s, const std::vector<TensorSpec>& tensors,
                                          const std::vector<ExpertBlob>& blobs) {
   const int64_t ne = std::max<int64_t>(s.n_experts, 0);
-  std::vector<ExpertSource> by_key(static_cast<std::size_t>(s.n_layers * ne));
+  const int64_t n_layers = s.n_layers + s.n_mtp_layers;  // MTP layers' experts are streamed too
+  std::vector<ExpertSource> by_key(static_cast<std::size_t>(n_layers * ne));
   std::vector<uint8_t> seen(by_key.size() * 3, 0);
   int64_t layer, expert;
   int proj;
   for (const auto& t : tensors) {
     if (!parse_expert_name(t.name, &layer, &proj, &expert)) continue;
-    if (layer >= s.n_layers || expert >= ne)
-      fail(ErrorKind::Format, "tensor '" + t.name + "' is outside the model's " + std::to_string(s.n_layers) +
+    if (layer >= n_layers || expert >= ne)
+      fail(ErrorKind::Format, "tensor '" + t.name + "' is outside the model's " + std::to_string(n_layers) +
                                   " layers x " + std::to_string(ne) + " experts");
     const int64_t rows = proj == 2 ? s.hidden_size : s.moe_intermediate_size;
     const int64_t cols = proj == 2 ? s.moe_intermediate_size : s.hidden_size;
@@ -84,7 +109,7 @@ std::vector<ExpertSource> expert_sources(const ModelSpec& s, const std::vector<T
     seen[k * 3 + static_cast<std::size_t>(proj)] = 1;
   }
   for (const auto& b : blobs) {
-    if (b.layer < 0 || b.layer >= s.n_layers || b.expert < 0 || b.expert >= ne)
+    if (b.layer < 0 || b.layer >= n_layers || b.expert < 0 || b.expert >= ne)
       fail(ErrorKind::Format, "expert blob for layer " + std::to_string(b.layer) + " expert " +
                                   std::to_string(b.expert) + " is outside the model");
     ExpertSource& src = by_key[static_cast<std::size_t>(b.layer * ne + b.expert)];
@@ -93,8 +118,8 @@ std::vector<ExpertSource> expert_sources(const ModelSpec& s, const std::vector<T
     src.crc32 = b.crc32;
   }
   std::vector<ExpertSource> out;
-  for (int64_t li = 0; li < s.n_layers; ++li) {
-    const bool moe = !s.moe_layers.empty() && s.moe_layers[static_cast<std::size_t>(li)];
+  for (int64_t li = 0; li < n_layers; ++li) {
+    const bool moe = li >= s.n_layers || (!s.moe_layers.empty() && s.moe_layers[static_cast<std::size_t>(li)]);
     for (int64_t e = 0; e < ne; ++e) {
       const auto k = static_cast<std::size_t>(li * ne + e);
       const int have = seen[k * 3] + seen[k * 3 + 1] + seen[k * 3 + 2];
@@ -133,7 +158,8 @@ Engine::Engine(ModelSpec spec, const std::vector<TensorSpec>& tensors,
       auto_wait_(threads.policy == WaitPolicy::Auto),
       auto_base_(resolve_auto(threads)) {
   weights_.verify_checksums(pool_);
-  store_ = std::make_unique<ExpertStore>(spec_.n_layers, spec_.n_experts, expert_sources(spec_, tensors, blobs), files);
+  store_ = std::make_unique<ExpertStore>(spec_.n_layers + spec_.n_mtp_layers, spec_.n_experts,
+                                         expert_sources(spec_, tensors, blobs), files);
   resolve_layers();
 }
 
@@ -141,7 +167,6 @@ void Engine::resolve_layers() {
   const ModelSpec& s = spec_;
   const int64_t d = s.hidden_size;
   auto req = [&](const std::string& name) { return &weights_.get(name); };
-  auto opt = [&](const std::string& name) { return weights_.find(name); };
 
   token_embd_ = req("token_embd");
   check_shape(token_embd_, s.vocab_size, d);
@@ -150,8 +175,7 @@ void Engine::resolve_layers() {
   output_ = s.tie_word_embeddings ? token_embd_ : req("output");
   check_shape(output_, s.vocab_size, d);
 
-  layers_.resize(static_cast<std::size_t>(s.n_layers));
-  if (std::any_of(s.moe_layers.begin(), s.moe_layers.end(), [](uint8_t b) { return b; })) {
+  if (std::any_of(s.moe_layers.begin(), s.moe_layers.end(), [](uint8_t b) { return b; }) || s.n_mtp_layers > 0) {
     RouterSpec rs;
     rs.kind = s.router;
     rs.n_experts = s.n_experts;
@@ -162,41 +186,71 @@ void Engine::resolve_layers() {
     rs.topk_group = s.topk_group;
     router_ = make_router(rs);
   }
-  for (int64_t i = 0; i < s.n_layers; ++i) {
-    LayerWeights& L = layers_[static_cast<std::size_t>(i)];
-    const std::string p = "blk." + std::to_string(i) + ".";
-    L.attn_norm = req(p + "attn_norm");
-    check_shape(L.attn_norm, 1, d);
-    L.attention = make_attention(s, weights_, i);
-    L.ffn_norm = req(p + "ffn_norm");
-    check_shape(L.ffn_norm, 1, d);
-    L.is_moe = !s.moe_layers.empty() && s.moe_layers[static_cast<std::size_t>(i)];
-    if (!L.is_moe) {
-      const int64_t f = s.intermediate_size;
-      L.dense = {req(p + "ffn_gate"), req(p + "ffn_up"), req(p + "ffn_down")};
-      check_shape(L.dense.gate, f, d);
-      check_shape(L.dense.up, f, d);
-      check_shape(L.dense.down, d, f);
-      continue;
-    }
-    L.router = req(p + "ffn_gate_inp");
-    check_shape(L.router, s.n_experts, d);
-    L.route = router_.get();
-    if (s.shared_expert_intermediate_size > 0) {
-      const int64_t sf = s.shared_expert_intermediate_size;
-      L.shared = {req(p + "ffn_gate_shexp"), req(p + "ffn_up_shexp"), req(p + "ffn_down_shexp")};
-      check_shape(L.shared.gate, sf, d);
-      check_shape(L.shared.up, sf, d);
-      check_shape(L.shared.down, d, sf);
-      L.shared_gate = opt(p + "ffn_gate_inp_shexp");
-      if (L.shared_gate) check_shape(L.shared_gate, 1, d);
-    }
-  }
+  layers_.resize(static_cast<std::size_t>(s.n_layers));
+  for (int64_t i = 0; i < s.n_layers; ++i)
+    resolve_layer(layers_[static_cast<std::size_t>(i)], i, !s.moe_layers.empty() && s.moe_layers[static_cast<std::size_t>(i)]);
   int64_t next = -1;
   for (int64_t i = s.n_layers - 1; i >= 0; --i) {
     LayerWeights& L = layers_[static_cast<std::size_t>(i)];
     L.next_moe = next;
     if (L.is_moe) next = i;
+  }
+  mtp_.resize(static_cast<std::size_t>(s.n_mtp_layers));
+  for (int64_t j = 0; j < s.n_mtp_layers; ++j) {
+    const int64_t i = s.n_layers + j;
+    MtpLayerWeights& M = mtp_[static_cast<std::size_t>(j)];
+    resolve_layer(M.block, i, true);
+    const std::string p = "blk." + std::to_string(i) + ".nextn.";
+    M.eh_proj = req(p + "eh_proj");
+    check_shape(M.eh_proj, d, 2 * d);
+    M.enorm = req(p + "enorm");
+    check_shape(M.enorm, 1, d);
+    M.hnorm = req(p + "hnorm");
+    check_shape(M.hnorm, 1, d);
+    M.shared_head_norm = req(p + "shared_head_norm");
+    check_shape(M.shared_head_norm, 1, d);
+  }
+}
+
+// One decoder layer's weights: attention (GQA or MLA, from the spec), norms, FFN.
+void Engine::resolve_layer(LayerWeights& L, int64_t i, bool moe) {
+  const ModelSpec& s = spec_;
+  const int64_t d = s.hidden_size;
+  auto req = [&](const std::string& name) { return &weights_.get(name); };
+  auto opt = [&](const std::string& name) { return weights_.find(name); };
+  const std::string p = "blk." + std::to_string(i) + ".";
+  L.attn_norm = req(p + "attn_norm");
+  check_shape(L.attn_norm, 1, d);
+  L.attention = make_attention(s, weights_, i);
+  L.ffn_norm = req(p + "ffn_norm");
+  check_shape(L.ffn_norm, 1, d);
+  L.is_moe = moe;
+  if (!L.is_moe) {
+    const int64_t f = s.intermediate_size;
+    L.dense = {req(p + "ffn_gate"), req(p + "ffn_up"), req(p + "ffn_down")};
+    check_shape(L.dense.gate, f, d);
+    check_shape(L.dense.up, f, d);
+    check_shape(L.dense.down, d, f);
+    return;
+  }
+  L.router = req(p + "ffn_gate_inp");
+  check_shape(L.router, s.n_experts, d);
+  L.route = router_.get();
+  L.router_bias = opt(p + "exp_probs_b");
+  if (L.router_bias) {
+    if (s.router != RouterKind::SigmoidGroupedTopK)
+      fail(ErrorKind::Format, "tensor '" + L.router_bias->name +
+                                  "' (a selection bias) is only used by the sigmoid grouped router");
+    check_shape(L.router_bias, 1, s.n_experts);
+  }
+  if (s.shared_expert_intermediate_size > 0) {
+    const int64_t sf = s.shared_expert_intermediate_size;
+    L.shared = {req(p + "ffn_gate_shexp"), req(p + "ffn_up_shexp"), req(p + "ffn_down_shexp")};
+    check_shape(L.shared.gate, sf, d);
+    check_shape(L.shared.up, sf, d);
+    check_shape(L.shared.down, d, sf);
+    L.shared_gate = opt(p + "ffn_gate_inp_shexp");
+    if (L.shared_gate) check_shape(L.shared_gate, 1, d);
   }
 }
 
@@ -328,6 +382,7 @@ void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, b
   const auto t_start = std::chrono::steady_clock::now();
   const double wait_before = phase_[kExpertWait];
   ThreadPool::ComputeScope scope(pool_);
+  attn_ws_.dsa_keys.clear();  // a DSA "shared" layer reuses only this forward's selection
   const int64_t d = s.hidden_size;
   ws_.x.resize(static_cast<std::size_t>(n * d));
   ws_.h.resize(static_cast<std::size_t>(n * d));

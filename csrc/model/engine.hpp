@@ -12,6 +12,7 @@
 #include "io/file_reader.hpp"
 #include "model/attention_layer.hpp"
 #include "model/expert_store.hpp"
+#include "model/kv_cache.hpp"
 #include "model/matmul.hpp"
 #include "model/model_spec.hpp"
 #include "model/weights.hpp"
@@ -55,6 +56,18 @@ struct LayerWeights {
   const Tensor* shared_gate = nullptr; // (1, hidden) sigmoid gate of the shared expert
 };
 
+// A multi-token-prediction layer: a decoder layer (always MoE) plus the projection that
+// joins the next token's embedding with the trunk's hidden state. Loaded, not run by
+// forward() (the speculative-decoding work drives it); its experts are in the store as
+// layer n_layers + i.
+struct MtpLayerWeights {
+  LayerWeights block;
+  const Tensor* eh_proj = nullptr;           // (hidden, 2 * hidden): [enorm(e) | hnorm(h)]
+  const Tensor* enorm = nullptr;             // (hidden)
+  const Tensor* hnorm = nullptr;             // (hidden)
+  const Tensor* shared_head_norm = nullptr;  // (hidden)
+};
+
 // Reusable float buffers for one forward call, grown on demand.
 struct Workspace {
   std::vector<float> x, h, proj, gate, up, ffn_out, router, slot_out, xe, ye, logits;
@@ -87,6 +100,8 @@ class Engine {
   std::size_t weight_bytes() const { return weights_.total_bytes(); }
   // What each layer keeps per position in a session's KV cache.
   std::vector<KvLayerLayout> kv_layouts() const;
+  // Multi-token-prediction layers (loaded, not run).
+  const std::vector<MtpLayerWeights>& mtp_layers() const { return mtp_; }
 
   // The streaming tier. configure_store drops every cached expert (never during a forward).
   void configure_store(const StoreSettings& settings);
@@ -115,6 +130,7 @@ class Engine {
 
  private:
   void resolve_layers();
+  void resolve_layer(LayerWeights& L, int64_t layer, bool moe);
   void ffn_block(const LayerWeights& L, int64_t n);
   void moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t* routing_out);
   void routed_experts(int64_t layer, int64_t n, const std::vector<int32_t>& sel);
@@ -130,6 +146,7 @@ class Engine {
   const Tensor* output_norm_ = nullptr;
   const Tensor* output_ = nullptr;  // token_embd_ when tied
   std::vector<LayerWeights> layers_;
+  std::vector<MtpLayerWeights> mtp_;
   std::unique_ptr<Router> router_;  // the spec's routing rule, shared by the MoE layers
   std::unique_ptr<ExpertStore> store_;
   ThreadPool pool_;

@@ -23,7 +23,8 @@ namespace colibri {
 
 // What one layer stores per position: k_heads rows of k_dim keys and v_heads rows of v_dim
 // values. v_heads == 0 means the layer stores no separate values (MLA: the value is a
-// prefix of the key row).
+// prefix of the key row). An MLA layer that runs the DSA indexer keeps the indexer's key
+// (one row of index_head_dim) on the V side (attn_mla.hpp).
 struct KvLayerLayout {
   int64_t k_heads = 0, k_dim = 0;
   int64_t v_heads = 0, v_dim = 0;

@@ -19,7 +19,10 @@ enum class QkNorm : int {
 
 // Which attention unit a layer runs (model/attention_layer.hpp: make_attention).
 enum class AttentionKind : int {
-  Gqa = 0,  // grouped-query attention (multi-head and multi-query are its edge cases)
+  Gqa = 0,  // grouped-query attention (multi-head and multi-query are its edge cases;
+            // Llama, Qwen, Mixtral, OLMoE, GLM-4.5)
+  Mla = 1,  // multi-head latent attention (DeepSeek-V2/V3, Kimi-K2, GLM-4.7-Flash, GLM-5),
+            // with the DSA lightning indexer when index_n_heads > 0
 };
 
 struct ModelSpec {
@@ -37,6 +40,7 @@ struct ModelSpec {
   // scaling variant; attention_factor multiplies cos and sin (YaRN's mscale).
   std::vector<float> rope_inv_freq;  // rotary_dim / 2 entries
   float rope_attention_factor = 1.0f;
+  bool rope_interleaved = false;    // pairs (2i, 2i+1) instead of (i, i + rotary_dim/2)
   float attention_scale = 0.0f;     // softmax scale; 0 means 1/sqrt(head_dim)
   AttentionKind attention_kind = AttentionKind::Gqa;
   QkNorm qk_norm = QkNorm::None;
@@ -53,6 +57,23 @@ struct ModelSpec {
   std::vector<uint8_t> moe_layers;  // per layer: 1 when the FFN is the MoE block
   bool tie_word_embeddings = false;
   int64_t context_length = 0;       // KV-cache positions per session
+
+  // MLA (attention_kind Mla; head_dim = qk_nope_head_dim + qk_rope_head_dim; rope_inv_freq covers the rope part).
+  int64_t q_lora_rank = 0;          // 0: a direct q projection (attn_q)
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  float mla_norm_eps = 1e-6f;       // eps of the q-LoRA and latent RMSNorms
+  // DSA lightning indexer (index_n_heads > 0).
+  int64_t index_n_heads = 0;
+  int64_t index_head_dim = 0;
+  int64_t index_topk = 0;
+  std::vector<uint8_t> indexer_full;  // per layer: 1 runs its own indexer, 0 reuses the last full one's
+  bool index_rope_interleaved = false;
+  // Multi-token-prediction layers after the trunk: loaded (weights resident, experts in
+  // the store) but not run by forward().
+  int64_t n_mtp_layers = 0;
 };
 
 // One tensor of the manifest, as the core sees it.
@@ -62,6 +83,7 @@ struct TensorSpec {
   std::vector<int64_t> shape;       // PyTorch order: (rows, cols) or (n,)
   std::vector<Extent> extents;
   int64_t rope_unpermute_heads = 0; // see sources/manifest.py
+  int64_t transpose_heads = 0;      // see sources/manifest.py (MLA's W_UK from kv_b_proj)
   bool has_crc32 = false;           // native container: the bytes' crc32, checked at load
   uint32_t crc32 = 0;
   // F8_E4M3 only: the companion F32 block-scale matrix (quant/fp8.hpp), its extents and

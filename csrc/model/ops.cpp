@@ -33,6 +33,37 @@ void rope_head(float* head, const float* cos_sin, int64_t rotary_dim) {
   }
 }
 
+void rope_head_interleaved(float* head, const float* cos_sin, int64_t rotary_dim) {
+  for (int64_t i = 0; i < rotary_dim / 2; ++i) {
+    const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+    const float x1 = head[2 * i], x2 = head[2 * i + 1];
+    head[2 * i] = x1 * c - x2 * s;
+    head[2 * i + 1] = x2 * c + x1 * s;
+  }
+}
+
+void layer_norm_row(const float* x, const float* weight, const float* bias, int64_t n, float eps,
+                    float* out) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const double mean = sum / static_cast<double>(n);
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += (x[i] - mean) * (x[i] - mean);
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  const float m = static_cast<float>(mean);
+  for (int64_t i = 0; i < n; ++i) out[i] = (x[i] - m) * inv * weight[i] + bias[i];
+}
+
+float dot_lanes8(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+}
+
 void silu_mul(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];

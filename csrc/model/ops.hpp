@@ -13,9 +13,22 @@ void rms_norm_row(const float* x, const float* weight, int64_t n, float eps, flo
 // rotary_dim/2 of them, for this position.
 void rope_head(float* head, const float* cos_sin, int64_t rotary_dim);
 
+// The same rotation with adjacent pairs: dimension 2i pairs with 2i + 1 (DeepSeek's
+// rope_interleave, llama.cpp's "NORM" RoPE).
+void rope_head_interleaved(float* head, const float* cos_sin, int64_t rotary_dim);
+
+// out = (x - mean) / sqrt(var + eps) * weight + bias for one row (out may alias x).
+void layer_norm_row(const float* x, const float* weight, const float* bias, int64_t n, float eps,
+                    float* out);
+
 // Fills cos_sin (rotary_dim/2 pairs) for one position.
 void rope_cos_sin(int64_t position, const float* inv_freq, int64_t half, float attention_factor,
                   float* cos_sin);
+
+// sum_i a[i] * b[i] as eight independent partial sums combined in a fixed order: the
+// compiler keeps them in one SIMD register without reassociating anything, so the result
+// is the same on every machine and thread.
+float dot_lanes8(const float* a, const float* b, int64_t n);
 
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);

@@ -37,6 +37,33 @@ void unpermute_rows(Tensor& t, int64_t n_heads) {
   }
 }
 
+// Hugging Face keeps MLA's W_UK inside kv_b_proj as [nope rows, kv_lora cols] per head;
+// absorbed attention multiplies by its transpose. The bytes hold n_heads blocks of
+// [cols, rows / n_heads] elements; each becomes [rows / n_heads, cols]. Exact (a copy).
+void transpose_head_blocks(Tensor& t, int64_t n_heads) {
+  std::size_t elem = 0;
+  if (t.type == DType::F32) elem = 4;
+  if (t.type == DType::F16 || t.type == DType::BF16) elem = 2;
+  if (elem == 0)
+    fail(ErrorKind::Unsupported, "tensor '" + t.name + "' is " + dtype_name(t.type) +
+                                     " but must be transposed at load, which needs a float type (F32, F16, "
+                                     "BF16); convert the checkpoint with 'colibri convert'");
+  if (t.rows % n_heads != 0)
+    fail(ErrorKind::Format, "tensor '" + t.name + "': " + std::to_string(t.rows) + " rows do not split into " +
+                                std::to_string(n_heads) + " heads");
+  const int64_t rph = t.rows / n_heads, cols = t.cols;
+  const std::size_t block = static_cast<std::size_t>(rph * cols) * elem;
+  std::vector<uint8_t> src(block);
+  for (int64_t h = 0; h < n_heads; ++h) {
+    uint8_t* base = t.data + static_cast<std::size_t>(h) * block;
+    std::memcpy(src.data(), base, block);
+    for (int64_t i = 0; i < cols; ++i)      // stored row i of the block: rph elements
+      for (int64_t j = 0; j < rph; ++j)     // -> element (j, i) of [rph, cols]
+        std::memcpy(base + static_cast<std::size_t>(j * cols + i) * elem,
+                    src.data() + static_cast<std::size_t>(i * rph + j) * elem, elem);
+  }
+}
+
 }  // namespace
 
 void check_shape(const Tensor* t, int64_t rows, int64_t cols) {
@@ -167,11 +194,11 @@ WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& fi
       at += e.length;
     }
     if (s.has_crc32) {
-      // The bytes as stored. A tensor transformed below (widened, unpermuted) is checked
-      // now; the others, most of the bytes, later and in parallel (verify_checksums).
+      // The bytes as stored. A tensor transformed below (widened, transposed, unpermuted) is
+      // checked now; the others, most of the bytes, later and in parallel (verify_checksums).
       const Extent& e = s.extents.front();
       Pending p{t.name, files.path(e.file), e.offset, dst, expect, s.crc32};
-      if (widened(s) || s.rope_unpermute_heads > 0) {
+      if (widened(s) || s.transpose_heads > 0 || s.rope_unpermute_heads > 0) {
         const uint32_t got = crc32(0, dst, expect);
         if (got != s.crc32) checksum_failed(p.path, p.name, p.offset, p.n, p.crc32, got);
       } else {
@@ -188,6 +215,7 @@ WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& fi
       t.type = DType::F32;
       t.nbytes = static_cast<std::size_t>(t.cols) * sizeof(float);
     }
+    if (s.transpose_heads > 0) transpose_head_blocks(t, s.transpose_heads);
     if (s.rope_unpermute_heads > 0) {
       if (s.shape.size() == 1) {  // a bias or norm vector: permute its elements like rows
         t.rows = t.cols;

@@ -18,6 +18,7 @@ the available memory is given. The numbers are documented in docs/tuning.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from .config import format_bytes, parse_bytes
@@ -33,6 +34,7 @@ __all__ = [
     "estimate_work_bytes",
     "format_bytes",
     "kv_bytes",
+    "kv_layers_bytes",
     "kv_row_bytes",
     "parse_bytes",
     "plan_budget",
@@ -256,6 +258,22 @@ def attention_work_floats(n_heads: int, dk: int, dv: int, threads: int) -> int:
     return up((wave + 1) * n_heads * (dv + 2)) + threads * up(per_thread)
 
 
+def kv_layers_bytes(widths: Sequence[tuple[int, int]], context_length: int,
+                    kv_type: str = "f32") -> int:
+    """Bytes of one session's KV cache at the full context for per-layer rows of
+    ``(key width, value width)`` values per position, each row stored at ``kv_type``
+    (:func:`kv_row_bytes`). GQA: ``n_kv_heads * head_dim`` both (:func:`kv_bytes`); MLA: the
+    latent and the shared rope key (``kv_lora_rank + qk_rope_head_dim``) as the key and no
+    value, or the DSA indexer's key as the value on a full indexer layer."""
+    _count("context_length", context_length)
+    per_token = 0
+    for k, v in widths:
+        _count("key width", k)
+        _count("value width", v)
+        per_token += kv_row_bytes(kv_type, k) + kv_row_bytes(kv_type, v)
+    return per_token * context_length
+
+
 def estimate_work_bytes(
     *,
     vocab_size: int,
@@ -271,6 +289,9 @@ def estimate_work_bytes(
     context_length: int = 0,
     threads: int,
     batch: int = 512,
+    extra_per_token: int = 0,
+    attn_key_dim: int = 0,
+    attn_value_dim: int = 0,
 ) -> int:
     """Bytes of the engine's work buffers for a forward of up to `batch` tokens (a prefill
     chunk; decode is a batch of 1). The names are :class:`colibri.sources.ModelConfig`'s.
@@ -286,10 +307,15 @@ def estimate_work_bytes(
       n x n_experts_per_tok x d;
     - logits: 2 x vocab_size (the core's row for the last position and the NumPy copy
       handed to Python);
-    - attention kernels: :func:`attention_work_floats` for n_heads heads of head_dim
-      (`threads` compute threads); it does not grow with the context (online softmax);
+    - attention kernels: :func:`attention_work_floats` for n_heads heads of head_dim, or of
+      `attn_key_dim` / `attn_value_dim` where those are set (MLA attends over the latent
+      row: kv_lora_rank + qk_rope_head_dim keys, kv_lora_rank values), `threads` compute
+      threads; it does not grow with the context (online softmax);
     - matmul scratch: activations quantized to 8-bit blocks, up to two formats at once,
-      ~1.125 bytes per element: 2 x n x max(d, F, n_heads x head_dim) x 9/8 bytes.
+      ~1.125 bytes per element: 2 x n x max(d, F, n_heads x head_dim) x 9/8 bytes;
+    - `extra_per_token` floats per token of attention-specific buffers (MLA: the query,
+      absorbed query rows, latent outputs and value heads, the q-LoRA and latent rows, the
+      DSA indexer's query, key and weights; see colibri.streaming).
 
     Small per-call vectors (RoPE tables, top-k indices) are left out; the safety margin of
     the default budget covers them. ``context_length`` is accepted for older callers and
@@ -302,6 +328,8 @@ def estimate_work_bytes(
         "n_heads": n_heads, "n_kv_heads": n_kv_heads, "head_dim": head_dim,
         "n_experts": n_experts, "n_experts_per_tok": n_experts_per_tok,
         "context_length": context_length, "threads": threads, "batch": batch,
+        "extra_per_token": extra_per_token, "attn_key_dim": attn_key_dim,
+        "attn_value_dim": attn_value_dim,
     }
     for name, v in names.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -319,7 +347,9 @@ def estimate_work_bytes(
         + n * n_experts
         + n * n_experts_per_tok * d
         + 2 * vocab_size
-        + attention_work_floats(n_heads or 1, head_dim or d, head_dim or d, threads)
+        + attention_work_floats(n_heads or 1, attn_key_dim or head_dim or d,
+                                attn_value_dim or head_dim or d, threads)
+        + n * extra_per_token
     )
     scratch = 2 * n * max(d, ffn, q_dim) * 9 // 8
     return floats * _F32 + scratch

@@ -52,6 +52,7 @@ from .sampling import Sampling
 from .session import Progress, Session
 from .sources import Manifest, ModelConfig, TensorInfo, open_model_source
 from .sources.hf_source import Fp8TensorInfo
+from .sources.validate import is_full_indexer_layer
 from .stats import ExpertStats, MemoryStats, PhaseTimes
 from .streaming import (
     RoutingHistory,
@@ -111,6 +112,11 @@ class ModelStats(Displayable):
 
 
 _QK_NORM = {"none": _core.QkNorm.none, "head": _core.QkNorm.head, "full": _core.QkNorm.full}
+_ROUTER = {
+    "softmax": _core.RouterKind.softmax_topk,
+    "sigmoid_grouped": _core.RouterKind.sigmoid_grouped,
+    "softmax_group_limited": _core.RouterKind.softmax_group_limited,
+}
 _WAIT = {
     WaitPolicy.SPIN: _core.WaitPolicy.SPIN,
     WaitPolicy.PASSIVE: _core.WaitPolicy.PASSIVE,
@@ -183,7 +189,8 @@ def _model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
     spec.intermediate_size = cfg.intermediate_size
     spec.rms_norm_eps = cfg.rms_norm_eps
     rope = rope_table(
-        cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings
+        cfg.rotary_dim or cfg.head_dim, cfg.rope_theta, cfg.rope_scaling,
+        cfg.max_position_embeddings,
     )
     inv_freq = rope.inv_freq
     factors = _rope_freq_factors(manifest)
@@ -205,6 +212,28 @@ def _model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
     spec.moe_layers = [1 if m else 0 for m in cfg.moe_layers]
     spec.tie_word_embeddings = cfg.tie_word_embeddings
     spec.context_length = context_length
+    spec.rope_interleaved = cfg.rope_interleaved
+    spec.attention_scale = cfg.attention_scale
+    spec.router = _ROUTER[cfg.router]
+    spec.routed_scaling_factor = cfg.routed_scaling_factor
+    spec.n_group = cfg.n_group
+    spec.topk_group = cfg.topk_group
+    spec.n_mtp_layers = cfg.n_mtp_layers
+    if cfg.is_mla:
+        spec.attention_kind = _core.AttentionKind.mla
+        spec.q_lora_rank = cfg.q_lora_rank
+        spec.kv_lora_rank = cfg.kv_lora_rank
+        spec.qk_nope_head_dim = cfg.qk_nope_head_dim
+        spec.qk_rope_head_dim = cfg.qk_rope_head_dim
+        spec.v_head_dim = cfg.v_head_dim
+        spec.mla_norm_eps = cfg.mla_norm_eps
+    if cfg.has_indexer:
+        spec.index_n_heads = cfg.index_n_heads
+        spec.index_head_dim = cfg.index_head_dim
+        spec.index_topk = cfg.index_topk
+        spec.indexer_full = [1 if is_full_indexer_layer(cfg, i) else 0
+                             for i in range(cfg.n_layers)]  # fmt: skip
+        spec.index_rope_interleaved = cfg.index_rope_interleaved
     return spec
 
 
@@ -212,12 +241,19 @@ def _tensor_spec(t: TensorInfo, checksums: bool) -> _core.TensorSpec:
     """The core's view of one tensor. A native container's dense tensors carry their crc32,
     which the core checks as it loads them (IOConfig.checksums "off" skips that); an FP8
     block-scaled weight carries its scale matrix (docs/format.md, "FP8 block-scaled
-    weights")."""
+    weights"); MLA's W_UK (from kv_b_proj) its head count to transpose at load."""
     extents = [_core.Extent(e.file, e.offset, e.length) for e in t.extents]
     crc32 = t.crc32 if checksums else None
     if not isinstance(t, Fp8TensorInfo):
         return _core.TensorSpec(t.name, t.dtype, list(t.shape), extents, t.rope_unpermute_heads,
-                                crc32)
+                                crc32, transpose_heads=t.transpose_heads)
+    if t.transpose_heads or t.row_origin:
+        # MLA's kv_b_proj split into attn_k_b / attn_v_b: their rows are a per-head subset
+        # of the FP8 weight's, so its 128x128 scale blocks do not line up with theirs.
+        raise UnsupportedError(
+            f"FP8 weight {t.name!r} (MLA's kv_b_proj, split per head) cannot run directly; "
+            f"convert the checkpoint first: colibri convert --quant q8_0 (or bf16)."
+        )
     if t.scale.dtype != "F32":
         raise UnsupportedError(
             f"FP8 weight {t.name!r} has {t.scale.dtype} block scales; colibri runs F32 scales "

@@ -20,10 +20,11 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from .budget import BudgetPlan, estimate_work_bytes, kv_bytes, plan_budget
+from .budget import BudgetPlan, estimate_work_bytes, kv_layers_bytes, plan_budget
 from .config import CachePolicy, EngineConfig, default_history_dir
 from .errors import ModelIOError, UnsupportedError
-from .sources import Manifest
+from .sources import Manifest, ModelConfig
+from .sources.validate import is_full_indexer_layer
 from .stats import ExpertStats, MemoryStats, PhaseTimes
 
 _EXPERT_RE = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.(\d+)$")
@@ -96,6 +97,34 @@ def resident_bytes(manifest: Manifest) -> int:
     return sum(t.nbytes for t in manifest.tensors.values() if not is_expert_tensor(t.name))
 
 
+def kv_layer_widths(c: ModelConfig) -> list[tuple[int, int]]:
+    """Per layer, the (key, value) values one position keeps in a session's KV cache (the
+    core's Engine.kv_layouts; MTP layers keep none: they do not run in plain decoding).
+    GQA: keys and values of every KV head; MLA: the latent and the shared rope key as the
+    key (kv_lora_rank + qk_rope_head_dim: 576 for DeepSeek-V3), and the DSA indexer's key
+    as the value on full indexer layers (none on the others)."""
+    if not c.is_mla:
+        return [(c.n_kv_heads * c.head_dim, c.n_kv_heads * c.head_dim)] * c.n_layers
+    latent = c.kv_lora_rank + c.qk_rope_head_dim
+    return [(latent, c.index_head_dim if is_full_indexer_layer(c, i) else 0)
+            for i in range(c.n_layers)]  # fmt: skip
+
+
+def kv_floats_per_token(c: ModelConfig) -> int:
+    """Values one position takes in a session's KV cache, over all layers."""
+    return sum(k + v for k, v in kv_layer_widths(c))
+
+
+def _mla_work_floats(c: ModelConfig) -> int:
+    """Per-token floats of the MLA work buffers (csrc/model/attn_mla.hpp)."""
+    if not c.is_mla:
+        return 0
+    nh, r, rope = c.n_heads, c.kv_lora_rank, c.qk_rope_head_dim
+    per_head = (c.qk_nope_head_dim + rope) + (r + rope) + r + c.v_head_dim
+    indexer = c.index_n_heads * c.index_head_dim + c.index_head_dim + c.index_n_heads
+    return nh * per_head + c.q_lora_rank + r + rope + indexer
+
+
 _FLOAT_TYPES = ("F32", "F16", "BF16")
 
 
@@ -107,21 +136,29 @@ def float_weights(manifest: Manifest) -> bool:
 
 def session_kv_type(manifest: Manifest, engine: EngineConfig) -> str:
     """The KV-cache type sessions get under `engine` (``"auto"`` resolved for this model).
-    Raises UnsupportedError for q8_0 when the heads are not whole blocks of 32 values."""
+    Raises UnsupportedError for q8_0 when a cached row (a head; MLA's latent row) is not
+    whole blocks of 32 values."""
     kv_type = engine.resolve_kv_cache_type(float_weights(manifest))
-    head_dim = manifest.config.head_dim
-    if kv_type == "q8_0" and head_dim % 32:
-        raise UnsupportedError(
-            f"EngineConfig.kv_cache_type='q8_0' stores each head in blocks of 32 values, but "
-            f"this model's heads have {head_dim}; use 'f16' or 'bf16'"
-        )
+    c = manifest.config
+    if kv_type == "q8_0":
+        if c.is_mla:
+            rows = {k for k, _ in kv_layer_widths(c)} | {v for _, v in kv_layer_widths(c) if v}
+            what = "cached rows (the latent and rope key; the DSA indexer key)"
+        else:
+            rows = {c.head_dim}
+            what = "heads"
+        odd = sorted(w for w in rows if w % 32)
+        if odd:
+            raise UnsupportedError(
+                f"EngineConfig.kv_cache_type='q8_0' stores each row in blocks of 32 values, "
+                f"but this model's {what} have {', '.join(map(str, odd))}; use 'f16' or 'bf16'"
+            )
     return kv_type
 
 
 def _kv_and_work(manifest: Manifest, engine: EngineConfig, context_length: int) -> tuple[int, int]:
     c = manifest.config
-    kv = kv_bytes(c.n_layers, c.n_kv_heads, c.head_dim, context_length,
-                  session_kv_type(manifest, engine))
+    kv = kv_layers_bytes(kv_layer_widths(c), context_length, session_kv_type(manifest, engine))
     work = estimate_work_bytes(
         vocab_size=c.vocab_size, hidden_size=c.hidden_size,
         intermediate_size=c.intermediate_size, moe_intermediate_size=c.moe_intermediate_size,
@@ -131,6 +168,10 @@ def _kv_and_work(manifest: Manifest, engine: EngineConfig, context_length: int) 
         context_length=context_length, threads=engine.threads.team_size(),
         # a forward's batch is one prefill chunk (the whole prompt when chunking is off)
         batch=engine.prefill_chunk if engine.prefill_chunk is not None else context_length,
+        extra_per_token=_mla_work_floats(c),
+        # MLA attends over the latent row (MQA: the latent and rope key, values the latent)
+        attn_key_dim=c.kv_lora_rank + c.qk_rope_head_dim if c.is_mla else 0,
+        attn_value_dim=c.kv_lora_rank if c.is_mla else 0,
     )  # fmt: skip
     return kv, work
 
@@ -199,7 +240,7 @@ class RoutingHistory:
             ident = f"{manifest.path.resolve()}|{c.n_layers}|{c.n_experts}|{c.hidden_size}"
             digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
             path = default_history_dir() / f"{manifest.path.name}-{digest}.json"
-        return cls(path, c.n_layers, c.n_experts)
+        return cls(path, c.n_layers + c.n_mtp_layers, c.n_experts)  # the store's layers
 
     def load(self) -> npt.NDArray[np.uint64]:
         """Saved counts, [n_layers * n_experts]; zeros when there is no usable file (a

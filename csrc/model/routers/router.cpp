@@ -9,6 +9,8 @@
 namespace colibri {
 
 std::unique_ptr<Router> make_softmax_topk(const RouterSpec& spec);        // softmax_topk.cpp
+std::unique_ptr<Router> make_sigmoid_grouped(const RouterSpec& spec);     // sigmoid_grouped.cpp
+std::unique_ptr<Router> make_softmax_group_limited(const RouterSpec& spec);  // group_limited.cpp
 
 namespace {
 
@@ -26,8 +28,20 @@ std::unique_ptr<Router> make_router(const RouterSpec& s) {
   switch (s.kind) {
     case RouterKind::SoftmaxTopK:
       return make_softmax_topk(s);
-    default:
-      break;
+    case RouterKind::SigmoidGroupedTopK:
+    case RouterKind::SoftmaxGroupLimited: {
+      if (s.n_group <= 0 || s.n_experts % s.n_group != 0)
+        bad("n_group " + std::to_string(s.n_group) + " must divide n_experts " + std::to_string(s.n_experts));
+      if (s.topk_group <= 0 || s.topk_group > s.n_group)
+        bad("needs 0 < topk_group <= n_group (topk_group " + std::to_string(s.topk_group) + ")");
+      const int64_t per_group = s.n_experts / s.n_group;
+      if (s.kind == RouterKind::SigmoidGroupedTopK && s.n_group > 1 && per_group < 2)
+        bad("groups must hold at least 2 experts (a group scores its two best)");
+      if (s.top_k > s.topk_group * per_group)
+        bad("top_k " + std::to_string(s.top_k) + " exceeds the experts of the kept groups (" +
+            std::to_string(s.topk_group * per_group) + ")");
+      return s.kind == RouterKind::SigmoidGroupedTopK ? make_sigmoid_grouped(s) : make_softmax_group_limited(s);
+    }
   }
   bad("kind " + std::to_string(static_cast<int>(s.kind)) + " is unknown");
 }

@@ -11,7 +11,7 @@ import typing
 from . import quant
 from . import io
 from . import attention
-__all__: list[str] = ['ActPrecision', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'ModelSpec', 'QkNorm', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'attention', 'io', 'quant']
+__all__: list[str] = ['ActPrecision', 'AttentionKind', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'ModelSpec', 'QkNorm', 'RouterKind', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'attention', 'io', 'quant', 'route']
 class WaitPolicy:
     """
     How the compute team waits between parallel regions of a computation.
@@ -256,6 +256,99 @@ class QkNorm:
     @property
     def value(self) -> int:
         ...
+class AttentionKind:
+    """
+    Members:
+    
+      gqa
+    
+      mla
+    """
+    __members__: typing.ClassVar[dict[str, AttentionKind]]
+    gqa: typing.ClassVar[AttentionKind]
+    mla: typing.ClassVar[AttentionKind]
+    @typing.overload
+    def __eq__(self, other: AttentionKind) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: AttentionKind) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
+class RouterKind:
+    """
+    Members:
+    
+      softmax_topk
+    
+      sigmoid_grouped
+    
+      softmax_group_limited
+    """
+    __members__: typing.ClassVar[dict[str, RouterKind]]
+    sigmoid_grouped: typing.ClassVar[RouterKind]
+    softmax_group_limited: typing.ClassVar[RouterKind]
+    softmax_topk: typing.ClassVar[RouterKind]
+    @typing.overload
+    def __eq__(self, other: RouterKind) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: RouterKind) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
 class Extent:
     def __init__(self, file: typing.SupportsInt | typing.SupportsIndex, offset: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
@@ -278,7 +371,7 @@ class Extent:
     def offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
 class TensorSpec:
-    def __init__(self, name: str, dtype: str, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], extents: collections.abc.Sequence[Extent], rope_unpermute_heads: typing.SupportsInt | typing.SupportsIndex = 0, crc32: typing.SupportsInt | typing.SupportsIndex | None = None, scale_extents: collections.abc.Sequence[Extent] = [], scale_block: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = []) -> None:
+    def __init__(self, name: str, dtype: str, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], extents: collections.abc.Sequence[Extent], rope_unpermute_heads: typing.SupportsInt | typing.SupportsIndex = 0, crc32: typing.SupportsInt | typing.SupportsIndex | None = None, scale_extents: collections.abc.Sequence[Extent] = [], scale_block: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], transpose_heads: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         ...
     @property
     def name(self) -> str:
@@ -289,8 +382,12 @@ class TensorSpec:
 class ModelSpec:
     arch: str
     attention_bias: bool
+    attention_kind: AttentionKind
+    index_rope_interleaved: bool
     norm_topk_prob: bool
     qk_norm: QkNorm
+    rope_interleaved: bool
+    router: RouterKind
     tie_word_embeddings: bool
     def __init__(self) -> None:
         ...
@@ -319,10 +416,46 @@ class ModelSpec:
     def hidden_size(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
+    def index_head_dim(self) -> int:
+        ...
+    @index_head_dim.setter
+    def index_head_dim(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def index_n_heads(self) -> int:
+        ...
+    @index_n_heads.setter
+    def index_n_heads(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def index_topk(self) -> int:
+        ...
+    @index_topk.setter
+    def index_topk(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def indexer_full(self) -> list[int]:
+        ...
+    @indexer_full.setter
+    def indexer_full(self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        ...
+    @property
     def intermediate_size(self) -> int:
         ...
     @intermediate_size.setter
     def intermediate_size(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def kv_lora_rank(self) -> int:
+        ...
+    @kv_lora_rank.setter
+    def kv_lora_rank(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def mla_norm_eps(self) -> float:
+        ...
+    @mla_norm_eps.setter
+    def mla_norm_eps(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def moe_intermediate_size(self) -> int:
@@ -349,6 +482,12 @@ class ModelSpec:
     def n_experts_per_tok(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
+    def n_group(self) -> int:
+        ...
+    @n_group.setter
+    def n_group(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
     def n_heads(self) -> int:
         ...
     @n_heads.setter
@@ -365,6 +504,30 @@ class ModelSpec:
         ...
     @n_layers.setter
     def n_layers(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def n_mtp_layers(self) -> int:
+        ...
+    @n_mtp_layers.setter
+    def n_mtp_layers(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def q_lora_rank(self) -> int:
+        ...
+    @q_lora_rank.setter
+    def q_lora_rank(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def qk_nope_head_dim(self) -> int:
+        ...
+    @qk_nope_head_dim.setter
+    def qk_nope_head_dim(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def qk_rope_head_dim(self) -> int:
+        ...
+    @qk_rope_head_dim.setter
+    def qk_rope_head_dim(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def rms_norm_eps(self) -> float:
@@ -385,10 +548,28 @@ class ModelSpec:
     def rope_inv_freq(self, arg0: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
         ...
     @property
+    def routed_scaling_factor(self) -> float:
+        ...
+    @routed_scaling_factor.setter
+    def routed_scaling_factor(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
     def shared_expert_intermediate_size(self) -> int:
         ...
     @shared_expert_intermediate_size.setter
     def shared_expert_intermediate_size(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def topk_group(self) -> int:
+        ...
+    @topk_group.setter
+    def topk_group(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def v_head_dim(self) -> int:
+        ...
+    @v_head_dim.setter
+    def v_head_dim(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def vocab_size(self) -> int:
@@ -629,6 +810,21 @@ class Engine:
     def io_fallbacks(self) -> int:
         ...
     @property
+    def kv_bytes_per_token(self) -> int:
+        """
+        Bytes of one position's KV rows over all layers at F32
+        """
+    @property
+    def kv_layouts(self) -> list[tuple[int, int, int, int]]:
+        """
+        Per layer, what a session's KV cache keeps per position: (k_heads, k_dim, v_heads, v_dim)
+        """
+    @property
+    def mtp_layers(self) -> int:
+        """
+        Multi-token-prediction layers loaded (not run by forward)
+        """
+    @property
     def pinned_experts(self) -> int:
         ...
     @property
@@ -698,3 +894,7 @@ class Session:
     @property
     def n_tokens(self) -> int:
         ...
+def route(kind: RouterKind, logits: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], top_k: typing.SupportsInt | typing.SupportsIndex, norm_topk_prob: bool = False, scaling: typing.SupportsFloat | typing.SupportsIndex = 1.0, n_group: typing.SupportsInt | typing.SupportsIndex = 1, topk_group: typing.SupportsInt | typing.SupportsIndex = 1, bias: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None) -> tuple[numpy.typing.NDArray[numpy.int32], numpy.typing.NDArray[numpy.float32]]:
+    """
+    One routing rule (csrc/model/routers/) on router logits [tokens, experts]: (experts, weights), each [tokens, top_k], best first. The MoE layers and the lookahead prefetch run the same code.
+    """

@@ -92,7 +92,9 @@ class _Part:
 
     @property
     def copied(self) -> bool:
-        return self.dtype == self.tensor.dtype
+        # A tensor the loader would transpose (MLA's W_UK from kv_b_proj) is written in its
+        # final layout, so the container needs no load-time transform.
+        return self.dtype == self.tensor.dtype and not self.tensor.transpose_heads
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,8 @@ def _plan_digest(manifest: Manifest, items: Sequence[_Item]) -> str:
         h.update(f"{it.file}|{it.offset}|{it.checked}|{it.slot}".encode())
         for p in it.parts:
             t = p.tensor
-            h.update(f"|{t.name}|{t.dtype}|{t.shape}|{p.offset}|{t.extents}|{p.dtype}".encode())
+            h.update(f"|{t.name}|{t.dtype}|{t.shape}|{p.offset}|{t.extents}|{p.dtype}"
+                     f"|{t.transpose_heads}".encode())
             if isinstance(t, Fp8TensorInfo):
                 h.update(f"|{t.scale.dtype}|{t.scale.extents}|{t.block}".encode())
         h.update(b"\n")

@@ -31,11 +31,11 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import ConfigError, UnsupportedError
+from ..errors import ConfigError, ModelFormatError, UnsupportedError
 from ..sources.hf_source import FP8_DTYPE, Fp8TensorInfo
 from ..sources.manifest import ModelConfig, TensorInfo
 from ..sources.validate import BLOCK_SIZES, SUPPORTED_DTYPES, tensor_nbytes
-from .fp8 import dequantize_block_fp8
+from .fp8 import decode_e4m3, dequantize_block_fp8
 from .kquant_mix import K_FALLBACK, MIX_BASE, mix_dtype
 
 QUANT_CHOICES = (
@@ -118,8 +118,43 @@ def encode(dtype: str, x: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
     return quant.quantize(dtype, x)
 
 
+def _per_extent_chunks(t: TensorInfo, dtype: str, read: Reader) -> Iterator[npt.NDArray[np.uint8]]:
+    """MLA's kv_b_proj parts: one extent per head, each a run of the source weight's rows,
+    decoded (FP8 with the scales of the source rows), transposed when the loader would
+    (``transpose_heads``) and encoded: the tensor in its final layout."""
+    heads = len(t.extents)
+    if t.transpose_heads:
+        rows_h, cols = t.shape[1], t.shape[0] // heads  # stored [cols, rows / heads] blocks
+    else:
+        rows_h, cols = t.shape[0] // heads, t.shape[1]
+    scale: npt.NDArray[np.float32] | None = None
+    if isinstance(t, Fp8TensorInfo):
+        s = t.scale
+        srows, scols = _rows_cols(s.shape)
+        scale = decode(s.dtype, np.frombuffer(read(s, 0, s.nbytes), dtype=np.uint8), srows, scols)
+    row_bytes = cols if scale is not None else tensor_nbytes(t.dtype, (1, cols), t.name)
+    at = 0
+    for h, e in enumerate(t.extents):
+        raw = np.frombuffer(read(t, at, e.length), dtype=np.uint8)
+        at += e.length
+        if len(raw) != rows_h * row_bytes:
+            raise ModelFormatError(f"tensor {t.name!r}: extent {h} is not {rows_h} rows")
+        if isinstance(t, Fp8TensorInfo) and scale is not None:
+            r0 = t.row_origin[h] if t.row_origin else h * rows_h
+            b0, b1 = t.block
+            srow = scale[(r0 + np.arange(rows_h)) // b0]  # [rows_h, scale cols]
+            x = decode_e4m3(raw.reshape(rows_h, cols))
+            x *= np.repeat(srow, b1, axis=1)[:, :cols]
+        else:
+            x = decode(t.dtype, raw, rows_h, cols)
+        yield encode(dtype, np.ascontiguousarray(x.T) if t.transpose_heads else x)
+
+
 def converted_chunks(t: TensorInfo, dtype: str, read: Reader) -> Iterator[npt.NDArray[np.uint8]]:
     """The bytes of ``t`` converted to ``dtype``, a run of whole rows at a time."""
+    if t.transpose_heads or (isinstance(t, Fp8TensorInfo) and t.row_origin):
+        yield from _per_extent_chunks(t, dtype, read)
+        return
     rows, cols = _rows_cols(t.shape)
     step = max(1, CHUNK_ELEMENTS // max(cols, 1))
     scale: npt.NDArray[np.float32] | None = None

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelFormatError, UnsupportedError
+from . import gguf_deepseek
 from .fields import as_float, as_int, as_str, bad
 from .gguf_header import GGUFHeader, GGUFHeaderError, read_gguf_header
 from .manifest import Extent, Manifest, ModelConfig, QkNorm, TensorInfo
@@ -40,13 +41,14 @@ from .validate import (
     check_extents,
     check_layer_count,
     check_packed,
+    layers_present,
     order_and_check,
     split_rows,
     unsupported_architecture,
 )
 
 # GGUF general.architecture values this loader understands -> family.
-GGUF_ARCHITECTURES = ("llama", "qwen2moe", "qwen3moe", "olmoe")
+GGUF_ARCHITECTURES = ("llama", "qwen2moe", "qwen3moe", "olmoe", *gguf_deepseek.ARCHITECTURES)
 _FAMILY = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "olmoe": "olmoe"}
 # llama.cpp's graphs: the norm_w argument of build_moe_ffn, per family.
 _NORM_TOPK = {"mixtral": True, "qwen3_moe": True, "qwen2_moe": False, "olmoe": False}
@@ -134,6 +136,88 @@ def _optional_int(md: dict[str, Any], key: str, where: Path) -> int | None:
     return None if v is None else as_int(v, f"GGUF metadata {key}", where)
 
 
+def _tensors(header: GGUFHeader, p: Path, arch: str, n_expert: int) -> dict[str, TensorInfo]:
+    """The file's tensors by canonical name, stacked experts split one per expert."""
+    tensors: dict[str, TensorInfo] = {}
+    for t in header.tensors:
+        if any(d == 0 for d in t.dims):
+            raise ModelFormatError(f"{p}: tensor {shown(t.name)} has a zero dimension {t.shape}")
+        ext = Extent(0, header.data_offset(t), t.n_bytes)
+        check_dtype(t.name, t.type_name, p)
+        m = _EXPS.match(t.name)
+        if m:
+            if len(t.shape) != 3:
+                raise ModelFormatError(f"{p}: stacked expert tensor {t.name!r} has shape {t.shape}")
+            n_e, rows, cols = t.shape
+            if n_e != n_expert:
+                raise ModelFormatError(
+                    f"{p}: stacked expert tensor {t.name!r} holds {n_e} experts, but "
+                    f"{arch}.expert_count is {n_expert}"
+                )
+            each = ext.length // n_e
+            if each * n_e != ext.length:
+                raise ModelFormatError(f"{p}: tensor {t.name!r} does not split into {n_e} experts")
+            for e, sub in enumerate(split_rows(ext, n_e, each)):
+                nm = f"{m.group(1)}.{e}"
+                tensors[nm] = TensorInfo(nm, t.type_name, (rows, cols), (sub,))
+            continue
+        cname = gguf_deepseek.canonical_name(arch, t.name)
+        shape = gguf_deepseek.reshape(cname, t.shape)
+        tensors[cname] = TensorInfo(cname, t.type_name, shape, (ext,))
+    return tensors
+
+
+def _load_deepseek(p: Path, size: int, header: GGUFHeader, arch: str) -> Manifest:
+    md = header.metadata
+    check_packed(
+        ((header.data_offset(t), header.data_offset(t) + t.n_bytes, t.name)
+         for t in header.tensors),
+        header.data_start, size, header.alignment, p,
+    )  # fmt: skip
+    # Before anything loops over the layers: block_count is the layers present (a
+    # "trunk-only" file declares its MTP layers without carrying them).
+    blocks = _int_key(md, f"{arch}.block_count", p)
+    declared = _int_key(md, f"{arch}.nextn_predict_layers", p, 0, lo=0)
+    present = layers_present(t.name for t in header.tensors)
+    if present != set(range(len(present))) or blocks not in (len(present), len(present) + declared):
+        check_layer_count(blocks, (t.name for t in header.tensors),
+                          f"GGUF metadata {arch}.block_count", p)  # fmt: skip
+    tensors = _tensors(header, p, arch, _int_key(md, f"{arch}.expert_count", p, 0, lo=0))
+    if "token_embd" not in tensors or len(tensors["token_embd"].shape) != 2:
+        raise ModelFormatError(f"{p}: tensor 'token_embd' is missing or not a matrix")
+    n_heads = _int_key(md, f"{arch}.attention.head_count", p)
+    base = dict(
+        vocab_size=tensors["token_embd"].shape[0],
+        hidden_size=_int_key(md, f"{arch}.embedding_length", p),
+        n_layers=blocks,
+        n_heads=n_heads,
+        n_kv_heads=_int_key(md, f"{arch}.attention.head_count_kv", p, n_heads),
+        head_dim=0,
+        rms_norm_eps=_f32(_get(md, f"{arch}.attention.layer_norm_rms_epsilon", p),
+                          f"{arch}.attention.layer_norm_rms_epsilon", p),
+        rope_theta=_f32(md.get(f"{arch}.rope.freq_base", 10000.0), f"{arch}.rope.freq_base", p),
+        max_position_embeddings=_int_key(md, f"{arch}.context_length", p),
+        tie_word_embeddings="output" not in tensors,
+        rope_scaling=_rope_scaling(md, arch, p),
+        **_special_ids(md, p),
+    )  # fmt: skip
+    cfg = gguf_deepseek.family_config(arch, md, tensors, p, base)
+    ordered = order_and_check(tensors, cfg, p)
+    check_extents(ordered, (p,), (size,))
+    return Manifest(source="gguf", path=p, files=(p.resolve(),), config=cfg, tensors=ordered,
+                    metadata=md)  # fmt: skip
+
+
+def _special_ids(md: dict[str, Any], where: Path) -> dict[str, Any]:
+    eos: list[int] = []
+    for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"):
+        v = _optional_int(md, key, where)
+        if v is not None and v not in eos:
+            eos.append(v)
+    bos = _optional_int(md, "tokenizer.ggml.bos_token_id", where)
+    return {"bos_token_id": bos, "eos_token_ids": tuple(eos)}
+
+
 def load_gguf(path: str | os.PathLike[str]) -> Manifest:
     """Read a GGUF file's header and return its manifest (no tensor data is loaded)."""
     p = Path(path)
@@ -151,6 +235,8 @@ def load_gguf(path: str | os.PathLike[str]) -> Manifest:
         found = gguf_arch if isinstance(gguf_arch, str) and gguf_arch else "<missing>"
         raise unsupported_architecture(found[:60], p, GGUF_ARCHITECTURES)
 
+    if gguf_arch in gguf_deepseek.ARCHITECTURES:
+        return _load_deepseek(p, size, header, gguf_arch)
     n_expert = _int_key(md, f"{gguf_arch}.expert_count", where, 0, lo=0)
     family = _FAMILY.get(gguf_arch, "mixtral" if n_expert > 0 else "llama")
 

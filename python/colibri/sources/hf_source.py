@@ -10,7 +10,9 @@ read as they are too: ``load_hf`` reports those weights as :class:`Fp8TensorInfo
 ``F8_E4M3``, with their scale tensor and block size); the core runs them directly, the
 scale matrix beside the codes (docs/format.md, "FP8 block-scaled weights"), resident and
 streamed, and ``colibri convert`` dequantizes them. ``load_hf(d, allow_fp8=False)`` refuses
-such a checkpoint for callers that take no FP8 weights.
+such a checkpoint for callers that take no FP8 weights. (One exception: an MLA model's
+``kv_b_proj`` split per head into ``attn_k_b`` / ``attn_v_b`` no longer lines up with its
+128x128 scale blocks; Model.load refuses those and says to convert the checkpoint.)
 
 What ``save_pretrained`` writes on disk (transformers 5.2x, checked on tiny models):
 
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelFormatError, UnsupportedError
+from . import hf_deepseek
 from .fields import as_bool, as_float, as_int, bad
 from .manifest import Extent, Manifest, ModelConfig, QkNorm, TensorInfo
 from .paths import ModelDir, clip, shown
@@ -219,13 +222,15 @@ def _shard_files(d: Path, root: ModelDir) -> list[Path]:
 
 def _family(cfg: Mapping[str, Any], where: Path) -> str:
     mt = cfg.get("model_type", "")
-    if isinstance(mt, str) and mt in _MODEL_TYPES:
-        return _MODEL_TYPES[mt]
+    types = {**_MODEL_TYPES, **hf_deepseek.MODEL_TYPES}
+    if isinstance(mt, str) and mt in types:
+        return types[mt]
     archs = cfg.get("architectures") or []
     archs = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+    classes = {**_ARCH_CLASSES, **hf_deepseek.ARCH_CLASSES}
     for a in archs:
-        if a in _ARCH_CLASSES:
-            return _ARCH_CLASSES[a]
+        if a in classes:
+            return classes[a]
     found = (mt if isinstance(mt, str) else "") or ", ".join(archs) or "<none>"
     raise unsupported_architecture(found, where, SUPPORTED_FAMILIES)
 
@@ -308,10 +313,31 @@ def hf_config(
     n_layers = f.int("num_hidden_layers")
     n_heads = f.int("num_attention_heads")
     vocab = f.int("vocab_size")
-    # Before anything loops over the layers: the count must be the layers present.
-    check_layer_count(n_layers, tensor_names, "num_hidden_layers", where, _HF_LAYER)
+    # Before anything loops over the layers: the count must be the layers present (the
+    # DeepSeek / GLM family's multi-token-prediction layers after them included).
+    n_mtp = 0
+    if fam in hf_deepseek.FAMILIES:
+        n_mtp = hf_deepseek.mtp_layer_count(cfg, n_layers, tensor_names, d)
+    check_layer_count(n_layers + n_mtp, tensor_names, "num_hidden_layers", where, _HF_LAYER)
     n_kv = f.int("num_key_value_heads", n_heads)
     head_dim = f.int("head_dim", hidden // n_heads)
+    if fam in hf_deepseek.FAMILIES:
+        theta, scaling = _rope(cfg, where)
+        bos = cfg.get("bos_token_id")
+        eps = cfg.get("rms_norm_eps")
+        base: dict[str, Any] = dict(
+            vocab_size=vocab, hidden_size=hidden, n_layers=n_layers, n_heads=n_heads,
+            n_kv_heads=n_kv, head_dim=head_dim,
+            rms_norm_eps=1e-6 if eps is None else as_float(eps, "rms_norm_eps", where, lo=0.0),
+            rope_theta=theta, max_position_embeddings=f.int("max_position_embeddings", 0, lo=0),
+            tie_word_embeddings=cfg.get("tie_word_embeddings") is True
+            or "lm_head.weight" not in tensor_names,
+            rope_scaling=scaling,
+            bos_token_id=bos if isinstance(bos, int) and not isinstance(bos, bool) and bos >= 0
+            else None,
+            eos_token_ids=_eos_ids(cfg, root or ModelDir(d)),
+        )  # fmt: skip
+        return hf_deepseek.family_config(fam, cfg, d, tensor_names, base)
     _unsupported_if(
         cfg.get("hidden_act", "silu") != "silu", d, f"hidden_act {shown(cfg.get('hidden_act'))}"
     )
@@ -392,7 +418,7 @@ def hf_config(
 
 
 def _canonical(name: str) -> str | None:
-    for pat, fmt in _RULES:
+    for pat, fmt in (*_RULES, *hf_deepseek.RULES):
         m = pat.fullmatch(name)
         if m:
             return fmt.format(*m.groups())
@@ -429,6 +455,10 @@ class Fp8TensorInfo(TensorInfo):
 
     scale: TensorInfo  # <name>_scale_inv: F32 or BF16, (ceil(rows / b0), ceil(cols / b1))
     block: tuple[int, int]  # quantization_config.weight_block_size: (b0 rows, b1 columns)
+    # A tensor cut from row ranges of a larger FP8 weight (MLA's kv_b_proj parts): the
+    # source row of each extent's first row, for the scale lookup; () when the rows are
+    # the weight's own.
+    row_origin: tuple[int, ...] = ()
 
 
 def fp8_block_size(cfg: Mapping[str, Any], where: Path) -> tuple[int, int] | None:
@@ -556,6 +586,28 @@ def _split_fused(
     return out
 
 
+def _kv_b_parts(
+    layer: str, dtype: str, shape: tuple[int, ...], ext: Extent, cfg: ModelConfig,
+    found: Mapping[str, tuple[str, tuple[int, ...], Extent]], block: tuple[int, int] | None,
+    where: Path,
+) -> dict[str, TensorInfo]:
+    """MLA's kv_b_proj as attn_k_b (each head's block transposed at load) and attn_v_b."""
+    fp8 = dtype == FP8_DTYPE and block is not None
+    if not fp8:
+        _info(f"blk.{layer}.attn_kv_b", dtype, shape, ext, where)  # refuses what it cannot read
+    parts = hf_deepseek.split_kv_b(layer, dtype, shape, ext, cfg, _ITEMSIZE[dtype], where)
+    out: dict[str, TensorInfo] = {}
+    for (name, pshape, exts, rows), heads in zip(parts, (cfg.n_heads, 0), strict=True):
+        if fp8 and block is not None:
+            src = f"model.layers.{layer}.self_attn.kv_b_proj.weight"
+            whole = _fp8_info(name, src, shape, ext, found, block, where)
+            out[name] = Fp8TensorInfo(name, FP8_DTYPE, pshape, exts, transpose_heads=heads,
+                                      scale=whole.scale, block=block, row_origin=rows)  # fmt: skip
+        else:
+            out[name] = TensorInfo(name, dtype, pshape, exts, transpose_heads=heads)
+    return out
+
+
 def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = True) -> Manifest:
     """Read config.json and the safetensors headers of a checkpoint directory.
 
@@ -606,6 +658,9 @@ def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = True) -> Manifest
         if m := _FUSED_DOWN.fullmatch(name):
             for t in _split_fused(m.group(1), "down", dtype, shape, ext, where):
                 tensors[t.name] = t
+            continue
+        if cfg.is_mla and (m := hf_deepseek.KV_B.fullmatch(name)):
+            tensors.update(_kv_b_parts(m.group(1), dtype, shape, ext, cfg, found, block, where))
             continue
         cname = _canonical(name)
         if cname is None:

@@ -29,7 +29,33 @@ blk.{i}.ffn_down_exps.{e}       (hidden, expert_ffn)
 blk.{i}.ffn_gate_shexp / _up    (shared_ffn, hidden)          shared expert (Qwen2-MoE)
 blk.{i}.ffn_down_shexp          (hidden, shared_ffn)
 blk.{i}.ffn_gate_inp_shexp      (1, hidden)                   sigmoid gate of the shared expert
+blk.{i}.exp_probs_b             (n_experts,)                  selection bias (sigmoid router)
 ==============================  ==============================================================
+
+Multi-head latent attention (``attention == "mla"``; llama.cpp's names, ``qk = nope + rope``):
+
+==============================  ==============================================================
+blk.{i}.attn_q                  (heads*qk, hidden)            without q-LoRA (q_lora_rank 0)
+blk.{i}.attn_q_a                (q_lora, hidden)              with q-LoRA
+blk.{i}.attn_q_a_norm           (q_lora,)
+blk.{i}.attn_q_b                (heads*qk, q_lora)
+blk.{i}.attn_kv_a_mqa           (kv_lora + rope, hidden)      latent, then the shared rope key
+blk.{i}.attn_kv_a_norm          (kv_lora,)
+blk.{i}.attn_k_b                (heads*kv_lora, nope)         per head W_UK transposed (absorbs
+                                                              the key up-projection into q)
+blk.{i}.attn_v_b                (heads*v, kv_lora)            per head W_UV
+blk.{i}.attn_output             (hidden, heads*v)
+blk.{i}.indexer.attn_q_b        (index_heads*index_dim, q_lora)   DSA lightning indexer
+blk.{i}.indexer.attn_k          (index_dim, hidden)           ("full" indexer layers only)
+blk.{i}.indexer.k_norm (+.bias) (index_dim,)                  LayerNorm of the indexer key
+blk.{i}.indexer.proj            (index_heads, hidden)         per-head weights of the scores
+==============================  ==============================================================
+
+Multi-token-prediction layers (``n_mtp_layers``) follow the trunk as layers
+``n_layers .. n_layers + n_mtp_layers - 1``: a full decoder layer (always MoE) plus
+``blk.{i}.nextn.eh_proj`` (hidden, 2*hidden), ``nextn.enorm``, ``nextn.hnorm``,
+``nextn.shared_head_norm`` (hidden,) and, when the checkpoint carries copies of them,
+``nextn.embed_tokens`` and ``nextn.shared_head_head`` (vocab, hidden).
 """
 
 from __future__ import annotations
@@ -48,6 +74,11 @@ TENSOR_TYPES = (
 )  # fmt: skip
 
 QkNorm = Literal["none", "head", "full"]
+AttentionKind = Literal["gqa", "mla"]
+# Routing rules (csrc/model/routers/): softmax top-k; sigmoid + bias + group-limited top-k
+# (DeepSeek-V3 "noaux_tc"); softmax with group-limited greedy selection (DeepSeek-V2).
+RouterKind = Literal["softmax", "sigmoid_grouped", "softmax_group_limited"]
+IndexerType = Literal["full", "shared"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +102,10 @@ class TensorInfo:
     rope_unpermute_heads: int = 0
     # Native containers: the crc32 of the tensor's bytes, checked by the core at load.
     crc32: int | None = None
+    # When > 0 the bytes hold this many per-head blocks stored transposed (each
+    # [cols, rows / heads]: MLA's W_UK as kv_b_proj keeps it); the loader transposes each
+    # block to [rows / heads, cols]. Float types only.
+    transpose_heads: int = 0
 
     @property
     def nbytes(self) -> int:
@@ -81,7 +116,7 @@ class TensorInfo:
 class ModelConfig:
     """Architecture hyper-parameters, normalized across sources and families."""
 
-    arch: str  # family: "llama", "qwen3_moe", "qwen2_moe", "olmoe", "mixtral"
+    arch: str  # family (validate.SUPPORTED_FAMILIES), e.g. "qwen3_moe", "deepseek_v3"
     vocab_size: int
     hidden_size: int
     n_layers: int
@@ -104,6 +139,46 @@ class ModelConfig:
     moe_layers: tuple[bool, ...] = ()  # per layer: True when the layer's FFN is the MoE block
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    # RoPE layout: rotated dimensions per head (0: all of head_dim, or qk_rope_head_dim for
+    # MLA) and whether pairs are adjacent (2i, 2i+1; DeepSeek's rope_interleave) rather than
+    # halves (i, i + dim/2).
+    rotary_dim: int = 0
+    rope_interleaved: bool = False
+    attention_scale: float = 0.0  # softmax scale; 0 means 1/sqrt(head_dim)
+    # Routing (routed_scaling_factor multiplies the routed weights; groups: n_group equal
+    # groups of experts, topk_group of them kept per token).
+    router: RouterKind = "softmax"
+    routed_scaling_factor: float = 1.0
+    n_group: int = 1
+    topk_group: int = 1
+    router_bias: bool = False  # blk.{i}.exp_probs_b (e_score_correction_bias) per MoE layer
+    shared_expert_gated: bool = True  # the shared expert has a sigmoid gate (Qwen2-MoE)
+    # Multi-head latent attention (attention == "mla"): head_dim is qk_nope + qk_rope and
+    # n_kv_heads equals n_heads; the KV cache keeps kv_lora_rank + qk_rope_head_dim values
+    # per token and layer.
+    attention: AttentionKind = "gqa"
+    q_lora_rank: int = 0  # 0: a direct q projection
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    mla_norm_eps: float = 1e-6  # eps of the q-LoRA and latent RMSNorms
+    # DSA lightning indexer (index_n_heads > 0): per layer "full" (own indexer) or "shared"
+    # (the previous full layer's selection); index_topk keys per query.
+    index_n_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
+    indexer_types: tuple[IndexerType, ...] = ()
+    index_rope_interleaved: bool = False
+    n_mtp_layers: int = 0  # multi-token-prediction layers after the trunk (not run)
+
+    @property
+    def is_mla(self) -> bool:
+        return self.attention == "mla"
+
+    @property
+    def has_indexer(self) -> bool:
+        return self.index_n_heads > 0
 
 
 @dataclass(frozen=True)

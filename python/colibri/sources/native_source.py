@@ -77,7 +77,7 @@ def load_native(path: str | os.PathLike[str]) -> Manifest:
     for rec in doc.dense:
         tensors[rec.name] = TensorInfo(
             rec.name, rec.dtype, rec.shape, (Extent(0, rec.offset, rec.length),),
-            rec.rope_unpermute_heads, rec.crc32,
+            rope_unpermute_heads=rec.rope_unpermute_heads, crc32=rec.crc32,
         )  # fmt: skip
     for e in doc.experts:
         blobs[(e.layer, e.expert)] = ExpertBlob(Extent(1, e.offset, e.length), e.crc32)

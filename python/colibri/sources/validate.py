@@ -25,7 +25,10 @@ from .manifest import Extent, ModelConfig, TensorInfo
 from .paths import clip, shown
 
 # Families the forward pass implements, by canonical name (ModelConfig.arch).
-SUPPORTED_FAMILIES = ("llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
+SUPPORTED_FAMILIES = (
+    "llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
+    "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa",
+)
 
 # Element types the core can read today.
 SUPPORTED_DTYPES = (
@@ -169,6 +172,70 @@ def check_config(cfg: ModelConfig, where: object) -> None:
     for t in cfg.eos_token_ids:
         as_int(t, "eos_token_ids", where)
     check_rope_scaling(cfg.rope_scaling, cfg.rope_theta, cfg.max_position_embeddings, where)
+    check_family_fields(cfg, where)
+
+
+_ATTENTION_KINDS = ("gqa", "mla")
+_ROUTERS = ("softmax", "sigmoid_grouped", "softmax_group_limited")
+_INDEXER_TYPES = ("full", "shared")
+
+
+def check_family_fields(cfg: ModelConfig, where: object) -> None:
+    """The fields of the DeepSeek / GLM family (routing rule, MLA, DSA, MTP; defaults for
+    every other family) as data, with the same care as the rest of the config."""
+    for name in ("rope_interleaved", "router_bias", "shared_expert_gated",
+                 "index_rope_interleaved"):  # fmt: skip
+        if not isinstance(getattr(cfg, name), bool):
+            raise bad(where, name, getattr(cfg, name), "true or false")
+    as_int(cfg.index_n_heads, "index_n_heads", where, lo=0)  # has_indexer compares it
+    if cfg.attention not in _ATTENTION_KINDS:
+        raise bad(where, "attention", cfg.attention, f"one of {', '.join(_ATTENTION_KINDS)}")
+    if cfg.router not in _ROUTERS:
+        raise UnsupportedError(f"{where}: routing rule {shown(cfg.router)} is not implemented "
+                               f"({', '.join(_ROUTERS)})")  # fmt: skip
+    as_float(cfg.routed_scaling_factor, "routed_scaling_factor", where, lo=0.0, lo_open=True)
+    as_float(cfg.attention_scale, "attention_scale", where, lo=0.0)
+    n_group = as_int(cfg.n_group, "n_group", where, lo=1)
+    as_int(cfg.topk_group, "topk_group", where, lo=1, hi=n_group)
+    if any(cfg.moe_layers) and cfg.n_experts % n_group:
+        raise ModelFormatError(f"{where}: n_group {n_group} does not divide n_experts "
+                               f"{cfg.n_experts}")  # fmt: skip
+    rot = as_int(cfg.rotary_dim, "rotary_dim", where, lo=0, hi=cfg.head_dim)
+    if rot % 2:
+        raise bad(where, "rotary_dim", rot, "even (RoPE rotates pairs of dimensions)")
+    as_int(cfg.n_mtp_layers, "n_mtp_layers", where, lo=0, hi=64)
+    if cfg.attention == "mla":
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            as_int(getattr(cfg, name), name, where, lo=1)
+        as_int(cfg.q_lora_rank, "q_lora_rank", where, lo=0)
+        if cfg.qk_rope_head_dim % 2 or cfg.rotary_dim != cfg.qk_rope_head_dim:
+            raise bad(where, "qk_rope_head_dim", cfg.qk_rope_head_dim,
+                      "even, and the rotary dimension (rotary_dim)")  # fmt: skip
+        if cfg.head_dim != cfg.qk_nope_head_dim + cfg.qk_rope_head_dim or \
+                cfg.n_kv_heads != cfg.n_heads:  # fmt: skip
+            raise ModelFormatError(f"{where}: MLA needs head_dim = qk_nope_head_dim + "
+                                   f"qk_rope_head_dim and n_kv_heads = n_heads")  # fmt: skip
+        eps = as_float(cfg.mla_norm_eps, "mla_norm_eps", where, lo=0.0)
+        if eps >= 1.0:
+            raise bad(where, "mla_norm_eps", eps, "in [0, 1)")
+    elif cfg.rope_interleaved:
+        raise UnsupportedError(f"{where}: interleaved RoPE is implemented for MLA models only")
+    if not cfg.has_indexer:
+        return
+    if cfg.attention != "mla" or cfg.q_lora_rank < 1:
+        raise UnsupportedError(f"{where}: the DSA indexer needs MLA with q-LoRA")
+    as_int(cfg.index_head_dim, "index_head_dim", where, lo=max(cfg.qk_rope_head_dim, 1))
+    as_int(cfg.index_topk, "index_topk", where, lo=1, hi=1 << 30)
+    types = cfg.indexer_types
+    if not isinstance(types, tuple) or (types and len(types) != cfg.n_layers):
+        raise bad(where, "indexer_types", types, f"a list of {cfg.n_layers} entries")
+    for t in types:
+        if t not in _INDEXER_TYPES:
+            raise UnsupportedError(f"{where}: indexer type {shown(t)} is not implemented "
+                                   f"(colibri runs 'full' and 'shared' DSA layers)")  # fmt: skip
+    if types and types[0] != "full":
+        raise ModelFormatError(f"{where}: indexer_types[0] must be 'full' (a shared layer "
+                               f"reuses an earlier full layer's selection)")  # fmt: skip
 
 
 def check_rope_scaling(
@@ -262,51 +329,123 @@ def check_expert_count(cfg: ModelConfig, names: Iterable[str], where: object) ->
         )
 
 
-def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor the config implies, in canonical order, with its PyTorch-order shape."""
+def _gqa_shapes(cfg: ModelConfig, b: str) -> dict[str, tuple[int, ...]]:
     h, hd = cfg.hidden_size, cfg.head_dim
     q_rows, kv_rows = cfg.n_heads * hd, cfg.n_kv_heads * hd
+    out: dict[str, tuple[int, ...]] = {
+        b + "attn_q": (q_rows, h), b + "attn_k": (kv_rows, h), b + "attn_v": (kv_rows, h),
+    }
+    if cfg.attention_bias:
+        out[b + "attn_q.bias"] = (q_rows,)
+        out[b + "attn_k.bias"] = (kv_rows,)
+        out[b + "attn_v.bias"] = (kv_rows,)
+    out[b + "attn_output"] = (h, q_rows)
+    if cfg.qk_norm == "head":
+        out[b + "attn_q_norm"] = (hd,)
+        out[b + "attn_k_norm"] = (hd,)
+    elif cfg.qk_norm == "full":
+        out[b + "attn_q_norm"] = (q_rows,)
+        out[b + "attn_k_norm"] = (kv_rows,)
+    return out
+
+
+def _mla_shapes(cfg: ModelConfig, b: str, indexer: bool) -> dict[str, tuple[int, ...]]:
+    h, nh = cfg.hidden_size, cfg.n_heads
+    qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+    out: dict[str, tuple[int, ...]] = {}
+    if cfg.q_lora_rank:
+        out[b + "attn_q_a"] = (cfg.q_lora_rank, h)
+        out[b + "attn_q_a_norm"] = (cfg.q_lora_rank,)
+        out[b + "attn_q_b"] = (nh * qk, cfg.q_lora_rank)
+    else:
+        out[b + "attn_q"] = (nh * qk, h)
+    out[b + "attn_kv_a_mqa"] = (cfg.kv_lora_rank + cfg.qk_rope_head_dim, h)
+    out[b + "attn_kv_a_norm"] = (cfg.kv_lora_rank,)
+    out[b + "attn_k_b"] = (nh * cfg.kv_lora_rank, cfg.qk_nope_head_dim)
+    out[b + "attn_v_b"] = (nh * cfg.v_head_dim, cfg.kv_lora_rank)
+    out[b + "attn_output"] = (h, nh * cfg.v_head_dim)
+    if indexer:
+        ih, idim = cfg.index_n_heads, cfg.index_head_dim
+        out[b + "indexer.attn_q_b"] = (ih * idim, cfg.q_lora_rank)
+        out[b + "indexer.attn_k"] = (idim, h)
+        out[b + "indexer.k_norm"] = (idim,)
+        out[b + "indexer.k_norm.bias"] = (idim,)
+        out[b + "indexer.proj"] = (ih, h)
+    return out
+
+
+def _moe_shapes(cfg: ModelConfig, b: str) -> dict[str, tuple[int, ...]]:
+    h, f = cfg.hidden_size, cfg.moe_intermediate_size
+    out: dict[str, tuple[int, ...]] = {b + "ffn_gate_inp": (cfg.n_experts, h)}
+    if cfg.router_bias:
+        out[b + "exp_probs_b"] = (cfg.n_experts,)
+    for e in range(cfg.n_experts):
+        out[f"{b}ffn_gate_exps.{e}"] = (f, h)
+        out[f"{b}ffn_up_exps.{e}"] = (f, h)
+        out[f"{b}ffn_down_exps.{e}"] = (h, f)
+    s = cfg.shared_expert_intermediate_size
+    if s:
+        if cfg.shared_expert_gated:
+            out[b + "ffn_gate_inp_shexp"] = (1, h)
+        out[b + "ffn_gate_shexp"] = (s, h)
+        out[b + "ffn_up_shexp"] = (s, h)
+        out[b + "ffn_down_shexp"] = (h, s)
+    return out
+
+
+def is_full_indexer_layer(cfg: ModelConfig, layer: int) -> bool:
+    """True when the layer runs its own DSA indexer (MTP layers always do: the
+    multi-token-prediction pass has no earlier layer to share a selection with)."""
+    if not cfg.has_indexer:
+        return False
+    types = cfg.indexer_types
+    return layer >= cfg.n_layers or not types or types[layer] == "full"
+
+
+# nextn tensors of a multi-token-prediction layer: required, then optional copies of the
+# embedding and head (transformers ties them to the main model's and ignores these).
+MTP_REQUIRED = ("nextn.eh_proj", "nextn.enorm", "nextn.hnorm", "nextn.shared_head_norm")
+MTP_OPTIONAL = ("nextn.embed_tokens", "nextn.shared_head_head")
+
+
+def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor the config implies, in canonical order, with its PyTorch-order shape.
+    (Optional tensors, MTP_OPTIONAL, are checked by order_and_check when present.)"""
+    h = cfg.hidden_size
     out: dict[str, tuple[int, ...]] = {"token_embd": (cfg.vocab_size, h)}
-    for i in range(cfg.n_layers):
+    for i in range(cfg.n_layers + cfg.n_mtp_layers):
         b = f"blk.{i}."
+        mtp = i >= cfg.n_layers
         out[b + "attn_norm"] = (h,)
-        out[b + "attn_q"] = (q_rows, h)
-        out[b + "attn_k"] = (kv_rows, h)
-        out[b + "attn_v"] = (kv_rows, h)
-        if cfg.attention_bias:
-            out[b + "attn_q.bias"] = (q_rows,)
-            out[b + "attn_k.bias"] = (kv_rows,)
-            out[b + "attn_v.bias"] = (kv_rows,)
-        out[b + "attn_output"] = (h, q_rows)
-        if cfg.qk_norm == "head":
-            out[b + "attn_q_norm"] = (hd,)
-            out[b + "attn_k_norm"] = (hd,)
-        elif cfg.qk_norm == "full":
-            out[b + "attn_q_norm"] = (q_rows,)
-            out[b + "attn_k_norm"] = (kv_rows,)
+        if cfg.is_mla:
+            out.update(_mla_shapes(cfg, b, is_full_indexer_layer(cfg, i)))
+        else:
+            out.update(_gqa_shapes(cfg, b))
         out[b + "ffn_norm"] = (h,)
-        moe = bool(cfg.moe_layers) and cfg.moe_layers[i]
-        if not moe:
+        moe = mtp or (bool(cfg.moe_layers) and cfg.moe_layers[i])
+        if moe:
+            out.update(_moe_shapes(cfg, b))
+        else:
             f = cfg.intermediate_size
             out[b + "ffn_gate"] = (f, h)
             out[b + "ffn_up"] = (f, h)
             out[b + "ffn_down"] = (h, f)
-            continue
-        f = cfg.moe_intermediate_size
-        out[b + "ffn_gate_inp"] = (cfg.n_experts, h)
-        for e in range(cfg.n_experts):
-            out[f"{b}ffn_gate_exps.{e}"] = (f, h)
-            out[f"{b}ffn_up_exps.{e}"] = (f, h)
-            out[f"{b}ffn_down_exps.{e}"] = (h, f)
-        s = cfg.shared_expert_intermediate_size
-        if s:
-            out[b + "ffn_gate_inp_shexp"] = (1, h)
-            out[b + "ffn_gate_shexp"] = (s, h)
-            out[b + "ffn_up_shexp"] = (s, h)
-            out[b + "ffn_down_shexp"] = (h, s)
+        if mtp:
+            out[b + "nextn.eh_proj"] = (h, 2 * h)
+            for n in MTP_REQUIRED[1:]:
+                out[b + n] = (h,)
     out["output_norm"] = (h,)
     if not cfg.tie_word_embeddings:
         out["output"] = (cfg.vocab_size, h)
+    return out
+
+
+def optional_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Tensors a model may carry or not: MTP layers' copies of the embedding and head."""
+    out: dict[str, tuple[int, ...]] = {}
+    for i in range(cfg.n_layers, cfg.n_layers + cfg.n_mtp_layers):
+        for n in MTP_OPTIONAL:
+            out[f"blk.{i}.{n}"] = (cfg.vocab_size, cfg.hidden_size)
     return out
 
 
@@ -324,7 +463,7 @@ def order_and_check(
     a shape mismatch, or a tensor the config does not account for.
     """
     check_config(cfg, where)
-    check_layer_count(cfg.n_layers, tensors, "n_layers", where)
+    check_layer_count(cfg.n_layers + cfg.n_mtp_layers, tensors, "n_layers + n_mtp_layers", where)
     check_expert_count(cfg, tensors, where)
     want = expected_shapes(cfg)
     out: dict[str, TensorInfo] = {}
@@ -342,10 +481,19 @@ def order_and_check(
                 f"{shape}. The config does not match the weights."
             )
         out[name] = t
+    optional = optional_shapes(cfg)
     for name, t in tensors.items():
         if name in out:
             continue
         if name in OPTIONAL_SHAPES:
+            out[name] = t
+            continue
+        if name in optional:
+            if tuple(t.shape) != optional[name]:
+                raise ModelFormatError(
+                    f"{where}: tensor {shown(name)} has shape {tuple(t.shape)}, but the config "
+                    f"implies {optional[name]}. The config does not match the weights."
+                )
             out[name] = t
             continue
         raise ModelFormatError(
