@@ -52,6 +52,7 @@ from .sampling import Sampling
 from .session import Progress, Session
 from .sources import Manifest, ModelConfig, TensorInfo, open_model_source
 from .sources.hf_source import Fp8TensorInfo
+from .speculative import Speculator
 from .stats import ExpertStats, MemoryStats, PhaseTimes
 from .streaming import (
     RoutingHistory,
@@ -603,10 +604,12 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
                 t[5] += stats.decode_tokens
                 self._last = stats
 
+        spec = request.spec if request.spec is not None else self.engine_config.spec
         return stream_tokens(
             session, self.tokenizer, ids, max_tokens=request.max_tokens,
             sampling=request.sampling, stop=request.stop, history=history, on_done=done,
             decoder=decoder, progress=progress,
+            speculator=Speculator(spec) if spec.enabled else None,
         )  # fmt: skip
 
     def close(self) -> None:
