@@ -1,66 +1,110 @@
-"""The "auto" rule: draft while it pays, measured.
+"""The "auto" rule: draft as many tokens as pay, from measured acceptance and cost.
 
-Drafting pays when the verify forwards produce tokens faster than one-token forwards do:
-``emitted tokens / verify seconds`` over the recent verifies against ``1 / seconds`` of a
-one-token forward. Both are measured in this generation (so the rule sees the real cost of a
-verify on this machine, this model and this load, streamed expert reads included). When
-drafting loses it is switched off for a number of steps that doubles on each loss in a
-row (16 up to 256), then probed again; a win resets the back-off.
+Two figures decide, both measured during the generation:
+
+- acceptance: for each draft position j, how often the draft token there was right given
+  the ones before it were (``alpha[j]``). It is measured on every step, drafting or not:
+  while drafting is off the drafter is still asked (it costs microseconds) and its
+  proposal is scored against the tokens the model then produces. So acceptance keeps being
+  probed at no cost, and drafting comes back as soon as the text starts copying.
+- cost: a one-token forward takes ``plain_s``; a verify of k drafts ``plain_s * (1 +
+  rho * k)``, rho fitted from the verifies seen (streamed expert reads included, since
+  they are inside the forward's time). Before any verify rho is PRIOR_RHO.
+
+Each step drafts the k (0..proposal length) maximising expected tokens per second,
+``(1 + sum_{j<=k} prod_{i<=j} alpha[i]) / (1 + rho * k)``; k = 0 is a one-token forward.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Sequence
 
 __all__ = ["AutoSwitch"]
 
-WINDOW = 6  # verifies the decision is made over
-MIN_BACKOFF = 16  # one-token steps after a loss before probing again
-MAX_BACKOFF = 256
-REFRESH_EVERY = 48  # while drafting, one one-token forward this often keeps its cost fresh
+PRIOR_RHO = 0.3  # extra cost of a verify per draft token, in one-token forwards
+DECAY = 0.9  # weight of older observations (acceptance and cost follow the text)
+RHO_MIN = 0.01
 
 
 class AutoSwitch:
-    def __init__(self) -> None:
-        self.drafting = True
-        self.plain_s: float | None = None  # mean seconds of a one-token forward (EMA)
-        self._window: deque[tuple[int, float]] = deque(maxlen=WINDOW)  # (tokens, seconds)
-        self._off_left = 0
-        self._backoff = MIN_BACKOFF
-        self._since_plain = 0
+    def __init__(self, max_draft: int) -> None:
+        self.max_draft = max_draft
+        self.plain_s: float | None = None  # seconds of a one-token forward (EMA)
+        self.rho = PRIOR_RHO
+        self._rho_seen = False
+        # Decayed counts per draft position: tried (the earlier ones were right), right.
+        self._tried = [0.0] * max_draft
+        self._right = [0.0] * max_draft
+        self._shadow: list[int] = []  # a proposal not verified, scored as tokens arrive
+        self._shadow_at = 0  # history length when it was proposed
         self.off_steps = 0
         self.switches = 0
+        self._was_drafting = True
 
-    def wants_draft(self) -> bool:
-        """Whether the next step should draft (a False step is a one-token forward)."""
-        if not self.drafting:
-            self._off_left -= 1
-            self.off_steps += 1
-            if self._off_left <= 0:  # probe again, with a fresh window
-                self.drafting = True
-                self.switches += 1
-                self._window.clear()
-            return False
-        if self.plain_s is None or self._since_plain >= REFRESH_EVERY:
-            return False  # measure a one-token forward
-        return True
+    # --- acceptance ---------------------------------------------------------------------
+
+    def alpha(self, j: int) -> float:
+        """P(draft j right | drafts before it right), with a prior of 1/2 (one of two)."""
+        return (self._right[j] + 1.0) / (self._tried[j] + 2.0)
+
+    def observe(self, right: int, tried: int) -> None:
+        """A proposal of `tried` tokens whose first `right` matched what the model chose
+        (a verify, or a shadow proposal scored later)."""
+        for j in range(min(tried, right + 1, self.max_draft)):
+            self._tried[j] = DECAY * self._tried[j] + 1.0
+            self._right[j] = DECAY * self._right[j] + (1.0 if j < right else 0.0)
+
+    def _score_shadow(self, history: Sequence[int]) -> None:
+        if not self._shadow:
+            return
+        new = history[self._shadow_at:self._shadow_at + len(self._shadow)]
+        right = 0
+        while right < min(len(new), len(self._shadow)) and new[right] == self._shadow[right]:
+            right += 1
+        if right < len(self._shadow) and right == len(new):
+            return  # still matching so far: wait for more tokens
+        self.observe(right, len(self._shadow))
+        self._shadow = []
+
+    # --- cost ---------------------------------------------------------------------------
 
     def plain(self, seconds: float) -> None:
-        self._since_plain = 0
-        self.plain_s = seconds if self.plain_s is None else 0.8 * self.plain_s + 0.2 * seconds
+        self.plain_s = seconds if self.plain_s is None else DECAY * self.plain_s + (
+            1 - DECAY) * seconds
 
-    def verified(self, tokens: int, seconds: float) -> None:
-        """A verify forward took `seconds` and produced `tokens` (accepted drafts + 1)."""
-        self._since_plain += 1
-        self._window.append((tokens, seconds))
-        if len(self._window) < WINDOW or self.plain_s is None:
+    def verified(self, drafts: int, seconds: float) -> None:
+        if self.plain_s is None or drafts <= 0:
             return
-        tok = sum(t for t, _ in self._window)
-        sec = sum(s for _, s in self._window)
-        if sec <= tok * self.plain_s:  # at least as many tokens per second: keep drafting
-            self._backoff = MIN_BACKOFF
-            return
-        self.drafting = False
-        self.switches += 1
-        self._off_left = self._backoff
-        self._backoff = min(2 * self._backoff, MAX_BACKOFF)
+        sample = max((seconds / self.plain_s - 1.0) / drafts, RHO_MIN)
+        self.rho = sample if not self._rho_seen else DECAY * self.rho + (1 - DECAY) * sample
+        self._rho_seen = True
+
+    # --- the decision -------------------------------------------------------------------
+
+    def best_k(self, available: int) -> int:
+        """The draft length with the most expected tokens per unit of time."""
+        best, best_rate, expected, chain = 0, 1.0, 1.0, 1.0
+        for k in range(1, min(available, self.max_draft) + 1):
+            chain *= self.alpha(k - 1)
+            expected += chain
+            r = expected / (1.0 + self.rho * k)
+            if r > best_rate:
+                best, best_rate = k, r
+        return best
+
+    def choose(self, history: Sequence[int], proposal: list[int]) -> int:
+        """How many of `proposal` to verify now (0: a one-token forward; the proposal is
+        then scored in the shadow)."""
+        self._score_shadow(history)
+        k = 0 if self.plain_s is None else self.best_k(len(proposal))
+        drafting = k > 0
+        if drafting != self._was_drafting:
+            self.switches += 1
+            self._was_drafting = drafting
+        if not drafting:
+            self.off_steps += 1
+            if proposal and not self._shadow:
+                self._shadow, self._shadow_at = list(proposal), len(history)
+        else:
+            self._shadow = []  # the verify measures acceptance itself
+        return k

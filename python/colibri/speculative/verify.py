@@ -38,7 +38,7 @@ class Speculator:
         self.config = config
         self.drafter: Drafter = (PromptLookupDrafter(config.ngram_sizes) if drafter is None
                                  else drafter)
-        self.auto = AutoSwitch() if config.drafter == "auto" else None
+        self.auto = AutoSwitch(config.max_draft) if config.drafter == "auto" else None
         self.drafted = self.accepted = 0
         self.verify_forwards = self.plain_forwards = 0
         self.verify_seconds = self.plain_seconds = 0.0
@@ -46,14 +46,18 @@ class Speculator:
         self._accepted_at = [0] * config.max_draft
         self._verify_accepted = 0
         self._verify_s = 0.0
+        self._verify_drafts = 0
 
     def draft(self, history: Sequence[int], room: int) -> list[int]:
         """Up to ``min(max_draft, room)`` tokens to verify after `history` (which ends with
         the last chosen token); ``room`` is what the context and ``max_tokens`` leave."""
         k = min(self.config.max_draft, room)
-        if k <= 0 or (self.auto is not None and not self.auto.wants_draft()):
+        if k <= 0:
             return []
-        return [int(t) for t in self.drafter.propose(history, k)[:k]]
+        proposal = [int(t) for t in self.drafter.propose(history, k)[:k]]
+        if self.auto is not None:
+            proposal = proposal[:self.auto.choose(history, proposal)]
+        return proposal
 
     def accept(self, chosen: int, draft: int) -> int:
         """The token emitted at a drafted position: the one chosen from the target's logits
@@ -69,6 +73,7 @@ class Speculator:
             self._proposed_at[j] += 1
         self._verify_accepted = 0
         self._verify_s = seconds
+        self._verify_drafts = drafts
 
     def on_accept(self, position: int) -> None:
         """The draft at `position` (0-based) of the current verify was accepted."""
@@ -79,7 +84,8 @@ class Speculator:
     def on_verify_done(self) -> None:
         """The current verify's drafts are all decided (accepted, rejected or cut off)."""
         if self.auto is not None:
-            self.auto.verified(self._verify_accepted + 1, self._verify_s)
+            self.auto.verified(self._verify_drafts, self._verify_s)
+            self.auto.observe(self._verify_accepted, self._verify_drafts)
 
     def on_plain(self, seconds: float) -> None:
         self.plain_forwards += 1
