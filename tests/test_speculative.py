@@ -333,3 +333,28 @@ def test_sampled_distribution_equals_plain_and_a_wrong_rule_is_detected(
     wrong = hist(AlwaysAccept, range(2 * n, 3 * n))
     assert chi_square_p(plain, spec) > 1e-3
     assert chi_square_p(plain, wrong) < 1e-6
+
+
+def test_cli_run_spec_flag_prints_the_figures_and_the_same_text(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from colibri import cli
+
+    path = str(smollm2_gguf())
+    base = ["run", "-m", path, "-n", "24", "--raw", "A, B, C, D, A, B, C, D, A, B,"]
+    assert cli.main(base) == 0
+    plain_out, _ = capsys.readouterr()
+    assert cli.main([*base, "--spec", "lookup", "--max-draft", "4"]) == 0
+    out, err = capsys.readouterr()
+    assert out == plain_out
+    assert "colibri: speculative (lookup):" in err and "tokens per forward" in err
+    assert cli.main([*base, "--spec", "auto", "--max-draft", "0"]) != 0
+    assert "max_draft: 0 is out of range" in capsys.readouterr().err
+
+
+def test_rollback_refuses_logits_of_the_wrong_shape(tiny: colibri.Model) -> None:
+    s = tiny.session()
+    s.forward([1, 2, 3])
+    with pytest.raises(InvalidRequestError, match=r"last_logits must be a \[vocab\]"):
+        s._core.rollback(1, np.zeros(3, dtype=np.float32))
+    assert s.n_tokens == 3 and s.last_logits() is not None  # unchanged

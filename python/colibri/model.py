@@ -601,7 +601,7 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
                 t[2] += stats.generated_tokens
                 t[3] += stats.prefill_seconds
                 t[4] += stats.decode_seconds
-                t[5] += stats.decode_tokens
+                t[5] += stats.decode_tokens if stats.spec is None else stats.spec.decode_tokens
                 self._last = stats
 
         spec = request.spec if request.spec is not None else self.engine_config.spec

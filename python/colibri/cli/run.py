@@ -11,6 +11,7 @@ from ..config import format_bytes
 from ..errors import ContextOverflowError
 from ..generation import GenerationStats
 from ..sampling import Sampling
+from ..speculative import SpecConfig
 from ..stats import ExpertStats, MemoryStats, PhaseTimes
 from .common import Loaded, load_model
 from .parser import UsageError, engine_from_args, sampling_from_args, stops_from_args
@@ -172,6 +173,11 @@ def summary_lines(loaded: Loaded, stats: GenerationStats, finish: str,
     routed experts the generation's expert cache and I/O figures, its time per phase (and
     the wait policy in effect) and the RAM split."""
     lines = [summary_line(stats, finish, loaded.load_seconds, mode)]
+    if stats.spec is not None:
+        sp = stats.spec
+        lines.append(f"colibri: speculative ({sp.drafter}): {sp.accepted}/{sp.drafted} drafts "
+                     f"accepted ({_pct(sp.acceptance)}), {sp.tokens_per_forward:.2f} tokens "
+                     f"per forward, {sp.verify_forwards} verify + {sp.plain_forwards} plain")
     model = loaded.model
     if model.config.n_experts <= 0:
         return lines
@@ -286,6 +292,14 @@ def _prompt_ids(loaded: Loaded, args: argparse.Namespace, prompt: str) -> list[i
     return ids
 
 
+def _spec(args: argparse.Namespace) -> SpecConfig | None:
+    """--spec / --max-draft as a SpecConfig (None: the model's default, off)."""
+    drafter, k = getattr(args, "spec", None), getattr(args, "max_draft", None)
+    if drafter is None and k is None:
+        return None
+    return SpecConfig(drafter=drafter or "lookup", **({} if k is None else {"max_draft": k}))
+
+
 def _generate(loaded: Loaded, args: argparse.Namespace, prompt: str, sampling: Sampling,
               stops: list[str], out: TextIO, err: TextIO) -> int:
     model = loaded.model
@@ -297,7 +311,8 @@ def _generate(loaded: Loaded, args: argparse.Namespace, prompt: str, sampling: S
     progress = PrefillProgress(err, len(ids)) if not args.quiet else None
     try:
         for chunk in model.stream(ids, max_tokens=args.max_tokens, sampling=sampling, stop=stops,
-                                  truncate=args.truncate, progress=progress):
+                                  truncate=args.truncate, progress=progress,
+                                  spec=_spec(args)):
             if chunk.token_id is not None:
                 token_ids.append(chunk.token_id)
             if chunk.finish_reason is not None:
