@@ -358,3 +358,27 @@ def test_rollback_refuses_logits_of_the_wrong_shape(tiny: colibri.Model) -> None
     with pytest.raises(InvalidRequestError, match=r"last_logits must be a \[vocab\]"):
         s._core.rollback(1, np.zeros(3, dtype=np.float32))
     assert s.n_tokens == 3 and s.last_logits() is not None  # unchanged
+
+
+def test_an_error_mid_verify_leaves_the_session_as_without_drafting(
+    smollm2: colibri.Model,
+) -> None:
+    """A logits processor that fails at its 14th call (inside a verify when drafting): the
+    error propagates and the session holds what it holds without drafting."""
+    ids = smollm2.tokenizer.encode("1 2 3 4 1 2 3 4 1 2 3 4 1 2", add_special_tokens=True)
+    held = []
+    for spec in ("off", "lookup"):
+        calls = [0]
+
+        def proc(t: npt.NDArray[np.int32], x: npt.NDArray[np.float32]) -> Any:
+            calls[0] += 1
+            if calls[0] == 14:
+                raise RuntimeError("processor failed")
+            return x
+
+        s = smollm2.session()
+        with pytest.raises(RuntimeError, match="processor failed"):
+            s.generate(ids, max_tokens=30, logits_processors=[proc], spec=spec)
+        held.append((s.token_ids, s.last_logits()))
+    assert held[0][0] == held[1][0]
+    np.testing.assert_array_equal(held[0][1], held[1][1])

@@ -11,10 +11,15 @@ from ..config import format_bytes
 from ..errors import ContextOverflowError
 from ..generation import GenerationStats
 from ..sampling import Sampling
-from ..speculative import SpecConfig
 from ..stats import ExpertStats, MemoryStats, PhaseTimes
 from .common import Loaded, load_model
-from .parser import UsageError, engine_from_args, sampling_from_args, stops_from_args
+from .parser import (
+    UsageError,
+    engine_from_args,
+    sampling_from_args,
+    spec_from_args,
+    stops_from_args,
+)
 
 RUN_SCHEMA = "colibri.run/1"
 
@@ -292,14 +297,6 @@ def _prompt_ids(loaded: Loaded, args: argparse.Namespace, prompt: str) -> list[i
     return ids
 
 
-def _spec(args: argparse.Namespace) -> SpecConfig | None:
-    """--spec / --max-draft as a SpecConfig (None: the model's default, off)."""
-    drafter, k = getattr(args, "spec", None), getattr(args, "max_draft", None)
-    if drafter is None and k is None:
-        return None
-    return SpecConfig(drafter=drafter or "lookup", **({} if k is None else {"max_draft": k}))
-
-
 def _generate(loaded: Loaded, args: argparse.Namespace, prompt: str, sampling: Sampling,
               stops: list[str], out: TextIO, err: TextIO) -> int:
     model = loaded.model
@@ -312,7 +309,7 @@ def _generate(loaded: Loaded, args: argparse.Namespace, prompt: str, sampling: S
     try:
         for chunk in model.stream(ids, max_tokens=args.max_tokens, sampling=sampling, stop=stops,
                                   truncate=args.truncate, progress=progress,
-                                  spec=_spec(args)):
+                                  spec=spec_from_args(args)):
             if chunk.token_id is not None:
                 token_ids.append(chunk.token_id)
             if chunk.finish_reason is not None:
