@@ -86,7 +86,8 @@ def test_spec_config_validates_and_round_trips() -> None:
     e = colibri.EngineConfig(spec={"drafter": "auto"})
     assert e.spec == SpecConfig(drafter="auto")
     assert colibri.EngineConfig.from_dict(e.to_dict()) == e
-    with pytest.raises(ConfigError, match="EngineConfig.spec: expected a SpecConfig"):
+    assert colibri.EngineConfig(spec="lookup").spec == SpecConfig(drafter="lookup")
+    with pytest.raises(ConfigError, match="EngineConfig.spec: expected a colibri.SpecConfig"):
         colibri.EngineConfig(spec=3)  # type: ignore[arg-type]
 
 
@@ -370,7 +371,8 @@ def test_an_error_mid_verify_leaves_the_session_as_without_drafting(
     for spec in ("off", "lookup"):
         calls = [0]
 
-        def proc(t: npt.NDArray[np.int32], x: npt.NDArray[np.float32]) -> Any:
+        def proc(t: npt.NDArray[np.int32], x: npt.NDArray[np.float32],
+                 calls: list[int] = calls) -> Any:
             calls[0] += 1
             if calls[0] == 14:
                 raise RuntimeError("processor failed")
@@ -382,3 +384,16 @@ def test_an_error_mid_verify_leaves_the_session_as_without_drafting(
         held.append((s.token_ids, s.last_logits()))
     assert held[0][0] == held[1][0]
     np.testing.assert_array_equal(held[0][1], held[1][1])
+
+
+def test_engine_default_spec_and_per_call_override(tiny_models: dict[str, TinyModel],
+                                                   tiny: colibri.Model) -> None:
+    m = colibri.Model.load(tiny_models["llama"].gguf["F32"],
+                           engine=colibri.EngineConfig(threads={"n": 1}, spec="lookup"))
+    ids = [1, 5, 6, 7, 5, 6, 7, 5, 6]
+    g = m.generate(ids, max_tokens=40)
+    assert g.stats.spec is not None and g.stats.spec.drafter == "lookup"
+    assert g.stats.spec.drafted > 0
+    assert m.generate(ids, max_tokens=40, spec="off").stats.spec is None
+    assert g.token_ids == tiny.generate(ids, max_tokens=40).token_ids
+    assert m.stats().decode_tokens == 2 * 39

@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar, cast
 from ._names import check_names, checked_init, settings_repr
 from .errors import ConfigError
 from .sizes import format_bytes, parse_bytes
-from .speculative.config import SpecConfig
+from .speculative.config import SpecConfig, as_spec
 
 __all__ = [
     "DEFAULT_CONTEXT_CAP",
@@ -599,7 +599,7 @@ class EngineConfig:
         prompt_cache: int | str = 0,
         prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
         kv_cache_type: KvCacheType | KvCacheTypeName = KvCacheType.AUTO,
-        spec: SpecConfig | Mapping[str, Any] | None = None,
+        spec: SpecConfig | Mapping[str, Any] | Literal["off", "lookup", "auto"] | None = None,
     ) -> None:
         object.__setattr__(self, "threads",
                            _sub_config("EngineConfig.threads", threads, ThreadConfig))
@@ -626,7 +626,7 @@ class EngineConfig:
         object.__setattr__(self, "kv_cache_type",
                            _enum("EngineConfig.kv_cache_type", kv_cache_type, KvCacheType))
         object.__setattr__(self, "prompt_cache", _size("EngineConfig.prompt_cache", prompt_cache))
-        object.__setattr__(self, "spec", _sub_config("EngineConfig.spec", spec, SpecConfig))
+        object.__setattr__(self, "spec", as_spec(spec, "EngineConfig.spec") or SpecConfig())
 
     def __repr__(self) -> str:
         """Only what differs from the defaults; ``eval(repr(c)) == c``."""
