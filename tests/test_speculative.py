@@ -99,20 +99,25 @@ def test_auto_drafts_what_pays_and_probes_while_off() -> None:
     a = AutoSwitch(max_draft=4)
     assert a.choose([1, 2], [3, 4]) == 0  # no one-token cost measured yet: plain first
     a.plain(1.0)
-    # Prior: alpha 1/2 everywhere, rho 0.3: one draft gives 1.5 tokens for 1.3 -> worth it.
-    assert a.best_k(4) >= 1
+    # Prior: alpha 1/4, rho 0.3: one draft gives 1.25 tokens for 1.3 -> not worth it.
+    assert a.best_k(4) == 0
+    for _ in range(10):  # ten proposals of 4, all right: now drafting pays
+        a.observe(4, 4)
+    assert a.alpha(0) > 0.7 and a.best_k(4) >= 2
     a.verified(4, 9.0)  # a verify of 4 drafts cost 9 one-token forwards: rho = 2
     assert a.rho == pytest.approx(2.0)
     for _ in range(30):  # and drafts are always wrong
         a.observe(0, 4)
     assert a.alpha(0) < 0.1 and a.best_k(4) == 0
+    switches = a.switches
     # Drafting is off; the proposals are still scored against the tokens that follow.
     history = [5, 6, 7]
     for _ in range(60):
         proposal = history[-2:]  # a drafter that proposes a copy of the last two tokens
         assert a.choose(history, proposal) in (0, 1, 2)
         history.append(history[-2])  # the text starts repeating with period 2: drafts right
-    assert a.alpha(0) > 0.8 and a.off_steps > 0 and a.switches >= 1  # from < 0.1
+    assert a.alpha(0) > 0.7 and a.off_steps > 0  # from < 0.1, measured while off
+    assert a.switches > switches  # drafting came back
     a.verified(2, 1.2)  # cheap verifies now: rho falls and drafting pays again
     for _ in range(40):
         a.verified(2, 1.2)

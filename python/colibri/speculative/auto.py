@@ -22,6 +22,7 @@ from collections.abc import Sequence
 __all__ = ["AutoSwitch"]
 
 PRIOR_RHO = 0.3  # extra cost of a verify per draft token, in one-token forwards
+PRIOR_RIGHT, PRIOR_TRIED = 1.0, 4.0  # acceptance before any evidence: 1/4
 DECAY = 0.9  # weight of older observations (acceptance and cost follow the text)
 RHO_MIN = 0.01
 
@@ -39,13 +40,15 @@ class AutoSwitch:
         self._shadow_at = 0  # history length when it was proposed
         self.off_steps = 0
         self.switches = 0
-        self._was_drafting = True
+        self._was_drafting = False
 
     # --- acceptance ---------------------------------------------------------------------
 
     def alpha(self, j: int) -> float:
-        """P(draft j right | drafts before it right), with a prior of 1/2 (one of two)."""
-        return (self._right[j] + 1.0) / (self._tried[j] + 2.0)
+        """P(draft j right | drafts before it right). The prior is pessimistic (one right
+        of four): acceptance is measured for free in the shadow, so drafting starts on
+        evidence rather than paying for hopeful verifies on text that does not copy."""
+        return (self._right[j] + PRIOR_RIGHT) / (self._tried[j] + PRIOR_TRIED)
 
     def observe(self, right: int, tried: int) -> None:
         """A proposal of `tried` tokens whose first `right` matched what the model chose
