@@ -112,12 +112,12 @@ def test_auto_drafts_what_pays_and_probes_while_off() -> None:
     switches = a.switches
     # Drafting is off; the proposals are still scored against the tokens that follow.
     history = [5, 6, 7]
-    for _ in range(60):
+    for _ in range(150):
         proposal = history[-2:]  # a drafter that proposes a copy of the last two tokens
         assert a.choose(history, proposal) in (0, 1, 2)
         history.append(history[-2])  # the text starts repeating with period 2: drafts right
     assert a.alpha(0) > 0.7 and a.off_steps > 0  # from < 0.1, measured while off
-    assert a.switches > switches  # drafting came back
+    assert a.switches > switches  # drafting came back (the measured cost relaxed)
     a.verified(2, 1.2)  # cheap verifies now: rho falls and drafting pays again
     for _ in range(40):
         a.verified(2, 1.2)

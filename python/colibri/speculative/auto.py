@@ -25,6 +25,9 @@ PRIOR_RHO = 0.3  # extra cost of a verify per draft token, in one-token forwards
 PRIOR_RIGHT, PRIOR_TRIED = 1.0, 4.0  # acceptance before any evidence: 1/4
 DECAY = 0.9  # weight of older observations (acceptance and cost follow the text)
 RHO_MIN = 0.01
+# While drafting is off no verify measures the cost, so rho relaxes toward the prior by this
+# share per step: a cost measured under a burst of load does not keep drafting off forever.
+RHO_RELAX = 0.02
 
 
 class AutoSwitch:
@@ -106,6 +109,7 @@ class AutoSwitch:
             self._was_drafting = drafting
         if not drafting:
             self.off_steps += 1
+            self.rho += (PRIOR_RHO - self.rho) * RHO_RELAX
             if proposal and not self._shadow:
                 self._shadow, self._shadow_at = list(proposal), len(history)
         else:
