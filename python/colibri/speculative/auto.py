@@ -9,7 +9,9 @@ Two figures decide, both measured during the generation:
   probed at no cost, and drafting comes back as soon as the text starts copying.
 - cost: a one-token forward takes ``plain_s``; a verify of k drafts ``plain_s * (1 +
   rho * k)``, rho fitted from the verifies seen (streamed expert reads included, since
-  they are inside the forward's time). Before any verify rho is PRIOR_RHO.
+  they are inside the forward's time). Before any verify rho is PRIOR_RHO; while
+  drafting is off it relaxes back toward it, so a cost measured in a burst of load is
+  probed again.
 
 Each step drafts the k (0..proposal length) maximising expected tokens per second,
 ``(1 + sum_{j<=k} prod_{i<=j} alpha[i]) / (1 + rho * k)``; k = 0 is a one-token forward.
