@@ -155,11 +155,22 @@ void bind_session(py::module_& m) {
            })
       .def(
           "rollback",
-          [](BoundSession& s, int64_t n) {
+          [](BoundSession& s, int64_t n, const py::object& last_logits) {
+            // Speculative decoding rolls back rejected drafts and keeps the verify's logits
+            // for the new last token: checked first, then both change in this one call.
+            if (!last_logits.is_none()) {
+              auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(last_logits);
+              if (!a || a.ndim() != 1 || a.shape(0) != s.core->vocab_size())
+                fail(ErrorKind::InvalidArgument, "rollback: last_logits must be a [vocab] float32 array");
+              s.core->rollback(n);
+              s.last_logits = a;
+              return;
+            }
             s.core->rollback(n);
             if (n > 0) s.last_logits = py::none();  // the new last token's logits were not kept
           },
-          py::arg("n"))
+          py::arg("n"), py::arg("last_logits") = py::none(),
+          "Forgets the last n tokens; last_logits (optional, [vocab]) become the logits after the new last token.")
       .def("close",
            [](BoundSession& s) {
              {

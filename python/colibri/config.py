@@ -21,6 +21,7 @@ from typing import Any, Literal, TypeVar, cast
 from ._names import check_names, checked_init, settings_repr
 from .errors import ConfigError
 from .sizes import format_bytes, parse_bytes
+from .speculative.config import SpecConfig, as_spec
 
 __all__ = [
     "DEFAULT_CONTEXT_CAP",
@@ -37,6 +38,7 @@ __all__ = [
     "EngineConfig",
     "IOConfig",
     "KvCacheType",
+    "SpecConfig",
     "ThreadConfig",
     "WaitPolicy",
     "default_history_dir",
@@ -581,6 +583,10 @@ class EngineConfig:
     ``ram_budget`` (taken before the expert cache). Given like ``ram_budget`` (``"1GiB"``);
     0 (default) turns it off."""
 
+    spec: SpecConfig
+    """Speculative decoding for every generation of the model (default off); a call's
+    ``spec=`` overrides it. Never changes the tokens (see docs/speculative.md)."""
+
     @checked_init
     def __init__(
         self,
@@ -593,6 +599,7 @@ class EngineConfig:
         prompt_cache: int | str = 0,
         prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
         kv_cache_type: KvCacheType | KvCacheTypeName = KvCacheType.AUTO,
+        spec: SpecConfig | Mapping[str, Any] | Literal["off", "lookup", "auto"] | None = None,
     ) -> None:
         object.__setattr__(self, "threads",
                            _sub_config("EngineConfig.threads", threads, ThreadConfig))
@@ -619,6 +626,7 @@ class EngineConfig:
         object.__setattr__(self, "kv_cache_type",
                            _enum("EngineConfig.kv_cache_type", kv_cache_type, KvCacheType))
         object.__setattr__(self, "prompt_cache", _size("EngineConfig.prompt_cache", prompt_cache))
+        object.__setattr__(self, "spec", as_spec(spec, "EngineConfig.spec") or SpecConfig())
 
     def __repr__(self) -> str:
         """Only what differs from the defaults; ``eval(repr(c)) == c``."""
@@ -651,6 +659,7 @@ class EngineConfig:
             "prompt_cache": self.prompt_cache,
             "prefill_chunk": self.prefill_chunk,
             "kv_cache_type": self.kv_cache_type.value,
+            "spec": self.spec.to_dict(),
         }
 
     def resolve_kv_cache_type(self, float_weights: bool) -> str:

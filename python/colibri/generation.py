@@ -13,6 +13,7 @@ the caller; the model stays usable.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
@@ -31,6 +32,7 @@ from .stats import ExpertStats, PhaseTimes
 if TYPE_CHECKING:
     from .decoding import Decoder
     from .session import Session
+    from .speculative import SpecStats, Speculator
     from .tokenizers import Tokenizer
 
 FinishReason = Literal["stop", "length"]
@@ -61,6 +63,9 @@ class GenerationStats(Displayable):
     # Prompt tokens already in the session (the prompt cache, or a session continuing):
     # not prefilled, not in prompt_tokens.
     cached_tokens: int = 0
+    # Speculative decoding's figures (None when it was off): with drafting, a forward
+    # produces one token or more.
+    spec: SpecStats | None = None
 
     @property
     def prefill_tok_s(self) -> float:
@@ -68,7 +73,9 @@ class GenerationStats(Displayable):
 
     @property
     def decode_tok_s(self) -> float:
-        return rate(self.decode_tokens, self.decode_seconds)
+        """Tokens produced by the decode forwards per second of them."""
+        produced = self.decode_tokens if self.spec is None else self.spec.decode_tokens
+        return rate(produced, self.decode_seconds)
 
     def _display_rows(self) -> list[tuple[str, str]]:
         rows = [
@@ -80,6 +87,10 @@ class GenerationStats(Displayable):
                           f"{duration(self.decode_seconds)})"),
             ("sampling", duration(self.sampling_seconds)),
         ]
+        if self.spec is not None:
+            rows.append(("speculative", f"{self.spec.accepted}/{self.spec.drafted} drafts "
+                                        f"accepted, {sig3(self.spec.tokens_per_forward)} "
+                                        "tokens per forward"))
         if self.experts is not None and self.experts.lookups:
             rows.append(("experts", self.experts.summary()))
         if self.wait_policy:
@@ -99,6 +110,7 @@ class GenerationStats(Displayable):
             **({"experts": self.experts.to_dict()} if self.experts is not None else {}),
             **({"phases": self.phases.to_dict()} if self.phases is not None else {}),
             **({"wait_policy": self.wait_policy} if self.wait_policy else {}),
+            **({"spec": self.spec.to_dict()} if self.spec is not None else {}),
         }
 
 
@@ -166,11 +178,13 @@ def stream_tokens(
     on_done: OnDone | None = None,
     decoder: Decoder | None = None,
     progress: Callable[[int, int], object] | None = None,
+    speculator: Speculator | None = None,
 ) -> Generator[Chunk, None, None]:
     """Prefill ``prompt_ids`` (may be empty when the session already holds tokens and
     its last logits) and decode. Yields chunks; calls ``on_done(stats)`` at the end.
     ``decoder`` adds the optional stages (colibri.decoding: logits processors, logprobs,
-    structured output, stop token ids, min_tokens)."""
+    structured output, stop token ids, min_tokens); ``speculator`` drafts tokens to verify
+    in batches (colibri.speculative), which never changes the tokens chosen."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
         raise InvalidRequestError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
     room = session.context_length - session.n_tokens
@@ -196,23 +210,54 @@ def stream_tokens(
     generated: list[int] = []
     n_decode = 0
     finish: FinishReason | None = None
+    # Speculative decoding (colibri.speculative.verify): drafts forwarded past the last
+    # chosen token, and the logits after each, consumed one position at a time. The
+    # session holds them until they are decided; `drafts[0]` is the next one to check.
+    drafts: list[int] = []
+    rows: list[npt.NDArray[np.float32]] = []
+    position = 0  # index of drafts[0] in its verify
     try:
         while not checker.done:
-            if generated:
+            if rows:  # the last token was an accepted draft: its logits are computed
+                drafts.pop(0)
+                logits = rows.pop(0)
+                position += 1
+                if not drafts:  # every draft accepted: this is the verify's bonus row
+                    assert speculator is not None
+                    speculator.on_verify_done()
+            elif generated:
                 if session.n_tokens >= session.context_length:
                     finish = "length"  # the context is full: stop as at max_tokens
                     break
+                room = min(session.context_length - session.n_tokens - 1,
+                           max_tokens - len(generated) - 1)
+                drafts = speculator.draft(hist, room) if speculator is not None else []
                 t = time.perf_counter()
-                logits = session.forward([generated[-1]])
-                decode += time.perf_counter() - t
+                if drafts:
+                    out = session.forward([generated[-1], *drafts], all_logits=True)
+                    logits, rows, position = out[0], list(out[1:]), 0
+                else:
+                    logits = session.forward([generated[-1]])
+                spent = time.perf_counter() - t
+                decode += spent
                 n_decode += 1
+                if speculator is not None:
+                    if drafts:
+                        speculator.on_verify(len(drafts), spent)
+                    else:
+                        speculator.on_plain(spent)
             t = time.perf_counter()
-            _check_finite(logits, session.n_tokens)
+            _check_finite(logits, session.n_tokens - len(drafts))
             lp = None
             if decoder is None:
                 tok = sampler(logits, hist)
             else:
                 tok, lp = decoder.choose(sampler, logits, hist, len(generated))
+            if drafts:
+                assert speculator is not None
+                tok = speculator.accept(tok, drafts[0])
+                if tok == drafts[0]:
+                    speculator.on_accept(position)
             generated.append(tok)
             hist.append(tok)
             status = checker.feed(tok, detok.add(tok))
@@ -220,6 +265,8 @@ def stream_tokens(
                 # A stop token id (its text kept, as vLLM does, unless it is special), or a
                 # complete constrained text: nothing may follow.
                 status = StopStatus(status.text + checker.flush(), "stop")
+            if drafts and (tok != drafts[0] or status.done):
+                _drop_drafts(session, drafts, rows, logits, speculator)
             sampling_time += time.perf_counter() - t
             if status.done:
                 finish = status.finish_reason
@@ -232,16 +279,34 @@ def stream_tokens(
             # The context filled up, or max_tokens was 0: no token carried the reason.
             yield Chunk(checker.flush(), None, "length")
     finally:
+        if drafts:
+            # Abandoned, interrupted or failed with drafts in the session: back to the
+            # tokens chosen so far, as the plain loop would leave it.
+            with contextlib.suppress(Exception):
+                _drop_drafts(session, drafts, rows, logits, speculator)
         if decoder is not None:
             decoder.close()
         if on_done is not None:
             on_done(
                 GenerationStats(len(prompt_ids), len(generated), prefill, decode, sampling_time,
-                                n_decode),
+                                n_decode,
+                                spec=(speculator.stats(max(len(generated) - 1, 0))
+                                      if speculator is not None else None)),
                 generated,
                 finish,
             )
 
+
+def _drop_drafts(session: Session, drafts: list[int], rows: list[npt.NDArray[np.float32]],
+                 logits: npt.NDArray[np.float32], speculator: Speculator | None) -> None:
+    """Rolls the session back over the undecided drafts (the one that equals the last
+    chosen token included: the plain loop has not forwarded that one yet), keeping the
+    logits that chose it."""
+    session._rollback_keeping(len(drafts), logits)
+    drafts.clear()
+    rows.clear()
+    if speculator is not None:
+        speculator.on_verify_done()
 
 
 def collect(chunks: Iterable[Chunk], result: Mapping[str, Any],

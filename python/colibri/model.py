@@ -53,6 +53,7 @@ from .session import Progress, Session
 from .sources import Manifest, ModelConfig, TensorInfo, open_model_source
 from .sources.hf_source import Fp8TensorInfo
 from .sources.validate import is_full_indexer_layer
+from .speculative import Speculator
 from .stats import ExpertStats, MemoryStats, PhaseTimes
 from .streaming import (
     RoutingHistory,
@@ -636,13 +637,15 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
                 t[2] += stats.generated_tokens
                 t[3] += stats.prefill_seconds
                 t[4] += stats.decode_seconds
-                t[5] += stats.decode_tokens
+                t[5] += stats.decode_tokens if stats.spec is None else stats.spec.decode_tokens
                 self._last = stats
 
+        spec = request.spec if request.spec is not None else self.engine_config.spec
         return stream_tokens(
             session, self.tokenizer, ids, max_tokens=request.max_tokens,
             sampling=request.sampling, stop=request.stop, history=history, on_done=done,
             decoder=decoder, progress=progress,
+            speculator=Speculator(spec) if spec.enabled else None,
         )  # fmt: skip
 
     def close(self) -> None:

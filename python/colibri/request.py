@@ -20,6 +20,7 @@ from .errors import InvalidRequestError
 from .sampling import Sampling
 
 if TYPE_CHECKING:
+    from .speculative import SpecConfig
     from .structured import ResponseFormat
 
 __all__ = [
@@ -47,6 +48,7 @@ class GenerateOptions(TypedDict, total=False):
     min_tokens: int
     logits_processors: Sequence[LogitsProcessor]
     response_format: ResponseFormat | Mapping[str, Any] | None
+    spec: SpecConfig | Mapping[str, Any] | str | None
 
 
 class CallOptions(GenerateOptions, total=False):
@@ -79,6 +81,8 @@ class Request:
     banned until this many tokens are generated. ``logits_processors``: user callables (see
     :data:`LogitsProcessor`). ``response_format``: constrained decoding (see
     :mod:`colibri.structured`). ``truncate``: keep the end of a prompt that does not fit.
+    ``spec``: speculative decoding for this call (a :class:`~colibri.SpecConfig`, a mapping
+    of its fields or a drafter name; None: the model's ``EngineConfig.spec``).
     """
 
     max_tokens: int = 256
@@ -89,6 +93,7 @@ class Request:
     logits_processors: tuple[LogitsProcessor, ...] = ()
     response_format: ResponseFormat | None = None
     truncate: bool = False
+    spec: SpecConfig | None = None
 
     @property
     def plain(self) -> bool:
@@ -147,6 +152,8 @@ def parse_request(options: Mapping[str, Any], *, where: str = "generate") -> Req
 
         fmt = response_format(fmt)
     truncate = options.get("truncate", False)
+    from .speculative.config import as_spec
+
     if not isinstance(truncate, bool):
         raise InvalidRequestError(f"truncate must be True or False, got {truncate!r}")
     return Request(
@@ -155,4 +162,5 @@ def parse_request(options: Mapping[str, Any], *, where: str = "generate") -> Req
         stop=stops, stop_token_ids=stop_ids,
         min_tokens=_int("min_tokens", options.get("min_tokens", 0), 0),
         logits_processors=procs, response_format=fmt, truncate=truncate,
+        spec=as_spec(options.get("spec"), "spec"),
     )  # fmt: skip

@@ -265,6 +265,11 @@ class Session:
             )
         self._core.rollback(count)
 
+    def _rollback_keeping(self, n: int, logits: npt.NDArray[np.float32]) -> None:
+        """Forgets the last ``n`` tokens and keeps `logits` as the logits after the new last
+        token, in one native call (speculative decoding: the verify forward computed them)."""
+        self._core.rollback(int(n), np.ascontiguousarray(logits, dtype=np.float32))
+
     def _close(self) -> None:
         """Frees the KV cache (Model.close); every later call raises InvalidRequestError."""
         self._core.close()

@@ -15,7 +15,7 @@ from ..errors import ColibriError
 from ..model import Model
 from ..session import Session
 from .common import Loaded, load_model
-from .parser import sampling_from_args, stops_from_args
+from .parser import sampling_from_args, spec_from_args, stops_from_args
 
 HELP = "commands: /reset forgets the conversation, /exit (or Ctrl-D) ends, /help shows this"
 
@@ -63,7 +63,7 @@ def _answer(session: Session, ids: list[int], args: argparse.Namespace, out: Tex
         session.rollback(session.n_tokens - common)
     pieces: list[str] = []
     stream = session.stream(ids[common:], max_tokens=args.max_tokens, sampling=sampling,
-                            stop=stops)
+                            stop=stops, spec=spec_from_args(args))
     try:
         for chunk in stream:
             if chunk.text:

@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from ..config import EngineConfig
+from ..config import EngineConfig, SpecConfig
 from ..errors import ConfigError
 from ..sampling import Sampling
 
@@ -142,6 +142,19 @@ def _sampling_flags(p: argparse.ArgumentParser, max_tokens: int) -> None:
     g.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="stop at this text (repeatable; \\n and \\t are interpreted)")
     g.add_argument("--system", metavar="TEXT", help="a system message before the conversation")
+    g.add_argument("--spec", choices=("off", "lookup", "auto"),
+                   help="speculative decoding: prompt-lookup drafts verified in one forward, "
+                        "same tokens (default off; auto drafts only while it pays)")
+    g.add_argument("--max-draft", type=int, metavar="K",
+                   help="with --spec: most drafted tokens per verify forward (default 8)")
+
+
+def spec_from_args(args: argparse.Namespace) -> SpecConfig | None:
+    """--spec / --max-draft as a SpecConfig (None: the model's default, off)."""
+    drafter, k = getattr(args, "spec", None), getattr(args, "max_draft", None)
+    if drafter is None and k is None:
+        return None
+    return SpecConfig(drafter=drafter or "lookup", **({} if k is None else {"max_draft": k}))
 
 
 def build_parser(version: str) -> Parser:

@@ -13,7 +13,13 @@ from ..generation import GenerationStats
 from ..sampling import Sampling
 from ..stats import ExpertStats, MemoryStats, PhaseTimes
 from .common import Loaded, load_model
-from .parser import UsageError, engine_from_args, sampling_from_args, stops_from_args
+from .parser import (
+    UsageError,
+    engine_from_args,
+    sampling_from_args,
+    spec_from_args,
+    stops_from_args,
+)
 
 RUN_SCHEMA = "colibri.run/1"
 
@@ -172,6 +178,11 @@ def summary_lines(loaded: Loaded, stats: GenerationStats, finish: str,
     routed experts the generation's expert cache and I/O figures, its time per phase (and
     the wait policy in effect) and the RAM split."""
     lines = [summary_line(stats, finish, loaded.load_seconds, mode)]
+    if stats.spec is not None:
+        sp = stats.spec
+        lines.append(f"colibri: speculative ({sp.drafter}): {sp.accepted}/{sp.drafted} drafts "
+                     f"accepted ({_pct(sp.acceptance)}), {sp.tokens_per_forward:.2f} tokens "
+                     f"per forward, {sp.verify_forwards} verify + {sp.plain_forwards} plain")
     model = loaded.model
     if model.config.n_experts <= 0:
         return lines
@@ -297,7 +308,8 @@ def _generate(loaded: Loaded, args: argparse.Namespace, prompt: str, sampling: S
     progress = PrefillProgress(err, len(ids)) if not args.quiet else None
     try:
         for chunk in model.stream(ids, max_tokens=args.max_tokens, sampling=sampling, stop=stops,
-                                  truncate=args.truncate, progress=progress):
+                                  truncate=args.truncate, progress=progress,
+                                  spec=spec_from_args(args)):
             if chunk.token_id is not None:
                 token_ids.append(chunk.token_id)
             if chunk.finish_reason is not None:

@@ -1,0 +1,130 @@
+"""Speculative decoding on SmolLM2-135M-Instruct Q4_1, resident: decode tok/s with prompt
+lookup drafts ("lookup", "auto") against plain decoding ("off"), greedy, on tasks that copy
+from the prompt (edit code, fix typos, summarise with quotes) and on free chat.
+
+Every round runs each mode once per task on a fresh session, the order of the modes
+rotating every round so machine noise hits all alike; ratios are per round, against "off"
+in the same round, and their median is reported. The generated tokens are checked to be
+the same in every mode (drafting never changes them). JSON goes to benchmarks/results/
+with every run's figures and the load average before each round.
+
+    python benchmarks/bench_spec.py --threads 2 --repeats 3 --max-tokens 96
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import colibri
+from _common import conditions, median, print_table, write_result
+from bench_smollm2 import smollm2_path
+
+CODE = '''def total_price(items, tax):
+    subtotal = 0
+    for item in items:
+        subtotal += item.price * item.quantity
+    return subtotal * (1 + tax)
+
+
+def cheapest(items):
+    best = None
+    for item in items:
+        if best is None or item.price < best.price:
+            best = item
+    return best
+'''
+
+TYPOS = ("Teh river rises in teh hills to the north and runs for two hundred miles thrugh "
+         "farms, forrests and three small towns before it reachs the sea. In spring the snow "
+         "melts and the water comes down fast and brown; by late sumer it is slow and clear "
+         "enough to see the stones on the botom.")
+
+ARTICLE = ('The mayor said on Tuesday that "the new bridge will open in March, two months '
+           'ahead of schedule". Engineers had warned that "the old crossing cannot carry '
+           'another winter of heavy trucks". A resident, Ana Lopez, said: "We have waited '
+           'ten years for this, and we will believe it when we drive across it."')
+
+TASKS: dict[str, str] = {
+    "edit code": "Rename the function total_price to compute_total and return the whole "
+                 "code, unchanged otherwise:\n\n" + CODE,
+    "fix typos": "Fix the spelling mistakes in this paragraph and return it in full:\n\n"
+                 + TYPOS,
+    "quote summary": "Summarise this article, quoting each statement exactly:\n\n" + ARTICLE,
+    "free chat": "Write a short story about a lighthouse keeper who finds a map.",
+}
+MODES = ("off", "lookup", "auto")
+
+
+def run(model: colibri.Model, ids: list[int], mode: str, max_tokens: int,
+        max_draft: int) -> dict[str, Any]:
+    spec = colibri.SpecConfig(drafter=mode, max_draft=max_draft)  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    g = model.session().generate(ids, max_tokens=max_tokens, spec=spec)
+    wall = time.perf_counter() - t0
+    st = g.stats
+    out: dict[str, Any] = {"mode": mode, "tokens": len(g.token_ids), "wall_s": wall,
+                           "decode_s": st.decode_seconds, "decode_tok_s": st.decode_tok_s,
+                           "token_ids": g.token_ids}
+    if st.spec is not None:
+        out.update(acceptance=st.spec.acceptance, tokens_per_forward=st.spec.tokens_per_forward,
+                   mean_accepted=st.spec.mean_accepted, drafted=st.spec.drafted,
+                   accepted=st.spec.accepted, verify_cost_ratio=st.spec.verify_cost_ratio,
+                   auto_off_steps=st.spec.auto_off_steps)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--max-draft", type=int, default=8)
+    args = ap.parse_args()
+    model = colibri.Model.load(smollm2_path(),
+                               engine=colibri.EngineConfig(threads={"n": args.threads}))
+    prompts = {name: model.apply_chat_template(text, tokenize=True)
+               for name, text in TASKS.items()}
+    runs: list[dict[str, Any]] = []
+    loads: list[Any] = []
+    for r in range(args.repeats):
+        loads.append(conditions()["load_average"])
+        for name, ids in prompts.items():
+            order = MODES[r % 3:] + MODES[:r % 3]
+            for mode in order:
+                runs.append({"round": r, "task": name,
+                             **run(model, ids, mode, args.max_tokens, args.max_draft)})
+    rows, summary = [], []
+    for name in TASKS:
+        by = {m: [x for x in runs if x["task"] == name and x["mode"] == m] for m in MODES}
+        same = all(x["token_ids"] == by["off"][0]["token_ids"] for m in MODES for x in by[m])
+        base = median([x["decode_tok_s"] for x in by["off"]])
+        row: list[Any] = [name, len(by["off"][0]["token_ids"]), base]
+        entry: dict[str, Any] = {"task": name, "same_tokens": same, "off_tok_s": base}
+        for m in ("lookup", "auto"):
+            ratios = [x["decode_tok_s"] / o["decode_tok_s"]
+                      for x, o in zip(by[m], by["off"], strict=True)]
+            tpf = median([x["tokens_per_forward"] for x in by[m]])
+            acc = median([x["acceptance"] for x in by[m]])
+            row += [median([x["decode_tok_s"] for x in by[m]]), median(ratios), acc, tpf]
+            entry[m] = {"tok_s": row[-4], "ratio_median": median(ratios), "ratios": ratios,
+                        "acceptance": acc, "tokens_per_forward": tpf}
+        row.append("yes" if same else "NO")
+        rows.append(row)
+        summary.append(entry)
+    table = print_table(["task", "tokens", "off tok/s", "lookup tok/s", "lookup x",
+                         "lookup acc", "lookup tok/fwd", "auto tok/s", "auto x", "auto acc",
+                         "auto tok/fwd", "same tokens"], rows)
+    for x in runs:
+        x.pop("token_ids")
+    path = write_result("spec", {"threads": args.threads, "repeats": args.repeats,
+                                 "max_tokens": args.max_tokens, "max_draft": args.max_draft,
+                                 "load_average_per_round": loads,
+                                 "conditions_end": conditions(), "summary": summary,
+                                 "table": table, "runs": runs})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+"""Speculative decoding: drafts verified in one batched forward, exact by construction
+(``docs/speculative.md``)."""
+
+from __future__ import annotations
+
+from .config import MAX_DRAFT, MAX_NGRAM, SpecConfig, as_spec
+from .drafters import Drafter, PromptLookupDrafter
+from .stats import SpecStats
+from .verify import Speculator
+
+__all__ = ["MAX_DRAFT", "MAX_NGRAM", "Drafter", "PromptLookupDrafter", "SpecConfig",
+           "SpecStats", "Speculator", "as_spec"]

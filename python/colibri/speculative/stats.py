@@ -1,0 +1,101 @@
+"""SpecStats: what speculative decoding did during one generation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..display import Displayable, percent, sig3
+
+__all__ = ["SpecStats"]
+
+
+@dataclass(frozen=True, repr=False)
+class SpecStats(Displayable):
+    """Drafts proposed and accepted in one generation, and what the verify forwards cost."""
+
+    drafter: str  # the SpecConfig.drafter in effect: "lookup" or "auto"
+    drafted: int  # draft tokens proposed (and verified)
+    accepted: int  # draft tokens the target model agreed with
+    verify_forwards: int  # batched forwards of [last token, drafts...]
+    plain_forwards: int  # one-token forwards (no draft, or drafting switched off)
+    decode_tokens: int  # tokens the decode forwards produced (generated - 1)
+    # Per draft position j (0 = the first drafted token): how often a draft had a token
+    # there, and how often it was accepted.
+    proposed_at: tuple[int, ...] = ()
+    accepted_at: tuple[int, ...] = ()
+    verify_seconds: float = 0.0
+    plain_seconds: float = 0.0
+    # "auto": steps decoded with drafting switched off by the cost rule, and how often
+    # the rule switched.
+    auto_off_steps: int = 0
+    auto_switches: int = 0
+
+    @property
+    def forwards(self) -> int:
+        return self.verify_forwards + self.plain_forwards
+
+    @property
+    def acceptance(self) -> float:
+        """Accepted / drafted (0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def acceptance_at(self) -> tuple[float, ...]:
+        """Acceptance per draft position (accepted / proposed there)."""
+        return tuple(a / p if p else 0.0 for a, p in zip(self.accepted_at, self.proposed_at,
+                                                        strict=True))
+
+    @property
+    def mean_accepted(self) -> float:
+        """Draft tokens accepted per verify forward."""
+        return self.accepted / self.verify_forwards if self.verify_forwards else 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """Tokens the decode forwards produced, per forward (1.0 without drafting)."""
+        return self.decode_tokens / self.forwards if self.forwards else 0.0
+
+    @property
+    def verify_cost_ratio(self) -> float:
+        """Mean seconds of a verify forward over a one-token forward (0 until both ran)."""
+        if not (self.verify_forwards and self.plain_forwards and self.plain_seconds > 0):
+            return 0.0
+        return (self.verify_seconds / self.verify_forwards) / (
+            self.plain_seconds / self.plain_forwards)
+
+    def _display_rows(self) -> list[tuple[str, str]]:
+        rows = [
+            ("drafter", self.drafter),
+            ("drafted", f"{self.drafted} tokens, {self.accepted} accepted "
+                        f"({percent(self.acceptance)})"),
+            ("forwards", f"{self.verify_forwards} verify + {self.plain_forwards} plain, "
+                         f"{sig3(self.tokens_per_forward)} tokens per forward"),
+        ]
+        if self.verify_cost_ratio:
+            rows.append(("verify cost", f"{sig3(self.verify_cost_ratio)}x a one-token forward"))
+        if self.auto_switches or self.auto_off_steps:
+            rows.append(("auto", f"{self.auto_off_steps} steps off, {self.auto_switches} "
+                                 "switches"))
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "drafter": self.drafter,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance": self.acceptance,
+            "acceptance_at": list(self.acceptance_at),
+            "proposed_at": list(self.proposed_at),
+            "accepted_at": list(self.accepted_at),
+            "mean_accepted": self.mean_accepted,
+            "verify_forwards": self.verify_forwards,
+            "plain_forwards": self.plain_forwards,
+            "decode_tokens": self.decode_tokens,
+            "tokens_per_forward": self.tokens_per_forward,
+            "verify_seconds": self.verify_seconds,
+            "plain_seconds": self.plain_seconds,
+            "verify_cost_ratio": self.verify_cost_ratio,
+            "auto_off_steps": self.auto_off_steps,
+            "auto_switches": self.auto_switches,
+        }

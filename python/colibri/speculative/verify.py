@@ -1,0 +1,105 @@
+"""The speculative side of the decode loop (:func:`colibri.generation.stream_tokens`).
+
+The loop asks :meth:`Speculator.draft` for tokens to follow the history, forwards
+``[last token, drafts...]`` in one batch with every position's logits, and then chooses
+the tokens one position at a time exactly as without drafting (logits processors,
+penalties, the sampler, stop checks all see the same sequences): each position's token is
+chosen from that position's logits, and the next draft is accepted when it equals the
+chosen token. The first mismatch ends the verify: the session is rolled back to the
+accepted tokens, keeping the logits of that position, so the next step starts as if the
+tokens had been forwarded one by one (batched and single forwards give the same bits).
+
+For greedy decoding this is the longest prefix of drafts that greedy would produce, plus
+the token greedy produces after it. With temperature > 0 it is the standard speculative
+(rejection) sampling rule for a deterministic draft, realised with the sampler's own
+draw: the draft ``x`` is accepted with probability ``p(x)`` (the chance the draw lands on
+it), and on rejection the token is the draw itself, which is distributed as ``p`` without
+``x``, renormalised. So the output distribution is the target's exactly; and because each
+position takes the one uniform the plain loop would, a seeded generation gives the same
+tokens with drafting as without.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .auto import AutoSwitch
+from .config import SpecConfig
+from .drafters import Drafter, PromptLookupDrafter
+from .stats import SpecStats
+
+__all__ = ["Speculator"]
+
+
+class Speculator:
+    """One generation's drafter, its counters and (for ``"auto"``) its on/off rule."""
+
+    def __init__(self, config: SpecConfig, drafter: Drafter | None = None) -> None:
+        self.config = config
+        self.drafter: Drafter = (PromptLookupDrafter(config.ngram_sizes) if drafter is None
+                                 else drafter)
+        self.auto = AutoSwitch(config.max_draft) if config.drafter == "auto" else None
+        self.drafted = self.accepted = 0
+        self.verify_forwards = self.plain_forwards = 0
+        self.verify_seconds = self.plain_seconds = 0.0
+        self._proposed_at = [0] * config.max_draft
+        self._accepted_at = [0] * config.max_draft
+        self._verify_accepted = 0
+        self._verify_s = 0.0
+        self._verify_drafts = 0
+
+    def draft(self, history: Sequence[int], room: int) -> list[int]:
+        """Up to ``min(max_draft, room)`` tokens to verify after `history` (which ends with
+        the last chosen token); ``room`` is what the context and ``max_tokens`` leave."""
+        k = min(self.config.max_draft, room)
+        if k <= 0:
+            return []
+        proposal = [int(t) for t in self.drafter.propose(history, k)[:k]]
+        if self.auto is not None:
+            proposal = proposal[:self.auto.choose(history, proposal)]
+        return proposal
+
+    def accept(self, chosen: int, draft: int) -> int:
+        """The token emitted at a drafted position: the one chosen from the target's logits
+        (the draft is accepted when they are equal). A subclass that returns something
+        else breaks exactness: the tests use one as a control."""
+        return chosen
+
+    def on_verify(self, drafts: int, seconds: float) -> None:
+        self.verify_forwards += 1
+        self.verify_seconds += seconds
+        self.drafted += drafts
+        for j in range(drafts):
+            self._proposed_at[j] += 1
+        self._verify_accepted = 0
+        self._verify_s = seconds
+        self._verify_drafts = drafts
+
+    def on_accept(self, position: int) -> None:
+        """The draft at `position` (0-based) of the current verify was accepted."""
+        self.accepted += 1
+        self._accepted_at[position] += 1
+        self._verify_accepted += 1
+
+    def on_verify_done(self) -> None:
+        """The current verify's drafts are all decided (accepted, rejected or cut off)."""
+        if self.auto is not None:
+            self.auto.verified(self._verify_drafts, self._verify_s)
+            self.auto.observe(self._verify_accepted, self._verify_drafts)
+
+    def on_plain(self, seconds: float) -> None:
+        self.plain_forwards += 1
+        self.plain_seconds += seconds
+        if self.auto is not None:
+            self.auto.plain(seconds)
+
+    def stats(self, decode_tokens: int) -> SpecStats:
+        return SpecStats(
+            drafter=self.config.drafter, drafted=self.drafted, accepted=self.accepted,
+            verify_forwards=self.verify_forwards, plain_forwards=self.plain_forwards,
+            decode_tokens=decode_tokens, proposed_at=tuple(self._proposed_at),
+            accepted_at=tuple(self._accepted_at), verify_seconds=self.verify_seconds,
+            plain_seconds=self.plain_seconds,
+            auto_off_steps=self.auto.off_steps if self.auto is not None else 0,
+            auto_switches=self.auto.switches if self.auto is not None else 0,
+        )  # fmt: skip

@@ -1,0 +1,404 @@
+"""Speculative decoding (colibri.speculative): drafts never change the tokens.
+
+Oracles: plain decoding of the same model (greedy token for token on SmolLM2's real weights,
+seeded sampling token for token, and a chi-square test of the sampled distribution over
+many seeds with a control that a wrong acceptance rule fails), a brute-force n-gram search
+for the lookup drafter, and the session's state after plain decoding."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import torch
+
+import colibri
+from colibri.errors import ConfigError, InvalidRequestError
+from colibri.generation import stream_tokens
+from colibri.speculative import PromptLookupDrafter, SpecConfig, Speculator
+from colibri.speculative.auto import AutoSwitch
+from modelfactory import TinyModel
+from realmodel import smollm2_gguf
+
+# --- the lookup drafter against a brute-force search ---------------------------------------
+
+
+def brute_force_lookup(t: Sequence[int], k: int, sizes: Sequence[int]) -> list[int]:
+    """The latest earlier occurrence (with a successor) of the last n tokens, longest n
+    first; what followed it, up to k tokens."""
+    for n in sizes:
+        if len(t) <= n:
+            continue
+        tail = list(t[-n:])
+        for end in range(len(t) - 1, n - 1, -1):  # occurrence t[end-n:end], successor t[end]
+            if list(t[end - n:end]) == tail:
+                return list(t[end:end + k])
+    return []
+
+
+def test_lookup_matches_a_brute_force_search_incrementally() -> None:
+    rng = random.Random(7)
+    for trial in range(40):
+        sizes = rng.choice([(3, 2, 1), (2,), (4, 1), (1,)])
+        d = PromptLookupDrafter(sizes)
+        seq = [rng.randrange(6) for _ in range(rng.randrange(1, 8))]
+        for _ in range(60):
+            k = rng.randrange(1, 6)
+            assert d.propose(seq, k) == brute_force_lookup(seq, k, sizes), (trial, seq)
+            seq.append(rng.randrange(6))
+
+
+def test_lookup_prefers_longest_then_latest_and_restarts_on_a_new_history() -> None:
+    d = PromptLookupDrafter((3, 2, 1))
+    #        a  b  c  X  ...  b  c  Y  ...  a  b  c
+    seq = [1, 2, 3, 10, 11, 2, 3, 20, 21, 1, 2, 3]
+    assert d.propose(seq, 2) == [10, 11]  # the 3-gram (1, 2, 3) wins over the later (2, 3)
+    assert d.propose([5, 6, 7, 5, 6], 3) == [7, 5, 6]  # not an extension: index rebuilt
+    assert d.propose([5, 6, 7, 8], 3) == []
+    assert d.propose([9], 3) == [] and d.propose([9, 9], 0) == []
+
+
+# --- SpecConfig ---------------------------------------------------------------------------
+
+
+def test_spec_config_validates_and_round_trips() -> None:
+    c = SpecConfig(drafter="LOOKUP", max_draft=4, ngram_sizes=[4, 2])
+    assert c.drafter == "lookup" and c.ngram_sizes == (4, 2) and c.enabled
+    assert SpecConfig.from_dict(c.to_dict()) == c and eval(repr(c), {"SpecConfig": SpecConfig}) == c
+    assert not SpecConfig().enabled and colibri.SpecConfig is SpecConfig
+    with pytest.raises(ConfigError, match="did you mean 'lookup'"):
+        SpecConfig(drafter="lokup")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"max_draft: 0 is out of range; allowed 1\.\.64"):
+        SpecConfig(max_draft=0)
+    with pytest.raises(ConfigError, match="max_draft: expected an integer"):
+        SpecConfig(max_draft=True)
+    with pytest.raises(ConfigError, match="repeats a size"):
+        SpecConfig(ngram_sizes=(2, 2))
+    with pytest.raises(ConfigError, match="each size is an integer in 1..16"):
+        SpecConfig(ngram_sizes=(0,))
+    with pytest.raises(ConfigError, match="did you mean 'max_draft'"):
+        SpecConfig(max_drafts=3)  # type: ignore[call-arg]
+    e = colibri.EngineConfig(spec={"drafter": "auto"})
+    assert e.spec == SpecConfig(drafter="auto")
+    assert colibri.EngineConfig.from_dict(e.to_dict()) == e
+    assert colibri.EngineConfig(spec="lookup").spec == SpecConfig(drafter="lookup")
+    with pytest.raises(ConfigError, match="EngineConfig.spec: expected a colibri.SpecConfig"):
+        colibri.EngineConfig(spec=3)  # type: ignore[arg-type]
+
+
+# --- the auto rule on synthetic timings (no clock) ---------------------------------------
+
+
+def test_auto_drafts_what_pays_and_probes_while_off() -> None:
+    """The cost rule on synthetic figures (no clock): expected tokens per unit of time."""
+    a = AutoSwitch(max_draft=4)
+    assert a.choose([1, 2], [3, 4]) == 0  # no one-token cost measured yet: plain first
+    a.plain(1.0)
+    # Prior: alpha 1/4, rho 0.3: one draft gives 1.25 tokens for 1.3 -> not worth it.
+    assert a.best_k(4) == 0
+    for _ in range(10):  # ten proposals of 4, all right: now drafting pays
+        a.observe(4, 4)
+    assert a.alpha(0) > 0.7 and a.best_k(4) >= 2
+    a.verified(4, 9.0)  # a verify of 4 drafts cost 9 one-token forwards: rho = 2
+    assert a.rho == pytest.approx(2.0)
+    for _ in range(30):  # and drafts are always wrong
+        a.observe(0, 4)
+    assert a.alpha(0) < 0.1 and a.best_k(4) == 0
+    switches = a.switches
+    # Drafting is off; the proposals are still scored against the tokens that follow.
+    history = [5, 6, 7]
+    for _ in range(150):
+        proposal = history[-2:]  # a drafter that proposes a copy of the last two tokens
+        assert a.choose(history, proposal) in (0, 1, 2)
+        history.append(history[-2])  # the text starts repeating with period 2: drafts right
+    assert a.alpha(0) > 0.7 and a.off_steps > 0  # from < 0.1, measured while off
+    assert a.switches > switches  # drafting came back (the measured cost relaxed)
+    a.verified(2, 1.2)  # cheap verifies now: rho falls and drafting pays again
+    for _ in range(40):
+        a.verified(2, 1.2)
+    assert a.best_k(2) == 2
+
+
+# --- greedy: token for token on real weights ---------------------------------------------
+
+CODE = '''def parse(line):
+    key, value = line.split("=", 1)
+    return key.strip(), value.strip()
+
+
+def load(path):
+    with open(path) as f:
+        return dict(parse(line) for line in f if "=" in line)
+'''
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> colibri.Model:
+    return colibri.Model.load(smollm2_gguf(), engine=colibri.EngineConfig(threads={"n": 2}))
+
+
+def _run(model: colibri.Model, prompt: Any, **kw: Any) -> tuple[colibri.Generation, list[int],
+                                                                 npt.NDArray[np.float32]]:
+    """A generation on a fresh session, the tokens the session holds and its last logits."""
+    s = model.session()
+    ids = model.apply_chat_template(prompt, tokenize=True) if isinstance(prompt, list) \
+        else model.tokenizer.encode(prompt, add_special_tokens=True)
+    g = s.generate(ids, **kw)
+    return g, s.token_ids, s.last_logits()
+
+
+def test_greedy_lookup_equals_plain_greedy_on_copy_heavy_text(smollm2: colibri.Model) -> None:
+    """200 tokens that copy from the prompt (drafts accepted), through the decoder's stages:
+    a logits processor (which must see the same sequences), min_tokens and a stop id."""
+    msgs = [{"role": "user", "content": "Repeat this code twice, exactly:\n" + CODE}]
+    seen: dict[str, list[list[int]]] = {"off": [], "lookup": []}
+
+    def run(spec: str) -> tuple[colibri.Generation, list[int], npt.NDArray[np.float32]]:
+        def proc(ids: npt.NDArray[np.int32], x: npt.NDArray[np.float32]) -> Any:
+            seen[spec].append(ids.tolist())
+            return x
+        return _run(smollm2, msgs, max_tokens=200, min_tokens=200, logits_processors=[proc],
+                    stop_token_ids=[0], spec=SpecConfig(drafter=spec))  # type: ignore[arg-type]
+
+    plain, plain_held, plain_last = run("off")
+    spec, spec_held, spec_last = run("lookup")
+    assert len(plain.token_ids) == 200
+    assert spec.token_ids == plain.token_ids and spec.text == plain.text
+    assert seen["lookup"] == seen["off"]  # the processor saw the same 200 sequences
+    assert spec_held == plain_held  # the session holds exactly the chosen tokens
+    np.testing.assert_array_equal(spec_last, plain_last)
+    st = spec.stats.spec
+    assert st is not None and plain.stats.spec is None
+    assert st.accepted > 50  # the copy was drafted: many tokens came from verify forwards
+    assert st.decode_tokens == 199 and sum(st.accepted_at) == st.accepted
+    assert st.forwards == spec.stats.decode_tokens < 199
+    assert st.tokens_per_forward == pytest.approx(199 / st.forwards)
+    assert st.mean_accepted == pytest.approx(st.accepted / st.verify_forwards)
+    assert all(a <= p for a, p in zip(st.accepted_at, st.proposed_at, strict=True))
+
+
+def test_greedy_lookup_equals_plain_on_free_text_with_stops(smollm2: colibri.Model) -> None:
+    prompt = "The history of the bicycle begins in"
+    plain, plain_held, plain_last = _run(smollm2, prompt, max_tokens=220)
+    for cfg in (SpecConfig(drafter="lookup", max_draft=5, ngram_sizes=(2, 1)),
+                SpecConfig(drafter="auto")):
+        spec, held, last = _run(smollm2, prompt, max_tokens=220, spec=cfg)
+        assert spec.token_ids == plain.token_ids and spec.finish_reason == plain.finish_reason
+        assert held == plain_held
+        np.testing.assert_array_equal(last, plain_last)
+    assert len(plain.token_ids) >= 200
+    # A stop string and max_tokens end the text at the same place as without drafting.
+    stop = plain.text[60:66]
+    for kw in ({"stop": [stop]}, {"max_tokens": 37}):
+        a, held_a, _ = _run(smollm2, prompt, **{"max_tokens": 220, **kw})
+        b, held_b, _ = _run(smollm2, prompt, spec="lookup", **{"max_tokens": 220, **kw})
+        assert (a.text, a.token_ids, a.finish_reason, held_a) == \
+               (b.text, b.token_ids, b.finish_reason, held_b)
+
+
+def test_session_stays_consistent_after_speculative_steps(smollm2: colibri.Model) -> None:
+    ids = smollm2.tokenizer.encode("A, B, C, D, E, F, G, A, B, C, D,", add_special_tokens=True)
+    ref = smollm2.session()
+    ref_tokens = ref.generate(ids, max_tokens=30).token_ids + ref.generate(max_tokens=10).token_ids
+    s = smollm2.session()
+    first = s.generate(ids, max_tokens=30, spec="lookup")
+    assert first.stats.spec is not None and first.stats.spec.accepted > 0
+    assert first.token_ids + s.generate(max_tokens=10, spec="lookup").token_ids == ref_tokens
+    assert s.token_ids == ref.token_ids
+    # rollback and replay after speculative steps give the plain session's logits
+    s.rollback(5)
+    ref.rollback(5)
+    np.testing.assert_array_equal(s.forward([ids[1]]), ref.forward([ids[1]]))
+    # a stream abandoned mid-verify leaves the session as the plain one at that point
+    a, b = smollm2.session(), smollm2.session()
+    for sess, spec in ((a, "off"), (b, "lookup")):
+        stream = sess.stream(ids, max_tokens=30, spec=spec)
+        for _ in range(12):
+            next(stream)
+        stream.close()
+    assert a.token_ids == b.token_ids
+    np.testing.assert_array_equal(a.last_logits(), b.last_logits())
+
+
+def test_bad_spec_option_is_a_clear_error(smollm2: colibri.Model) -> None:
+    with pytest.raises(ConfigError, match="did you mean 'auto'"):
+        smollm2.generate("hi", max_tokens=2, spec="autoo")
+    with pytest.raises(InvalidRequestError, match="did you mean 'spec'"):
+        smollm2.generate("hi", max_tokens=2, spce="lookup")
+
+
+# --- sampling: seeded identity and the distribution --------------------------------------
+
+
+class GreedyOracleDrafter:
+    """Drafts what greedy decoding of the same model would produce (a second session), so
+    drafts are likely under sampling too and both the accept and the reject paths run."""
+
+    def __init__(self, model: colibri.Model, k: int = 3) -> None:
+        self.model, self.k = model, k
+
+    def propose(self, history: Sequence[int], k: int) -> list[int]:
+        s = self.model.session()
+        logits = s.forward(list(history))
+        out: list[int] = []
+        for _ in range(min(k, self.k)):
+            out.append(int(np.argmax(logits)))
+            logits = s.forward([out[-1]])
+        return out
+
+
+class AlwaysAccept(Speculator):
+    """A deliberately wrong rule: every draft is emitted whatever the target chose."""
+
+    def accept(self, chosen: int, draft: int) -> int:
+        return draft
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_models: dict[str, TinyModel]) -> colibri.Model:
+    return colibri.Model.load(tiny_models["llama"].gguf["F32"],
+                              engine=colibri.EngineConfig(threads={"n": 1}))
+
+
+SAMPLING = colibri.Sampling(temperature=0.8, top_k=4)
+PROMPT = [1, 17, 42, 99, 3, 17, 42]
+N_TOKENS = 4
+
+
+def _sample(model: colibri.Model, seed: int, speculator: Speculator | None) -> list[int]:
+    s = model.session()
+    out: list[int] = []
+    stream = stream_tokens(s, model.tokenizer, PROMPT, max_tokens=N_TOKENS,
+                           sampling=SAMPLING.replace(seed=seed), stop=(),
+                           speculator=speculator)  # fmt: skip
+    for c in stream:
+        if c.token_id is not None:
+            out.append(c.token_id)
+    return out
+
+
+def _oracle(model: colibri.Model, cls: type[Speculator] = Speculator) -> Speculator:
+    return cls(SpecConfig(drafter="lookup", max_draft=3), GreedyOracleDrafter(model))
+
+
+def chi_square_p(a: Counter[Any], b: Counter[Any]) -> float:
+    """Two-sample chi-square test of homogeneity (bins with < 10 expected pooled)."""
+    keys = sorted(set(a) | set(b), key=lambda k: -(a[k] + b[k]))
+    na, nb = sum(a.values()), sum(b.values())
+    rows, pool = [], [0, 0]
+    for k in keys:
+        if (a[k] + b[k]) * min(na, nb) / (na + nb) >= 10:
+            rows.append((a[k], b[k]))
+        else:
+            pool[0] += a[k]
+            pool[1] += b[k]
+    if sum(pool):
+        rows.append((pool[0], pool[1]))
+    stat = 0.0
+    for x, y in rows:
+        tot = x + y
+        for obs, n in ((x, na), (y, nb)):
+            exp = tot * n / (na + nb)
+            stat += (obs - exp) ** 2 / exp
+    df = len(rows) - 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64),
+                                         torch.tensor(stat / 2, dtype=torch.float64)))
+
+
+def test_sampled_tokens_are_the_plain_tokens_for_each_seed(tiny: colibri.Model) -> None:
+    spec = _oracle(tiny)
+    for seed in range(30):
+        assert _sample(tiny, seed, _oracle(tiny)) == _sample(tiny, seed, None)
+    # and the drafts were really used: some accepted, some rejected
+    for seed in range(30):
+        _sample(tiny, seed, spec)
+    assert 0 < spec.accepted < spec.drafted
+
+
+def test_sampled_distribution_equals_plain_and_a_wrong_rule_is_detected(
+    tiny: colibri.Model,
+) -> None:
+    """Independent seeds for each arm: the distribution of the tokens after the first (the
+    ones verify forwards choose) is the plain one's; always accepting drafts is not."""
+    n = 400
+
+    def hist(speculator: type[Speculator] | None, seeds: range) -> Counter[tuple[int, ...]]:
+        c: Counter[tuple[int, ...]] = Counter()
+        for seed in seeds:
+            toks = _sample(tiny, seed, None if speculator is None else _oracle(tiny, speculator))
+            c[tuple(toks[1:3])] += 1
+        return c
+
+    plain = hist(None, range(n))
+    spec = hist(Speculator, range(n, 2 * n))
+    wrong = hist(AlwaysAccept, range(2 * n, 3 * n))
+    assert chi_square_p(plain, spec) > 1e-3
+    assert chi_square_p(plain, wrong) < 1e-6
+
+
+def test_cli_run_spec_flag_prints_the_figures_and_the_same_text(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from colibri import cli
+
+    path = str(smollm2_gguf())
+    base = ["run", "-m", path, "-n", "24", "--raw", "A, B, C, D, A, B, C, D, A, B,"]
+    assert cli.main(base) == 0
+    plain_out, _ = capsys.readouterr()
+    assert cli.main([*base, "--spec", "lookup", "--max-draft", "4"]) == 0
+    out, err = capsys.readouterr()
+    assert out == plain_out
+    assert "colibri: speculative (lookup):" in err and "tokens per forward" in err
+    assert cli.main([*base, "--spec", "auto", "--max-draft", "0"]) != 0
+    assert "max_draft: 0 is out of range" in capsys.readouterr().err
+
+
+def test_rollback_refuses_logits_of_the_wrong_shape(tiny: colibri.Model) -> None:
+    s = tiny.session()
+    s.forward([1, 2, 3])
+    with pytest.raises(InvalidRequestError, match=r"last_logits must be a \[vocab\]"):
+        s._core.rollback(1, np.zeros(3, dtype=np.float32))
+    assert s.n_tokens == 3 and s.last_logits() is not None  # unchanged
+
+
+def test_an_error_mid_verify_leaves_the_session_as_without_drafting(
+    smollm2: colibri.Model,
+) -> None:
+    """A logits processor that fails at its 14th call (inside a verify when drafting): the
+    error propagates and the session holds what it holds without drafting."""
+    ids = smollm2.tokenizer.encode("1 2 3 4 1 2 3 4 1 2 3 4 1 2", add_special_tokens=True)
+    held = []
+    for spec in ("off", "lookup"):
+        calls = [0]
+
+        def proc(t: npt.NDArray[np.int32], x: npt.NDArray[np.float32],
+                 calls: list[int] = calls) -> Any:
+            calls[0] += 1
+            if calls[0] == 14:
+                raise RuntimeError("processor failed")
+            return x
+
+        s = smollm2.session()
+        with pytest.raises(RuntimeError, match="processor failed"):
+            s.generate(ids, max_tokens=30, logits_processors=[proc], spec=spec)
+        held.append((s.token_ids, s.last_logits()))
+    assert held[0][0] == held[1][0]
+    np.testing.assert_array_equal(held[0][1], held[1][1])
+
+
+def test_engine_default_spec_and_per_call_override(tiny_models: dict[str, TinyModel],
+                                                   tiny: colibri.Model) -> None:
+    m = colibri.Model.load(tiny_models["llama"].gguf["F32"],
+                           engine=colibri.EngineConfig(threads={"n": 1}, spec="lookup"))
+    ids = [1, 5, 6, 7, 5, 6, 7, 5, 6]
+    g = m.generate(ids, max_tokens=40)
+    assert g.stats.spec is not None and g.stats.spec.drafter == "lookup"
+    assert g.stats.spec.drafted > 0
+    assert m.generate(ids, max_tokens=40, spec="off").stats.spec is None
+    assert g.token_ids == tiny.generate(ids, max_tokens=40).token_ids
+    assert m.stats().decode_tokens == 2 * 39
