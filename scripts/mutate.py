@@ -18,6 +18,7 @@ Output: one line per run with pytest's summary, then the failing tests.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -102,6 +103,8 @@ def build() -> None:
 
 
 def main(argv: list[str]) -> int:
+    # timeout(1) and kill send SIGTERM: exit through `finally`, so the code is reverted
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     name, rest = argv[0], argv[1:]
     old: list[tuple[str, str]] = []
     while len(rest) >= 2 and rest[0] == "--old":
