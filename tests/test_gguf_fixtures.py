@@ -33,6 +33,8 @@ tests (F16, Q4_1 float32 and Q4_1 int8 of qwen3_moe, qwen2_moe, olmoe and mixtra
 * gate and up swapped (``ffn_gate_exps`` read as up, written from up);
 * the expert axis reversed (expert e read from slot n-1-e, written there).
 
+(docs/testing.md: the table of issue 16's mutations; scripts/mutate.py reruns them.)
+
 The Q4_1 oracle reads llama.cpp's file through modelfactory's helper, so each of its
 matrices is first checked against the committed checkpoint (Q4_1 rounding: 0.08 relative;
 a misplaced tensor or expert: ~1.4), which keeps that helper's conventions out of it.

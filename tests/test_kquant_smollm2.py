@@ -9,7 +9,14 @@ Two oracles, on the same file and the same token ids:
 
 * transformers loading the GGUF (gguf-py dequantizes it to float32): colibri with float32
   activations must give the same argmax at every position of a real text (520 tokens of
-  Python's own documentation, ``pydoc_data``) and the same 30-token greedy answer.
+  Python's own documentation, ``pydoc_data``), and on the 30-token greedy answer, teacher-
+  forced: colibri decodes transformers' answer token by token, and at every step its
+  logits must match transformers' full forward over prompt + answer to 1e-4 of the largest
+  and its argmax must be transformers' argmax, unless transformers' top two are within
+  twice that bound (then either is a correct float32 result). The answer is not compared
+  as free-running greedy tokens: transformers' own ``generate()`` (KV cache) is not its
+  full forward to that precision; on Q2_K it parts from it at answer step 10, where the
+  full forward's top two are 7.0667 and 6.9944 and colibri agrees with the full forward.
 * llama.cpp (llama-cpp-python, ``logits_all=True``): colibri's default (int8 activations)
   must be at least as faithful to the float32 reference as llama.cpp, by llama.cpp's own
   measure: the full-vocabulary KL divergence per position, averaged (``llama-perplexity
@@ -92,7 +99,7 @@ def reference(mix: str) -> dict[str, Any]:
     import transformers
 
     path = smollm2_quantized(mix)
-    cache = cache_dir() / f"{path.stem}-tf{transformers.__version__}-ref.npz"
+    cache = cache_dir() / f"{path.stem}-tf{transformers.__version__}-ref2.npz"
     if cache.is_file():
         with np.load(cache) as z:
             _REFS[mix] = {k: z[k] for k in z.files}
@@ -115,11 +122,17 @@ def reference(mix: str) -> dict[str, Any]:
             torch.tensor([prompt]), max_new_tokens=N_NEW, do_sample=False, eos_token_id=None,
             pad_token_id=tok.eos_token_id,
         )  # fmt: skip
+        answer = out[0].tolist()[len(prompt) :]
+        # The oracle for the answer is the full forward over prompt + answer (generate()'s
+        # cached decode is not it to 1e-4: see the module docstring).
+        answer_logits = model(torch.tensor([list(prompt) + answer])).logits[0].float().numpy()
     ref = {
         "ids": np.asarray(ids, dtype=np.int64),
         "logits": logits,
         "prompt": np.asarray(prompt, dtype=np.int64),
-        "answer": np.asarray(out[0].tolist()[len(prompt) :], dtype=np.int64),
+        "answer": np.asarray(answer, dtype=np.int64),
+        # logits predicting each answer token and the one after it
+        "answer_logits": answer_logits[len(prompt) - 1 :],
     }
     tmp = cache.with_suffix(".tmp.npz")
     np.savez(tmp, **ref)  # type: ignore[arg-type]
@@ -152,13 +165,28 @@ def test_float32_activations_match_transformers(mix: str) -> None:
         np.testing.assert_array_equal(got.argmax(-1), want.argmax(-1))
         assert float(np.abs(got - want).max()) <= 1e-4 * float(np.abs(want).max())
         assert mean_kld(want, got) < 1e-8
+        # Teacher-forced on transformers' answer, decoded one token at a time (the decode
+        # path), against transformers' full forward over prompt + answer.
         s = m.session()
-        logits = s.forward([int(i) for i in ref["prompt"]])
-        greedy: list[int] = []
-        for _ in range(N_NEW):
-            greedy.append(int(np.argmax(logits)))
-            logits = s.forward([greedy[-1]])
-    assert greedy == [int(i) for i in ref["answer"]]
+        steps = [s.forward([int(i) for i in ref["prompt"]])]
+        steps += [s.forward([int(t)]) for t in ref["answer"]]
+    assert_teacher_forced_argmax(np.stack(steps), ref["answer_logits"], mix)
+
+
+def assert_teacher_forced_argmax(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    """Logits within 1e-4 of the largest at every step, and the same argmax except where
+    transformers' top two are within twice that (a float32 near-tie)."""
+    assert got.shape == want.shape == (N_NEW + 1, want.shape[1]), (got.shape, want.shape)
+    tol = 1e-4 * float(np.abs(want).max())
+    err = float(np.abs(got - want).max())
+    assert err <= tol, f"{what}: answer logits max |delta| {err:.3g} > {tol:.3g}"
+    top2 = np.sort(want, axis=-1)[:, -2:]
+    decided = (top2[:, 1] - top2[:, 0]) > 2 * tol
+    assert decided.sum() >= N_NEW // 2, f"{what}: too few decided steps to compare"
+    mismatch = np.nonzero(decided & (got.argmax(-1) != want.argmax(-1)))[0]
+    assert mismatch.size == 0, (
+        f"{what}: argmax differs from transformers at answer steps {mismatch}"
+    )
 
 
 @pytest.mark.parametrize("mix", MIXES)

@@ -37,8 +37,10 @@ shared-expert sigmoid gate dropped (moe.cpp)          4 / 25    8       qwen2_mo
 ====================================================  ========  ======  =====================
 
 A wrong epsilon is the mutation that slipped through before; the others were already caught
-and are caught by more tests now. Layout conventions of GGUF files (gate/up, the expert
-axis) are tested against llama.cpp's own converter in tests/test_gguf_fixtures.py.
+and are caught by more tests now. docs/testing.md has the table for every item of issue 16
+and how to rerun each mutation (scripts/mutate.py). Layout conventions of GGUF files
+(gate/up, the expert axis) are tested against llama.cpp's own converter in
+tests/test_gguf_fixtures.py.
 """
 
 from __future__ import annotations

@@ -21,7 +21,9 @@ for integer dot products, as llama.cpp does. Hence two tests:
   Mutation check (issue 16): Q8_1's ``s`` computed from the fp16-rounded scale instead of
   the float one, in every kernel alike (so the SIMD-vs-scalar tests agree): fails this
   test, the Q4_1 ggml-arithmetic tests of tests/test_oracle_gguf.py and
-  tests/test_gguf_fixtures.py, and passes the end-to-end test below (relative RMS 0.08).
+  tests/test_gguf_fixtures.py, and passed the end-to-end test below (relative RMS 0.08)
+  with a float32 KV cache (with the F16 default the two together cross 0.08: no reliable
+  catch); docs/testing.md records it with the other mutations of issue 16.
 * int8 activations end to end: teacher-forced on transformers' sequence, the argmax
   agrees except at near-ties, every reference argmax is in colibri's top 2, and the logits'
   relative RMS error stays small. Measured: 1 disagreement in 77 positions, at the first

@@ -388,7 +388,10 @@ def test_prefill_reads_each_distinct_expert_once(benches: Callable[[str], Bench]
 @pytest.fixture(scope="module")
 def demo_moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """experts="halves": the 4 experts of each layer are all different (docs/demo-moe.md),
-    so an expert served in place of another's changes the logits."""
+    so an expert served in place of another's changes the logits. Mutation check (issue 16,
+    docs/testing.md): a prefetch in layers >= 4 reading the next expert's bytes (deeper
+    than any tiny or synthetic model) fails test_demo_moe_small_budget_bit_identical; with
+    the copied experts it used before, the same test passed."""
     from colibri.demo_moe import make_demo_moe
     from realmodel import smollm2_gguf
 
