@@ -33,7 +33,7 @@ DEFAULT_TESTS=(
 # Timing and memory figures measure the sanitizer, not the code: CPU used per wall second
 # (wait policies, idle pools) and RSS (ASan's quarantine and shadow memory).
 NOT_UNDER_SANITIZERS="not cpu and not caller_wait and not hybrid_spin and not peak_rss"
-NOT_UNDER_SANITIZERS="$NOT_UNDER_SANITIZERS and not memory_of_weights and not cancel_semantics_with_workers"
+NOT_UNDER_SANITIZERS="$NOT_UNDER_SANITIZERS and not memory_of_weights"
 if [ "$#" -gt 0 ]; then tests=("$@"); else tests=("${DEFAULT_TESTS[@]}" -k "$NOT_UNDER_SANITIZERS"); fi
 # CI: the same parts without the slowest cases (the demo-MoE build, the full streaming
 # grid: both exercise the same code as the cases kept, at 10x the time).

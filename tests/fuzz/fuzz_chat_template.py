@@ -459,8 +459,9 @@ def _worker_env() -> dict[str, str]:
 
 
 def run_sources(sources: list[tuple[str, str]], workers: int = 2, timeout: float = 10.0,
-                seconds: float | None = None) -> Report:
-    """Runs (source, description) pairs through child processes; returns the Report."""
+                seconds: float | None = None, indices: list[int] | None = None) -> Report:
+    """Runs (source, description) pairs through child processes; returns the Report.
+    `indices` numbers them in the report (default 0, 1, ...)."""
     report = Report()
     lock = threading.Lock()
     t0 = time.perf_counter()
@@ -486,7 +487,8 @@ def run_sources(sources: list[tuple[str, str]], workers: int = 2, timeout: float
             proc.stdin.close()
             proc.wait(60)
 
-    jobs = [(i, s, d) for i, (s, d) in enumerate(sources)]
+    numbers = indices if indices is not None else list(range(len(sources)))
+    jobs = [(i, s, d) for i, (s, d) in zip(numbers, sources, strict=True)]
     threads = [threading.Thread(target=drive, args=(jobs[k::workers],)) for k in range(workers)]
     for t in threads:
         t.start()
@@ -497,11 +499,15 @@ def run_sources(sources: list[tuple[str, str]], workers: int = 2, timeout: float
 
 
 def run_campaign(mutants: int, seed: int, workers: int = 2, timeout: float = 10.0,
-                 seconds: float | None = None) -> Report:
-    """`seconds` overrides the render deadline (TemplateLimits.seconds) in the children."""
+                 seconds: float | None = None, start: int = 0,
+                 indices: list[int] | None = None) -> Report:
+    """Mutants start .. start + mutants - 1 of `seed` (or exactly `indices`): a long
+    campaign can run in slices, and any mutant be rebuilt alone. `seconds` overrides the
+    render deadline (TemplateLimits.seconds) in the children."""
     seeds = load_seeds()
-    return run_sources([make_mutant(seeds, seed, i) for i in range(mutants)], workers, timeout,
-                       seconds)
+    numbers = indices if indices is not None else list(range(start, start + mutants))
+    return run_sources([make_mutant(seeds, seed, i) for i in numbers], workers, timeout,
+                       seconds, numbers)
 
 
 def regression_sources() -> list[tuple[str, str]]:
@@ -512,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mutants", type=int, default=300)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--start", type=int, default=0, help="first mutant index")
+    ap.add_argument("--indices", help="comma-separated mutant indices (instead of a range)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=10.0, help="per mutant, seconds")
     ap.add_argument("--seconds", type=float, help="render deadline (default: colibri's)")
@@ -522,7 +530,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker_main(args.timeout, args.seconds)
         return 0
-    report = run_campaign(args.mutants, args.seed, args.workers, args.timeout, args.seconds)
+    indices = [int(i) for i in args.indices.split(",")] if args.indices else None
+    report = run_campaign(args.mutants, args.seed, args.workers, args.timeout, args.seconds,
+                          args.start, indices)
     print(report.summary())
     if args.json:
         args.json.write_text(json.dumps(report.to_dict(), indent=1))
