@@ -15,7 +15,9 @@ benchmarks/results/.
 llama.cpp runs with its defaults (F16 KV cache, n_batch 512, flash attention off as
 llama-cpp-python 0.3.36 sets it); --llama-flash-attn turns flash attention on as a second
 llama.cpp row. --no-extra-bufts: see bench_smollm2.py. --colibri-only measures colibri
-alone (for an older build, e.g. main's, to compare the attention share).
+alone (for an older build, e.g. main's, to compare the attention share); --llama-only measures
+llama.cpp alone, for a second process beside a --colibri-only one on a loaded machine (with
+--cpu-time; combine the two JSONs, whose ids_sha1 must match).
 """
 
 from __future__ import annotations
