@@ -15,12 +15,15 @@ benchmarks/results/.
 llama.cpp runs with its defaults (F16 KV cache, n_batch 512, flash attention off as
 llama-cpp-python 0.3.36 sets it); --llama-flash-attn turns flash attention on as a second
 llama.cpp row. --no-extra-bufts: see bench_smollm2.py. --colibri-only measures colibri
-alone (for an older build, e.g. main's, to compare the attention share).
+alone (for an older build, e.g. main's, to compare the attention share); --llama-only measures
+llama.cpp alone, for a second process beside a --colibri-only one on a loaded machine (with
+--cpu-time; combine the two JSONs, whose ids_sha1 must match).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import os
 import resource
@@ -140,6 +143,9 @@ def main() -> None:
                     help="also llama.cpp with flash attention")
     ap.add_argument("--no-extra-bufts", action="store_true")
     ap.add_argument("--colibri-only", action="store_true")
+    ap.add_argument("--llama-only", action="store_true",
+                    help="llama.cpp alone (a second process beside a --colibri-only run: on a "
+                         "loaded machine each gets its own share of the cores; CPU time only)")
     ap.add_argument("--cpu-time", action="store_true",
                     help="rates per CPU second instead of per wall second (use with --threads 1)")
     args = ap.parse_args()
@@ -157,7 +163,7 @@ def main() -> None:
     if args.kv_cache_type:
         cfg["kv_cache_type"] = args.kv_cache_type
     model = colibri.Model.load(path, engine=EngineConfig(**cfg))
-    engines: dict[str, Any] = {"colibri": model}
+    engines: dict[str, Any] = {} if args.llama_only else {"colibri": model}
     if not args.colibri_only:
         engines["llama.cpp"] = load_llama(path, args.threads, n_ctx, False, args.no_extra_bufts)
         if args.llama_flash_attn:
@@ -167,6 +173,8 @@ def main() -> None:
     text = real_text().encode()
     ids = tok.tokenize(text, add_bos=False, special=False) if tok else model.tokenizer.encode(
         text.decode(), add_special_tokens=False)
+    used = np.asarray(ids[:max(args.lengths)], dtype=np.int64)
+    ids_sha1 = hashlib.sha1(used.tobytes()).hexdigest()  # runs to combine used the same ids
     if len(ids) < max(args.lengths):
         raise SystemExit(f"the text has {len(ids)} tokens, fewer than {max(args.lengths)}")
 
@@ -186,8 +194,13 @@ def main() -> None:
     def med(name: str, length: int, key: str) -> float:
         return median([x[key] for x in results[name][length]])
 
-    rows = []
-    for length in args.lengths:
+    if args.llama_only:  # no ratios: combine with a --colibri-only run's JSON
+        names = []
+        rows = [[n, med("llama.cpp", n, "prefill_tok_s"), med("llama.cpp", n, "decode_tok_s")]
+                for n in args.lengths]
+    else:
+        rows = []
+    for length in args.lengths if names else []:
         row: list[Any] = [length]
         for name in names:
             row += [med(name, length, "prefill_tok_s"), med(name, length, "decode_tok_s")]
@@ -200,13 +213,14 @@ def main() -> None:
         row += [f"{med('colibri', length, 'prefill_attention_share'):.0%}",
                 f"{med('colibri', length, 'decode_attention_share'):.0%}"]
         rows.append(row)
-    headers = ["prompt"]
+    headers = ["prompt"] + (["llama.cpp prefill", "llama.cpp decode"] if args.llama_only else [])
     for name in names:
         headers += [f"{name} prefill", f"{name} decode"]
     for name in names[1:]:
         headers += [f"prefill x vs {name}", f"decode x vs {name}"]
-    headers += ["colibri KV MiB"] + ([f"{names[1]} KV MiB"] if len(names) > 1 else [])
-    headers += ["attn share prefill", "attn share decode"]
+    if names:
+        headers += ["colibri KV MiB"] + ([f"{names[1]} KV MiB"] if len(names) > 1 else [])
+        headers += ["attn share prefill", "attn share decode"]
     kv_type = getattr(model, "kv_cache_type", "f32")
     print(f"SmolLM2-135M Q4_1, {args.threads} threads, {args.decode} decode steps, median of "
           f"{args.repeats}, colibri KV {kv_type}, {'CPU' if args.cpu_time else 'wall'} time; "
@@ -215,7 +229,8 @@ def main() -> None:
     payload = {"threads": args.threads, "clock": "cpu" if args.cpu_time else "wall",
                "lengths": args.lengths, "decode": args.decode,
                "repeats": args.repeats, "wait_policy": args.wait_policy,
-               "kv_cache_type": kv_type,
+               "kv_cache_type": kv_type, "ids_sha1": ids_sha1,
+               "colibri_core_file": getattr(colibri._core, "__file__", None),
                "load_average_before": load_before, "load_average_after": load_after,
                "no_extra_bufts": args.no_extra_bufts, "table": table,
                "runs": {n: {str(k): v for k, v in r.items()} for n, r in results.items()}}
