@@ -74,7 +74,7 @@ def _colibri(path: Path) -> np.ndarray:
 
 
 def _llama(path: Path) -> np.ndarray:
-    import llama_cpp
+    llama_cpp = pytest.importorskip("llama_cpp")
 
     llm = llama_cpp.Llama(str(path), n_ctx=128, n_threads=2, logits_all=True, verbose=False)
     try:

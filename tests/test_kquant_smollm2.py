@@ -191,7 +191,7 @@ def assert_teacher_forced_argmax(got: np.ndarray, want: np.ndarray, what: str) -
 
 @pytest.mark.parametrize("mix", MIXES)
 def test_default_kld_within_llama_cpp(mix: str) -> None:
-    import llama_cpp
+    llama_cpp = pytest.importorskip("llama_cpp")
 
     ref = reference(mix)
     ids = [int(i) for i in ref["ids"]]
