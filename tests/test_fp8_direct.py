@@ -91,7 +91,8 @@ def test_loads_directly_and_matches_transformers(
     fp8_dir, ref_dir = fp8_checkpoint(family, root, block)
     ids = prompt_ids(16)
     ref = reference_logits(transformers_model(str(ref_dir)), ids)
-    eng = colibri.EngineConfig(context_length=64, activation_precision=precision)
+    eng = colibri.EngineConfig(context_length=64, activation_precision=precision,
+                               kv_cache_type="f32")  # the oracle keeps float32 keys
     with colibri.Model.load(fp8_dir, engine=eng) as m:
         got = m.session().forward(ids, all_logits=True)
     # FP8 weights always meet float activations; the BF16 rest is exact in both modes.
