@@ -17,6 +17,7 @@ run (scripts/test.sh), so nothing here depends on the network.
 from __future__ import annotations
 
 import fnmatch
+import signal
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
@@ -25,6 +26,12 @@ import pytest
 from deepseek_factory import VARIANTS as DEEPSEEK_VARIANTS
 from deepseek_factory import TinyDeepseek, build_tiny
 from modelfactory import FAMILIES, TinyModel, build_tiny_model
+
+# A shell starts a background job with SIGINT ignored, and Python then installs no
+# KeyboardInterrupt handler (children inherit the ignore too): the Ctrl-C tests would fail
+# for how the suite was launched. Give the run Python's usual handler back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @dataclass(frozen=True)
