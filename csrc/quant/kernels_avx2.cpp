@@ -22,6 +22,7 @@
 
 #include "quant/blocks.hpp"
 #include "quant/fp16.hpp"
+#include "quant/group_prefetch.hpp"
 #include "quant/reference.hpp"
 #include "quant/row_groups.hpp"
 
@@ -243,28 +244,7 @@ float vec_dot_bf16(int64_t n, const void* w, const void* x) {
 // Half-precision pair at p (lanes 0, 1) as floats; lanes 2, 3 are zero.
 inline __m128 half2_at(const void* p) { return _mm_cvtph_ps(_mm_cvtsi32_si128(load_i32(p))); }
 
-// Software prefetch for decode, which streams weights from DRAM. A row group reads NR rows
-// in parallel (block i of each), a pattern the hardware prefetchers follow poorly. So each
-// block step requests, into L2, its share of the group-sized span that starts
-// max(group bytes, kPrefetchAhead) past the group start (rows that come next, contiguous in
-// memory): spread evenly over the group's blocks, every line once. L2 rather than L1: the lines in flight would not fit in L1's miss
-// buffers. Tuned with the AVX-512 kernels (see kernels_avx512.cpp). Prefetching past the end of the matrix is harmless (prefetches never fault).
-constexpr std::size_t kPrefetchAhead = 16 * 1024;
-
-struct GroupPrefetch {
-  const unsigned char* ahead;
-  uint64_t step_fp;   // bytes of the rows ahead to request per block step, 8 fraction bits
-  uint64_t pos_fp = 0;
-  uint64_t next = 0;  // bytes requested so far (whole lines)
-  GroupPrefetch(const unsigned char* w, std::size_t stride, int nr, int64_t nb)
-      : ahead(w + (nr * stride > kPrefetchAhead ? nr * stride : kPrefetchAhead)),
-        step_fp(nb > 0 ? (static_cast<uint64_t>(nr) * stride << 8) / static_cast<uint64_t>(nb) : 0) {}
-  void step() {
-    pos_fp += step_fp;
-    for (const uint64_t upto = pos_fp >> 8; next < upto; next += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + next), _MM_HINT_T1);
-  }
-};
+// Software prefetch of the rows that come next: GroupPrefetch (quant/group_prefetch.hpp).
 
 // Q4_0 . Q8_0: sum (q - 8) a = sum q a - sum 8 a; both are unsigned x signed maddubs
 // products, and the second depends on the activation only (once per block for all rows).
@@ -347,7 +327,7 @@ struct Q4_1 {
 };
 
 template <class K>
-constexpr VecDotRowsFn vec_dot_rows = row_groups::vec_dot_rows<K, 4, kPrefetchAhead>;
+constexpr VecDotRowsFn vec_dot_rows = row_groups::vec_dot_rows<K, 4, kGroupPrefetchAhead>;
 using row_groups::rows_each;
 using row_groups::vec_dot;
 

@@ -19,6 +19,7 @@
 
 #include "quant/blocks.hpp"
 #include "quant/fp16.hpp"
+#include "quant/group_prefetch.hpp"
 #include "quant/reference.hpp"
 #include "quant/row_groups.hpp"
 
@@ -235,29 +236,9 @@ inline float hsum_lo_hi16(__m256 acc) {
   return hsum_ps(_mm256_mul_ps(acc, _mm256_setr_ps(1, 1, 1, 1, 0.0625f, 0.0625f, 0.0625f, 0.0625f)));
 }
 
-// Software prefetch for decode, which streams weights from DRAM. A row group reads NR rows
-// in parallel (block i of each), a pattern the hardware prefetchers follow poorly. So each
-// block step requests, into L2, its share of the group-sized span that starts
-// max(group bytes, kPrefetchAhead) past the group start (rows that come next, contiguous in
-// memory): spread evenly over the group's blocks, every line once. L2 rather than L1: the lines in flight would not fit in L1's miss
-// buffers. Measured on Zen 4 (16 KiB, T1): cold Q4_1/Q8_0 matvec 10-12 -> 20-29 GB/s per
-// core. Prefetching past the end of the matrix is harmless (prefetches never fault).
-constexpr std::size_t kPrefetchAhead = 16 * 1024;
-
-struct GroupPrefetch {
-  const unsigned char* ahead;
-  uint64_t step_fp;   // bytes of the rows ahead to request per block step, 8 fraction bits
-  uint64_t pos_fp = 0;
-  uint64_t next = 0;  // bytes requested so far (whole lines)
-  GroupPrefetch(const unsigned char* w, std::size_t stride, int nr, int64_t nb)
-      : ahead(w + (nr * stride > kPrefetchAhead ? nr * stride : kPrefetchAhead)),
-        step_fp(nb > 0 ? (static_cast<uint64_t>(nr) * stride << 8) / static_cast<uint64_t>(nb) : 0) {}
-  void step() {
-    pos_fp += step_fp;
-    for (const uint64_t upto = pos_fp >> 8; next < upto; next += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + next), _MM_HINT_T1);
-  }
-};
+// Software prefetch of the rows that come next: GroupPrefetch (quant/group_prefetch.hpp).
+// Measured on Zen 4 (16 KiB ahead, into L2): cold Q4_1/Q8_0 matvec 10-12 -> 20-29 GB/s
+// per core.
 
 // Q4_0 . Q8_0: sum (q - 8) a = sum q a - sum 8 a. The second term depends on the
 // activation only: computed once per block (times 16 in the upper lanes, to match the
@@ -342,7 +323,7 @@ struct Q4_1 {
 };
 
 template <class K>
-constexpr VecDotRowsFn vec_dot_rows = row_groups::vec_dot_rows<K, 8, kPrefetchAhead>;
+constexpr VecDotRowsFn vec_dot_rows = row_groups::vec_dot_rows<K, 8, kGroupPrefetchAhead>;
 using row_groups::rows_each;
 using row_groups::vec_dot;
 

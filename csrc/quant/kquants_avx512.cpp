@@ -40,58 +40,16 @@ namespace colibri {
 namespace {
 
 constexpr int kGroup = 8;  // rows per pass (32 vector registers)
+constexpr int kTileRowsQ5 = 4, kTileRowsK = 2, kTileTokens = 4;  // prefill tiles: rows x tokens
+constexpr QuantizeRowFn kQuantizeQ8K = q8k::quantize_row_avx512;
+inline const TypeKernels* base_kernels(DType type) { return avx512_kernels(type); }
 
-template <class K, int64_t Block>
-constexpr VecDotRowsFn rows_fn = row_groups::vec_dot_rows<K, kGroup, kGroupPrefetchAhead, Block>;
-template <class K, int64_t Block>
-constexpr VecDotFn dot_fn = row_groups::vec_dot<K, Block>;
-
-using Q2 = Q2K<Ops>;
-using Q3 = Q3K<Ops>;
-using Q4 = Q45K<Ops, false>;
-using Q5 = Q45K<Ops, true>;
-using Q6 = Q6K<Ops>;
-
-const TypeKernels kTable[] = {
-    {DType::Q2_K, DType::Q8_K, dequantize_row_q2_k_x86, ref::quantize_row_q2_k, dot_fn<Q2, kQK_K>,
-     q8k::quantize_row_avx512, rows_fn<Q2, kQK_K>},
-    {DType::Q3_K, DType::Q8_K, dequantize_row_q3_k_x86, ref::quantize_row_q3_k, dot_fn<Q3, kQK_K>,
-     q8k::quantize_row_avx512, rows_fn<Q3, kQK_K>},
-    {DType::Q4_K, DType::Q8_K, dequantize_row_q45_k_x86<false>, ref::quantize_row_q4_k, dot_fn<Q4, kQK_K>,
-     q8k::quantize_row_avx512, rows_fn<Q4, kQK_K>},
-    {DType::Q5_K, DType::Q8_K, dequantize_row_q45_k_x86<true>, ref::quantize_row_q5_k, dot_fn<Q5, kQK_K>,
-     q8k::quantize_row_avx512, rows_fn<Q5, kQK_K>},
-    {DType::Q6_K, DType::Q8_K, dequantize_row_q6_k_x86, ref::quantize_row_q6_k, dot_fn<Q6, kQK_K>,
-     q8k::quantize_row_avx512, rows_fn<Q6, kQK_K>},
-    // Q8_0 / Q8_1 activations use kernels_avx512.cpp's quantizers (byte-identical to the reference).
-    {DType::Q5_0, DType::Q8_0, dequantize_row_q5_0_x86, ref::quantize_row_q5_0, dot_fn<Q5_0<Ops>, 32>,
-     avx512_kernels(DType::Q8_0)->quantize_act, rows_fn<Q5_0<Ops>, 32>},
-    {DType::Q5_1, DType::Q8_1, dequantize_row_q5_1_x86, ref::quantize_row_q5_1, dot_fn<Q5_1<Ops>, 32>,
-     avx512_kernels(DType::Q8_1)->quantize_act, rows_fn<Q5_1<Ops>, 32>},
-    {DType::Q8_K, DType::Q8_K, q8k::dequantize_row_ref, q8k::quantize_row_avx512, nullptr, q8k::quantize_row_avx512,
-     nullptr},
-};
-
-// Prefill tiles (4 rows x 4 tokens), each reproducing its vec_dot above bit for bit.
-const DotTile kTiles[] = {
-    {dot_fn<Q5_0<Ops>, 32>, dot_tiles::run<Q5_0<Ops>, 4, 4, 32>},
-    {dot_fn<Q5_1<Ops>, 32>, dot_tiles::run<Q5_1<Ops>, 4, 4, 32>},
-    {dot_fn<Q2, kQK_K>, dot_tiles::run<Q2, 2, 4, kQK_K>},
-    {dot_fn<Q3, kQK_K>, dot_tiles::run<Q3, 2, 4, kQK_K>},
-    {dot_fn<Q4, kQK_K>, dot_tiles::run<Q4, 2, 4, kQK_K>},
-    {dot_fn<Q5, kQK_K>, dot_tiles::run<Q5, 2, 4, kQK_K>},
-    {dot_fn<Q6, kQK_K>, dot_tiles::run<Q6, 2, 4, kQK_K>},
-    {nullptr, nullptr},
-};
+#include "quant/kquants_x86_tables.hpp"
 
 }  // namespace
 
 const DotTile* kquant_avx512_tiles() { return kTiles; }
 
-const TypeKernels* kquant_avx512_kernels(DType type) {
-  for (const TypeKernels& k : kTable)
-    if (k.type == type) return &k;
-  return nullptr;
-}
+const TypeKernels* kquant_avx512_kernels(DType type) { return find_kernels(type); }
 
 }  // namespace colibri
