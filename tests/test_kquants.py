@@ -32,7 +32,15 @@ import ggml_oracle
 from colibri import errors
 from colibri._core import ThreadPool
 from colibri._core import quant as q
-from test_quant import U, gguf_dequantize, gguf_quantize, make, same_bits, within
+from test_quant import (
+    U,
+    check_matmul_vs_numpy,
+    gguf_dequantize,
+    gguf_quantize,
+    make,
+    same_bits,
+    within,
+)
 
 ISAS = q.available_isas()
 KQUANTS = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
@@ -284,37 +292,10 @@ def test_vec_dot_random_blocks_every_isa_identical(dtype: str) -> None:
 # ---- matmul --------------------------------------------------------------------------------
 
 
-def act_quant_bound(act: str, wf: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Bound on |W (x - deq(quant(x)))| per output: the activation's 8-bit rounding."""
-    blk = 256 if act == "Q8_K" else 32
-    amax = np.abs(x.reshape(x.shape[0], -1, blk)).max(axis=2).astype(np.float64)
-    d = amax / 127
-    # rounding to an integer, plus d stored as a half (Q8_0 / Q8_1; Q8_K's float d: 2^-23)
-    err = d / 2 + 127 * d * (2.0**-22 if act == "Q8_K" else 2.0**-11)
-    wabs = np.abs(wf.astype(np.float64)).reshape(wf.shape[0], -1, blk).sum(axis=2)
-    bound = err @ wabs.T
-    if act == "Q8_1":  # s = d * sum(q) rounded to half, times m (|m| <= max |w|)
-        wmax = np.abs(wf.astype(np.float64)).reshape(wf.shape[0], -1, 32).max(axis=2)
-        bound += (amax * 32 * 2.0**-11) @ wmax.T
-    return bound
-
-
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("dtype", TYPES)
 def test_matmul_vs_numpy(dtype: str, isa: str) -> None:
-    rows, cols, n = 37, 512, 5
-    w = q.quantize(dtype, make("scaled", rows, cols, seed=21))
-    wf = gguf_dequantize(w, dtype)
-    x = make("normal", n, cols, seed=22)
-    y = q.matmul(dtype, w, rows, cols, x, 2, isa)
-    assert y.shape == (n, rows) and y.dtype == np.float32
-    for t in range(n):
-        for r in range(rows):
-            e, s, k = exact_dot(dtype, w[r], x[t])
-            assert within(float(y[t, r]), e, s, k), (t, r)
-    ref = x.astype(np.float64) @ wf.astype(np.float64).T
-    slack = act_quant_bound(q.act_type(dtype), wf, x) + 1e-5 * (np.abs(x) @ np.abs(wf).T)
-    assert np.all(np.abs(y - ref) <= slack)
+    check_matmul_vs_numpy(dtype, isa, cols=512, seed=21, exact=exact_dot)
 
 
 @pytest.mark.parametrize("dtype", TYPES)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -239,39 +240,50 @@ def test_vec_dot_vs_exact_and_scalar(dtype: str, case: str, isa: str) -> None:
 # ---- matmul --------------------------------------------------------------------------------
 
 
-def act_quant_bound(dtype: str, wf: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Bound on |W (x - deq(quant(x)))| per output: the activation's 8-bit rounding."""
-    if dtype in ("F32", "F16", "BF16"):
+def act_quant_bound(act: str, wf: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Bound on |W (x - deq(quant(x)))| per output: the 8-bit rounding of an activation of
+    type `act` (Q8_0 / Q8_1 blocks of 32, Q8_K of 256; zero for float activations)."""
+    if act == "F32":
         return np.zeros((x.shape[0], wf.shape[0]))
-    amax = np.abs(x.reshape(x.shape[0], -1, 32)).max(axis=2).astype(np.float64)  # [n, nb]
+    blk = 256 if act == "Q8_K" else 32
+    amax = np.abs(x.reshape(x.shape[0], -1, blk)).max(axis=2).astype(np.float64)  # [n, nb]
     d = amax / 127
-    err = d / 2 + 127 * d * 2.0**-11  # rounding to an integer, plus d rounded to half
-    wabs = np.abs(wf.astype(np.float64)).reshape(wf.shape[0], -1, 32).sum(axis=2)  # [rows, nb]
+    # rounding to an integer, plus d stored as a half (Q8_0 / Q8_1; Q8_K's float d: 2^-23)
+    err = d / 2 + 127 * d * (2.0**-22 if act == "Q8_K" else 2.0**-11)
+    wabs = np.abs(wf.astype(np.float64)).reshape(wf.shape[0], -1, blk).sum(axis=2)  # [rows, nb]
     bound = err @ wabs.T
-    if dtype == "Q4_1":  # s = d * sum(q) (|s| <= 32 amax) rounded to half, times m (|m| <= max |w|)
+    if act == "Q8_1":  # s = d * sum(q) (|s| <= 32 amax) rounded to half, times m (|m| <= max |w|)
         wmax = np.abs(wf.astype(np.float64)).reshape(wf.shape[0], -1, 32).max(axis=2)
         bound += (amax * 32 * 2.0**-11) @ wmax.T
     return bound
 
 
+ExactDot = Callable[[str, np.ndarray, np.ndarray], "tuple[float, float, int]"]
+
+
+def check_matmul_vs_numpy(dtype: str, isa: str, cols: int, seed: int, exact: ExactDot) -> None:
+    """q.matmul of a 37-row weight and 5 tokens: each output is the exact value of its
+    quantized product (`exact`, within that sum's rounding bound), and against plain float
+    math only the activation's quantization error remains. Shared with test_kquants.py."""
+    rows, n = 37, 5
+    w = q.quantize(dtype, make("scaled", rows, cols, seed=seed))
+    wf = gguf_dequantize(w, dtype)
+    x = make("normal", n, cols, seed=seed + 1)
+    y = q.matmul(dtype, w, rows, cols, x, 2, isa)
+    assert y.shape == (n, rows) and y.dtype == np.float32
+    for t in range(n):
+        for r in range(rows):
+            e, s, k = exact(dtype, w[r], x[t])
+            assert within(float(y[t, r]), e, s, k), (t, r)
+    ref = x.astype(np.float64) @ wf.astype(np.float64).T
+    slack = act_quant_bound(q.act_type(dtype), wf, x) + 1e-5 * (np.abs(x) @ np.abs(wf).T)
+    assert np.all(np.abs(y - ref) <= slack)
+
+
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("dtype", WEIGHT_TYPES)
 def test_matmul_vs_numpy(dtype: str, isa: str) -> None:
-    rows, cols, n = 37, 320, 5
-    w = q.quantize(dtype, make("scaled", rows, cols, seed=6))
-    wf = gguf_dequantize(w, dtype)
-    x = make("normal", n, cols, seed=7)
-    y = q.matmul(dtype, w, rows, cols, x, 2, isa)
-    assert y.shape == (n, rows) and y.dtype == np.float32
-    # Exact value of the quantized product, within the rounding bound of each element.
-    for t in range(n):
-        for r in range(rows):
-            e, s, k = exact_dot(dtype, w[r], x[t])
-            assert within(float(y[t, r]), e, s, k), (t, r)
-    # And against plain float math: only the activation's quantization error remains.
-    ref = x.astype(np.float64) @ wf.astype(np.float64).T
-    slack = act_quant_bound(dtype, wf, x) + 1e-5 * (np.abs(x) @ np.abs(wf).T)
-    assert np.all(np.abs(y - ref) <= slack)
+    check_matmul_vs_numpy(dtype, isa, cols=320, seed=6, exact=exact_dot)
 
 
 @pytest.mark.parametrize("dtype", WEIGHT_TYPES)
