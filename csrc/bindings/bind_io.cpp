@@ -8,6 +8,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -126,18 +129,58 @@ py::dict stats_dict(const ReadPoolStats& s) {
   return d;
 }
 
+// Memory for bench_reads' slabs, allocated the way the reads land in the engine: either
+// one aligned allocation per slab (4 KiB pages, like a plain buffer), or one anonymous
+// mapping with MADV_HUGEPAGE, as the expert store's arena (expert_store.cpp). The two can
+// differ several-fold on a virtio disk: a huge-page buffer needs far fewer segments per
+// request (issue 14; docs/benchmarks.md). Pages are faulted in before the timing.
+class BenchSlabs {
+ public:
+  BenchSlabs(std::size_t cap, int n, bool huge_pages) : cap_(cap) {
+    if (huge_pages) {
+      constexpr std::size_t kHuge = std::size_t{2} << 20;
+      bytes_ = (cap * static_cast<std::size_t>(n) + kHuge - 1) / kHuge * kHuge;
+      void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) fail(ErrorKind::InvalidArgument, "cannot map " + std::to_string(bytes_) + " bytes of slabs");
+      arena_ = static_cast<uint8_t*>(p);
+#if defined(MADV_HUGEPAGE)
+      (void)::madvise(arena_, bytes_, MADV_HUGEPAGE);
+#endif
+      std::memset(arena_, 0, bytes_);
+      for (int i = 0; i < n; ++i) ptrs_.push_back(arena_ + static_cast<std::size_t>(i) * cap);
+    } else {
+      for (int i = 0; i < n; ++i) {
+        owned_.push_back(aligned_alloc_array<uint8_t>(cap, kDirectAlign));
+        std::memset(owned_.back().get(), 0, cap);
+        ptrs_.push_back(owned_.back().get());
+      }
+    }
+  }
+  ~BenchSlabs() {
+    if (arena_) ::munmap(arena_, bytes_);
+  }
+  BenchSlabs(const BenchSlabs&) = delete;
+  BenchSlabs& operator=(const BenchSlabs&) = delete;
+  uint8_t* operator[](std::size_t i) const { return ptrs_[i]; }
+  std::size_t cap() const { return cap_; }
+
+ private:
+  std::size_t cap_;
+  uint8_t* arena_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::vector<AlignedPtr<uint8_t>> owned_;
+  std::vector<uint8_t*> ptrs_;
+};
+
 // Reads `length` bytes at each offset of `offsets`, keeping `in_flight` reads outstanding
 // (waited for oldest first), into `in_flight` preallocated slabs. Returns wall seconds.
 double bench_reads(ReadPool& pool, int32_t file, const std::vector<int64_t>& offsets, int64_t length,
-                   int in_flight) {
+                   int in_flight, bool huge_pages) {
   if (in_flight < 1) fail(ErrorKind::InvalidArgument, "in_flight must be >= 1");
   std::size_t cap = 0;
   for (int64_t off : offsets) cap = std::max(cap, slab_bytes(make_extent(file, off, length)));
-  std::vector<AlignedPtr<uint8_t>> slabs;
-  for (int i = 0; i < in_flight; ++i) {
-    slabs.push_back(aligned_alloc_array<uint8_t>(cap, kDirectAlign));
-    std::memset(slabs.back().get(), 0, cap);  // fault the pages in now, not during the timing
-  }
+  cap = (cap + kDirectAlign - 1) / kDirectAlign * kDirectAlign;  // every slab aligned in the arena
+  const BenchSlabs slabs(cap, in_flight, huge_pages);
   std::vector<Ticket> ring(static_cast<std::size_t>(in_flight), 0);
   const auto t0 = std::chrono::steady_clock::now();
   std::size_t next = 0;
@@ -150,7 +193,7 @@ double bench_reads(ReadPool& pool, int32_t file, const std::vector<int64_t>& off
         pool.wait(t);
       }
       if (next < offsets.size())
-        ring[k] = pool.submit({make_extent(file, offsets[next++], length), slabs[k].get(), cap});
+        ring[k] = pool.submit({make_extent(file, offsets[next++], length), slabs[k], cap});
     }
   } catch (...) {
     // Reads still in flight write into our slabs: retire them before the slabs go.
@@ -225,12 +268,14 @@ void bind_io(py::module_& parent) {
            py::arg("fault"))
       .def(
           "bench",
-          [](PyReadPool& p, int32_t file, const std::vector<int64_t>& offsets, int64_t length, int in_flight) {
+          [](PyReadPool& p, int32_t file, const std::vector<int64_t>& offsets, int64_t length, int in_flight,
+             bool huge_pages) {
             py::gil_scoped_release nogil;
-            return bench_reads(p.pool(), file, offsets, length, in_flight);
+            return bench_reads(p.pool(), file, offsets, length, in_flight, huge_pages);
           },
-          py::arg("file"), py::arg("offsets"), py::arg("length"), py::arg("in_flight"),
-          "Timed read loop in C++ (preallocated slabs, `in_flight` outstanding); returns seconds.")
+          py::arg("file"), py::arg("offsets"), py::arg("length"), py::arg("in_flight"), py::arg("huge_pages") = false,
+          "Timed read loop in C++ (preallocated, pre-faulted slabs, `in_flight` outstanding); returns seconds. "
+          "huge_pages=True puts the slabs in one MADV_HUGEPAGE mapping, as the expert cache's arena.")
       .def("close", [](PyReadPool& p) {
         py::gil_scoped_release nogil;
         p.pool().shutdown();

@@ -1,5 +1,5 @@
-"""The ``colibri`` command line: ``run``, ``chat``, ``info``, ``convert`` and ``verify``
-(see docs/cli.md).
+"""The ``colibri`` command line: ``run``, ``chat``, ``info``, ``convert``, ``verify`` and
+``doctor`` (see docs/cli.md).
 
 ``main(argv)`` returns the exit status: 0 on success, 1 for a runtime error (a colibri
 error: a missing or unreadable model, a download that failed, a prompt that does not
@@ -45,6 +45,10 @@ def _dispatch(args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO)
         from .convert import cmd_convert
 
         return cmd_convert(args, out, err)
+    if args.command == "doctor":
+        from .doctor import cmd_doctor
+
+        return cmd_doctor(args, out, err)
     if args.command == "verify":
         from .convert import cmd_verify
 

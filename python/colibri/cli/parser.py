@@ -229,6 +229,9 @@ def build_parser(version: str) -> Parser:
                                         "(a damaged expert by layer and expert).")
     verify.add_argument("container", metavar="CONTAINER", help="the container directory")
     _debug_flag(verify, argparse.SUPPRESS)
+    from .doctor import add_doctor_parser  # cli/doctor.py
+
+    add_doctor_parser(sub, _debug_flag)
     return parser
 
 
