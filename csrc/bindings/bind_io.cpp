@@ -273,9 +273,9 @@ void bind_io(py::module_& parent) {
             py::gil_scoped_release nogil;
             return bench_reads(p.pool(), file, offsets, length, in_flight, huge_pages);
           },
-          py::arg("file"), py::arg("offsets"), py::arg("length"), py::arg("in_flight"), py::arg("huge_pages") = false,
+          py::arg("file"), py::arg("offsets"), py::arg("length"), py::arg("in_flight"), py::arg("hugepages") = false,
           "Timed read loop in C++ (preallocated, pre-faulted slabs, `in_flight` outstanding); returns seconds. "
-          "huge_pages=True puts the slabs in one MADV_HUGEPAGE mapping, as the expert cache's arena.")
+          "hugepages=True puts the slabs in one MADV_HUGEPAGE mapping, as the expert cache's arena.")
       .def("close", [](PyReadPool& p) {
         py::gil_scoped_release nogil;
         p.pool().shutdown();

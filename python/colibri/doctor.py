@@ -295,7 +295,7 @@ def measure_reads(
                 offsets = [b * block_bytes for b in rng.sample(range(n_blocks), n_reads)]
                 _evict(path)
                 with cio.ReadPool([str(path)], workers=depth, direct=True) as pool:
-                    secs = pool.bench(0, offsets, block_bytes, depth, huge_pages=huge)
+                    secs = pool.bench(0, offsets, block_bytes, depth, hugepages=huge)
                     direct = direct and bool(pool.direct_active(0))
                 runs.setdefault((depth, huge), []).append(n_reads * block_bytes / secs / 1e9)
     rows = tuple(ReadRow(d, h, max(v), tuple(v)) for (d, h), v in runs.items())

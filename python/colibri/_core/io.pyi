@@ -18,9 +18,9 @@ class ReadPool:
         ...
     def __init__(self, paths: collections.abc.Sequence[str], workers: typing.SupportsInt | typing.SupportsIndex = 1, direct: bool = True, fault: str = 'none') -> None:
         ...
-    def bench(self, file: typing.SupportsInt | typing.SupportsIndex, offsets: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], length: typing.SupportsInt | typing.SupportsIndex, in_flight: typing.SupportsInt | typing.SupportsIndex, huge_pages: bool = False) -> float:
+    def bench(self, file: typing.SupportsInt | typing.SupportsIndex, offsets: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], length: typing.SupportsInt | typing.SupportsIndex, in_flight: typing.SupportsInt | typing.SupportsIndex, hugepages: bool = False) -> float:
         """
-        Timed read loop in C++ (preallocated, pre-faulted slabs, `in_flight` outstanding); returns seconds. huge_pages=True puts the slabs in one MADV_HUGEPAGE mapping, as the expert cache's arena.
+        Timed read loop in C++ (preallocated, pre-faulted slabs, `in_flight` outstanding); returns seconds. hugepages=True puts the slabs in one MADV_HUGEPAGE mapping, as the expert cache's arena.
         """
     def cancel(self, ticket: typing.SupportsInt | typing.SupportsIndex) -> bool:
         """
