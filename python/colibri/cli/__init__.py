@@ -1,4 +1,4 @@
-"""The ``colibri`` command line: ``run``, ``chat``, ``info``, ``convert`` and ``verify``
+"""The ``colibri`` command line: ``run``, ``chat``, ``serve``, ``info``, ``convert`` and ``verify``
 (see docs/cli.md).
 
 ``main(argv)`` returns the exit status: 0 on success, 1 for a runtime error (a colibri
@@ -41,6 +41,10 @@ def _dispatch(args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO)
         from .chat import cmd_chat
 
         return cmd_chat(args, stdin, out, err)
+    if args.command == "serve":
+        from .serve import cmd_serve
+
+        return cmd_serve(args, err)
     if args.command == "convert":
         from .convert import cmd_convert
 
