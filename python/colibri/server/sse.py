@@ -17,7 +17,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 DONE = "data: [DONE]\n\n"
@@ -66,15 +66,14 @@ async def _race(work: Awaitable[None], receive: Receive) -> bool:
     return gone
 
 
-class EventStream(Response):
+class EventStream(StreamingResponse):
     """``text/event-stream`` from `frames`; cancelled when the client disconnects."""
-
-    media_type = "text/event-stream"
 
     def __init__(self, frames: AsyncIterator[str], on_close: Callable[[], None] | None = None,
                  headers: dict[str, str] | None = None) -> None:
-        super().__init__(status_code=200, headers={"Cache-Control": "no-cache",
-                                                   "X-Accel-Buffering": "no", **(headers or {})})
+        super().__init__(frames, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+                                  **(headers or {})})
         self.frames = frames
         self.on_close = on_close
 
