@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -102,6 +103,16 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
                 err.write(f"colibri: serving {name} at http://{host}:{port}/v1 "
                           f"(context {model.context_length}, queue {args.max_queue})\n")
                 err.flush()
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Generator[None, None, None]:
+            with super().capture_signals():
+                yield
+                # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, so the
+                # process would end "killed by a signal"; a drained shutdown exits 0.
+                captured = getattr(self, "_captured_signals", None)
+                if isinstance(captured, list):
+                    captured.clear()
 
         def handle_exit(self, sig: int, frame: Any) -> None:
             scheduler.draining = True  # new requests get 503 while the running ones end
