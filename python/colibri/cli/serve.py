@@ -89,7 +89,11 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
                        progress=not args.quiet)
     api_key = args.api_key if args.api_key is not None else os.environ.get("COLIBRI_API_KEY")
     timeout = args.request_timeout if args.request_timeout > 0 else None
-    app = create_app(model, model_name=args.served_model_name, api_key=api_key or None,
+    # Without --served-model-name, the name the model was given on the command line
+    # ("smollm2") is accepted as well as its resolved name ("smollm2-135m-instruct").
+    aliases = [args.model] if args.served_model_name is None else []
+    app = create_app(model, model_name=args.served_model_name, aliases=aliases,
+                     api_key=api_key or None,
                      chat_template=template, max_queue=args.max_queue, timeout=timeout,
                      close_model=True, drain_timeout=args.shutdown_timeout)
     scheduler = app.state.colibri.scheduler

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -79,6 +79,7 @@ def create_app(
     model: Model,
     *,
     model_name: str | None = None,
+    aliases: Sequence[str] = (),
     api_key: str | None = None,
     chat_template: str | None = None,
     max_queue: int = 16,
@@ -88,7 +89,8 @@ def create_app(
     close_model: bool = False,
     drain_timeout: float = 30.0,
 ) -> FastAPI:
-    """The server for `model`, served as `model_name` (default ``model.name``).
+    """The server for `model`, served as `model_name` (default ``model.name``; requests
+    may also name it by one of `aliases`).
 
     ``api_key``: required from clients when set. ``chat_template``: Jinja source replacing
     the model's own template (e.g. one that renders tools). ``max_queue``: requests that
@@ -103,7 +105,8 @@ def create_app(
     template = (ChatTemplate(chat_template, bos_token=model.tokenizer.bos_token,
                              eos_token=model.tokenizer.eos_token, name="--chat-template")
                 if chat_template is not None else model.chat_template)
-    st = ServerState(model, scheduler, template, model_name or model.name, api_key, metrics)
+    st = ServerState(model, scheduler, template, model_name or model.name, api_key, metrics,
+                     aliases=frozenset(aliases))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

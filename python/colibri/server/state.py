@@ -25,10 +25,11 @@ class ServerState:
     api_key: str | None = None
     metrics: Metrics = field(default_factory=Metrics)
     created: int = field(default_factory=lambda: int(time.time()))
+    aliases: frozenset[str] = frozenset()  # other names clients may send (not listed)
 
     def check_model(self, name: str) -> None:
         """404 for a model this server does not serve."""
-        if name != self.model_name:
+        if name != self.model_name and name not in self.aliases:
             raise ApiError(404, f"the model {name!r} does not exist; this server serves "
                                 f"{self.model_name!r} (GET /v1/models)", param="model",
                            code="model_not_found")
