@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -132,3 +133,33 @@ def test_sigterm_drains_a_running_stream() -> None:
             httpx.get(s.url + "/health", timeout=5)
     finally:
         s.stop()
+
+
+def test_a_non_streamed_request_is_cancelled_when_its_client_leaves(
+        smollm2_server: ServerProcess) -> None:
+    base = smollm2_server.url
+    before = httpx.get(base + "/metrics").text
+    tokens0 = metric(before, "colibri_generated_tokens_total")
+    body = {"model": "smollm2", "messages": [{"role": "user", "content": "Tell a long story."}],
+            "max_tokens": 400, "temperature": 0}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection
+        httpx.post(smollm2_server.base + "/chat/completions", json=body, headers=HEADERS,
+                   timeout=httpx.Timeout(60, read=2))
+
+    def idle() -> bool:
+        return metric(httpx.get(base + "/metrics").text, "colibri_running_requests") == 0
+
+    wait_for(idle, 60, "the abandoned request to be cancelled")
+    after = httpx.get(base + "/metrics").text
+    assert metric(after, "colibri_cancelled_requests_total") >= \
+        metric(before, "colibri_cancelled_requests_total") + 1
+    assert metric(after, "colibri_generated_tokens_total") - tokens0 < 400  # stopped early
+
+
+def test_serve_flags_are_checked_before_loading(tmp_path: Path) -> None:
+    from colibri.cli import main
+
+    assert main(["serve", str(tmp_path / "none.gguf"), "--port", "70000"]) == 2
+    assert main(["serve", str(tmp_path / "none.gguf"), "--chat-template",
+                 str(tmp_path / "missing.jinja")]) == 2
+    assert main(["serve", str(tmp_path / "none.gguf"), "--port", "0"]) == 1  # no such model
