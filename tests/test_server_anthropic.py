@@ -42,6 +42,12 @@ def test_messages_equal_model_chat(client: anthropic.Anthropic,
     assert again.content[0].text == g.text
 
 
+def test_count_tokens(client: anthropic.Anthropic, smollm2_oracle: co.Model) -> None:
+    n = client.messages.count_tokens(model="smollm2", system=SYSTEM, messages=ASK)
+    assert n.input_tokens == smollm2_oracle.count_tokens(
+        messages=[{"role": "system", "content": SYSTEM}, *ASK])
+
+
 def test_stop_sequences_and_end_turn(client: anthropic.Anthropic,
                                      smollm2_oracle: co.Model) -> None:
     full = smollm2_oracle.chat(ASK, system=SYSTEM, max_tokens=16).text

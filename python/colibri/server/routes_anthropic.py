@@ -23,7 +23,7 @@ from .scheduler import Ticket
 from .sse import DeferredJSON, EventStream, event
 from .state import ServerState, state
 from .tools import CallSplitter, ToolCall, forced_call_grammar, parse_calls, template_format
-from .wire import MessagesRequest, SamplingFields
+from .wire import CountTokensRequest, MessagesRequest, SamplingFields
 
 router = APIRouter()
 
@@ -39,7 +39,7 @@ def _text(blocks: str | list[dict[str, Any]], where: str) -> str:
     return "".join(out)
 
 
-def _conversation(req: MessagesRequest) -> list[dict[str, Any]]:
+def _conversation(req: CountTokensRequest) -> list[dict[str, Any]]:
     msgs: list[dict[str, Any]] = []
     if req.system:
         msgs.append({"role": "system", "content": _text(req.system, "system")})
@@ -73,13 +73,19 @@ def _conversation(req: MessagesRequest) -> list[dict[str, Any]]:
     return msgs
 
 
+def _tools(req: CountTokensRequest) -> list[dict[str, Any]] | None:
+    """The tools as OpenAI's function definitions (what the chat templates take); None
+    when there are none or tool_choice is "none"."""
+    if not req.tools or (req.tool_choice or {}).get("type") == "none":
+        return None
+    return [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                              "parameters": t.input_schema}}
+            for t in req.tools]
+
+
 def _plan(st: ServerState, req: MessagesRequest) -> Plan:
-    tools = ([{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                 "parameters": t.input_schema}}
-              for t in req.tools] if req.tools else None)
+    tools = _tools(req)
     choice = (req.tool_choice or {}).get("type", "auto")
-    if choice == "none":
-        tools = None
     fmt = template_format(st.template.source) if tools is not None else None
     forced = None
     if tools is not None and choice in ("any", "tool"):
@@ -125,6 +131,15 @@ async def messages(req: MessagesRequest, request: Request) -> Response:
         return EventStream(_events(st, p, ticket), on_close=ticket.release)
     return DeferredJSON(lambda: answer(_body(st, p, ticket), anthropic=True),
                         on_close=ticket.release)
+
+
+@router.post("/v1/messages/count_tokens")
+async def count_tokens(req: CountTokensRequest, request: Request) -> dict[str, int]:
+    """The prompt's tokens as /v1/messages would prefill them (nothing is generated)."""
+    st = state(request)
+    st.check_model(req.model)
+    ids = render_chat(st.model, st.template, _conversation(req), _tools(req))
+    return {"input_tokens": len(ids)}
 
 
 def _blocks(text: str, calls: list[ToolCall]) -> list[dict[str, Any]]:

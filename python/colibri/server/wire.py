@@ -128,16 +128,21 @@ class AnthropicTool(Wire):
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
 
 
-class MessagesRequest(Wire):
+class CountTokensRequest(Wire):
+    """``POST /v1/messages/count_tokens``: what the prompt of a message request takes."""
+
     model: str
-    max_tokens: int = Field(ge=1)
     messages: list[AnthropicMessage] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None
+    tools: list[AnthropicTool] | None = None
+    tool_choice: dict[str, Any] | None = None
+
+
+class MessagesRequest(CountTokensRequest):
+    max_tokens: int = Field(ge=1)
     temperature: float | None = Field(default=None, ge=0, le=1)
     top_p: float | None = Field(default=None, gt=0, le=1)
     top_k: int | None = Field(default=None, ge=0)
     stop_sequences: list[str] | None = None
     stream: bool = False
-    tools: list[AnthropicTool] | None = None
-    tool_choice: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
