@@ -48,7 +48,7 @@ async def get_model(name: str, request: Request) -> dict[str, Any]:
     return _model_card(st)
 
 
-def _respond(st: ServerState, ticket: Ticket, stream: bool, frames: AsyncIterator[str] | None,
+def _respond(ticket: Ticket, stream: bool, frames: AsyncIterator[str] | None,
              work: Any) -> Response:
     if stream:
         assert frames is not None
@@ -67,7 +67,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request) -> Resp
     ticket = st.scheduler.admit()
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     frames = _chat_frames(st, p, ticket, include_usage) if req.stream else None
-    return _respond(st, ticket, req.stream, frames, lambda: _chat_body(st, p, ticket))
+    return _respond(ticket, req.stream, frames, lambda: _chat_body(st, p, ticket))
 
 
 def _message(p: Plan, text: str, finish: str) -> tuple[dict[str, Any], str]:
@@ -183,7 +183,7 @@ async def completions(req: CompletionRequest, request: Request) -> Response:
     ticket = st.scheduler.admit()
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     frames = _completion_frames(st, p, ticket, include_usage) if req.stream else None
-    return _respond(st, ticket, req.stream, frames, lambda: _completion_body(st, p, ticket))
+    return _respond(ticket, req.stream, frames, lambda: _completion_body(st, p, ticket))
 
 
 async def _completion_body(st: ServerState, p: Plan, ticket: Ticket) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,5 +101,3 @@ def usage(prompt: int, completion: int) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion}
 
-
-Compute = Callable[[], Awaitable[tuple[int, Any, dict[str, str]]]]
