@@ -182,3 +182,28 @@ def deepseek_model(request: pytest.FixtureRequest,
                    deepseek_models: dict[str, TinyDeepseek]) -> TinyDeepseek:
     """One DeepSeek/GLM-family variant (deepseek_factory.VARIANTS)."""
     return deepseek_models[request.param]
+
+
+@pytest.fixture(scope="session")
+def smollm2_server() -> Iterator[object]:
+    """``colibri serve`` on the SmolLM2 GGUF in a subprocess (server_helpers.ServerProcess),
+    shared by the tests/test_server_*.py modules: served as "smollm2", API key
+    SERVER_KEY, a 512-token context, three queue places."""
+    from realmodel import smollm2_gguf
+    from server_helpers import SERVER_CTX, SERVER_KEY, ServerProcess
+
+    s = ServerProcess(smollm2_gguf(), "-c", str(SERVER_CTX), "--api-key", SERVER_KEY,
+                      "--max-queue", "3", "--served-model-name", "smollm2", "-q")
+    yield s
+    assert s.stop() == 0, s.log()
+
+
+@pytest.fixture(scope="session")
+def smollm2_oracle() -> Iterator[object]:
+    """The same GGUF loaded in this process with the server's context: the oracle."""
+    import colibri as co
+    from realmodel import smollm2_gguf
+    from server_helpers import SERVER_CTX
+
+    with co.Model.load(smollm2_gguf(), engine=co.EngineConfig(context_length=SERVER_CTX)) as m:
+        yield m

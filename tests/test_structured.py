@@ -121,3 +121,61 @@ def test_bad_formats_are_clear_errors(model: co.Model) -> None:
         model.generate("x", max_tokens=2, response_format={"type": "xml"})
     with pytest.raises(InvalidRequestError, match="non-empty strings"):
         model.generate("x", max_tokens=2, response_format=Choice([]))
+
+
+def test_the_matcher_is_never_touched_while_a_mask_is_computed(
+        model: co.Model, monkeypatch: pytest.MonkeyPatch) -> None:
+    """llguidance's compute_bitmask holds its matcher (GIL released) on the mask thread;
+    any other call on it meanwhile raises "Already mutably borrowed" (seen under load as
+    a 500 from colibri serve). Every mask here takes 5 ms, and every matcher call made
+    while one is pending is recorded: there must be none."""
+    import threading
+    import time
+
+    import llguidance
+
+    import colibri.structured as structured
+
+    real, pool = llguidance.LLMatcher, structured._MASKS
+    pending = threading.Event()
+    touched: list[str] = []
+
+    class Executor:
+        def submit(self, fn):  # type: ignore[no-untyped-def]
+            pending.set()
+
+            def run():  # type: ignore[no-untyped-def]
+                try:
+                    time.sleep(0.005)
+                    return fn()
+                finally:
+                    pending.clear()
+            return pool.submit(run)
+
+    class Forward(type):
+        def __getattr__(cls, name: str) -> object:
+            return getattr(real, name)
+
+    class Guarded(metaclass=Forward):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            self._m = real(*args, **kwargs)
+
+        def compute_bitmask(self) -> object:
+            return self._m.compute_bitmask()
+
+        def __getattr__(self, name: str) -> object:
+            attr = getattr(self._m, name)
+
+            def call(*args: object, **kwargs: object) -> object:
+                if pending.is_set():
+                    touched.append(name)
+                return attr(*args, **kwargs)
+            return call
+
+    monkeypatch.setattr(structured, "_MASKS", Executor())
+    monkeypatch.setattr(llguidance, "LLMatcher", Guarded)
+    g = model.chat("Is water wet?", max_tokens=8, response_format=Choice(["yes", "no"]))
+    assert g.text in ("yes", "no")
+    g = model.chat("A city as JSON.", max_tokens=24,
+                   response_format=JsonSchema({"type": "object"}))
+    assert touched == []

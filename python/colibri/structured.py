@@ -246,6 +246,11 @@ class Constraint:
         self._n = n_vocab
         self._matcher = llg.LLMatcher(_lltokenizer(tokenizer, n_vocab), fmt.grammar(), log_level=0)
         self._check()
+        # The matcher may not be touched while a mask is computed: compute_bitmask holds
+        # it (mutably borrowed, the GIL released) on the mask thread, and any other call
+        # meanwhile raises "Already mutably borrowed". So whether it has stopped is read
+        # once per token, before the next mask starts, and remembered.
+        self._stopped = bool(self._matcher.is_stopped())
         self._pending = _MASKS.submit(self._matcher.compute_bitmask)
 
     def _check(self) -> None:
@@ -256,7 +261,7 @@ class Constraint:
     @property
     def done(self) -> bool:
         """Nothing may follow the text any more (only EOS): the generation ends."""
-        return bool(self._matcher.is_stopped())
+        return self._stopped
 
     def allowed(self) -> npt.NDArray[np.bool_]:
         """Which token ids keep the text valid ([vocab] bools), waiting for the mask."""
@@ -279,7 +284,8 @@ class Constraint:
             self._check()
             raise InternalError(f"structured output: token {token_id} was refused after the mask "
                                 "allowed it")
-        if not self._matcher.is_stopped():
+        self._stopped = bool(self._matcher.is_stopped())
+        if not self._stopped:
             self._pending = _MASKS.submit(self._matcher.compute_bitmask)
 
     def close(self) -> None:

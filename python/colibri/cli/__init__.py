@@ -1,5 +1,5 @@
-"""The ``colibri`` command line: ``run``, ``chat``, ``info``, ``convert``, ``verify`` and
-``doctor`` (see docs/cli.md).
+"""The ``colibri`` command line: ``run``, ``chat``, ``serve``, ``info``, ``convert``,
+``verify`` and ``doctor`` (see docs/cli.md).
 
 ``main(argv)`` returns the exit status: 0 on success, 1 for a runtime error (a colibri
 error: a missing or unreadable model, a download that failed, a prompt that does not
@@ -41,6 +41,10 @@ def _dispatch(args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO)
         from .chat import cmd_chat
 
         return cmd_chat(args, stdin, out, err)
+    if args.command == "serve":
+        from .serve import cmd_serve
+
+        return cmd_serve(args, err)
     if args.command == "convert":
         from .convert import cmd_convert
 

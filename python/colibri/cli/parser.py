@@ -200,6 +200,10 @@ def build_parser(version: str) -> Parser:
     _sampling_flags(chat, 512)
     _debug_flag(chat, argparse.SUPPRESS)
 
+    from .serve import add_serve_parser  # serve's own flags, cli/serve.py
+
+    add_serve_parser(sub, _engine_flags, _cache_flag, _debug_flag)
+
     info = sub.add_parser("info", help="describe a model without loading its weights",
                           description="Architecture, parameter and byte counts, quantization "
                                       "types, context length and MoE layout, read from the "

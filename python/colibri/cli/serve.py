@@ -1,0 +1,130 @@
+"""``colibri serve MODEL``: the HTTP server (colibri.server) on one loaded model."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+from collections.abc import Callable, Generator
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..errors import UnsupportedError
+from .parser import UsageError, engine_from_args
+
+
+def add_serve_parser(sub: Any, engine_flags: Callable[[argparse.ArgumentParser], None],
+                     cache_flag: Callable[[Any], None],
+                     debug_flag: Callable[[argparse.ArgumentParser, Any], None]) -> None:
+    p = sub.add_parser(
+        "serve", help="serve a model over OpenAI's and Anthropic's HTTP APIs",
+        description="Serve MODEL on OpenAI's (/v1/chat/completions, /v1/completions, "
+                    "/v1/models) and Anthropic's (/v1/messages) HTTP APIs, with /health and "
+                    "/metrics (Prometheus). One generation runs at a time; others wait in "
+                    "a bounded queue (see docs/serving.md). Ctrl-C or SIGTERM stops "
+                    "taking requests and lets the running ones finish.")
+    p.add_argument("model", metavar="MODEL",
+                   help="a .gguf file, a Hugging Face checkpoint directory, a native "
+                        "container or a named model (smollm2, smollm2-moe-demo)")
+    g = p.add_argument_group("server")
+    g.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only)")
+    g.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free)")
+    g.add_argument("--api-key", metavar="KEY",
+                   help="require this key from clients (Authorization: Bearer KEY or "
+                        "x-api-key: KEY; default: $COLIBRI_API_KEY, else none)")
+    g.add_argument("--served-model-name", metavar="NAME",
+                   help="the model id clients send and /v1/models lists (default: the "
+                        "model's name)")
+    g.add_argument("--chat-template", metavar="FILE",
+                   help="a Jinja chat template file replacing the model's own (e.g. one "
+                        "that renders tools)")
+    g.add_argument("--max-queue", type=int, default=16, metavar="N",
+                   help="requests that may wait beyond the running one; more get 429 "
+                        "(default 16)")
+    g.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="most seconds a request may take, queue wait included; 0: no "
+                        "limit (default 600)")
+    g.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="at shutdown, how long running requests may take to finish "
+                        "(default 30)")
+    g.add_argument("--prompt-cache", metavar="SIZE",
+                   help="keep the KV state of recent requests (e.g. 512MiB) so a chat's "
+                        "next turn prefills only its new tokens (default: off)")
+    g.add_argument("-q", "--quiet", action="store_true",
+                   help="no download progress and no access log on stderr")
+    cache_flag(p)
+    engine_flags(p)
+    debug_flag(p, argparse.SUPPRESS)
+
+
+def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
+    try:
+        import uvicorn
+
+        from ..server import create_app
+    except ImportError as exc:
+        raise UnsupportedError(
+            f"colibri serve needs the server extra ({exc.name} is missing): "
+            "pip install 'colibri[server]'"
+        ) from exc
+    from ..config import EngineConfig
+    from ..model import Model
+
+    if not 0 <= args.port <= 65535:
+        raise UsageError(f"argument --port: {args.port} is not a port (0..65535)")
+    if args.max_queue < 0:
+        raise UsageError("argument --max-queue: must be >= 0")
+    template = None
+    if args.chat_template is not None:
+        try:
+            template = Path(args.chat_template).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"argument --chat-template: cannot read {args.chat_template}: "
+                             f"{exc.strerror}") from None
+    engine: EngineConfig = engine_from_args(args)
+    if args.prompt_cache is not None:
+        engine = engine.replace(prompt_cache=args.prompt_cache)
+    model = Model.load(args.model, engine=engine, cache_dir=args.cache_dir,
+                       progress=not args.quiet)
+    api_key = args.api_key if args.api_key is not None else os.environ.get("COLIBRI_API_KEY")
+    timeout = args.request_timeout if args.request_timeout > 0 else None
+    # Without --served-model-name, the name the model was given on the command line
+    # ("smollm2") is accepted as well as its resolved name ("smollm2-135m-instruct").
+    aliases = [args.model] if args.served_model_name is None else []
+    app = create_app(model, model_name=args.served_model_name, aliases=aliases,
+                     api_key=api_key or None,
+                     chat_template=template, max_queue=args.max_queue, timeout=timeout,
+                     close_model=True, drain_timeout=args.shutdown_timeout)
+    scheduler = app.state.colibri.scheduler
+    name = app.state.colibri.model_name
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started and self.servers and self.servers[0].sockets:
+                host, port = self.servers[0].sockets[0].getsockname()[:2]
+                err.write(f"colibri: serving {name} at http://{host}:{port}/v1 "
+                          f"(context {model.context_length}, queue {args.max_queue})\n")
+                err.flush()
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Generator[None, None, None]:
+            with super().capture_signals():
+                yield
+                # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, so the
+                # process would end "killed by a signal"; a drained shutdown exits 0.
+                captured = getattr(self, "_captured_signals", None)
+                if isinstance(captured, list):
+                    captured.clear()
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            scheduler.draining = True  # new requests get 503 while the running ones end
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(app, host=args.host, port=args.port,
+                            log_level="warning" if args.quiet else "info",
+                            access_log=not args.quiet,
+                            timeout_graceful_shutdown=int(max(1, args.shutdown_timeout)))
+    Server(config).run()
+    return 0

@@ -1,0 +1,167 @@
+"""The request scheduler: the one object that owns the model on the server's side.
+
+Today it runs **one generation at a time** (``max_running=1``): a request is admitted into
+a bounded queue (:meth:`Scheduler.admit` raises :class:`~colibri.server.errors.QueueFull`,
+a 429, when ``max_running + max_queue`` requests are already in), waits its turn for a
+slot, then streams its tokens from ``Model.astream``. A request's ``n`` samples run one
+after the other in its slot. With ``max_running > 1`` several generations interleave token
+by token on the engine (its forwards serialize per model, docs/api.md), which shares no
+expert reads: throughput does not grow with it.
+
+This class is the seam for continuous batching (issue 15, item 2): a batching scheduler
+keeps :meth:`admit` and :meth:`Ticket.stream` as they are, and instead of one
+``astream`` per slot advances every running sequence in one batched forward per step,
+admitting queued requests between steps. The routes only see tickets and chunks.
+
+Cancellation: a ticket's consumer being cancelled (the client disconnected) raises
+CancelledError inside ``astream``, which stops between tokens and rolls its session back
+(colibri.aio); the slot is released on the way out. The per-request deadline (queue wait
+included) cancels the same way and raises :class:`~colibri.server.errors.RequestTimeout`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from ..generation import Chunk
+from ..model import Model
+from .errors import QueueFull, RequestTimeout, ShuttingDown
+from .metrics import Metrics
+
+
+class Scheduler:
+    """Admits requests into a bounded queue and runs ``max_running`` generations at a time
+    on ``model`` (one today; see the module's docstring)."""
+
+    def __init__(self, model: Model, metrics: Metrics | None = None, *, max_queue: int = 16,
+                 max_running: int = 1, timeout: float | None = 600.0,
+                 retry_after: int = 1) -> None:
+        if max_queue < 0 or max_running < 1:
+            raise ValueError("max_queue must be >= 0 and max_running >= 1")
+        self.model = model
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.max_queue = max_queue
+        self.max_running = max_running
+        self.timeout = timeout
+        self.retry_after = retry_after
+        self.waiting = 0  # admitted, waiting for a slot
+        self.running = 0  # holding a slot
+        self.draining = False  # set at shutdown: new requests get 503
+        self._slots: asyncio.Semaphore | None = None
+        self._idle: asyncio.Event | None = None
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        if self._slots is None:  # made in the server's event loop
+            self._slots = asyncio.Semaphore(self.max_running)
+        return self._slots
+
+    def admit(self, timeout: float | None = None) -> Ticket:
+        """A place in the queue, or QueueFull (429) / ShuttingDown (503) at once.
+        ``timeout`` (seconds, default the scheduler's) bounds queue wait plus generation."""
+        if self.draining:
+            raise ShuttingDown(self.retry_after)
+        if self.waiting + self.running >= self.max_running + self.max_queue:
+            self.metrics.rejected_total += 1
+            raise QueueFull(self.waiting, self.retry_after)
+        self.waiting += 1
+        return Ticket(self, self.timeout if timeout is None else timeout)
+
+    async def drain(self) -> None:
+        """Refuses new requests and waits until the admitted ones have finished."""
+        self.draining = True
+        while self.waiting or self.running:
+            await asyncio.sleep(0.05)
+
+
+class Ticket:
+    """One admitted request: ``async with ticket:`` waits for a slot (within the deadline)
+    and frees it at exit; :meth:`stream` runs one generation in it. :meth:`release` frees
+    the queue place of a ticket that never ran (a client gone before its turn)."""
+
+    def __init__(self, scheduler: Scheduler, timeout: float | None) -> None:
+        self._s = scheduler
+        self.timeout = timeout
+        self.admitted = time.perf_counter()
+        self.deadline = None if timeout is None else self.admitted + timeout
+        self._state = "queued"  # -> "running" -> "done"
+        self._first_token = False
+
+    def _left(self) -> float | None:
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.perf_counter())
+
+    async def __aenter__(self) -> Ticket:
+        s = self._s
+        try:
+            await asyncio.wait_for(s._semaphore().acquire(), self._left())
+        except asyncio.TimeoutError:
+            self.release()
+            s.metrics.timeouts_total += 1
+            raise RequestTimeout(self.timeout or 0.0) from None
+        except BaseException:
+            self.release()
+            raise
+        s.waiting -= 1
+        s.running += 1
+        self._state = "running"
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Gives the queue place or the slot back (idempotent)."""
+        s = self._s
+        if self._state == "queued":
+            s.waiting -= 1
+        elif self._state == "running":
+            s.running -= 1
+            s._semaphore().release()
+        self._state = "done"
+
+    async def stream(self, prompt_ids: Sequence[int], options: Mapping[str, Any],
+                     ) -> AsyncIterator[Chunk]:
+        """The chunks of one generation of `prompt_ids` with the call `options` of
+        ``Model.astream``, within the ticket's deadline. Counts the request's figures."""
+        if self._state != "running":
+            raise RuntimeError("Ticket.stream needs the slot: use `async with ticket:` first")
+        m = self._s.metrics
+        m.prompt_tokens_total += len(prompt_ids)
+        chunks = self._s.model.astream(list(prompt_ids), **options)
+        t_first = None
+        n = 0
+        try:
+            while True:
+                try:
+                    chunk = await asyncio.wait_for(anext(chunks), self._left())
+                except StopAsyncIteration:
+                    break
+                except asyncio.TimeoutError:
+                    m.timeouts_total += 1
+                    raise RequestTimeout(self.timeout or 0.0) from None
+                if chunk.token_id is not None:
+                    n += 1
+                    m.generated_tokens_total += 1
+                    now = time.perf_counter()
+                    if t_first is None:
+                        t_first = now
+                        if not self._first_token:
+                            self._first_token = True
+                            m.ttft.observe(now - self.admitted)
+                yield chunk
+        except asyncio.CancelledError:
+            m.cancelled_total += 1
+            raise
+        finally:
+            await chunks.aclose()
+            if t_first is not None and n > 1:
+                seconds = time.perf_counter() - t_first
+                m.decode_seconds_total += seconds
+                m.decode_tokens_total += n - 1
+                m.last_decode_tok_s = (n - 1) / seconds if seconds > 0 else 0.0

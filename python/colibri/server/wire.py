@@ -1,0 +1,148 @@
+"""The request bodies the server accepts, as pydantic models (the wire types).
+
+Fields the APIs define and that colibri serves are typed and range-checked here, so a bad
+value is a 400 naming the field before any work starts. Fields the APIs define that do
+not change what is generated (``user``, ``metadata``, ``store``, ``service_tier``...)
+are accepted and ignored (``extra="ignore"``); the few that would change the result and
+are not served (``echo``, ``best_of`` > 1, ``suffix``, ``audio``...) are refused in
+:mod:`colibri.server.options` with a message naming them. docs/serving.md lists both.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+# --- OpenAI -----------------------------------------------------------------------------
+
+
+class StreamOptions(Wire):
+    include_usage: bool = False
+
+
+class FunctionDef(Wire):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDef(Wire):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class NamedFunction(Wire):
+    name: str
+
+
+class NamedToolChoice(Wire):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class ChatMessage(Wire):
+    # Tool calls, names and tool_call_id pass through to the chat template as they are.
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class JsonSchemaSpec(Wire):
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(Wire):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaSpec | None = None
+
+
+class SamplingFields(Wire):
+    """What chat and legacy completions share."""
+
+    model: str
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seed: int | None = Field(default=None, ge=0)
+    stop: str | list[str] | None = None
+    n: int = Field(default=1, ge=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=0)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = None
+    # Not OpenAI's, but vLLM's and llama.cpp's names for colibri's other Sampling fields.
+    top_k: int | None = Field(default=None, ge=0)
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    repetition_penalty: float | None = Field(default=None, gt=0)
+    min_tokens: int | None = Field(default=None, ge=0)
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=0)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    response_format: ResponseFormat | None = None
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    # Refused when set (options.refuse_unsupported): they would change the answer.
+    audio: dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    prediction: dict[str, Any] | None = None
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    echo: bool = False
+    best_of: int | None = Field(default=None, ge=1)
+    suffix: str | None = None
+
+
+# --- Anthropic --------------------------------------------------------------------------
+
+
+class AnthropicMessage(Wire):
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class AnthropicTool(Wire):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str | None = None
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+
+
+class CountTokensRequest(Wire):
+    """``POST /v1/messages/count_tokens``: what the prompt of a message request takes."""
+
+    model: str
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[AnthropicTool] | None = None
+    tool_choice: dict[str, Any] | None = None
+
+
+class MessagesRequest(CountTokensRequest):
+    max_tokens: int = Field(ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=1)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=0)
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    metadata: dict[str, Any] | None = None
