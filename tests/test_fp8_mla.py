@@ -174,3 +174,20 @@ def _read(path: Path, offset: int, length: int) -> bytes:
     with open(path, "rb") as f:
         f.seek(offset)
         return f.read(length)
+
+
+@pytest.mark.parametrize("damage", ["missing", "nan"])
+def test_bad_kv_b_scales_are_named(damage: str, root: Path, tmp_path: Path) -> None:
+    """kv_b_proj without its scale_inv, or with a NaN scale: ModelFormatError naming it."""
+    fp8_dir, _ = fp8_deepseek(root, ODD)
+    bad = tmp_path / "bad"
+    shutil.copytree(fp8_dir, bad)
+    sd = load_file(str(bad / "model.safetensors"))
+    name = "model.layers.1.self_attn.kv_b_proj.weight_scale_inv"
+    if damage == "missing":
+        del sd[name]
+    else:
+        sd[name][0, 0] = float("nan")
+    save_file(sd, str(bad / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(colibri.errors.ModelFormatError, match="kv_b_proj|attn_k_b|attn_v_b"):
+        colibri.Model.load(bad, engine=colibri.EngineConfig(context_length=CONTEXT))
