@@ -8,6 +8,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -128,15 +131,40 @@ py::dict stats_dict(const ReadPoolStats& s) {
 
 // Reads `length` bytes at each offset of `offsets`, keeping `in_flight` reads outstanding
 // (waited for oldest first), into `in_flight` preallocated slabs. Returns wall seconds.
+// `hugepages`: the slabs lie back to back in one anonymous mapping advised MADV_HUGEPAGE,
+// as the expert cache's slots do (ExpertStore), instead of separate 4 KiB-page buffers:
+// some devices (virtio here) serve huge-page-backed O_DIRECT reads several times faster,
+// so the disk bound must be measured this way (docs/benchmarks.md).
 double bench_reads(ReadPool& pool, int32_t file, const std::vector<int64_t>& offsets, int64_t length,
-                   int in_flight) {
+                   int in_flight, bool hugepages) {
   if (in_flight < 1) fail(ErrorKind::InvalidArgument, "in_flight must be >= 1");
   std::size_t cap = 0;
   for (int64_t off : offsets) cap = std::max(cap, slab_bytes(make_extent(file, off, length)));
   std::vector<AlignedPtr<uint8_t>> slabs;
-  for (int i = 0; i < in_flight; ++i) {
-    slabs.push_back(aligned_alloc_array<uint8_t>(cap, kDirectAlign));
-    std::memset(slabs.back().get(), 0, cap);  // fault the pages in now, not during the timing
+  std::vector<uint8_t*> at;
+  struct Unmap {
+    void* p = nullptr;
+    std::size_t n = 0;
+    ~Unmap() {
+      if (p) ::munmap(p, n);
+    }
+  } arena;
+  if (hugepages) {
+    arena.n = cap * static_cast<std::size_t>(in_flight);
+    void* p = ::mmap(nullptr, arena.n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) fail(ErrorKind::InvalidArgument, "cannot map the benchmark's slabs");
+    arena.p = p;
+#if defined(MADV_HUGEPAGE)
+    (void)::madvise(p, arena.n, MADV_HUGEPAGE);
+#endif
+    std::memset(p, 0, arena.n);  // fault the pages in now, not during the timing
+    for (int i = 0; i < in_flight; ++i) at.push_back(static_cast<uint8_t*>(p) + static_cast<std::size_t>(i) * cap);
+  } else {
+    for (int i = 0; i < in_flight; ++i) {
+      slabs.push_back(aligned_alloc_array<uint8_t>(cap, kDirectAlign));
+      std::memset(slabs.back().get(), 0, cap);  // fault the pages in now, not during the timing
+      at.push_back(slabs.back().get());
+    }
   }
   std::vector<Ticket> ring(static_cast<std::size_t>(in_flight), 0);
   const auto t0 = std::chrono::steady_clock::now();
@@ -150,7 +178,7 @@ double bench_reads(ReadPool& pool, int32_t file, const std::vector<int64_t>& off
         pool.wait(t);
       }
       if (next < offsets.size())
-        ring[k] = pool.submit({make_extent(file, offsets[next++], length), slabs[k].get(), cap});
+        ring[k] = pool.submit({make_extent(file, offsets[next++], length), at[k], cap});
     }
   } catch (...) {
     // Reads still in flight write into our slabs: retire them before the slabs go.
@@ -225,12 +253,14 @@ void bind_io(py::module_& parent) {
            py::arg("fault"))
       .def(
           "bench",
-          [](PyReadPool& p, int32_t file, const std::vector<int64_t>& offsets, int64_t length, int in_flight) {
+          [](PyReadPool& p, int32_t file, const std::vector<int64_t>& offsets, int64_t length, int in_flight,
+             bool hugepages) {
             py::gil_scoped_release nogil;
-            return bench_reads(p.pool(), file, offsets, length, in_flight);
+            return bench_reads(p.pool(), file, offsets, length, in_flight, hugepages);
           },
-          py::arg("file"), py::arg("offsets"), py::arg("length"), py::arg("in_flight"),
-          "Timed read loop in C++ (preallocated slabs, `in_flight` outstanding); returns seconds.")
+          py::arg("file"), py::arg("offsets"), py::arg("length"), py::arg("in_flight"), py::arg("hugepages") = false,
+          "Timed read loop in C++ (preallocated slabs, `in_flight` outstanding; hugepages: one MADV_HUGEPAGE "
+          "mapping like the expert cache's); returns seconds.")
       .def("close", [](PyReadPool& p) {
         py::gil_scoped_release nogil;
         p.pool().shutdown();

@@ -18,9 +18,9 @@ class ReadPool:
         ...
     def __init__(self, paths: collections.abc.Sequence[str], workers: typing.SupportsInt | typing.SupportsIndex = 1, direct: bool = True, fault: str = 'none') -> None:
         ...
-    def bench(self, file: typing.SupportsInt | typing.SupportsIndex, offsets: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], length: typing.SupportsInt | typing.SupportsIndex, in_flight: typing.SupportsInt | typing.SupportsIndex) -> float:
+    def bench(self, file: typing.SupportsInt | typing.SupportsIndex, offsets: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], length: typing.SupportsInt | typing.SupportsIndex, in_flight: typing.SupportsInt | typing.SupportsIndex, hugepages: bool = False) -> float:
         """
-        Timed read loop in C++ (preallocated slabs, `in_flight` outstanding); returns seconds.
+        Timed read loop in C++ (preallocated slabs, `in_flight` outstanding; hugepages: one MADV_HUGEPAGE mapping like the expert cache's); returns seconds.
         """
     def cancel(self, ticket: typing.SupportsInt | typing.SupportsIndex) -> bool:
         """
