@@ -334,7 +334,7 @@ def test_bench_reads_every_offset(files: tuple[list[str], list[bytes]], hugepage
     """ReadPool.bench (the disk-bound measurement of benchmarks/bench_ds3_streaming.py), in
     4 KiB-page slabs or in one MADV_HUGEPAGE mapping like the expert cache's: every
     offset read once, whole, however many are in flight."""
-    paths, datas = files
+    paths, _ = files
     offsets = [0, ALIGN, 5 * ALIGN, 100 * ALIGN, 7 * ALIGN, 3 * ALIGN]
     for in_flight in (1, 3):
         with cio.ReadPool(paths, workers=2, direct=True) as pool:
