@@ -327,3 +327,18 @@ def test_idle_workers_use_no_cpu(files: tuple[list[str], list[bytes]]) -> None:
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     print(f"idle pool of 8 workers: {cpu * 1e3:.2f} ms CPU over {wall:.2f} s")
     assert cpu < 0.02
+
+
+@pytest.mark.parametrize("hugepages", [False, True])
+def test_bench_reads_every_offset(files: tuple[list[str], list[bytes]], hugepages: bool) -> None:
+    """ReadPool.bench (the disk-bound measurement of benchmarks/bench_ds3_streaming.py), in
+    4 KiB-page slabs or in one MADV_HUGEPAGE mapping like the expert cache's: every
+    offset read once, whole, however many are in flight."""
+    paths, _ = files
+    offsets = [0, ALIGN, 5 * ALIGN, 100 * ALIGN, 7 * ALIGN, 3 * ALIGN]
+    for in_flight in (1, 3):
+        with cio.ReadPool(paths, workers=2, direct=True) as pool:
+            secs = pool.bench(0, offsets, 64 * 1024, in_flight, hugepages)
+            st = pool.stats()
+        assert secs > 0
+        assert st["reads"] == len(offsets) and st["bytes"] == len(offsets) * 64 * 1024

@@ -99,7 +99,8 @@ void bind_engine(py::module_& m) {
   py::class_<TensorSpec>(m, "TensorSpec")
       .def(py::init([](std::string name, const std::string& dtype, std::vector<int64_t> shape,
                        std::vector<Extent> extents, int64_t unpermute, std::optional<uint32_t> crc32,
-                       std::vector<Extent> scale_extents, std::vector<int64_t> scale_block, int64_t transpose) {
+                       std::vector<Extent> scale_extents, std::vector<int64_t> scale_block, int64_t transpose,
+                       py::array_t<float, py::array::c_style | py::array::forcecast> scale_values) {
              TensorSpec t;
              t.name = std::move(name);
              t.type = dtype_from_name(dtype);
@@ -115,12 +116,15 @@ void bind_engine(py::module_& m) {
                t.scale_block_cols = scale_block[1];
              }
              t.transpose_heads = transpose;
+             if (scale_values.size() > 0)
+               t.scale_values.assign(scale_values.data(), scale_values.data() + scale_values.size());
              return t;
            }),
            py::arg("name"), py::arg("dtype"), py::arg("shape"), py::arg("extents"),
            py::arg("rope_unpermute_heads") = 0, py::arg("crc32") = py::none(),
            py::arg("scale_extents") = std::vector<Extent>{}, py::arg("scale_block") = std::vector<int64_t>{},
-           py::arg("transpose_heads") = 0)
+           py::arg("transpose_heads") = 0,
+           py::arg("scale_values") = py::array_t<float>(0))
       .def_readonly("name", &TensorSpec::name)
       .def_readonly("shape", &TensorSpec::shape);
 

@@ -23,6 +23,19 @@ void rope_part(const ModelSpec& s, float* x, const float* cos_sin) {
     rope_head(x, cos_sin, rot);
 }
 
+// Head h's rows [h*rows, (h+1)*rows) of an F8_E4M3 weight: its block scales start at the
+// head's first row block (the loader gives MLA's split kv_b_proj one scale row per row, so
+// heads always begin on a block; anything else is refused).
+BlockScales head_scales(const WeightView& w, int64_t rows, int64_t h) {
+  const BlockScales& s = w.scales;
+  if (s.block_rows <= 0 || rows % s.block_rows != 0)
+    fail(ErrorKind::Unsupported, "an F8_E4M3 per-head weight needs its heads to start on a scale block (" +
+                                     std::to_string(rows) + " rows per head, blocks of " +
+                                     std::to_string(s.block_rows) + ")");
+  const int64_t first = h * (rows / s.block_rows) * scale_cols(w.cols, s.block_cols);
+  return BlockScales{static_cast<const unsigned char*>(s.data) + first * 4, s.block_rows, s.block_cols};
+}
+
 }  // namespace
 
 void head_matmul(AttentionContext& ctx, const WeightView& w, int64_t n_heads, const float* x,
@@ -44,7 +57,8 @@ void head_matmul(AttentionContext& ctx, const WeightView& w, int64_t n_heads, co
       for (int64_t t = 0; t < n; ++t)
         std::memcpy(xin + t * cols, x + t * x_token_stride + h * x_head_stride,
                     static_cast<std::size_t>(cols) * sizeof(float));
-      const WeightView wh{w.type, rows, cols, static_cast<const uint8_t*>(w.data) + h * rows * rb};
+      WeightView wh{w.type, rows, cols, static_cast<const uint8_t*>(w.data) + h * rows * rb};
+      if (w.type == DType::F8_E4M3) wh.scales = head_scales(w, rows, h);
       // Inside the region the matmul runs on this member alone, with its own scratch.
       matmul_with(ctx.pool, k, wh, xin, n, yout, ws.thread_matmul[static_cast<std::size_t>(thread)]);
       for (int64_t t = 0; t < n; ++t)

@@ -87,8 +87,11 @@ struct TensorSpec {
   bool has_crc32 = false;           // native container: the bytes' crc32, checked at load
   uint32_t crc32 = 0;
   // F8_E4M3 only: the companion F32 block-scale matrix (quant/fp8.hpp), its extents and
-  // block shape; it lies in the store right after the weight's bytes.
+  // block shape; it lies in the store right after the weight's bytes. A tensor cut from a
+  // larger FP8 weight (MLA's attn_k_b / attn_v_b from kv_b_proj) brings its scale matrix as
+  // values instead (scale_values, row-major), re-blocked for its own rows by the loader.
   std::vector<Extent> scale_extents;
+  std::vector<float> scale_values;
   int64_t scale_block_rows = 0;
   int64_t scale_block_cols = 0;
 };

@@ -42,12 +42,13 @@ void unpermute_rows(Tensor& t, int64_t n_heads) {
 // [cols, rows / n_heads] elements; each becomes [rows / n_heads, cols]. Exact (a copy).
 void transpose_head_blocks(Tensor& t, int64_t n_heads) {
   std::size_t elem = 0;
+  if (t.type == DType::F8_E4M3) elem = 1;  // its scales come already laid out for the result
   if (t.type == DType::F32) elem = 4;
   if (t.type == DType::F16 || t.type == DType::BF16) elem = 2;
   if (elem == 0)
     fail(ErrorKind::Unsupported, "tensor '" + t.name + "' is " + dtype_name(t.type) +
                                      " but must be transposed at load, which needs a float type (F32, F16, "
-                                     "BF16); convert the checkpoint with 'colibri convert'");
+                                     "BF16, F8_E4M3); convert the checkpoint with 'colibri convert'");
   if (t.rows % n_heads != 0)
     fail(ErrorKind::Format, "tensor '" + t.name + "': " + std::to_string(t.rows) + " rows do not split into " +
                                 std::to_string(n_heads) + " heads");
@@ -111,13 +112,15 @@ std::size_t spec_bytes(const TensorSpec& s) {
 // An F8_E4M3 matrix needs its scale matrix, F32, of the size its block shape implies.
 void check_scales(const TensorSpec& s) {
   if (s.type != DType::F8_E4M3) {
-    if (!s.scale_extents.empty())
+    if (!s.scale_extents.empty() || !s.scale_values.empty())
       fail(ErrorKind::Format, "tensor '" + s.name + "': only F8_E4M3 weights carry block scales");
     return;
   }
   if (s.shape.size() != 2 || s.scale_block_rows <= 0 || s.scale_block_cols <= 0)
     fail(ErrorKind::Format, "F8_E4M3 tensor '" + s.name + "' needs a 2-D shape and a positive scale block shape");
-  std::size_t have = 0;
+  if (!s.scale_extents.empty() && !s.scale_values.empty())
+    fail(ErrorKind::Format, "F8_E4M3 tensor '" + s.name + "': block scales from extents and as values");
+  std::size_t have = s.scale_values.size() * sizeof(float);
   for (const auto& e : s.scale_extents) have += e.length;
   if (have != scale_bytes(s))
     fail(ErrorKind::Format, "F8_E4M3 tensor '" + s.name + "': its block scales need " +
@@ -180,6 +183,8 @@ WeightStore::WeightStore(const std::vector<TensorSpec>& specs, const FileSet& fi
         files.read(e, sp + at);
         at += e.length;
       }
+      if (!s.scale_values.empty())
+        std::memcpy(sp, s.scale_values.data(), s.scale_values.size() * sizeof(float));
       t.scales = BlockScales{sp, s.scale_block_rows, s.scale_block_cols};
     }
     std::vector<uint8_t> half;  // staging for a widened vector

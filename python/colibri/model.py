@@ -51,6 +51,7 @@ from .samples import SampleMethods
 from .sampling import Sampling
 from .session import Progress, Session
 from .sources import Manifest, ModelConfig, TensorInfo, open_model_source
+from .sources.fp8_parts import part_scales
 from .sources.hf_source import Fp8TensorInfo
 from .sources.validate import is_full_indexer_layer
 from .speculative import Speculator
@@ -238,7 +239,7 @@ def _model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
     return spec
 
 
-def _tensor_spec(t: TensorInfo, checksums: bool) -> _core.TensorSpec:
+def _tensor_spec(t: TensorInfo, checksums: bool, files: Sequence[Path]) -> _core.TensorSpec:
     """The core's view of one tensor. A native container's dense tensors carry their crc32,
     which the core checks as it loads them (IOConfig.checksums "off" skips that); an FP8
     block-scaled weight carries its scale matrix (docs/format.md, "FP8 block-scaled
@@ -250,11 +251,10 @@ def _tensor_spec(t: TensorInfo, checksums: bool) -> _core.TensorSpec:
                                 crc32, transpose_heads=t.transpose_heads)
     if t.transpose_heads or t.row_origin:
         # MLA's kv_b_proj split into attn_k_b / attn_v_b: their rows are a per-head subset
-        # of the FP8 weight's, so its 128x128 scale blocks do not line up with theirs.
-        raise UnsupportedError(
-            f"FP8 weight {t.name!r} (MLA's kv_b_proj, split per head) cannot run directly; "
-            f"convert the checkpoint first: colibri convert --quant q8_0 (or bf16)."
-        )
+        # of the FP8 weight's, so they get scales re-blocked per row (sources/fp8_parts.py).
+        values, block = part_scales(t, files)
+        return _core.TensorSpec(t.name, t.dtype, list(t.shape), extents, 0, crc32, [],
+                                list(block), t.transpose_heads, values.reshape(-1))  # fmt: skip
     if t.scale.dtype != "F32":
         raise UnsupportedError(
             f"FP8 weight {t.name!r} has {t.scale.dtype} block scales; colibri runs F32 scales "
@@ -266,7 +266,7 @@ def _tensor_spec(t: TensorInfo, checksums: bool) -> _core.TensorSpec:
 
 
 def _tensor_specs(manifest: Manifest, checksums: bool = True) -> list[_core.TensorSpec]:
-    return [_tensor_spec(t, checksums) for t in manifest.tensors.values()
+    return [_tensor_spec(t, checksums, manifest.files) for t in manifest.tensors.values()
             if t.name not in _SPEC_TENSORS]
 
 

@@ -371,7 +371,7 @@ class Extent:
     def offset(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
 class TensorSpec:
-    def __init__(self, name: str, dtype: str, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], extents: collections.abc.Sequence[Extent], rope_unpermute_heads: typing.SupportsInt | typing.SupportsIndex = 0, crc32: typing.SupportsInt | typing.SupportsIndex | None = None, scale_extents: collections.abc.Sequence[Extent] = [], scale_block: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], transpose_heads: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, name: str, dtype: str, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], extents: collections.abc.Sequence[Extent], rope_unpermute_heads: typing.SupportsInt | typing.SupportsIndex = 0, crc32: typing.SupportsInt | typing.SupportsIndex | None = None, scale_extents: collections.abc.Sequence[Extent] = [], scale_block: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = [], transpose_heads: typing.SupportsInt | typing.SupportsIndex = 0, scale_values: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] = ...) -> None:
         ...
     @property
     def name(self) -> str:

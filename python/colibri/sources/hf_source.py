@@ -10,9 +10,10 @@ read as they are too: ``load_hf`` reports those weights as :class:`Fp8TensorInfo
 ``F8_E4M3``, with their scale tensor and block size); the core runs them directly, the
 scale matrix beside the codes (docs/format.md, "FP8 block-scaled weights"), resident and
 streamed, and ``colibri convert`` dequantizes them. ``load_hf(d, allow_fp8=False)`` refuses
-such a checkpoint for callers that take no FP8 weights. (One exception: an MLA model's
-``kv_b_proj`` split per head into ``attn_k_b`` / ``attn_v_b`` no longer lines up with its
-128x128 scale blocks; Model.load refuses those and says to convert the checkpoint.)
+such a checkpoint for callers that take no FP8 weights. An MLA model's ``kv_b_proj``, split
+per head into ``attn_k_b`` / ``attn_v_b``, keeps its FP8 codes; its parts no longer line up
+with the 128x128 scale blocks, so they carry ``row_origin`` and Model.load gives them
+scales re-blocked per row (``fp8_parts.py``).
 
 What ``save_pretrained`` writes on disk (transformers 5.2x, checked on tiny models):
 
@@ -449,8 +450,8 @@ def _info(
 
 @dataclass(frozen=True, kw_only=True)
 class Fp8TensorInfo(TensorInfo):
-    """An FP8 block-scaled weight: ``dtype`` is ``F8_E4M3`` (one byte per element, which
-    the core cannot read; ``colibri convert`` dequantizes it) and element ``[i, j]`` is
+    """An FP8 block-scaled weight: ``dtype`` is ``F8_E4M3`` (one byte per element; the core
+    runs it with its scales, ``colibri convert`` dequantizes it) and element ``[i, j]`` is
     ``e4m3(byte) * scale[i // block[0], j // block[1]]`` in float32."""
 
     scale: TensorInfo  # <name>_scale_inv: F32 or BF16, (ceil(rows / b0), ceil(cols / b1))
