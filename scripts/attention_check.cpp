@@ -89,6 +89,53 @@ void run_case(const Case& c, Isa isa) {
   failures += !close + !same;
 }
 
+// Decode of the last query at a long context (9 chunks of 256 keys): a team of 1 runs every
+// KV head of a chunk in one task, a team of 3 splits the heads; both read the cache rows in
+// place. Same bits both ways, close to the reference.
+void run_long_decode(DType type, Isa isa) {
+  const int64_t n_pos = 2100, n_kv = 3, group = 3, d = 64, nh = n_kv * group;
+  std::mt19937 rng(static_cast<unsigned>(n_pos));
+  std::normal_distribution<float> nd;
+  std::vector<float> q(static_cast<std::size_t>(nh * d)), k(static_cast<std::size_t>(n_pos * n_kv * d)),
+      v(static_cast<std::size_t>(n_pos * n_kv * d));
+  for (auto* x : {&q, &k, &v})
+    for (float& f : *x) f = nd(rng);
+  const std::vector<uint8_t> kb = store(k, n_pos, n_kv, d, type), vb = store(v, n_pos, n_kv, d, type);
+  attn::Problem p;
+  p.n_queries = 1;
+  p.n_kv_heads = n_kv;
+  p.group = group;
+  p.dk = p.dv = d;
+  p.scale = 0.125f;
+  p.q = q.data();
+  p.q_stride = nh * d;
+  p.q_head_stride = d;
+  p.out_stride = nh * d;
+  p.out_head_stride = d;
+  p.pos0 = n_pos - 1;
+  p.k = attn::KvSide{type, kb.data(), row_bytes(type, d) * n_kv, row_bytes(type, d)};
+  p.v = attn::KvSide{type, vb.data(), row_bytes(type, d) * n_kv, row_bytes(type, d)};
+  std::vector<float> ref(static_cast<std::size_t>(nh * d)), one(ref.size()), three(ref.size()), ws;
+  p.out = ref.data();
+  attn::reference(p);
+  ThreadSettings ts;
+  ThreadPool pool1(ts);
+  ts.n_threads = 3;
+  ThreadPool pool3(ts);
+  p.out = one.data();
+  attn::run_with(pool1, p, ws, isa);
+  p.out = three.data();
+  attn::run_with(pool3, p, ws, isa);
+  float err = 0, vmax = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) err = std::fmax(err, std::fabs(one[i] - ref[i]));
+  for (float x : v) vmax = std::fmax(vmax, std::fabs(x));
+  const bool close = err <= 2e-5f * vmax, same = one == three;
+  std::printf("%-6s %-4s decode at %lld positions: max err %.2e (%s), 1 vs 3 threads %s\n", isa_name(isa),
+              dtype_name(type).c_str(), static_cast<long long>(n_pos), err, close ? "ok" : "FAIL",
+              same ? "same bits" : "FAIL");
+  failures += !close + !same;
+}
+
 }  // namespace
 
 int main() {
@@ -101,6 +148,7 @@ int main() {
   for (Isa isa : {Isa::Scalar, Isa::AVX2, Isa::AVX512, Isa::NEON}) {
     if (!attn::kernels_for(isa)) continue;
     for (const Case& c : cases) run_case(c, isa);
+    for (DType type : {DType::F32, DType::F16, DType::BF16, DType::Q8_0}) run_long_decode(type, isa);
   }
   std::printf("%s\n", failures ? "FAILED" : "all passed");
   return failures ? 1 : 0;

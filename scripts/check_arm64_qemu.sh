@@ -5,10 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-$(mktemp -d)}"
+# quant's dispatch table links every format's scalar and NEON kernels: all of csrc/quant
+# but the x86 files.
+quant=()
+for f in csrc/quant/*.cpp; do [[ "$f" == *avx* ]] || quant+=("$f"); done
 src=(scripts/attention_check.cpp csrc/attention/attention.cpp csrc/attention/attn_scalar.cpp
      csrc/attention/attn_neon.cpp csrc/attention/dispatch.cpp csrc/attention/reference.cpp
-     csrc/quant/dispatch.cpp csrc/quant/reference.cpp csrc/quant/dtype.cpp csrc/quant/kernels_neon.cpp
-     csrc/threadpool/threadpool.cpp)
+     "${quant[@]}" csrc/threadpool/threadpool.cpp)
 aarch64-linux-gnu-g++ -std=c++17 -O2 -Wall -Wextra -DCOLIBRI_ARM=1 -Icsrc "${src[@]}" -static -pthread \
   -o "$out/attention_check"
 qemu-aarch64 "$out/attention_check"

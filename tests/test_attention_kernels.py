@@ -52,6 +52,7 @@ SHAPES = [
     (4, 2, 192, 128, False),   # MLA expanded prefill: 128 nope + 64 rope keys, 128 values
     (1, 16, 576, 512, True),   # MLA absorbed: latent 512 + rope 64, values = latent prefix
     (3, 5, 64, 64, False),     # an odd group
+    (1, 3, 60, 60, False),     # tails of 4 lanes in the scores and the values
 ]
 
 
@@ -103,6 +104,24 @@ def test_bit_identical_across_threads_batching_and_chunking(isa: str, kv_type: s
     offsets = np.concatenate([[0], np.cumsum(np.arange(1, n_pos + 1))]).astype(np.int64)
     sparse = A.run(q, k, v, threads=2, key_index=index, key_offsets=offsets, **args)
     np.testing.assert_array_equal(sparse, full)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("kv_type", KV_TYPES)
+def test_long_decode_reads_the_cache_in_place(isa: str, kv_type: str) -> None:
+    # Decode reads key / value rows straight from the cache (conversion fused into the
+    # kernels' loads); with 9 chunks of 256 keys a team of 1 or 2 runs every KV head of a
+    # chunk in one task, a team of 3 splits the heads. Prefill (9 query rows per task)
+    # converts through an F32 tile. All must give the same bits, and match the reference.
+    n_pos = 2100
+    q, k, v = _data(21, n_pos, 3, 3, 64, 64, False)
+    args = dict(dv=64, scale=0.125, kv_type=kv_type, isa=isa)
+    batch = A.run(q[-3:], k, v, pos0=n_pos - 3, threads=2, **args)
+    for threads in (1, 2, 3):
+        one = A.run(q[-1:], k, v, pos0=n_pos - 1, threads=threads, **args)
+        np.testing.assert_array_equal(one[0], batch[-1], err_msg=f"{threads} threads")
+    ref = A.run(q[-1:], k, v, pos0=n_pos - 1, isa="reference", dv=64, scale=0.125, kv_type=kv_type)
+    _close(one, ref, v, f"{isa} {kv_type} decode at {n_pos}")
 
 
 @pytest.mark.parametrize("isa", ISAS)

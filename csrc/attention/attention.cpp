@@ -1,18 +1,24 @@
-// The tiled driver: work split, key blocks and chunks, conversion of cache rows to F32
-// tiles, the online softmax state and its merges. See attention.hpp for the contract and
-// the canonical order every query follows; kernels.hpp for the inner kernels.
+// The tiled driver: work split, key blocks and chunks, where the kernels read the cache
+// rows from, prefetching, the online softmax state and its merges. See attention.hpp for
+// the contract and the canonical order every query follows; kernels.hpp for the kernels.
 //
 // A task is a set of query rows that share one KV head: (a block of query positions) x
 // (a range of that group's heads), rows ordered query-major, so their causal key counts
-// never decrease from one row to the next. For each key block the task converts the key and
-// value rows to F32 once (in place for an F32 cache), computes the scores of all its rows,
-// updates each row's softmax state and accumulates the values.
+// never decrease from one row to the next. For each key block the task computes the scores
+// of all its rows, updates each row's softmax state and accumulates the values. A task of
+// few rows (decode: one GQA group) has the kernels read the key and value rows straight
+// from the cache, converting as they load, with a software prefetch a fixed distance ahead
+// in the same stream; a task of many rows (prefill) converts each block's rows into an F32
+// tile once for all of them (in place for an F32 cache). Conversion is exact, so the bits
+// are the same either way.
 //
 // Prefill (several queries): one task per (query block, KV head, head range), each running
 // its chunks in order and merging every chunk into the running state; the blocks with the
-// most keys go first so the team ends together. Decode (one query): one task per (KV head,
-// head range, chunk), the partials stored, then merged in chunk order; waves of
-// kWaveChunks chunks bound the memory of the partials.
+// most keys go first so the team ends together. Decode (one query): one task per (chunk,
+// head range) running every KV head in order (so a thread reads each position's K and V,
+// all heads, as one stream: the cache is [position][head][dim]) once the context has
+// enough chunks for the team, else per (chunk, KV head, head range); the partials stored,
+// then merged in chunk order; waves of kWaveChunks chunks bound the memory of the partials.
 #include "attention/attention.hpp"
 
 #include <algorithm>
@@ -32,6 +38,15 @@ constexpr int64_t kMaxTaskRows = 64;  // query rows (positions x heads) per task
 constexpr int64_t kWaveChunks = 32;   // decode: chunk partials held at once
 constexpr int64_t kAlign = 16;        // floats (64 bytes) between working buffers
 constexpr int64_t kInlineMergeFloats = 1 << 16;  // decode merges this small run on the caller
+// Rows read straight from the cache: each kernel pass asks for the row this many positions
+// ahead (SmolLM2 decode: 16 x 3 heads x 128 bytes of K or V in flight per stream).
+constexpr int64_t kPrefetchAhead = 16;
+// Tasks of at most this many query rows read the cache rows in place (the kernels share
+// each row load among up to 4 rows); larger ones convert a block into an F32 tile once.
+constexpr int64_t kFusedRows = 8;
+// Decode runs every KV head of a chunk in one task once there are this many chunks per
+// thread (enough to balance the team without splitting the heads).
+constexpr int64_t kAllHeadsChunksPerThread = 4;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
@@ -102,24 +117,30 @@ struct Keys {
   int64_t position(int64_t i) const { return index ? index[i] : i; }
 };
 
-// Rows [i0, i1) of one side as F32 rows; returns the first row, *stride its row stride.
-const float* load_tile(const KvSide& side, int64_t head, int64_t dim, const Keys& keys, int64_t i0, int64_t i1,
-                       float* tile, int64_t* stride) {
+// Rows [i0, i1) of one side for the kernels. Straight from the cache where the kernels can
+// read them in place (causal keys: evenly spaced rows) and either the cache is F32 or the
+// task has few query rows (decode: converting a row on each of its few passes costs less
+// than a round trip through a tile, and the row is read once from memory); otherwise
+// converted into the F32 tile once for all the task's rows (prefill, sparse keys).
+// prefetch_span: bytes from this head's row start to prefetch ahead of use, per position
+// (0: none).
+Rows rows_for(const KvSide& side, int64_t head, int64_t dim, const Keys& keys, int64_t i0, int64_t i1, float* tile,
+              bool fused, int64_t prefetch_span) {
   const auto* base = static_cast<const unsigned char*>(side.data) + static_cast<std::size_t>(head) * side.head_stride;
-  if (side.type == DType::F32 && !keys.index) {
-    *stride = static_cast<int64_t>(side.pos_stride / sizeof(float));
-    return reinterpret_cast<const float*>(base + static_cast<std::size_t>(i0) * side.pos_stride);
+  if (!keys.index && (fused || side.type == DType::F32)) {
+    Rows r{side.type, base + static_cast<std::size_t>(i0) * side.pos_stride, static_cast<int64_t>(side.pos_stride)};
+    r.prefetch = prefetch_span > 0 ? kPrefetchAhead : 0;
+    r.row_bytes = prefetch_span;
+    return r;
   }
   const DequantizeRowFn dequantize = kernels(side.type).dequantize_row;
   for (int64_t i = i0; i < i1; ++i)
     dequantize(base + static_cast<std::size_t>(keys.position(i)) * side.pos_stride, tile + (i - i0) * dim, dim);
-  *stride = dim;
-  return tile;
+  return Rows{DType::F32, reinterpret_cast<const unsigned char*>(tile), dim * static_cast<int64_t>(sizeof(float))};
 }
 
-// Asks for rows [i0, i1) of one side ahead of use (a chunk at a time). Decode streams the
-// cache from DRAM once a long context outgrows the caches; a profile of SmolLM2 decode at
-// 2k positions found half its attention time waiting in the first touch of each row.
+// Asks for rows [i0, i1) of one side ahead of use, a chunk at a time, where the rows go
+// through a tile (the direct path prefetches inside the kernels).
 void prefetch_rows(const KvSide& side, int64_t head, int64_t dim, const Keys& keys, int64_t i0, int64_t i1) {
   const auto* base = static_cast<const unsigned char*>(side.data) + static_cast<std::size_t>(head) * side.head_stride;
   const std::size_t bytes = row_bytes(side.type, dim);
@@ -135,6 +156,10 @@ struct TaskRows {
   int64_t n_rows;
   const int64_t* limit;  // per row: keys seen (key-index space), non-decreasing
   Keys keys;
+  // Per position, the bytes of K (and of V) to prefetch from this head's row on, for
+  // rows read straight from the cache: this head's row, or every head's (the whole
+  // position) when the task runs the KV heads in order and this is the first.
+  int64_t k_span = 0, v_span = 0;
 };
 
 // The partial softmax state of chunk c for the task's rows that reach into it, left in
@@ -145,8 +170,11 @@ int64_t chunk_partial(const Kernels& kr, const Problem& p, const TaskRows& t, in
                       p.v.head_stride == p.k.head_stride && p.v.type == p.k.type;
   int64_t first = 0;
   while (first < n && t.limit[first] <= c0) ++first;
-  prefetch_rows(p.k, t.head, p.dk, t.keys, c0, std::min(c0 + kChunkKeys, last));
-  if (!v_in_k) prefetch_rows(p.v, t.head, p.dv, t.keys, c0, std::min(c0 + kChunkKeys, last));
+  const bool fused = n - first <= kFusedRows;
+  if (!fused) {
+    prefetch_rows(p.k, t.head, p.dk, t.keys, c0, std::min(c0 + kChunkKeys, last));
+    if (!v_in_k) prefetch_rows(p.v, t.head, p.dv, t.keys, c0, std::min(c0 + kChunkKeys, last));
+  }
   for (int64_t r = first; r < n; ++r) {
     m.pm[r] = kNegInf;
     m.pl[r] = 0.0f;
@@ -156,12 +184,12 @@ int64_t chunk_partial(const Kernels& kr, const Problem& p, const TaskRows& t, in
     const int64_t b1 = std::min(b0 + kBlockKeys, last);
     int64_t ra = first;  // the first row that sees a key of this block
     while (t.limit[ra] <= b0) ++ra;
-    int64_t ks, vs;
-    const float* kt = load_tile(p.k, t.head, p.dk, t.keys, b0, b1, m.ktile, &ks);
-    const float* vt = v_in_k ? kt : load_tile(p.v, t.head, p.dv, t.keys, b0, b1, m.vtile, &vs);
-    if (v_in_k) vs = ks;
+    const Rows kt = rows_for(p.k, t.head, p.dk, t.keys, b0, b1, m.ktile, fused, t.k_span);
+    // MLA: the values are the first dv elements of the key rows (same bytes for F32, F16
+    // and BF16; Q8_0 rows are whole blocks, so a prefix of blocks).
+    const Rows vt = v_in_k ? kt : rows_for(p.v, t.head, p.dv, t.keys, b0, b1, m.vtile, fused, t.v_span);
     float* s = m.s + ra * kBlockKeys;
-    kr.scores(m.q + ra * p.dk, p.dk, n - ra, kt, ks, b1 - b0, p.dk, p.scale, s, kBlockKeys);
+    kr.scores(m.q + ra * p.dk, p.dk, n - ra, kt, b1 - b0, p.dk, p.scale, s, kBlockKeys);
     for (int64_t r = ra; r < n; ++r) {
       float* sr = m.s + r * kBlockKeys;
       std::fill(sr + (std::min(t.limit[r], b1) - b0), sr + kBlockKeys, kNegInf);
@@ -171,12 +199,13 @@ int64_t chunk_partial(const Kernels& kr, const Problem& p, const TaskRows& t, in
     // rows that see more continue where the previous ones stopped (a staircase on the
     // causal diagonal), which is the same sequence of operations per row.
     int64_t done = std::min(t.limit[ra], b1) - b0;
-    kr.pv(m.po + ra * p.dv, p.dv, n - ra, s, kBlockKeys, m.alpha + ra, vt, vs, done, p.dv);
+    kr.pv(m.po + ra * p.dv, p.dv, n - ra, s, kBlockKeys, m.alpha + ra, vt, done, p.dv);
     for (int64_t r = ra + 1; r < n; ++r) {
       const int64_t upto = std::min(t.limit[r], b1) - b0;
       if (upto <= done) continue;
-      kr.pv(m.po + r * p.dv, p.dv, n - r, m.s + r * kBlockKeys + done, kBlockKeys, nullptr, vt + done * vs, vs,
-            upto - done, p.dv);
+      Rows rest = vt;
+      rest.data += done * vt.stride;
+      kr.pv(m.po + r * p.dv, p.dv, n - r, m.s + r * kBlockKeys + done, kBlockKeys, nullptr, rest, upto - done, p.dv);
       done = upto;
     }
   }
@@ -225,7 +254,9 @@ void run_prefill(ThreadPool& pool, const Kernels& kr, const Problem& p, const Sp
         m.al[r] = 0.0f;
         std::fill(m.ao + r * p.dv, m.ao + (r + 1) * p.dv, 0.0f);
       }
-      const TaskRows rows{g, n, limit, Keys{p.key_index ? p.key_index + p.key_offsets[t0] : nullptr}};
+      const TaskRows rows{g, n, limit, Keys{p.key_index ? p.key_index + p.key_offsets[t0] : nullptr},
+                          static_cast<int64_t>(row_bytes(p.k.type, p.dk)),
+                          static_cast<int64_t>(row_bytes(p.v.type, p.dv))};
       for (int64_t c = 0; c * kChunkKeys < limit[n - 1]; ++c) {
         const int64_t first = chunk_partial(kr, p, rows, c, m);
         for (int64_t r = first; r < n; ++r)
@@ -251,25 +282,41 @@ void run_decode(ThreadPool& pool, const Kernels& kr, const Problem& p, const Spl
     a[p.dv + 1] = 0.0f;
   }
   const Keys keys{p.key_index ? p.key_index + p.key_offsets[0] : nullptr};
-  const int64_t per_chunk = p.n_kv_heads * sp.head_tiles;
+  // A long context runs every KV head of a chunk in one task, in order, so the thread
+  // reads each position's K and V rows (all heads, contiguous) as one stream; a short one
+  // splits the heads too, to give every thread work.
+  const int64_t task_heads = n_chunks >= kAllHeadsChunksPerThread * pool.size() ? p.n_kv_heads : 1;
+  const int64_t per_chunk = p.n_kv_heads / task_heads * sp.head_tiles;
+  const auto k_row = static_cast<int64_t>(row_bytes(p.k.type, p.dk));
+  const auto v_row = static_cast<int64_t>(row_bytes(p.v.type, p.dv));
+  const int64_t k_all = static_cast<int64_t>(p.k.head_stride) * (p.n_kv_heads - 1) + k_row;
+  const int64_t v_all = static_cast<int64_t>(p.v.head_stride) * (p.n_kv_heads - 1) + v_row;
   for (int64_t w0 = 0; w0 < n_chunks; w0 += kWaveChunks) {
     const int64_t w1 = std::min(n_chunks, w0 + kWaveChunks);
     pool.parallel_for((w1 - w0) * per_chunk, 1, [&](int64_t begin, int64_t end, int thread) {
       ThreadMem m = carve(ws + thread * per_thread, sp.max_rows, p.dk, p.dv);
       int64_t limit[kMaxTaskRows];
       for (int64_t task = begin; task < end; ++task) {
-        const int64_t c = w0 + task / per_chunk, g = (task % per_chunk) / sp.head_tiles;
-        const int64_t h0 = (task % sp.head_tiles) * sp.heads_per_task, n = std::min(p.group, h0 + sp.heads_per_task) - h0;
-        for (int64_t r = 0; r < n; ++r) {
-          limit[r] = n_keys;
-          std::copy(q_row(p, 0, g * p.group + h0 + r), q_row(p, 0, g * p.group + h0 + r) + p.dk, m.q + r * p.dk);
-        }
-        chunk_partial(kr, p, TaskRows{g, n, limit, keys}, c, m);
-        for (int64_t r = 0; r < n; ++r) {
-          float* out = partials + ((c - w0) * heads + g * p.group + h0 + r) * state;
-          std::copy(m.po + r * p.dv, m.po + (r + 1) * p.dv, out);
-          out[p.dv] = m.pm[r];
-          out[p.dv + 1] = m.pl[r];
+        const int64_t c = w0 + task / per_chunk, ht = task % sp.head_tiles;
+        const int64_t h0 = ht * sp.heads_per_task, n = std::min(p.group, h0 + sp.heads_per_task) - h0;
+        const int64_t g0 = (task % per_chunk) / sp.head_tiles * task_heads;
+        for (int64_t g = g0; g < g0 + task_heads; ++g) {
+          for (int64_t r = 0; r < n; ++r) {
+            limit[r] = n_keys;
+            std::copy(q_row(p, 0, g * p.group + h0 + r), q_row(p, 0, g * p.group + h0 + r) + p.dk, m.q + r * p.dk);
+          }
+          TaskRows rows{g, n, limit, keys, k_row, v_row};
+          if (task_heads > 1) {  // the first head asks for the whole positions, the rest find them
+            rows.k_span = g == 0 ? k_all : 0;
+            rows.v_span = g == 0 ? v_all : 0;
+          }
+          chunk_partial(kr, p, rows, c, m);
+          for (int64_t r = 0; r < n; ++r) {
+            float* out = partials + ((c - w0) * heads + g * p.group + h0 + r) * state;
+            std::copy(m.po + r * p.dv, m.po + (r + 1) * p.dv, out);
+            out[p.dv] = m.pm[r];
+            out[p.dv + 1] = m.pl[r];
+          }
         }
       }
     });

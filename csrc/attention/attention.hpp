@@ -16,7 +16,9 @@
 //
 // How it runs (attention/attention.cpp):
 //  - every query head of a KV group is processed together, so each key and value row is
-//    read (and converted to F32) once per group and block, not once per head;
+//    read (and converted to F32) once per group and block, not once per head; decode
+//    reads the rows straight from the cache (conversion fused into the kernels' loads,
+//    software prefetch a fixed distance ahead), prefill through an F32 tile per block;
 //  - online (streaming) softmax over blocks of kBlockKeys keys, in chunks of kChunkKeys:
 //    no n_keys-long score buffer per head;
 //  - prefill is tiled over queries (a block of query positions x the group's heads) and

@@ -1,6 +1,8 @@
 // AVX2 + FMA attention kernels (compiled with -mavx2 -mfma -mf16c -mbmi2, run only when
 // the CPU has them). Scalar statement of each: attn_scalar.cpp; contract: kernels.hpp.
 //
+// Rows are read at the cache's type and converted on load (F16C for F16, a shift for BF16,
+// int8 x scale for Q8_0: all exact), up to 4 query rows sharing each key / value load.
 // Fixed arithmetic per element, whatever the tile: a score is 8 lanes of FMA partial sums
 // (lane l takes elements l, l + 8, ...; a tail of dk % 8 is zero-padded) reduced by the
 // same tree, ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7)), then times the scale; an output element
@@ -15,10 +17,13 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "attention/attention.hpp"
 #include "attention/kernels.hpp"
+#include "quant/blocks.hpp"
 
 namespace colibri::attn {
 namespace {
@@ -73,10 +78,65 @@ inline __m256i lane_mask(int64_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-// Scores of R query rows against C keys.
-template <int R, int C>
-COLIBRI_INLINE void score_tile(const float* q, int64_t qs, const float* k, int64_t ks, int64_t dk, float scale, float* s,
-                       int64_t ld) {
+// How each cache type is read: elements [i, i + 8) of a row as F32 (exact), and the
+// zero-padded tail of n < 8 elements at i (never read past the row).
+struct F32Elems {
+  static COLIBRI_INLINE __m256 load(const unsigned char* row, int64_t i) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
+  }
+  static COLIBRI_INLINE __m256 tail(const unsigned char* row, int64_t i, int64_t n) {
+    return _mm256_maskload_ps(reinterpret_cast<const float*>(row) + i, lane_mask(n));
+  }
+};
+
+COLIBRI_INLINE __m128i half_tail(const unsigned char* p, int64_t n) {
+  alignas(16) uint16_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::memcpy(h, p, static_cast<std::size_t>(n) * sizeof(uint16_t));
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(h));
+}
+
+struct F16Elems {
+  static COLIBRI_INLINE __m256 load(const unsigned char* row, int64_t i) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+  }
+  static COLIBRI_INLINE __m256 tail(const unsigned char* row, int64_t i, int64_t n) {
+    return _mm256_cvtph_ps(half_tail(row + 2 * i, n));
+  }
+};
+
+struct BF16Elems {
+  static COLIBRI_INLINE __m256 widen(__m128i h) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static COLIBRI_INLINE __m256 load(const unsigned char* row, int64_t i) {
+    return widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+  }
+  static COLIBRI_INLINE __m256 tail(const unsigned char* row, int64_t i, int64_t n) {
+    return widen(half_tail(row + 2 * i, n));
+  }
+};
+
+// Q8_0: i is a multiple of 8 and the row whole blocks, so 8 elements never straddle a
+// block. q * d is exact in F32 (an 8-bit integer times an 11-bit half mantissa).
+struct Q8Elems {
+  static COLIBRI_INLINE __m256 load(const unsigned char* row, int64_t i) {
+    const unsigned char* block = row + (i / kQK) * static_cast<int64_t>(sizeof(BlockQ8_0));
+    uint16_t d;
+    std::memcpy(&d, block + offsetof(BlockQ8_0, d), sizeof d);
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ8_0, qs) + i % kQK));
+    const __m256 scale = _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(d)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), scale);
+  }
+  static COLIBRI_INLINE __m256 tail(const unsigned char* row, int64_t i, int64_t n) {
+    return _mm256_and_ps(load(row, i), _mm256_castsi256_ps(lane_mask(n)));  // unreachable: whole blocks
+  }
+};
+
+// Scores of R query rows against C keys (R * C <= 8 accumulators).
+template <class E, int R, int C>
+COLIBRI_INLINE void score_tile(const float* q, int64_t qs, const unsigned char* k, int64_t ks, int64_t dk, float scale,
+                               float* s, int64_t ld) {
+  static_assert(R * C <= 8, "one reduction of 8 sums");
   __m256 acc[8];
   for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
   int64_t i = 0;
@@ -84,7 +144,7 @@ COLIBRI_INLINE void score_tile(const float* q, int64_t qs, const float* k, int64
     __m256 qv[R];
     for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_ps(q + r * qs + i);
     for (int c = 0; c < C; ++c) {
-      const __m256 kv = _mm256_loadu_ps(k + c * ks + i);
+      const __m256 kv = E::load(k + c * ks, i);
       for (int r = 0; r < R; ++r) acc[r * C + c] = _mm256_fmadd_ps(qv[r], kv, acc[r * C + c]);
     }
   }
@@ -93,7 +153,7 @@ COLIBRI_INLINE void score_tile(const float* q, int64_t qs, const float* k, int64
     __m256 qv[R];
     for (int r = 0; r < R; ++r) qv[r] = _mm256_maskload_ps(q + r * qs + i, m);
     for (int c = 0; c < C; ++c) {
-      const __m256 kv = _mm256_maskload_ps(k + c * ks + i, m);
+      const __m256 kv = E::tail(k + c * ks, i, dk - i);
       for (int r = 0; r < R; ++r) acc[r * C + c] = _mm256_fmadd_ps(qv[r], kv, acc[r * C + c]);
     }
   }
@@ -104,25 +164,47 @@ COLIBRI_INLINE void score_tile(const float* q, int64_t qs, const float* k, int64
     for (int c = 0; c < C; ++c) s[r * ld + c] = out[r * C + c];
 }
 
-template <int R>
-void score_rows(const float* q, int64_t qs, const float* k, int64_t ks, int64_t n_keys, int64_t dk,
-                       float scale, float* s, int64_t ld) {
+// R rows (1..4) against every key: up to 4 rows share each key load.
+template <class E, int R>
+void score_rows(const float* q, int64_t qs, const Rows& k, int64_t n_keys, int64_t dk, float scale, float* s,
+                int64_t ld, bool prefetch) {
+  constexpr int C = R <= 2 ? 4 : 2;
   int64_t j = 0;
-  for (; j + 4 <= n_keys; j += 4) score_tile<R, 4>(q, qs, k + j * ks, ks, dk, scale, s + j, ld);
-  switch (n_keys - j) {
-    case 3: score_tile<R, 3>(q, qs, k + j * ks, ks, dk, scale, s + j, ld); break;
-    case 2: score_tile<R, 2>(q, qs, k + j * ks, ks, dk, scale, s + j, ld); break;
-    case 1: score_tile<R, 1>(q, qs, k + j * ks, ks, dk, scale, s + j, ld); break;
-    default: break;
+  for (; j + C <= n_keys; j += C) {
+    if (prefetch)
+      for (int c = 0; c < C; ++c) prefetch_ahead(k, j + c);
+    score_tile<E, R, C>(q, qs, k.data + j * k.stride, k.stride, dk, scale, s + j, ld);
+  }
+  for (; j < n_keys; ++j) {
+    if (prefetch) prefetch_ahead(k, j);
+    score_tile<E, R, 1>(q, qs, k.data + j * k.stride, k.stride, dk, scale, s + j, ld);
   }
 }
 
-void scores(const float* q, int64_t q_stride, int64_t n_rows, const float* k, int64_t k_stride, int64_t n_keys,
-            int64_t dk, float scale, float* s, int64_t ld) {
-  int64_t r = 0;
-  for (; r + 2 <= n_rows; r += 2)
-    score_rows<2>(q + r * q_stride, q_stride, k, k_stride, n_keys, dk, scale, s + r * ld, ld);
-  if (r < n_rows) score_rows<1>(q + r * q_stride, q_stride, k, k_stride, n_keys, dk, scale, s + r * ld, ld);
+template <class E>
+void scores_as(const float* q, int64_t q_stride, int64_t n_rows, const Rows& k, int64_t n_keys, int64_t dk,
+               float scale, float* s, int64_t ld) {
+  for (int64_t r = 0; r < n_rows; r += 4) {
+    const bool prefetch = r == 0 && k.prefetch > 0;  // the first pass over the keys asks ahead
+    const float* qr = q + r * q_stride;
+    float* sr = s + r * ld;
+    switch (n_rows - r) {
+      case 1: score_rows<E, 1>(qr, q_stride, k, n_keys, dk, scale, sr, ld, prefetch); break;
+      case 2: score_rows<E, 2>(qr, q_stride, k, n_keys, dk, scale, sr, ld, prefetch); break;
+      case 3: score_rows<E, 3>(qr, q_stride, k, n_keys, dk, scale, sr, ld, prefetch); break;
+      default: score_rows<E, 4>(qr, q_stride, k, n_keys, dk, scale, sr, ld, prefetch); break;
+    }
+  }
+}
+
+void scores(const float* q, int64_t q_stride, int64_t n_rows, const Rows& k, int64_t n_keys, int64_t dk,
+            float scale, float* s, int64_t ld) {
+  switch (k.type) {
+    case DType::F16: return scores_as<F16Elems>(q, q_stride, n_rows, k, n_keys, dk, scale, s, ld);
+    case DType::BF16: return scores_as<BF16Elems>(q, q_stride, n_rows, k, n_keys, dk, scale, s, ld);
+    case DType::Q8_0: return scores_as<Q8Elems>(q, q_stride, n_rows, k, n_keys, dk, scale, s, ld);
+    default: return scores_as<F32Elems>(q, q_stride, n_rows, k, n_keys, dk, scale, s, ld);
+  }
 }
 
 float softmax_block(float* s, float* m, float* l) {
@@ -147,67 +229,86 @@ float softmax_block(float* s, float* m, float* l) {
   return alpha;
 }
 
-// Output dims [0, 8 * NC) of R rows; with Tail the last vector is masked by `tail`.
-template <bool Tail>
-COLIBRI_INLINE __m256 load_part(const float* p, __m256i tail) {
-  return Tail ? _mm256_maskload_ps(p, tail) : _mm256_loadu_ps(p);
-}
-
-template <int R, int NC, bool Tail>
-COLIBRI_INLINE void pv_tile(float* o, int64_t os, const float* p, int64_t ps, const float* alpha, const float* v,
-                            int64_t vs, int64_t n_keys, __m256i tail) {
+// Output dims [d0, d0 + 8 * NC) of R rows; with Tail the last vector holds `tail` dims.
+template <class E, int R, int NC, bool Tail>
+COLIBRI_INLINE void pv_tile(float* o, int64_t os, const float* p, int64_t ps, const float* alpha, const Rows& v,
+                            int64_t d0, int64_t n_keys, int64_t tail, bool prefetch) {
+  const __m256i tmask = lane_mask(tail);
   __m256 acc[R][NC];
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < NC; ++c)
-      acc[r][c] = c == NC - 1 ? load_part<Tail>(o + r * os + 8 * c, tail) : _mm256_loadu_ps(o + r * os + 8 * c);
+      acc[r][c] = Tail && c == NC - 1 ? _mm256_maskload_ps(o + r * os + 8 * c, tmask)
+                                      : _mm256_loadu_ps(o + r * os + 8 * c);
     if (alpha) {
       const __m256 a = _mm256_set1_ps(alpha[r]);
       for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_mul_ps(acc[r][c], a);
     }
   }
   for (int64_t j = 0; j < n_keys; ++j) {
-    __m256 vv[NC];
-    for (int c = 0; c < NC; ++c)
-      vv[c] = c == NC - 1 ? load_part<Tail>(v + j * vs + 8 * c, tail) : _mm256_loadu_ps(v + j * vs + 8 * c);
-    for (int r = 0; r < R; ++r) {
-      const __m256 pj = _mm256_broadcast_ss(p + r * ps + j);
-      for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_fmadd_ps(pj, vv[c], acc[r][c]);
+    if (prefetch) prefetch_ahead(v, j);
+    const unsigned char* row = v.data + j * v.stride;
+    __m256 pj[R];
+    for (int r = 0; r < R; ++r) pj[r] = _mm256_broadcast_ss(p + r * ps + j);
+    for (int c = 0; c < NC; ++c) {
+      const __m256 vv = Tail && c == NC - 1 ? E::tail(row, d0 + 8 * c, tail) : E::load(row, d0 + 8 * c);
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(pj[r], vv, acc[r][c]);
     }
   }
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < NC; ++c) {
       if (Tail && c == NC - 1)
-        _mm256_maskstore_ps(o + r * os + 8 * c, tail, acc[r][c]);
+        _mm256_maskstore_ps(o + r * os + 8 * c, tmask, acc[r][c]);
       else
         _mm256_storeu_ps(o + r * os + 8 * c, acc[r][c]);
     }
 }
 
-template <int R>
-void pv_rows(float* o, int64_t os, const float* p, int64_t ps, const float* alpha, const float* v, int64_t vs,
-             int64_t n_keys, int64_t dv) {
+// R rows (1..4): 8 * NC output dims at a time, every key's value row read once per pass.
+template <class E, int R>
+void pv_rows(float* o, int64_t os, const float* p, int64_t ps, const float* alpha, const Rows& v, int64_t n_keys,
+             int64_t dv, bool prefetch) {
+  constexpr int NC = R <= 2 ? 4 : 2;
   int64_t d0 = 0;
-  const __m256i all = lane_mask(8);
-  for (; d0 + 32 <= dv; d0 += 32) pv_tile<R, 4, false>(o + d0, os, p, ps, alpha, v + d0, vs, n_keys, all);
+  for (; d0 + 8 * NC <= dv; d0 += 8 * NC) {
+    pv_tile<E, R, NC, false>(o + d0, os, p, ps, alpha, v, d0, n_keys, 8, prefetch);
+    prefetch = false;  // the later passes find the rows in L1
+  }
   const int64_t left = dv - d0;
   if (left == 0) return;
-  const __m256i tail = lane_mask((left - 1) % 8 + 1);
+  const int64_t tail = (left - 1) % 8 + 1;
   switch ((left + 7) / 8) {
-    case 3: pv_tile<R, 3, true>(o + d0, os, p, ps, alpha, v + d0, vs, n_keys, tail); break;
-    case 2: pv_tile<R, 2, true>(o + d0, os, p, ps, alpha, v + d0, vs, n_keys, tail); break;
-    default: pv_tile<R, 1, true>(o + d0, os, p, ps, alpha, v + d0, vs, n_keys, tail); break;
+    case 1: pv_tile<E, R, 1, true>(o + d0, os, p, ps, alpha, v, d0, n_keys, tail, prefetch); break;
+    case 2: pv_tile<E, R, NC < 2 ? NC : 2, true>(o + d0, os, p, ps, alpha, v, d0, n_keys, tail, prefetch); break;
+    case 3: pv_tile<E, R, NC < 3 ? NC : 3, true>(o + d0, os, p, ps, alpha, v, d0, n_keys, tail, prefetch); break;
+    default: pv_tile<E, R, NC, true>(o + d0, os, p, ps, alpha, v, d0, n_keys, tail, prefetch); break;
+  }
+}
+
+template <class E>
+void pv_as(float* o, int64_t o_stride, int64_t n_rows, const float* p, int64_t p_stride, const float* alpha,
+           const Rows& v, int64_t n_keys, int64_t dv) {
+  for (int64_t r = 0; r < n_rows; r += 4) {
+    const bool prefetch = r == 0 && v.prefetch > 0;
+    float* orow = o + r * o_stride;
+    const float* pr = p + r * p_stride;
+    const float* ar = alpha ? alpha + r : nullptr;
+    switch (n_rows - r) {
+      case 1: pv_rows<E, 1>(orow, o_stride, pr, p_stride, ar, v, n_keys, dv, prefetch); break;
+      case 2: pv_rows<E, 2>(orow, o_stride, pr, p_stride, ar, v, n_keys, dv, prefetch); break;
+      case 3: pv_rows<E, 3>(orow, o_stride, pr, p_stride, ar, v, n_keys, dv, prefetch); break;
+      default: pv_rows<E, 4>(orow, o_stride, pr, p_stride, ar, v, n_keys, dv, prefetch); break;
+    }
   }
 }
 
 void pv(float* o, int64_t o_stride, int64_t n_rows, const float* p, int64_t p_stride, const float* alpha,
-        const float* v, int64_t v_stride, int64_t n_keys, int64_t dv) {
-  int64_t r = 0;
-  for (; r + 2 <= n_rows; r += 2)
-    pv_rows<2>(o + r * o_stride, o_stride, p + r * p_stride, p_stride, alpha ? alpha + r : nullptr, v, v_stride,
-               n_keys, dv);
-  if (r < n_rows)
-    pv_rows<1>(o + r * o_stride, o_stride, p + r * p_stride, p_stride, alpha ? alpha + r : nullptr, v, v_stride,
-               n_keys, dv);
+        const Rows& v, int64_t n_keys, int64_t dv) {
+  switch (v.type) {
+    case DType::F16: return pv_as<F16Elems>(o, o_stride, n_rows, p, p_stride, alpha, v, n_keys, dv);
+    case DType::BF16: return pv_as<BF16Elems>(o, o_stride, n_rows, p, p_stride, alpha, v, n_keys, dv);
+    case DType::Q8_0: return pv_as<Q8Elems>(o, o_stride, n_rows, p, p_stride, alpha, v, n_keys, dv);
+    default: return pv_as<F32Elems>(o, o_stride, n_rows, p, p_stride, alpha, v, n_keys, dv);
+  }
 }
 
 const Kernels kAvx2{Isa::AVX2, scores, softmax_block, pv};

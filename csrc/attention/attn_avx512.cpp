@@ -2,7 +2,8 @@
 // and run only where the CPU has them (dispatch: quant/dispatch.cpp). Same structure as
 // attn_avx2.cpp with 16 lanes: a score is 16 lanes of FMA partial sums (a tail of
 // dk % 16 is zero-padded by a masked load), folded to 8 (lane i + lane i + 8) and reduced by
-// the AVX2 tree; an output element is o * alpha then one FMA per key in key order.
+// the AVX2 tree; an output element is o * alpha then one FMA per key in key order. Rows are
+// converted on load as in the AVX2 file (_mm512_cvtph_ps for F16).
 // Not run on the development machine (it has no AVX-512): correct by construction and
 // checked against the scalar reference by tests/test_attention_kernels.py where it runs.
 #if defined(__clang__)
@@ -13,10 +14,13 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "attention/attention.hpp"
 #include "attention/kernels.hpp"
+#include "quant/blocks.hpp"
 
 namespace colibri::attn {
 namespace {
@@ -62,9 +66,44 @@ inline float hsum1(__m512 v) {
 
 inline __mmask16 lanes(int64_t n) { return static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1); }
 
-template <int R, int C>
-inline void score_tile(const float* q, int64_t qs, const float* k, int64_t ks, int64_t dk, float scale, float* s,
-                       int64_t ld) {
+// How each cache type is read: the elements of a row at [i, i + 16) lanes set in m, as
+// F32 (exact), zeros elsewhere (masked loads never touch the bytes of unset lanes).
+struct F32Elems {
+  static inline __m512 load(const unsigned char* row, int64_t i, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + i);
+  }
+};
+
+struct F16Elems {
+  static inline __m512 load(const unsigned char* row, int64_t i, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * i));
+  }
+};
+
+struct BF16Elems {
+  static inline __m512 load(const unsigned char* row, int64_t i, __mmask16 m) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row + 2 * i)), 16));
+  }
+};
+
+// Q8_0: i is a multiple of 16 and the row whole blocks of 32, so the 16 elements lie in one
+// block and m is full. q * d is exact in F32 (an 8-bit integer times an 11-bit mantissa).
+struct Q8Elems {
+  static inline __m512 load(const unsigned char* row, int64_t i, __mmask16 m) {
+    const unsigned char* block = row + (i / kQK) * static_cast<int64_t>(sizeof(BlockQ8_0));
+    uint16_t d;
+    std::memcpy(&d, block + offsetof(BlockQ8_0, d), sizeof d);
+    const __m128i q = _mm_maskz_loadu_epi8(m, block + offsetof(BlockQ8_0, qs) + i % kQK);
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
+                         _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(d))));
+  }
+};
+
+// Scores of R query rows against C keys (R * C <= 8 accumulators).
+template <class E, int R, int C>
+inline void score_tile(const float* q, int64_t qs, const unsigned char* k, int64_t ks, int64_t dk, float scale,
+                       float* s, int64_t ld) {
+  static_assert(R * C <= 8, "one reduction of 8 sums");
   __m512 acc[8];
   for (int i = 0; i < 8; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t i = 0; i < dk; i += 16) {
@@ -72,7 +111,7 @@ inline void score_tile(const float* q, int64_t qs, const float* k, int64_t ks, i
     __m512 qv[R];
     for (int r = 0; r < R; ++r) qv[r] = _mm512_maskz_loadu_ps(m, q + r * qs + i);
     for (int c = 0; c < C; ++c) {
-      const __m512 kv = _mm512_maskz_loadu_ps(m, k + c * ks + i);
+      const __m512 kv = E::load(k + c * ks, i, m);
       for (int r = 0; r < R; ++r) acc[r * C + c] = _mm512_fmadd_ps(qv[r], kv, acc[r * C + c]);
     }
   }
@@ -82,25 +121,47 @@ inline void score_tile(const float* q, int64_t qs, const float* k, int64_t ks, i
     for (int c = 0; c < C; ++c) s[r * ld + c] = out[r * C + c];
 }
 
-template <int R>
-inline void score_rows(const float* q, int64_t qs, const float* k, int64_t ks, int64_t n_keys, int64_t dk,
-                       float scale, float* s, int64_t ld) {
+// R rows (1..4) against every key: up to 4 rows share each key load.
+template <class E, int R>
+void score_rows(const float* q, int64_t qs, const Rows& k, int64_t n_keys, int64_t dk, float scale, float* s,
+                int64_t ld, bool prefetch) {
+  constexpr int C = R <= 2 ? 4 : 2;
   int64_t j = 0;
-  for (; j + 4 <= n_keys; j += 4) score_tile<R, 4>(q, qs, k + j * ks, ks, dk, scale, s + j, ld);
-  switch (n_keys - j) {
-    case 3: score_tile<R, 3>(q, qs, k + j * ks, ks, dk, scale, s + j, ld); break;
-    case 2: score_tile<R, 2>(q, qs, k + j * ks, ks, dk, scale, s + j, ld); break;
-    case 1: score_tile<R, 1>(q, qs, k + j * ks, ks, dk, scale, s + j, ld); break;
-    default: break;
+  for (; j + C <= n_keys; j += C) {
+    if (prefetch)
+      for (int c = 0; c < C; ++c) prefetch_ahead(k, j + c);
+    score_tile<E, R, C>(q, qs, k.data + j * k.stride, k.stride, dk, scale, s + j, ld);
+  }
+  for (; j < n_keys; ++j) {
+    if (prefetch) prefetch_ahead(k, j);
+    score_tile<E, R, 1>(q, qs, k.data + j * k.stride, k.stride, dk, scale, s + j, ld);
   }
 }
 
-void scores(const float* q, int64_t q_stride, int64_t n_rows, const float* k, int64_t k_stride, int64_t n_keys,
-            int64_t dk, float scale, float* s, int64_t ld) {
-  int64_t r = 0;
-  for (; r + 2 <= n_rows; r += 2)
-    score_rows<2>(q + r * q_stride, q_stride, k, k_stride, n_keys, dk, scale, s + r * ld, ld);
-  if (r < n_rows) score_rows<1>(q + r * q_stride, q_stride, k, k_stride, n_keys, dk, scale, s + r * ld, ld);
+template <class E>
+void scores_as(const float* q, int64_t q_stride, int64_t n_rows, const Rows& k, int64_t n_keys, int64_t dk,
+               float scale, float* s, int64_t ld) {
+  for (int64_t r = 0; r < n_rows; r += 4) {
+    const bool prefetch = r == 0 && k.prefetch > 0;  // the first pass over the keys asks ahead
+    const float* qr = q + r * q_stride;
+    float* sr = s + r * ld;
+    switch (n_rows - r) {
+      case 1: score_rows<E, 1>(qr, q_stride, k, n_keys, dk, scale, sr, ld, prefetch); break;
+      case 2: score_rows<E, 2>(qr, q_stride, k, n_keys, dk, scale, sr, ld, prefetch); break;
+      case 3: score_rows<E, 3>(qr, q_stride, k, n_keys, dk, scale, sr, ld, prefetch); break;
+      default: score_rows<E, 4>(qr, q_stride, k, n_keys, dk, scale, sr, ld, prefetch); break;
+    }
+  }
+}
+
+void scores(const float* q, int64_t q_stride, int64_t n_rows, const Rows& k, int64_t n_keys, int64_t dk,
+            float scale, float* s, int64_t ld) {
+  switch (k.type) {
+    case DType::F16: return scores_as<F16Elems>(q, q_stride, n_rows, k, n_keys, dk, scale, s, ld);
+    case DType::BF16: return scores_as<BF16Elems>(q, q_stride, n_rows, k, n_keys, dk, scale, s, ld);
+    case DType::Q8_0: return scores_as<Q8Elems>(q, q_stride, n_rows, k, n_keys, dk, scale, s, ld);
+    default: return scores_as<F32Elems>(q, q_stride, n_rows, k, n_keys, dk, scale, s, ld);
+  }
 }
 
 float softmax_block(float* s, float* m, float* l) {
@@ -125,9 +186,10 @@ float softmax_block(float* s, float* m, float* l) {
   return alpha;
 }
 
-template <int R, int NC>
-inline void pv_tile(float* o, int64_t os, const float* p, int64_t ps, const float* alpha, const float* v,
-                    int64_t vs, int64_t n_keys, __mmask16 tail) {
+// Output dims [d0, d0 + 16 * NC) of R rows; the last vector's lanes are `tail`.
+template <class E, int R, int NC>
+inline void pv_tile(float* o, int64_t os, const float* p, int64_t ps, const float* alpha, const Rows& v, int64_t d0,
+                    int64_t n_keys, __mmask16 tail, bool prefetch) {
   __m512 acc[R][NC];
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < NC; ++c)
@@ -138,12 +200,13 @@ inline void pv_tile(float* o, int64_t os, const float* p, int64_t ps, const floa
     }
   }
   for (int64_t j = 0; j < n_keys; ++j) {
-    __m512 vv[NC];
-    for (int c = 0; c < NC; ++c)
-      vv[c] = _mm512_maskz_loadu_ps(c == NC - 1 ? tail : static_cast<__mmask16>(0xffff), v + j * vs + 16 * c);
-    for (int r = 0; r < R; ++r) {
-      const __m512 pj = _mm512_set1_ps(p[r * ps + j]);
-      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_fmadd_ps(pj, vv[c], acc[r][c]);
+    if (prefetch) prefetch_ahead(v, j);
+    const unsigned char* row = v.data + j * v.stride;
+    __m512 pj[R];
+    for (int r = 0; r < R; ++r) pj[r] = _mm512_set1_ps(p[r * ps + j]);
+    for (int c = 0; c < NC; ++c) {
+      const __m512 vv = E::load(row, d0 + 16 * c, c == NC - 1 ? tail : static_cast<__mmask16>(0xffff));
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm512_fmadd_ps(pj[r], vv, acc[r][c]);
     }
   }
   for (int r = 0; r < R; ++r)
@@ -151,30 +214,49 @@ inline void pv_tile(float* o, int64_t os, const float* p, int64_t ps, const floa
       _mm512_mask_storeu_ps(o + r * os + 16 * c, c == NC - 1 ? tail : static_cast<__mmask16>(0xffff), acc[r][c]);
 }
 
-template <int R>
-inline void pv_rows(float* o, int64_t os, const float* p, int64_t ps, const float* alpha, const float* v,
-                    int64_t vs, int64_t n_keys, int64_t dv) {
-  for (int64_t d0 = 0; d0 < dv; d0 += 64) {
+// R rows (1..4): 16 * NC output dims at a time, every key's value row read once per pass.
+template <class E, int R>
+void pv_rows(float* o, int64_t os, const float* p, int64_t ps, const float* alpha, const Rows& v, int64_t n_keys,
+             int64_t dv, bool prefetch) {
+  constexpr int NC = R <= 2 ? 4 : 2;
+  for (int64_t d0 = 0; d0 < dv; d0 += 16 * NC) {
     const int64_t left = dv - d0;
-    const __mmask16 tail = lanes(left >= 64 ? 16 : (left - 1) % 16 + 1);
-    switch (left >= 64 ? 4 : (left + 15) / 16) {
-      case 4: pv_tile<R, 4>(o + d0, os, p, ps, alpha, v + d0, vs, n_keys, tail); break;
-      case 3: pv_tile<R, 3>(o + d0, os, p, ps, alpha, v + d0, vs, n_keys, tail); break;
-      case 2: pv_tile<R, 2>(o + d0, os, p, ps, alpha, v + d0, vs, n_keys, tail); break;
-      default: pv_tile<R, 1>(o + d0, os, p, ps, alpha, v + d0, vs, n_keys, tail); break;
+    const __mmask16 tail = lanes(left >= 16 * NC ? 16 : (left - 1) % 16 + 1);
+    switch (left >= 16 * NC ? NC : (left + 15) / 16) {
+      case 1: pv_tile<E, R, 1>(o + d0, os, p, ps, alpha, v, d0, n_keys, tail, prefetch); break;
+      case 2: pv_tile<E, R, 2>(o + d0, os, p, ps, alpha, v, d0, n_keys, tail, prefetch); break;
+      case 3: pv_tile<E, R, NC < 3 ? NC : 3>(o + d0, os, p, ps, alpha, v, d0, n_keys, tail, prefetch); break;
+      default: pv_tile<E, R, NC>(o + d0, os, p, ps, alpha, v, d0, n_keys, tail, prefetch); break;
+    }
+    prefetch = false;  // the later passes find the rows in L1
+  }
+}
+
+template <class E>
+void pv_as(float* o, int64_t o_stride, int64_t n_rows, const float* p, int64_t p_stride, const float* alpha,
+           const Rows& v, int64_t n_keys, int64_t dv) {
+  for (int64_t r = 0; r < n_rows; r += 4) {
+    const bool prefetch = r == 0 && v.prefetch > 0;
+    float* orow = o + r * o_stride;
+    const float* pr = p + r * p_stride;
+    const float* ar = alpha ? alpha + r : nullptr;
+    switch (n_rows - r) {
+      case 1: pv_rows<E, 1>(orow, o_stride, pr, p_stride, ar, v, n_keys, dv, prefetch); break;
+      case 2: pv_rows<E, 2>(orow, o_stride, pr, p_stride, ar, v, n_keys, dv, prefetch); break;
+      case 3: pv_rows<E, 3>(orow, o_stride, pr, p_stride, ar, v, n_keys, dv, prefetch); break;
+      default: pv_rows<E, 4>(orow, o_stride, pr, p_stride, ar, v, n_keys, dv, prefetch); break;
     }
   }
 }
 
 void pv(float* o, int64_t o_stride, int64_t n_rows, const float* p, int64_t p_stride, const float* alpha,
-        const float* v, int64_t v_stride, int64_t n_keys, int64_t dv) {
-  int64_t r = 0;
-  for (; r + 2 <= n_rows; r += 2)
-    pv_rows<2>(o + r * o_stride, o_stride, p + r * p_stride, p_stride, alpha ? alpha + r : nullptr, v, v_stride,
-               n_keys, dv);
-  if (r < n_rows)
-    pv_rows<1>(o + r * o_stride, o_stride, p + r * p_stride, p_stride, alpha ? alpha + r : nullptr, v, v_stride,
-               n_keys, dv);
+        const Rows& v, int64_t n_keys, int64_t dv) {
+  switch (v.type) {
+    case DType::F16: return pv_as<F16Elems>(o, o_stride, n_rows, p, p_stride, alpha, v, n_keys, dv);
+    case DType::BF16: return pv_as<BF16Elems>(o, o_stride, n_rows, p, p_stride, alpha, v, n_keys, dv);
+    case DType::Q8_0: return pv_as<Q8Elems>(o, o_stride, n_rows, p, p_stride, alpha, v, n_keys, dv);
+    default: return pv_as<F32Elems>(o, o_stride, n_rows, p, p_stride, alpha, v, n_keys, dv);
+  }
 }
 
 const Kernels kAvx512{Isa::AVX512, scores, softmax_block, pv};
