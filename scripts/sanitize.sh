@@ -56,6 +56,16 @@ run() {
   stdcxx="$("$cxx" -print-file-name=libstdc++.so)"
   echo "== $name: build" >&2
   ./dev-build.sh "$name" >/dev/null
+  if [ "$name" = tsan ]; then  # the negative control: the setup must report a known race
+    "$cxx" -O1 -g -fsanitize=thread -fPIC -shared scripts/tsan_canary.cpp \
+      -o "build/dev/tsan/canary.so"
+    local rc=0
+    env LD_PRELOAD="$runtime $stdcxx" TSAN_OPTIONS="exitcode=66" "$py" -c \
+      "import ctypes; ctypes.CDLL('build/dev/tsan/canary.so').colibri_tsan_canary()" \
+      2>/dev/null || rc=$?
+    [ "$rc" = 66 ] || { echo "sanitize.sh: TSan did not report the canary's race (exit $rc)" >&2; exit 2; }
+    echo "== tsan: the canary's race was reported (the setup sees races)" >&2
+  fi
   echo "== $name: ${tests[*]}" >&2
   env LD_PRELOAD="$runtime $stdcxx" PYTHONPATH="python:build/dev/$name" \
     ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:detect_stack_use_after_return=0:${ASAN_OPTIONS:-}" \

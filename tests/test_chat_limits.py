@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from colibri.chat import ChatTemplate
-from colibri.chat_limits import TemplateLimits
+from colibri.chat_limits import TemplateLimits, text_size
 from colibri.errors import ModelFormatError
 from test_chat import CONVERSATIONS, DOCUMENTS, TOOLS
 from tokenizer_vectors import templates_dir
@@ -34,7 +34,7 @@ HOSTILE: dict[str, tuple[str, str]] = {
     "str.ljust": ("{{ 'x'.ljust(10**9) }}", "ljust"),
     "tojson(indent=10**8)": ("{{ messages|tojson(indent=10**8) }}", "indent"),
     "nested range loops": ("{% for i in range(100000) %}{% for j in range(100000) %}"
-                           "{% endfor %}{% endfor %}", "iterations"),
+                           "{% endfor %}{% endfor %}", "iterations|longer than"),  # 0.5 s idle
     "doubling with ~": ("{% set ns = namespace(s='x') %}{% for i in range(60) %}"
                         "{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "concatenation"),
     "doubling with +": ("{% set ns = namespace(s='x') %}{% for i in range(60) %}"
@@ -63,7 +63,14 @@ HOSTILE: dict[str, tuple[str, str]] = {
                         "wordwrap"),
     "slice filter": ("{{ [1]|slice(10**9)|list }}", "slice"),
     "batch filter": ("{{ [1]|batch(10**9)|list }}", "batch"),
-    "sum of lists": ("{{ ([['x'] * 100000] * 100000)|sum(start=[]) }}", "sum"),
+    # its size estimate walks 300,000 items (0.1 s of CPU): on a loaded machine the
+    # deadline can come first
+    "sum of lists": ("{{ ([['x'] * 100000] * 100000)|sum(start=[]) }}", "sum|longer than"),
+    # Fuzz mutant #1502 (seed 1): its size estimate walked half a million items between two
+    # deadline checks (0.5 s of CPU, 4 s on the loaded machine); now refused from the
+    # list's length alone (test_size_estimate_refuses_a_long_list_without_walking_it)
+    "sum of many short lists": ("{{ ([['x'] * 1000] * 1000000)|sum(start=[]) }}",
+                                "sum filter's result would be"),
     "map center": ("{{ range(100000)|map('string')|map('center', 100000)|join }}", "built"),
     "recursive loop": ("{% for x in [[1]] recursive %}{{ loop([[1]]) }}{% endfor %}", "nest"),
     "raise_exception of a huge value": ("{{ raise_exception(['x' * 100000] * 100000) }}",
@@ -93,6 +100,33 @@ def test_hostile_template_is_a_model_format_error(name: str) -> None:
     # so this bounds this test's own growth from wherever earlier tests left the peak).
     assert grown_mib < 512, f"{name}: peak memory grew by {grown_mib:.0f} MiB"
     assert seconds < 30, f"{name}: {seconds:.1f} s"  # loose: the deadline itself is 1 s
+
+
+def test_size_estimate_refuses_a_long_list_without_walking_it() -> None:
+    class Unwalkable(list):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:
+            raise AssertionError("walked")
+
+    assert text_size(Unwalkable([0] * 1000), limit=1000) > 1000  # 1000 items: >= 4000
+    assert text_size({k: 0 for k in range(200)}, limit=1000) > 1000
+    assert text_size([0] * 100, limit=1000) == 402  # under the limit: counted as before
+
+
+def test_deadline_stops_a_filter_looping_over_a_large_value() -> None:
+    # Four chained select filters test 4 million items without calling a single hook of
+    # the budget between (select runs its own loop): the budget's checks alone let this run
+    # to the end (18 s on the loaded 2-core machine for one select); the watchdog
+    # (chat_deadline.py) stops it at the deadline, wherever the Python code is.
+    src = ("{{ (['x'] * 1000000)|select('defined')|select('defined')|select('defined')"
+           "|select('defined')|list|length }}")
+    limits = TemplateLimits(seconds=0.2)
+    t0 = time.perf_counter()
+    with pytest.raises(ModelFormatError, match="longer than 0.2 s"):
+        ChatTemplate(src, limits=limits).render(MESSAGES)
+    assert time.perf_counter() - t0 < 30  # loose: a stop at the deadline, not at the end
+    # the thread goes on normally afterwards: no interruption left pending
+    assert ChatTemplate("{{ 'ok' }}", limits=limits).render(MESSAGES) == "ok"
+    assert sum(range(10**6)) == 499999500000
 
 
 def test_limits_are_settings() -> None:

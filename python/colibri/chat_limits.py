@@ -45,6 +45,8 @@ from jinja2.runtime import Context, LoopContext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
+from .chat_deadline import Deadline, DeadlinePassed
+
 
 @dataclasses.dataclass(frozen=True)
 class TemplateLimits:
@@ -92,7 +94,10 @@ class _Budget:
     def tick(self) -> None:
         self.ticks += 1
         if not self.ticks & 63 and time.monotonic() > self.deadline:
-            raise LimitExceeded(f"rendering took longer than {self.seconds:.2g} s")
+            raise LimitExceeded(self.deadline_message())
+
+    def deadline_message(self) -> str:
+        return f"rendering took longer than {self.seconds:.2g} s"
 
     def check_chars(self, n: int, what: str) -> None:
         if n > self.max_chars:
@@ -149,17 +154,33 @@ def text_size(value: object, limit: int, indent: int = 0) -> int:
             total += obj.bit_length() // 3 + 2
         elif isinstance(obj, Mapping):
             total += 2
+            # Each item adds at least 8 (a separator, the shortest key and value: '' or
+            # []): a mapping that cannot fit is known without walking it.
+            if total + len(obj) * (8 + indent * (depth + 1)) > limit:
+                return total + len(obj) * (8 + indent * (depth + 1))
             for k, v in obj.items():
                 total += 4 + indent * (depth + 1)
-                stack.append((k, depth + 1))
-                stack.append((v, depth + 1))
+                # a plain str is counted here, not pushed (the common case)
+                if type(k) is str:
+                    total += len(k) + 2
+                else:
+                    stack.append((k, depth + 1))
+                if type(v) is str:
+                    total += len(v) + 2
+                else:
+                    stack.append((v, depth + 1))
                 if total > limit:
                     return total
         elif isinstance(obj, (list, tuple, set, frozenset)):
             total += 2
+            if total + len(obj) * (4 + indent * (depth + 1)) > limit:  # at least 4 an item
+                return total + len(obj) * (4 + indent * (depth + 1))
             for v in obj:
-                total += 2 + indent * (depth + 1)
-                stack.append((v, depth + 1))
+                if type(v) is str:
+                    total += len(v) + 4 + indent * (depth + 1)
+                else:
+                    total += 2 + indent * (depth + 1)
+                    stack.append((v, depth + 1))
                 if total > limit:
                     return total
         elif isinstance(obj, Namespace):  # its text shows its attributes
@@ -568,12 +589,18 @@ def render(template: jinja2.Template, context: dict[str, Any], limits: TemplateL
     try:
         out: list[str] = []
         size = 0
-        for chunk in template.generate(**context):
-            size += len(chunk)
-            budget.check_chars(size, "the rendered prompt")
-            budget.tick()
-            out.append(chunk)
+        # The budget's own checks stop most renders; the watchdog stops one that runs long
+        # between two of them (a filter's loop over a large value). Inside the budget's
+        # set/reset, so the reset always runs after the last moment it can fire.
+        with Deadline(budget.deadline):
+            for chunk in template.generate(**context):
+                size += len(chunk)
+                budget.check_chars(size, "the rendered prompt")
+                budget.tick()
+                out.append(chunk)
         return "".join(out)
+    except DeadlinePassed:
+        raise LimitExceeded(budget.deadline_message()) from None
     finally:
         _BUDGET.reset(token)
 
