@@ -25,6 +25,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import colibri
+import fp8_factory
 from colibri.convert import quantize, verify_container, write_container
 from colibri.convert.container import MANIFEST
 from colibri.convert.fp8 import E4M3_TABLE, dequantize_block_fp8
@@ -35,27 +36,18 @@ from colibri.sources.native_source import load_native
 from modelfactory import build_tiny_model, prompt_ids, reference_logits, transformers_model
 
 BLOCK = (32, 48)
-FP8_MAX = 448.0
 _PROJ = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
          "w1", "w2", "w3")  # fmt: skip
 FLOAT32 = colibri.EngineConfig(context_length=64, activation_precision="float32")
 
 
 def expand(scale: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-    s = scale.repeat_interleave(BLOCK[0], 0).repeat_interleave(BLOCK[1], 1)
-    return s[: shape[0], : shape[1]]
+    return fp8_factory.expand(scale, shape, BLOCK)
 
 
 def to_fp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(e4m3 values, F32 scale_inv per block) of a 2-D weight."""
-    rows, cols = w.shape
-    sr, sc = -(-rows // BLOCK[0]), -(-cols // BLOCK[1])
-    padded = torch.zeros(sr * BLOCK[0], sc * BLOCK[1])
-    padded[:rows, :cols] = w
-    amax = padded.reshape(sr, BLOCK[0], sc, BLOCK[1]).abs().amax(dim=(1, 3))
-    scale = (amax / FP8_MAX).clamp(min=1e-12).float()
-    q = (w / expand(scale, w.shape)).to(torch.float8_e4m3fn)
-    return q, scale
+    """(e4m3 values, F32 scale_inv per BLOCK) of a 2-D weight."""
+    return fp8_factory.to_fp8(w, BLOCK)
 
 
 @functools.cache
@@ -63,28 +55,7 @@ def fp8_checkpoint(family: str, root: Path) -> tuple[Path, Path]:
     """(FP8 checkpoint, its dequantized F32 twin) of a family's tiny model, under root."""
     hf = build_tiny_model(family).hf_dir
     fp8_dir, ref_dir = root / f"{family}-fp8", root / f"{family}-deq"
-    fp8_sd: dict[str, torch.Tensor] = {}
-    ref_sd: dict[str, torch.Tensor] = {}
-    for name, w in load_file(str(hf / "model.safetensors")).items():
-        if w.ndim == 2 and name.split(".")[-2] in _PROJ:
-            q, scale = to_fp8(w)
-            fp8_sd[name], fp8_sd[name + "_scale_inv"] = q, scale
-            ref_sd[name] = q.float() * expand(scale, tuple(w.shape))
-        else:
-            fp8_sd[name] = w.to(torch.bfloat16)
-            ref_sd[name] = fp8_sd[name].float()
-    cfg = json.loads((hf / "config.json").read_text())
-    for d, sd in ((fp8_dir, fp8_sd), (ref_dir, ref_sd)):
-        d.mkdir(parents=True)
-        save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
-        shutil.copy(hf / "generation_config.json", d / "generation_config.json")
-    fp8_cfg = dict(cfg, quantization_config={
-        "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-        "weight_block_size": list(BLOCK),
-    })  # fmt: skip
-    (fp8_dir / "config.json").write_text(json.dumps(fp8_cfg))
-    (ref_dir / "config.json").write_text(json.dumps(cfg))
-    return fp8_dir, ref_dir
+    return fp8_factory.write_fp8_pair(hf, fp8_dir, ref_dir, BLOCK, _PROJ)
 
 
 @pytest.fixture(scope="module")

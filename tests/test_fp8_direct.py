@@ -11,41 +11,20 @@ AVX2 against each other, partial blocks included.
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 import colibri
 from colibri._core import quant as q
+from fp8_factory import OFFICIAL, expand, write_fp8_pair
 from modelfactory import build_tiny_model, prompt_ids, reference_logits, transformers_model
 from streaming_helpers import assert_same_trace, budget_for_slots, engine, prompt, run_trace
 
-OFFICIAL = (128, 128)
-FP8_MAX = 448.0
 _PROJ = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 ISAS = [i for i in ("scalar", "avx2") if i in q.available_isas()]
-
-
-def to_fp8(w: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-    rows, cols = w.shape
-    sr, sc = -(-rows // block[0]), -(-cols // block[1])
-    padded = torch.zeros(sr * block[0], sc * block[1])
-    padded[:rows, :cols] = w
-    amax = padded.reshape(sr, block[0], sc, block[1]).abs().amax(dim=(1, 3))
-    scale = (amax / FP8_MAX).clamp(min=1e-12).float()
-    full = scale.repeat_interleave(block[0], 0).repeat_interleave(block[1], 1)[:rows, :cols]
-    return (w / full).to(torch.float8_e4m3fn), scale
-
-
-def expand(scale: torch.Tensor, shape: tuple[int, int], block: tuple[int, int]) -> torch.Tensor:
-    return scale.repeat_interleave(block[0], 0).repeat_interleave(block[1], 1)[
-        : shape[0], : shape[1]
-    ]
 
 
 def fp8_checkpoint(family: str, root: Path, block: tuple[int, int]) -> tuple[Path, Path]:
@@ -55,26 +34,7 @@ def fp8_checkpoint(family: str, root: Path, block: tuple[int, int]) -> tuple[Pat
     fp8_dir, ref_dir = root / f"{tag}-fp8", root / f"{tag}-deq"
     if fp8_dir.is_dir():
         return fp8_dir, ref_dir
-    fp8_sd: dict[str, torch.Tensor] = {}
-    ref_sd: dict[str, torch.Tensor] = {}
-    for name, w in load_file(str(hf / "model.safetensors")).items():
-        if w.ndim == 2 and name.split(".")[-2] in _PROJ:
-            qw, scale = to_fp8(w.float(), block)
-            fp8_sd[name], fp8_sd[name + "_scale_inv"] = qw, scale
-            ref_sd[name] = qw.float() * expand(scale, tuple(w.shape), block)
-        else:
-            fp8_sd[name] = w.to(torch.bfloat16)
-            ref_sd[name] = fp8_sd[name].float()
-    cfg = json.loads((hf / "config.json").read_text())
-    for d, sd in ((fp8_dir, fp8_sd), (ref_dir, ref_sd)):
-        d.mkdir(parents=True)
-        save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
-        shutil.copy(hf / "generation_config.json", d / "generation_config.json")
-    qcfg = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-            "weight_block_size": list(block)}  # fmt: skip
-    (fp8_dir / "config.json").write_text(json.dumps(dict(cfg, quantization_config=qcfg)))
-    (ref_dir / "config.json").write_text(json.dumps(cfg))
-    return fp8_dir, ref_dir
+    return write_fp8_pair(hf, fp8_dir, ref_dir, block, _PROJ)
 
 
 @pytest.fixture(scope="module")

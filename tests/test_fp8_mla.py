@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from safetensors.torch import load_file, save_file
 
 import colibri
@@ -31,9 +30,9 @@ from colibri._core import quant as q
 from colibri.sources.fp8_parts import part_scales
 from colibri.sources.hf_source import Fp8TensorInfo, load_hf
 from deepseek_factory import build_tiny, prompt_ids, transformers_model
+from fp8_factory import OFFICIAL, write_fp8_pair
 from modelfactory import reference_logits
 from streaming_helpers import assert_same_trace, budget_for_slots, engine, prompt, run_trace
-from test_fp8_direct import OFFICIAL, expand, to_fp8
 
 ODD = (24, 16)  # heads of nope + v = 32 rows start at rows 0, 32, 64, 96: inside blocks
 # The Linear weights DeepSeek-V3's FP8 release stores in FP8 (router, norms, embeddings and
@@ -51,28 +50,8 @@ def fp8_deepseek(root: Path, block: tuple[int, int],
     fp8_dir, ref_dir = root / f"{tag}-fp8", root / tag
     if fp8_dir.is_dir():
         return fp8_dir, ref_dir
-    fp8_sd: dict[str, torch.Tensor] = {}
-    ref_sd: dict[str, torch.Tensor] = {}
-    for name, w in load_file(str(hf / "model.safetensors")).items():
-        if w.ndim == 2 and name.split(".")[-2] in _FP8_PROJ:
-            qw, scale = to_fp8(w.float(), block)
-            fp8_sd[name], fp8_sd[name + "_scale_inv"] = qw, scale
-            ref_sd[name] = qw.float() * expand(scale, tuple(w.shape), block)
-        elif name.endswith("e_score_correction_bias"):
-            fp8_sd[name] = ref_sd[name] = w.float()
-        else:
-            fp8_sd[name] = w.to(torch.bfloat16)
-            ref_sd[name] = fp8_sd[name].float()
-    cfg = json.loads((hf / "config.json").read_text())
-    for d, sd in ((fp8_dir, fp8_sd), (ref_dir, ref_sd)):
-        d.mkdir(parents=True)
-        save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
-        shutil.copy(hf / "generation_config.json", d / "generation_config.json")
-    qcfg = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-            "weight_block_size": list(block)}  # fmt: skip
-    (fp8_dir / "config.json").write_text(json.dumps(dict(cfg, quantization_config=qcfg)))
-    (ref_dir / "config.json").write_text(json.dumps(cfg))
-    return fp8_dir, ref_dir
+    return write_fp8_pair(hf, fp8_dir, ref_dir, block, _FP8_PROJ,
+                          keep_f32=("e_score_correction_bias",))
 
 
 @pytest.fixture(scope="module")
