@@ -22,9 +22,9 @@ previous version of this file (1e-4, original models only, 25 tests), "now" this
 ====================================================  ========  ======  =====================
 mutation                                              before    now     failing now (example)
 ====================================================  ========  ======  =====================
-RMSNorm eps 1e-5 instead of the config's (model.py;   0 / 25    10      prefill, last position,
-  a no-op where the config says 1e-5: Llama, Mixtral,                   decode [qwen2_moe],
-  OLMoE)                                                                [qwen3_moe-small],
+RMSNorm eps 1e-5 instead of the config's              0 / 25    10      prefill, last position,
+  (core_spec.py; a no-op where the config says 1e-5:                    decode [qwen2_moe],
+  Llama, Mixtral, OLMoE)                                                [qwen3_moe-small],
                                                                         [qwen2_moe-small]
 RMSNorm eps 0                                         0 / 25    29      every -small variant,
                                                                         llama, olmoe, mixtral
