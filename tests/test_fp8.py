@@ -31,8 +31,9 @@ from colibri.convert.container import MANIFEST
 from colibri.convert.fp8 import E4M3_TABLE, dequantize_block_fp8
 from colibri.errors import ModelFormatError, UnsupportedError
 from colibri.sources import open_model_source
-from colibri.sources.hf_source import FP8_DTYPE, Fp8TensorInfo, load_hf
+from colibri.sources.hf_source import Fp8TensorInfo, load_hf
 from colibri.sources.native_source import load_native
+from colibri.sources.safetensors_files import FP8_DTYPE
 from modelfactory import build_tiny_model, prompt_ids, reference_logits, transformers_model
 
 BLOCK = (32, 48)

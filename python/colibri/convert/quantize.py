@@ -32,8 +32,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ConfigError, ModelFormatError, UnsupportedError
-from ..sources.hf_source import FP8_DTYPE, Fp8TensorInfo
+from ..sources.hf_source import Fp8TensorInfo
 from ..sources.manifest import ModelConfig, TensorInfo
+from ..sources.safetensors_files import FP8_DTYPE
 from ..sources.validate import BLOCK_SIZES, SUPPORTED_DTYPES, tensor_nbytes
 from .fp8 import decode_e4m3, dequantize_block_fp8
 from .kquant_mix import K_FALLBACK, MIX_BASE, mix_dtype

@@ -1,8 +1,8 @@
 """Hugging Face checkpoint directories (config.json + *.safetensors) -> Manifest.
 
-Safetensors headers are parsed here (8-byte little-endian length + JSON, ``data_offsets``
-relative to the end of the header); tensor bytes stay on disk and are described by
-extents. F32, F16 and BF16 tensors are read as they are. FP8 block-scaled checkpoints
+Safetensors headers are parsed by safetensors_files.py (8-byte little-endian length +
+JSON, ``data_offsets`` relative to the end of the header); tensor bytes stay on disk and are
+described by extents. F32, F16 and BF16 tensors are read as they are. FP8 block-scaled checkpoints
 (DeepSeek-V3 / GLM / Qwen3 "-FP8" style: ``F8_E4M3`` weights, each with an F32
 ``<name>_scale_inv`` of shape ``(ceil(rows / b0), ceil(cols / b1))`` and
 ``quantization_config = {"quant_method": "fp8", "weight_block_size": [b0, b1]}``) are
@@ -34,10 +34,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import os
 import re
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,24 +46,25 @@ from . import hf_deepseek
 from .fields import as_bool, as_float, as_int, bad
 from .manifest import Extent, Manifest, ModelConfig, QkNorm, TensorInfo
 from .paths import ModelDir, clip, shown
+from .safetensors_files import (
+    FLOAT_DTYPES,
+    FP8_DTYPE,
+    ITEMSIZE,
+    read_safetensors_header,
+    shard_files,
+)
 from .validate import (
     SUPPORTED_FAMILIES,
     check_extents,
     check_layer_count,
-    check_packed,
     file_sizes,
     order_and_check,
     split_rows,
     unsupported_architecture,
 )
 
-_ST_DTYPES = {"F32": 4, "F16": 2, "BF16": 2}
-FP8_DTYPE = "F8_E4M3"  # safetensors' name for torch.float8_e4m3fn
 SCALE_SUFFIX = "_scale_inv"  # <weight name>_scale_inv: the FP8 block scales
 _FP8_SCALE_DTYPES = ("F32", "BF16")
-# Bytes per element, for the header's size checks.
-_ITEMSIZE = {**_ST_DTYPES, FP8_DTYPE: 1}
-_MAX_HEADER = 100 * 1024 * 1024
 
 # model_type / architectures[0] -> family
 _MODEL_TYPES = {
@@ -109,113 +108,6 @@ _RULES: list[tuple[re.Pattern[str], str]] = [
 _FUSED_GATE_UP = re.compile(_L + r"mlp\.experts\.gate_up_proj(?:\.weight)?")
 _FUSED_DOWN = re.compile(_L + r"mlp\.experts\.down_proj(?:\.weight)?")
 _IGNORED = re.compile(r".*rotary_emb\.inv_freq")
-
-
-# --------------------------------------------------------------------------- safetensors
-
-
-def _header_entry(path: Path, name: str, info: Any) -> tuple[str, tuple[int, ...], int, int]:
-    """(dtype, shape, begin, end) of one header entry, every field typed."""
-    what = f"{path}: header entry {shown(name)}"
-    if not isinstance(info, dict):
-        raise ModelFormatError(f"{what} is not an object")
-    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-    if not isinstance(dtype, str):
-        raise bad(what, "dtype", dtype, "a string")
-    if not isinstance(shape, list):
-        raise bad(what, "shape", shape, "a list of sizes")
-    dims = tuple(as_int(d, "shape", what) for d in shape)
-    if not isinstance(offsets, list) or len(offsets) != 2:
-        raise bad(what, "data_offsets", offsets, "[begin, end]")
-    b, e = (as_int(x, "data_offsets", what, hi=2**63 - 1) for x in offsets)
-    return dtype, dims, b, e
-
-
-def read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int, int]]:
-    """name -> (dtype, shape, absolute offset, length) for every tensor in the file.
-
-    Checks that the header parses, that every tensor's bytes lie inside the file and that
-    the tensors fill the data region exactly, without gaps (the format requires it: a gap
-    means a header that no longer describes the bytes, e.g. a shifted header length).
-    """
-    size = os.stat(path).st_size
-    with open(path, "rb") as fh:
-        head = fh.read(8)
-        if len(head) < 8:
-            raise ModelFormatError(f"{path}: {size} bytes, too short to be a safetensors file")
-        (n,) = struct.unpack("<Q", head)
-        # The length field is arbitrary bytes in a file that is not safetensors: say so,
-        # without echoing them as a number.
-        if n < 2 or n > min(size - 8, _MAX_HEADER):
-            raise ModelFormatError(
-                f"{path}: not a safetensors file, or a truncated one: its 8-byte header "
-                f"length does not fit the file ({size} bytes)."
-            )
-        raw = fh.read(n)
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ModelFormatError(
-            f"{path}: not a safetensors file: its header is not UTF-8 (byte {exc.start})"
-        ) from exc
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise ModelFormatError(
-            f"{path}: not a safetensors file: its header is not valid JSON ({shown(exc)})"
-        ) from exc
-    if not isinstance(header, dict):
-        raise ModelFormatError(f"{path}: not a safetensors file: its header is not a JSON object")
-    start = 8 + n
-    out: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype, shape, b, e = _header_entry(path, name, info)
-        if e < b or start + e > size:
-            raise ModelFormatError(
-                f"{path}: tensor {shown(name)} claims bytes [{start + b}, {start + e}) but the "
-                f"file is {size} bytes (expected at least {start + e}). The file is truncated "
-                f"or its header is corrupt."
-            )
-        if dtype in _ITEMSIZE:
-            numel = math.prod(shape)
-            if e - b != numel * _ITEMSIZE[dtype]:
-                raise ModelFormatError(
-                    f"{path}: tensor {shown(name)} ({dtype}, shape {shape}) needs "
-                    f"{numel * _ITEMSIZE[dtype]} bytes but its header gives {e - b}. "
-                    f"The header is corrupt."
-                )
-        out[name] = (dtype, shape, start + b, e - b)
-    check_packed(((o, o + n_, k) for k, (_d, _s, o, n_) in out.items()), start, size, 0, path)
-    return out
-
-
-def _shard_files(d: Path, root: ModelDir) -> list[Path]:
-    index = root.optional("model.safetensors.index.json", "safetensors index")
-    if index is not None:
-        try:
-            doc = json.loads(index.read_bytes())
-        except (OSError, ValueError, RecursionError) as exc:
-            raise ModelFormatError(
-                f"{index}: not a valid safetensors index ({shown(exc)})"
-            ) from exc
-        weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
-        if not isinstance(weight_map, dict) or not weight_map:
-            raise ModelFormatError(f"{index}: not a valid safetensors index (no weight_map)")
-        names: list[str] = []
-        for tensor, shard in weight_map.items():
-            if not isinstance(shard, str):
-                raise bad(index, f"weight_map[{shown(tensor)}]", shard, "a shard file name")
-            if shard not in names:
-                names.append(shard)
-        # Each shard once, in name order; every one inside the model directory.
-        return [root.file(n, "shard", index) for n in sorted(names)]
-    files = [root.listed(f, "safetensors file") for f in sorted(d.glob("*.safetensors"))]
-    if not files:
-        raise ModelFormatError(
-            f"{d}: config.json found but no *.safetensors weights. colibri reads safetensors "
-            f"checkpoints (save with safe_serialization=True)."
-        )
-    return files
 
 
 # --------------------------------------------------------------------------- config
@@ -436,7 +328,7 @@ def _info(
             f"reads only block-scaled FP8 checkpoints (DeepSeek-V3 style), through "
             f"'colibri convert'."
         )
-    if dtype not in _ST_DTYPES:
+    if dtype not in FLOAT_DTYPES:
         raise UnsupportedError(
             f"{where}: tensor {shown(src or name)} has dtype {clip(dtype)}; colibri reads F32, "
             f"F16 and BF16 "
@@ -596,7 +488,7 @@ def _kv_b_parts(
     fp8 = dtype == FP8_DTYPE and block is not None
     if not fp8:
         _info(f"blk.{layer}.attn_kv_b", dtype, shape, ext, where)  # refuses what it cannot read
-    parts = hf_deepseek.split_kv_b(layer, dtype, shape, ext, cfg, _ITEMSIZE[dtype], where)
+    parts = hf_deepseek.split_kv_b(layer, dtype, shape, ext, cfg, ITEMSIZE[dtype], where)
     out: dict[str, TensorInfo] = {}
     for (name, pshape, exts, rows), heads in zip(parts, (cfg.n_heads, 0), strict=True):
         if fp8 and block is not None:
@@ -630,7 +522,7 @@ def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = True) -> Manifest
     block = fp8_block_size(raw_cfg, cfg_path)
     if block is not None and not allow_fp8:
         raise _fp8_refusal(d, block)
-    files = _shard_files(d, root)
+    files = shard_files(d, root)
     sizes = file_sizes(files)
     found: dict[str, tuple[str, tuple[int, ...], Extent]] = {}
     for fi, f in enumerate(files):
