@@ -190,6 +190,31 @@ def test_real_templates_render_as_transformers_does() -> None:
     assert compared > 500
 
 
+def test_repeated_keyword_argument_opens_no_file(tmp_path: Any,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """`namespace(role='', role='')` is a SyntaxError of the Python Jinja generates, which
+    Python's compiler reports by opening '<template>' in the working directory (template
+    fuzzer, mutant 16687 of seed 1). It is refused before Python compiles anything."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "<template>").write_text("SECRET\n" * 200)
+    opened: list[str] = []
+    import sys
+
+    def audit(event: str, args: tuple[Any, ...]) -> None:
+        if event == "open" and "<template>" in str(args[0]):
+            opened.append(str(args[0]))
+
+    sys.addaudithook(audit)  # cannot be removed: it only records
+    with pytest.raises(ModelFormatError, match="keyword argument repeated: role") as info:
+        ChatTemplate("{%- set ns = namespace(role='', role='') -%}{{ ns.role }}",
+                     bos_token="", eos_token="", name="t")
+    assert "SECRET" not in str(info.value)
+    assert opened == []
+    ok = ChatTemplate("{%- set ns = namespace(role='a', other='b') -%}{{ ns.role }}{{ ns.other }}",
+                      bos_token="", eos_token="", name="t")
+    assert ok.render([{"role": "user", "content": "x"}]) == "ab"
+
+
 @pytest.mark.parametrize("control", ["continue", "break"])
 def test_loop_control_outside_a_loop_opens_no_file(control: str, tmp_path: Any,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
