@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from colibri import chat
 from colibri.chat import ChatTemplate
 from colibri.chat_limits import TemplateLimits, text_size
 from colibri.errors import ModelFormatError
@@ -127,6 +128,36 @@ def test_deadline_stops_a_filter_looping_over_a_large_value() -> None:
     # the thread goes on normally afterwards: no interruption left pending
     assert ChatTemplate("{{ 'ok' }}", limits=limits).render(MESSAGES) == "ok"
     assert sum(range(10**6)) == 499999500000
+
+
+def test_compile_deadline_stops_a_template_built_to_compile_for_seconds() -> None:
+    # 128 KiB of tags (the source-size limit) took 1.7-2.5 s to compile at an idle core
+    # before the compile had a deadline; it is stopped after compile_seconds of the
+    # compiling thread's CPU time, and the thread goes on normally afterwards.
+    src = "{% if x %}a{% endif %}" * 5900
+    assert len(src) < TemplateLimits().max_source_chars
+    cpu0 = time.thread_time()
+    with pytest.raises(ModelFormatError, match=r"more than 0.05 s of CPU time to compile"):
+        ChatTemplate(src, limits=TemplateLimits(compile_seconds=0.05))
+    # the stop came near the deadline, not at the end of a 2 s compile (CPU time of this
+    # thread: a loaded machine does not inflate it; Python's own compiler, the one step
+    # the deadline cannot interrupt, gets no source here: the parse is cut short first)
+    assert time.thread_time() - cpu0 < 1.0
+    assert ChatTemplate("{{ 'ok' }}").render(MESSAGES) == "ok"
+    assert sum(range(10**6)) == 499999500000
+
+
+def test_largest_real_templates_compile_well_within_the_deadline() -> None:
+    """The compile deadline is CPU time, so a busy machine does not refuse a real template:
+    the largest ones known (15-17 KB) use about a third of the default budget."""
+    files = sorted(templates_dir().glob("*.jinja"), key=lambda p: -p.stat().st_size)[:8]
+    assert files[0].stat().st_size > 15_000
+    for path in files:
+        chat._compile.cache_clear()  # compiled for real, not found in the cache
+        cpu0 = time.thread_time()
+        ChatTemplate(path.read_text(encoding="utf-8"))
+        used = time.thread_time() - cpu0
+        assert used < TemplateLimits().compile_seconds, f"{path.name}: {used:.2f} s of CPU"
 
 
 def test_limits_are_settings() -> None:

@@ -35,6 +35,7 @@ import jinja2.nodes
 import jinja2.parser
 import numpy as np
 
+from .chat_deadline import Deadline, DeadlinePassed
 from .chat_limits import (
     DEFAULT_LIMITS,
     LimitedEnvironment,
@@ -138,6 +139,14 @@ def _compile(source: str) -> jinja2.Template:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)
         return env.from_string(tree)
+
+
+def _compile_within(source: str, cpu_seconds: float) -> jinja2.Template:
+    """_compile, stopped by DeadlinePassed after `cpu_seconds` of this thread's CPU time (a
+    cached template returns at once). DeadlinePassed can come from the ``with`` statement's
+    exit too, so callers catch it around this call."""
+    with Deadline.cpu(cpu_seconds):
+        return _compile(source)
 
 
 def _check_loop_controls(node: jinja2.nodes.Node, in_loop: bool) -> None:
@@ -281,7 +290,11 @@ class ChatTemplate:
         self.is_fallback = is_fallback
         self.limits = limits
         try:
-            self._template = _compile(source)
+            self._template = _compile_within(source, limits.compile_seconds)
+        except DeadlinePassed:
+            raise ModelFormatError(
+                f"{name} takes more than {limits.compile_seconds:.2g} s of CPU time to compile "
+                "(TemplateLimits.compile_seconds)") from None
         except jinja2.TemplateSyntaxError as exc:
             line = ""
             if exc.lineno and 0 < exc.lineno <= len(source.splitlines()):

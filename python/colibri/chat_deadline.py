@@ -1,4 +1,5 @@
-"""A wall-clock deadline that stops a chat-template render wherever its Python code is.
+"""A deadline that stops a chat-template render (wall clock) or compile (the compiling
+thread's CPU time) wherever its Python code is.
 
 The render budget (chat_limits.py) checks its deadline in the hooks the compiled template
 calls. Some operations run long between two hooks: a filter's own loop over a large value
@@ -8,6 +9,11 @@ estimate itself. :class:`Deadline` covers those too: a watchdog thread raises
 ``PyThreadState_SetAsyncExc``: the exception is raised at the next bytecode the thread
 runs, inside any Python function). One C call is not interrupted; the size limits keep
 each of those to milliseconds.
+
+Compiling a template (Jinja's lexer, parser and code generator, then Python's compiler) is
+plain Python too, but it is the one step a real model's template always takes at load, so
+its deadline counts the compiling thread's CPU time: a busy machine slows it down without
+refusing it, while a template built to compile for seconds is still stopped.
 
 The exception can arrive only between ``__enter__`` and the end of ``__exit__``, never
 after: ``__exit__`` marks the render over under the same lock the watchdog fires under,
@@ -33,14 +39,26 @@ class DeadlinePassed(BaseException):
 
 class Deadline:
     """``with Deadline(at):`` the block is interrupted by DeadlinePassed once
-    ``time.monotonic()`` passes ``at``. One thread per block, for its duration."""
+    ``time.monotonic()`` passes ``at``; ``with Deadline.cpu(seconds):`` once the thread
+    that entered it has used ``seconds`` more of CPU time. One thread per block, for its
+    duration."""
 
-    def __init__(self, at: float) -> None:
+    def __init__(self, at: float, clock: int | None = None) -> None:
         self._at = at
+        self._clock = clock  # a clock id for time.clock_gettime; None: time.monotonic
         self._tid = threading.get_ident()
         self._lock = threading.Lock()
         self._over = threading.Event()
         self._fired = False
+
+    @classmethod
+    def cpu(cls, seconds: float) -> Deadline:
+        clock = time.pthread_getcpuclockid(threading.get_ident())
+        return cls(time.clock_gettime(clock) + seconds, clock)
+
+    def _left(self) -> float:
+        now = time.monotonic() if self._clock is None else time.clock_gettime(self._clock)
+        return self._at - now
 
     def __enter__(self) -> Deadline:
         threading.Thread(target=self._watch, name="colibri-template-deadline",
@@ -48,8 +66,11 @@ class Deadline:
         return self
 
     def _watch(self) -> None:
-        if self._over.wait(max(self._at - time.monotonic(), 0.0)):
-            return
+        # A thread's CPU time advances no faster than the wall clock, so waiting out what
+        # is left and looking again never passes the deadline by more than one wait's slack.
+        while (left := self._left()) > 0.0:
+            if self._over.wait(left):
+                return
         with self._lock:
             if not self._over.is_set():
                 self._fired = True
