@@ -136,7 +136,9 @@ def create_app(
 
     @app.get("/metrics")
     async def prometheus() -> Response:
-        return PlainTextResponse(render(metrics, scheduler, model),
+        # In a thread: the model's counters wait for the engine between two forwards.
+        text = await asyncio.to_thread(render, metrics, scheduler, model)
+        return PlainTextResponse(text,
                                  media_type="text/plain; version=0.0.4")
 
     @app.exception_handler(ApiError)
