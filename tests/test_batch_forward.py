@@ -132,6 +132,32 @@ def test_step_batcher_threads_get_their_own_logits(smollm2: co.Model) -> None:
     assert batcher.rows > batcher.steps  # some steps held several rows
 
 
+def test_step_batcher_failed_prompt_leaves_the_session_as_before(smollm2: co.Model) -> None:
+    """A prompt that overflows the context in its third chunk: the chunks that went in are
+    rolled back, the session keeps its tokens and last logits; another session's forward
+    in the same steps is unaffected."""
+    s, other = smollm2.session(), smollm2.session()
+    before = s.forward(PROMPTS[2]).copy()
+    batcher = StepBatcher(step_tokens=40, window=0.01)
+    batcher.attach(smollm2)
+    try:
+        with pytest.raises(errors.ContextOverflowError):
+            s.forward([7] * 120)  # 11 + 120 > 128: the third chunk overflows
+        assert s.token_ids == PROMPTS[2]
+        assert np.array_equal(s.last_logits(), before)
+        got = other.forward(PROMPTS[7])
+    finally:
+        batcher.detach()
+    assert np.array_equal(got, alone(smollm2, PROMPTS[7], 0)[0][-1])
+    assert np.array_equal(s.forward([5]), alone_after(smollm2, PROMPTS[2], 5))
+
+
+def alone_after(model: co.Model, prompt: list[int], token: int) -> np.ndarray:
+    s = model.session()
+    s.forward(prompt)
+    return s.forward([token])
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from colibri.demo_moe import make_demo_moe
