@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -55,6 +56,8 @@ def test_concurrent_clients_get_what_each_request_gives_alone(
     assert metric(m, "colibri_running_requests") == 0
     assert metric(m, "colibri_queue_depth") == 0
     assert metric(m, "colibri_time_to_first_token_seconds_count") >= 20
+    # The four clients' generations shared steps: some forward advanced several of them.
+    assert metric(m, "colibri_batch_rows_total") > metric(m, "colibri_batch_steps_total") > 0
     assert metric(m, "colibri_generated_tokens_total") >= sum(
         3 + (i * 5 + j) % 5 for i in range(4) for j in range(5)) - 20  # EOS may end early
 
@@ -67,18 +70,19 @@ def test_full_queue_429_and_disconnects_free_their_slots(
     before = httpx.get(smollm2_server.url + "/metrics").text
     cancelled0 = metric(before, "colibri_cancelled_requests_total")
     rejected0 = metric(before, "colibri_rejected_requests_total")
+    slots = int(metric(before, "colibri_max_running_requests"))
     held = []
     try:
-        # 1 running + 3 queued fill the server (--max-queue 3): each is admitted once its
-        # response headers arrive.
-        for _ in range(4):
+        # `slots` running + 3 queued fill the server (--max-queue 3): each is admitted once
+        # its response headers arrive.
+        for _ in range(slots + 3):
             c = httpx.Client(timeout=60, headers=HEADERS)
             ctx = c.stream("POST", url, json=body)
             r = ctx.__enter__()
             assert r.status_code == 200
             held.append((c, ctx))
         m = httpx.get(smollm2_server.url + "/metrics").text
-        assert metric(m, "colibri_running_requests") == 1
+        assert metric(m, "colibri_running_requests") == slots
         assert metric(m, "colibri_queue_depth") == 3
         full = httpx.post(url, json={**body, "stream": False}, headers=HEADERS, timeout=60)
         assert full.status_code == 429
@@ -163,3 +167,59 @@ def test_serve_flags_are_checked_before_loading(tmp_path: Path) -> None:
     assert main(["serve", str(tmp_path / "none.gguf"), "--chat-template",
                  str(tmp_path / "missing.jinja")]) == 2
     assert main(["serve", str(tmp_path / "none.gguf"), "--port", "0"]) == 1  # no such model
+
+
+# --- 8 concurrent clients x 20 requests (slow) ------------------------------------------
+
+LONG_QUESTIONS = [*QUESTIONS, "Explain in two sentences why the sky is blue.",
+                  "Write a haiku about the sea.", "List the days of the week."]
+
+
+@pytest.fixture(scope="module")
+def eight_slot_server() -> Iterator[ServerProcess]:
+    s = ServerProcess(smollm2_gguf(), "-c", "512", "--parallel", "8", "--max-queue", "8",
+                      "--served-model-name", "smollm2", "-q")
+    yield s
+    assert s.stop() == 0, s.log()
+
+
+@pytest.mark.slow
+def test_eight_clients_twenty_requests_each_equal_alone(
+        eight_slot_server: ServerProcess, smollm2_oracle: co.Model) -> None:
+    """160 greedy requests of mixed prompts and lengths (3..40 tokens, half streamed) from
+    8 clients at once against 8 batched slots: 0 errors, 0 dropped streams, each answer
+    the oracle's for the same request alone."""
+    server = eight_slot_server
+    clients = [openai.OpenAI(base_url=server.base, api_key="x", max_retries=0, timeout=600)
+               for _ in range(8)]
+
+    def one(i: int, j: int) -> tuple[tuple[int, int], str, str | None]:
+        q, n = (3 * i + j) % len(LONG_QUESTIONS), 3 + (7 * i + 11 * j) % 38
+        msgs = [{"role": "user", "content": LONG_QUESTIONS[q]}]
+        if (i + j) % 2:
+            stream = clients[i].chat.completions.create(
+                model="smollm2", messages=msgs, max_tokens=n, temperature=0, stream=True)
+            parts, finish = [], None
+            for c in stream:
+                if c.choices:
+                    parts.append(c.choices[0].delta.content or "")
+                    finish = c.choices[0].finish_reason or finish
+            return (q, n), "".join(parts), finish  # finish None: the stream was dropped
+        r = clients[i].chat.completions.create(model="smollm2", messages=msgs, max_tokens=n,
+                                               temperature=0)
+        return (q, n), r.choices[0].message.content or "", r.choices[0].finish_reason
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(lambda i=i: [one(i, j) for j in range(20)]) for i in range(8)]
+        results = [r for f in futures for r in f.result()]
+    assert len(results) == 160
+    assert all(finish in ("stop", "length") for _, _, finish in results)
+    alone: dict[tuple[int, int], str] = {}
+    for (q, n), text, _ in results:
+        if (q, n) not in alone:
+            alone[(q, n)] = smollm2_oracle.chat(LONG_QUESTIONS[q], max_tokens=n).text
+        assert text == alone[(q, n)], (LONG_QUESTIONS[q], n)
+    m = httpx.get(server.url + "/metrics").text
+    assert metric(m, "colibri_rejected_requests_total") == 0
+    assert metric(m, "colibri_running_requests") == 0
+    assert metric(m, "colibri_batch_rows_total") > metric(m, "colibri_batch_steps_total")

@@ -70,6 +70,65 @@ py::array_t<float> forward(BoundSession& s, py::array_t<int32_t, py::array::c_st
   return out;
 }
 
+// Continuous batching (Session::forward_batch): one forward for several sessions. The
+// GIL is released; Ctrl-C stops it as it stops forward(). Returns each session's logits
+// ([vocab], or [n, vocab] with all_logits; all_logits None: no logits, None returned) and
+// sets its last_logits, all after the commit.
+std::vector<py::object> forward_batch(const std::vector<BoundSession*>& sessions, const std::vector<py::object>& ids,
+                                      const std::vector<std::optional<bool>>& all_logits) {
+  const std::size_t n = sessions.size();
+  if (n == 0) fail(ErrorKind::InvalidArgument, "forward_batch needs at least one session");
+  if (ids.size() != n || all_logits.size() != n)
+    fail(ErrorKind::InvalidArgument, "forward_batch: give one id array and one all_logits flag per session");
+  using Ids = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+  const std::vector<BoundSession*>& bound = sessions;
+  std::vector<Ids> arrays(n);
+  std::vector<py::array_t<float>> outs(n);
+  std::vector<SessionStep> steps(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!bound[i]) fail(ErrorKind::InvalidArgument, "forward_batch: a session is None");
+    arrays[i] = Ids::ensure(ids[i]);
+    if (!arrays[i] || arrays[i].ndim() != 1)
+      fail(ErrorKind::InvalidArgument, "forward_batch: token ids must be 1-D integer sequences");
+    const int64_t len = arrays[i].shape(0);
+    if (len == 0) fail(ErrorKind::InvalidArgument, "forward needs at least one token id");
+    const bool none = !all_logits[i].has_value();  // a prompt chunk before the last: no lm_head
+    const bool all = !none && *all_logits[i];
+    const int64_t vocab = bound[i]->core->vocab_size();
+    if (!none) outs[i] = all ? py::array_t<float>({len, vocab}) : py::array_t<float>({vocab});
+    steps[i] = SessionStep{bound[i]->core.get(), arrays[i].data(), len, all, none ? nullptr : outs[i].mutable_data()};
+  }
+  std::optional<py::error_already_set> interrupt;
+  const CancelCheck cancelled = [&interrupt] {
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() == 0) return false;
+    interrupt.emplace();
+    return true;
+  };
+  bool interrupted = false;
+  {
+    py::gil_scoped_release release;
+    try {
+      Session::forward_batch(steps, cancelled);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::Cancelled || !interrupt) throw;
+      interrupted = true;
+    }
+  }
+  if (interrupted) throw *interrupt;
+  std::vector<py::object> result;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!steps[i].logits_out) {
+      bound[i]->last_logits = py::none();
+      result.push_back(py::none());
+      continue;
+    }
+    bound[i]->last_logits = steps[i].all_logits ? py::object(outs[i][py::int_(steps[i].n - 1)]) : py::object(outs[i]);
+    result.push_back(outs[i]);
+  }
+  return result;
+}
+
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -180,6 +239,11 @@ void bind_session(py::module_& m) {
              s.last_logits = py::none();
            })
       .def_property_readonly("closed", [](const BoundSession& s) { return s.core->closed(); });
+  m.def("forward_batch", &forward_batch, py::arg("sessions"), py::arg("ids"), py::arg("all_logits"),
+        "One forward for several sessions of one model (continuous batching): session i "
+        "appends ids[i]; returns each one's logits ([vocab], or [n, vocab] when all_logits[i]; "
+        "None when all_logits[i] is None). "
+        "All or nothing: on any error no session changes.");
 }
 
 }  // namespace colibri::bindings

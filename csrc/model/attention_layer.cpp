@@ -6,6 +6,15 @@
 
 namespace colibri {
 
+void AttentionLayer::forward_segments(AttentionContext& ctx, const float* x, const std::vector<AttnSegment>& segs,
+                                      int64_t layer, int64_t hidden, float* out) {
+  int64_t row = 0;
+  for (const AttnSegment& s : segs) {
+    forward(ctx, x + row * hidden, s.n, s.pos0, *s.kv, layer, out + row * hidden);
+    row += s.n;
+  }
+}
+
 std::unique_ptr<AttentionLayer> make_attention(const ModelSpec& spec, const WeightStore& weights, int64_t layer) {
   switch (spec.attention_kind) {
     case AttentionKind::Gqa:

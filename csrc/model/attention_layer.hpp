@@ -39,6 +39,14 @@ struct AttentionScratch {
   std::vector<int64_t> dsa_offsets;
 };
 
+// One session's rows in a batched forward (continuous batching): n tokens at positions
+// [pos0, pos0 + n) of that session's KV cache.
+struct AttnSegment {
+  KvCache* kv = nullptr;
+  int64_t pos0 = 0;
+  int64_t n = 0;
+};
+
 // What a unit may use during its forward: the compute team and the shared buffers.
 struct AttentionContext {
   ThreadPool& pool;
@@ -60,6 +68,14 @@ class AttentionLayer {
   // the output projected back to hidden size into out: [n, hidden].
   virtual void forward(AttentionContext& ctx, const float* x, int64_t n, int64_t pos0, KvCache& kv,
                        int64_t layer, float* out) = 0;
+
+  // The batched form: x holds the rows of every segment one after the other ([sum n,
+  // hidden]), each segment its own session's positions and cache; out likewise. A row's
+  // result must not depend on the other segments (DESIGN principle 1). The default runs
+  // the segments one after the other through forward(); a unit that can share its
+  // projections' weight reads over all rows (GQA) overrides it.
+  virtual void forward_segments(AttentionContext& ctx, const float* x, const std::vector<AttnSegment>& segs,
+                                int64_t layer, int64_t hidden, float* out);
 };
 
 // The unit for layer `layer` of a model, its tensors looked up in `weights` and checked

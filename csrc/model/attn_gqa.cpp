@@ -44,8 +44,18 @@ KvLayerLayout GqaAttention::kv_layout() const { return KvLayerLayout{n_kv_heads_
 
 void GqaAttention::forward(AttentionContext& ctx, const float* x, int64_t n, int64_t pos0, KvCache& kv,
                            int64_t layer, float* out) {
+  forward_segments(ctx, x, {AttnSegment{&kv, pos0, n}}, layer, hidden_, out);
+}
+
+// One session's forward is the one-segment case, so a row's arithmetic is the same alone
+// or batched: the projections are per-row kernels (model/matmul.cpp), and the attention
+// runs per segment over that segment's cache only.
+void GqaAttention::forward_segments(AttentionContext& ctx, const float* x, const std::vector<AttnSegment>& segs,
+                                    int64_t layer, int64_t /*hidden*/, float* out) {
   const int64_t hd = head_dim_, nh = n_heads_, nkv = n_kv_heads_;
   const int64_t qd = nh * hd, kvd = nkv * hd;
+  int64_t n = 0;
+  for (const AttnSegment& sg : segs) n += sg.n;
   AttentionScratch& ws = ctx.scratch;
   ws.q.resize(static_cast<std::size_t>(n * qd));
   ws.k.resize(static_cast<std::size_t>(n * kvd));
@@ -68,40 +78,46 @@ void GqaAttention::forward(AttentionContext& ctx, const float* x, int64_t n, int
   const int64_t half = static_cast<int64_t>(rope_inv_freq_.size());
   ws.rope.resize(static_cast<std::size_t>(2 * half));
   float* cos_sin = ws.rope.data();
-  for (int64_t t = 0; t < n; ++t) {
-    float* q = ws.q.data() + t * qd;
-    float* k = ws.k.data() + t * kvd;
-    if (qk_norm_ == QkNorm::Full) {
-      rms_norm_row(q, w_.q_norm->f32(), qd, eps_, q);
-      rms_norm_row(k, w_.k_norm->f32(), kvd, eps_, k);
-    } else if (qk_norm_ == QkNorm::PerHead) {
-      for (int64_t h = 0; h < nh; ++h) rms_norm_row(q + h * hd, w_.q_norm->f32(), hd, eps_, q + h * hd);
-      for (int64_t h = 0; h < nkv; ++h) rms_norm_row(k + h * hd, w_.k_norm->f32(), hd, eps_, k + h * hd);
+  int64_t row0 = 0;
+  for (const AttnSegment& sg : segs) {
+    KvCache& kv = *sg.kv;
+    for (int64_t i = 0; i < sg.n; ++i) {
+      const int64_t t = row0 + i;
+      float* q = ws.q.data() + t * qd;
+      float* k = ws.k.data() + t * kvd;
+      if (qk_norm_ == QkNorm::Full) {
+        rms_norm_row(q, w_.q_norm->f32(), qd, eps_, q);
+        rms_norm_row(k, w_.k_norm->f32(), kvd, eps_, k);
+      } else if (qk_norm_ == QkNorm::PerHead) {
+        for (int64_t h = 0; h < nh; ++h) rms_norm_row(q + h * hd, w_.q_norm->f32(), hd, eps_, q + h * hd);
+        for (int64_t h = 0; h < nkv; ++h) rms_norm_row(k + h * hd, w_.k_norm->f32(), hd, eps_, k + h * hd);
+      }
+      rope_cos_sin(sg.pos0 + i, rope_inv_freq_.data(), half, rope_factor_, cos_sin);
+      for (int64_t h = 0; h < nh; ++h) rope_head(q + h * hd, cos_sin, 2 * half);
+      for (int64_t h = 0; h < nkv; ++h) rope_head(k + h * hd, cos_sin, 2 * half);
+      kv.store_k(layer, sg.pos0 + i, k);
+      kv.store_v(layer, sg.pos0 + i, ws.v.data() + t * kvd);
     }
-    rope_cos_sin(pos0 + t, rope_inv_freq_.data(), half, rope_factor_, cos_sin);
-    for (int64_t h = 0; h < nh; ++h) rope_head(q + h * hd, cos_sin, 2 * half);
-    for (int64_t h = 0; h < nkv; ++h) rope_head(k + h * hd, cos_sin, 2 * half);
-    kv.store_k(layer, pos0 + t, k);
-    kv.store_v(layer, pos0 + t, ws.v.data() + t * kvd);
-  }
 
-  attn::Problem p;
-  p.n_queries = n;
-  p.n_kv_heads = nkv;
-  p.group = nh / nkv;
-  p.dk = p.dv = hd;
-  p.scale = scale_;
-  p.q = ws.q.data();
-  p.q_stride = qd;
-  p.q_head_stride = hd;
-  p.out = ws.attn.data();
-  p.out_stride = qd;
-  p.out_head_stride = hd;
-  const std::size_t head_bytes = row_bytes(kv.type(), hd);
-  p.k = attn::KvSide{kv.type(), kv.k(layer, 0), kv.k_row_bytes(layer), head_bytes};
-  p.v = attn::KvSide{kv.type(), kv.v(layer, 0), kv.v_row_bytes(layer), head_bytes};
-  p.pos0 = pos0;
-  attn::run(ctx.pool, p, ws.kernel);
+    attn::Problem p;
+    p.n_queries = sg.n;
+    p.n_kv_heads = nkv;
+    p.group = nh / nkv;
+    p.dk = p.dv = hd;
+    p.scale = scale_;
+    p.q = ws.q.data() + row0 * qd;
+    p.q_stride = qd;
+    p.q_head_stride = hd;
+    p.out = ws.attn.data() + row0 * qd;
+    p.out_stride = qd;
+    p.out_head_stride = hd;
+    const std::size_t head_bytes = row_bytes(kv.type(), hd);
+    p.k = attn::KvSide{kv.type(), kv.k(layer, 0), kv.k_row_bytes(layer), head_bytes};
+    p.v = attn::KvSide{kv.type(), kv.v(layer, 0), kv.v_row_bytes(layer), head_bytes};
+    p.pos0 = sg.pos0;
+    attn::run(ctx.pool, p, ws.kernel);
+    row0 += sg.n;
+  }
   matmul(ctx.pool, w_.o->view(), ws.attn.data(), n, out, ctx.matmul, ctx.precision);
 }
 

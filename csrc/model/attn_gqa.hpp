@@ -30,6 +30,10 @@ class GqaAttention final : public AttentionLayer {
   KvLayerLayout kv_layout() const override;
   void forward(AttentionContext& ctx, const float* x, int64_t n, int64_t pos0, KvCache& kv, int64_t layer,
                float* out) override;
+  // q, k, v and the output projection over every segment's rows at once (each weight read
+  // once per step); RoPE, the cache append and the attention itself per segment.
+  void forward_segments(AttentionContext& ctx, const float* x, const std::vector<AttnSegment>& segs,
+                        int64_t layer, int64_t hidden, float* out) override;
 
  private:
   GqaWeights w_;

@@ -142,10 +142,6 @@ ThreadSettings resolve_auto(ThreadSettings t) {
   return t;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 }  // namespace
 
 Engine::Engine(ModelSpec spec, const std::vector<TensorSpec>& tensors,
@@ -343,99 +339,6 @@ void Engine::set_activation_precision(ActPrecision precision) {
 
 void Engine::mm(const Tensor& w, const float* x, int64_t n, float* y) {
   matmul(pool_, w.view(), x, n, y, ws_.matmul, precision_);
-}
-
-void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, bool all_logits,
-                     float* logits_out, int32_t* routing_out, const CancelCheck* cancelled,
-                     ForwardStats* stats_out) {
-  const ModelSpec& s = spec_;
-  if (n <= 0) fail(ErrorKind::InvalidArgument, "forward needs at least one token");
-  for (int64_t t = 0; t < n; ++t) {
-    if (ids[t] < 0 || ids[t] >= s.vocab_size)
-      fail(ErrorKind::TokenOutOfRange, "token id " + std::to_string(ids[t]) + " at index " +
-                                           std::to_string(t) + " is outside the vocabulary [0, " +
-                                           std::to_string(s.vocab_size) + ")");
-  }
-  if (pos0 + n > kv.context_length())
-    fail(ErrorKind::ContextOverflow,
-         "context overflow: the session holds " + std::to_string(pos0) + " tokens and " +
-             std::to_string(n) + " more would exceed the context length of " +
-             std::to_string(kv.context_length()) + " (raise EngineConfig.context_length or start a new session)");
-
-  kv.reserve(pos0 + n);  // grows the session's cache before any of it is written
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!store_->empty() && store_->slots() == 0)
-    fail(ErrorKind::InvalidArgument, "the expert cache is not configured (Engine.configure_store)");
-  // Counts this forward's share of the counters even when it throws (a failed read).
-  struct DeltaScope {
-    Engine& e;
-    ForwardStats* out;
-    ExpertStoreStats experts0;
-    PhaseSeconds phases0;
-    ~DeltaScope() {
-      if (!out) return;
-      add_delta(out->experts, e.store_->stats(), experts0);
-      add_delta(out->phases, e.phase_, phases0);
-      ++out->forwards;
-    }
-  } delta{*this, stats_out, stats_out ? store_->stats() : ExpertStoreStats{}, phase_};
-  const auto t_start = std::chrono::steady_clock::now();
-  const double wait_before = phase_[kExpertWait];
-  ThreadPool::ComputeScope scope(pool_);
-  attn_ws_.dsa_keys.clear();  // a DSA "shared" layer reuses only this forward's selection
-  const int64_t d = s.hidden_size;
-  ws_.x.resize(static_cast<std::size_t>(n * d));
-  ws_.h.resize(static_cast<std::size_t>(n * d));
-  ws_.proj.resize(static_cast<std::size_t>(n * d));
-  get_rows(token_embd_->view(), ids, n, ws_.x.data());
-  AttentionContext actx{pool_, ws_.matmul, precision_, attn_ws_};
-  if (routing_out && s.n_experts_per_tok > 0)
-    std::fill(routing_out, routing_out + n * s.n_layers * s.n_experts_per_tok, -1);
-
-  // Between layers, and between each layer's attention and FFN: a prefill chunk's layer is
-  // the longest stretch without a check (a fraction of a second).
-  auto stop_if_cancelled = [&] {
-    if (cancelled && *cancelled && (*cancelled)()) {
-      store_->abort();  // prefetches in flight: waited for or cancelled
-      fail(ErrorKind::Cancelled, "the forward was interrupted");
-    }
-  };
-  for (int64_t li = 0; li < s.n_layers; ++li) {
-    stop_if_cancelled();
-    const LayerWeights& L = layers_[static_cast<std::size_t>(li)];
-    auto t0 = std::chrono::steady_clock::now();
-    for (int64_t t = 0; t < n; ++t)
-      rms_norm_row(ws_.x.data() + t * d, L.attn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
-    L.attention->forward(actx, ws_.h.data(), n, pos0, kv, li, ws_.proj.data());
-    add_inplace(ws_.x.data(), ws_.proj.data(), n * d);
-    for (int64_t t = 0; t < n; ++t)
-      rms_norm_row(ws_.x.data() + t * d, L.ffn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
-    phase_[kAttention] += seconds_since(t0);
-    stop_if_cancelled();
-    if (L.is_moe) {
-      try {
-        moe_block(L, li, n, routing_out);  // leaves the FFN output in ws_.ffn_out
-      } catch (...) {
-        store_->abort();  // every read waited for or cancelled: the model keeps serving
-        throw;
-      }
-    } else {
-      t0 = std::chrono::steady_clock::now();
-      ffn_block(L, n);
-      phase_[kDense] += seconds_since(t0);
-    }
-    add_inplace(ws_.x.data(), ws_.ffn_out.data(), n * d);
-  }
-
-  if (logits_out != nullptr) {  // null: a prefill chunk before the last one, no logits wanted
-    const auto t0 = std::chrono::steady_clock::now();
-    const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
-    for (int64_t t = first; t < n; ++t)
-      rms_norm_row(ws_.x.data() + t * d, output_norm_->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
-    mm(*output_, ws_.h.data() + first * d, rows, logits_out);
-    phase_[kLmHead] += seconds_since(t0);
-  }
-  choose_wait_policy(phase_[kExpertWait] - wait_before, seconds_since(t_start));
 }
 
 }  // namespace colibri

@@ -71,6 +71,8 @@ struct MtpLayerWeights {
 // Reusable float buffers for one forward call, grown on demand.
 struct Workspace {
   std::vector<float> x, h, proj, gate, up, ffn_out, router, slot_out, xe, ye, logits;
+  std::vector<float> logits_rows;  // a batch's lm_head rows before they go to each row
+  std::vector<int32_t> routing;    // a batch's routing, [rows][n_layers][top_k]
   std::vector<float> next_router;  // the lookahead: next MoE layer's router on this input
   ScratchBuffer matmul;
 };
@@ -79,6 +81,17 @@ struct Workspace {
 // the forward with Error(Cancelled). It is called once per layer, so it must be cheap; the
 // binding's version reads a clock and only looks at Python's signals every few ms.
 using CancelCheck = std::function<bool()>;
+
+// One sequence of a batched forward (Engine::forward_batch).
+struct BatchRow {
+  class KvCache* kv = nullptr;
+  int64_t pos0 = 0;                // positions [pos0, pos0 + n) of kv
+  const int32_t* ids = nullptr;
+  int64_t n = 0;
+  bool all_logits = false;         // logits of every position ([n, vocab]), else of the last
+  float* logits_out = nullptr;     // null: none (a prefill chunk before the last)
+  int32_t* routing_out = nullptr;  // null, or [n][n_layers][n_experts_per_tok]
+};
 
 class Engine {
  public:
@@ -128,10 +141,23 @@ class Engine {
                float* logits_out, int32_t* routing_out = nullptr,
                const CancelCheck* cancelled = nullptr, struct ForwardStats* stats_out = nullptr);
 
+  // Continuous batching: one forward over several sequences, each row its own KV cache,
+  // positions and tokens (decode steps, prefill chunks, mixed). The dense matmuls run over
+  // every row together, attention per row against its own cache, and the MoE block over
+  // the union of the rows' experts (one read and one matmul per distinct expert). forward()
+  // is the one-row case, so a row's logits are the same bits alone or in any batch. Every
+  // row is validated before any state is touched; the rows' caches must be distinct. A
+  // model with the DSA indexer runs the rows one after the other (its shared layers reuse
+  // one forward's key selection), still in this one call.
+  void forward_batch(const std::vector<BatchRow>& rows, const CancelCheck* cancelled = nullptr,
+                     struct ForwardStats* stats_out = nullptr);
+
  private:
   void resolve_layers();
   void resolve_layer(LayerWeights& L, int64_t layer, bool moe);
   void ffn_block(const LayerWeights& L, int64_t n);
+  void forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* cancelled, struct ForwardStats* stats_out);
+  void lm_head(const std::vector<BatchRow>& rows);
   void moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t* routing_out);
   void routed_experts(int64_t layer, int64_t n, const std::vector<int32_t>& sel);
   void predict_next(const LayerWeights& L, int64_t n);

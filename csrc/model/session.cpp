@@ -121,6 +121,82 @@ void Session::forward(const int32_t* ids, int64_t n, bool all_logits, float* log
   last_routing_tokens_ = n;
 }
 
+void Session::forward_batch(const std::vector<SessionStep>& steps, const CancelCheck& cancelled) {
+  if (steps.empty()) fail(ErrorKind::InvalidArgument, "forward_batch needs at least one session");
+  std::vector<std::unique_ptr<Busy>> busy;  // every session marked in use, or none
+  busy.reserve(steps.size());
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    Session* s = steps[i].session;
+    if (!s) fail(ErrorKind::InvalidArgument, "forward_batch: a step has no session");
+    for (std::size_t j = 0; j < i; ++j)
+      if (steps[j].session == s)
+        fail(ErrorKind::InvalidArgument, "forward_batch: a session appears twice (one step per session)");
+    busy.push_back(std::make_unique<Busy>(*s));
+  }
+  Engine* engine = steps[0].session->engine_.get();
+  std::vector<BatchRow> rows(steps.size());
+  std::vector<std::vector<int32_t>> routing(steps.size());
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const SessionStep& st = steps[i];
+    Session& s = *st.session;
+    if (s.engine_.get() != engine)
+      fail(ErrorKind::InvalidArgument, "forward_batch: the sessions belong to different models");
+    const int64_t k = s.spec_.n_experts_per_tok;
+    routing[i].resize(k > 0 && st.n > 0 ? static_cast<std::size_t>(st.n * s.spec_.n_layers * k) : 0);
+    BatchRow& r = rows[i];
+    r.kv = s.kv_.get();
+    r.pos0 = s.n_tokens();
+    r.ids = st.ids;
+    r.n = st.n;
+    r.all_logits = st.all_logits;
+    r.logits_out = st.logits_out;
+    r.routing_out = routing[i].empty() ? nullptr : routing[i].data();
+  }
+  // As in forward(): the caller's check is asked at most every kPoll; a session closed
+  // from another thread stops the step at its next layer.
+  auto next_poll = std::chrono::steady_clock::now() + kPoll;
+  auto closing = [&] {
+    return std::any_of(steps.begin(), steps.end(),
+                       [](const SessionStep& st) { return st.session->closing_.load(std::memory_order_relaxed); });
+  };
+  const CancelCheck stop = [&] {
+    if (closing()) return true;
+    if (!cancelled) return false;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_poll) return false;
+    next_poll = now + kPoll;
+    return cancelled();
+  };
+  ForwardStats delta;
+  struct StatsScope {  // the step's counters, added to every session of it (see the header)
+    const std::vector<SessionStep>& steps;
+    ForwardStats& delta;
+    ~StatsScope() {
+      for (const SessionStep& st : steps) {
+        std::lock_guard<std::mutex> lock(st.session->mu_);
+        add_delta(st.session->stats_.experts, delta.experts, ExpertStoreStats{});
+        add_delta(st.session->stats_.phases, delta.phases, PhaseSeconds{});
+        st.session->stats_.forwards += delta.forwards;
+      }
+    }
+  } stats{steps, delta};
+  try {
+    engine->forward_batch(rows, &stop, &delta);
+    if (closing() || (cancelled && cancelled())) fail(ErrorKind::Cancelled, "the forward was interrupted");
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::Cancelled && closing())
+      fail(ErrorKind::InvalidArgument, "the model was closed during this forward");
+    throw;
+  }
+  for (std::size_t i = 0; i < steps.size(); ++i) {  // commit: every session, each at once
+    Session& s = *steps[i].session;
+    std::lock_guard<std::mutex> lock(s.mu_);
+    s.ids_.insert(s.ids_.end(), steps[i].ids, steps[i].ids + steps[i].n);
+    s.last_routing_ = std::move(routing[i]);
+    s.last_routing_tokens_ = steps[i].n;
+  }
+}
+
 ForwardStats Session::forward_stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

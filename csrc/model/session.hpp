@@ -33,6 +33,17 @@ struct ForwardHooks {
   std::function<void(int64_t done, int64_t total)> progress;
 };
 
+class Session;
+
+// One session's part of a batched step (Session::forward_batch).
+struct SessionStep {
+  Session* session = nullptr;
+  const int32_t* ids = nullptr;
+  int64_t n = 0;
+  bool all_logits = false;
+  float* logits_out = nullptr;  // [vocab], or [n, vocab] when all_logits
+};
+
 class Session {
  public:
   // kv_type: the KV cache's storage type (F32, F16, BF16, Q8_0).
@@ -42,6 +53,15 @@ class Session {
   // On any error the session is unchanged.
   void forward(const int32_t* ids, int64_t n, bool all_logits, float* logits_out,
                const ForwardHooks& hooks = {});
+
+  // Continuous batching: appends each step's tokens to its session in ONE engine forward
+  // (Engine::forward_batch): the sessions must be distinct and share one engine. All or
+  // nothing, as forward(): on any error (a row's bad id or overflow, a failed read, a
+  // cancellation, one of the sessions closed meanwhile) no session changes. No chunking
+  // here: the caller sizes each step (a prefill chunk is a row like a decode token).
+  // Each session's forward_stats count the whole step (the step's expert reads are shared
+  // by its rows: the figures of a session say what its forwards waited for).
+  static void forward_batch(const std::vector<SessionStep>& steps, const CancelCheck& cancelled = {});
 
   // The expert cache, expert I/O and phase-time counters of this session's forwards
   // (model/forward_stats.hpp), cumulative since it was made; a failed or cancelled

@@ -36,8 +36,10 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncMethods", "agenerate_stream", "astream_stream"]
 
+# One thread per generation in flight: under continuous batching (colibri.batching) each
+# waits in its forward for the shared step, so the pool must not cap the batch size.
 _STEPS = concurrent.futures.ThreadPoolExecutor(
-    max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="colibri-async"
+    max_workers=max(64, (os.cpu_count() or 1) + 4), thread_name_prefix="colibri-async"
 )
 _END = object()
 

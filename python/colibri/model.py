@@ -75,6 +75,8 @@ from .tokenizers import Tokenizer
 if TYPE_CHECKING:
     from typing import Unpack
 
+    from .batching import StepBatcher
+
 Messages = Sequence[Mapping[str, Any]]
 
 
@@ -133,6 +135,8 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         self._name = manifest.path.name
         self._prompt_cache = PromptCache(self, engine.prompt_cache)
         self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()  # closed with the model
+        # Set while a StepBatcher runs this model's forwards as batched steps (the server).
+        self._batcher: StepBatcher | None = None
         self._kv_type = session_kv_type(manifest, engine)
 
     @property
@@ -499,6 +503,8 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         try:
             self.save_routing_history()
         finally:
+            if self._batcher is not None:
+                self._batcher.detach()  # its waiting forwards served, its thread stopped
             self._prompt_cache.clear()
             with self._lock:
                 sessions = list(self._sessions)

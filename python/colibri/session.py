@@ -145,6 +145,9 @@ class Session:
             raise InvalidRequestError(
                 f"progress must be a callable(done, total), not {type(progress).__name__}"
             )
+        batcher = self._model._batcher
+        if batcher is not None:  # a server's continuous batching (colibri.batching)
+            return batcher.forward(self, ids, all_logits, progress)
         chunk = self._model.engine_config.prefill_chunk or 0
         result: npt.NDArray[np.float32] = self._core.forward(ids, all_logits, chunk, progress)
         return result

@@ -11,7 +11,7 @@ import typing
 from . import quant
 from . import io
 from . import attention
-__all__: list[str] = ['ActPrecision', 'AttentionKind', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'ModelSpec', 'QkNorm', 'RouterKind', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'attention', 'io', 'quant', 'route']
+__all__: list[str] = ['ActPrecision', 'AttentionKind', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'ModelSpec', 'QkNorm', 'RouterKind', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'attention', 'forward_batch', 'io', 'quant', 'route']
 class WaitPolicy:
     """
     How the compute team waits between parallel regions of a computation.
@@ -896,6 +896,10 @@ class Session:
     @property
     def n_tokens(self) -> int:
         ...
+def forward_batch(sessions: collections.abc.Sequence[Session], ids: collections.abc.Sequence[typing.Any], all_logits: collections.abc.Sequence[bool | None]) -> list[typing.Any]:
+    """
+    One forward for several sessions of one model (continuous batching): session i appends ids[i]; returns each one's logits ([vocab], or [n, vocab] when all_logits[i]; None when all_logits[i] is None). All or nothing: on any error no session changes.
+    """
 def route(kind: RouterKind, logits: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], top_k: typing.SupportsInt | typing.SupportsIndex, norm_topk_prob: bool = False, scaling: typing.SupportsFloat | typing.SupportsIndex = 1.0, n_group: typing.SupportsInt | typing.SupportsIndex = 1, topk_group: typing.SupportsInt | typing.SupportsIndex = 1, bias: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None) -> tuple[numpy.typing.NDArray[numpy.int32], numpy.typing.NDArray[numpy.float32]]:
     """
     One routing rule (csrc/model/routers/) on router logits [tokens, experts]: (experts, weights), each [tokens, top_k], best first. The MoE layers and the lookahead prefetch run the same code.

@@ -39,8 +39,11 @@ def add_serve_parser(sub: Any, engine_flags: Callable[[argparse.ArgumentParser],
     g.add_argument("--chat-template", metavar="FILE",
                    help="a Jinja chat template file replacing the model's own (e.g. one "
                         "that renders tools)")
+    g.add_argument("--parallel", type=int, default=4, metavar="N",
+                   help="requests that generate at once, batched into shared forwards "
+                        "(continuous batching; each holds its own KV cache; default 4)")
     g.add_argument("--max-queue", type=int, default=16, metavar="N",
-                   help="requests that may wait beyond the running one; more get 429 "
+                   help="requests that may wait beyond the running ones; more get 429 "
                         "(default 16)")
     g.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS",
                    help="most seconds a request may take, queue wait included; 0: no "
@@ -75,6 +78,8 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
         raise UsageError(f"argument --port: {args.port} is not a port (0..65535)")
     if args.max_queue < 0:
         raise UsageError("argument --max-queue: must be >= 0")
+    if args.parallel < 1:
+        raise UsageError("argument --parallel: must be >= 1")
     template = None
     if args.chat_template is not None:
         try:
@@ -94,7 +99,8 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
     aliases = [args.model] if args.served_model_name is None else []
     app = create_app(model, model_name=args.served_model_name, aliases=aliases,
                      api_key=api_key or None,
-                     chat_template=template, max_queue=args.max_queue, timeout=timeout,
+                     chat_template=template, max_queue=args.max_queue,
+                     max_running=args.parallel, timeout=timeout,
                      close_model=True, drain_timeout=args.shutdown_timeout)
     scheduler = app.state.colibri.scheduler
     name = app.state.colibri.model_name
@@ -105,7 +111,8 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
             if self.started and self.servers and self.servers[0].sockets:
                 host, port = self.servers[0].sockets[0].getsockname()[:2]
                 err.write(f"colibri: serving {name} at http://{host}:{port}/v1 "
-                          f"(context {model.context_length}, queue {args.max_queue})\n")
+                          f"(context {model.context_length}, {args.parallel} slots, "
+                          f"queue {args.max_queue})\n")
                 err.flush()
 
         @contextlib.contextmanager

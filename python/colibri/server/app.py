@@ -83,7 +83,7 @@ def create_app(
     api_key: str | None = None,
     chat_template: str | None = None,
     max_queue: int = 16,
-    max_running: int = 1,
+    max_running: int = 4,
     timeout: float | None = 600.0,
     retry_after: int = 1,
     close_model: bool = False,
@@ -93,9 +93,10 @@ def create_app(
     may also name it by one of `aliases`).
 
     ``api_key``: required from clients when set. ``chat_template``: Jinja source replacing
-    the model's own template (e.g. one that renders tools). ``max_queue``: requests that
-    may wait for a slot beyond the ``max_running`` generating (one today: docs/serving.md);
-    more get 429 with ``Retry-After: retry_after``. ``timeout``: seconds a request may
+    the model's own template (e.g. one that renders tools). ``max_running``: requests
+    generating at once, batched into shared forwards (continuous batching,
+    docs/serving.md); ``max_queue``: requests that may wait for a slot beyond them; more
+    get 429 with ``Retry-After: retry_after``. ``timeout``: seconds a request may
     take, queue wait included (None: no limit). At shutdown new requests get 503, running
     and queued ones finish (up to ``drain_timeout`` s), and the model is closed if
     ``close_model``."""
@@ -113,6 +114,7 @@ def create_app(
         yield
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(scheduler.drain(), drain_timeout)
+        scheduler.close()
         if close_model:
             model.close()
 
@@ -134,7 +136,9 @@ def create_app(
 
     @app.get("/metrics")
     async def prometheus() -> Response:
-        return PlainTextResponse(render(metrics, scheduler, model),
+        # In a thread: the model's counters wait for the engine between two forwards.
+        text = await asyncio.to_thread(render, metrics, scheduler, model)
+        return PlainTextResponse(text,
                                  media_type="text/plain; version=0.0.4")
 
     @app.exception_handler(ApiError)

@@ -96,6 +96,13 @@ def render(metrics: Metrics, scheduler: Scheduler, model: Model) -> str:
             "Slots: requests that may generate at once.", scheduler.max_running)
     _metric(out, "colibri_max_queue_depth", "gauge", "Queue places beyond the slots.",
             scheduler.max_queue)
+    b = scheduler.batcher
+    _metric(out, "colibri_batch_steps_total", "counter",
+            "Batched forwards run (continuous batching; 0 with one slot).",
+            b.steps if b is not None else 0)
+    _metric(out, "colibri_batch_rows_total", "counter",
+            "Sequences advanced by the batched forwards (rows / steps: the mean batch).",
+            b.rows if b is not None else 0)
     out.append("# HELP colibri_requests_total HTTP requests answered, by route and status.")
     out.append("# TYPE colibri_requests_total counter")
     for (route, status), n in sorted(m.requests.items()):

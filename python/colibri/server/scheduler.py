@@ -1,17 +1,22 @@
 """The request scheduler: the one object that owns the model on the server's side.
 
-Today it runs **one generation at a time** (``max_running=1``): a request is admitted into
-a bounded queue (:meth:`Scheduler.admit` raises :class:`~colibri.server.errors.QueueFull`,
-a 429, when ``max_running + max_queue`` requests are already in), waits its turn for a
-slot, then streams its tokens from ``Model.astream``. A request's ``n`` samples run one
-after the other in its slot. With ``max_running > 1`` several generations interleave token
-by token on the engine (its forwards serialize per model, docs/api.md), which shares no
-expert reads: throughput does not grow with it.
+A request is admitted into a bounded queue (:meth:`Scheduler.admit` raises
+:class:`~colibri.server.errors.QueueFull`, a 429, when ``max_running + max_queue``
+requests are already in), waits for one of ``max_running`` slots, then streams its tokens
+from ``Model.astream``: its own session, sampler, stop strings and constraints. A
+request's ``n`` samples run one after the other in its slot.
 
-This class is the seam for continuous batching (issue 15, item 2): a batching scheduler
-keeps :meth:`admit` and :meth:`Ticket.stream` as they are, and instead of one
-``astream`` per slot advances every running sequence in one batched forward per step,
-admitting queued requests between steps. The routes only see tickets and chunks.
+Continuous batching: with ``max_running > 1`` the scheduler attaches a
+:class:`~colibri.batching.StepBatcher` to the model, so the forwards of every running
+generation go through shared steps: one batched forward per step advances every running
+sequence by a token (each weight, and each routed expert the step's rows need, read once
+for all of them), a new request's prompt goes in chunks of ``step_tokens`` between the
+decodes, and requests join and leave between steps. A row's logits do not depend on the
+batch (DESIGN principle 1), so a greedy request gives the same tokens alone or under load.
+
+Memory: each slot holds one session, whose KV cache grows with its tokens up to the
+context length; ``max_running`` bounds the KV state of all running requests (the others
+wait in the queue, beyond it they get 429).
 
 Cancellation: a ticket's consumer being cancelled (the client disconnected) raises
 CancelledError inside ``astream``, which stops between tokens and rolls its session back
@@ -27,6 +32,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from ..batching import StepBatcher
 from ..generation import Chunk
 from ..model import Model
 from .errors import QueueFull, RequestTimeout, ShuttingDown
@@ -35,11 +41,14 @@ from .metrics import Metrics
 
 class Scheduler:
     """Admits requests into a bounded queue and runs ``max_running`` generations at a time
-    on ``model`` (one today; see the module's docstring)."""
+    on ``model``, batched into shared steps when there are several (see the module's
+    docstring). ``step_tokens``: prompt tokens per step; ``step_window``: seconds a step
+    waits for a running generation that is not ready yet."""
 
     def __init__(self, model: Model, metrics: Metrics | None = None, *, max_queue: int = 16,
                  max_running: int = 1, timeout: float | None = 600.0,
-                 retry_after: int = 1) -> None:
+                 retry_after: int = 1, step_tokens: int = 256,
+                 step_window: float = 0.004) -> None:
         if max_queue < 0 or max_running < 1:
             raise ValueError("max_queue must be >= 0 and max_running >= 1")
         self.model = model
@@ -53,6 +62,16 @@ class Scheduler:
         self.draining = False  # set at shutdown: new requests get 503
         self._slots: asyncio.Semaphore | None = None
         self._idle: asyncio.Event | None = None
+        self.batcher: StepBatcher | None = None
+        if max_running > 1 and model._batcher is None:
+            self.batcher = StepBatcher(step_tokens=step_tokens, window=step_window,
+                                       max_rows=max_running + 1)
+            self.batcher.attach(model)
+
+    def close(self) -> None:
+        """Detaches the step batcher (the model's forwards run alone again)."""
+        if self.batcher is not None:
+            self.batcher.detach()
 
     def _semaphore(self) -> asyncio.Semaphore:
         if self._slots is None:  # made in the server's event loop
@@ -136,6 +155,9 @@ class Ticket:
         chunks = self._s.model.astream(list(prompt_ids), **options)
         t_first = None
         n = 0
+        batcher = self._s.batcher
+        if batcher is not None:
+            batcher.join()  # steps now wait (a few ms at most) for this one's forwards
         try:
             while True:
                 try:
@@ -159,6 +181,8 @@ class Ticket:
             m.cancelled_total += 1
             raise
         finally:
+            if batcher is not None:
+                batcher.leave()
             await chunks.aclose()
             if t_first is not None and n > 1:
                 seconds = time.perf_counter() - t_first

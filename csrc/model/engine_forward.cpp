@@ -1,0 +1,212 @@
+// The forward pass: one or several sequences (continuous batching) through every layer.
+//
+// A batch's rows are the tokens of all its sequences one after the other. Everything that
+// is per row (embedding, norms, the matmuls' per-row kernels, the router, each token's
+// expert sum in router order, the lm_head) gives a row the same bits whatever else is in
+// the batch; what is per sequence (RoPE positions, the cache append, attention over the
+// sequence's own cache) runs per segment. So forward() is forward_batch() of one row, and
+// a request's logits do not depend on the batch it ran in (DESIGN principle 1; tested in
+// tests/test_batch_forward.py).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "common/errors.hpp"
+#include "model/engine.hpp"
+#include "model/forward_stats.hpp"
+#include "model/kv_cache.hpp"
+#include "model/ops.hpp"
+
+namespace colibri {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void check_row(const ModelSpec& s, const BatchRow& r) {
+  if (!r.kv) fail(ErrorKind::InvalidArgument, "forward: a batch row has no KV cache");
+  if (r.n <= 0) fail(ErrorKind::InvalidArgument, "forward needs at least one token");
+  for (int64_t t = 0; t < r.n; ++t) {
+    if (r.ids[t] < 0 || r.ids[t] >= s.vocab_size)
+      fail(ErrorKind::TokenOutOfRange, "token id " + std::to_string(r.ids[t]) + " at index " +
+                                           std::to_string(t) + " is outside the vocabulary [0, " +
+                                           std::to_string(s.vocab_size) + ")");
+  }
+  if (r.pos0 < 0 || r.pos0 + r.n > r.kv->context_length())
+    fail(ErrorKind::ContextOverflow,
+         "context overflow: the session holds " + std::to_string(r.pos0) + " tokens and " +
+             std::to_string(r.n) + " more would exceed the context length of " +
+             std::to_string(r.kv->context_length()) +
+             " (raise EngineConfig.context_length or start a new session)");
+}
+
+}  // namespace
+
+void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, bool all_logits,
+                     float* logits_out, int32_t* routing_out, const CancelCheck* cancelled,
+                     ForwardStats* stats_out) {
+  BatchRow row;
+  row.kv = &kv;
+  row.pos0 = pos0;
+  row.ids = ids;
+  row.n = n;
+  row.all_logits = all_logits;
+  row.logits_out = logits_out;
+  row.routing_out = routing_out;
+  forward_batch({row}, cancelled, stats_out);
+}
+
+void Engine::forward_batch(const std::vector<BatchRow>& rows, const CancelCheck* cancelled,
+                           ForwardStats* stats_out) {
+  if (rows.empty()) fail(ErrorKind::InvalidArgument, "forward_batch needs at least one sequence");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    check_row(spec_, rows[i]);
+    for (std::size_t j = 0; j < i; ++j)
+      if (rows[j].kv == rows[i].kv)
+        fail(ErrorKind::InvalidArgument, "forward_batch: two rows share one KV cache (one row per session)");
+  }
+  for (const BatchRow& r : rows) r.kv->reserve(r.pos0 + r.n);  // before any of them is written
+  if (rows.size() > 1 && spec_.index_n_heads > 0) {
+    // DSA: a "shared" layer reuses the key selection of the forward's last indexer layer,
+    // which is one sequence's; the rows go one after the other.
+    for (const BatchRow& r : rows) forward_rows({r}, cancelled, stats_out);
+    return;
+  }
+  forward_rows(rows, cancelled, stats_out);
+}
+
+void Engine::forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* cancelled,
+                          ForwardStats* stats_out) {
+  const ModelSpec& s = spec_;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!store_->empty() && store_->slots() == 0)
+    fail(ErrorKind::InvalidArgument, "the expert cache is not configured (Engine.configure_store)");
+  // Counts this forward's share of the counters even when it throws (a failed read).
+  struct DeltaScope {
+    Engine& e;
+    ForwardStats* out;
+    ExpertStoreStats experts0;
+    PhaseSeconds phases0;
+    ~DeltaScope() {
+      if (!out) return;
+      add_delta(out->experts, e.store_->stats(), experts0);
+      add_delta(out->phases, e.phase_, phases0);
+      ++out->forwards;
+    }
+  } delta{*this, stats_out, stats_out ? store_->stats() : ExpertStoreStats{}, phase_};
+  const auto t_start = std::chrono::steady_clock::now();
+  const double wait_before = phase_[kExpertWait];
+  ThreadPool::ComputeScope scope(pool_);
+  attn_ws_.dsa_keys.clear();  // a DSA "shared" layer reuses only this forward's selection
+  const int64_t d = s.hidden_size, k = s.n_experts_per_tok;
+  int64_t n = 0;
+  std::vector<AttnSegment> segs;
+  segs.reserve(rows.size());
+  for (const BatchRow& r : rows) {
+    segs.push_back(AttnSegment{r.kv, r.pos0, r.n});
+    n += r.n;
+  }
+  ws_.x.resize(static_cast<std::size_t>(n * d));
+  ws_.h.resize(static_cast<std::size_t>(n * d));
+  ws_.proj.resize(static_cast<std::size_t>(n * d));
+  {
+    int64_t row = 0;
+    for (const BatchRow& r : rows) {
+      get_rows(token_embd_->view(), r.ids, r.n, ws_.x.data() + row * d);
+      row += r.n;
+    }
+  }
+  AttentionContext actx{pool_, ws_.matmul, precision_, attn_ws_};
+  // The routing of every row in one array (the MoE block writes it by row), split below.
+  const bool want_routing =
+      k > 0 && std::any_of(rows.begin(), rows.end(), [](const BatchRow& r) { return r.routing_out != nullptr; });
+  int32_t* routing = nullptr;
+  if (want_routing) {
+    ws_.routing.assign(static_cast<std::size_t>(n * s.n_layers * k), -1);
+    routing = ws_.routing.data();
+  }
+
+  // Between layers, and between each layer's attention and FFN: a prefill chunk's layer is
+  // the longest stretch without a check (a fraction of a second).
+  auto stop_if_cancelled = [&] {
+    if (cancelled && *cancelled && (*cancelled)()) {
+      store_->abort();  // prefetches in flight: waited for or cancelled
+      fail(ErrorKind::Cancelled, "the forward was interrupted");
+    }
+  };
+  for (int64_t li = 0; li < s.n_layers; ++li) {
+    stop_if_cancelled();
+    const LayerWeights& L = layers_[static_cast<std::size_t>(li)];
+    auto t0 = std::chrono::steady_clock::now();
+    for (int64_t t = 0; t < n; ++t)
+      rms_norm_row(ws_.x.data() + t * d, L.attn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
+    L.attention->forward_segments(actx, ws_.h.data(), segs, li, d, ws_.proj.data());
+    add_inplace(ws_.x.data(), ws_.proj.data(), n * d);
+    for (int64_t t = 0; t < n; ++t)
+      rms_norm_row(ws_.x.data() + t * d, L.ffn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
+    phase_[kAttention] += seconds_since(t0);
+    stop_if_cancelled();
+    if (L.is_moe) {
+      try {
+        moe_block(L, li, n, routing);  // leaves the FFN output in ws_.ffn_out
+      } catch (...) {
+        store_->abort();  // every read waited for or cancelled: the model keeps serving
+        throw;
+      }
+    } else {
+      t0 = std::chrono::steady_clock::now();
+      ffn_block(L, n);
+      phase_[kDense] += seconds_since(t0);
+    }
+    add_inplace(ws_.x.data(), ws_.ffn_out.data(), n * d);
+  }
+  lm_head(rows);
+  if (want_routing) {
+    const std::size_t per_token = static_cast<std::size_t>(s.n_layers * k);
+    std::size_t row = 0;
+    for (const BatchRow& r : rows) {
+      if (r.routing_out)
+        std::copy_n(ws_.routing.begin() + static_cast<std::ptrdiff_t>(row * per_token),
+                    static_cast<std::size_t>(r.n) * per_token, r.routing_out);
+      row += static_cast<std::size_t>(r.n);
+    }
+  }
+  choose_wait_policy(phase_[kExpertWait] - wait_before, seconds_since(t_start));
+}
+
+// The rows that want logits (each row's last position, or all of its positions) through
+// the output norm and one lm_head matmul for the whole batch. One row writes its logits in
+// place; several go through ws_.logits_rows (a copy: the same bits).
+void Engine::lm_head(const std::vector<BatchRow>& rows) {
+  const ModelSpec& s = spec_;
+  const int64_t d = s.hidden_size, vocab = s.vocab_size;
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t row = 0, m = 0;  // row: the batch row of a sequence's first token; m: rows normed
+  for (const BatchRow& r : rows) {
+    if (r.logits_out) {
+      const int64_t first = r.all_logits ? 0 : r.n - 1;
+      for (int64_t t = first; t < r.n; ++t, ++m)
+        rms_norm_row(ws_.x.data() + (row + t) * d, output_norm_->f32(), d, s.rms_norm_eps, ws_.h.data() + m * d);
+    }
+    row += r.n;
+  }
+  if (m == 0) return;  // a prefill chunk before the last one: no logits wanted
+  if (rows.size() == 1) {
+    mm(*output_, ws_.h.data(), m, rows[0].logits_out);
+  } else {
+    ws_.logits_rows.resize(static_cast<std::size_t>(m * vocab));
+    mm(*output_, ws_.h.data(), m, ws_.logits_rows.data());
+    const float* src = ws_.logits_rows.data();
+    for (const BatchRow& r : rows) {
+      if (!r.logits_out) continue;
+      const int64_t count = r.all_logits ? r.n : 1;
+      std::memcpy(r.logits_out, src, static_cast<std::size_t>(count * vocab) * sizeof(float));
+      src += count * vocab;
+    }
+  }
+  phase_[kLmHead] += seconds_since(t0);
+}
+
+}  // namespace colibri
