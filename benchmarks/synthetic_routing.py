@@ -59,6 +59,14 @@ BLOCK_BYTES = 18
 RESIDUAL_WRITERS = ("attn_output.weight", "ffn_down_exps.weight", "ffn_down_shexp.weight",
                     "ffn_down.weight")  # fmt: skip
 ROUTER = "ffn_gate_inp.weight"
+# The residual stream's variance grows by about two sublayer outputs per layer, so the
+# channel's share of a router's input falls as 1/sqrt(1 + 2 * layer): the token weight of
+# layer l is multiplied by sqrt(1 + DEPTH_GROWTH * l) to keep the mix the same at depth.
+DEPTH_GROWTH = 2.0
+
+
+def _layer_of(name: str) -> int:
+    return int(name.split(".")[1]) if name.startswith("blk.") else 0
 
 
 @dataclass(frozen=True)
@@ -79,7 +87,7 @@ REGIMES: dict[str, Routing] = {
     r.name: r
     for r in (
         Routing("local", full=1.0, token=0.0, channel=0),
-        Routing("realistic", full=1.0, token=0.6, channel=64),
+        Routing("realistic", full=1.0, token=0.5, channel=64),
         Routing("uniform", full=0.0, token=1.0, channel=64),
     )
 }
@@ -106,7 +114,8 @@ def shape_specs(specs: list[TensorSpec], routing: str, hidden: int) -> list[Tens
         if t.name.endswith(RESIDUAL_WRITERS) and t.shape[-2] == hidden:
             t = dataclasses.replace(t, zero_rows=width)
         elif t.name.endswith(ROUTER):
-            t = dataclasses.replace(t, col_scale=(width, r.full, scale_in))
+            grow = float(np.sqrt(1.0 + DEPTH_GROWTH * _layer_of(t.name)))
+            t = dataclasses.replace(t, col_scale=(width, r.full, scale_in * grow))
         out.append(t)
     return out
 
