@@ -64,6 +64,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -544,6 +545,8 @@ def main(argv: list[str] | None = None) -> None:
         bound_table(json.loads(Path(args.summarize).read_text()))
         return
     parts = select_parts(args.only)
+    # SIGTERM unwinds like an exception, so read_ahead_kb and the cgroup are restored.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     r = Runner(args)
     margin = cg.parse_size(args.margin)
     base_io = {"workers": args.workers, "direct": True, "prefetch": True}
