@@ -141,11 +141,13 @@ def main() -> None:
     ap.add_argument("--margin", default="320MiB")
     ap.add_argument("--disk-bytes", type=cg.parse_size, default="1GiB")
     ap.add_argument("--child-timeout", type=float, default=900)
+    ap.add_argument("--routing", default="realistic", choices=("local", "realistic", "uniform"),
+                    help="routing regime of the synthetic preset (synthetic_routing.py)")
     ap.add_argument("--rows", default="colibri,llama-machine,llama-128",
                     help="comma-separated: colibri, colibri-gguf, llama-machine, llama-128")
     args = ap.parse_args()
 
-    gguf = bs._synthetic(args.preset)
+    gguf = bs._synthetic(args.preset, args.routing)
     cont = bs._container(gguf)
     limit = int(gguf.stat().st_size * args.budget_frac)
     budget = limit - cg.parse_size(args.margin)
@@ -157,6 +159,7 @@ def main() -> None:
                                           disk_bytes=args.disk_bytes))
     doc: dict[str, Any] = {"benchmark": "ds3-streaming", "git_commit": git_commit(),
                            "machine": machine(), "args": vars(args), "gguf": str(gguf),
+                           "routing": args.routing,
                            "gguf_bytes": gguf.stat().st_size, "cgroup_limit": limit,
                            "ram_budget": budget, "read_ahead_kb_machine": machine_ra,
                            "loadavg_start": os.getloadavg(), "disk": [], "runs": {}}

@@ -20,17 +20,19 @@ and flatters every cache (``--decode-mode greedy`` measures that). Decode tok/s 
 time over the decode loop only.
 
 The bound: ``tok/s <= disk B/s / bytes per token``, with ``bytes read / decode tokens``
-from colibri's stats (the block layer's count from /proc/self/io for llama.cpp). Which disk
-figure is the bound is fixed before any child runs: the **yardstick** is the disk's
-O_DIRECT bandwidth measured once at the start of the run, on the experts file the run
-streams (expert-sized chunks at random aligned offsets, best of 1, 4 and 8 reads in
-flight), or the figure given with ``--yardstick-gbs`` (from an earlier calibration). "% of
-disk bound" is every child's decode against that one figure. The disk is sampled again
-after every child (1 and 4 reads in flight) only to show drift: those samples are printed
-as a range beside the yardstick and never replace it (on a shared VM, samples between
-children come back well below what a running decode sustains; docs/benchmarks.md).
-"disk busy %" is the device's own busy time over the decode (/proc/diskstats; every
-process on the machine counts). The parent prints tables and writes
+from colibri's stats (the block layer's count from /proc/self/io for llama.cpp). The disk
+figure is measured with **the engine's own read path** (_diskbound.py: ReadPool.bench with
+huge-page slabs, O_DIRECT, cold reads of one expert slot at random slot-aligned offsets of
+the file the run streams, at 1, 2, 4, 8 and 16 reads in flight), before the first child and
+after every child; **the bound is the best sample of the run** (``--yardstick-gbs`` fixes
+it instead), applied to every child at the end. fio (4 KiB-page and huge-page buffers) is
+recorded beside it in the JSON, never used. "disk busy %" is the device's own busy time
+over the decode (/proc/diskstats; every process on the machine counts). Each
+configuration runs ``--repeats`` children (>= 5 to quote), quoted as median (min-max);
+when two ranges overlap the benchmark says the spread is too large to rank them. Hit
+rates: "in RAM" (already read when needed) and "incl. in flight" (a prefetch still
+reading counts). The synthetic model's routing regime is ``--routing`` (default
+realistic; synthetic_routing.py). The parent prints tables and writes
 ``benchmarks/results/streaming-*.json``.
 
     sudo PYTHONPATH=python:build/dev/bench .venv/bin/python benchmarks/bench_streaming.py
@@ -45,13 +47,16 @@ GGUF (colibri's ram_budget is that less ``--margin``); the resident wait-policy 
 ``--resident-preset`` with every expert preloaded; "demo" streams smollm2-moe-demo with a
 small budget and runs it resident.
 
-"compare" runs three rows with the same token ids, the same threads and the same number
-of decode tokens (``--compare-decode``; llama.cpp decodes ~0.1-0.2 tok/s in the cgroup, so
-the default is small): colibri on its native container, colibri on the very GGUF file
-llama.cpp reads (the same bytes, three expert tensors per expert instead of one blob), and
-llama.cpp. llama.cpp runs with ``use_extra_bufts = False`` (else it copies the whole model
-into anonymous memory and the cgroup kills it; docs/benchmarks.md, "Synthetic MoE
-presets"), ``use_mmap=True``: it streams through mmap and the page cache, its designed way.
+"compare" runs its rows with the same token ids, the same threads and the same number
+of decode tokens (``--compare-decode``): colibri on its native container, colibri on the
+very GGUF file llama.cpp reads (the same bytes, three expert tensors per expert instead of
+one blob), and llama.cpp in each ``--llama-variants`` configuration: read_ahead_kb 128 or
+the machine's (set on the disk for that child, always restored), with or without
+MADV_RANDOM on its mapping (llama-cpp-python has no option for it: the child calls
+madvise itself after load). The best llama.cpp row is the baseline. llama.cpp runs with
+``use_extra_bufts = False`` (else it copies the whole model into anonymous memory and the
+cgroup kills it; docs/benchmarks.md, "Synthetic MoE presets"), ``use_mmap=True``: it
+streams through mmap and the page cache, its designed way.
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
+import signal
 import subprocess
 import sys
 import time
@@ -68,11 +73,13 @@ from pathlib import Path
 from typing import Any
 
 import _cgroup as cg
+import _diskbound as db
+import _variance as var
 from _common import RESULTS_DIR, git_commit, machine, median, print_table
+from _stream_child import RESULT_MARK, child_main
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH_DATA = REPO / "build" / "bench-data"
-RESULT_MARK = "@@RESULT "
 PARTS = ("compare", "sweep-workers", "sweep-direct", "sweep-prefetch", "sweep-cache",
          "sweep-wait-disk", "sweep-wait-resident", "demo")
 # Text passages, tokenized once per model by llama.cpp (vocab only), so both engines get the
@@ -171,199 +178,6 @@ def fmt(x: Any, digits: int = 3) -> Any:
 
 # =========================================================================== child side
 
-def _io_read_bytes() -> int:
-    """Bytes this process (all threads) had the block layer read (/proc/self/io)."""
-    try:
-        for line in Path("/proc/self/io").read_text().splitlines():
-            if line.startswith("read_bytes:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def _cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def _argmax(logits: Any) -> int:
-    import numpy as np
-
-    return int(np.argmax(logits))
-
-
-class _Colibri:
-    def __init__(self, spec: dict[str, Any]) -> None:
-        import colibri
-        from colibri import config as ccfg
-
-        def cls(name: str) -> Any:
-            return getattr(colibri, name, None) or getattr(ccfg, name)
-
-        kw: dict[str, Any] = {
-            "threads": cls("ThreadConfig")(n=spec["threads"], wait_policy=spec["wait_policy"]),
-            "context_length": spec["ctx"],
-        }
-        if spec.get("ram_budget") is not None:
-            kw["ram_budget"] = spec["ram_budget"]
-        if spec.get("io") is not None:
-            kw["io"] = cls("IOConfig")(**spec["io"])
-        if spec.get("cache") is not None:
-            kw["cache"] = cls("CacheConfig")(**spec["cache"])
-        self.path = spec["path"]
-        self.model = colibri.Model.load(spec["path"], engine=cls("EngineConfig")(**kw))
-        self.session: Any = None
-
-    def snapshot(self) -> tuple[Any, Any]:
-        st = self.model.stats()
-        return getattr(st, "experts", None), getattr(st, "phases", None)
-
-    def start(self, prompt: list[int]) -> Any:
-        self.session = self.model.session()
-        return self.session.forward(prompt)
-
-    def step(self, tok: int) -> Any:
-        return self.session.forward([tok])
-
-    def extra(self) -> dict[str, Any]:
-        st = self.model.stats()
-        mem = getattr(st, "memory", None)
-        return {"memory": mem.to_dict() if mem is not None else None,
-                "wait_policy": str(getattr(st, "wait_policy", "") or "") or None}
-
-
-class _Llama:
-    def __init__(self, spec: dict[str, Any]) -> None:
-        import llama_cpp
-        import llama_cpp.llama_cpp as low
-
-        default = low.llama_model_default_params
-
-        def no_repack() -> Any:  # Llama() calls the submodule's function: patch it there
-            p = default()
-            p.use_extra_bufts = False
-            return p
-
-        low.llama_model_default_params = no_repack
-        self.llama_cpp = llama_cpp
-        self.path = spec["path"]
-        self.llm = llama_cpp.Llama(
-            model_path=spec["path"], n_ctx=spec["ctx"], n_batch=spec["ctx"],
-            n_threads=spec["threads"], n_threads_batch=spec["threads"], use_mmap=True,
-            use_mlock=False, verbose=False,
-        )
-        if spec.get("madvise_random"):
-            self._madvise_random(spec["path"])
-
-    @staticmethod
-    def _madvise_random(path: str) -> None:
-        """madvise(MADV_RANDOM) on llama.cpp's mappings of the model: no readahead on its
-        page faults (a tuning llama.cpp does not do itself)."""
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        real = os.path.realpath(path)
-        for line in Path("/proc/self/maps").read_text().splitlines():
-            f = line.split(maxsplit=5)
-            if len(f) == 6 and os.path.realpath(f[5]) == real:
-                lo, hi = (int(x, 16) for x in f[0].split("-"))
-                if libc.madvise(lo, hi - lo, 1) != 0:  # MADV_RANDOM
-                    raise OSError(ctypes.get_errno(), "madvise(MADV_RANDOM) failed")
-
-    def snapshot(self) -> tuple[Any, Any]:
-        return None, None
-
-    def _logits(self) -> Any:
-        import numpy as np
-
-        ptr = self.llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
-        return np.ctypeslib.as_array(ptr, shape=(self.llm.n_vocab(),))
-
-    def start(self, prompt: list[int]) -> Any:
-        self.llm.reset()
-        self.llm.eval(prompt)
-        return self._logits()
-
-    def step(self, tok: int) -> Any:
-        self.llm.eval([tok])
-        return self._logits()
-
-    def extra(self) -> dict[str, Any]:
-        return {}
-
-
-def _delta(a: Any, b: Any) -> dict[str, Any] | None:
-    if a is None or b is None:
-        return None
-    d: dict[str, Any] = b.minus(a).to_dict()
-    return d
-
-
-def _request(eng: Any, ids: list[int], n_prompt: int, n_decode: int,
-             forced: bool) -> dict[str, Any]:
-    """One request: prefill ``ids[:n_prompt]``, then `n_decode` steps, each feeding the
-    argmax (greedy) or, when `forced`, the passage's next id; times and counters."""
-    prompt, feed = ids[:n_prompt], ids[n_prompt:n_prompt + n_decode]
-    ex0, _ = eng.snapshot()
-    io0, t0 = _io_read_bytes(), time.perf_counter()
-    logits = eng.start(prompt)
-    t1, io1, cpu1 = time.perf_counter(), _io_read_bytes(), _cpu_seconds()
-    dev1 = cg.device_counters(eng.path)
-    ex1, ph1 = eng.snapshot()
-    toks = []
-    for i in range(n_decode):
-        tok = _argmax(logits)  # computed in both modes, so both cost the same
-        toks.append(tok)
-        logits = eng.step(feed[i] if forced else tok)
-    t2, io2, cpu2 = time.perf_counter(), _io_read_bytes(), _cpu_seconds()
-    dev2 = cg.device_counters(eng.path)
-    ex2, ph2 = eng.snapshot()
-    dec_s = t2 - t1
-    out: dict[str, Any] = {
-        "prefill_s": t1 - t0, "prefill_tok_s": len(prompt) / (t1 - t0),
-        "decode_s": dec_s, "decode_tok_s": n_decode / dec_s,
-        "decode_cpu_per_wall": (cpu2 - cpu1) / dec_s,
-        "prefill_io_read_bytes": io1 - io0, "decode_io_read_bytes": io2 - io1,
-        "io_read_bytes_per_token": (io2 - io1) / n_decode,
-        "argmax_tokens": toks, "fed_tokens": feed if forced else toks,
-        "experts": _delta(ex1, ex2), "phases": _delta(ph1, ph2),
-        "prefill_experts": _delta(ex0, ex1),
-    }
-    if dev1 is not None and dev2 is not None:  # the whole device: other processes too
-        out["device_read_bytes_per_s"] = (dev2[0] - dev1[0]) / dec_s
-        out["device_busy"] = (dev2[1] - dev1[1]) / 1e3 / dec_s
-    if out["experts"] is not None:
-        out["bytes_read_per_token"] = out["experts"]["bytes_read"] / n_decode
-    if out["phases"] is not None:
-        out["expert_wait_ms_per_token"] = 1e3 * out["phases"]["expert_wait"] / n_decode
-    return out
-
-
-def child_main(spec: dict[str, Any]) -> None:
-    """Loads one engine, runs the cold and the warm request, prints @@RESULT json."""
-    t0 = time.perf_counter()
-    eng: Any = _Colibri(spec) if spec["engine"] == "colibri" else _Llama(spec)
-    result: dict[str, Any] = {"load_s": time.perf_counter() - t0,
-                              "load_io_read_bytes": _io_read_bytes()}
-    if spec.get("warmup_ids"):  # resident runs: touch (nearly) every expert first
-        eng.start(spec["warmup_ids"])
-        result["warmup_tokens"] = len(spec["warmup_ids"])
-    for name, ids in zip(("cold", "warm"), spec["requests"], strict=True):
-        result[name] = _request(eng, ids, spec["prompt"], spec["decode"],
-                                spec["decode_mode"] == "forced")
-    result.update(eng.extra())
-    if spec.get("save_history"):  # Model.close() adds this run's routing to the history
-        eng.model.close()
-    result["vm_hwm"] = cg.proc_status_bytes("VmHWM")
-    result["rss_anon"] = cg.proc_status_bytes("RssAnon")
-    result["rss_file"] = cg.proc_status_bytes("RssFile")
-    print(RESULT_MARK + json.dumps(result), flush=True)
-
-
-# =========================================================================== parent side
-
 class Runner:
     """Runs children in cgroups, measures the disk, keeps every result in one JSON doc."""
 
@@ -376,43 +190,40 @@ class Runner:
         self.path = RESULTS_DIR / f"streaming-{time.strftime('%Y%m%d-%H%M%S')}.json"
         self.env = dict(os.environ)
         self.env.setdefault("PYTHONPATH", f"{REPO / 'python'}:{REPO / 'build/dev/bench'}")
-        self.yardstick: float | None = None
+        self.yardstick: float | None = None  # --yardstick-gbs: a fixed bound
+        self.bound: db.DiskBound | None = None
 
     def save(self) -> None:
-        self.path.write_text(json.dumps(self.doc, indent=2))
+        self.path.write_text(json.dumps(self.doc, indent=2, default=_jsonable))
 
     def log(self, msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
-    def disk(self, path: Path, chunk: int, label: str,
-             depths: tuple[int, ...] = (1, 4)) -> float:
-        """O_DIRECT bandwidth of `path` now (best of the queue `depths`), recorded; B/s."""
-        best = 0.0
-        for qd in depths:
-            r = cg.disk_bandwidth(path, chunk=chunk, total=self.args.disk_bytes, qd=qd,
-                                  seed=len(self.doc["disk"]))
-            self.doc["disk"].append({"label": label, **r.to_dict()})
-            best = max(best, r.bytes_per_s)
-        self.log(f"disk {label}: {best / 1e9:.2f} GB/s (O_DIRECT, {cg.fmt_bytes(chunk)} chunks)")
+    def disk(self, path: Path, chunk: int, label: str) -> float:
+        """Samples the engine's read path on `path` now (reads of `chunk`, each queue
+        depth); recorded in the run's DiskBound. Returns this sample's best, B/s."""
+        if self.bound is None or self.bound.path != str(path):
+            self.bound = db.DiskBound(str(path), chunk, total=self.args.disk_bytes)
+            self.doc.setdefault("disk_bounds", []).append(self.bound)
+        best = self.bound.sample(label) * 1e9
+        self.log(f"disk {label}: {best / 1e9:.2f} GB/s (engine read path, huge pages, "
+                 f"{cg.fmt_bytes(chunk)} reads; bound so far {self.bound.bound_gbs:.2f})")
         return best
 
-    def set_yardstick(self, path: Path, chunk: int) -> None:
-        """Fixes the disk bound of the whole run, once, before its first child: the figure
-        given on the command line, else the best of 1, 4 and 8 reads in flight now."""
-        if self.yardstick is None:
-            if self.args.yardstick_gbs:
-                self.yardstick = self.args.yardstick_gbs * 1e9
-            else:
-                self.yardstick = self.disk(path, chunk, "yardstick", depths=(1, 4, 8))
-            self.doc["yardstick"] = self.yardstick
-            self.log(f"yardstick (the disk bound of this run): {self.yardstick / 1e9:.2f} GB/s")
+    def bound_bps(self) -> float | None:
+        """The bound in B/s: --yardstick-gbs if given, else the best sample so far."""
+        if self.yardstick:
+            return self.yardstick
+        g = self.bound.bound_gbs if self.bound is not None else None
+        return g * 1e9 if g else None
 
     def child(self, spec: dict[str, Any], limit: int, cold: bool = True) -> dict[str, Any]:
         """One child in a fresh cgroup of `limit` bytes (page cache dropped first)."""
         dropped = cg.drop_caches() if cold else False
         load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
-        with cg.MemoryCgroup("colibri-bench", limit) as group:
+        with db.readahead(spec["path"], spec.get("read_ahead_kb")), \
+                cg.MemoryCgroup("colibri-bench", limit) as group:
             try:
                 proc = group.run([sys.executable, __file__, "--child", json.dumps(spec)],
                                  timeout=self.args.child_timeout, env=self.env, cwd=REPO,
@@ -425,8 +236,10 @@ class Runner:
             res.update(cgroup_limit=limit, cgroup_peak=group.peak_bytes(),
                        oom_kills=group.oom_kills(), caches_dropped=dropped,
                        wall_s=time.perf_counter() - t0, returncode=rc,
-                       loadavg_1min=(load_before, os.getloadavg()[0]))
-        tag = {k: spec[k] for k in ("engine", "wait_policy") if k in spec}
+                       loadavg_1min=(load_before, os.getloadavg()[0]),
+                       read_ahead_kb=db.read_ahead_kb(spec["path"]))
+        tag = {k: spec[k] for k in ("engine", "wait_policy", "read_ahead_kb",
+                                    "madvise_random") if k in spec}
         tag.update({k: spec[k] for k in ("io", "cache") if spec.get(k)})
         if "error" in res:
             self.log(f"child FAILED {tag}: rc={rc} oom={res['oom_kills']} {res['error'][-400:]}")
@@ -461,11 +274,28 @@ def _container(gguf: Path) -> Path:
     return dst
 
 
-def _synthetic(name: str) -> Path:
+def _synthetic(name: str, routing: str = "local") -> Path:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from synthetic_moe import ensure_preset  # also the DeepSeek/GLM-shaped presets
+    from synthetic_moe import PRESETS, ensure_preset, with_routing
 
-    return Path(ensure_preset(name))
+    if name in PRESETS:
+        return Path(ensure_preset(with_routing(name, routing)))
+    from synthetic_deepseek import FAMILY_PRESETS, family_with_routing
+
+    return Path(ensure_preset(family_with_routing(FAMILY_PRESETS[name], routing)))
+
+
+def llama_rows(variants: str, make: Any, path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """llama.cpp rows from ``--llama-variants``: ``machine`` or a read_ahead_kb figure,
+    ``+random`` for MADV_RANDOM on its mapping of the model."""
+    machine_kb = db.read_ahead_kb(path)
+    rows = []
+    for v in (x.strip() for x in variants.split(",") if x.strip()):
+        kb_txt, _, rnd = v.partition("+")
+        kb = machine_kb if kb_txt == "machine" else int(kb_txt)
+        label = f"llama.cpp ra={kb} KiB" + (" MADV_RANDOM" if rnd else "")
+        rows.append((label, make(read_ahead_kb=kb, madvise_random=bool(rnd))))
+    return rows
 
 
 def _expert_chunk(container: Path) -> int:
@@ -499,7 +329,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for p in ("cold", "warm"):
         keys = {
             "decode_tok_s": "decode_tok_s", "prefill_tok_s": "prefill_tok_s",
-            "hit_rate": "experts.hit_rate", "prefetch_recall": "experts.prefetch_recall",
+            "hit_rate": "experts.hit_rate", "ready_hit_rate": "experts.ready_hit_rate",
+            "prefetch_recall": "experts.prefetch_recall",
             "bytes_read_per_token": "bytes_read_per_token",
             "io_read_bytes_per_token": "io_read_bytes_per_token",
             "expert_wait_ms_per_token": "expert_wait_ms_per_token",
@@ -509,6 +340,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "device_busy": "device_busy", "device_read_bytes_per_s": "device_read_bytes_per_s",
         }
         s[p] = {k: median_of(ok, f"{p}.{v}") for k, v in keys.items()}
+        s[p]["decode_spread"] = var.spread([dig(r, f"{p}.decode_tok_s") for r in ok])
     s["disk_bytes_per_s"] = median_of(ok, "disk_bytes_per_s")
     s["cgroup_peak"] = median_of(ok, "cgroup_peak")
     s["vm_hwm"] = median_of(ok, "vm_hwm")
@@ -525,8 +357,8 @@ def _row(label: str, s: dict[str, Any], p: str) -> list[Any]:
     if resolved:
         label = f"{label} [{', '.join(resolved)}]"
     rate = x["decode_read_bytes_per_s"]
-    return [label, p, fmt(x["decode_tok_s"]), fmt(x["prefill_tok_s"]),
-            fmt(x["hit_rate"]), fmt(x["prefetch_recall"]),
+    return [label, p, var.fmt_spread(x["decode_spread"]), fmt(x["prefill_tok_s"]),
+            fmt(x["ready_hit_rate"]), fmt(x["hit_rate"]), fmt(x["prefetch_recall"]),
             fmt(gb / 1e9 if gb is not None else None),
             fmt(rate / 1e9 if rate is not None else None),
             fmt(frac * 100 if frac is not None else None),
@@ -537,49 +369,99 @@ def _row(label: str, s: dict[str, Any], p: str) -> list[Any]:
             f"{s['n'] - s['failed']}/{s['n']}"]
 
 
-HEADERS = ["config", "req", "decode tok/s", "prefill tok/s", "hit rate", "prefetch recall",
+HEADERS = ["config", "req", "decode tok/s", "prefill tok/s", "hit in RAM",
+           "hit incl. in flight", "prefetch recall",
            "GB read/tok", "GB/s read", "% of disk bound", "disk busy %", "wait ms/tok",
            "CPU/wall", "cgroup peak MiB", "ok"]
 
 
 def run_configs(r: Runner, title: str, part: str, configs: list[tuple[str, dict[str, Any]]],
-                limit: int, disk_path: Path | None, chunk: int,
-                yardstick: float | None) -> None:
+                limit: int, disk_path: Path | None, chunk: int) -> None:
     """Runs each (label, spec) `--repeats` times, rounds outermost (configurations
-    alternate, so drifting machine noise hits all alike), then prints one table. Every
-    child's bound uses the `yardstick` (B/s, fixed before the run); with a `disk_path` the
-    disk is sampled after every child as well, to show drift (never used as the bound)."""
+    alternate, so drifting machine noise hits all alike). With a `disk_path` the engine's
+    read path is sampled before the first child and after every child; the bound is the
+    best sample of the whole run, applied to every part at the end (finish_parts)."""
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in configs}
-    drift: list[float] = []
+    if disk_path and (r.bound is None or r.bound.path != str(disk_path)):
+        r.disk(disk_path, chunk, f"{part}: before the first child")
     for rep in range(r.args.repeats):
         for label, spec in configs:
             res = r.child(spec, spec.get("cgroup_limit") or limit)
             if disk_path:
                 res["disk_after_bytes_per_s"] = r.disk(disk_path, chunk, f"{part} {label} #{rep}")
-                drift.append(res["disk_after_bytes_per_s"])
-            add_bounds(res, yardstick)
             runs[label].append(res)
-    summary = {label: summarize(rs) for label, rs in runs.items()}
-    r.doc["parts"][part] = {"title": title, "cgroup_limit": limit, "yardstick": yardstick,
-                            "configs": {label: spec for label, spec in configs},
-                            "summary": summary, "runs": runs}
-    disk_txt = (f", bound: yardstick {yardstick / 1e9:.2f} GB/s (O_DIRECT, measured before "
-                "the run)" if yardstick else "")
-    if drift:
-        disk_txt += (f"; disk after each child {min(drift) / 1e9:.2f}-"
-                     f"{max(drift) / 1e9:.2f} GB/s (drift only)")
-    print(f"\n## {title}\ncgroup limit {cg.fmt_bytes(limit)}{disk_txt}, "
-          f"median of {r.args.repeats}")
-    rows = [_row(label, summary[label], p) for label, _ in configs for p in ("cold", "warm")]
-    r.doc["parts"][part]["table"] = print_table(HEADERS, rows)
+    r.doc["parts"][part] = {"title": title, "cgroup_limit": limit, "disk_bound": bool(disk_path),
+                            "configs": {label: spec for label, spec in configs}, "runs": runs}
+    print_part(r, part)
+
+
+def print_part(r: Runner, part: str) -> None:
+    """Bounds against the run's bound so far, medians and spreads, one table."""
+    body = r.doc["parts"][part]
+    bound = r.bound_bps() if body["disk_bound"] else None
+    for rs in body["runs"].values():
+        for res in rs:
+            add_bounds(res, bound)
+    summary = {label: summarize(rs) for label, rs in body["runs"].items()}
+    body.update(summary=summary, bound_bytes_per_s=bound)
+    btxt = (f", disk bound {bound / 1e9:.2f} GB/s (engine read path, huge pages, best sample "
+            "of the run)" if bound else "")
+    print(f"\n## {body['title']}\ncgroup limit {cg.fmt_bytes(body['cgroup_limit'])}{btxt}, "
+          f"median (min-max) of {r.args.repeats}, load average {os.getloadavg()[0]:.1f}")
+    rows = [_row(label, summary[label], p) for label in summary for p in ("cold", "warm")]
+    body["table"] = print_table(HEADERS, rows)
+    labels = list(summary)
+    for p in ("cold", "warm"):  # each configuration against the first: rankable or not
+        for other in labels[1:]:
+            print(f"  {p}: " + var.verdict(other, summary[other][p]["decode_spread"],
+                                           labels[0], summary[labels[0]][p]["decode_spread"]))
+    r.save()
+
+
+def finish_parts(r: Runner) -> None:
+    """Reprints every disk-bound part against the run's final bound."""
+    print(f"\n# Final: every part against the run's disk bound "
+          f"{(r.bound_bps() or 0) / 1e9:.2f} GB/s")
+    for part, body in r.doc["parts"].items():
+        if body.get("disk_bound"):
+            print_part(r, part)
+    if r.bound is not None:
+        curve = r.bound.curve()
+        print("disk (engine read path, huge pages) by reads in flight: " + ", ".join(
+            f"{d}: best {c['best']:.2f} median {c['median']:.2f} GB/s" for d, c in curve.items()))
+
+
+def _jsonable(o: Any) -> Any:
+    if isinstance(o, db.DiskBound):
+        return o.to_dict()
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def compare_summary(r: Runner) -> None:
+    """colibri against the best llama.cpp configuration (the baseline), cold and warm."""
+    s = r.doc["parts"]["compare"]["summary"]
+    llamas = [k for k in s if k.startswith("llama.cpp")]
+    for p in ("cold", "warm"):
+        best = max(llamas, key=lambda k: s[k][p]["decode_tok_s"] or 0.0)
+        r.doc["parts"]["compare"][f"best_llama_{p}"] = best
+        for row in ("colibri", "colibri, same GGUF"):
+            rt = ratio(s[row][p]["decode_tok_s"], s[best][p]["decode_tok_s"])
+            key = "ratio_decode" if row == "colibri" else "ratio_decode_same_gguf"
+            r.doc["parts"]["compare"][f"{key}_{p}"] = rt
+            print(f"{p}: " + var.verdict(row, s[row][p]["decode_spread"],
+                                         f"best llama.cpp [{best}]", s[best][p]["decode_spread"]))
     r.save()
 
 
 def yardstick_of(doc: dict[str, Any]) -> float | None:
-    """The run's bound in B/s: its recorded yardstick, or for results written before the
-    yardstick existed, the first disk sample (taken before any child, the same rule)."""
+    """The run's bound in B/s: the best engine-read-path sample (or --yardstick-gbs);
+    for results written before DiskBound, the recorded yardstick or first disk sample."""
+    docs = [b.to_dict() if isinstance(b, db.DiskBound) else b for b in doc.get("disk_bounds") or []]
+    bounds = [b["bound_gb_s"] for b in docs if b.get("bound_gb_s")]
     if doc.get("yardstick"):
         return float(doc["yardstick"])
+    if bounds:
+        return max(bounds) * 1e9
     disk = doc.get("disk") or []
     return float(disk[0]["gb_s"]) * 1e9 if disk else None
 
@@ -605,7 +487,7 @@ def bound_table(doc: dict[str, Any]) -> dict[str, Any]:
                              fmt(rate / 1e9 if rate else None),
                              fmt(frac * 100 if frac else None),
                              fmt(busy * 100 if busy is not None else None)])
-    print(f"\n## Against the yardstick: {yard / 1e9:.2f} GB/s (fixed before the run)")
+    print(f"\n## Against the disk bound: {yard / 1e9:.2f} GB/s (engine read path, best sample)")
     print_table(["part", "config", "req", "decode tok/s", "GB/s read", "% of disk bound",
                  "disk busy %"], rows)
     return out
@@ -625,15 +507,17 @@ def main(argv: list[str] | None = None) -> None:
                     help="decode tokens per request of every compare row (llama.cpp thrashes "
                          "its page cache at ~0.1 tok/s in the cgroup)")
     ap.add_argument("--yardstick-gbs", type=float,
-                    help="the disk bound in GB/s, fixed before the run (default: measured at "
-                         "the start, best of 1/4/8 O_DIRECT reads in flight)")
+                    help="a fixed disk bound in GB/s (default: the best sample of the engine's "
+                         "read path in this run, before and after every child)")
+    ap.add_argument("--routing", default="realistic", choices=("local", "realistic", "uniform"),
+                    help="routing regime of the synthetic preset (synthetic_routing.py)")
     ap.add_argument("--resident-decode", type=int, default=64,
                     help="decode tokens per request in the resident and demo runs")
     ap.add_argument("--decode-mode", choices=["forced", "greedy"], default="forced",
                     help="feed the passage's next tokens (default) or the argmax")
-    ap.add_argument("--llama-madvise-random", action="store_true",
-                    help="compare: also run llama.cpp with MADV_RANDOM on its model mapping "
-                         "(no readahead on page faults)")
+    ap.add_argument("--llama-variants", default="machine,machine+random,128,128+random",
+                    help="compare: llama.cpp configurations, read_ahead_kb (machine: as set) "
+                         "and +random for MADV_RANDOM on its model mapping")
     ap.add_argument("--prompt", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--budget-frac", type=float, default=0.25,
@@ -647,8 +531,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--demo-budget", default="160MiB",
                     help="ram_budget of the streamed demo MoE (cgroup: this + margin)")
     ap.add_argument("--demo-resident-budget", default="1GiB")
-    ap.add_argument("--disk-bytes", type=cg.parse_size, default="1GiB",
-                    help="bytes per disk bandwidth measurement")
+    ap.add_argument("--disk-bytes", type=cg.parse_size, default="512MiB",
+                    help="bytes per queue depth per disk sample")
     ap.add_argument("--child-timeout", type=float, default=1200)
     ap.add_argument("--colibri-source", choices=["container", "gguf"], default="container")
     ap.add_argument("--summarize", metavar="JSON",
@@ -661,6 +545,8 @@ def main(argv: list[str] | None = None) -> None:
         bound_table(json.loads(Path(args.summarize).read_text()))
         return
     parts = select_parts(args.only)
+    # SIGTERM unwinds like an exception, so read_ahead_kb and the cgroup are restored.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     r = Runner(args)
     margin = cg.parse_size(args.margin)
     base_io = {"workers": args.workers, "direct": True, "prefetch": True}
@@ -676,7 +562,7 @@ def main(argv: list[str] | None = None) -> None:
 
     disk_parts = [p for p in parts if p not in ("sweep-wait-resident", "demo")]
     if disk_parts:
-        gguf = _synthetic(args.preset)
+        gguf = _synthetic(args.preset, args.routing)
         cont = _container(gguf) if args.colibri_source == "container" else gguf
         experts = cont / "experts.bin" if cont.is_dir() else gguf
         chunk = _expert_chunk(cont) if cont.is_dir() else 4 << 20
@@ -684,11 +570,12 @@ def main(argv: list[str] | None = None) -> None:
         budget = limit - margin
         passages = _passage_ids(gguf, need)
         r.doc["disk_bound_model"] = {"gguf": str(gguf), "colibri_path": str(cont),
+                                     "routing": args.routing,
                                      "gguf_bytes": gguf.stat().st_size, "cgroup_limit": limit,
                                      "ram_budget": budget, "passages": passages}
-        r.log(f"{args.preset}: cgroup {cg.fmt_bytes(limit)}, colibri budget "
-              f"{cg.fmt_bytes(budget)}")
-        r.set_yardstick(experts, chunk)
+        r.log(f"{args.preset} ({args.routing} routing): cgroup {cg.fmt_bytes(limit)}, colibri "
+              f"budget {cg.fmt_bytes(budget)}")
+        r.doc["fio"] = db.fio_table(experts, chunk)  # recorded beside the bound, never used
 
         def col(**kw: Any) -> dict[str, Any]:
             base = {"ram_budget": budget, "io": dict(base_io), "cache": dict(base_cache)}
@@ -700,14 +587,12 @@ def main(argv: list[str] | None = None) -> None:
         history = BENCH_DATA / f"routing-{r.path.stem}-{args.preset}.json"
         pinned = {"policy": "pinned", "history": True, "history_path": str(history)}
         sweeps: dict[str, tuple[str, list[tuple[str, dict[str, Any]]]]] = {
-            "compare": (f"{args.preset}: colibri vs llama.cpp, {args.threads} threads, "
-                        f"{args.compare_decode} decode tokens each", [
+            "compare": (f"{args.preset} ({args.routing} routing): colibri vs llama.cpp, "
+                        f"{args.threads} threads, {args.compare_decode} decode tokens each", [
                 ("colibri", col(decode=args.compare_decode)),
                 ("colibri, same GGUF", {**col(decode=args.compare_decode), "path": str(gguf)}),
-                ("llama.cpp", spec("llama", gguf, passages, decode=args.compare_decode)),
-                *([("llama.cpp MADV_RANDOM", spec("llama", gguf, passages, madvise_random=True,
-                                                  decode=args.compare_decode))]
-                  if args.llama_madvise_random else [])]),
+                *llama_rows(args.llama_variants, lambda **kw: spec(
+                    "llama", gguf, passages, decode=args.compare_decode, **kw), gguf)]),
             "sweep-workers": ("I/O workers", [
                 (f"workers={w}", col(io={**base_io, "workers": w})) for w in (0, 1, 2, 4, 8)]),
             "sweep-direct": ("O_DIRECT", [
@@ -728,16 +613,7 @@ def main(argv: list[str] | None = None) -> None:
                 r.doc["parts"]["pinned-history"] = r.child(col(
                     cache={"policy": "lfru", "history": True, "history_path": str(history)},
                     requests=passages[2:4], save_history=True), limit)
-            run_configs(r, title, part, configs, limit, experts, chunk, r.yardstick)
-        if "compare" in r.doc["parts"]:
-            s = r.doc["parts"]["compare"]["summary"]
-            for p in ("cold", "warm"):
-                for row in ("colibri", "colibri, same GGUF"):
-                    rt = ratio(s[row][p]["decode_tok_s"], s["llama.cpp"][p]["decode_tok_s"])
-                    key = "ratio_decode" if row == "colibri" else "ratio_decode_same_gguf"
-                    r.doc["parts"]["compare"][f"{key}_{p}"] = rt
-                    print(f"{row} / llama.cpp decode, {p}: {fmt(rt)}x")
-            r.save()
+            run_configs(r, title, part, configs, limit, experts, chunk)
 
     # Resident runs: the cache preloads every expert at load (CacheConfig.preload), so both
     # requests run with a 100% hit rate and no disk traffic.
@@ -753,7 +629,7 @@ def main(argv: list[str] | None = None) -> None:
                    for w in ("spin", "passive", "hybrid", "auto")]
         run_configs(r, f"Wait policy, resident ({args.resident_preset}, budget "
                        f"{cg.fmt_bytes(budget)}, experts preloaded)", "sweep-wait-resident",
-                    configs, budget + margin, None, 0, None)
+                    configs, budget + margin, None, 0)
 
     if "demo" in parts:
         from colibri.hub import demo_moe_model
@@ -775,9 +651,11 @@ def main(argv: list[str] | None = None) -> None:
             sp["cgroup_limit"] = sp["ram_budget"] + margin
         demo_disk = cont / "experts.bin" if cont.is_dir() else gguf
         demo_chunk = _expert_chunk(cont) if cont.is_dir() else 4 << 20
-        r.set_yardstick(demo_disk, demo_chunk)  # the same disk: kept if already measured
         run_configs(r, "Demo MoE (smollm2-moe-demo): streamed vs resident", "demo", configs,
-                    small + margin, demo_disk, demo_chunk, r.yardstick)
+                    small + margin, demo_disk, demo_chunk)
+    finish_parts(r)
+    if "compare" in r.doc["parts"]:
+        compare_summary(r)
     r.doc["bound_table"] = bound_table(r.doc)
     r.save()
     print("wrote", r.path)

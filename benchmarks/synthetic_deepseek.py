@@ -45,6 +45,7 @@ from synthetic_moe import (
     tensor_chunks,
     vocabulary,
 )
+from synthetic_routing import regime, shape_specs
 
 GENERATOR_VERSION = 1
 
@@ -78,6 +79,7 @@ class FamilyPreset:
     n_kv_heads: int = 8
     head_dim: int = 128
     context_length: int = 16384
+    routing: str = "local"  # synthetic_routing.REGIMES
     rope_theta: float = 10000.0
     rms_eps: float = 1e-6
     description: str = ""
@@ -172,12 +174,13 @@ class FamilyPreset:
             TensorSpec("output_norm.weight", (h,), "norm"),
             TensorSpec("output.weight", (self.vocab, h), "q4_0", h**-0.5),
         ]
-        return out
+        return shape_specs(out, self.routing, h)
 
     def summary(self) -> dict[str, Any]:
         total = sum(t.nbytes for t in self.tensors())
         return {
-            "preset": self.name, "arch": self.arch, "layers": self.n_layers,
+            "preset": self.name, "routing": self.routing, "arch": self.arch,
+            "layers": self.n_layers,
             "dense_layers": self.n_dense, "hidden": self.hidden, "heads": self.n_heads,
             "experts": self.n_experts, "top_k": self.top_k, "expert_ffn": self.expert_ffn,
             "vocab": self.vocab, "tensor_bytes": total, "expert_bytes": self.expert_bytes,
@@ -230,8 +233,9 @@ def _writer(p: FamilyPreset, path: Path, seed: int) -> gguf.GGUFWriter:
     a = p.arch
     w.add_name(f"colibri-synthetic-{p.name}-s{seed}")
     w.add_description(f"colibri synthetic {a} (random weights, generator "
-                      f"v{GENERATOR_VERSION}, preset {p.name}, seed {seed}); "
-                      f"benchmarks/synthetic_deepseek.py")
+                      f"v{GENERATOR_VERSION}, preset {p.name}, seed {seed}"
+                      + (f", routing {p.routing}" if p.routing != "local" else "") + "); "
+                      "benchmarks/synthetic_deepseek.py")
     w.add_context_length(p.context_length)
     w.add_embedding_length(p.hidden)
     w.add_block_count(p.n_layers)
@@ -331,7 +335,15 @@ def write_family_gguf(preset: FamilyPreset | str, path: str | os.PathLike[str], 
 
 def default_path(preset: FamilyPreset | str, seed: int = 0, root: Path | None = None) -> Path:
     name = preset if isinstance(preset, str) else preset.name
+    if not isinstance(preset, str) and preset.routing != "local":
+        name += f"-{preset.routing}"  # local keeps the file name it always had
     return (root or DEFAULT_DIR) / f"synthetic-{name}-v{GENERATOR_VERSION}-s{seed}.Q4_0.gguf"
+
+
+def family_with_routing(preset: FamilyPreset | str, routing: str) -> FamilyPreset:
+    """The preset in a routing regime (synthetic_routing.REGIMES)."""
+    p = FAMILY_PRESETS[preset] if isinstance(preset, str) else preset
+    return dataclasses.replace(p, routing=regime(routing).name)
 
 
 def ensure_family_preset(preset: FamilyPreset | str, seed: int = 0, root: Path | None = None,
@@ -349,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, help="override the preset's layer count")
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--routing", default="local", choices=("local", "realistic", "uniform"),
+                    help="routing regime (benchmarks/synthetic_routing.py)")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args(argv)
     if args.list or args.preset is None:
@@ -359,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"per token {_fmt(s['routed_bytes_per_token']):>10}  "
                   f"file {_fmt(s['tensor_bytes']):>10}  {p.description}")  # fmt: skip
         return 0
-    preset = FAMILY_PRESETS[args.preset]
+    preset = family_with_routing(args.preset, args.routing)
     if args.layers is not None:
         preset = dataclasses.replace(preset, name=f"{preset.name}-layers{args.layers}",
                                      n_layers=args.layers)  # fmt: skip

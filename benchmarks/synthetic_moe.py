@@ -53,6 +53,8 @@ import numpy.typing as npt
 
 GENERATOR_VERSION = 2
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO / "benchmarks") not in sys.path:  # its sibling synthetic_routing.py
+    sys.path.insert(0, str(REPO / "benchmarks"))
 DEFAULT_DIR = REPO / "build" / "bench-data"
 
 Q4_0 = gguf.GGMLQuantizationType.Q4_0
@@ -82,6 +84,7 @@ class Preset:
     expert_ffn: int
     vocab: int
     context_length: int = 40960
+    routing: str = "local"  # synthetic_routing.REGIMES
     rope_theta: float = 1_000_000.0
     rms_eps: float = 1e-6
     description: str = ""
@@ -143,13 +146,16 @@ class Preset:
             TensorSpec("output_norm.weight", (h,), "norm"),
             TensorSpec("output.weight", (self.vocab, h), "q4_0", h**-0.5),
         ]
-        return out
+        from synthetic_routing import shape_specs
+
+        return shape_specs(out, self.routing, h)
 
     def summary(self) -> dict[str, Any]:
         tensors = self.tensors()
         total = sum(t.nbytes for t in tensors)
         return {
             "preset": self.name,
+            "routing": self.routing,
             "layers": self.n_layers,
             "hidden": self.hidden,
             "heads": self.n_heads,
@@ -177,6 +183,8 @@ class TensorSpec:
     shape: tuple[int, ...]  # NumPy / PyTorch order (GGML ne reversed)
     kind: Kind  # q4_0 matrix, F32 RMSNorm weight, F32 router
     std: float = 0.0  # target standard deviation of the weights (matrices, router)
+    zero_rows: int = 0  # routing regime: the last rows of each matrix are zero
+    col_scale: tuple[int, float, float] | None = None  # regime: (width, outside, inside)
 
     @property
     def n(self) -> int:
@@ -297,6 +305,12 @@ def _rng(seed: int, name: str) -> np.random.Generator:
 
 def tensor_chunks(spec: TensorSpec, seed: int) -> Iterator[npt.NDArray[Any]]:
     """The tensor's bytes, in chunks of at most 18 MiB (deterministic in (spec, seed))."""
+    if spec.zero_rows or spec.col_scale is not None:
+        from synthetic_routing import reshape_chunks
+
+        plain = dataclasses.replace(spec, zero_rows=0, col_scale=None)
+        yield from reshape_chunks(spec, tensor_chunks(plain, seed))
+        return
     rng = _rng(seed, spec.name)
     if spec.kind == "q4_0":
         blocks = spec.n // QK4_0
@@ -380,7 +394,9 @@ def _writer(preset: Preset, path: Path, seed: int) -> gguf.GGUFWriter:
     w.add_name(f"colibri-synthetic-{preset.name}-s{seed}")
     w.add_description(
         f"colibri synthetic MoE (random weights, generator v{GENERATOR_VERSION}, "
-        f"preset {preset.name}, seed {seed}); benchmarks/synthetic_moe.py"
+        f"preset {preset.name}, seed {seed}"
+        + (f", routing {preset.routing}" if preset.routing != "local" else "")
+        + "); benchmarks/synthetic_moe.py"
     )
     w.add_context_length(preset.context_length)
     w.add_embedding_length(preset.hidden)
@@ -476,7 +492,17 @@ def write_synthetic_gguf(
 
 def default_path(preset: Preset | str, seed: int = 0, root: Path | None = None) -> Path:
     name = preset if isinstance(preset, str) else preset.name
+    if not isinstance(preset, str) and preset.routing != "local":
+        name += f"-{preset.routing}"  # local keeps the file name it always had
     return (root or DEFAULT_DIR) / f"synthetic-{name}-v{GENERATOR_VERSION}-s{seed}.Q4_0.gguf"
+
+
+def with_routing(preset: Preset | str, routing: str) -> Preset:
+    """The preset (a name or a Preset) in a routing regime (synthetic_routing.REGIMES)."""
+    from synthetic_routing import regime
+
+    p = PRESETS[preset] if isinstance(preset, str) else preset
+    return dataclasses.replace(p, routing=regime(routing).name)
 
 
 def ensure_preset(
@@ -487,9 +513,9 @@ def ensure_preset(
 ) -> Path:
     """The preset's file under ``root`` (build/bench-data/), written on first use. The
     DeepSeek-V3 / GLM-4.5-shaped presets (synthetic_deepseek.FAMILY_PRESETS) too."""
-    from synthetic_deepseek import FAMILY_PRESETS, ensure_family_preset
+    from synthetic_deepseek import FAMILY_PRESETS, FamilyPreset, ensure_family_preset
 
-    if isinstance(preset, str) and preset in FAMILY_PRESETS:
+    if isinstance(preset, FamilyPreset) or (isinstance(preset, str) and preset in FAMILY_PRESETS):
         return ensure_family_preset(preset, seed, root, progress)
     path = default_path(preset, seed, root)
     if not path.is_file():
@@ -565,6 +591,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--layers", type=int, help="override the preset's layer count")
     ap.add_argument("--vocab", type=int, help="override the preset's vocabulary size")
+    ap.add_argument("--routing", default="local", choices=("local", "realistic", "uniform"),
+                    help="routing regime (benchmarks/synthetic_routing.py)")
     ap.add_argument("--force", action="store_true", help="rewrite an existing file")
     ap.add_argument("--list", action="store_true", help="list the presets and their sizes")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -572,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list or args.preset is None:
         _list()
         return 0
-    preset = PRESETS[args.preset]
+    preset = with_routing(args.preset, args.routing)
     changes: dict[str, Any] = {}
     if args.layers is not None:
         changes["n_layers"] = args.layers

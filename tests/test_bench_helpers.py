@@ -182,3 +182,58 @@ def test_disk_bandwidth_small_file(tmp_path: Path) -> None:
     assert r.bytes_read == 4 * (64 << 10)
     assert r.qd == 2 and r.bytes_per_s > 0
     assert r.to_dict()["gb_s"] == pytest.approx(r.bytes_per_s / 1e9)
+
+
+# --- the disk bound (benchmarks/_diskbound.py) and the spread (benchmarks/_variance.py) ----
+
+db = _load("_diskbound")
+var = _load("_variance")
+
+
+def test_spread_and_rankable() -> None:
+    a = var.spread([3.0, 1.0, 2.0, None, 4.0, 5.0])
+    assert (a["n"], a["median"], a["min"], a["max"]) == (5, 3.0, 1.0, 5.0)
+    assert a["rel_spread"] == pytest.approx(4.0 / 3.0)
+    assert var.spread([2.0, 4.0])["median"] == 3.0
+    assert var.spread([None])["median"] is None
+    fast, slow = var.spread([10.0, 11.0, 12.0]), var.spread([7.0, 8.0, 9.5])
+    assert var.rankable(fast, slow) and var.rankable(slow, fast)
+    assert not var.rankable(fast, var.spread([9.0, 10.5, 13.0]))  # overlapping ranges
+    assert not var.rankable(var.spread([10.0]), slow)  # one child ranks nothing
+    assert "rankable" in var.verdict("a", fast, "b", slow)
+    assert "too large to rank" in var.verdict("a", fast, "c", var.spread([9.0, 10.5, 13.0]))
+    assert var.fmt_spread(fast) == "11 (10-12)"
+
+
+def test_slot_offsets() -> None:
+    offs = db.slot_offsets(10 * 4096 + 100, 4096, 50, seed=1)
+    assert sorted(offs) == [i * 4096 for i in range(10)]  # every whole block, no more
+    same = db.slot_offsets(10 * 4096, 8192, 3, seed=2)
+    assert db.slot_offsets(10 * 4096, 8192, 3, seed=2) == same
+    with pytest.raises(ValueError):
+        db.slot_offsets(100, 4096, 1, seed=0)
+
+
+def test_disk_bound_is_the_best_sample(tmp_path: Path) -> None:
+    f = tmp_path / "experts.bin"
+    f.write_bytes(os.urandom(4 << 20))
+    b = db.DiskBound(str(f), 64 << 10, depths=(1, 2), total=1 << 20)
+    first = b.sample("before")
+    b.sample("after")
+    assert len(b.samples) == 4 and first > 0
+    assert b.bound_gbs == max(s["gb_s"] for s in b.samples)
+    curve = b.curve()
+    assert set(curve) == {1, 2} and curve[1]["n"] == 2
+    assert curve[1]["worst"] <= curve[1]["median"] <= curve[1]["best"]
+    assert b.to_dict()["bound_gb_s"] == b.bound_gbs
+
+
+def test_readahead_is_restored_on_error(tmp_path: Path) -> None:
+    knob = tmp_path / "read_ahead_kb"
+    knob.write_text("8192\n")
+    with pytest.raises(RuntimeError), db.readahead(tmp_path, 128, file=knob):
+        assert knob.read_text() == "128"
+        raise RuntimeError("child failed")
+    assert knob.read_text() == "8192"
+    with db.readahead(tmp_path, None, file=knob):  # None: left alone
+        assert knob.read_text() == "8192"
