@@ -96,13 +96,16 @@ void Session::forward(const int32_t* ids, int64_t n, bool all_logits, float* log
       s.stats_.forwards += delta.forwards;
     }
   } stats{*this, {}};
+  // With MTP on, every position's trunk state (before the final norm) is kept for it.
+  std::vector<float> hidden(mtp_ ? static_cast<std::size_t>(n * spec_.hidden_size) : 0);
   try {
     for (int64_t done = 0; done < n;) {
       const int64_t len = std::min(chunk, n - done);
       const bool last = done + len == n;
       float* out = all_logits ? logits_out + done * vocab : (last ? logits_out : nullptr);
       engine_->forward(*kv_, pos0 + done, ids + done, len, all_logits, out,
-                       k > 0 ? routing.data() + done * layers * k : nullptr, &stop, &stats.delta);
+                       k > 0 ? routing.data() + done * layers * k : nullptr, &stop, &stats.delta,
+                       mtp_ ? hidden.data() + done * spec_.hidden_size : nullptr);
       done += len;
       if (hooks.progress) hooks.progress(done, n);
       if (!last && stop()) fail(ErrorKind::Cancelled, "the forward was interrupted");
@@ -119,6 +122,56 @@ void Session::forward(const int32_t* ids, int64_t n, bool all_logits, float* log
   ids_.insert(ids_.end(), ids, ids + n);
   last_routing_ = std::move(routing);
   last_routing_tokens_ = n;
+  if (mtp_) mtp_->record(pos0, hidden.data(), n);
+}
+
+void Session::enable_mtp() {
+  Busy busy(*this);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (mtp_) return;
+  mtp_ = std::make_unique<MtpState>(*engine_, context_length_, kv_type_);
+  mtp_->restart(static_cast<int64_t>(ids_.size()));
+}
+
+bool Session::mtp_enabled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mtp_ != nullptr;
+}
+
+int64_t Session::mtp_committed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mtp_ ? mtp_->committed() : 0;
+}
+
+int64_t Session::mtp_origin() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mtp_ ? mtp_->origin() : 0;
+}
+
+std::vector<int32_t> Session::mtp_draft(int32_t next, int64_t k, float* logits_out) {
+  Busy busy(*this);
+  if (!mtp_) fail(ErrorKind::InvalidArgument, "MTP drafting is not enabled on this session (enable_mtp)");
+  if (next < 0 || next >= spec_.vocab_size)
+    fail(ErrorKind::TokenOutOfRange, "token id " + std::to_string(next) + " is outside the vocabulary [0, " +
+                                         std::to_string(spec_.vocab_size) + ")");
+  std::vector<int32_t> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ids = ids_;
+  }
+  const CancelCheck stop = [&] { return closing_.load(std::memory_order_relaxed); };
+  ForwardStats delta;
+  struct StatsScope {
+    Session& s;
+    ForwardStats& delta;
+    ~StatsScope() {
+      std::lock_guard<std::mutex> lock(s.mu_);
+      add_delta(s.stats_.experts, delta.experts, ExpertStoreStats{});
+      add_delta(s.stats_.phases, delta.phases, PhaseSeconds{});
+    }
+  } scope{*this, delta};
+  // Busy keeps every other call out, so the state is changed outside mu_ (as forward's KV).
+  return mtp_->draft(*engine_, ids, next, k, logits_out, &stop, &delta);
 }
 
 ForwardStats Session::forward_stats() const {
@@ -162,6 +215,7 @@ void Session::reset() {
   ids_.clear();
   last_routing_.clear();
   last_routing_tokens_ = 0;
+  if (mtp_) mtp_->restart(0);
 }
 
 void Session::rollback(int64_t n) {
@@ -172,6 +226,7 @@ void Session::rollback(int64_t n) {
     fail(ErrorKind::InvalidArgument,
          "cannot roll back " + std::to_string(n) + " tokens: the session holds " + std::to_string(held));
   ids_.resize(static_cast<std::size_t>(held - n));
+  if (mtp_) mtp_->truncate(held - n);
 }
 
 void Session::close() {
@@ -191,6 +246,7 @@ void Session::close() {
 void Session::release() {
   closed_ = true;
   kv_.reset();
+  mtp_.reset();
   engine_.reset();
   std::vector<int32_t>().swap(ids_);
   std::vector<int32_t>().swap(last_routing_);
@@ -232,6 +288,7 @@ void Session::import_kv(const uint8_t* data, std::size_t size, const std::vector
   ids_ = ids;
   last_routing_.clear();
   last_routing_tokens_ = 0;
+  if (mtp_) mtp_->restart(n);
 }
 
 void Session::copy_prefix_from(Session& other, int64_t n) {
@@ -255,6 +312,7 @@ void Session::copy_prefix_from(Session& other, int64_t n) {
   ids_.assign(other.ids_.begin(), other.ids_.begin() + n);
   last_routing_.clear();
   last_routing_tokens_ = 0;
+  if (mtp_) mtp_->restart(n);
 }
 
 bool Session::closed() const {
