@@ -129,3 +129,31 @@ def test_mtp_needs_the_layer_and_auto_takes_it(checkpoints: dict[str, Path],
     g = m.generate(prompt_ids(8), max_tokens=8, spec="auto")
     assert g.stats.spec is not None and g.stats.spec.drafter == "auto (mtp)"
     assert g.token_ids == m.generate(prompt_ids(8), max_tokens=8).token_ids
+
+
+def test_model_stats_sum_the_spec_figures_and_cli_runs_mtp(
+    checkpoints: dict[str, Path], capsys: pytest.CaptureFixture[str],
+) -> None:
+    m = load(checkpoints["deepseek_v3"])
+    assert m.stats().spec is None
+    a = m.generate(prompt_ids(8), max_tokens=30, spec="mtp")
+    m.generate(prompt_ids(8), max_tokens=5)  # no drafting: not counted
+    b = m.generate(prompt_ids(9), max_tokens=30, spec=colibri.SpecConfig("mtp", max_draft=2))
+    total = m.stats().spec
+    assert a.stats.spec is not None and b.stats.spec is not None and total is not None
+    assert total.drafted == a.stats.spec.drafted + b.stats.spec.drafted
+    assert total.accepted == a.stats.spec.accepted + b.stats.spec.accepted
+    assert total.verify_forwards == a.stats.spec.verify_forwards + b.stats.spec.verify_forwards
+    assert total.proposed_at[:2] == tuple(
+        x + y for x, y in zip(a.stats.spec.proposed_at[:2], b.stats.spec.proposed_at, strict=False))
+    assert total.drafter == "mtp" and "speculative" in str(m.stats())
+
+    from colibri import cli
+
+    base = ["run", "-m", str(checkpoints["deepseek_v3"]), "-n", "24", "--raw", "abcdefgh"]
+    assert cli.main(base) == 0
+    plain_out, _ = capsys.readouterr()
+    assert cli.main([*base, "--spec", "mtp", "--max-draft", "3"]) == 0
+    out, err = capsys.readouterr()
+    assert out == plain_out
+    assert "colibri: speculative (mtp):" in err and "tokens per forward" in err
