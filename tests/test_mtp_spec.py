@@ -157,3 +157,39 @@ def test_model_stats_sum_the_spec_figures_and_cli_runs_mtp(
     out, err = capsys.readouterr()
     assert out == plain_out
     assert "colibri: speculative (mtp):" in err and "tokens per forward" in err
+
+
+class OracleOverMtp:
+    """Runs the MTP drafter (its cache follows every step) but proposes the tokens plain
+    greedy decoding produces, so verifies accept drafts and the MTP layer then catches up
+    over several accepted positions at once (random MTP weights accept nothing)."""
+
+    def __init__(self, session: object, plain: list[int], n_prompt: int) -> None:
+        from colibri.speculative import MtpDrafter
+
+        self.mtp = MtpDrafter(session)  # type: ignore[arg-type]
+        self.plain, self.n_prompt = plain, n_prompt
+
+    def propose(self, history: list[int], k: int) -> list[int]:
+        self.mtp.propose(history, k)
+        at = len(history) - self.n_prompt
+        return self.plain[at:at + k]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_mtp_cache_after_accepted_drafts(checkpoints: dict[str, Path], variant: str) -> None:
+    from colibri.generation import stream_tokens
+    from colibri.speculative import SpecConfig, Speculator
+
+    m = load(checkpoints[variant])
+    ids = prompt_ids(16)
+    plain = m.generate(ids, max_tokens=40).token_ids
+    s = m.session()
+    drafter = OracleOverMtp(s._core, plain, len(ids))
+    spec = Speculator(SpecConfig(drafter="lookup", max_draft=3), drafter)
+    got = [c.token_id for c in stream_tokens(s, m.tokenizer, ids, max_tokens=40,
+                                             sampling=colibri.Sampling(), stop=(),
+                                             speculator=spec) if c.token_id is not None]
+    assert got == plain and spec.accepted > 10
+    _, logits = s._core.mtp_draft(got[-1], 3, True)
+    np.testing.assert_array_equal(logits, fresh_drafts(m, s.token_ids, got[-1], 3))
