@@ -238,6 +238,33 @@ void bind_session(py::module_& m) {
              }
              s.last_logits = py::none();
            })
+      .def("enable_mtp", [](BoundSession& s) { s.core->enable_mtp(); },
+           "Records the trunk's hidden states from now on and keeps the MTP layer's KV cache in step "
+           "with the session's tokens (model/mtp.hpp). Unsupported when the model has no MTP layer.")
+      .def_property_readonly("mtp_enabled", [](const BoundSession& s) { return s.core->mtp_enabled(); })
+      .def_property_readonly("mtp_committed", [](const BoundSession& s) { return s.core->mtp_committed(); })
+      .def_property_readonly("mtp_origin", [](const BoundSession& s) { return s.core->mtp_origin(); })
+      .def(
+          "mtp_draft",
+          [](BoundSession& s, int32_t next, int64_t k,
+             bool return_logits) -> std::pair<std::vector<int32_t>, std::optional<py::array_t<float>>> {
+            if (k < 0) fail(ErrorKind::InvalidArgument, "mtp_draft: k must be >= 0");
+            const int64_t vocab = s.core->vocab_size();
+            std::vector<float> logits(return_logits ? static_cast<std::size_t>(k * vocab) : 0);
+            std::vector<int32_t> drafts;
+            {
+              py::gil_scoped_release release;
+              drafts = s.core->mtp_draft(next, k, return_logits ? logits.data() : nullptr);
+            }
+            if (!return_logits) return {drafts, std::nullopt};
+            const auto rows = static_cast<int64_t>(drafts.size());
+            py::array_t<float> out({rows, vocab});
+            std::copy(logits.begin(), logits.begin() + rows * vocab, out.mutable_data());
+            return {drafts, out};
+          },
+          py::arg("next"), py::arg("k"), py::arg("return_logits") = false,
+          "Up to k greedy MTP drafts after the session's tokens and `next` (chosen, not forwarded "
+          "yet): (tokens, [depth, vocab] logits or None).")
       .def_property_readonly("closed", [](const BoundSession& s) { return s.core->closed(); });
   m.def("forward_batch", &forward_batch, py::arg("sessions"), py::arg("ids"), py::arg("all_logits"),
         "One forward for several sessions of one model (continuous batching): session i "

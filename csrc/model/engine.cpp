@@ -5,6 +5,7 @@
 #include <cstring>
 #include <regex>
 
+#include "common/clock.hpp"
 #include "common/errors.hpp"
 #include "model/forward_stats.hpp"
 #include "model/kv_cache.hpp"
@@ -205,6 +206,14 @@ void Engine::resolve_layers() {
     check_shape(M.hnorm, 1, d);
     M.shared_head_norm = req(p + "shared_head_norm");
     check_shape(M.shared_head_norm, 1, d);
+    // The checkpoints' copies of the embedding and head (DeepSeek-V3 and GLM store them
+    // equal to the trunk's); the trunk's when the file leaves them out.
+    M.embed = weights_.find(p + "embed_tokens");
+    if (M.embed == nullptr) M.embed = token_embd_;
+    check_shape(M.embed, s.vocab_size, d);
+    M.head = weights_.find(p + "shared_head_head");
+    if (M.head == nullptr) M.head = output_;
+    check_shape(M.head, s.vocab_size, d);
   }
 }
 
@@ -248,6 +257,12 @@ void Engine::resolve_layer(LayerWeights& L, int64_t i, bool moe) {
     L.shared_gate = opt(p + "ffn_gate_inp_shexp");
     if (L.shared_gate) check_shape(L.shared_gate, 1, d);
   }
+}
+
+KvLayerLayout Engine::mtp_kv_layout(int64_t j) const {
+  if (j < 0 || j >= static_cast<int64_t>(mtp_.size()))
+    fail(ErrorKind::InvalidArgument, "the model has no MTP layer " + std::to_string(j));
+  return mtp_[static_cast<std::size_t>(j)].block.attention->kv_layout();
 }
 
 std::vector<KvLayerLayout> Engine::kv_layouts() const {
@@ -339,6 +354,35 @@ void Engine::set_activation_precision(ActPrecision precision) {
 
 void Engine::mm(const Tensor& w, const float* x, int64_t n, float* y) {
   matmul(pool_, w.view(), x, n, y, ws_.matmul, precision_);
+}
+
+void Engine::decoder_layer(const LayerWeights& L, int64_t layer, const std::vector<AttnSegment>& segs,
+                           int64_t kv_layer, int64_t n, AttentionContext& actx, int32_t* routing_out,
+                           const std::function<void()>& between) {
+  const ModelSpec& s = spec_;
+  const int64_t d = s.hidden_size;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t t = 0; t < n; ++t)
+    rms_norm_row(ws_.x.data() + t * d, L.attn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
+  L.attention->forward_segments(actx, ws_.h.data(), segs, kv_layer, d, ws_.proj.data());
+  add_inplace(ws_.x.data(), ws_.proj.data(), n * d);
+  for (int64_t t = 0; t < n; ++t)
+    rms_norm_row(ws_.x.data() + t * d, L.ffn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
+  phase_[kAttention] += seconds_since(t0);
+  between();
+  if (L.is_moe) {
+    try {
+      moe_block(L, layer, n, routing_out);  // leaves the FFN output in ws_.ffn_out
+    } catch (...) {
+      store_->abort();  // every read waited for or cancelled: the model keeps serving
+      throw;
+    }
+  } else {
+    t0 = std::chrono::steady_clock::now();
+    ffn_block(L, n);
+    phase_[kDense] += seconds_since(t0);
+  }
+  add_inplace(ws_.x.data(), ws_.ffn_out.data(), n * d);
 }
 
 }  // namespace colibri

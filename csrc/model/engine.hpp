@@ -57,15 +57,17 @@ struct LayerWeights {
 };
 
 // A multi-token-prediction layer: a decoder layer (always MoE) plus the projection that
-// joins the next token's embedding with the trunk's hidden state. Loaded, not run by
-// forward() (the speculative-decoding work drives it); its experts are in the store as
-// layer n_layers + i.
+// joins the next token's embedding with the trunk's hidden state. Not run by forward():
+// mtp_forward() runs it (model/mtp.cpp, driven by a session's MtpState); its experts are in
+// the store as layer n_layers + i.
 struct MtpLayerWeights {
   LayerWeights block;
   const Tensor* eh_proj = nullptr;           // (hidden, 2 * hidden): [enorm(e) | hnorm(h)]
   const Tensor* enorm = nullptr;             // (hidden)
   const Tensor* hnorm = nullptr;             // (hidden)
   const Tensor* shared_head_norm = nullptr;  // (hidden)
+  const Tensor* embed = nullptr;  // the layer's copy of the embedding, else the trunk's
+  const Tensor* head = nullptr;   // the layer's copy of the LM head, else the trunk's
 };
 
 // Reusable float buffers for one forward call, grown on demand.
@@ -74,6 +76,7 @@ struct Workspace {
   std::vector<float> logits_rows;  // a batch's lm_head rows before they go to each row
   std::vector<int32_t> routing;    // a batch's routing, [rows][n_layers][top_k]
   std::vector<float> next_router;  // the lookahead: next MoE layer's router on this input
+  std::vector<float> mtp_cat;      // MTP: [enorm(embedding) | hnorm(hidden)] per row
   ScratchBuffer matmul;
 };
 
@@ -91,6 +94,7 @@ struct BatchRow {
   bool all_logits = false;         // logits of every position ([n, vocab]), else of the last
   float* logits_out = nullptr;     // null: none (a prefill chunk before the last)
   int32_t* routing_out = nullptr;  // null, or [n][n_layers][n_experts_per_tok]
+  float* hidden_out = nullptr;     // null, or [n][hidden]: every position's state after the final norm
 };
 
 class Engine {
@@ -113,8 +117,10 @@ class Engine {
   std::size_t weight_bytes() const { return weights_.total_bytes(); }
   // What each layer keeps per position in a session's KV cache.
   std::vector<KvLayerLayout> kv_layouts() const;
-  // Multi-token-prediction layers (loaded, not run).
+  // Multi-token-prediction layers (run by mtp_forward, not by forward).
   const std::vector<MtpLayerWeights>& mtp_layers() const { return mtp_; }
+  // What MTP layer j keeps per position in its own KV cache (one layer).
+  KvLayerLayout mtp_kv_layout(int64_t j) const;
 
   // The streaming tier. configure_store drops every cached expert (never during a forward).
   void configure_store(const StoreSettings& settings);
@@ -137,9 +143,23 @@ class Engine {
   // which the session does not count. When stats_out is not null, this forward's share of
   // the expert and phase counters is added to it (measured under the engine lock, so it is
   // this forward's alone: see model/forward_stats.hpp).
+  // When hidden_out is not null it receives every position's last hidden state after the
+  // final norm, [n][hidden] (what an MTP layer joins with the next token's embedding: the
+  // main model's output representation, as transformers' MTPCandidateGenerator, vLLM and
+  // SGLang feed it).
   void forward(class KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, bool all_logits,
                float* logits_out, int32_t* routing_out = nullptr,
-               const CancelCheck* cancelled = nullptr, struct ForwardStats* stats_out = nullptr);
+               const CancelCheck* cancelled = nullptr, struct ForwardStats* stats_out = nullptr,
+               float* hidden_out = nullptr);
+
+  // MTP layer j over n rows at slots [slot0, slot0 + n) of its own one-layer KV cache: row t
+  // joins hidden[t] (the trunk's normed hidden state at some position p, or the previous
+  // depth's output) with the embedding of ids[t] (the token at p + 1), runs the decoder
+  // layer and the shared head norm. Writes the last row's logits ([vocab]) and its normed
+  // output ([hidden]: the next depth's `hidden`) when the pointers are not null.
+  void mtp_forward(int64_t j, class KvCache& kv, int64_t slot0, const float* hidden, const int32_t* ids,
+                   int64_t n, float* logits_out, float* hidden_out, const CancelCheck* cancelled = nullptr,
+                   struct ForwardStats* stats_out = nullptr);
 
   // Continuous batching: one forward over several sequences, each row its own KV cache,
   // positions and tokens (decode steps, prefill chunks, mixed). The dense matmuls run over
@@ -155,11 +175,18 @@ class Engine {
  private:
   void resolve_layers();
   void resolve_layer(LayerWeights& L, int64_t layer, bool moe);
+  // One decoder layer on ws_.x (n rows: the segments' tokens one after the other):
+  // attention of each segment with layer kv_layer of its own cache, then the FFN over all
+  // rows; `layer` is the store's layer (its experts). `between` runs between the two (the
+  // cancel check).
+  void decoder_layer(const LayerWeights& L, int64_t layer, const std::vector<AttnSegment>& segs,
+                     int64_t kv_layer, int64_t n, AttentionContext& actx, int32_t* routing_out,
+                     const std::function<void()>& between);
   void ffn_block(const LayerWeights& L, int64_t n);
   void forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* cancelled, struct ForwardStats* stats_out);
   void lm_head(const std::vector<BatchRow>& rows);
   void moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t* routing_out);
-  void routed_experts(int64_t layer, int64_t n, const std::vector<int32_t>& sel);
+  void routed_experts(const LayerWeights& L, int64_t layer, int64_t n, const std::vector<int32_t>& sel);
   void predict_next(const LayerWeights& L, int64_t n);
   void expert_ffn(const ExpertViews& e, const float* x, int64_t n, int64_t ffn, float* out);
   void choose_wait_policy(double wait_seconds, double total_seconds);

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 
+#include "common/clock.hpp"
 #include "common/errors.hpp"
 #include "model/engine.hpp"
 #include "model/forward_stats.hpp"
@@ -20,10 +22,6 @@
 namespace colibri {
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 void check_row(const ModelSpec& s, const BatchRow& r) {
   if (!r.kv) fail(ErrorKind::InvalidArgument, "forward: a batch row has no KV cache");
@@ -46,7 +44,7 @@ void check_row(const ModelSpec& s, const BatchRow& r) {
 
 void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, bool all_logits,
                      float* logits_out, int32_t* routing_out, const CancelCheck* cancelled,
-                     ForwardStats* stats_out) {
+                     ForwardStats* stats_out, float* hidden_out) {
   BatchRow row;
   row.kv = &kv;
   row.pos0 = pos0;
@@ -55,6 +53,7 @@ void Engine::forward(KvCache& kv, int64_t pos0, const int32_t* ids, int64_t n, b
   row.all_logits = all_logits;
   row.logits_out = logits_out;
   row.routing_out = routing_out;
+  row.hidden_out = hidden_out;
   forward_batch({row}, cancelled, stats_out);
 }
 
@@ -130,7 +129,7 @@ void Engine::forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* 
 
   // Between layers, and between each layer's attention and FFN: a prefill chunk's layer is
   // the longest stretch without a check (a fraction of a second).
-  auto stop_if_cancelled = [&] {
+  const std::function<void()> stop_if_cancelled = [&] {
     if (cancelled && *cancelled && (*cancelled)()) {
       store_->abort();  // prefetches in flight: waited for or cancelled
       fail(ErrorKind::Cancelled, "the forward was interrupted");
@@ -138,29 +137,16 @@ void Engine::forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* 
   };
   for (int64_t li = 0; li < s.n_layers; ++li) {
     stop_if_cancelled();
-    const LayerWeights& L = layers_[static_cast<std::size_t>(li)];
-    auto t0 = std::chrono::steady_clock::now();
-    for (int64_t t = 0; t < n; ++t)
-      rms_norm_row(ws_.x.data() + t * d, L.attn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
-    L.attention->forward_segments(actx, ws_.h.data(), segs, li, d, ws_.proj.data());
-    add_inplace(ws_.x.data(), ws_.proj.data(), n * d);
-    for (int64_t t = 0; t < n; ++t)
-      rms_norm_row(ws_.x.data() + t * d, L.ffn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
-    phase_[kAttention] += seconds_since(t0);
-    stop_if_cancelled();
-    if (L.is_moe) {
-      try {
-        moe_block(L, li, n, routing);  // leaves the FFN output in ws_.ffn_out
-      } catch (...) {
-        store_->abort();  // every read waited for or cancelled: the model keeps serving
-        throw;
-      }
-    } else {
-      t0 = std::chrono::steady_clock::now();
-      ffn_block(L, n);
-      phase_[kDense] += seconds_since(t0);
+    decoder_layer(layers_[static_cast<std::size_t>(li)], li, segs, li, n, actx, routing, stop_if_cancelled);
+  }
+  {
+    int64_t row = 0;  // every position's state after the final norm, as transformers' hidden_states[-1]
+    for (const BatchRow& r : rows) {
+      if (r.hidden_out)
+        for (int64_t t = 0; t < r.n; ++t)
+          rms_norm_row(ws_.x.data() + (row + t) * d, output_norm_->f32(), d, s.rms_norm_eps, r.hidden_out + t * d);
+      row += r.n;
     }
-    add_inplace(ws_.x.data(), ws_.ffn_out.data(), n * d);
   }
   lm_head(rows);
   if (want_routing) {

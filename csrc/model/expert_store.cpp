@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "common/clock.hpp"
 #include "common/errors.hpp"
 
 namespace colibri {
@@ -16,10 +17,6 @@ namespace {
 // Two extents of one expert closer than this are read as one range: reading the gap costs
 // less than a second request.
 constexpr uint64_t kMergeGap = 64 * 1024;
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 void add_pool(ExpertStoreStats& s, const ReadPoolStats& now, const ReadPoolStats& base) {
   s.reads += now.reads - base.reads;

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "model/engine.hpp"
+#include "common/clock.hpp"
 #include "common/errors.hpp"
 #include "model/ops.hpp"
 
@@ -19,10 +20,6 @@ namespace colibri {
 namespace {
 
 constexpr int64_t kPrefetchMaxTokens = 8;  // lookahead only for decode-sized batches
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 }  // namespace
 
@@ -67,10 +64,9 @@ void Engine::predict_next(const LayerWeights& L, int64_t n) {
 // cache go first, so the reads of the missing ones overlap their compute; the compute then
 // waits only for the expert it needs next. When the cache cannot hold every expert of the
 // layer at once (a prefill over many experts with a small budget) they go in waves.
-void Engine::routed_experts(int64_t layer, int64_t n, const std::vector<int32_t>& sel) {
+void Engine::routed_experts(const LayerWeights& L, int64_t layer, int64_t n, const std::vector<int32_t>& sel) {
   const ModelSpec& s = spec_;
   const int64_t d = s.hidden_size, k = s.n_experts_per_tok;
-  const LayerWeights& L = layers_[static_cast<std::size_t>(layer)];
   std::vector<int32_t> distinct(sel);
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
@@ -135,12 +131,12 @@ void Engine::moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t*
   const float* bias = L.router_bias ? L.router_bias->f32() : nullptr;
   for (int64_t t = 0; t < n; ++t) {
     L.route->route(ws_.router.data() + t * ne, bias, sel.data() + t * k, weight.data() + t * k);
-    if (routing_out)
+    if (routing_out && layer < s.n_layers)
       for (int64_t j = 0; j < k; ++j) routing_out[(t * s.n_layers + layer) * k + j] = sel[static_cast<std::size_t>(t * k + j)];
   }
   phase_[kRouter] += seconds_since(t0);
 
-  routed_experts(layer, n, sel);
+  routed_experts(L, layer, n, sel);
 
   t0 = std::chrono::steady_clock::now();
   ws_.ffn_out.assign(static_cast<std::size_t>(n * d), 0.0f);

@@ -96,13 +96,16 @@ void Session::forward(const int32_t* ids, int64_t n, bool all_logits, float* log
       s.stats_.forwards += delta.forwards;
     }
   } stats{*this, {}};
+  // With MTP on, every position's trunk state (after the final norm) is kept for it.
+  std::vector<float> hidden(mtp_ ? static_cast<std::size_t>(n * spec_.hidden_size) : 0);
   try {
     for (int64_t done = 0; done < n;) {
       const int64_t len = std::min(chunk, n - done);
       const bool last = done + len == n;
       float* out = all_logits ? logits_out + done * vocab : (last ? logits_out : nullptr);
       engine_->forward(*kv_, pos0 + done, ids + done, len, all_logits, out,
-                       k > 0 ? routing.data() + done * layers * k : nullptr, &stop, &stats.delta);
+                       k > 0 ? routing.data() + done * layers * k : nullptr, &stop, &stats.delta,
+                       mtp_ ? hidden.data() + done * spec_.hidden_size : nullptr);
       done += len;
       if (hooks.progress) hooks.progress(done, n);
       if (!last && stop()) fail(ErrorKind::Cancelled, "the forward was interrupted");
@@ -119,6 +122,56 @@ void Session::forward(const int32_t* ids, int64_t n, bool all_logits, float* log
   ids_.insert(ids_.end(), ids, ids + n);
   last_routing_ = std::move(routing);
   last_routing_tokens_ = n;
+  if (mtp_) mtp_->record(pos0, hidden.data(), n);
+}
+
+void Session::enable_mtp() {
+  Busy busy(*this);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (mtp_) return;
+  mtp_ = std::make_unique<MtpState>(*engine_, context_length_, kv_type_);
+  mtp_->restart(static_cast<int64_t>(ids_.size()));
+}
+
+bool Session::mtp_enabled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mtp_ != nullptr;
+}
+
+int64_t Session::mtp_committed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mtp_ ? mtp_->committed() : 0;
+}
+
+int64_t Session::mtp_origin() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mtp_ ? mtp_->origin() : 0;
+}
+
+std::vector<int32_t> Session::mtp_draft(int32_t next, int64_t k, float* logits_out) {
+  Busy busy(*this);
+  if (!mtp_) fail(ErrorKind::InvalidArgument, "MTP drafting is not enabled on this session (enable_mtp)");
+  if (next < 0 || next >= spec_.vocab_size)
+    fail(ErrorKind::TokenOutOfRange, "token id " + std::to_string(next) + " is outside the vocabulary [0, " +
+                                         std::to_string(spec_.vocab_size) + ")");
+  std::vector<int32_t> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ids = ids_;
+  }
+  const CancelCheck stop = [&] { return closing_.load(std::memory_order_relaxed); };
+  ForwardStats delta;
+  struct StatsScope {
+    Session& s;
+    ForwardStats& delta;
+    ~StatsScope() {
+      std::lock_guard<std::mutex> lock(s.mu_);
+      add_delta(s.stats_.experts, delta.experts, ExpertStoreStats{});
+      add_delta(s.stats_.phases, delta.phases, PhaseSeconds{});
+    }
+  } scope{*this, delta};
+  // Busy keeps every other call out, so the state is changed outside mu_ (as forward's KV).
+  return mtp_->draft(*engine_, ids, next, k, logits_out, &stop, &delta);
 }
 
 void Session::forward_batch(const std::vector<SessionStep>& steps, const CancelCheck& cancelled) {
@@ -136,6 +189,8 @@ void Session::forward_batch(const std::vector<SessionStep>& steps, const CancelC
   Engine* engine = steps[0].session->engine_.get();
   std::vector<BatchRow> rows(steps.size());
   std::vector<std::vector<int32_t>> routing(steps.size());
+  std::vector<std::vector<float>> hidden(steps.size());  // sessions with MTP on: the trunk's states
+  std::vector<int64_t> pos0(steps.size());
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const SessionStep& st = steps[i];
     Session& s = *st.session;
@@ -151,6 +206,11 @@ void Session::forward_batch(const std::vector<SessionStep>& steps, const CancelC
     r.all_logits = st.all_logits;
     r.logits_out = st.logits_out;
     r.routing_out = routing[i].empty() ? nullptr : routing[i].data();
+    pos0[i] = r.pos0;
+    if (s.mtp_) {
+      hidden[i].resize(static_cast<std::size_t>(st.n * s.spec_.hidden_size));
+      r.hidden_out = hidden[i].data();
+    }
   }
   // As in forward(): the caller's check is asked at most every kPoll; a session closed
   // from another thread stops the step at its next layer.
@@ -194,6 +254,7 @@ void Session::forward_batch(const std::vector<SessionStep>& steps, const CancelC
     s.ids_.insert(s.ids_.end(), steps[i].ids, steps[i].ids + steps[i].n);
     s.last_routing_ = std::move(routing[i]);
     s.last_routing_tokens_ = steps[i].n;
+    if (s.mtp_) s.mtp_->record(pos0[i], hidden[i].data(), steps[i].n);
   }
 }
 
@@ -238,6 +299,7 @@ void Session::reset() {
   ids_.clear();
   last_routing_.clear();
   last_routing_tokens_ = 0;
+  if (mtp_) mtp_->restart(0);
 }
 
 void Session::rollback(int64_t n) {
@@ -248,6 +310,7 @@ void Session::rollback(int64_t n) {
     fail(ErrorKind::InvalidArgument,
          "cannot roll back " + std::to_string(n) + " tokens: the session holds " + std::to_string(held));
   ids_.resize(static_cast<std::size_t>(held - n));
+  if (mtp_) mtp_->truncate(held - n);
 }
 
 void Session::close() {
@@ -267,6 +330,7 @@ void Session::close() {
 void Session::release() {
   closed_ = true;
   kv_.reset();
+  mtp_.reset();
   engine_.reset();
   std::vector<int32_t>().swap(ids_);
   std::vector<int32_t>().swap(last_routing_);
@@ -308,6 +372,7 @@ void Session::import_kv(const uint8_t* data, std::size_t size, const std::vector
   ids_ = ids;
   last_routing_.clear();
   last_routing_tokens_ = 0;
+  if (mtp_) mtp_->restart(n);
 }
 
 void Session::copy_prefix_from(Session& other, int64_t n) {
@@ -331,6 +396,7 @@ void Session::copy_prefix_from(Session& other, int64_t n) {
   ids_.assign(other.ids_.begin(), other.ids_.begin() + n);
   last_routing_.clear();
   last_routing_tokens_ = 0;
+  if (mtp_) mtp_->restart(n);
 }
 
 bool Session::closed() const {

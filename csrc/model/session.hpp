@@ -19,6 +19,7 @@
 #include "model/engine.hpp"
 #include "model/forward_stats.hpp"
 #include "model/kv_cache.hpp"
+#include "model/mtp.hpp"
 
 namespace colibri {
 
@@ -80,6 +81,19 @@ class Session {
   void reset();
   // Forgets the last n tokens (their KV entries are overwritten by the next forward).
   void rollback(int64_t n);
+  // Multi-token prediction (model/mtp.hpp): from now on the session records the trunk's
+  // hidden states and keeps the MTP layer's KV cache in step with its tokens. Tokens it
+  // already holds have no recorded states: the MTP's context starts after them.
+  // Error(Unsupported) when the model has no MTP layer. Idempotent.
+  void enable_mtp();
+  bool mtp_enabled() const;
+  // Up to k greedy MTP drafts to follow the session's tokens and `next` (the token chosen
+  // after them, not forwarded yet); each depth's logits to logits_out ([k][vocab]) if set.
+  std::vector<int32_t> mtp_draft(int32_t next, int64_t k, float* logits_out = nullptr);
+  // The MTP's committed slots and their first session position (tests, diagnostics).
+  int64_t mtp_committed() const;
+  int64_t mtp_origin() const;
+
   // Frees the KV cache and lets go of the engine; a forward running in another thread is
   // cancelled at its next layer and waited for. Every later call fails ("the model is
   // closed"). Idempotent.
@@ -107,6 +121,7 @@ class Session {
   std::shared_ptr<Engine> engine_;
   const ModelSpec spec_;  // a copy: stays readable after close()
   std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<MtpState> mtp_;  // null until enable_mtp()
   int64_t context_length_;
   DType kv_type_;
 

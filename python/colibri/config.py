@@ -36,7 +36,7 @@ from ._config_fields import (
 from ._names import checked_init, settings_repr
 from .errors import ConfigError
 from .sizes import format_bytes, parse_bytes
-from .speculative.config import SpecConfig, as_spec
+from .speculative.config import DrafterName, SpecConfig, as_spec
 
 __all__ = [
     "DEFAULT_CONTEXT_CAP",
@@ -465,7 +465,7 @@ class EngineConfig:
         prompt_cache: int | str = 0,
         prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
         kv_cache_type: KvCacheType | KvCacheTypeName = KvCacheType.AUTO,
-        spec: SpecConfig | Mapping[str, Any] | Literal["off", "lookup", "auto"] | None = None,
+        spec: SpecConfig | Mapping[str, Any] | DrafterName | None = None,
     ) -> None:
         object.__setattr__(self, "threads",
                            _sub_config("EngineConfig.threads", threads, ThreadConfig))

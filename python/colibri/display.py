@@ -117,4 +117,9 @@ def model_stats_rows(s: Any) -> list[tuple[str, str]]:
         rows.append(("memory", s.memory.summary()))
     if s.wait_policy:
         rows.append(("wait policy", s.wait_policy))
+    spec = getattr(s, "spec", None)
+    if spec is not None:
+        rows.append(("speculative", f"{spec.drafter}: {spec.accepted}/{spec.drafted} drafts "
+                                    f"accepted, {sig3(spec.tokens_per_forward)} tokens per "
+                                    "forward"))
     return rows

@@ -54,7 +54,8 @@ from .samples import SampleMethods
 from .sampling import Sampling
 from .session import Progress, Session
 from .sources import Manifest, ModelConfig, open_model_source
-from .speculative import Speculator
+from .speculative import SpecStats
+from .speculative.choose import speculator_for
 from .stats import ExpertStats, MemoryStats, PhaseTimes
 from .streaming import (
     RoutingHistory,
@@ -102,6 +103,8 @@ class ModelStats(Displayable):
     experts: ExpertStats = field(default_factory=ExpertStats)
     phases: PhaseTimes = field(default_factory=PhaseTimes)
     wait_policy: str = ""  # in effect now: "spin", "passive", "hybrid" or "auto (passive)"...
+    # Speculative decoding summed over every generation that drafted (None: none did).
+    spec: SpecStats | None = None
 
     @property
     def prefill_tok_s(self) -> float:
@@ -129,6 +132,7 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         self._lock = threading.Lock()
         self._totals = [0, 0, 0, 0.0, 0.0, 0]  # generations, prompt, generated, s, s, decodes
         self._last: GenerationStats | None = None
+        self._spec_total: SpecStats | None = None
         self._plan = plan
         self._history = history
         self._history_base = history_base
@@ -415,7 +419,7 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
             memory=(memory_stats(self._plan, core, self._kv_type)
                     if self._plan is not None else None),
             experts=expert_stats(core), phases=phase_times(core),
-            wait_policy=wait_policy_name(core),
+            wait_policy=wait_policy_name(core), spec=self._spec_total,
         )  # fmt: skip
 
     def reset_stats(self) -> None:
@@ -486,13 +490,16 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
                 t[4] += stats.decode_seconds
                 t[5] += stats.decode_tokens if stats.spec is None else stats.spec.decode_tokens
                 self._last = stats
+                if stats.spec is not None:
+                    self._spec_total = (stats.spec if self._spec_total is None
+                                        else self._spec_total + stats.spec)
 
         spec = request.spec if request.spec is not None else self.engine_config.spec
         return stream_tokens(
             session, self.tokenizer, ids, max_tokens=request.max_tokens,
             sampling=request.sampling, stop=request.stop, history=history, on_done=done,
             decoder=decoder, progress=progress,
-            speculator=Speculator(spec) if spec.enabled else None,
+            speculator=speculator_for(spec, session._core, self.config.n_mtp_layers, self.name),
         )  # fmt: skip
 
     def close(self) -> None:

@@ -99,7 +99,8 @@ def resident_bytes(manifest: Manifest) -> int:
 
 def kv_layer_widths(c: ModelConfig) -> list[tuple[int, int]]:
     """Per layer, the (key, value) values one position keeps in a session's KV cache (the
-    core's Engine.kv_layouts; MTP layers keep none: they do not run in plain decoding).
+    core's Engine.kv_layouts; MTP layers keep none here: they do not run in plain decoding,
+    and a session drafting with them keeps their one-layer cache apart, model/mtp.hpp).
     GQA: keys and values of every KV head; MLA: the latent and the shared rope key as the
     key (kv_lora_rank + qk_rope_head_dim: 576 for DeepSeek-V3), and the DSA indexer's key
     as the value on full indexer layers (none on the others)."""

@@ -850,6 +850,10 @@ class Session:
         """
         Copies the first n tokens' KV state of another session (same model and KV type); holds n tokens.
         """
+    def enable_mtp(self) -> None:
+        """
+        Records the trunk's hidden states from now on and keeps the MTP layer's KV cache in step with the session's tokens (model/mtp.hpp). Unsupported when the model has no MTP layer.
+        """
     def export_kv(self, n: typing.SupportsInt | typing.SupportsIndex | None = None) -> bytes:
         """
         Positions [0, n) of every layer's KV state as bytes (default: all tokens held).
@@ -870,6 +874,10 @@ class Session:
         """
     def last_routing(self) -> numpy.typing.NDArray[numpy.int32]:
         ...
+    def mtp_draft(self, next: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex, return_logits: bool = False) -> tuple[list[int], numpy.typing.NDArray[numpy.float32] | None]:
+        """
+        Up to k greedy MTP drafts after the session's tokens and `next` (chosen, not forwarded yet): (tokens, [depth, vocab] logits or None).
+        """
     def reset(self) -> None:
         ...
     def rollback(self, n: typing.SupportsInt | typing.SupportsIndex, last_logits: typing.Any = None) -> None:
@@ -892,6 +900,15 @@ class Session:
         ...
     @property
     def last_logits(self) -> typing.Any:
+        ...
+    @property
+    def mtp_committed(self) -> int:
+        ...
+    @property
+    def mtp_enabled(self) -> bool:
+        ...
+    @property
+    def mtp_origin(self) -> int:
         ...
     @property
     def n_tokens(self) -> int:

@@ -142,9 +142,10 @@ def _sampling_flags(p: argparse.ArgumentParser, max_tokens: int) -> None:
     g.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="stop at this text (repeatable; \\n and \\t are interpreted)")
     g.add_argument("--system", metavar="TEXT", help="a system message before the conversation")
-    g.add_argument("--spec", choices=("off", "lookup", "auto"),
-                   help="speculative decoding: prompt-lookup drafts verified in one forward, "
-                        "same tokens (default off; auto drafts only while it pays)")
+    g.add_argument("--spec", choices=("off", "lookup", "mtp", "auto"),
+                   help="speculative decoding: prompt-lookup or the model's MTP layer drafts "
+                        "verified in one forward, same tokens (default off; auto: MTP when the "
+                        "model has it, else lookup, only while it pays)")
     g.add_argument("--max-draft", type=int, metavar="K",
                    help="with --spec: most drafted tokens per verify forward (default 8)")
 

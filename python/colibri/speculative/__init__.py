@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from .config import MAX_DRAFT, MAX_NGRAM, SpecConfig, as_spec
-from .drafters import Drafter, PromptLookupDrafter
+from .drafters import Drafter, MtpDrafter, PromptLookupDrafter
 from .stats import SpecStats
 from .verify import Speculator
 
-__all__ = ["MAX_DRAFT", "MAX_NGRAM", "Drafter", "PromptLookupDrafter", "SpecConfig",
+__all__ = ["MAX_DRAFT", "MAX_NGRAM", "Drafter", "MtpDrafter", "PromptLookupDrafter", "SpecConfig",
            "SpecStats", "Speculator", "as_spec"]

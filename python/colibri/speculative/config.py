@@ -18,8 +18,8 @@ more than the drafts it could save."""
 MAX_NGRAM = 16
 """Largest n-gram size the lookup matches."""
 
-DrafterName = Literal["off", "lookup", "auto"]
-_DRAFTERS: tuple[str, ...] = ("off", "lookup", "auto")
+DrafterName = Literal["off", "lookup", "mtp", "auto"]
+_DRAFTERS: tuple[str, ...] = ("off", "lookup", "mtp", "auto")
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -34,9 +34,12 @@ class SpecConfig:
     drafter: DrafterName
     """``"off"`` (default): one token per forward. ``"lookup"``: prompt-lookup drafts (the
     continuation of the latest earlier occurrence of the last n tokens, in the prompt or the
-    generated text), verified in one batched forward. ``"auto"``: lookup while it pays, as
-    measured (accepted tokens per forward against the measured cost of a verify forward);
-    it stops drafting when it loses and probes again later."""
+    generated text), verified in one batched forward. ``"mtp"``: the model's own
+    multi-token-prediction layer (DeepSeek-V3, GLM-4.5, GLM-5: ``num_nextn_predict_layers``)
+    drafts, chained for depth > 1; a model without one is refused. ``"auto"``: MTP when the
+    model has it, else lookup, while it pays, as measured (accepted tokens per forward
+    against the measured cost of drafting and verifying); it stops drafting when it loses
+    and probes again later."""
 
     max_draft: int
     """Most tokens drafted per verify forward, 1..MAX_DRAFT (default 8)."""
@@ -117,4 +120,4 @@ def as_spec(value: object, field: str = "spec") -> SpecConfig | None:
     if isinstance(value, Mapping):
         return SpecConfig.from_dict(value)
     raise ConfigError(f"{field}: expected a colibri.SpecConfig, a mapping of its fields or a "
-                      f"drafter name ('off', 'lookup', 'auto'), got {type(value).__name__}")
+                      f"drafter name ('off', 'lookup', 'mtp', 'auto'), got {type(value).__name__}")

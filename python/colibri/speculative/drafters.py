@@ -5,9 +5,12 @@ a bad guess costs time, never correctness."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-__all__ = ["Drafter", "PromptLookupDrafter"]
+if TYPE_CHECKING:
+    from .. import _core
+
+__all__ = ["Drafter", "MtpDrafter", "PromptLookupDrafter"]
 
 
 class Drafter(Protocol):
@@ -62,3 +65,24 @@ class PromptLookupDrafter:
             if start is not None:
                 return t[start:min(start + k, len(t))]
         return []
+
+
+class MtpDrafter:
+    """The model's multi-token-prediction layer (DeepSeek-V3 / GLM ``nextn``) as a drafter:
+    greedy drafts from the layer, chained on its own output for depth > 1 (the core's
+    ``model/mtp.hpp``). The session keeps the MTP layer's KV cache in step with its tokens
+    (rolled back with them), so a proposal only runs the pairs not seen yet plus one
+    single-row step per extra depth.
+
+    It proposes only when the history is the session's tokens plus the one chosen after
+    them (the decode loop's state); otherwise nothing."""
+
+    def __init__(self, session: _core.Session) -> None:
+        session.enable_mtp()
+        self._session = session
+
+    def propose(self, history: Sequence[int], k: int) -> list[int]:
+        if k <= 0 or not history or self._session.n_tokens != len(history) - 1:
+            return []
+        drafts, _ = self._session.mtp_draft(int(history[-1]), k)
+        return [int(t) for t in drafts]

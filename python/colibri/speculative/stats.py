@@ -14,7 +14,7 @@ __all__ = ["SpecStats"]
 class SpecStats(Displayable):
     """Drafts proposed and accepted in one generation, and what the verify forwards cost."""
 
-    drafter: str  # the SpecConfig.drafter in effect: "lookup" or "auto"
+    drafter: str  # the drafter in effect: "lookup", "mtp", "auto (lookup)", "auto (mtp)"
     drafted: int  # draft tokens proposed (and verified)
     accepted: int  # draft tokens the target model agreed with
     verify_forwards: int  # batched forwards of [last token, drafts...]
@@ -26,10 +26,35 @@ class SpecStats(Displayable):
     accepted_at: tuple[int, ...] = ()
     verify_seconds: float = 0.0
     plain_seconds: float = 0.0
+    draft_seconds: float = 0.0  # in the drafter (an MTP draft runs a layer and the head)
     # "auto": steps decoded with drafting switched off by the cost rule, and how often
     # the rule switched.
     auto_off_steps: int = 0
     auto_switches: int = 0
+
+    def __add__(self, other: SpecStats) -> SpecStats:
+        """The figures of both (cumulative per model: ``ModelStats.spec``); per-position
+        counts add position by position; a drafter that differs reads "mixed"."""
+
+        def add(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+            n = max(len(a), len(b))
+            return tuple((a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0)
+                         for i in range(n))
+
+        return SpecStats(
+            drafter=self.drafter if self.drafter == other.drafter else "mixed",
+            drafted=self.drafted + other.drafted, accepted=self.accepted + other.accepted,
+            verify_forwards=self.verify_forwards + other.verify_forwards,
+            plain_forwards=self.plain_forwards + other.plain_forwards,
+            decode_tokens=self.decode_tokens + other.decode_tokens,
+            proposed_at=add(self.proposed_at, other.proposed_at),
+            accepted_at=add(self.accepted_at, other.accepted_at),
+            verify_seconds=self.verify_seconds + other.verify_seconds,
+            plain_seconds=self.plain_seconds + other.plain_seconds,
+            draft_seconds=self.draft_seconds + other.draft_seconds,
+            auto_off_steps=self.auto_off_steps + other.auto_off_steps,
+            auto_switches=self.auto_switches + other.auto_switches,
+        )  # fmt: skip
 
     @property
     def forwards(self) -> int:
@@ -74,6 +99,9 @@ class SpecStats(Displayable):
         ]
         if self.verify_cost_ratio:
             rows.append(("verify cost", f"{sig3(self.verify_cost_ratio)}x a one-token forward"))
+        if self.draft_seconds and self.forwards:
+            rows.append(("drafting", f"{sig3(1e3 * self.draft_seconds / self.forwards)} ms "
+                                     "per step"))
         if self.auto_switches or self.auto_off_steps:
             rows.append(("auto", f"{self.auto_off_steps} steps off, {self.auto_switches} "
                                  "switches"))
@@ -95,6 +123,7 @@ class SpecStats(Displayable):
             "tokens_per_forward": self.tokens_per_forward,
             "verify_seconds": self.verify_seconds,
             "plain_seconds": self.plain_seconds,
+            "draft_seconds": self.draft_seconds,
             "verify_cost_ratio": self.verify_cost_ratio,
             "auto_off_steps": self.auto_off_steps,
             "auto_switches": self.auto_switches,

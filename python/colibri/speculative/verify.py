@@ -21,6 +21,7 @@ tokens with drafting as without.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from .auto import AutoSwitch
@@ -34,10 +35,15 @@ __all__ = ["Speculator"]
 class Speculator:
     """One generation's drafter, its counters and (for ``"auto"``) its on/off rule."""
 
-    def __init__(self, config: SpecConfig, drafter: Drafter | None = None) -> None:
+    def __init__(self, config: SpecConfig, drafter: Drafter | None = None,
+                 drafter_name: str | None = None) -> None:
         self.config = config
         self.drafter: Drafter = (PromptLookupDrafter(config.ngram_sizes) if drafter is None
                                  else drafter)
+        # What the stats call it: the config's drafter, or e.g. "auto (mtp)".
+        self.name = drafter_name or config.drafter
+        self.draft_seconds = 0.0  # in the drafter's propose calls
+        self._step_draft_s = 0.0
         self.auto = AutoSwitch(config.max_draft) if config.drafter == "auto" else None
         self.drafted = self.accepted = 0
         self.verify_forwards = self.plain_forwards = 0
@@ -54,7 +60,12 @@ class Speculator:
         k = min(self.config.max_draft, room)
         if k <= 0:
             return []
+        t = time.perf_counter()
         proposal = [int(t) for t in self.drafter.propose(history, k)[:k]]
+        # An MTP draft is a forward of one layer and the head per depth: its time is part of
+        # what a step costs, with drafts or (shadow proposals for auto) without.
+        self._step_draft_s = time.perf_counter() - t
+        self.draft_seconds += self._step_draft_s
         if self.auto is not None:
             proposal = proposal[:self.auto.choose(history, proposal)]
         return proposal
@@ -72,7 +83,7 @@ class Speculator:
         for j in range(drafts):
             self._proposed_at[j] += 1
         self._verify_accepted = 0
-        self._verify_s = seconds
+        self._verify_s = seconds + self._step_draft_s
         self._verify_drafts = drafts
 
     def on_accept(self, position: int) -> None:
@@ -91,15 +102,15 @@ class Speculator:
         self.plain_forwards += 1
         self.plain_seconds += seconds
         if self.auto is not None:
-            self.auto.plain(seconds)
+            self.auto.plain(seconds + self._step_draft_s)
 
     def stats(self, decode_tokens: int) -> SpecStats:
         return SpecStats(
-            drafter=self.config.drafter, drafted=self.drafted, accepted=self.accepted,
+            drafter=self.name, drafted=self.drafted, accepted=self.accepted,
             verify_forwards=self.verify_forwards, plain_forwards=self.plain_forwards,
             decode_tokens=decode_tokens, proposed_at=tuple(self._proposed_at),
             accepted_at=tuple(self._accepted_at), verify_seconds=self.verify_seconds,
-            plain_seconds=self.plain_seconds,
+            plain_seconds=self.plain_seconds, draft_seconds=self.draft_seconds,
             auto_off_steps=self.auto.off_steps if self.auto is not None else 0,
             auto_switches=self.auto.switches if self.auto is not None else 0,
         )  # fmt: skip
