@@ -76,9 +76,11 @@ void run(int64_t n, const void* w, std::size_t ws, int64_t nrows, const void* ac
 }  // namespace
 }  // namespace dot_tiles
 
-// Per-ISA registries (kquants_<isa>.cpp, iquants_avx2.cpp): lists of pairs ending with
-// {nullptr, nullptr}. (x86 only so far; elsewhere the matmul uses vec_dot_rows per token.)
+// Per-ISA registries (kernels_avx2.cpp, kquants_<isa>.cpp, iquants_avx2.cpp): lists of
+// pairs ending with {nullptr, nullptr}. (x86 only so far; elsewhere the matmul uses
+// vec_dot_rows per token.)
 #if defined(COLIBRI_X86)
+const DotTile* basic_avx2_tiles();
 const DotTile* kquant_avx2_tiles();
 const DotTile* kquant_avx512_tiles();
 const DotTile* iq_avx2_tiles();

@@ -21,6 +21,7 @@
 #include <cstring>
 
 #include "quant/blocks.hpp"
+#include "quant/dot_tiles.hpp"
 #include "quant/fp16.hpp"
 #include "quant/group_prefetch.hpp"
 #include "quant/reference.hpp"
@@ -271,6 +272,38 @@ struct Q4_0 {
     }
     for (int r = 0; r < NR; ++r) out[r] = hsum_ps(acc[r]);
   }
+  // R rows x T tokens (dot_tiles.hpp): each row's nibbles unpacked once per block for all T
+  // tokens; per (row, token) the operations of rows<> above, in the same order.
+  template <int R, int T>
+  static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
+                   float* out, std::size_t os) {
+    __m256 acc[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      __m256i q[R];
+      __m128 dw[R];
+      for (int r = 0; r < R; ++r) {
+        const BlockQ4_0* x = reinterpret_cast<const BlockQ4_0*>(w + r * ws) + i;
+        q[r] = unpack_nibbles(x->qs);
+        dw[r] = half2_at(&x->d);
+      }
+      for (int t = 0; t < T; ++t) {
+        const Act* y = reinterpret_cast<const Act*>(act + t * as) + i;
+        const __m256i a = load256(y->qs);
+        const __m256i ea = _mm256_maddubs_epi16(_mm256_set1_epi8(8), a);
+        const __m128 da = half2_at(&y->d);
+        for (int r = 0; r < R; ++r) {
+          const __m256i qa = _mm256_sub_epi16(_mm256_maddubs_epi16(q[r], a), ea);
+          const __m256i p = _mm256_madd_epi16(qa, _mm256_set1_epi16(1));
+          const __m256 d = _mm256_broadcastss_ps(_mm_mul_ps(dw[r], da));
+          acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r][t]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) out[t * os + r] = hsum_ps(acc[r][t]);
+  }
 };
 
 // Q8_0 . Q8_0: signed x signed as |w| (unsigned) times a carrying w's sign.
@@ -294,6 +327,35 @@ struct Q8_0 {
       }
     }
     for (int r = 0; r < NR; ++r) out[r] = hsum_ps(acc[r]);
+  }
+  template <int R, int T>
+  static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
+                   float* out, std::size_t os) {
+    __m256 acc[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      __m256i q[R], aq[R];
+      __m128 dw[R];
+      for (int r = 0; r < R; ++r) {
+        const BlockQ8_0* x = reinterpret_cast<const BlockQ8_0*>(w + r * ws) + i;
+        q[r] = load256(x->qs);
+        aq[r] = _mm256_sign_epi8(q[r], q[r]);
+        dw[r] = half2_at(&x->d);
+      }
+      for (int t = 0; t < T; ++t) {
+        const Act* y = reinterpret_cast<const Act*>(act + t * as) + i;
+        const __m256i a = load256(y->qs);
+        const __m128 da = half2_at(&y->d);
+        for (int r = 0; r < R; ++r) {
+          const __m256i p = dot_u8_i8(aq[r], _mm256_sign_epi8(a, q[r]));
+          const __m256 d = _mm256_broadcastss_ps(_mm_mul_ps(dw[r], da));
+          acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r][t]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) out[t * os + r] = hsum_ps(acc[r][t]);
   }
 };
 
@@ -324,6 +386,40 @@ struct Q4_1 {
     }
     for (int r = 0; r < NR; ++r) out[r] = hsum_ps(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(offs[r]));
   }
+  template <int R, int T>
+  static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
+                   float* out, std::size_t os) {
+    __m256 acc[R][T];
+    __m128 offs[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) {
+        acc[r][t] = _mm256_setzero_ps();
+        offs[r][t] = _mm_setzero_ps();
+      }
+    for (int64_t i = 0; i < nb; ++i) {
+      __m256i q[R];
+      __m128 dm[R];
+      for (int r = 0; r < R; ++r) {
+        const BlockQ4_1* x = reinterpret_cast<const BlockQ4_1*>(w + r * ws) + i;
+        q[r] = unpack_nibbles(x->qs);
+        dm[r] = half2_at(&x->d);
+      }
+      for (int t = 0; t < T; ++t) {
+        const Act* y = reinterpret_cast<const Act*>(act + t * as) + i;
+        const __m256i a = load256(y->qs);
+        const __m128 ds = half2_at(&y->d);
+        for (int r = 0; r < R; ++r) {
+          const __m128 prod = _mm_mul_ps(dm[r], ds);
+          offs[r][t] = _mm_add_ps(offs[r][t], prod);
+          const __m256i p = dot_u8_i8(q[r], a);
+          acc[r][t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc[r][t]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r)
+        out[t * os + r] = hsum_ps(acc[r][t]) + _mm_cvtss_f32(_mm_movehdup_ps(offs[r][t]));
+  }
 };
 
 template <class K>
@@ -347,7 +443,19 @@ const TypeKernels kAvx2[] = {
     {DType::Q8_1, DType::Q8_1, dequantize_row_q8_1, quantize_row_q8_1, nullptr, quantize_row_q8_1, nullptr},
 };
 
+// Prefill tiles (dot_tiles.hpp), each reproducing its vec_dot above bit for bit: 2 rows x
+// 4 tokens, as for Q5_0 / Q5_1 (8 accumulators; Q4_1's offsets add 8 xmm registers).
+constexpr int kTileRows = 2, kTileTokens = 4;
+const DotTile kTiles[] = {
+    {vec_dot<Q4_0>, dot_tiles::run<Q4_0, kTileRows, kTileTokens, row_groups::kBlock>},
+    {vec_dot<Q4_1>, dot_tiles::run<Q4_1, kTileRows, kTileTokens, row_groups::kBlock>},
+    {vec_dot<Q8_0>, dot_tiles::run<Q8_0, kTileRows, kTileTokens, row_groups::kBlock>},
+    {nullptr, nullptr},
+};
+
 }  // namespace
+
+const DotTile* basic_avx2_tiles() { return kTiles; }
 
 const TypeKernels* avx2_kernels(DType type) {
   for (const TypeKernels& k : kAvx2)
