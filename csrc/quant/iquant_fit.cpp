@@ -1,4 +1,7 @@
 // The lattice fit behind colibri's low-bit i-quant quantizers (see iquant_fit.hpp).
+// The SSE2 paths compute the same float operations per point as the scalar ones; build with
+// -DCOLIBRI_FIT_SCALAR to get the scalar ones on x86 (checked: identical bytes for every
+// type on x86-64 SSE2, x86-64 scalar and aarch64 under qemu).
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
@@ -9,7 +12,7 @@
 
 #include <cmath>
 #include <cstring>
-#if defined(__SSE2__)
+#if defined(__SSE2__) && !defined(COLIBRI_FIT_SCALAR)
 #include <emmintrin.h>
 #endif
 
@@ -53,7 +56,7 @@ struct Pick {
 // argmin_p s*E[p] + t*F[p] - 2*C[p] (F may be null: t ignored). Lanes each keep their first
 // minimum and are merged by value, then index: the same point as a sequential scan, with the
 // same float operations per point on every ISA.
-#if defined(__SSE2__)
+#if defined(__SSE2__) && !defined(COLIBRI_FIT_SCALAR)
 template <bool kShift>
 int argmin_sse2(const float* C, const float* E, const float* F, int P, float s, float t) {
   const __m128 vs = _mm_set1_ps(s), vt = _mm_set1_ps(t), two = _mm_set1_ps(2.0f);
@@ -99,7 +102,7 @@ int argmin_sse2(const float* C, const float* E, const float* F, int P, float s, 
 }
 
 int argmin(const float* C, const float* E, const float* F, int P, float s, float t) {
-#if defined(__SSE2__)
+#if defined(__SSE2__) && !defined(COLIBRI_FIT_SCALAR)
   return F ? argmin_sse2<true>(C, E, F, P, s, t) : argmin_sse2<false>(C, E, F, P, s, t);
 #else
   return argmin_scalar(C, E, F, P, s, t);
@@ -141,7 +144,7 @@ class Fitter {
         W += wk[j];
       }
       int p = 0;
-#if defined(__SSE2__)
+#if defined(__SSE2__) && !defined(COLIBRI_FIT_SCALAR)
       for (; p + 4 <= P; p += 4) {
         __m128 c = _mm_setzero_ps(), e = _mm_setzero_ps(), f = _mm_setzero_ps();
         for (int j = 0; j < kWidth; ++j) {
