@@ -3,14 +3,18 @@
 // importance set to 1: weight_j = sqrt(sigma2 + x_j^2), sigma2 = 2 * mean(x^2) over the
 // super-block (what llama.cpp's i-quant quantizers compute with qw_j = 1).
 //
-// IQ2_XXS (the only one written so far): per 32-block, signs come from the data (with the
+// IQ2_XXS has its own fit below (the first one written; kept as it is so the files it wrote
+// keep their bytes). The other types (IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) share the
+// lattice fit of iquant_fit.cpp and are only packed here, per format.
+//
+// IQ2_XXS: per 32-block, signs come from the data (with the
 // smallest weighted element flipped where the count of negatives in a group of 8 is odd:
 // the format stores 7 sign bits and implies even parity); the magnitudes are fitted by a
 // scale search (candidate scales around max / 43), each group of 8 taking the lattice point
 // of least weighted error among all 256. The block scales are then coded as 4-bit multiples of
 // the super-block's half scale and every group is refitted to its final scale. Not
 // byte-compatible with llama.cpp (which has no imatrix-free IQ2_XXS): checked by
-// dequantizing with gguf and by running the file in llama.cpp (tests/test_iquant_quantizer.py).
+// dequantizing with gguf and by running the file in llama.cpp (tests/test_iquant_quantizer.py, test_iquants_real.py).
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
