@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -76,13 +77,19 @@ def colibri_quantized(dtype: str, pattern: str = "ffn_down.weight") -> Path:
         vt = f.types[0]
         sub = f.types[1] if vt == gguf.GGUFValueType.ARRAY else None
         w.add_key_value(name, f.contents(), vt, sub_type=sub)
+
+    def requantize(t: gguf.ReaderTensor) -> np.ndarray:
+        cols = int(t.shape[0])
+        x = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), np.float32)
+        return q.quantize(dtype, x.reshape(-1, cols))
+
+    # the core's quantize releases the GIL: the low-bit fits run on two threads
+    with ThreadPoolExecutor(2) as pool:
+        chosen = [t for t in r.tensors if t.name.endswith(pattern)]
+        done = dict(zip([t.name for t in chosen], pool.map(requantize, chosen), strict=True))
     for t in r.tensors:
-        if t.name.endswith(pattern):
-            cols = int(t.shape[0])
-            x = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), np.float32).reshape(
-                -1, cols
-            )
-            w.add_tensor(t.name, q.quantize(dtype, x), raw_dtype=gguf.GGMLQuantizationType[dtype])
+        if t.name in done:
+            w.add_tensor(t.name, done[t.name], raw_dtype=gguf.GGMLQuantizationType[dtype])
         else:
             w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
     w.write_header_to_file()

@@ -27,8 +27,23 @@ def test_iq4_xs_target_and_fallbacks() -> None:
     assert target_dtype(t((1536, 576)), "iq4_xs") == "IQ4_NL"  # SmolLM2's rows
     assert target_dtype(t((64, 48)), "iq4_xs") == "F16"
     assert target_dtype(t((64,), "blk.0.attn_norm"), "iq4_xs") == "F32"
-    assert target_dtype(t((64, 1536)), "iq2_xxs") == "IQ2_XXS"
-    assert target_dtype(t((1536, 576)), "iq2_xxs") == "IQ4_NL"
+    for quant in ("iq3_s", "iq3_xxs", "iq2_s", "iq2_xs", "iq2_xxs", "iq1_m", "iq1_s"):
+        assert target_dtype(t((64, 1536)), quant) == quant.upper()
+        assert target_dtype(t((1536, 576)), quant) == "IQ4_NL"  # llama.cpp's fallback
+        assert target_dtype(t((64, 48)), quant) == "F16"
+
+
+def test_convert_low_bit_chunks_equal_whole_tensor() -> None:
+    """The convert path encodes run of rows by run of rows with the core's quantizer: for
+    the low-bit types (one fit per super-block, no state across rows) any split into row
+    chunks gives the whole tensor's bytes."""
+    from colibri.convert.quantize import encode
+
+    x = np.random.default_rng(2).standard_normal((48, 512)).astype(np.float32)
+    for dtype in ("IQ1_M", "IQ2_XS", "IQ3_S"):
+        whole = q.quantize(dtype, x)
+        parts = np.concatenate([encode(dtype, x[:17]), encode(dtype, x[17:])])
+        assert np.array_equal(whole, parts)
 
 
 def _bytes(m: object, name: str) -> bytes:

@@ -228,16 +228,12 @@ def test_iq4_quantizers_round_trip(dtype: str) -> None:
     assert err < 0.12, err
 
 
-def test_low_bit_types_have_no_quantizer_yet_or_round_trip() -> None:
+def test_low_bit_types_all_have_a_quantizer() -> None:
+    """colibri's own quantizers (tests/test_iquant_quantizer.py checks them in depth)."""
     x = make("normal", 2, 512, seed=4)
     for t in ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"]:
-        try:
-            b = q.quantize(t, x)
-        except errors.UnsupportedError as e:
-            assert "no quantizer" in str(e)
-            continue
-        y = gguf_dequantize(b, t)
-        assert float(np.sqrt(np.mean((y - x) ** 2) / np.mean(x**2))) < 0.9, t
+        y = gguf_dequantize(q.quantize(t, x), t)
+        assert float(np.sqrt(np.mean((y - x) ** 2) / np.mean(x**2))) < 0.6, t
 
 
 # ---- dot products --------------------------------------------------------------------------

@@ -6,8 +6,10 @@ IQ4_XS with llama.cpp's ``--pure`` (the default IQ4_XS mix puts three ffn_down t
 Q5_K, a K-quant from another branch): the 1536-wide ffn_down rows become IQ4_XS and every
 576-wide row falls back to IQ4_NL (576 is not a multiple of 256), so the file mixes the two.
 
-IQ2_XXS by colibri (every ffn_down; the rest stays Q4_1), checked the same way against
-llama.cpp running the very same file.
+IQ2_XXS, IQ2_XS, IQ1_S and IQ1_M by colibri (llama.cpp refuses to write them without an
+importance matrix; every ffn_down in the type, the rest stays Q4_1): gguf decodes them as
+colibri does, and llama.cpp running the very same file gives logits within a measured
+tolerance of colibri's.
 
 * Our IQ4_NL / IQ4_XS quantizers reproduce llama.cpp's bytes for every row of the file.
 * float32 activations: colibri equals transformers loading the same GGUF (argmax at every
@@ -68,6 +70,20 @@ TEXT = (
 )
 N_GREEDY = 30
 KLD_RATIO = 1.15
+# colibri (default settings) vs llama.cpp on the same colibri-written file, every position
+# of the text: per position max |logit difference| / max |logit|, its median and worst over
+# the text, top-1 agreement and the mean KL divergence of colibri's distribution from
+# llama.cpp's. Measured (594 tokens, llama-cpp-python 0.3.36):
+#   IQ2_XS: median 3.27e-2, worst 0.170, top-1 0.941, KLD 8.4e-3
+#   IQ1_S:  median 4.91e-2, worst 0.191, top-1 0.897, KLD 1.32e-2
+#   IQ1_M:  median 4.59e-2, worst 0.137, top-1 0.944, KLD 9.2e-3
+# (IQ2_XXS: not measured yet; the test prints its figures and skips.)
+# Bounds: twice the measured median, worst and KLD; top-1 at most 0.03 below.
+LOGIT_MEASURED = {
+    "IQ2_XS": (3.27e-2, 0.170, 0.941, 8.4e-3),
+    "IQ1_S": (4.91e-2, 0.191, 0.897, 1.32e-2),
+    "IQ1_M": (4.59e-2, 0.137, 0.944, 9.2e-3),
+}
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
@@ -82,12 +98,26 @@ def mean_kld(ref_logits: np.ndarray, logits: np.ndarray) -> float:
     return float(np.mean(np.sum(np.exp(lp) * (lp - lq), axis=-1)))
 
 
-@pytest.fixture(scope="module", params=["IQ4_XS by llama.cpp", "IQ2_XXS by colibri"])
+COLIBRI_TYPES = ["IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M"]
+# Relative RMS error of the ffn_down weights colibri wrote, against the Q4_1 source's
+# values (bounds: the largest measured over the 30 tensors, 0.342, 0.298, 0.471, 0.431,
+# plus 10%); Gaussian data gives 0.33, 0.29, 0.45, 0.42 (tests/test_iquant_quantizer.py).
+WEIGHT_ERROR = {"IQ2_XXS": 0.38, "IQ2_XS": 0.33, "IQ1_S": 0.52, "IQ1_M": 0.48}
+
+
+@pytest.fixture(
+    scope="module", params=["IQ4_XS by llama.cpp"] + [f"{t} by colibri" for t in COLIBRI_TYPES]
+)
 def iq4_xs_file(request: pytest.FixtureRequest) -> str:
     """The GGUF under test (named for the first one; the fixtures below follow it)."""
     if request.param.startswith("IQ4_XS"):
         return str(requantized("IQ4_XS", pure=True))
-    return str(colibri_quantized("IQ2_XXS"))
+    return str(colibri_quantized(request.param.split()[0]))
+
+
+def colibri_type(path: str) -> str:
+    """The type colibri wrote into a colibri-made fixture (its file name says which)."""
+    return path.rsplit("/", 1)[-1].split(".")[1].split("-")[0]
 
 
 @pytest.fixture(scope="module")
@@ -119,30 +149,35 @@ def reference(hf_model: transformers.PreTrainedModel, tokens: list[int]) -> np.n
 def test_file_mixes_types(iq4_xs_file: str) -> None:
     kinds = {t.tensor_type.name for t in gguf.GGUFReader(iq4_xs_file).tensors}
     if "colibri" in iq4_xs_file:
-        assert kinds == {"IQ2_XXS", "Q4_1", "Q8_0", "F32"} - ({"Q8_0"} - kinds)
+        assert kinds == {colibri_type(iq4_xs_file), "Q4_1", "Q8_0", "F32"} - ({"Q8_0"} - kinds)
     else:
         assert {"IQ4_XS", "IQ4_NL"} <= kinds <= {"IQ4_XS", "IQ4_NL", "F32"}
 
 
-def test_colibri_iq2_xxs_file_against_gguf(iq4_xs_file: str) -> None:
-    """The IQ2_XXS tensors colibri wrote decode with gguf (bit-identical to colibri's own
-    decoding) to a 2-bit approximation of the source weights."""
+def test_colibri_file_against_gguf(iq4_xs_file: str) -> None:
+    """The low-bit tensors colibri wrote decode with gguf (bit-identical to colibri's own
+    decoding) to an approximation of the source weights within the type's error."""
     if "colibri" not in iq4_xs_file:
         pytest.skip("for the colibri-written file")
+    kind = colibri_type(iq4_xs_file)
     src = {t.name: t for t in gguf.GGUFReader(smollm2_gguf()).tensors}
+    worst, checked = 0.0, 0
     for t in gguf.GGUFReader(iq4_xs_file).tensors:
-        if t.tensor_type.name != "IQ2_XXS":
+        if t.tensor_type.name != kind:
             continue
         cols = int(t.shape[0])
-        b = np.asarray(t.data).reshape(-1, q.row_bytes("IQ2_XXS", cols))
-        ref = np.asarray(gguf.quants.dequantize(b, gguf.GGMLQuantizationType.IQ2_XXS), np.float32)
+        b = np.asarray(t.data).reshape(-1, q.row_bytes(kind, cols))
+        ref = np.asarray(gguf.quants.dequantize(b, gguf.GGMLQuantizationType[kind]), np.float32)
         assert np.array_equal(
-            q.dequantize("IQ2_XXS", b, b.shape[0], cols).view(np.uint32), ref.view(np.uint32)
+            q.dequantize(kind, b, b.shape[0], cols).view(np.uint32), ref.view(np.uint32)
         )
         s = src[t.name]
         x = np.asarray(gguf.quants.dequantize(s.data, s.tensor_type), np.float32).reshape(ref.shape)
-        rel = float(np.sqrt(np.mean((ref - x) ** 2) / np.mean(x**2)))
-        assert rel < 0.45, (t.name, rel)  # measured 0.33 on Gaussian data
+        worst = max(worst, float(np.sqrt(np.mean((ref - x) ** 2) / np.mean(x**2))))
+        checked += 1
+    print(f"{kind}: worst relative RMS weight error over {checked} tensors {worst:.4f}")
+    assert checked == 30
+    assert worst < WEIGHT_ERROR[kind]
 
 
 def test_our_quantizers_reproduce_llama_cpp_bytes(iq4_xs_file: str) -> None:
@@ -189,24 +224,65 @@ def test_float32_activations_equal_transformers(
     assert greedy == ref
 
 
-def test_default_settings_kld_vs_llama_cpp(
-    iq4_xs_file: str, tokens: list[int], reference: np.ndarray, record_property: object
-) -> None:
+@pytest.fixture(scope="module")
+def llama_logits(iq4_xs_file: str, tokens: list[int]) -> np.ndarray:
+    """llama.cpp's logits at every position of the text, running the same file."""
     llama_cpp = llama_cpp_or_skip()
     llm = llama_cpp.Llama(iq4_xs_file, n_ctx=1024, logits_all=True, n_threads=2, verbose=False)
     llm.eval(tokens)
-    theirs = np.array(llm.scores[: len(tokens)], dtype=np.float32)
+    out = np.array(llm.scores[: len(tokens)], dtype=np.float32)
     del llm
+    return out
+
+
+@pytest.fixture(scope="module")
+def colibri_logits(iq4_xs_file: str, tokens: list[int]) -> np.ndarray:
+    """colibri's logits with default settings (int8 activations, as llama.cpp's Q8_K)."""
     ours = colibri.Model.load(
         iq4_xs_file, engine=colibri.EngineConfig(context_length=1024)
     ).session()
-    mine = ours.forward(tokens, all_logits=True)
+    return ours.forward(tokens, all_logits=True)
+
+
+def test_default_settings_kld_vs_llama_cpp(
+    iq4_xs_file: str,
+    reference: np.ndarray,
+    llama_logits: np.ndarray,
+    colibri_logits: np.ndarray,
+) -> None:
+    mine, theirs = colibri_logits, llama_logits
     k_ours, k_llama = mean_kld(reference, mine), mean_kld(reference, theirs)
     top1_ours = float(np.mean(mine.argmax(-1) == reference.argmax(-1)))
     top1_llama = float(np.mean(theirs.argmax(-1) == reference.argmax(-1)))
     print(
-        f"{iq4_xs_file.rsplit('/', 1)[-1]}, {len(tokens)} tokens: "
+        f"{iq4_xs_file.rsplit('/', 1)[-1]}, {len(mine)} tokens: "
         f"mean KLD colibri {k_ours:.3e} llama.cpp {k_llama:.3e} "
         f"(ratio {k_ours / k_llama:.3f}); top-1 colibri {top1_ours:.4f} llama.cpp {top1_llama:.4f}"
     )
     assert k_ours <= KLD_RATIO * k_llama
+
+
+def test_logits_agree_with_llama_cpp(
+    iq4_xs_file: str, llama_logits: np.ndarray, colibri_logits: np.ndarray
+) -> None:
+    """colibri and llama.cpp running the very same colibri-written file, position by
+    position. Both quantize the activations (Q8_K for the i-quants, Q8_1 for Q4_1) and
+    differ in rounding order, which 2-bit and 1-bit weights amplify over 30 layers; the
+    KLD test above shows both are equally close to the float32 reference."""
+    if "colibri" not in iq4_xs_file:
+        pytest.skip("for the colibri-written files (the KLD test covers llama.cpp's)")
+    kind = colibri_type(iq4_xs_file)
+    diff = np.abs(colibri_logits - llama_logits).max(-1) / np.abs(llama_logits).max(-1)
+    top1 = float(np.mean(colibri_logits.argmax(-1) == llama_logits.argmax(-1)))
+    kld = mean_kld(llama_logits, colibri_logits)
+    print(
+        f"{kind}: colibri vs llama.cpp max |dlogit| / max |logit| median "
+        f"{np.median(diff):.2e} worst {diff.max():.2e}; top-1 {top1:.4f}; KLD {kld:.2e}"
+    )
+    if kind not in LOGIT_MEASURED:
+        pytest.skip(f"no measured tolerance for {kind} yet (figures printed above)")
+    med, worst, agree, k = LOGIT_MEASURED[kind]
+    assert float(np.median(diff)) < 2 * med
+    assert float(diff.max()) < 2 * worst
+    assert top1 >= agree - 0.03
+    assert kld < 2 * k

@@ -3,14 +3,18 @@
 // importance set to 1: weight_j = sqrt(sigma2 + x_j^2), sigma2 = 2 * mean(x^2) over the
 // super-block (what llama.cpp's i-quant quantizers compute with qw_j = 1).
 //
-// IQ2_XXS (the only one written so far): per 32-block, signs come from the data (with the
+// IQ2_XXS has its own fit below (the first one written; kept as it is so the files it wrote
+// keep their bytes). The other types (IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) share the
+// lattice fit of iquant_fit.cpp and are only packed here, per format.
+//
+// IQ2_XXS: per 32-block, signs come from the data (with the
 // smallest weighted element flipped where the count of negatives in a group of 8 is odd:
 // the format stores 7 sign bits and implies even parity); the magnitudes are fitted by a
 // scale search (candidate scales around max / 43), each group of 8 taking the lattice point
 // of least weighted error among all 256. The block scales are then coded as 4-bit multiples of
 // the super-block's half scale and every group is refitted to its final scale. Not
 // byte-compatible with llama.cpp (which has no imatrix-free IQ2_XXS): checked by
-// dequantizing with gguf and by running the file in llama.cpp (tests/test_iquant_quantizer.py).
+// dequantizing with gguf and by running the file in llama.cpp (tests/test_iquant_quantizer.py, test_iquants_real.py).
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
@@ -23,6 +27,7 @@
 
 #include "quant/blocks_iq.hpp"
 #include "quant/fp16.hpp"
+#include "quant/iquant_fit.hpp"
 #include "quant/iquant_grids.hpp"
 #include "quant/iquants_ref.hpp"
 
@@ -177,10 +182,144 @@ void quantize_row_iq2_xxs(const float* src, void* dst, int64_t n) {
   }
 }
 
+// ---- the other low-bit types: the shared lattice fit (iquant_fit.hpp), packed per format ----
+
+using fit::Lattice;
+using fit::Result;
+using fit::Shift;
+using fit::Signs;
+using fit::Spec;
+
+const Lattice& lattice_iq2xs() {
+  static const Lattice l = fit::make_lattice(kIq2xsGrid, 512, 8, false, 0.0f);
+  return l;
+}
+const Lattice& lattice_iq2s() {
+  static const Lattice l = fit::make_lattice(kIq2sGrid, 1024, 8, false, 0.0f);
+  return l;
+}
+const Lattice& lattice_iq3xxs() {
+  static const Lattice l = fit::make_lattice(kIq3xxsGrid, 256, 4, false, 0.0f);
+  return l;
+}
+const Lattice& lattice_iq3s() {
+  static const Lattice l = fit::make_lattice(kIq3sGrid, 512, 4, false, 0.0f);
+  return l;
+}
+const Lattice& lattice_iq1s() {
+  static const Lattice l = fit::make_lattice(kIq1sGrid, 2048, 8, true, 0.125f);
+  return l;
+}
+
+// Runs the fit on every super-block of a row and hands each result to the format's packer.
+template <typename Block, typename Pack>
+void quantize_with(const Spec& spec, const float* src, void* dst, int64_t n, Pack pack) {
+  Block* y = static_cast<Block*>(dst);
+  Result r;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    fit::fit_superblock(spec, src + i * kQKK, &r);
+    std::memset(&y[i], 0, sizeof y[i]);
+    if (r.d_bits != 0) pack(r, y[i]);
+  }
+}
+
+// Scale codes of two 16-element blocks per byte, low nibble first (IQ2_XS, IQ2_S).
+void pack_nibble_codes(const Result& r, uint8_t* scales) {
+  for (int ib = 0; ib < 8; ++ib) scales[ib] = static_cast<uint8_t>(r.code[2 * ib] | (r.code[2 * ib + 1] << 4));
+}
+
+void quantize_row_iq2_xs(const float* src, void* dst, int64_t n) {
+  static const Spec spec{&lattice_iq2xs(), 16, 16, 0.25f, 1.0f, Signs::EvenPer8, Shift::None, 0.0f, 3, 12, 4};
+  quantize_with<BlockIQ2_XS>(spec, src, dst, n, [](const Result& r, BlockIQ2_XS& b) {
+    b.d = r.d_bits;
+    for (int k = 0; k < 32; ++k) b.qs[k] = static_cast<uint16_t>(r.index[k] | ((r.sign_bits[k] & 127) << 9));
+    pack_nibble_codes(r, b.scales);
+  });
+}
+
+void quantize_row_iq2_s(const float* src, void* dst, int64_t n) {
+  static const Spec spec{&lattice_iq2s(), 16, 16, 0.25f, 2.0f, Signs::Free, Shift::None, 0.0f, 3, 12, 4};
+  quantize_with<BlockIQ2_S>(spec, src, dst, n, [](const Result& r, BlockIQ2_S& b) {
+    b.d = r.d_bits;
+    for (int k = 0; k < 32; ++k) {
+      b.qs[k] = static_cast<uint8_t>(r.index[k] & 255);
+      b.qs[32 + k] = r.sign_bits[k];
+      b.qh[k / 4] = static_cast<uint8_t>(b.qh[k / 4] | ((r.index[k] >> 8) << (2 * (k % 4))));
+    }
+    pack_nibble_codes(r, b.scales);
+  });
+}
+
+void quantize_row_iq3_xxs(const float* src, void* dst, int64_t n) {
+  static const Spec spec{&lattice_iq3xxs(), 32, 16, 0.5f, 2.0f, Signs::EvenPer8, Shift::None, 0.0f, 3, 12, 4};
+  quantize_with<BlockIQ3_XXS>(spec, src, dst, n, [](const Result& r, BlockIQ3_XXS& b) {
+    b.d = r.d_bits;
+    for (int k = 0; k < 64; ++k) b.qs[k] = static_cast<uint8_t>(r.index[k]);
+    for (int ib = 0; ib < 8; ++ib) {
+      uint32_t sg = static_cast<uint32_t>(r.code[ib]) << 28;
+      for (int l = 0; l < 4; ++l) sg |= static_cast<uint32_t>(r.sign_bits[4 * ib + l] & 127) << (7 * l);
+      std::memcpy(b.qs + 64 + 4 * ib, &sg, 4);
+    }
+  });
+}
+
+void quantize_row_iq3_s(const float* src, void* dst, int64_t n) {
+  static const Spec spec{&lattice_iq3s(), 32, 16, 2.0f, 2.0f, Signs::Free, Shift::None, 0.0f, 3, 12, 4};
+  quantize_with<BlockIQ3_S>(spec, src, dst, n, [](const Result& r, BlockIQ3_S& b) {
+    b.d = r.d_bits;
+    for (int k = 0; k < 64; ++k) {
+      b.qs[k] = static_cast<uint8_t>(r.index[k] & 255);
+      b.qh[k / 8] = static_cast<uint8_t>(b.qh[k / 8] | ((r.index[k] >> 8) << (k % 8)));
+    }
+    std::memcpy(b.signs, r.sign_bits, sizeof b.signs);
+    for (int ib = 0; ib < 8; ++ib) b.scales[ib / 2] = static_cast<uint8_t>(b.scales[ib / 2] | (r.code[ib] << (4 * (ib % 2))));
+  });
+}
+
+void quantize_row_iq1_s(const float* src, void* dst, int64_t n) {
+  static const Spec spec{&lattice_iq1s(), 32, 8, 2.0f, 2.0f, Signs::InGrid, Shift::PerScaleBlock, 0.125f, 3, 12, 4};
+  quantize_with<BlockIQ1_S>(spec, src, dst, n, [](const Result& r, BlockIQ1_S& b) {
+    b.d = r.d_bits;
+    for (int ib = 0; ib < 8; ++ib) {
+      unsigned h = static_cast<unsigned>(r.code[ib]) << 12;
+      if (r.shift_negative[4 * ib]) h |= 0x8000u;
+      for (int l = 0; l < 4; ++l) {
+        b.qs[4 * ib + l] = static_cast<uint8_t>(r.index[4 * ib + l] & 255);
+        h |= static_cast<unsigned>(r.index[4 * ib + l] >> 8) << (3 * l);
+      }
+      b.qh[ib] = static_cast<uint16_t>(h);
+    }
+  });
+}
+
+void quantize_row_iq1_m(const float* src, void* dst, int64_t n) {
+  static const Spec spec{&lattice_iq1s(), 16, 8, 2.0f, 2.0f, Signs::InGrid, Shift::PerPoint, 0.125f, 3, 12, 4};
+  quantize_with<BlockIQ1_M>(spec, src, dst, n, [](const Result& r, BlockIQ1_M& b) {
+    uint16_t sc[4] = {};
+    for (int m = 0; m < 16; ++m) sc[m / 4] = static_cast<uint16_t>(sc[m / 4] | (r.code[m] << (3 * (m % 4))));
+    for (int q = 0; q < 4; ++q) sc[q] = static_cast<uint16_t>(sc[q] | (((r.d_bits >> (4 * q)) & 15) << 12));
+    std::memcpy(b.scales, sc, sizeof sc);
+    for (int k = 0; k < 32; ++k) {
+      b.qs[k] = static_cast<uint8_t>(r.index[k] & 255);
+      const unsigned h = static_cast<unsigned>(r.index[k] >> 8) | (r.shift_negative[k] ? 8u : 0u);
+      b.qh[k / 2] = static_cast<uint8_t>(b.qh[k / 2] | (h << (4 * (k % 2))));
+    }
+  });
+}
+
 }  // namespace
 
 QuantizeRowFn low_bit_quantizer(DType type) {
-  return type == DType::IQ2_XXS ? quantize_row_iq2_xxs : nullptr;
+  switch (type) {
+    case DType::IQ2_XXS: return quantize_row_iq2_xxs;
+    case DType::IQ2_XS: return quantize_row_iq2_xs;
+    case DType::IQ2_S: return quantize_row_iq2_s;
+    case DType::IQ3_XXS: return quantize_row_iq3_xxs;
+    case DType::IQ3_S: return quantize_row_iq3_s;
+    case DType::IQ1_S: return quantize_row_iq1_s;
+    case DType::IQ1_M: return quantize_row_iq1_m;
+    default: return nullptr;
+  }
 }
 
 }  // namespace colibri::iq

@@ -51,7 +51,8 @@ static inline uint16_t iq1m_scale_bits(const uint8_t* scales) {
   return static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
 }
 
-// Quantizers of the low-bit types (quant/iquants_quantize.cpp); nullptr until written.
+// colibri's own quantizers of the low-bit types (quant/iquants_quantize.cpp: IQ2_XXS,
+// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M); nullptr for any other type.
 QuantizeRowFn low_bit_quantizer(DType type);
 
 // The scalar kernel table of these types (nullptr for any other type).

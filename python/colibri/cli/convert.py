@@ -21,7 +21,9 @@ QUANT_HELP = (
     "element type of the matrices: keep (default: the source's bytes unchanged; FP8 "
     "weights become bf16), f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, the K-quants "
     "q2_k, q3_k, q4_k, q5_k, q6_k, llama.cpp's mixes q4_k_m and q5_k_m (attn_v, "
-    "ffn_down and the output at q6_k in some layers), or the i-quants iq4_xs and iq2_xxs. "
+    "ffn_down and the output at q6_k in some layers), or the i-quants iq4_xs, iq3_s, "
+    "iq3_xxs, iq2_s, iq2_xs, iq2_xxs, iq1_m, iq1_s (colibri's own quantizer below 4 bits: "
+    "no importance matrix). "
     "Norms, biases and routers are f32 with any type but keep. A quantized source is "
     "requantized through f32."
 )

@@ -7,9 +7,10 @@ FFN, routed and shared experts, ``token_embd`` and ``output``) takes the request
 norms, biases, ``rope_freqs``, the router ``ffn_gate_inp`` and the shared-expert gate
 ``ffn_gate_inp_shexp`` are written F32. A matrix whose rows are not a whole number of the
 type's blocks falls back to F16, as llama.cpp's converter does; for the 256-element
-K-quants first to a 32-element type (Q4_K -> Q5_0, Q6_K -> Q8_0, ...), and for ``iq4_xs``
-and ``iq2_xxs`` (colibri's own quantizer, no importance matrix) first to IQ4_NL, as
-llama.cpp's quantizer does. ``q4_k_m`` / ``q5_k_m`` are llama.cpp's mixes (:mod:`.kquant_mix`).
+K-quants first to a 32-element type (Q4_K -> Q5_0, Q6_K -> Q8_0, ...), and for the
+i-quants (``iq4_xs``; ``iq3_s``, ``iq3_xxs``, ``iq2_s``, ``iq2_xs``, ``iq2_xxs``, ``iq1_m``,
+``iq1_s``: colibri's own quantizers, no importance matrix) first to IQ4_NL, as llama.cpp's
+quantizer does. ``q4_k_m`` / ``q5_k_m`` are llama.cpp's mixes (:mod:`.kquant_mix`).
 ``keep`` copies every matrix's bytes unchanged, except FP8 weights (which the core cannot
 read): those become BF16, as DeepSeek's own ``fp8_cast_bf16.py`` does; vectors (norms,
 biases) in F16 or BF16 are widened to F32 (exactly), the only type the core reads them in.
@@ -41,13 +42,15 @@ from .kquant_mix import K_FALLBACK, MIX_BASE, mix_dtype
 
 QUANT_CHOICES = (
     "keep", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
-    "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m", "iq4_xs", "iq2_xxs",
+    "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m", "iq4_xs", "iq3_s", "iq3_xxs",
+    "iq2_s", "iq2_xs", "iq2_xxs", "iq1_m", "iq1_s",
 )  # fmt: skip
 CHUNK_ELEMENTS = 1 << 22  # values converted at a time: 16 MiB as float32
 FALLBACK = "F16"  # a matrix whose row length is not a multiple of the block size
 # Super-block types fall back to a 32-element type first, as llama.cpp's quantizer does
 # (IQ4_XS -> IQ4_NL for rows that are not a multiple of 256), then to FALLBACK.
-SUPER_BLOCK_FALLBACK = {"IQ4_XS": "IQ4_NL", "IQ2_XXS": "IQ4_NL"}
+IQ_TYPES = ("IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XS", "IQ2_XXS", "IQ1_M", "IQ1_S")
+SUPER_BLOCK_FALLBACK = dict.fromkeys(IQ_TYPES, "IQ4_NL")
 KEEP_FP8_AS = "BF16"
 
 # (tensor, byte offset inside the tensor, length) -> those bytes of the source
