@@ -83,18 +83,7 @@ void Engine::forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* 
   if (!store_->empty() && store_->slots() == 0)
     fail(ErrorKind::InvalidArgument, "the expert cache is not configured (Engine.configure_store)");
   // Counts this forward's share of the counters even when it throws (a failed read).
-  struct DeltaScope {
-    Engine& e;
-    ForwardStats* out;
-    ExpertStoreStats experts0;
-    PhaseSeconds phases0;
-    ~DeltaScope() {
-      if (!out) return;
-      add_delta(out->experts, e.store_->stats(), experts0);
-      add_delta(out->phases, e.phase_, phases0);
-      ++out->forwards;
-    }
-  } delta{*this, stats_out, stats_out ? store_->stats() : ExpertStoreStats{}, phase_};
+  const CounterDeltaScope delta(stats_out, *store_, phase_, /*count_forward=*/true);
   const auto t_start = std::chrono::steady_clock::now();
   const double wait_before = phase_[kExpertWait];
   ThreadPool::ComputeScope scope(pool_);

@@ -46,4 +46,31 @@ inline void add_delta(PhaseSeconds& out, const PhaseSeconds& after, const PhaseS
   for (int i = 0; i < kPhases; ++i) out[i] += after[i] - before[i];
 }
 
+// Adds to *out what the store's and phase counters did between construction and destruction,
+// so a forward counts its share even when it throws (a failed read). Nothing when out is null.
+// count_forward: trunk forwards count themselves; an MTP draft forward adds only its
+// expert and phase figures.
+class CounterDeltaScope {
+ public:
+  CounterDeltaScope(ForwardStats* out, const ExpertStore& store, const PhaseSeconds& phases, bool count_forward)
+      : out_(out), store_(store), phases_(phases), count_forward_(count_forward),
+        experts0_(out ? store.stats() : ExpertStoreStats{}), phases0_(phases) {}
+  ~CounterDeltaScope() {
+    if (!out_) return;
+    add_delta(out_->experts, store_.stats(), experts0_);
+    add_delta(out_->phases, phases_, phases0_);
+    if (count_forward_) ++out_->forwards;
+  }
+  CounterDeltaScope(const CounterDeltaScope&) = delete;
+  CounterDeltaScope& operator=(const CounterDeltaScope&) = delete;
+
+ private:
+  ForwardStats* out_;
+  const ExpertStore& store_;
+  const PhaseSeconds& phases_;
+  bool count_forward_;
+  ExpertStoreStats experts0_;
+  PhaseSeconds phases0_;
+};
+
 }  // namespace colibri

@@ -30,17 +30,7 @@ void Engine::mtp_forward(int64_t j, KvCache& kv, int64_t slot0, const float* hid
     fail(ErrorKind::InvalidArgument, "the expert cache is not configured (Engine.configure_store)");
   // The expert and phase counters of the MTP forward go to the session's figures (not its
   // forward count: that counts trunk forwards).
-  struct DeltaScope {
-    Engine& e;
-    ForwardStats* out;
-    ExpertStoreStats experts0;
-    PhaseSeconds phases0;
-    ~DeltaScope() {
-      if (!out) return;
-      add_delta(out->experts, e.store_->stats(), experts0);
-      add_delta(out->phases, e.phase_, phases0);
-    }
-  } delta{*this, stats_out, stats_out ? store_->stats() : ExpertStoreStats{}, phase_};
+  const CounterDeltaScope delta(stats_out, *store_, phase_, /*count_forward=*/false);
   const std::function<void()> stop_if_cancelled = [&] {
     if (cancelled && *cancelled && (*cancelled)()) {
       store_->abort();
