@@ -144,7 +144,8 @@ def main() -> None:
     ap.add_argument("--routing", default="realistic", choices=("local", "realistic", "uniform"),
                     help="routing regime of the synthetic preset (synthetic_routing.py)")
     ap.add_argument("--rows", default="colibri,llama-machine,llama-128",
-                    help="comma-separated: colibri, colibri-gguf, llama-machine, llama-128")
+                    help="comma-separated: colibri, colibri-gguf, colibri-spin, colibri-passive, "
+                         "llama-machine, llama-128")
     args = ap.parse_args()
 
     gguf = bs._synthetic(args.preset, args.routing)
@@ -182,6 +183,9 @@ def main() -> None:
     rows: dict[str, tuple[dict[str, Any], int | None]] = {
         "colibri": (base("colibri", cont, **col), None),
         "colibri-gguf": (base("colibri", gguf, **col), None),
+        # The compute team's wait policy forced (the default row lets the engine choose).
+        "colibri-spin": (base("colibri", cont, **{**col, "wait_policy": "spin"}), None),
+        "colibri-passive": (base("colibri", cont, **{**col, "wait_policy": "passive"}), None),
         "llama-machine": (base("llama", gguf), None),
         "llama-128": (base("llama", gguf), 128),
     }
