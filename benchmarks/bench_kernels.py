@@ -79,11 +79,15 @@ def random_blocks(dtype: str, rows: int, cols: int, rng: np.random.Generator) ->
 def make_weight(dtype: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
     if dtype in RANDOM_BLOCK_TYPES:
         return random_blocks(dtype, rows, cols, rng)
-    # Quantize in slabs: a 1 GiB float32 temporary is not needed for a 128 MiB Q4 matrix.
+    # One slab of up to 2048 quantized rows, repeated: the kernels' work does not depend on
+    # the values, and quantizing a whole 128 MiB K-quant matrix (up to 400M weights) would
+    # take minutes. The copies are distinct memory, so cold matrices still stream from DRAM.
     out = np.empty((rows, q.row_bytes(dtype, cols)), np.uint8)
-    for r in range(0, rows, 2048):
-        n = min(2048, rows - r)
-        out[r : r + n] = q.quantize(dtype, rng.standard_normal((n, cols), dtype=np.float32))
+    n = min(2048, rows)
+    slab = q.quantize(dtype, rng.standard_normal((n, cols), dtype=np.float32))
+    for r in range(0, rows, n):
+        m = min(n, rows - r)
+        out[r : r + m] = slab[:m]
     return out
 
 
