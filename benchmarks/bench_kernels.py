@@ -26,6 +26,7 @@ benchmarks/results/kernels-<timestamp>.json.
     ... --threads 1 2 --types Q4_0 Q4_1 Q8_0 F32 BF16 --isa all --repeats 5
     ... --types IQ4_NL IQ4_XS IQ2_XXS IQ2_XS IQ2_S IQ3_XXS IQ3_S IQ1_S IQ1_M MXFP4 Q4_0 --no-sequence
     ... --types Q2_K Q3_K Q4_K Q5_K Q6_K Q5_0 Q5_1 --sequence q4_k_m
+    ... --types F8_E4M3 --no-sequence     # FP8 e4m3, 128 x 128 block scales, float activations
 
 Shared machines: each number is the median of --repeats runs of --iters matvecs (the best
 run is in the JSON too); the load average before and after is recorded.
@@ -79,11 +80,15 @@ def random_blocks(dtype: str, rows: int, cols: int, rng: np.random.Generator) ->
 def make_weight(dtype: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
     if dtype in RANDOM_BLOCK_TYPES:
         return random_blocks(dtype, rows, cols, rng)
-    # Quantize in slabs: a 1 GiB float32 temporary is not needed for a 128 MiB Q4 matrix.
+    # One slab of up to 2048 quantized rows, repeated: the kernels' work does not depend on
+    # the values, and quantizing a whole 128 MiB K-quant matrix (up to 400M weights) would
+    # take minutes. The copies are distinct memory, so cold matrices still stream from DRAM.
     out = np.empty((rows, q.row_bytes(dtype, cols)), np.uint8)
-    for r in range(0, rows, 2048):
-        n = min(2048, rows - r)
-        out[r : r + n] = q.quantize(dtype, rng.standard_normal((n, cols), dtype=np.float32))
+    n = min(2048, rows)
+    slab = q.quantize(dtype, rng.standard_normal((n, cols), dtype=np.float32))
+    for r in range(0, rows, n):
+        m = min(n, rows - r)
+        out[r : r + m] = slab[:m]
     return out
 
 
@@ -98,6 +103,41 @@ def time_matvec(dtype: str, w: np.ndarray, rows: int, cols: int, pool: ThreadPoo
     for _ in range(repeats):
         t0 = time.thread_time()
         wall.append(median(q.bench_matmul(dtype, w, rows, cols, x, pool, iters, isa)))
+        cpu.append((time.thread_time() - t0) / iters)
+    return wall, cpu
+
+
+# F8_E4M3 with 128 x 128 block scales (DeepSeek-V3 / GLM `weight_scale_inv`) runs through its
+# own binding, q.fp8_matmul, which builds its thread team per call (a few tens of
+# microseconds, under 2% of the hot matrix's time); float activations, as colibri runs it.
+FP8 = "F8_E4M3"
+FP8_BLOCK = 128
+
+
+def make_fp8(rows: int, cols: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Random e4m3 codes (the NaN codes 0x7f / 0xff replaced) and positive block scales."""
+    codes = rng.integers(0, 256, size=(rows, cols), dtype=np.uint8)
+    codes[(codes & 0x7F) == 0x7F] = 0x7E
+    scales = rng.uniform(1e-3, 1e-2, size=(rows // FP8_BLOCK, cols // FP8_BLOCK)).astype(np.float32)
+    return codes, scales
+
+
+def time_fp8(codes: np.ndarray, scales: np.ndarray, threads: int, isa: str | None, iters: int,
+             repeats: int) -> tuple[list[float], list[float]]:
+    """As time_matvec, for q.fp8_matmul (one call per matvec)."""
+    rows, cols = codes.shape
+    x = np.random.default_rng(1).standard_normal((1, cols), dtype=np.float32)
+
+    def one() -> float:
+        t0 = time.perf_counter()
+        q.fp8_matmul(codes, scales, rows, cols, FP8_BLOCK, FP8_BLOCK, x, threads, isa)
+        return time.perf_counter() - t0
+
+    one(), one()  # warm-up
+    wall, cpu = [], []
+    for _ in range(repeats):
+        t0 = time.thread_time()
+        wall.append(median([one() for _ in range(iters)]))
         cpu.append((time.thread_time() - t0) / iters)
     return wall, cpu
 
@@ -181,27 +221,35 @@ def main() -> None:
     for n in args.threads:
         rows_out.append(["read kernel", "512 MiB", 512.0, n, "-", "-", round(bandwidth[n], 1), "-", "-", "100%"])
     for dtype in args.types:
-        rb = q.row_bytes(dtype, args.cols)
-        cold_rows = int(np.ceil(args.cold_factor * l3 / rb / 64)) * 64
+        rb = args.cols if dtype == FP8 else q.row_bytes(dtype, args.cols)
+        align = FP8_BLOCK if dtype == FP8 else 64
+        cold_rows = int(np.ceil(args.cold_factor * l3 / rb / align)) * align
         for label, rows in (("hot", 4096), ("cold", cold_rows)):
-            w = make_weight(dtype, rows, args.cols, rng)
+            fp8 = make_fp8(rows, args.cols, rng) if dtype == FP8 else None
+            w = fp8[0] if fp8 is not None else make_weight(dtype, rows, args.cols, rng)
+            nbytes = int(w.nbytes) + (int(fp8[1].nbytes) if fp8 is not None else 0)
             for isa in isas:
+                if fp8 is not None and isa not in (None, "scalar", "avx2"):
+                    continue  # FP8 kernels: scalar and AVX2
                 for n in args.threads:
-                    ts, cpu = time_matvec(dtype, w, rows, args.cols, pools[n], isa, args.iters, args.repeats)
-                    cpu_gbs = w.nbytes / min(cpu) / 1e9 if n == 1 else None
-                    gbs = w.nbytes / median(ts) / 1e9
+                    if fp8 is not None:
+                        ts, cpu = time_fp8(fp8[0], fp8[1], n, isa, args.iters, args.repeats)
+                    else:
+                        ts, cpu = time_matvec(dtype, w, rows, args.cols, pools[n], isa, args.iters, args.repeats)
+                    cpu_gbs = nbytes / min(cpu) / 1e9 if n == 1 else None
+                    gbs = nbytes / median(ts) / 1e9
                     rec = {
-                        "type": dtype, "shape": [rows, args.cols], "which": label, "bytes": int(w.nbytes),
+                        "type": dtype, "shape": [rows, args.cols], "which": label, "bytes": nbytes,
                         "isa": isa or q.best_isa(), "threads": n, "seconds_median": median(ts),
                         "seconds_best": min(ts), "weight_gb_s": gbs, "read_gb_s": bandwidth[n],
                         "cpu_seconds_best": min(cpu) if n == 1 else None, "weight_gb_s_cpu_time": cpu_gbs,
                     }
                     records.append(rec)
-                    rows_out.append([f"{dtype} {label}", f"{rows}x{args.cols}", round(w.nbytes / 2**20, 1), n,
+                    rows_out.append([f"{dtype} {label}", f"{rows}x{args.cols}", round(nbytes / 2**20, 1), n,
                                      rec["isa"], round(median(ts) * 1e3, 3), round(gbs, 1),
-                                     round(w.nbytes / min(ts) / 1e9, 1), "-" if cpu_gbs is None else round(cpu_gbs, 1),
+                                     round(nbytes / min(ts) / 1e9, 1), "-" if cpu_gbs is None else round(cpu_gbs, 1),
                                      f"{100 * gbs / bandwidth[n]:.0f}%"])
-            del w
+            del w, fp8
 
     if not args.no_sequence:
         separate = decode_sequence(rng, args.sequence)

@@ -84,6 +84,7 @@ const DotTile* basic_avx2_tiles();
 const DotTile* kquant_avx2_tiles();
 const DotTile* kquant_avx512_tiles();
 const DotTile* iq_avx2_tiles();
+const DotTile* iq_avx512_tiles();
 #endif
 
 }  // namespace colibri

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "quant/block32_dot_x86.hpp"
 #include "quant/blocks.hpp"
 #include "quant/dot_tiles.hpp"
 #include "quant/fp16.hpp"
@@ -247,64 +248,19 @@ inline __m128 half2_at(const void* p) { return _mm_cvtph_ps(_mm_cvtsi32_si128(lo
 
 // Software prefetch of the rows that come next: GroupPrefetch (quant/group_prefetch.hpp).
 
-// Q4_0 . Q8_0: sum (q - 8) a = sum q a - sum 8 a; both are unsigned x signed maddubs
-// products, and the second depends on the activation only (once per block for all rows).
-// int16 range: |q a pair| <= 3810, |8 a pair| <= 2032, so the difference cannot saturate.
-struct Q4_0 {
-  using Act = BlockQ8_0;
-  template <int NR>
-  static void rows(int64_t nb, const unsigned char* w, std::size_t stride, const Act* y, float* out) {
-    __m256 acc[NR];
-    for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
-    GroupPrefetch pf(w, stride, NR, nb);
-    for (int64_t i = 0; i < nb; ++i) {
-      pf.step();
-      const __m256i a = load256(y[i].qs);
-      const __m256i ea = _mm256_maddubs_epi16(_mm256_set1_epi8(8), a);
-      const __m128 da = half2_at(&y[i].d);  // lane 0 (lane 1 is the first quants: unused)
-      for (int r = 0; r < NR; ++r) {
-        const BlockQ4_0* x = reinterpret_cast<const BlockQ4_0*>(w + r * stride) + i;
-        const __m256i qa = _mm256_sub_epi16(_mm256_maddubs_epi16(unpack_nibbles(x->qs), a), ea);
-        const __m256i p = _mm256_madd_epi16(qa, _mm256_set1_epi16(1));
-        const __m256 d = _mm256_broadcastss_ps(_mm_mul_ps(half2_at(&x->d), da));
-        acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r]);
-      }
-    }
-    for (int r = 0; r < NR; ++r) out[r] = hsum_ps(acc[r]);
-  }
-  // R rows x T tokens (dot_tiles.hpp): each row's nibbles unpacked once per block for all T
-  // tokens; per (row, token) the operations of rows<> above, in the same order.
-  template <int R, int T>
-  static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
-                   float* out, std::size_t os) {
-    __m256 acc[R][T];
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; ++i) {
-      __m256i q[R];
-      __m128 dw[R];
-      for (int r = 0; r < R; ++r) {
-        const BlockQ4_0* x = reinterpret_cast<const BlockQ4_0*>(w + r * ws) + i;
-        q[r] = unpack_nibbles(x->qs);
-        dw[r] = half2_at(&x->d);
-      }
-      for (int t = 0; t < T; ++t) {
-        const Act* y = reinterpret_cast<const Act*>(act + t * as) + i;
-        const __m256i a = load256(y->qs);
-        const __m256i ea = _mm256_maddubs_epi16(_mm256_set1_epi8(8), a);
-        const __m128 da = half2_at(&y->d);
-        for (int r = 0; r < R; ++r) {
-          const __m256i qa = _mm256_sub_epi16(_mm256_maddubs_epi16(q[r], a), ea);
-          const __m256i p = _mm256_madd_epi16(qa, _mm256_set1_epi16(1));
-          const __m256 d = _mm256_broadcastss_ps(_mm_mul_ps(dw[r], da));
-          acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r][t]);
-        }
-      }
-    }
-    for (int t = 0; t < T; ++t)
-      for (int r = 0; r < R; ++r) out[t * os + r] = hsum_ps(acc[r][t]);
-  }
+// Q4_0 . Q8_0 (d (q - 8) a) and Q4_1 . Q8_1 (d q a + m s): the kernels of
+// block32_dot_x86.hpp with the nibble unpack (Q5_0 / Q5_1 are the same with five bits).
+// int16 range of Q4_0: |q a pair| <= 3810, |8 a pair| <= 2032.
+template <class B>
+struct UnpackNibbles {
+  using Block = B;
+  static __m256i quants(const Block& x) { return unpack_nibbles(x.qs); }
 };
+struct Maddubs {
+  static __m256i dot_u8_i8(__m256i u, __m256i s) { return colibri::dot_u8_i8(u, s); }
+};
+using Q4_0 = block32::Symmetric<UnpackNibbles<BlockQ4_0>, 8>;
+using Q4_1 = block32::WithMin<UnpackNibbles<BlockQ4_1>, Maddubs>;
 
 // Q8_0 . Q8_0: signed x signed as |w| (unsigned) times a carrying w's sign.
 struct Q8_0 {
@@ -356,69 +312,6 @@ struct Q8_0 {
     }
     for (int t = 0; t < T; ++t)
       for (int r = 0; r < R; ++r) out[t * os + r] = hsum_ps(acc[r][t]);
-  }
-};
-
-// Q4_1 . Q8_1: d d_a sum q a + m s. (d, m) and (d_a, s) are adjacent half pairs: one
-// multiply gives d d_a (lane 0) and m s (lane 1); lane 1 of `offs` sums the offsets.
-struct Q4_1 {
-  using Act = BlockQ8_1;
-  template <int NR>
-  static void rows(int64_t nb, const unsigned char* w, std::size_t stride, const Act* y, float* out) {
-    __m256 acc[NR];
-    __m128 offs[NR];
-    for (int r = 0; r < NR; ++r) {
-      acc[r] = _mm256_setzero_ps();
-      offs[r] = _mm_setzero_ps();
-    }
-    GroupPrefetch pf(w, stride, NR, nb);
-    for (int64_t i = 0; i < nb; ++i) {
-      pf.step();
-      const __m256i a = load256(y[i].qs);
-      const __m128 ds = half2_at(&y[i].d);
-      for (int r = 0; r < NR; ++r) {
-        const BlockQ4_1* x = reinterpret_cast<const BlockQ4_1*>(w + r * stride) + i;
-        const __m128 prod = _mm_mul_ps(half2_at(&x->d), ds);
-        offs[r] = _mm_add_ps(offs[r], prod);
-        const __m256i p = dot_u8_i8(unpack_nibbles(x->qs), a);
-        acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc[r]);
-      }
-    }
-    for (int r = 0; r < NR; ++r) out[r] = hsum_ps(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(offs[r]));
-  }
-  template <int R, int T>
-  static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
-                   float* out, std::size_t os) {
-    __m256 acc[R][T];
-    __m128 offs[R][T];
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) {
-        acc[r][t] = _mm256_setzero_ps();
-        offs[r][t] = _mm_setzero_ps();
-      }
-    for (int64_t i = 0; i < nb; ++i) {
-      __m256i q[R];
-      __m128 dm[R];
-      for (int r = 0; r < R; ++r) {
-        const BlockQ4_1* x = reinterpret_cast<const BlockQ4_1*>(w + r * ws) + i;
-        q[r] = unpack_nibbles(x->qs);
-        dm[r] = half2_at(&x->d);
-      }
-      for (int t = 0; t < T; ++t) {
-        const Act* y = reinterpret_cast<const Act*>(act + t * as) + i;
-        const __m256i a = load256(y->qs);
-        const __m128 ds = half2_at(&y->d);
-        for (int r = 0; r < R; ++r) {
-          const __m128 prod = _mm_mul_ps(dm[r], ds);
-          offs[r][t] = _mm_add_ps(offs[r][t], prod);
-          const __m256i p = dot_u8_i8(q[r], a);
-          acc[r][t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc[r][t]);
-        }
-      }
-    }
-    for (int t = 0; t < T; ++t)
-      for (int r = 0; r < R; ++r)
-        out[t * os + r] = hsum_ps(acc[r][t]) + _mm_cvtss_f32(_mm_movehdup_ps(offs[r][t]));
   }
 };
 
