@@ -6,15 +6,22 @@ answers what it answers without the cache)."""
 from __future__ import annotations
 
 import concurrent.futures
+import importlib.util
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
 
 import httpx
 import pytest
 
 import colibri as co
+from colibri import errors
 from colibri.prompt_cache import common_prefix
+from colibri.server.memory import slot_kv_budget
 from realmodel import smollm2_gguf
 from server_helpers import SERVER_CTX, ServerProcess, metric, wait_for
+from streaming_helpers import budget_for_slots, engine
 
 LONG = 120  # tokens the first request generates (it holds the KV budget meanwhile)
 
@@ -113,3 +120,43 @@ def test_prompt_cache_prefills_a_shared_prefix_once(smollm2_oracle: co.Model) ->
     finally:
         server.stop()
     assert got == [smollm2_oracle.generate(messages=m, max_tokens=8).text for m in msgs]
+
+
+def _synthetic_moe() -> ModuleType:
+    name = "synthetic_moe"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, Path(__file__).resolve().parent.parent / "benchmarks" / "synthetic_moe.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+def test_a_larger_kv_budget_is_taken_from_the_expert_cache(tmp_path: Path) -> None:
+    """colibri.server.memory: the default KV budget never touches the expert cache; a
+    larger one shrinks it (the budget's split still adds up), one that would leave fewer
+    slots than a token's experts is a ConfigError."""
+    path = tmp_path / "tiny.gguf"
+    _synthetic_moe().write_synthetic_gguf("tiny", path, seed=0)
+    budget = budget_for_slots(path, 40, context_length=256)
+    m = co.Model.load(path, engine=engine(budget=budget, context_length=256))
+    try:
+        before = m.stats().memory
+        assert before is not None and before.cache_slots == 40
+        default = slot_kv_budget(m, 4)
+        assert before.kv_bytes <= default < before.kv_bytes + before.slot_bytes
+        assert m.stats().memory.cache_slots == 40  # type: ignore[union-attr]
+        want = 2 * before.kv_bytes + 5 * before.slot_bytes
+        assert slot_kv_budget(m, 4, want) == want
+        after = m.stats().memory
+        assert after is not None
+        assert after.cache_slots < 40 and after.kv_bytes == want
+        assert (after.dense_bytes + after.kv_bytes + after.work_bytes + after.cache_bytes
+                <= after.budget == before.budget)
+        with pytest.raises(errors.ConfigError, match="--kv-budget"):
+            slot_kv_budget(m, 4, budget)
+        assert m.generate([5, 6, 7], max_tokens=3).token_ids  # still runs
+    finally:
+        m.close()
