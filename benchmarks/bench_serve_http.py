@@ -52,8 +52,8 @@ WORDS = ("the quick brown fox jumps over the lazy dog while a small bird sings i
          "old tree near the river and the sun goes down behind the hills").split()
 
 
-def prompt(i: int) -> str:
-    n = 6 + (i * 7) % 40  # mixed lengths, 6..45 words
+def prompt(i: int, words: int) -> str:
+    n = 3 + (i * 7) % (words - 2)  # mixed lengths, 3..words words
     return " ".join(WORDS[(i + k) % len(WORDS)] for k in range(n))
 
 
@@ -67,6 +67,20 @@ def model_path(name: str) -> Path:
 
         return Path(ensure_preset(name.removeprefix("synthetic-")))
     return Path(name)
+
+
+_NO_REPACK = """
+import runpy, sys
+import llama_cpp.llama_cpp as low
+default = low.llama_model_default_params
+def no_repack():
+    p = default()
+    p.use_extra_bufts = False
+    return p
+low.llama_model_default_params = no_repack
+sys.argv[0] = "llama_cpp.server"
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
 
 
 def free_port() -> int:
@@ -92,11 +106,18 @@ class Server:
                 cmd += ["--ram-budget", str(limit - args.margin_mib * 2**20)]
             cmd += args.colibri_flag
         else:
-            cmd = [py, "-m", "llama_cpp.server", "--model", str(path), "--port",
+            # Streamed (a cgroup): no repacked copy of the weights (use_extra_bufts=False,
+            # as benchmarks/_stream_child.py) and no mlock, or the weights would be
+            # anonymous memory, 4x the cgroup; resident: llama-cpp-python's defaults.
+            launcher = [py, "-c", _NO_REPACK] if limit is not None else [py, "-m",
+                                                                        "llama_cpp.server"]
+            cmd = [*launcher, "--model", str(path), "--port",
                    str(self.port), "--n_ctx", str(args.ctx), "--n_threads", str(args.threads),
                    "--n_threads_batch", str(args.threads), "--verbose", "False",
                    # Its default True cuts a running stream when the next request arrives.
                    "--interrupt_requests", "False"]
+            if limit is not None:
+                cmd += ["--use_mlock", "False"]
         self.group: cg.MemoryCgroup | None = None
         preexec = None
         if limit is not None:
@@ -183,10 +204,11 @@ def run_level(server: Server, model: str, conc: int, args: argparse.Namespace,
     m0, r0 = server.metrics(), server.read_bytes()
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(conc) as pool:
-        futs = [pool.submit(lambda i=i: [one_request(server.url, model, prompt(i * 31 + j),
-                                                     args.max_tokens)
-                                         for j in range(args.requests)])
-                for i in range(conc)]
+        def stream(i: int) -> list[dict[str, float]]:
+            return [one_request(server.url, model, prompt(i * 31 + j, args.prompt_words),
+                                args.max_tokens) for j in range(args.requests)]
+
+        futs = [pool.submit(stream, i) for i in range(conc)]
         reqs = [r for f in futs for r in f.result()]
     wall = time.perf_counter() - t0
     m1, r1 = server.metrics(), server.read_bytes()
@@ -220,6 +242,8 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=1, help="per stream (default 1)")
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--prompt-words", type=int, default=45,
+                    help="prompts of 3..N words (default 45)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--parallel", type=int, default=8, help="colibri --parallel")
     ap.add_argument("--ctx", type=int, default=1024)
