@@ -8,7 +8,10 @@ with the same threads. For each concurrency C in ``--levels``, C client threads 
 the other. Per level:
 
 - aggregate tok/s: all generated tokens / the level's wall time;
-- per-request tok/s: median over requests of (tokens - 1) / (last token - first token);
+- per-request tok/s: median over requests of tokens / (request sent -> last token), queue
+  wait and prefill included; first-to-last tok/s: median of (tokens - 1) / (last token -
+  first token), the decode rate as the client sees it (meaningless where a server sends
+  its chunks in bursts: llama-cpp-python's stream of a lone request arrives nearly whole);
 - TTFT p50/p95: request sent to first streamed chunk (queue wait and prefill included);
 - MiB read per generated token: the server process' ``read_bytes`` (/proc/PID/io: what
   came from the disk, O_DIRECT or page faults alike) over the level, per token;
@@ -194,7 +197,7 @@ def one_request(url: str, model: str, text: str, max_tokens: int) -> dict[str, f
         raise RuntimeError("no tokens")
     # min_tokens = max_tokens: exactly max_tokens tokens (chunks are not tokens: llama.cpp's
     # server ends with an empty chunk carrying the finish reason).
-    return {"ttft": times[0] - t0, "tokens": max_tokens,
+    return {"ttft": times[0] - t0, "tokens": max_tokens, "e2e_tok_s": max_tokens / (times[-1] - t0),
             "tok_s": (max_tokens - 1) / (times[-1] - times[0]) if times[-1] > times[0] else 0.0}
 
 
@@ -218,6 +221,7 @@ def run_level(server: Server, model: str, conc: int, args: argparse.Namespace,
         "concurrency": conc, "requests": len(reqs), "tokens": tokens, "wall_s": wall,
         "aggregate_tok_s": tokens / wall,
         "per_request_tok_s": statistics.median(r["tok_s"] for r in reqs),
+        "per_request_e2e_tok_s": statistics.median(r["e2e_tok_s"] for r in reqs),
         "ttft_p50_s": statistics.median(ttft),
         "ttft_p95_s": ttft[min(len(ttft) - 1, round(0.95 * (len(ttft) - 1)))],
         "read_mib_per_token": (r1 - r0) / tokens / 2**20,
@@ -274,15 +278,17 @@ def main() -> int:
                 servers.append({"engine": engine, "repeat": rep, **server.stop()})
     results = []
     for (engine, c), rs in sorted(runs.items()):
-        keys = ["aggregate_tok_s", "per_request_tok_s", "ttft_p50_s", "ttft_p95_s",
+        keys = ["aggregate_tok_s", "per_request_tok_s", "per_request_e2e_tok_s", "ttft_p50_s",
+                "ttft_p95_s",
                 "read_mib_per_token"] + (["rows_per_step", "expert_mib_per_token"]
                                          if engine == "colibri" else [])
         med = {k: statistics.median(r[k] for r in rs) for k in keys}
         results.append({"engine": engine, "concurrency": c, **med, "runs": rs})
-    rows = [(r["engine"], r["concurrency"], r["aggregate_tok_s"], r["per_request_tok_s"],
-             r["ttft_p50_s"], r["ttft_p95_s"], r.get("rows_per_step", "-"),
+    rows = [(r["engine"], r["concurrency"], r["aggregate_tok_s"], r["per_request_e2e_tok_s"],
+             r["per_request_tok_s"], r["ttft_p50_s"], r["ttft_p95_s"], r.get("rows_per_step", "-"),
              r["read_mib_per_token"]) for r in results]
-    print_table(["engine", "streams", "aggregate tok/s", "per-request tok/s", "TTFT p50 s",
+    print_table(["engine", "streams", "aggregate tok/s", "per-request tok/s",
+                 "first-to-last tok/s", "TTFT p50 s",
                  "TTFT p95 s", "rows/step", "MiB read/token"], rows)
     out = write_result("serve_http", {"args": {**vars(args), "model_path": str(path)},
                                       "cgroup_limit": limit, "servers": servers,
