@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import threading
 from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from .request import CallOptions, Request
     from .session import Session
 
-__all__ = ["AsyncMethods", "agenerate_stream", "astream_stream"]
+__all__ = ["AsyncMethods", "agenerate_stream", "astream_stream", "pump_stream"]
 
 # One thread per generation in flight: under continuous batching (colibri.batching) each
 # waits in its forward for the shared step, so the pool must not cap the batch size.
@@ -111,6 +112,80 @@ async def astream_stream(gen: Generator[Chunk, None, None],
             gen.close()  # left early (break / aclose) between steps
 
 
+class _Failed:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+async def pump_stream(gen: Generator[Chunk, None, None],
+                      session: Session) -> AsyncGenerator[Chunk, None]:
+    """:func:`astream_stream` with the generation running ahead of its consumer: ONE
+    worker-thread call drives `gen` to its end, handing each chunk to the event loop
+    through a queue, so the generation samples and submits its next forward right after
+    each one (it never waits for the loop or the client). Under a model's
+    :class:`~colibri.batching.StepBatcher` it is registered (``enter``), so every step
+    waits for its row: the server's path. Cancellation as :func:`astream_stream` (the
+    generation stops after the token in flight, the session is rolled back); leaving
+    early stops it too, keeping its tokens."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[object] = asyncio.Queue()
+    stop = threading.Event()
+    n0 = session.n_tokens
+    had_logits = _has_logits(session)
+    batcher = session._model._batcher
+
+    def put(item: object) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed: nobody is listening any more
+            stop.set()
+
+    def produce() -> None:
+        if batcher is not None:
+            batcher.enter(session)
+        try:
+            for chunk in gen:
+                put(chunk)
+                if stop.is_set():
+                    break
+            else:
+                put(_END)
+        except BaseException as exc:
+            put(_Failed(exc))
+        finally:
+            if batcher is not None:
+                batcher.exit(session)
+            gen.close()  # its bookkeeping (stats, the prompt cache) runs now
+
+    cf = _STEPS.submit(produce)
+    finished = False
+    try:
+        while True:
+            item = await queue.get()
+            if item is _END:
+                finished = True
+                return
+            if isinstance(item, _Failed):
+                finished = True
+                raise item.exc
+            assert isinstance(item, Chunk)
+            yield item
+    except asyncio.CancelledError as cancelled:
+        stop.set()
+        await _settle(cf)
+        finished = True
+        if session.n_tokens > n0:
+            restore = _STEPS.submit(_restore, session, n0, had_logits)
+            await _settle(restore)
+            if restore.exception() is not None:  # the session could not be restored
+                raise restore.exception() from cancelled  # type: ignore[misc]
+        raise
+    finally:
+        if not finished:  # left early (break / aclose)
+            stop.set()
+            await _settle(cf)
+
+
 async def agenerate_stream(gen: Generator[Chunk, None, None], session: Session,
                            result: Mapping[str, Any], prompt_ids: list[int]) -> Generation:
     """:func:`astream_stream` to its end, as a Generation (see generation.collect)."""
@@ -168,4 +243,12 @@ class AsyncMethods:
         ids, request = self._prepare(prompt, messages, dict(options), "astream")
         session, gen = self._start(ids, request, {})
         return astream_stream(gen, session)
+
+    def _apump(self, prompt_ids: Sequence[int], options: Mapping[str, Any],
+               ) -> AsyncGenerator[Chunk, None]:
+        """:meth:`astream` of `prompt_ids` with the generation running ahead of its
+        consumer (:func:`pump_stream`): the server's path."""
+        ids, request = self._prepare(list(prompt_ids), None, dict(options), "astream")
+        session, gen = self._start(ids, request, {})
+        return pump_stream(gen, session)
 

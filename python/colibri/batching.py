@@ -14,12 +14,21 @@ steps: while it is attached to a model (``StepBatcher.attach``), a session's for
 waits for the next step instead of running alone, and a prompt goes in chunks of
 ``step_tokens``, one chunk per step, so it shares the steps with the running decodes
 instead of stalling them for its whole length.
+
+Sampling belongs to the step: a generation driven without pause between its forwards
+(the server's, :func:`colibri.aio.pump_stream`) is registered with :meth:`StepBatcher.enter`;
+after each step the batcher waits for every registered generation of that step to sample
+its row and submit its next forward before it forms the next step (up to ``patience``
+seconds, for a sampler that blocks), so with N generations decoding every step carries N
+rows. The samplers run on the generations' own threads, each on its own logits row, right
+after the batched forward.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -77,26 +86,35 @@ class StepBatcher:
     """Runs the forwards of concurrent generations of one model as batched steps, on a
     thread of its own.
 
-    A step starts when every generation that has :meth:`join`-ed is waiting for its
-    forward, or ``window`` seconds (up to half the last decode step's time, at most 50 ms)
-    after the oldest waiting forward arrived (a generation busy sampling or sending joins
-    the next step). A step takes every waiting decode row
+    A step starts when every generation registered with :meth:`enter` that was in the
+    last step has sampled its row and is waiting for its next forward (at most
+    ``patience`` seconds after the oldest waiting forward arrived), and every generation
+    that has :meth:`join`-ed is waiting for its forward, or ``window`` seconds (up to half
+    the last decode step's time, at most 50 ms) after the oldest waiting forward arrived
+    (a new generation still setting up joins the next step). A step takes every waiting
+    decode row
     and prompt chunks up to ``step_tokens`` tokens in all (at least one chunk), at most
     ``max_rows`` rows. Forwards of sessions that never joined (a prompt-cache refresh) are
     served too, in the next step."""
 
     def __init__(self, *, step_tokens: int = 256, window: float = 0.004,
-                 max_rows: int = 64) -> None:
-        if step_tokens < 1 or window < 0 or max_rows < 1:
-            raise ValueError("step_tokens and max_rows must be >= 1, window >= 0")
+                 max_rows: int = 64, patience: float = 1.0, record: bool = False) -> None:
+        if step_tokens < 1 or window < 0 or max_rows < 1 or patience < 0:
+            raise ValueError("step_tokens and max_rows must be >= 1, window and patience >= 0")
         self.step_tokens = step_tokens
         self.window = window
         self.max_rows = max_rows
+        self.patience = patience
         self.steps = 0  # batched forwards run
         self.rows = 0  # rows in them (steps / rows: the mean batch size)
+        self.row_counts: Counter[int] = Counter()  # rows in a step -> steps with that many
+        # With `record`: the sessions (id()) of each step, in order (tests).
+        self.history: list[tuple[int, ...]] | None = [] if record else None
         self._cond = threading.Condition()
         self._pending: list[_Row] = []
         self._active = 0
+        self._looping: set[int] = set()  # sessions of entered generations (id())
+        self._expect: set[int] = set()  # of those, the ones sampling after the last step
         self._stopped = False
         self._thread: threading.Thread | None = None
         self._model: Model | None = None
@@ -134,6 +152,23 @@ class StepBatcher:
     def leave(self) -> None:
         with self._cond:
             self._active = max(0, self._active - 1)
+            self._cond.notify_all()
+
+    def enter(self, session: Session) -> None:
+        """A generation on `session` runs its decode loop without pause (it samples and
+        submits its next forward right after each step, never waiting for a consumer):
+        :meth:`join`, and from its next step on, steps wait for its row."""
+        with self._cond:
+            self._active += 1
+            self._looping.add(id(session))
+
+    def exit(self, session: Session) -> None:
+        """The generation on `session` has made its last forward: steps stop waiting
+        (:meth:`leave`)."""
+        with self._cond:
+            self._active = max(0, self._active - 1)
+            self._looping.discard(id(session))
+            self._expect.discard(id(session))
             self._cond.notify_all()
 
     @property
@@ -197,13 +232,20 @@ class StepBatcher:
                     self._cond.wait()
                 if not self._pending:
                     return  # stopped, nothing waiting
-                deadline = self._pending[0].submitted + self._window()
-                while not self._stopped and len(self._pending) < self._active:
-                    left = deadline - time.monotonic()
+                first = self._pending[0].submitted
+                while not self._stopped:
+                    if self._expect - {id(r.session) for r in self._pending}:
+                        left = first + self.patience  # a generation sampling its row
+                    elif len(self._pending) < self._active:
+                        left = first + self._window()  # one setting up
+                    else:
+                        break
+                    left -= time.monotonic()
                     if left <= 0:
                         break
                     self._cond.wait(left)
                 batch = self._take()
+                self._expect.difference_update(id(r.session) for r in batch)
             self._step(batch)
 
     def _window(self) -> float:
@@ -243,6 +285,9 @@ class StepBatcher:
                 r.result = out
             self.steps += 1
             self.rows += len(batch)
+            self.row_counts[len(batch)] += 1
+            if self.history is not None:
+                self.history.append(tuple(id(r.session) for r in batch))
         except BaseException as exc:
             if len(batch) == 1:
                 batch[0].error = exc
@@ -257,5 +302,8 @@ class StepBatcher:
         finally:
             if all(len(r.ids) == 1 for r in batch):  # decode steps set the window
                 self._last_step = time.monotonic() - t0
+            with self._cond:  # before they wake: the next step waits for their next rows
+                self._expect.update(key for r in batch
+                                    if (key := id(r.session)) in self._looping)
             for r in batch:
                 r.done.set()

@@ -51,6 +51,11 @@ def add_serve_parser(sub: Any, engine_flags: Callable[[argparse.ArgumentParser],
     g.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="at shutdown, how long running requests may take to finish "
                         "(default 30)")
+    g.add_argument("--kv-budget", metavar="SIZE",
+                   help="KV bytes all running requests may reserve (each its prompt + "
+                        "max_tokens positions); a request that does not fit waits in the "
+                        "queue (default: what --ram-budget holds beside the expert cache; "
+                        "more is taken from the expert cache)")
     g.add_argument("--prompt-cache", metavar="SIZE",
                    help="keep the KV state of recent requests (e.g. 512MiB) so a chat's "
                         "next turn prefills only its new tokens (default: off)")
@@ -72,7 +77,9 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
             "pip install 'colibri[server]'"
         ) from exc
     from ..config import EngineConfig
+    from ..errors import ColibriError
     from ..model import Model
+    from ..sizes import format_bytes, parse_bytes
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"argument --port: {args.port} is not a port (0..65535)")
@@ -87,6 +94,14 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
         except OSError as exc:
             raise UsageError(f"argument --chat-template: cannot read {args.chat_template}: "
                              f"{exc.strerror}") from None
+    kv_budget = None
+    if args.kv_budget is not None:
+        try:
+            kv_budget = parse_bytes(args.kv_budget)
+        except (ValueError, ColibriError) as exc:
+            raise UsageError(f"argument --kv-budget: {exc}") from None
+        if kv_budget < 1:
+            raise UsageError("argument --kv-budget: must be at least 1 byte")
     engine: EngineConfig = engine_from_args(args)
     if args.prompt_cache is not None:
         engine = engine.replace(prompt_cache=args.prompt_cache)
@@ -101,7 +116,8 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
                      api_key=api_key or None,
                      chat_template=template, max_queue=args.max_queue,
                      max_running=args.parallel, timeout=timeout,
-                     close_model=True, drain_timeout=args.shutdown_timeout)
+                     close_model=True, drain_timeout=args.shutdown_timeout,
+                     kv_budget=kv_budget)
     scheduler = app.state.colibri.scheduler
     name = app.state.colibri.model_name
 
@@ -112,6 +128,7 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
                 host, port = self.servers[0].sockets[0].getsockname()[:2]
                 err.write(f"colibri: serving {name} at http://{host}:{port}/v1 "
                           f"(context {model.context_length}, {args.parallel} slots, "
+                          f"KV budget {format_bytes(scheduler.kv_budget)}, "
                           f"queue {args.max_queue})\n")
                 err.flush()
 

@@ -24,6 +24,7 @@ from ..chat import ChatTemplate
 from ..model import Model
 from . import routes_anthropic, routes_openai
 from .errors import ApiError
+from .memory import slot_kv_budget
 from .metrics import Metrics, render
 from .scheduler import Scheduler
 from .state import ServerState, state
@@ -88,6 +89,7 @@ def create_app(
     retry_after: int = 1,
     close_model: bool = False,
     drain_timeout: float = 30.0,
+    kv_budget: int | None = None,
 ) -> FastAPI:
     """The server for `model`, served as `model_name` (default ``model.name``; requests
     may also name it by one of `aliases`).
@@ -96,13 +98,17 @@ def create_app(
     the model's own template (e.g. one that renders tools). ``max_running``: requests
     generating at once, batched into shared forwards (continuous batching,
     docs/serving.md); ``max_queue``: requests that may wait for a slot beyond them; more
-    get 429 with ``Retry-After: retry_after``. ``timeout``: seconds a request may
+    get 429 with ``Retry-After: retry_after``. ``kv_budget``: bytes of KV state the
+    running requests may reserve (default: what the RAM budget holds beside the expert
+    cache; more is taken from the expert cache: colibri.server.memory); a request whose
+    reservation does not fit waits in the queue. ``timeout``: seconds a request may
     take, queue wait included (None: no limit). At shutdown new requests get 503, running
     and queued ones finish (up to ``drain_timeout`` s), and the model is closed if
     ``close_model``."""
     metrics = Metrics()
     scheduler = Scheduler(model, metrics, max_queue=max_queue, max_running=max_running,
                           timeout=timeout, retry_after=retry_after)
+    scheduler.kv_budget = slot_kv_budget(model, max_running, kv_budget)
     template = (ChatTemplate(chat_template, bos_token=model.tokenizer.bos_token,
                              eos_token=model.tokenizer.eos_token, name="--chat-template")
                 if chat_template is not None else model.chat_template)

@@ -62,6 +62,7 @@ class Metrics:
         self.rejected_total = 0  # 429: the queue was full
         self.cancelled_total = 0  # the client went away mid-request
         self.timeouts_total = 0
+        self.kv_waits_total = 0  # requests that waited for KV room with a slot free
         self.ttft = Histogram(TTFT_BUCKETS)
 
     def count_request(self, route: str, status: int) -> None:
@@ -96,6 +97,14 @@ def render(metrics: Metrics, scheduler: Scheduler, model: Model) -> str:
             "Slots: requests that may generate at once.", scheduler.max_running)
     _metric(out, "colibri_max_queue_depth", "gauge", "Queue places beyond the slots.",
             scheduler.max_queue)
+    _metric(out, "colibri_kv_budget_bytes", "gauge",
+            "KV bytes all running requests may reserve (--kv-budget).", scheduler.kv_budget)
+    _metric(out, "colibri_kv_reserved_bytes", "gauge",
+            "KV bytes reserved by the running requests (prompt + max_tokens positions).",
+            scheduler.kv_reserved)
+    _metric(out, "colibri_kv_waits_total", "counter",
+            "Requests that waited in the queue for KV room while a slot was free.",
+            m.kv_waits_total)
     b = scheduler.batcher
     _metric(out, "colibri_batch_steps_total", "counter",
             "Batched forwards run (continuous batching; 0 with one slot).",
@@ -115,6 +124,17 @@ def render(metrics: Metrics, scheduler: Scheduler, model: Model) -> str:
             "Requests that ran past their timeout.", m.timeouts_total)
     _metric(out, "colibri_prompt_tokens_total", "counter", "Prompt tokens of generations.",
             m.prompt_tokens_total)
+    pc = model.prompt_cache.stats()
+    _metric(out, "colibri_prefill_tokens_total", "counter",
+            "Prompt tokens prefilled (the prompt tokens less those the prompt cache reused).",
+            m.prompt_tokens_total - pc.reused_tokens)
+    _metric(out, "colibri_prompt_cache_hits_total", "counter",
+            "Generations that reused a cached prompt prefix (--prompt-cache).", pc.hits)
+    _metric(out, "colibri_prompt_cache_reused_tokens_total", "counter",
+            "Prompt tokens not prefilled because the prompt cache held them.",
+            pc.reused_tokens)
+    _metric(out, "colibri_prompt_cache_bytes", "gauge",
+            "KV bytes the prompt cache holds.", pc.bytes)
     _metric(out, "colibri_generated_tokens_total", "counter", "Tokens generated.",
             m.generated_tokens_total)
     _metric(out, "colibri_decode_tokens_total", "counter",

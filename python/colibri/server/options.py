@@ -44,6 +44,12 @@ class Plan:
     tool_format: str | None = None  # "hermes": parse tool calls out of the text
     stop: tuple[str, ...] = ()
 
+    @property
+    def positions(self) -> int:
+        """KV positions a sample may fill: the prompt and max_tokens (the scheduler caps
+        it at the context)."""
+        return len(self.prompt_ids) + int(self.options["max_tokens"])
+
     def sample_options(self, i: int) -> dict[str, Any]:
         opts = dict(self.options)
         opts["sampling"] = opts["sampling"].replace(seed=self.seeds[i])

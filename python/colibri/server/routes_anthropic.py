@@ -126,7 +126,7 @@ async def messages(req: MessagesRequest, request: Request) -> Response:
     st = state(request)
     st.check_model(req.model)
     p = _plan(st, req)
-    ticket = st.scheduler.admit()
+    ticket = st.scheduler.admit(positions=p.positions)
     if req.stream:
         return EventStream(_events(st, p, ticket), on_close=ticket.release)
     return DeferredJSON(lambda: answer(_body(st, p, ticket), anthropic=True),

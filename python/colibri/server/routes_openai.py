@@ -64,7 +64,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request) -> Resp
     st = state(request)
     st.check_model(req.model)
     p = chat_plan(st.model, st.template, req)
-    ticket = st.scheduler.admit()
+    ticket = st.scheduler.admit(positions=p.positions)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     frames = _chat_frames(st, p, ticket, include_usage) if req.stream else None
     return _respond(ticket, req.stream, frames, lambda: _chat_body(st, p, ticket))
@@ -180,7 +180,7 @@ async def completions(req: CompletionRequest, request: Request) -> Response:
     st = state(request)
     st.check_model(req.model)
     p = _completion_plan(st, req)
-    ticket = st.scheduler.admit()
+    ticket = st.scheduler.admit(positions=p.positions)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     frames = _completion_frames(st, p, ticket, include_usage) if req.stream else None
     return _respond(ticket, req.stream, frames, lambda: _completion_body(st, p, ticket))

@@ -3,20 +3,25 @@
 A request is admitted into a bounded queue (:meth:`Scheduler.admit` raises
 :class:`~colibri.server.errors.QueueFull`, a 429, when ``max_running + max_queue``
 requests are already in), waits for one of ``max_running`` slots, then streams its tokens
-from ``Model.astream``: its own session, sampler, stop strings and constraints. A
+from ``Model.astream`` (run ahead of its consumer: colibri.aio.pump_stream): its own
+session, sampler, stop strings and constraints. A
 request's ``n`` samples run one after the other in its slot.
 
 Continuous batching: with ``max_running > 1`` the scheduler attaches a
 :class:`~colibri.batching.StepBatcher` to the model, so the forwards of every running
 generation go through shared steps: one batched forward per step advances every running
 sequence by a token (each weight, and each routed expert the step's rows need, read once
-for all of them), a new request's prompt goes in chunks of ``step_tokens`` between the
+for all of them; each generation samples its row right after the step, and the next step
+waits for it), a new request's prompt goes in chunks of ``step_tokens`` between the
 decodes, and requests join and leave between steps. A row's logits do not depend on the
 batch (DESIGN principle 1), so a greedy request gives the same tokens alone or under load.
 
 Memory: each slot holds one session, whose KV cache grows with its tokens up to the
-context length; ``max_running`` bounds the KV state of all running requests (the others
-wait in the queue, beyond it they get 429).
+context length. A request reserves the KV bytes of the positions it may fill (its prompt
+plus ``max_tokens``, at most the context) when it starts; it starts only when a slot is
+free AND the reservations of the running requests plus its own fit ``kv_budget`` (a
+request needing more than the whole budget runs alone). Otherwise it waits in the queue,
+in arrival order (beyond the queue: 429), and never oversubscribes the KV memory.
 
 Cancellation: a ticket's consumer being cancelled (the client disconnected) raises
 CancelledError inside ``astream``, which stops between tokens and rolls its session back
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -43,14 +49,18 @@ class Scheduler:
     """Admits requests into a bounded queue and runs ``max_running`` generations at a time
     on ``model``, batched into shared steps when there are several (see the module's
     docstring). ``step_tokens``: prompt tokens per step; ``step_window``: seconds a step
-    waits for a running generation that is not ready yet."""
+    waits for a running generation that is not ready yet. ``kv_budget``: bytes of KV
+    state all running requests may reserve (default: ``max_running`` sessions at the full
+    context, i.e. no limit beyond the slots)."""
 
     def __init__(self, model: Model, metrics: Metrics | None = None, *, max_queue: int = 16,
                  max_running: int = 1, timeout: float | None = 600.0,
                  retry_after: int = 1, step_tokens: int = 256,
-                 step_window: float = 0.004) -> None:
+                 step_window: float = 0.004, kv_budget: int | None = None) -> None:
         if max_queue < 0 or max_running < 1:
             raise ValueError("max_queue must be >= 0 and max_running >= 1")
+        if kv_budget is not None and kv_budget < 1:
+            raise ValueError("kv_budget must be >= 1 byte")
         self.model = model
         self.metrics = metrics if metrics is not None else Metrics()
         self.max_queue = max_queue
@@ -60,8 +70,11 @@ class Scheduler:
         self.waiting = 0  # admitted, waiting for a slot
         self.running = 0  # holding a slot
         self.draining = False  # set at shutdown: new requests get 503
-        self._slots: asyncio.Semaphore | None = None
-        self._idle: asyncio.Event | None = None
+        self.kv_position_bytes = kv_position_bytes(model)
+        self.kv_budget = (kv_budget if kv_budget is not None
+                          else max_running * model.context_length * self.kv_position_bytes)
+        self.kv_reserved = 0  # bytes reserved by the running requests
+        self._queue: deque[Ticket] = deque()  # tickets waiting in __aenter__, in order
         self.batcher: StepBatcher | None = None
         if max_running > 1 and model._batcher is None:
             self.batcher = StepBatcher(step_tokens=step_tokens, window=step_window,
@@ -73,21 +86,37 @@ class Scheduler:
         if self.batcher is not None:
             self.batcher.detach()
 
-    def _semaphore(self) -> asyncio.Semaphore:
-        if self._slots is None:  # made in the server's event loop
-            self._slots = asyncio.Semaphore(self.max_running)
-        return self._slots
-
-    def admit(self, timeout: float | None = None) -> Ticket:
+    def admit(self, timeout: float | None = None, positions: int | None = None) -> Ticket:
         """A place in the queue, or QueueFull (429) / ShuttingDown (503) at once.
-        ``timeout`` (seconds, default the scheduler's) bounds queue wait plus generation."""
+        ``timeout`` (seconds, default the scheduler's) bounds queue wait plus generation;
+        ``positions``: the KV positions the request may fill (prompt + max_tokens; default
+        and at most the context length)."""
         if self.draining:
             raise ShuttingDown(self.retry_after)
         if self.waiting + self.running >= self.max_running + self.max_queue:
             self.metrics.rejected_total += 1
             raise QueueFull(self.waiting, self.retry_after)
         self.waiting += 1
-        return Ticket(self, self.timeout if timeout is None else timeout)
+        n = self.model.context_length if positions is None else max(1, positions)
+        kv = min(n, self.model.context_length) * self.kv_position_bytes
+        return Ticket(self, self.timeout if timeout is None else timeout, kv)
+
+    def _dispatch(self) -> None:
+        """Starts the queued tickets at the head of the queue while a slot is free and
+        their KV reservation fits (in the event loop's thread: no lock needed)."""
+        while self._queue and self.running < self.max_running:
+            t = self._queue[0]
+            if self.running and self.kv_reserved + t.kv > self.kv_budget:
+                if not t._kv_wait_counted:
+                    self.metrics.kv_waits_total += 1
+                    t._kv_wait_counted = True
+                return  # waits for KV room, and so does everyone behind it (FIFO)
+            self._queue.popleft()
+            self.waiting -= 1
+            self.running += 1
+            self.kv_reserved += t.kv
+            t._state = "running"
+            t._go.set()
 
     async def drain(self) -> None:
         """Refuses new requests and waits until the admitted ones have finished."""
@@ -96,14 +125,28 @@ class Scheduler:
             await asyncio.sleep(0.05)
 
 
+def kv_position_bytes(model: Model) -> int:
+    """KV bytes one position of a session takes (every layer's keys and values at the
+    model's KV type): the budget plan's one session at the full context, per position."""
+    mem = model.stats().memory
+    if mem is not None and mem.kv_bytes > 0:
+        return max(1, -(-mem.kv_bytes // model.context_length))
+    s = model.session()  # no plan: measure a session's allocation for one position
+    s.forward([0])
+    return max(1, s.kv_bytes)
+
+
 class Ticket:
     """One admitted request: ``async with ticket:`` waits for a slot (within the deadline)
     and frees it at exit; :meth:`stream` runs one generation in it. :meth:`release` frees
     the queue place of a ticket that never ran (a client gone before its turn)."""
 
-    def __init__(self, scheduler: Scheduler, timeout: float | None) -> None:
+    def __init__(self, scheduler: Scheduler, timeout: float | None, kv: int = 0) -> None:
         self._s = scheduler
         self.timeout = timeout
+        self.kv = kv  # KV bytes it reserves while running
+        self._go = asyncio.Event()
+        self._kv_wait_counted = False
         self.admitted = time.perf_counter()
         self.deadline = None if timeout is None else self.admitted + timeout
         self._state = "queued"  # -> "running" -> "done"
@@ -116,8 +159,12 @@ class Ticket:
 
     async def __aenter__(self) -> Ticket:
         s = self._s
+        if self._state != "queued":
+            raise RuntimeError("a ticket runs once")
+        s._queue.append(self)
+        s._dispatch()
         try:
-            await asyncio.wait_for(s._semaphore().acquire(), self._left())
+            await asyncio.wait_for(self._go.wait(), self._left())
         except asyncio.TimeoutError:
             self.release()
             s.metrics.timeouts_total += 1
@@ -125,9 +172,6 @@ class Ticket:
         except BaseException:
             self.release()
             raise
-        s.waiting -= 1
-        s.running += 1
-        self._state = "running"
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -139,10 +183,13 @@ class Ticket:
         s = self._s
         if self._state == "queued":
             s.waiting -= 1
+            if self in s._queue:
+                s._queue.remove(self)
         elif self._state == "running":
             s.running -= 1
-            s._semaphore().release()
+            s.kv_reserved -= self.kv
         self._state = "done"
+        s._dispatch()
 
     async def stream(self, prompt_ids: Sequence[int], options: Mapping[str, Any],
                      ) -> AsyncIterator[Chunk]:
@@ -152,12 +199,12 @@ class Ticket:
             raise RuntimeError("Ticket.stream needs the slot: use `async with ticket:` first")
         m = self._s.metrics
         m.prompt_tokens_total += len(prompt_ids)
-        chunks = self._s.model.astream(list(prompt_ids), **options)
+        # The generation runs ahead on its own thread (colibri.aio.pump_stream): it samples
+        # each token right after its step and submits the next forward at once, and the
+        # steps wait for it, so every running request is in every step.
+        chunks = self._s.model._apump(prompt_ids, options)
         t_first = None
         n = 0
-        batcher = self._s.batcher
-        if batcher is not None:
-            batcher.join()  # steps now wait (a few ms at most) for this one's forwards
         try:
             while True:
                 try:
@@ -181,8 +228,6 @@ class Ticket:
             m.cancelled_total += 1
             raise
         finally:
-            if batcher is not None:
-                batcher.leave()
             await chunks.aclose()
             if t_first is not None and n > 1:
                 seconds = time.perf_counter() - t_first
