@@ -9,12 +9,18 @@ kernel and stream its experts bit-identically to resident (tests/test_streaming.
 Q4_K_M and Q2_K files through its settings), and match llama.cpp's logits on the same file.
 
 Tolerance, measured: random weights make this model sensitive to rounding (colibri's own
-int8 and float32 logits differ by up to 20 % of the largest logit), and colibri and
-llama.cpp already differ on the Q4_0 source file, whose kernels both engines have had for
-long: median per-position relative RMS 1.9 %, correlation 0.9985, argmax 100 % on 64
-tokens. On the K-quant files the same measures were 1.9-2.4 %, >= 0.998 and 95-100 %. So
-each K-quant file must be as close to llama.cpp as the Q4_0 file is, within 1.5x, with a
-correlation of at least 0.995 and 90 % argmax agreement.
+int8 and float32 logits differ by up to 20 % of the largest logit). When the test was
+written colibri and llama.cpp differed on the Q4_0 source file by a median per-position
+relative RMS of 1.9 % (correlation 0.9985, argmax 100 % on 64 tokens), and on the K-quant
+files by 1.9-2.4 %, >= 0.998 and 95-100 %. Since the Q4_0 prefill tiles (issue 9) colibri
+runs the Q4_0 file with llama.cpp's own Q8_0 integer arithmetic, so that file now agrees
+unusually closely (1.3 %) while the K-quant files measure what they always did (1.9-2.4 %):
+the Q4_0 figure alone is no longer the engines' noise floor. Each file's floor is the
+larger of the Q4_0 figure and the distance from colibri with float32 activations (no int8
+kernel involved) to llama.cpp on that file, i.e. how far llama.cpp's own activation
+rounding moves this model's logits: 1.7-2.9 % measured (2026-12-02), capped at 4 % so a
+weight bug cannot raise its own bound. A K-quant file must be within 1.5x of its floor,
+with a correlation of at least 0.995 and 90 % argmax agreement.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ TYPES = {
     "Q6_K": {"F32", "Q6_K", "Q8_0"},
 }
 RATIO = 1.5
+MAX_FLOOR = 0.04  # measured 0.017-0.029 (docstring); a floor above it is a bug, not noise
 
 
 def _synthetic_moe() -> ModuleType:
@@ -68,8 +75,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 IDS = [int(i) for i in np.random.default_rng(0).integers(0, 256, 64)]
 
 
-def _colibri(path: Path) -> np.ndarray:
-    with colibri.Model.load(path, engine=colibri.EngineConfig(context_length=128)) as m:
+def _colibri(path: Path, precision: str = "int8") -> np.ndarray:
+    engine = colibri.EngineConfig(context_length=128, activation_precision=precision)
+    with colibri.Model.load(path, engine=engine) as m:
         return np.asarray(m.session().forward(IDS, all_logits=True))
 
 
@@ -109,12 +117,17 @@ def test_matches_llama_cpp_like_q4_0_does(
     ours = _colibri(files[mix])
     assert np.isfinite(ours).all()
     rms, corr, agree = _distance(ours, _llama(files[mix]))
+    # colibri with float32 activations (no int8 kernel involved) against llama.cpp: how far
+    # llama.cpp's own activation rounding moves this model's logits.
+    f32, _, _ = _distance(_colibri(files[mix], "float32"), _llama(files[mix]))
+    floor = max(baseline, f32)
     report = (
-        f"{mix}: rel RMS {rms:.4f} (Q4_0 baseline {baseline:.4f}), corr {corr:.4f}, "
-        f"argmax {agree:.3f}"
+        f"{mix}: rel RMS {rms:.4f} (Q4_0 baseline {baseline:.4f}, colibri float32 vs "
+        f"llama.cpp {f32:.4f}), corr {corr:.4f}, argmax {agree:.3f}"
     )
     print(report)
-    assert rms <= RATIO * baseline, report
+    assert f32 <= MAX_FLOOR, report  # a weight-layout bug would show here first
+    assert rms <= RATIO * floor, report
     assert corr >= 0.995 and agree >= 0.9, report
     # two threads: the same bits
     with colibri.Model.load(
