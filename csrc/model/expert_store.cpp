@@ -39,6 +39,7 @@ ExpertStore::ExpertStore(int64_t n_layers, int64_t n_experts, std::vector<Expert
   verified_.assign(static_cast<std::size_t>(n_keys), 0);
   route_counts_.assign(static_cast<std::size_t>(n_keys), 0);
   predicted_.resize(static_cast<std::size_t>(n_layers));
+  candidates_.resize(static_cast<std::size_t>(n_layers));
   for (auto& src : experts) {
     if (src.layer < 0 || src.layer >= n_layers || src.expert < 0 || src.expert >= n_experts)
       fail(ErrorKind::Format, "expert " + std::to_string(src.expert) + " of layer " + std::to_string(src.layer) +
@@ -187,6 +188,8 @@ void ExpertStore::configure(const StoreSettings& settings) {
   slots_.assign(static_cast<std::size_t>(n_slots), Slot{});
   loading_.clear();
   for (auto& p : predicted_) p.clear();
+  for (auto& c : candidates_) c.clear();
+  governor_.reset();
   set_pins(pins_);
 }
 
@@ -382,11 +385,33 @@ void ExpertStore::release(int64_t layer, int64_t expert) {
 void ExpertStore::prefetch(int64_t layer, const std::vector<int32_t>& predicted) {
   if (layer < 0 || layer >= n_layers_ || slots_.empty()) return;
   auto& pred = predicted_[static_cast<std::size_t>(layer)];
+  auto& cand = candidates_[static_cast<std::size_t>(layer)];
   pred.clear();
+  cand.clear();
+  prefetch_queue_.clear();
+  prefetch_next_ = 0;
+  prefetch_layer_ = layer;
   for (int32_t e : predicted) {
     const int64_t k = key(layer, e);
     pred.push_back(k);
     if (!layouts_[static_cast<std::size_t>(k)] || cache_.find(k) >= 0) continue;
+    cand.push_back(k);
+    ++stats_.prefetch_candidates;
+    if (governor_.active()) prefetch_queue_.push_back(k);
+    else ++stats_.prefetch_suppressed;  // still scored at settle: how prefetch comes back on
+  }
+  pump_prefetch();
+}
+
+void ExpertStore::pump_prefetch() {
+  // Idle I/O capacity: fewer reads queued or running than workers (the measured depth).
+  // Demand reads were submitted before this and go first anyway (ReadQueue); this keeps
+  // guesses from filling the device's queue while the compute may still need it.
+  const std::size_t depth = static_cast<std::size_t>(pool_ ? pool_->workers() : 0);
+  while (prefetch_next_ < prefetch_queue_.size()) {
+    if (depth > 0 && pool_->in_flight() >= depth) return;
+    const int64_t k = prefetch_queue_[prefetch_next_++];
+    if (cache_.find(k) >= 0) continue;
     int64_t evicted = -1;
     const int32_t s = cache_.insert(k, &evicted, /*speculative=*/true);
     if (s < 0) continue;  // no room without evicting something in use: skip, never block
@@ -398,6 +423,22 @@ void ExpertStore::prefetch(int64_t layer, const std::vector<int32_t>& predicted)
 
 void ExpertStore::settle(int64_t layer, const std::vector<int32_t>& routed) {
   reap();
+  if (prefetch_layer_ == layer) {  // candidates that never found idle capacity
+    stats_.prefetch_throttled += prefetch_queue_.size() - prefetch_next_;
+    prefetch_queue_.clear();
+    prefetch_next_ = 0;
+    prefetch_layer_ = -1;
+  }
+  auto& cand = candidates_[static_cast<std::size_t>(layer)];
+  for (int64_t k : cand) {
+    const bool used = std::find(routed.begin(), routed.end(), static_cast<int32_t>(k % n_experts_)) != routed.end();
+    if (used) ++stats_.prefetch_candidates_used;
+    const bool was_active = governor_.active();
+    governor_.record(used);
+    if (was_active && !governor_.active()) ++stats_.prefetch_switched_off;
+    if (!was_active && governor_.active()) ++stats_.prefetch_switched_on;
+  }
+  cand.clear();
   auto& pred = predicted_[static_cast<std::size_t>(layer)];
   if (pred.empty()) return;
   stats_.routed_after_prediction += routed.size();
@@ -439,6 +480,10 @@ void ExpertStore::abort() noexcept {
   }
   cache_.clear_holds();
   for (auto& p : predicted_) p.clear();
+  for (auto& c : candidates_) c.clear();
+  prefetch_queue_.clear();
+  prefetch_next_ = 0;
+  prefetch_layer_ = -1;
   for (auto& slot : slots_) slot.prefetched = false;
 }
 

@@ -66,6 +66,7 @@ from .streaming import (
     phase_times,
     pin_order,
     plan_store,
+    prefetch_state_name,
     session_kv_type,
     store_settings,
     wait_policy_name,
@@ -103,6 +104,7 @@ class ModelStats(Displayable):
     experts: ExpertStats = field(default_factory=ExpertStats)
     phases: PhaseTimes = field(default_factory=PhaseTimes)
     wait_policy: str = ""  # in effect now: "spin", "passive", "hybrid" or "auto (passive)"...
+    prefetch: str = ""  # the lookahead now: "off", "on (accuracy 74%)", "paused (...)"
     # Speculative decoding summed over every generation that drafted (None: none did).
     spec: SpecStats | None = None
 
@@ -420,6 +422,7 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
                     if self._plan is not None else None),
             experts=expert_stats(core), phases=phase_times(core),
             wait_policy=wait_policy_name(core), spec=self._spec_total,
+            prefetch=prefetch_state_name(core, self._engine_config.io.prefetch),
         )  # fmt: skip
 
     def reset_stats(self) -> None:
