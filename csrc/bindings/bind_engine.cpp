@@ -262,6 +262,16 @@ void bind_engine(py::module_& m) {
           },
           py::arg("fault"))
       .def_property_readonly("auto_wait_policy", &Engine::auto_wait_policy)
+      .def_property_readonly("io_workers", [](const Engine& e) { return e.store().io_workers(); },
+                             "Expert-read workers (reads in flight) in use.")
+      .def_property_readonly(
+          "io_depth_curve",
+          [](const Engine& e) {
+            std::vector<std::pair<int, double>> out;
+            for (const auto& s : e.store().depth_curve()) out.emplace_back(s.depth, s.gbps);
+            return out;
+          },
+          "workers=auto: (reads in flight, GB/s) measured at configure; empty otherwise.")
       .def_property_readonly("prefetch_active", [](const Engine& e) { return e.store().prefetch_active(); },
                              "Whether the prefetch governor has the lookahead's reads on now.")
       .def_property_readonly("prefetch_accuracy", [](const Engine& e) { return e.store().prefetch_accuracy(); },

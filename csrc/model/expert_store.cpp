@@ -162,7 +162,11 @@ void ExpertStore::configure(const StoreSettings& settings) {
                                            " bytes holds no expert: one needs " + std::to_string(slot_bytes_) +
                                            " bytes");
   }
-  auto pool = std::make_unique<ReadPool>(files_, settings.workers, settings.direct, fault_);  // may throw: nothing changed yet
+  if (settings.workers != kAutoWorkers && (settings.workers < 0 || settings.workers > kMaxIoWorkers))
+    fail(ErrorKind::InvalidArgument, "I/O workers must be in [0, " + std::to_string(kMaxIoWorkers) + "] or auto");
+  const bool auto_workers = settings.workers == kAutoWorkers;
+  // may throw: nothing changed yet. Auto starts with 2 and measures below.
+  auto pool = std::make_unique<ReadPool>(files_, auto_workers ? 2 : settings.workers, settings.direct, fault_);
   abort();
   if (pool_) add_pool(stats_, pool_->stats(), pool_base_);
   pool_ = std::move(pool);
@@ -191,6 +195,41 @@ void ExpertStore::configure(const StoreSettings& settings) {
   for (auto& c : candidates_) c.clear();
   governor_.reset();
   set_pins(pins_);
+  depth_curve_.clear();
+  if (auto_workers && n_slots > 0) measure_workers();
+}
+
+// workers = auto: time cold reads of this model's own experts into the cache's own slots
+// (still empty) at 1, 2, 4, 8 reads in flight, twice in opposite orders (best of the two
+// per depth: a shared disk has slow moments), and keep the knee as the worker count.
+// About 4 x 2 x 24 MiB: a fraction of a second on a disk that streams a model.
+void ExpertStore::measure_workers() {
+  constexpr uint64_t kBytesPerDepth = 24ull << 20;
+  std::vector<int> depths;
+  for (int d : {1, 2, 4, 8})
+    if (d <= cache_.slots()) depths.push_back(d);
+  std::vector<uint8_t*> slabs;
+  for (int i = 0; i < depths.back(); ++i) slabs.push_back(arena_ + static_cast<std::size_t>(i) * slot_bytes_);
+  // Reads spread over the model (a fixed stride through the keys), each expert's first read.
+  std::vector<Extent> extents;
+  const std::size_t n = layouts_.size();
+  const std::size_t stride = 7919;  // a prime: visits every key once when n is not a multiple
+  for (std::size_t i = 0, k = 0; i < n; ++i, k = (k + stride) % n)
+    if (layouts_[k]) extents.push_back(layouts_[k]->reads.front().extent);
+  const uint64_t per_depth = std::min<uint64_t>(kBytesPerDepth, expert_bytes_);
+  std::vector<DepthSample> a = measure_depth_curve(files_, settings_.direct, extents, slabs, slot_bytes_, depths, per_depth);
+  std::vector<int> reversed(depths.rbegin(), depths.rend());
+  std::vector<DepthSample> b = measure_depth_curve(files_, settings_.direct, extents, slabs, slot_bytes_, reversed, per_depth);
+  for (auto& s : a)
+    for (const auto& t : b)
+      if (t.depth == s.depth) s.gbps = std::max(s.gbps, t.gbps);
+  depth_curve_ = a;
+  const int workers = knee_depth(depth_curve_);
+  if (workers != pool_->workers()) {
+    pool_ = std::make_unique<ReadPool>(files_, workers, settings_.direct, fault_);
+    pool_base_ = ReadPoolStats{};
+    take_stamps();
+  }
 }
 
 void ExpertStore::set_pins(const std::vector<int64_t>& keys) {

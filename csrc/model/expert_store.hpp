@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "io/depth_curve.hpp"
 #include "io/read_pool.hpp"
 #include "model/expert_cache.hpp"
 #include "model/matmul.hpp"
@@ -43,9 +44,12 @@ enum class ChecksumMode : int {
   Always = 2,  // verify every read
 };
 
+constexpr int kAutoWorkers = -1;
+
 struct StoreSettings {
   int64_t cache_bytes = 0;  // slots = cache_bytes / slot_bytes (at least 1 is needed)
-  int workers = 2;          // I/O threads; 0 = synchronous reads on the compute thread
+  int workers = 2;          // I/O threads; 0 = synchronous reads on the compute thread;
+                            // kAutoWorkers = the knee of a queue-depth curve measured at configure
   bool direct = true;       // O_DIRECT with fallback to buffered reads
   bool prefetch = true;     // lookahead: next layer's router on this layer's input
   CachePolicy policy = CachePolicy::Lfru;
@@ -100,6 +104,9 @@ class ExpertStore {
   int32_t cached() const { return cache_.cached_count(); }
   int32_t pinned() const { return cache_.pinned_count(); }
   const StoreSettings& settings() const { return settings_; }
+  int io_workers() const { return pool_ ? pool_->workers() : 0; }  // reads in flight (workers)
+  // workers = auto: the curve measured at configure (empty otherwise).
+  const std::vector<DepthSample>& depth_curve() const { return depth_curve_; }
 
   // (Re)builds the cache and the I/O pool. Drops every cached expert. Not during a forward.
   void configure(const StoreSettings& settings);
@@ -196,6 +203,8 @@ class ExpertStore {
   std::size_t prefetch_next_ = 0;         // next of prefetch_queue_ to issue
   int64_t prefetch_layer_ = -1;           // the layer prefetch_queue_ is for
   PrefetchGovernor governor_;
+  std::vector<DepthSample> depth_curve_;
+  void measure_workers();
   std::vector<uint8_t> verified_;         // per key: checksum seen good since stamps_
   std::vector<FileStamp> stamps_;         // per file, as verified_ saw it
   uint64_t epoch_ = 0;                    // bumped whenever verified_ is cleared

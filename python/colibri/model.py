@@ -62,6 +62,7 @@ from .streaming import (
     check_resident_fits,
     expert_blobs,
     expert_stats,
+    io_name,
     memory_stats,
     phase_times,
     pin_order,
@@ -105,6 +106,7 @@ class ModelStats(Displayable):
     phases: PhaseTimes = field(default_factory=PhaseTimes)
     wait_policy: str = ""  # in effect now: "spin", "passive", "hybrid" or "auto (passive)"...
     prefetch: str = ""  # the lookahead now: "off", "on (accuracy 74%)", "paused (...)"
+    io: str = ""  # expert-read workers, and the measured depth curve under workers="auto"
     # Speculative decoding summed over every generation that drafted (None: none did).
     spec: SpecStats | None = None
 
@@ -423,6 +425,7 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
             experts=expert_stats(core), phases=phase_times(core),
             wait_policy=wait_policy_name(core), spec=self._spec_total,
             prefetch=prefetch_state_name(core, self._engine_config.io.prefetch),
+            io=io_name(core) if int(core.streamed_experts) else "",
         )  # fmt: skip
 
     def reset_stats(self) -> None:

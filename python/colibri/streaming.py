@@ -208,7 +208,7 @@ def plan_store(manifest: Manifest, engine: EngineConfig, core: _core.Engine,
 def store_settings(engine: EngineConfig, cache_bytes: int) -> _core.StoreSettings:
     s = _core.StoreSettings()
     s.cache_bytes = cache_bytes
-    s.workers = engine.io.workers
+    s.workers = -1 if engine.io.workers == "auto" else engine.io.workers  # -1: kAutoWorkers
     s.direct = engine.io.direct
     s.prefetch = engine.io.prefetch
     s.policy = _POLICY[engine.cache.policy]
@@ -337,6 +337,17 @@ def memory_stats(plan: BudgetPlan, core: _core.Engine, kv_type: str) -> MemorySt
         kv_cache_type=kv_type,
         prompt_cache_bytes=plan.prompt_cache_bytes,
     )  # fmt: skip
+
+
+def io_name(core: _core.Engine) -> str:
+    """Reads in flight, and the curve they were chosen from under workers="auto", e.g.
+    "4 workers (auto; GB/s by reads in flight: 1: 1.31, 2: 1.29, 4: 1.40, 8: 1.44)"."""
+    n = int(core.io_workers)
+    curve = core.io_depth_curve
+    if not curve:
+        return f"{n} workers"
+    points = ", ".join(f"{d}: {g:.2f}" for d, g in curve)
+    return f"{n} workers (auto; GB/s by reads in flight: {points})"
 
 
 def prefetch_state_name(core: _core.Engine, enabled: bool) -> str:

@@ -825,8 +825,18 @@ class Engine:
     def expert_slot_bytes(self) -> int:
         ...
     @property
+    def io_depth_curve(self) -> list[tuple[int, float]]:
+        """
+        workers=auto: (reads in flight, GB/s) measured at configure; empty otherwise.
+        """
+    @property
     def io_fallbacks(self) -> int:
         ...
+    @property
+    def io_workers(self) -> int:
+        """
+        Expert-read workers (reads in flight) in use.
+        """
     @property
     def kv_bytes_per_token(self) -> int:
         """
