@@ -444,9 +444,12 @@ def compare_summary(r: Runner) -> None:
     for p in ("cold", "warm"):
         best = max(llamas, key=lambda k: s[k][p]["decode_tok_s"] or 0.0)
         r.doc["parts"]["compare"][f"best_llama_{p}"] = best
-        for row in ("colibri", "colibri, same GGUF"):
+        for row in ("colibri", "colibri, same GGUF", "colibri, prefetch off"):
+            if row not in s:
+                continue
             rt = ratio(s[row][p]["decode_tok_s"], s[best][p]["decode_tok_s"])
-            key = "ratio_decode" if row == "colibri" else "ratio_decode_same_gguf"
+            key = {"colibri": "ratio_decode", "colibri, same GGUF": "ratio_decode_same_gguf"}.get(
+                row, "ratio_decode_prefetch_off")
             r.doc["parts"]["compare"][f"{key}_{p}"] = rt
             print(f"{p}: " + var.verdict(row, s[row][p]["decode_spread"],
                                          f"best llama.cpp [{best}]", s[best][p]["decode_spread"]))
@@ -524,7 +527,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="cgroup limit as a fraction of the GGUF file (both engines)")
     ap.add_argument("--margin", default="320MiB",
                     help="colibri ram_budget = cgroup limit - margin (interpreter, libraries)")
-    ap.add_argument("--workers", type=int, default=4, help="base I/O workers")
+    ap.add_argument("--workers", type=lambda v: v if v == "auto" else int(v), default=4,
+                    help="base I/O workers (a count or auto)")
+    ap.add_argument("--prefetch-off-row", action="store_true",
+                    help="compare: add colibri with prefetch off (same run, alternating)")
+    ap.add_argument("--no-gguf-row", action="store_true",
+                    help="compare: skip the colibri-on-the-same-GGUF row")
     ap.add_argument("--wait-policy", default="auto", help="base wait policy")
     ap.add_argument("--cache-policy", default="lfru", help="base cache policy")
     ap.add_argument("--resident-budget", default="3GiB")
@@ -590,7 +598,11 @@ def main(argv: list[str] | None = None) -> None:
             "compare": (f"{args.preset} ({args.routing} routing): colibri vs llama.cpp, "
                         f"{args.threads} threads, {args.compare_decode} decode tokens each", [
                 ("colibri", col(decode=args.compare_decode)),
-                ("colibri, same GGUF", {**col(decode=args.compare_decode), "path": str(gguf)}),
+                *([("colibri, prefetch off", col(decode=args.compare_decode,
+                                                  io={**base_io, "prefetch": False}))]
+                  if args.prefetch_off_row else []),
+                *([("colibri, same GGUF", {**col(decode=args.compare_decode), "path": str(gguf)})]
+                  if not args.no_gguf_row else []),
                 *llama_rows(args.llama_variants, lambda **kw: spec(
                     "llama", gguf, passages, decode=args.compare_decode, **kw), gguf)]),
             "sweep-workers": ("I/O workers", [
