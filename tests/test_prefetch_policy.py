@@ -196,3 +196,34 @@ def test_throttled_prefetch_counters_and_bit_identical_logits(workers: int) -> N
     assert s_on.prefetch.startswith(("on (accuracy", "paused (accuracy"))
     assert s_off.prefetch == "off"
     assert s_off.experts.prefetch_candidates == 0 and s_off.experts.ready_hits == s_off.experts.hits
+
+
+def test_workers_auto_uses_the_knee_of_its_measured_curve() -> None:
+    """workers="auto": the core times reads at 1, 2, 4, 8 in flight at load and keeps the
+    smallest depth within 90% of the best; the logits are those of a fixed worker count."""
+    assert co.IOConfig(workers="auto").to_dict()["workers"] == "auto"
+    assert co.IOConfig.from_dict(co.IOConfig(workers="auto").to_dict()).workers == "auto"
+    with pytest.raises(co.errors.ConfigError):
+        co.IOConfig(workers="many")  # type: ignore[arg-type]
+    src = build_tiny_model("qwen3_moe").hf_dir
+    budget = _budget(src, 10)
+    outs = []
+    for workers in ("auto", 2):
+        engine = co.EngineConfig(ram_budget=budget, io=co.IOConfig(workers=workers),
+                                 cache=co.CacheConfig(history=False))
+        with co.Model.load(src, engine=engine) as m:
+            core = m._require_core()
+            curve = list(core.io_depth_curve)
+            if workers == "auto":
+                assert [d for d, _ in curve] == [1, 2, 4, 8]
+                assert all(g > 0 for _, g in curve)
+                best = max(g for _, g in curve)
+                knee = min(d for d, g in curve if g >= 0.9 * best)
+                assert core.io_workers == knee
+                assert m.stats().io.startswith(f"{knee} workers (auto;")
+            else:
+                assert curve == [] and core.io_workers == 2
+            s = m.session()
+            outs.append(np.stack([s.forward(prompt_ids(12)).copy()]
+                                 + [s.forward([t]).copy() for t in prompt_ids(10, seed=3)]))
+    assert np.array_equal(outs[0], outs[1])
