@@ -68,15 +68,20 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import _cgroup as cg
 import _diskbound as db
-import _variance as var
-from _common import RESULTS_DIR, git_commit, machine, median, print_table
+from _common import RESULTS_DIR, git_commit, machine
 from _stream_child import RESULT_MARK, child_main
+from _stream_report import (
+    _jsonable,
+    bound_table,
+    compare_summary,
+    finish_parts,
+    run_configs,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH_DATA = REPO / "build" / "bench-data"
@@ -138,45 +143,6 @@ def select_parts(only: str | None) -> list[str]:
             raise ValueError(f"unknown part {p!r}; choose from {', '.join(PARTS)}")
     return [p for p in PARTS if p in want]
 
-
-def dig(d: dict[str, Any] | None, path: str) -> Any:
-    """``dig(run, "warm.experts.hit_rate")``: None when any step is missing."""
-    cur: Any = d
-    for k in path.split("."):
-        if not isinstance(cur, dict) or k not in cur:
-            return None
-        cur = cur[k]
-    return cur
-
-
-def median_of(runs: Sequence[dict[str, Any]], path: str) -> float | None:
-    """Median of the numeric values at `path` over the runs that have one."""
-    xs = [float(v) for r in runs if isinstance(v := dig(r, path), (int, float))]
-    return median(xs) if xs else None
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
-
-
-def bound_fraction(tok_s: float | None, bytes_per_token: float | None,
-                   disk_bytes_per_s: float | None) -> float | None:
-    """Achieved decode speed over the disk-bound bound (disk B/s / bytes per token)."""
-    if not tok_s or not bytes_per_token or not disk_bytes_per_s:
-        return None
-    return tok_s / cg.decode_bound(disk_bytes_per_s, bytes_per_token)
-
-
-def fmt(x: Any, digits: int = 3) -> Any:
-    """Table cell: None as '-', floats to `digits` significant digits."""
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return float(f"{x:.{digits}g}")
-    return x
-
-
-# =========================================================================== child side
 
 class Runner:
     """Runs children in cgroups, measures the disk, keeps every result in one JSON doc."""
@@ -303,196 +269,6 @@ def _expert_chunk(container: Path) -> int:
     return max(4096, max(e["length"] for e in m["experts"]))
 
 
-def add_bounds(res: dict[str, Any], disk_bytes_per_s: float | None) -> None:
-    """Adds to each request of a child's result the read rate it achieved during decode and
-    its decode speed as a fraction of the disk-bound bound, for the yardstick
-    `disk_bytes_per_s` (B/s):
-    ``bound_fraction`` from colibri's bytes_read, ``bound_fraction_io`` from the block
-    layer's count (/proc/self/io, the only one llama.cpp has)."""
-    res["disk_bytes_per_s"] = disk_bytes_per_s
-    for p in ("cold", "warm"):
-        x = res.get(p)
-        if not isinstance(x, dict):
-            continue
-        tok_s = x.get("decode_tok_s")
-        x["bound_fraction"] = bound_fraction(tok_s, x.get("bytes_read_per_token"),
-                                             disk_bytes_per_s)
-        x["bound_fraction_io"] = bound_fraction(tok_s, x.get("io_read_bytes_per_token"),
-                                                disk_bytes_per_s)
-        x["decode_read_bytes_per_s"] = (x.get("decode_io_read_bytes") or 0) / x["decode_s"]
-
-
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians over the repeats of one configuration (failed children left out)."""
-    s: dict[str, Any] = {"n": len(runs), "failed": sum(1 for r in runs if "error" in r)}
-    ok = [r for r in runs if "error" not in r]
-    for p in ("cold", "warm"):
-        keys = {
-            "decode_tok_s": "decode_tok_s", "prefill_tok_s": "prefill_tok_s",
-            "hit_rate": "experts.hit_rate", "ready_hit_rate": "experts.ready_hit_rate",
-            "prefetch_recall": "experts.prefetch_recall",
-            "bytes_read_per_token": "bytes_read_per_token",
-            "io_read_bytes_per_token": "io_read_bytes_per_token",
-            "expert_wait_ms_per_token": "expert_wait_ms_per_token",
-            "cpu_per_wall": "decode_cpu_per_wall", "bound_fraction": "bound_fraction",
-            "bound_fraction_io": "bound_fraction_io",
-            "decode_read_bytes_per_s": "decode_read_bytes_per_s",
-            "device_busy": "device_busy", "device_read_bytes_per_s": "device_read_bytes_per_s",
-        }
-        s[p] = {k: median_of(ok, f"{p}.{v}") for k, v in keys.items()}
-        s[p]["decode_spread"] = var.spread([dig(r, f"{p}.decode_tok_s") for r in ok])
-    s["disk_bytes_per_s"] = median_of(ok, "disk_bytes_per_s")
-    s["cgroup_peak"] = median_of(ok, "cgroup_peak")
-    s["vm_hwm"] = median_of(ok, "vm_hwm")
-    s["wait_policy_resolved"] = sorted({str(r.get("wait_policy")) for r in ok})
-    return s
-
-
-def _row(label: str, s: dict[str, Any], p: str) -> list[Any]:
-    x = s[p]
-    gb = x["bytes_read_per_token"] if x["bytes_read_per_token"] is not None \
-        else x["io_read_bytes_per_token"]
-    frac = x["bound_fraction"] if x["bound_fraction"] is not None else x["bound_fraction_io"]
-    resolved = [w for w in s["wait_policy_resolved"] if w.startswith("auto")]
-    if resolved:
-        label = f"{label} [{', '.join(resolved)}]"
-    rate = x["decode_read_bytes_per_s"]
-    return [label, p, var.fmt_spread(x["decode_spread"]), fmt(x["prefill_tok_s"]),
-            fmt(x["ready_hit_rate"]), fmt(x["hit_rate"]), fmt(x["prefetch_recall"]),
-            fmt(gb / 1e9 if gb is not None else None),
-            fmt(rate / 1e9 if rate is not None else None),
-            fmt(frac * 100 if frac is not None else None),
-            fmt(x["device_busy"] * 100 if x["device_busy"] is not None else None),
-            fmt(x["expert_wait_ms_per_token"]),
-            fmt(x["cpu_per_wall"]),
-            fmt(s["cgroup_peak"] / 2**20 if s["cgroup_peak"] else None),
-            f"{s['n'] - s['failed']}/{s['n']}"]
-
-
-HEADERS = ["config", "req", "decode tok/s", "prefill tok/s", "hit in RAM",
-           "hit incl. in flight", "prefetch recall",
-           "GB read/tok", "GB/s read", "% of disk bound", "disk busy %", "wait ms/tok",
-           "CPU/wall", "cgroup peak MiB", "ok"]
-
-
-def run_configs(r: Runner, title: str, part: str, configs: list[tuple[str, dict[str, Any]]],
-                limit: int, disk_path: Path | None, chunk: int) -> None:
-    """Runs each (label, spec) `--repeats` times, rounds outermost (configurations
-    alternate, so drifting machine noise hits all alike). With a `disk_path` the engine's
-    read path is sampled before the first child and after every child; the bound is the
-    best sample of the whole run, applied to every part at the end (finish_parts)."""
-    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in configs}
-    if disk_path and (r.bound is None or r.bound.path != str(disk_path)):
-        r.disk(disk_path, chunk, f"{part}: before the first child")
-    for rep in range(r.args.repeats):
-        for label, spec in configs:
-            res = r.child(spec, spec.get("cgroup_limit") or limit)
-            if disk_path:
-                res["disk_after_bytes_per_s"] = r.disk(disk_path, chunk, f"{part} {label} #{rep}")
-            runs[label].append(res)
-    r.doc["parts"][part] = {"title": title, "cgroup_limit": limit, "disk_bound": bool(disk_path),
-                            "configs": {label: spec for label, spec in configs}, "runs": runs}
-    print_part(r, part)
-
-
-def print_part(r: Runner, part: str) -> None:
-    """Bounds against the run's bound so far, medians and spreads, one table."""
-    body = r.doc["parts"][part]
-    bound = r.bound_bps() if body["disk_bound"] else None
-    for rs in body["runs"].values():
-        for res in rs:
-            add_bounds(res, bound)
-    summary = {label: summarize(rs) for label, rs in body["runs"].items()}
-    body.update(summary=summary, bound_bytes_per_s=bound)
-    btxt = (f", disk bound {bound / 1e9:.2f} GB/s (engine read path, huge pages, best sample "
-            "of the run)" if bound else "")
-    print(f"\n## {body['title']}\ncgroup limit {cg.fmt_bytes(body['cgroup_limit'])}{btxt}, "
-          f"median (min-max) of {r.args.repeats}, load average {os.getloadavg()[0]:.1f}")
-    rows = [_row(label, summary[label], p) for label in summary for p in ("cold", "warm")]
-    body["table"] = print_table(HEADERS, rows)
-    labels = list(summary)
-    for p in ("cold", "warm"):  # each configuration against the first: rankable or not
-        for other in labels[1:]:
-            print(f"  {p}: " + var.verdict(other, summary[other][p]["decode_spread"],
-                                           labels[0], summary[labels[0]][p]["decode_spread"]))
-    r.save()
-
-
-def finish_parts(r: Runner) -> None:
-    """Reprints every disk-bound part against the run's final bound."""
-    print(f"\n# Final: every part against the run's disk bound "
-          f"{(r.bound_bps() or 0) / 1e9:.2f} GB/s")
-    for part, body in r.doc["parts"].items():
-        if body.get("disk_bound"):
-            print_part(r, part)
-    if r.bound is not None:
-        curve = r.bound.curve()
-        print("disk (engine read path, huge pages) by reads in flight: " + ", ".join(
-            f"{d}: best {c['best']:.2f} median {c['median']:.2f} GB/s" for d, c in curve.items()))
-
-
-def _jsonable(o: Any) -> Any:
-    if isinstance(o, db.DiskBound):
-        return o.to_dict()
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
-
-
-def compare_summary(r: Runner) -> None:
-    """colibri against the best llama.cpp configuration (the baseline), cold and warm."""
-    s = r.doc["parts"]["compare"]["summary"]
-    llamas = [k for k in s if k.startswith("llama.cpp")]
-    for p in ("cold", "warm"):
-        best = max(llamas, key=lambda k: s[k][p]["decode_tok_s"] or 0.0)
-        r.doc["parts"]["compare"][f"best_llama_{p}"] = best
-        for row in ("colibri", "colibri, same GGUF"):
-            rt = ratio(s[row][p]["decode_tok_s"], s[best][p]["decode_tok_s"])
-            key = "ratio_decode" if row == "colibri" else "ratio_decode_same_gguf"
-            r.doc["parts"]["compare"][f"{key}_{p}"] = rt
-            print(f"{p}: " + var.verdict(row, s[row][p]["decode_spread"],
-                                         f"best llama.cpp [{best}]", s[best][p]["decode_spread"]))
-    r.save()
-
-
-def yardstick_of(doc: dict[str, Any]) -> float | None:
-    """The run's bound in B/s: the best engine-read-path sample (or --yardstick-gbs);
-    for results written before DiskBound, the recorded yardstick or first disk sample."""
-    docs = [b.to_dict() if isinstance(b, db.DiskBound) else b for b in doc.get("disk_bounds") or []]
-    bounds = [b["bound_gb_s"] for b in docs if b.get("bound_gb_s")]
-    if doc.get("yardstick"):
-        return float(doc["yardstick"])
-    if bounds:
-        return max(bounds) * 1e9
-    disk = doc.get("disk") or []
-    return float(disk[0]["gb_s"]) * 1e9 if disk else None
-
-
-def bound_table(doc: dict[str, Any]) -> dict[str, Any]:
-    """Decode read rates of every disk-bound configuration of a run's JSON against its
-    yardstick, printed as a table and returned."""
-    yard = yardstick_of(doc)
-    if not yard:
-        return {}
-    out: dict[str, Any] = {"yardstick_bytes_per_s": yard, "configs": {}}
-    rows = []
-    for part, body in doc.get("parts", {}).items():
-        if part in ("sweep-wait-resident", "demo") or "summary" not in body:
-            continue
-        for label, s in body["summary"].items():
-            for p in ("cold", "warm"):
-                rate = s[p].get("decode_read_bytes_per_s")
-                busy = s[p].get("device_busy")
-                frac = rate / yard if rate else None
-                out["configs"][f"{part}/{label}/{p}"] = frac
-                rows.append([part, label, p, fmt(s[p]["decode_tok_s"]),
-                             fmt(rate / 1e9 if rate else None),
-                             fmt(frac * 100 if frac else None),
-                             fmt(busy * 100 if busy is not None else None)])
-    print(f"\n## Against the disk bound: {yard / 1e9:.2f} GB/s (engine read path, best sample)")
-    print_table(["part", "config", "req", "decode tok/s", "GB/s read", "% of disk bound",
-                 "disk busy %"], rows)
-    return out
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -524,7 +300,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="cgroup limit as a fraction of the GGUF file (both engines)")
     ap.add_argument("--margin", default="320MiB",
                     help="colibri ram_budget = cgroup limit - margin (interpreter, libraries)")
-    ap.add_argument("--workers", type=int, default=4, help="base I/O workers")
+    ap.add_argument("--workers", type=lambda v: v if v == "auto" else int(v), default=4,
+                    help="base I/O workers (a count or auto)")
+    ap.add_argument("--prefetch-off-row", action="store_true",
+                    help="compare: add colibri with prefetch off (same run, alternating)")
+    ap.add_argument("--no-gguf-row", action="store_true",
+                    help="compare: skip the colibri-on-the-same-GGUF row")
     ap.add_argument("--wait-policy", default="auto", help="base wait policy")
     ap.add_argument("--cache-policy", default="lfru", help="base cache policy")
     ap.add_argument("--resident-budget", default="3GiB")
@@ -590,7 +371,11 @@ def main(argv: list[str] | None = None) -> None:
             "compare": (f"{args.preset} ({args.routing} routing): colibri vs llama.cpp, "
                         f"{args.threads} threads, {args.compare_decode} decode tokens each", [
                 ("colibri", col(decode=args.compare_decode)),
-                ("colibri, same GGUF", {**col(decode=args.compare_decode), "path": str(gguf)}),
+                *([("colibri, prefetch off", col(decode=args.compare_decode,
+                                                  io={**base_io, "prefetch": False}))]
+                  if args.prefetch_off_row else []),
+                *([("colibri, same GGUF", {**col(decode=args.compare_decode), "path": str(gguf)})]
+                  if not args.no_gguf_row else []),
                 *llama_rows(args.llama_variants, lambda **kw: spec(
                     "llama", gguf, passages, decode=args.compare_decode, **kw), gguf)]),
             "sweep-workers": ("I/O workers", [

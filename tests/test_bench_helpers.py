@@ -1,4 +1,5 @@
-"""Pure helpers of the streaming benchmark (benchmarks/_cgroup.py, bench_streaming.py):
+"""Pure helpers of the streaming benchmark (benchmarks/_cgroup.py, bench_streaming.py,
+_stream_report.py):
 sizes, /proc parsing, cgroup layout detection from text, offsets, bounds, child output.
 Nothing here needs root, a cgroup, the core or a model; the O_DIRECT reader runs on a
 small temporary file when the file system allows O_DIRECT."""
@@ -31,6 +32,7 @@ def _load(name: str) -> ModuleType:
 
 cg = _load("_cgroup")
 bs = _load("bench_streaming")
+sr = _load("_stream_report")  # the tables and figures split out of bench_streaming
 
 V1_CGROUP = """9:name=systemd:/
 4:memory:/process_api/abc
@@ -132,9 +134,9 @@ def test_random_offsets() -> None:
 def test_decode_bound_and_fraction() -> None:
     assert cg.decode_bound(1e9, 250e6) == 4.0
     assert cg.decode_bound(1e9, 0) == float("inf")
-    assert bs.bound_fraction(3.0, 250e6, 1e9) == pytest.approx(0.75)
-    assert bs.bound_fraction(None, 250e6, 1e9) is None
-    assert bs.bound_fraction(3.0, 0, 1e9) is None
+    assert sr.bound_fraction(3.0, 250e6, 1e9) == pytest.approx(0.75)
+    assert sr.bound_fraction(None, 250e6, 1e9) is None
+    assert sr.bound_fraction(3.0, 0, 1e9) is None
 
 
 def test_parse_child_output() -> None:
@@ -153,13 +155,13 @@ def test_select_parts() -> None:
 def test_dig_median_ratio() -> None:
     runs = [{"cold": {"x": 1.0}}, {"cold": {"x": 3.0}}, {"cold": {"x": 2.0}},
             {"error": "boom"}, {"cold": {"x": None}}]
-    assert bs.dig(runs[0], "cold.x") == 1.0
-    assert bs.dig(runs[3], "cold.x") is None
-    assert bs.median_of(runs, "cold.x") == 2.0
-    assert bs.median_of(runs, "warm.x") is None
-    assert bs.ratio(4.0, 2.0) == 2.0
-    assert bs.ratio(4.0, 0.0) is None
-    assert bs.ratio(None, 2.0) is None
+    assert sr.dig(runs[0], "cold.x") == 1.0
+    assert sr.dig(runs[3], "cold.x") is None
+    assert sr.median_of(runs, "cold.x") == 2.0
+    assert sr.median_of(runs, "warm.x") is None
+    assert sr.ratio(4.0, 2.0) == 2.0
+    assert sr.ratio(4.0, 0.0) is None
+    assert sr.ratio(None, 2.0) is None
 
 
 def test_proc_status_bytes() -> None:

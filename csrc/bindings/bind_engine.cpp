@@ -213,6 +213,12 @@ void bind_engine(py::module_& m) {
       .def_readonly("prefetch_used", &ExpertStoreStats::prefetch_used)
       .def_readonly("prefetch_wasted", &ExpertStoreStats::prefetch_wasted)
       .def_readonly("prefetch_cancelled", &ExpertStoreStats::prefetch_cancelled)
+      .def_readonly("prefetch_candidates", &ExpertStoreStats::prefetch_candidates)
+      .def_readonly("prefetch_candidates_used", &ExpertStoreStats::prefetch_candidates_used)
+      .def_readonly("prefetch_throttled", &ExpertStoreStats::prefetch_throttled)
+      .def_readonly("prefetch_suppressed", &ExpertStoreStats::prefetch_suppressed)
+      .def_readonly("prefetch_switched_off", &ExpertStoreStats::prefetch_switched_off)
+      .def_readonly("prefetch_switched_on", &ExpertStoreStats::prefetch_switched_on)
       .def_readonly("predicted_routed", &ExpertStoreStats::predicted_routed)
       .def_readonly("routed_after_prediction", &ExpertStoreStats::routed_after_prediction)
       .def_readonly("evictions", &ExpertStoreStats::evictions)
@@ -256,6 +262,20 @@ void bind_engine(py::module_& m) {
           },
           py::arg("fault"))
       .def_property_readonly("auto_wait_policy", &Engine::auto_wait_policy)
+      .def_property_readonly("io_workers", [](const Engine& e) { return e.store().io_workers(); },
+                             "Expert-read workers (reads in flight) in use.")
+      .def_property_readonly(
+          "io_depth_curve",
+          [](const Engine& e) {
+            std::vector<std::pair<int, double>> out;
+            for (const auto& s : e.store().depth_curve()) out.emplace_back(s.depth, s.gbps);
+            return out;
+          },
+          "workers=auto: (reads in flight, GB/s) measured at configure; empty otherwise.")
+      .def_property_readonly("prefetch_active", [](const Engine& e) { return e.store().prefetch_active(); },
+                             "Whether the prefetch governor has the lookahead's reads on now.")
+      .def_property_readonly("prefetch_accuracy", [](const Engine& e) { return e.store().prefetch_accuracy(); },
+                             "Used share of the governor's recent prefetch candidates.")
       .def_property_readonly("expert_slot_bytes", [](const Engine& e) { return e.store().slot_bytes(); })
       .def_property_readonly("expert_bytes", [](const Engine& e) { return e.store().expert_bytes(); })
       .def_property_readonly("streamed_experts", [](const Engine& e) { return e.store().n_streamed(); })

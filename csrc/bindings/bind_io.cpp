@@ -22,6 +22,7 @@
 #include "common/errors.hpp"
 #include "io/crc32.hpp"
 #include "io/read_pool.hpp"
+#include "model/prefetch_governor.hpp"
 
 namespace py = pybind11;
 
@@ -60,10 +61,12 @@ class PyReadPool {
 
   ReadPool& pool() { return *pool_; }
 
-  Ticket submit(int32_t file, int64_t offset, int64_t length) {
+  Ticket submit(int32_t file, int64_t offset, int64_t length, bool urgent) {
     const Extent e = make_extent(file, offset, length);
     AlignedPtr<uint8_t> slab = aligned_alloc_array<uint8_t>(slab_bytes(e), kDirectAlign);
-    const Ticket t = pool_->submit({e, slab.get(), slab_bytes(e)});
+    ReadRequest req{e, slab.get(), slab_bytes(e)};
+    req.urgent = urgent;
+    const Ticket t = pool_->submit(req);
     pending_.emplace(t, Pending{e, std::move(slab), false});
     return t;
   }
@@ -234,6 +237,28 @@ void bind_io(py::module_& parent) {
   m.def("crc32_accelerated", &crc32_accelerated,
         "Whether crc32 folds with carry-less multiplies on this CPU.");
 
+  py::class_<ReadQueue>(m, "ReadQueue", "The read pool's queue order (demand reads first), for tests.")
+      .def(py::init<>())
+      .def("push", &ReadQueue::push, py::arg("ticket"), py::arg("urgent"))
+      .def("pop", [](ReadQueue& q) {
+        if (q.empty()) fail(ErrorKind::InvalidArgument, "pop from an empty read queue");
+        return q.pop();
+      })
+      .def("__len__", &ReadQueue::size);
+
+  py::class_<PrefetchGovernor>(m, "PrefetchGovernor",
+                               "The expert store's prefetch on/off rule (rolling accuracy with hysteresis), for tests.")
+      .def(py::init<int, int, double, double>(), py::arg("window") = PrefetchGovernor::kWindow,
+           py::arg("min_samples") = PrefetchGovernor::kMinSamples, py::arg("off_below") = PrefetchGovernor::kOffBelow,
+           py::arg("on_at") = PrefetchGovernor::kOnAt)
+      .def("record", &PrefetchGovernor::record, py::arg("used"))
+      .def_property_readonly("active", &PrefetchGovernor::active)
+      .def_property_readonly("accuracy", &PrefetchGovernor::accuracy)
+      .def_property_readonly("samples", &PrefetchGovernor::samples)
+      .def_property_readonly("switched_off", &PrefetchGovernor::switched_off)
+      .def_property_readonly("switched_on", &PrefetchGovernor::switched_on)
+      .def("reset", &PrefetchGovernor::reset);
+
   py::class_<PyReadPool>(m, "ReadPool",
                          "I/O worker pool over a list of files. workers=0 reads synchronously in wait(); "
                          "direct asks for O_DIRECT (falls back to buffered per file where refused). "
@@ -247,7 +272,10 @@ void bind_io(py::module_& parent) {
       .def("file_size", [](PyReadPool& p, int32_t file) { return p.pool().reader().file_size(file); },
            py::arg("file"))
       .def("submit", &PyReadPool::submit, py::arg("file"), py::arg("offset"), py::arg("length"),
-           "Queue a read; returns a ticket.")
+           py::arg("urgent") = false,
+           "Queue a read; returns a ticket. urgent=True: a demand read, queued ahead of every non-urgent one.")
+      .def("in_flight", [](PyReadPool& p) { return p.pool().in_flight(); },
+           "Reads queued or running (not finished).")
       .def(
           "wait",
           &PyReadPool::wait,
@@ -259,7 +287,7 @@ void bind_io(py::module_& parent) {
       .def(
           "read",
           [](PyReadPool& p, int32_t file, int64_t offset, int64_t length) {
-            return p.wait(p.submit(file, offset, length));
+            return p.wait(p.submit(file, offset, length, true));
           },
           py::arg("file"), py::arg("offset"), py::arg("length"), "submit + wait.")
       .def("stats", [](PyReadPool& p) { return stats_dict(p.pool().stats()); })

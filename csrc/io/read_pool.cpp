@@ -41,6 +41,7 @@ void ReadPool::shutdown() {
       for (auto& [ticket, slot] : slots_) {
         if (slot.state != State::Queued) continue;
         slot.state = State::Dropped;
+        --unfinished_;
         ++stats_.cancelled;
         slot.cv.notify_all();
       }
@@ -70,24 +71,13 @@ Ticket ReadPool::submit(const ReadRequest& r) {
     Slot& s = slots_[t];
     s.req = r;
     ++stats_.submitted;
+    ++unfinished_;
     // With no workers nothing would ever pop the queue: the read runs in wait().
     if (threads_.empty()) return t;
-    if (r.urgent) {
-      // Ahead of the prefetches, behind earlier urgent reads (FIFO among demand reads).
-      auto at = queue_.begin();
-      while (at != queue_.end() && is_urgent(*at)) ++at;
-      queue_.insert(at, t);
-    } else {
-      queue_.push_back(t);
-    }
+    queue_.push(t, r.urgent);  // a demand read goes ahead of every queued prefetch
   }
   work_cv_.notify_one();
   return t;
-}
-
-bool ReadPool::is_urgent(Ticket t) const {
-  auto it = slots_.find(t);
-  return it != slots_.end() && it->second.state == State::Queued && it->second.req.urgent;
 }
 
 void ReadPool::run(Slot& slot, std::unique_lock<std::mutex>& lock) {
@@ -128,6 +118,7 @@ void ReadPool::run(Slot& slot, std::unique_lock<std::mutex>& lock) {
   }
   slot.error = error;
   slot.state = State::Done;
+  --unfinished_;
   slot.cv.notify_all();
 }
 
@@ -137,8 +128,7 @@ void ReadPool::worker_loop() {
     // Sleep, not spin, while there is nothing to read (see the header).
     work_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
     if (stop_) return;  // shutdown() already dropped every queued read
-    const Ticket t = queue_.front();
-    queue_.pop_front();
+    const Ticket t = queue_.pop();
     auto it = slots_.find(t);
     if (it == slots_.end() || it->second.state != State::Queued) continue;  // cancelled / stolen
     it->second.state = State::Running;
@@ -180,6 +170,7 @@ bool ReadPool::cancel(Ticket t) {
   auto it = slots_.find(t);
   if (it == slots_.end() || it->second.state != State::Queued) return false;
   slots_.erase(it);  // its queue entry becomes stale; a worker skips it
+  --unfinished_;
   ++stats_.cancelled;
   return true;
 }
@@ -193,6 +184,11 @@ bool ReadPool::done(Ticket t) const {
 std::size_t ReadPool::pending() const {
   std::lock_guard<std::mutex> lock(mu_);
   return slots_.size();
+}
+
+std::size_t ReadPool::in_flight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return unfinished_;
 }
 
 ReadPoolStats ReadPool::stats() const {

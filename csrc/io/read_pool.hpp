@@ -71,6 +71,31 @@ struct ReadPoolStats {
   uint64_t fallbacks = 0;      // files that asked for O_DIRECT and fell back (never reset)
 };
 
+// The order in which workers take queued reads: every demand read (urgent) before any
+// prefetch, first in first out within each class, so a read the compute needs now never
+// queues behind guesses. Two FIFOs, O(1) push and pop. Entries may be stale (cancelled or
+// run inline since): the pool skips them when popped.
+class ReadQueue {
+ public:
+  void push(Ticket t, bool urgent) { (urgent ? demand_ : prefetch_).push_back(t); }
+  bool empty() const { return demand_.empty() && prefetch_.empty(); }
+  std::size_t size() const { return demand_.size() + prefetch_.size(); }
+  // The next ticket to run (precondition: !empty()).
+  Ticket pop() {
+    std::deque<Ticket>& q = demand_.empty() ? prefetch_ : demand_;
+    const Ticket t = q.front();
+    q.pop_front();
+    return t;
+  }
+  void clear() {
+    demand_.clear();
+    prefetch_.clear();
+  }
+
+ private:
+  std::deque<Ticket> demand_, prefetch_;
+};
+
 class ReadPool {
  public:
   // workers in [0, kMaxIoWorkers]; direct asks for O_DIRECT (with fallback per file).
@@ -98,6 +123,9 @@ class ReadPool {
   bool done(Ticket t) const;
   // Tickets submitted and not yet retired.
   std::size_t pending() const;
+  // Reads queued or running (not finished): what the device has in hand or will get next.
+  // The expert store compares it with workers() to prefetch only into idle I/O capacity.
+  std::size_t in_flight() const;
 
   ReadPoolStats stats() const;
   void reset_stats();
@@ -117,7 +145,6 @@ class ReadPool {
   };
 
   void worker_loop();
-  bool is_urgent(Ticket t) const;  // mu_ held: queued and urgent (stale entries are not)
   // Runs the read of `slot` (state already Running) without the lock; relocks to finish.
   void run(Slot& slot, std::unique_lock<std::mutex>& lock);
 
@@ -127,9 +154,11 @@ class ReadPool {
   // Nodes of an unordered_map are stable, so a Slot& stays valid until its ticket is
   // erased, which only the waiter (after Done/Dropped) or cancel() (while Queued) do.
   std::unordered_map<Ticket, Slot> slots_;
-  // FIFO of queued tickets for the workers. cancel() and inline reads leave stale entries
-  // behind (O(1) cancel); workers skip tickets whose slot is gone or no longer Queued.
-  std::deque<Ticket> queue_;
+  // Queued tickets for the workers, demand reads first. cancel() and inline reads leave
+  // stale entries behind (O(1) cancel); workers skip tickets whose slot is gone or no
+  // longer Queued.
+  ReadQueue queue_;
+  std::size_t unfinished_ = 0;  // slots Queued or Running
   Ticket next_ = 1;
   bool stop_ = false;
   ReadPoolStats stats_;

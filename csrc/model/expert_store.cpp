@@ -39,6 +39,7 @@ ExpertStore::ExpertStore(int64_t n_layers, int64_t n_experts, std::vector<Expert
   verified_.assign(static_cast<std::size_t>(n_keys), 0);
   route_counts_.assign(static_cast<std::size_t>(n_keys), 0);
   predicted_.resize(static_cast<std::size_t>(n_layers));
+  candidates_.resize(static_cast<std::size_t>(n_layers));
   for (auto& src : experts) {
     if (src.layer < 0 || src.layer >= n_layers || src.expert < 0 || src.expert >= n_experts)
       fail(ErrorKind::Format, "expert " + std::to_string(src.expert) + " of layer " + std::to_string(src.layer) +
@@ -161,7 +162,11 @@ void ExpertStore::configure(const StoreSettings& settings) {
                                            " bytes holds no expert: one needs " + std::to_string(slot_bytes_) +
                                            " bytes");
   }
-  auto pool = std::make_unique<ReadPool>(files_, settings.workers, settings.direct, fault_);  // may throw: nothing changed yet
+  if (settings.workers != kAutoWorkers && (settings.workers < 0 || settings.workers > kMaxIoWorkers))
+    fail(ErrorKind::InvalidArgument, "I/O workers must be in [0, " + std::to_string(kMaxIoWorkers) + "] or auto");
+  const bool auto_workers = settings.workers == kAutoWorkers;
+  // may throw: nothing changed yet. Auto starts with 2 and measures below.
+  auto pool = std::make_unique<ReadPool>(files_, auto_workers ? 2 : settings.workers, settings.direct, fault_);
   abort();
   if (pool_) add_pool(stats_, pool_->stats(), pool_base_);
   pool_ = std::move(pool);
@@ -187,7 +192,44 @@ void ExpertStore::configure(const StoreSettings& settings) {
   slots_.assign(static_cast<std::size_t>(n_slots), Slot{});
   loading_.clear();
   for (auto& p : predicted_) p.clear();
+  for (auto& c : candidates_) c.clear();
+  governor_.reset();
   set_pins(pins_);
+  depth_curve_.clear();
+  if (auto_workers && n_slots > 0) measure_workers();
+}
+
+// workers = auto: time cold reads of this model's own experts into the cache's own slots
+// (still empty) at 1, 2, 4, 8 reads in flight, twice in opposite orders (best of the two
+// per depth: a shared disk has slow moments), and keep the knee as the worker count.
+// About 4 x 2 x 24 MiB: a fraction of a second on a disk that streams a model.
+void ExpertStore::measure_workers() {
+  constexpr uint64_t kBytesPerDepth = 24ull << 20;
+  std::vector<int> depths;
+  for (int d : {1, 2, 4, 8})
+    if (d <= cache_.slots()) depths.push_back(d);
+  std::vector<uint8_t*> slabs;
+  for (int i = 0; i < depths.back(); ++i) slabs.push_back(arena_ + static_cast<std::size_t>(i) * slot_bytes_);
+  // Reads spread over the model (a fixed stride through the keys), each expert's first read.
+  std::vector<Extent> extents;
+  const std::size_t n = layouts_.size();
+  const std::size_t stride = 7919;  // a prime: visits every key once when n is not a multiple
+  for (std::size_t i = 0, k = 0; i < n; ++i, k = (k + stride) % n)
+    if (layouts_[k]) extents.push_back(layouts_[k]->reads.front().extent);
+  const uint64_t per_depth = std::min<uint64_t>(kBytesPerDepth, expert_bytes_);
+  std::vector<DepthSample> a = measure_depth_curve(files_, settings_.direct, extents, slabs, slot_bytes_, depths, per_depth);
+  std::vector<int> reversed(depths.rbegin(), depths.rend());
+  std::vector<DepthSample> b = measure_depth_curve(files_, settings_.direct, extents, slabs, slot_bytes_, reversed, per_depth);
+  for (auto& s : a)
+    for (const auto& t : b)
+      if (t.depth == s.depth) s.gbps = std::max(s.gbps, t.gbps);
+  depth_curve_ = a;
+  const int workers = knee_depth(depth_curve_);
+  if (workers != pool_->workers()) {
+    pool_ = std::make_unique<ReadPool>(files_, workers, settings_.direct, fault_);
+    pool_base_ = ReadPoolStats{};
+    take_stamps();
+  }
 }
 
 void ExpertStore::set_pins(const std::vector<int64_t>& keys) {
@@ -382,11 +424,33 @@ void ExpertStore::release(int64_t layer, int64_t expert) {
 void ExpertStore::prefetch(int64_t layer, const std::vector<int32_t>& predicted) {
   if (layer < 0 || layer >= n_layers_ || slots_.empty()) return;
   auto& pred = predicted_[static_cast<std::size_t>(layer)];
+  auto& cand = candidates_[static_cast<std::size_t>(layer)];
   pred.clear();
+  cand.clear();
+  prefetch_queue_.clear();
+  prefetch_next_ = 0;
+  prefetch_layer_ = layer;
   for (int32_t e : predicted) {
     const int64_t k = key(layer, e);
     pred.push_back(k);
     if (!layouts_[static_cast<std::size_t>(k)] || cache_.find(k) >= 0) continue;
+    cand.push_back(k);
+    ++stats_.prefetch_candidates;
+    if (governor_.active()) prefetch_queue_.push_back(k);
+    else ++stats_.prefetch_suppressed;  // still scored at settle: how prefetch comes back on
+  }
+  pump_prefetch();
+}
+
+void ExpertStore::pump_prefetch() {
+  // Idle I/O capacity: fewer reads queued or running than workers (the measured depth).
+  // Demand reads were submitted before this and go first anyway (ReadQueue); this keeps
+  // guesses from filling the device's queue while the compute may still need it.
+  const std::size_t depth = static_cast<std::size_t>(pool_ ? pool_->workers() : 0);
+  while (prefetch_next_ < prefetch_queue_.size()) {
+    if (depth > 0 && pool_->in_flight() >= depth) return;
+    const int64_t k = prefetch_queue_[prefetch_next_++];
+    if (cache_.find(k) >= 0) continue;
     int64_t evicted = -1;
     const int32_t s = cache_.insert(k, &evicted, /*speculative=*/true);
     if (s < 0) continue;  // no room without evicting something in use: skip, never block
@@ -398,6 +462,22 @@ void ExpertStore::prefetch(int64_t layer, const std::vector<int32_t>& predicted)
 
 void ExpertStore::settle(int64_t layer, const std::vector<int32_t>& routed) {
   reap();
+  if (prefetch_layer_ == layer) {  // candidates that never found idle capacity
+    stats_.prefetch_throttled += prefetch_queue_.size() - prefetch_next_;
+    prefetch_queue_.clear();
+    prefetch_next_ = 0;
+    prefetch_layer_ = -1;
+  }
+  auto& cand = candidates_[static_cast<std::size_t>(layer)];
+  for (int64_t k : cand) {
+    const bool used = std::find(routed.begin(), routed.end(), static_cast<int32_t>(k % n_experts_)) != routed.end();
+    if (used) ++stats_.prefetch_candidates_used;
+    const bool was_active = governor_.active();
+    governor_.record(used);
+    if (was_active && !governor_.active()) ++stats_.prefetch_switched_off;
+    if (!was_active && governor_.active()) ++stats_.prefetch_switched_on;
+  }
+  cand.clear();
   auto& pred = predicted_[static_cast<std::size_t>(layer)];
   if (pred.empty()) return;
   stats_.routed_after_prediction += routed.size();
@@ -439,6 +519,10 @@ void ExpertStore::abort() noexcept {
   }
   cache_.clear_holds();
   for (auto& p : predicted_) p.clear();
+  for (auto& c : candidates_) c.clear();
+  prefetch_queue_.clear();
+  prefetch_next_ = 0;
+  prefetch_layer_ = -1;
   for (auto& slot : slots_) slot.prefetched = false;
 }
 

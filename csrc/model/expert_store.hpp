@@ -28,10 +28,12 @@
 #include <string>
 #include <vector>
 
+#include "io/depth_curve.hpp"
 #include "io/read_pool.hpp"
 #include "model/expert_cache.hpp"
 #include "model/matmul.hpp"
 #include "model/model_spec.hpp"
+#include "model/prefetch_governor.hpp"
 
 namespace colibri {
 
@@ -42,9 +44,12 @@ enum class ChecksumMode : int {
   Always = 2,  // verify every read
 };
 
+constexpr int kAutoWorkers = -1;
+
 struct StoreSettings {
   int64_t cache_bytes = 0;  // slots = cache_bytes / slot_bytes (at least 1 is needed)
-  int workers = 2;          // I/O threads; 0 = synchronous reads on the compute thread
+  int workers = 2;          // I/O threads; 0 = synchronous reads on the compute thread;
+                            // kAutoWorkers = the knee of a queue-depth curve measured at configure
   bool direct = true;       // O_DIRECT with fallback to buffered reads
   bool prefetch = true;     // lookahead: next layer's router on this layer's input
   CachePolicy policy = CachePolicy::Lfru;
@@ -72,6 +77,12 @@ struct ExpertStoreStats {
   uint64_t reads = 0, bytes_read = 0, read_errors = 0, checksum_failures = 0;
   double read_seconds = 0, stall_seconds = 0;
   uint64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0, prefetch_cancelled = 0;
+  // Candidates: predicted experts not cached when predicted (what a prefetch would read);
+  // candidates_used: of those, the ones the layer routed to (the governor's accuracy).
+  uint64_t prefetch_candidates = 0, prefetch_candidates_used = 0;
+  uint64_t prefetch_throttled = 0;   // candidates not read: no idle I/O capacity in time
+  uint64_t prefetch_suppressed = 0;  // candidates not read: the governor had prefetch off
+  uint64_t prefetch_switched_off = 0, prefetch_switched_on = 0;  // governor decisions
   uint64_t predicted_routed = 0, routed_after_prediction = 0;
   uint64_t evictions = 0;
   uint64_t direct_reads = 0, buffered_reads = 0, inline_reads = 0;
@@ -93,6 +104,9 @@ class ExpertStore {
   int32_t cached() const { return cache_.cached_count(); }
   int32_t pinned() const { return cache_.pinned_count(); }
   const StoreSettings& settings() const { return settings_; }
+  int io_workers() const { return pool_ ? pool_->workers() : 0; }  // reads in flight (workers)
+  // workers = auto: the curve measured at configure (empty otherwise).
+  const std::vector<DepthSample>& depth_curve() const { return depth_curve_; }
 
   // (Re)builds the cache and the I/O pool. Drops every cached expert. Not during a forward.
   void configure(const StoreSettings& settings);
@@ -104,7 +118,13 @@ class ExpertStore {
   bool request(int64_t layer, int64_t expert);
   const ExpertViews& wait(int64_t layer, int64_t expert);
   void release(int64_t layer, int64_t expert);
+  // Predicted experts of `layer`: the candidates (not cached) are read as idle I/O
+  // capacity allows (fewer reads in flight than workers), while the governor has prefetch
+  // on; pump_prefetch() issues more of them as reads finish. Never blocks.
   void prefetch(int64_t layer, const std::vector<int32_t>& predicted);
+  void pump_prefetch();
+  bool prefetch_active() const { return governor_.active(); }
+  double prefetch_accuracy() const { return governor_.accuracy(); }
   // `routed`: the distinct experts layer `layer` routes to in this forward.
   void settle(int64_t layer, const std::vector<int32_t>& routed);
   void abort() noexcept;
@@ -178,6 +198,13 @@ class ExpertStore {
   std::vector<Slot> slots_;
   std::vector<int32_t> loading_;          // slots in Loading that no request holds
   std::vector<std::vector<int64_t>> predicted_;  // per layer: keys predicted for it
+  std::vector<std::vector<int64_t>> candidates_; // per layer: of those, not cached then
+  std::vector<int64_t> prefetch_queue_;   // candidates waiting for idle I/O capacity
+  std::size_t prefetch_next_ = 0;         // next of prefetch_queue_ to issue
+  int64_t prefetch_layer_ = -1;           // the layer prefetch_queue_ is for
+  PrefetchGovernor governor_;
+  std::vector<DepthSample> depth_curve_;
+  void measure_workers();
   std::vector<uint8_t> verified_;         // per key: checksum seen good since stamps_
   std::vector<FileStamp> stamps_;         // per file, as verified_ saw it
   uint64_t epoch_ = 0;                    // bumped whenever verified_ is cleared

@@ -34,6 +34,12 @@ inline void add_delta(ExpertStoreStats& out, const ExpertStoreStats& after, cons
   out.prefetch_used += after.prefetch_used - before.prefetch_used;
   out.prefetch_wasted += after.prefetch_wasted - before.prefetch_wasted;
   out.prefetch_cancelled += after.prefetch_cancelled - before.prefetch_cancelled;
+  out.prefetch_candidates += after.prefetch_candidates - before.prefetch_candidates;
+  out.prefetch_candidates_used += after.prefetch_candidates_used - before.prefetch_candidates_used;
+  out.prefetch_throttled += after.prefetch_throttled - before.prefetch_throttled;
+  out.prefetch_suppressed += after.prefetch_suppressed - before.prefetch_suppressed;
+  out.prefetch_switched_off += after.prefetch_switched_off - before.prefetch_switched_off;
+  out.prefetch_switched_on += after.prefetch_switched_on - before.prefetch_switched_on;
   out.predicted_routed += after.predicted_routed - before.predicted_routed;
   out.routed_after_prediction += after.routed_after_prediction - before.routed_after_prediction;
   out.evictions += after.evictions - before.evictions;

@@ -94,8 +94,10 @@ void Engine::routed_experts(const LayerWeights& L, int64_t layer, int64_t n, con
 
     const int32_t e = distinct[next_compute++];
     t0 = std::chrono::steady_clock::now();
-    std::optional<ThreadPool::IdleScope> idle;  // Auto: no core spins while the disk works
-    if (auto_wait_ && !store_->ready(layer, e)) idle.emplace(pool_);
+    // The team parks while the disk works (no core spins on a read); only an explicit
+    // `spin` policy keeps it spinning.
+    std::optional<ThreadPool::IdleScope> idle;
+    if (pool_.settings().policy != WaitPolicy::Spin && !store_->ready(layer, e)) idle.emplace(pool_);
     const ExpertViews& w = store_->wait(layer, e);
     idle.reset();
     phase_[kExpertWait] += seconds_since(t0);
@@ -113,6 +115,7 @@ void Engine::routed_experts(const LayerWeights& L, int64_t layer, int64_t n, con
       std::memcpy(ws_.slot_out.data() + slots[static_cast<std::size_t>(r)] * d, ws_.ye.data() + r * d,
                   static_cast<std::size_t>(d) * sizeof(float));
     store_->release(layer, e);
+    store_->pump_prefetch();  // reads finished meanwhile: idle capacity for the lookahead
     phase_[kExpertMatmul] += seconds_since(t0);
   }
 }

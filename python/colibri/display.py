@@ -117,6 +117,10 @@ def model_stats_rows(s: Any) -> list[tuple[str, str]]:
         rows.append(("memory", s.memory.summary()))
     if s.wait_policy:
         rows.append(("wait policy", s.wait_policy))
+    if getattr(s, "prefetch", ""):
+        rows.append(("prefetch", s.prefetch))
+    if getattr(s, "io", ""):
+        rows.append(("expert reads", s.io))
     spec = getattr(s, "spec", None)
     if spec is not None:
         rows.append(("speculative", f"{spec.drafter}: {spec.accepted}/{spec.drafted} drafts "

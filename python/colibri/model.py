@@ -62,10 +62,12 @@ from .streaming import (
     check_resident_fits,
     expert_blobs,
     expert_stats,
+    io_name,
     memory_stats,
     phase_times,
     pin_order,
     plan_store,
+    prefetch_state_name,
     session_kv_type,
     store_settings,
     wait_policy_name,
@@ -103,6 +105,8 @@ class ModelStats(Displayable):
     experts: ExpertStats = field(default_factory=ExpertStats)
     phases: PhaseTimes = field(default_factory=PhaseTimes)
     wait_policy: str = ""  # in effect now: "spin", "passive", "hybrid" or "auto (passive)"...
+    prefetch: str = ""  # the lookahead now: "off", "on (accuracy 74%)", "paused (...)"
+    io: str = ""  # expert-read workers, and the measured depth curve under workers="auto"
     # Speculative decoding summed over every generation that drafted (None: none did).
     spec: SpecStats | None = None
 
@@ -420,6 +424,8 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
                     if self._plan is not None else None),
             experts=expert_stats(core), phases=phase_times(core),
             wait_policy=wait_policy_name(core), spec=self._spec_total,
+            prefetch=prefetch_state_name(core, self._engine_config.io.prefetch),
+            io=io_name(core) if int(core.streamed_experts) else "",
         )  # fmt: skip
 
     def reset_stats(self) -> None:

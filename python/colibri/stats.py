@@ -40,6 +40,12 @@ class ExpertStats(Displayable):
     prefetch_used: int = 0  # predicted experts the next layer did route to
     prefetch_wasted: int = 0  # predicted experts it did not route to (read, or cancelled)
     prefetch_cancelled: int = 0  # of the wasted, dropped before their read started
+    prefetch_candidates: int = 0  # predicted experts not cached when predicted
+    prefetch_candidates_used: int = 0  # of those, the ones the layer routed to
+    prefetch_throttled: int = 0  # candidates not read: no idle I/O capacity in time
+    prefetch_suppressed: int = 0  # candidates not read: the governor had prefetch off
+    prefetch_switched_off: int = 0  # governor decisions (docs/streaming.md, prefetch policy)
+    prefetch_switched_on: int = 0
     predicted_routed: int = 0  # routed experts (after a prediction) that were predicted
     routed_after_prediction: int = 0  # routed experts in layers that had a prediction
     evictions: int = 0  # cached experts dropped to make room
@@ -67,6 +73,12 @@ class ExpertStats(Displayable):
     def prefetch_recall(self) -> float:
         """Fraction of the experts a layer routed to that the lookahead had predicted."""
         return _ratio(self.predicted_routed, self.routed_after_prediction)
+
+    @property
+    def prefetch_accuracy(self) -> float:
+        """Fraction of the prefetch candidates (predicted, not cached) that the layer then
+        routed to, issued or not: what the governor turns prefetch off and on by."""
+        return _ratio(self.prefetch_candidates_used, self.prefetch_candidates)
 
     def minus(self, earlier: ExpertStats) -> ExpertStats:
         return _minus(self, earlier)
@@ -97,7 +109,10 @@ class ExpertStats(Displayable):
         if self.prefetch_issued or self.routed_after_prediction:
             rows.append(("prefetch", f"{self.prefetch_issued} issued, {self.prefetch_used} used, "
                                      f"{self.prefetch_wasted} wasted (recall "
-                                     f"{percent(self.prefetch_recall)})"))
+                                     f"{percent(self.prefetch_recall)}, accuracy "
+                                     f"{percent(self.prefetch_accuracy)}); not read: "
+                                     f"{self.prefetch_throttled} no idle I/O, "
+                                     f"{self.prefetch_suppressed} governor off"))
         rows.append(("evictions", str(self.evictions)))
         if self.read_errors or self.checksum_failures:
             rows.append(("errors", f"{self.read_errors} read errors, "
@@ -108,7 +123,8 @@ class ExpertStats(Displayable):
         d = asdict(self)
         d.update(hit_rate=self.hit_rate, ready_hit_rate=self.ready_hit_rate,
                  read_throughput=self.read_throughput,
-                 prefetch_recall=self.prefetch_recall)
+                 prefetch_recall=self.prefetch_recall,
+                 prefetch_accuracy=self.prefetch_accuracy)
         return d
 
 

@@ -208,7 +208,7 @@ def plan_store(manifest: Manifest, engine: EngineConfig, core: _core.Engine,
 def store_settings(engine: EngineConfig, cache_bytes: int) -> _core.StoreSettings:
     s = _core.StoreSettings()
     s.cache_bytes = cache_bytes
-    s.workers = engine.io.workers
+    s.workers = -1 if engine.io.workers == "auto" else engine.io.workers  # -1: kAutoWorkers
     s.direct = engine.io.direct
     s.prefetch = engine.io.prefetch
     s.policy = _POLICY[engine.cache.policy]
@@ -306,6 +306,10 @@ def expert_stats_of(s: _core.ExpertStoreStats) -> ExpertStats:
         read_seconds=s.read_seconds, stall_seconds=s.stall_seconds,
         prefetch_issued=s.prefetch_issued, prefetch_used=s.prefetch_used,
         prefetch_wasted=s.prefetch_wasted, prefetch_cancelled=s.prefetch_cancelled,
+        prefetch_candidates=s.prefetch_candidates,
+        prefetch_candidates_used=s.prefetch_candidates_used,
+        prefetch_throttled=s.prefetch_throttled, prefetch_suppressed=s.prefetch_suppressed,
+        prefetch_switched_off=s.prefetch_switched_off, prefetch_switched_on=s.prefetch_switched_on,
         predicted_routed=s.predicted_routed, routed_after_prediction=s.routed_after_prediction,
         evictions=s.evictions, checksum_failures=s.checksum_failures, read_errors=s.read_errors,
     )  # fmt: skip
@@ -333,6 +337,26 @@ def memory_stats(plan: BudgetPlan, core: _core.Engine, kv_type: str) -> MemorySt
         kv_cache_type=kv_type,
         prompt_cache_bytes=plan.prompt_cache_bytes,
     )  # fmt: skip
+
+
+def io_name(core: _core.Engine) -> str:
+    """Reads in flight, and the curve they were chosen from under workers="auto", e.g.
+    "4 workers (auto; GB/s by reads in flight: 1: 1.31, 2: 1.29, 4: 1.40, 8: 1.44)"."""
+    n = int(core.io_workers)
+    curve = core.io_depth_curve
+    if not curve:
+        return f"{n} workers"
+    points = ", ".join(f"{d}: {g:.2f}" for d, g in curve)
+    return f"{n} workers (auto; GB/s by reads in flight: {points})"
+
+
+def prefetch_state_name(core: _core.Engine, enabled: bool) -> str:
+    """The lookahead now: "off" (IOConfig.prefetch=False), else the governor's state and
+    its recent accuracy, e.g. "on (accuracy 74%)" or "paused (accuracy 41%)"."""
+    if not enabled or int(core.streamed_experts) == 0:
+        return "off"
+    state = "on" if core.prefetch_active else "paused"
+    return f"{state} (accuracy {100 * float(core.prefetch_accuracy):.0f}%)"
 
 
 def wait_policy_name(core: _core.Engine) -> str:

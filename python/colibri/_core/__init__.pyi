@@ -739,7 +739,25 @@ class ExpertStoreStats:
     def prefetch_cancelled(self) -> int:
         ...
     @property
+    def prefetch_candidates(self) -> int:
+        ...
+    @property
+    def prefetch_candidates_used(self) -> int:
+        ...
+    @property
     def prefetch_issued(self) -> int:
+        ...
+    @property
+    def prefetch_suppressed(self) -> int:
+        ...
+    @property
+    def prefetch_switched_off(self) -> int:
+        ...
+    @property
+    def prefetch_switched_on(self) -> int:
+        ...
+    @property
+    def prefetch_throttled(self) -> int:
         ...
     @property
     def prefetch_used(self) -> int:
@@ -807,8 +825,18 @@ class Engine:
     def expert_slot_bytes(self) -> int:
         ...
     @property
+    def io_depth_curve(self) -> list[tuple[int, float]]:
+        """
+        workers=auto: (reads in flight, GB/s) measured at configure; empty otherwise.
+        """
+    @property
     def io_fallbacks(self) -> int:
         ...
+    @property
+    def io_workers(self) -> int:
+        """
+        Expert-read workers (reads in flight) in use.
+        """
     @property
     def kv_bytes_per_token(self) -> int:
         """
@@ -827,6 +855,16 @@ class Engine:
     @property
     def pinned_experts(self) -> int:
         ...
+    @property
+    def prefetch_accuracy(self) -> float:
+        """
+        Used share of the governor's recent prefetch candidates.
+        """
+    @property
+    def prefetch_active(self) -> bool:
+        """
+        Whether the prefetch governor has the lookahead's reads on now.
+        """
     @property
     def spec(self) -> ModelSpec:
         ...

@@ -7,7 +7,44 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['DIRECT_ALIGNMENT', 'MAX_WORKERS', 'ReadPool', 'crc32', 'crc32_accelerated', 'slab_bytes']
+__all__: list[str] = ['DIRECT_ALIGNMENT', 'MAX_WORKERS', 'PrefetchGovernor', 'ReadPool', 'ReadQueue', 'crc32', 'crc32_accelerated', 'slab_bytes']
+class ReadQueue:
+    """
+    The read pool's queue order (demand reads first), for tests.
+    """
+    def __init__(self) -> None:
+        ...
+    def __len__(self) -> int:
+        ...
+    def pop(self) -> int:
+        ...
+    def push(self, ticket: typing.SupportsInt | typing.SupportsIndex, urgent: bool) -> None:
+        ...
+class PrefetchGovernor:
+    """
+    The expert store's prefetch on/off rule (rolling accuracy with hysteresis), for tests.
+    """
+    def __init__(self, window: typing.SupportsInt | typing.SupportsIndex = 128, min_samples: typing.SupportsInt | typing.SupportsIndex = 32, off_below: typing.SupportsFloat | typing.SupportsIndex = 0.55, on_at: typing.SupportsFloat | typing.SupportsIndex = 0.65) -> None:
+        ...
+    def record(self, used: bool) -> None:
+        ...
+    def reset(self) -> None:
+        ...
+    @property
+    def accuracy(self) -> float:
+        ...
+    @property
+    def active(self) -> bool:
+        ...
+    @property
+    def samples(self) -> int:
+        ...
+    @property
+    def switched_off(self) -> int:
+        ...
+    @property
+    def switched_on(self) -> int:
+        ...
 class ReadPool:
     """
     I/O worker pool over a list of files. workers=0 reads synchronously in wait(); direct asks for O_DIRECT (falls back to buffered per file where refused). fault is a test hook: none, refuse_direct_open, einval_direct_read, eio, slow_read.
@@ -36,6 +73,10 @@ class ReadPool:
         ...
     def file_size(self, file: typing.SupportsInt | typing.SupportsIndex) -> int:
         ...
+    def in_flight(self) -> int:
+        """
+        Reads queued or running (not finished).
+        """
     def pending(self) -> int:
         ...
     def read(self, file: typing.SupportsInt | typing.SupportsIndex, offset: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
@@ -48,9 +89,9 @@ class ReadPool:
         ...
     def stats(self) -> dict[str, typing.Any]:
         ...
-    def submit(self, file: typing.SupportsInt | typing.SupportsIndex, offset: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> int:
+    def submit(self, file: typing.SupportsInt | typing.SupportsIndex, offset: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex, urgent: bool = False) -> int:
         """
-        Queue a read; returns a ticket.
+        Queue a read; returns a ticket. urgent=True: a demand read, queued ahead of every non-urgent one.
         """
     def wait(self, ticket: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
         """

@@ -48,6 +48,11 @@ FLAG_OF_FIELD = {
 _FIELD = re.compile(r"^(" + "|".join(re.escape(k) for k in FLAG_OF_FIELD) + r"):")
 
 
+
+def _workers(text: str) -> int | str:
+    """--io-workers: a count or "auto" (range checked by IOConfig)."""
+    return "auto" if text == "auto" else int(text)
+
 def flag_message(exc: ConfigError) -> str:
     """A ConfigError's message with the settings field replaced by its flag."""
     msg = str(exc)
@@ -113,9 +118,9 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    help="RAM for the whole engine: weights, KV cache, buffers and the expert "
                         "cache, e.g. 12GiB, 1.5GB, 800M (default: available memory less "
                         "10%% or 512 MiB)")
-    s.add_argument("--io-workers", type=int, metavar="N",
-                   help="threads reading experts from disk, 0 = read on the compute thread "
-                        "(default: 2)")
+    s.add_argument("--io-workers", type=_workers, metavar="N|auto",
+                   help="threads reading experts from disk, 0 = read on the compute thread, "
+                        "auto = the knee of a read-depth curve measured at load (default: 2)")
     s.add_argument("--direct", action=argparse.BooleanOptionalAction, default=None,
                    help="read experts with O_DIRECT, bypassing the page cache (default: on; "
                         "falls back to buffered reads where unsupported)")
