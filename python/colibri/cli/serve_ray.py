@@ -81,10 +81,18 @@ def cmd_serve_ray(args: argparse.Namespace, server: dict[str, Any], err: TextIO)
         ray_api.init(address=args.ray_address, log_to_driver=not args.quiet)
     port = args.port or _free_port(args.host)
     serve.start(http_options={"host": args.host, "port": port})
+    # Serve already running on the cluster keeps its own HTTP options: say where it is.
+    try:
+        from ray.serve.context import _get_global_client
+
+        http: Any = _get_global_client().http_config
+        host, port = str(http.host), int(http.port)
+    except Exception:  # a Ray without that (internal) accessor: the requested address
+        host = args.host
     app_name = config.app_name
     serve.run(build_app(spec, config), name=app_name, route_prefix="/")
     name = args.served_model_name or args.model
-    err.write(f"colibri: serving {name} at http://{args.host}:{port}/v1 (Ray Serve, "
+    err.write(f"colibri: serving {name} at http://{host}:{port}/v1 (Ray Serve, "
               f"placement {args.placement}, router {args.ray_router})\n")
     err.flush()
     stop = threading.Event()
