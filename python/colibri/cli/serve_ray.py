@@ -85,7 +85,8 @@ def cmd_serve_ray(args: argparse.Namespace, server: dict[str, Any], err: TextIO)
     try:
         from ray.serve.context import _get_global_client
 
-        http: Any = _get_global_client().http_config
+        client: Any = _get_global_client()
+        http: Any = client.http_config
         host, port = str(http.host), int(http.port)
     except Exception:  # a Ray without that (internal) accessor: the requested address
         host = args.host
