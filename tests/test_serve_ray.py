@@ -190,3 +190,39 @@ def test_errors_come_back_from_the_replica(ray_base: str, client: openai.OpenAI)
                                        max_tokens=2)
     assert exc.value.code == "model_not_found"
     assert [m.id for m in client.models.list()] == ["smollm2"]
+
+
+def test_cli_serve_ray(ray_cluster: str, ray_base: str, oracle: co.Model,
+                       monkeypatch: pytest.MonkeyPatch, smollm2_gguf_path: Path) -> None:
+    """``colibri serve MODEL --ray`` on the same cluster (after the fixture's app is
+    removed: one Serve instance per cluster): it deploys, serves, and at SIGTERM deletes
+    its application and exits 0. Last in the module: it shuts the fixture's Serve down."""
+    import ray
+    from ray import serve
+
+    import server_helpers
+
+    serve.shutdown()
+    # Wait for the controller to be gone: a `serve.start` meeting it while it shuts down
+    # loses its proxy.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor("SERVE_CONTROLLER_ACTOR", namespace="serve")
+        except ValueError:
+            break
+        time.sleep(1)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setattr(server_helpers, "START_TIMEOUT", 300.0)
+    s = server_helpers.ServerProcess(smollm2_gguf_path, "--ray", "--ray-address", ray_cluster,
+                                     "--num-replicas", "1", "--placement", "any",
+                                     "-c", str(CTX), "--api-key", KEY,
+                                     "--served-model-name", "smollm2", "-q")
+    try:
+        c = openai.OpenAI(base_url=s.base, api_key=KEY, max_retries=0, timeout=180)
+        _, text = _chat(c, [{"role": "user", "content": QUESTIONS[0]}])
+        assert text == oracle.chat([{"role": "user", "content": QUESTIONS[0]}],
+                                   max_tokens=16).text
+    finally:
+        assert s.stop(180) == 0, s.log()
+    assert "colibri" not in serve.status().applications
