@@ -61,6 +61,9 @@ def add_serve_parser(sub: Any, engine_flags: Callable[[argparse.ArgumentParser],
                         "next turn prefills only its new tokens (default: off)")
     g.add_argument("-q", "--quiet", action="store_true",
                    help="no download progress and no access log on stderr")
+    from .serve_ray import add_ray_flags
+
+    add_ray_flags(p)
     cache_flag(p)
     engine_flags(p)
     debug_flag(p, argparse.SUPPRESS)
@@ -102,13 +105,24 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
             raise UsageError(f"argument --kv-budget: {exc}") from None
         if kv_budget < 1:
             raise UsageError("argument --kv-budget: must be at least 1 byte")
+    api_key = args.api_key if args.api_key is not None else os.environ.get("COLIBRI_API_KEY")
+    timeout = args.request_timeout if args.request_timeout > 0 else None
+    if args.ray:
+        from .serve_ray import cmd_serve_ray
+
+        # Each replica builds this server around its own copy of the model.
+        return cmd_serve_ray(args, {
+            "model_name": args.served_model_name,
+            "aliases": [args.model] if args.served_model_name is None else [],
+            "api_key": api_key or None,
+            "chat_template": template, "max_queue": args.max_queue,
+            "max_running": args.parallel, "timeout": timeout,
+            "drain_timeout": args.shutdown_timeout, "kv_budget": kv_budget}, err)
     engine: EngineConfig = engine_from_args(args)
     if args.prompt_cache is not None:
         engine = engine.replace(prompt_cache=args.prompt_cache)
     model = Model.load(args.model, engine=engine, cache_dir=args.cache_dir,
                        progress=not args.quiet)
-    api_key = args.api_key if args.api_key is not None else os.environ.get("COLIBRI_API_KEY")
-    timeout = args.request_timeout if args.request_timeout > 0 else None
     # Without --served-model-name, the name the model was given on the command line
     # ("smollm2") is accepted as well as its resolved name ("smollm2-135m-instruct").
     aliases = [args.model] if args.served_model_name is None else []
