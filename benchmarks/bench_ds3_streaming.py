@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import _cgroup as cg
+import _stream_report as sr
 import bench_streaming as bs
 from _common import RESULTS_DIR, git_commit, machine, print_table
 
@@ -118,7 +119,7 @@ def med(xs: list[float]) -> float | None:
 
 
 def values(runs: list[dict[str, Any]], path: str) -> list[float]:
-    return [float(v) for r in runs if isinstance(v := bs.dig(r, path), (int, float))]
+    return [float(v) for r in runs if isinstance(v := sr.dig(r, path), (int, float))]
 
 
 def ready_rate(req: dict[str, Any] | None) -> float | None:
@@ -236,10 +237,10 @@ def main() -> None:
             hit = values(runs, f"{p}.experts.hit_rate")
             ready = [x for r in runs if (x := ready_rate(r.get(p))) is not None]
             frac = [t / cg.decode_bound(bound, b) for t, b in zip(tok, bpt, strict=False) if b]
-            adj = [bs.dig(r, f"{p}.decode_tok_s") / cg.decode_bound(r["disk_after_gb_s"] * 1e9, b)
+            adj = [sr.dig(r, f"{p}.decode_tok_s") / cg.decode_bound(r["disk_after_gb_s"] * 1e9, b)
                    for r in runs
-                   if (b := bs.dig(r, f"{p}.bytes_read_per_token")
-                       or bs.dig(r, f"{p}.io_read_bytes_per_token"))]
+                   if (b := sr.dig(r, f"{p}.bytes_read_per_token")
+                       or sr.dig(r, f"{p}.io_read_bytes_per_token"))]
             busy = values(runs, f"{p}.device_busy")
             loads = [r["loadavg_1min"][0] for r in runs]
             s = {"decode_tok_s": med(tok), "decode_tok_s_all": tok, "ready_hit_rate": med(ready),
@@ -249,12 +250,12 @@ def main() -> None:
                  "device_busy": med(busy), "n_ok": len(runs),
                  "n": len(doc["runs"].get(name, []))}
             summary[f"{name}/{p}"] = s
-            table.append([name, p, bs.fmt(s["decode_tok_s"]), spread(tok),
-                          bs.fmt(s["ready_hit_rate"]), bs.fmt(s["hit_rate_incl_inflight"]),
-                          bs.fmt(s["bytes_per_token"] / 1e9 if s["bytes_per_token"] else None),
-                          bs.fmt(s["bound_fraction"] * 100 if s["bound_fraction"] else None),
-                          bs.fmt(s["adjacent_fraction"] * 100 if s["adjacent_fraction"] else None),
-                          bs.fmt(s["device_busy"] * 100 if s["device_busy"] is not None else None),
+            table.append([name, p, sr.fmt(s["decode_tok_s"]), spread(tok),
+                          sr.fmt(s["ready_hit_rate"]), sr.fmt(s["hit_rate_incl_inflight"]),
+                          sr.fmt(s["bytes_per_token"] / 1e9 if s["bytes_per_token"] else None),
+                          sr.fmt(s["bound_fraction"] * 100 if s["bound_fraction"] else None),
+                          sr.fmt(s["adjacent_fraction"] * 100 if s["adjacent_fraction"] else None),
+                          sr.fmt(s["device_busy"] * 100 if s["device_busy"] is not None else None),
                           spread(loads), f"{s['n_ok']}/{s['n']}"])
     doc["summary"] = summary
     print(f"\n## {args.preset} in a {cg.fmt_bytes(limit)} cgroup, {args.threads} threads, "
