@@ -24,7 +24,7 @@ from modelfactory import build_tiny_model, prompt_ids, reference_logits, transfo
 from streaming_helpers import assert_same_trace, budget_for_slots, engine, prompt, run_trace
 
 _PROJ = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-ISAS = [i for i in ("scalar", "avx2") if i in q.available_isas()]
+ISAS = [i for i in ("scalar", "avx2", "avx512", "neon") if i in q.available_isas()]
 
 
 def fp8_checkpoint(family: str, root: Path, block: tuple[int, int]) -> tuple[Path, Path]:

@@ -64,7 +64,9 @@ py::array_t<float> fp8_matmul(const ByteArray& codes, const FloatArray& scales, 
   if (isa) {
     Isa want = Isa::Scalar;
     if (*isa == "avx2") want = Isa::AVX2;
-    else if (*isa != "scalar") fail(ErrorKind::InvalidArgument, "fp8 kernels exist for scalar and avx2 only");
+    else if (*isa == "avx512") want = Isa::AVX512;
+    else if (*isa == "neon") want = Isa::NEON;
+    else if (*isa != "scalar") fail(ErrorKind::InvalidArgument, "fp8 kernels: isa is scalar, avx2, avx512 or neon");
     k = kernels_for(DType::F8_E4M3, want);
     if (!k) fail(ErrorKind::Unsupported, "no " + *isa + " FP8 kernels on this CPU");
   }

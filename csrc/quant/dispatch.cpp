@@ -75,6 +75,7 @@ constexpr TableFn kAvx512Tables[] = {
     avx512_kernels,
     kquant_avx512_kernels,
     iq_avx512_kernels,
+    [](DType t) { return fp8_type_kernels(t, Isa::AVX512); },
 };
 #endif
 #if defined(COLIBRI_ARM)
@@ -82,6 +83,7 @@ constexpr TableFn kNeonTables[] = {
     neon_kernels,
     kquant_neon_kernels,
     iq_neon_kernels,
+    [](DType t) { return fp8_type_kernels(t, Isa::NEON); },
 };
 #endif
 

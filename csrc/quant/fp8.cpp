@@ -93,6 +93,10 @@ const TypeKernels kScalarEntry{DType::F8_E4M3, DType::F32, dequantize_codes, nul
                                dot_codes_rows};
 const TypeKernels kAvx2Entry{DType::F8_E4M3, DType::F32, dequantize_codes, nullptr, dot_codes, copy_f32,
                              dot_codes_rows};
+const TypeKernels kAvx512Entry{DType::F8_E4M3, DType::F32, dequantize_codes, nullptr, dot_codes, copy_f32,
+                               dot_codes_rows};
+const TypeKernels kNeonEntry{DType::F8_E4M3, DType::F32, dequantize_codes, nullptr, dot_codes, copy_f32,
+                             dot_codes_rows};
 
 }  // namespace
 
@@ -101,6 +105,10 @@ const TypeKernels* fp8_type_kernels(DType type, Isa isa) {
   if (isa == Isa::Scalar) return &kScalarEntry;
 #if defined(COLIBRI_X86)
   if (isa == Isa::AVX2) return &kAvx2Entry;
+  if (isa == Isa::AVX512) return &kAvx512Entry;
+#endif
+#if defined(COLIBRI_ARM)
+  if (isa == Isa::NEON) return &kNeonEntry;
 #endif
   return nullptr;
 }
@@ -108,8 +116,10 @@ const TypeKernels* fp8_type_kernels(DType type, Isa isa) {
 Fp8DotRowsFn fp8_dot_rows_for(const TypeKernels& k) {
 #if defined(COLIBRI_X86)
   if (&k == &kAvx2Entry) return fp8::dot_rows_avx2;
-#else
-  (void)k;  // one row kernel off x86
+  if (&k == &kAvx512Entry) return fp8::dot_rows_avx512;
+#endif
+#if defined(COLIBRI_ARM)
+  if (&k == &kNeonEntry) return fp8::dot_rows_neon;
 #endif
   return fp8::dot_rows_scalar;
 }

@@ -51,11 +51,17 @@ void dot_rows_scalar(int64_t n, const uint8_t* w, std::size_t stride, int64_t nr
 #if defined(COLIBRI_X86)
 void dot_rows_avx2(int64_t n, const uint8_t* w, std::size_t stride, int64_t nrows, int64_t row0,
                    const BlockScales& s, const float* x, float* out);
+void dot_rows_avx512(int64_t n, const uint8_t* w, std::size_t stride, int64_t nrows, int64_t row0,
+                     const BlockScales& s, const float* x, float* out);
+#endif
+#if defined(COLIBRI_ARM)
+void dot_rows_neon(int64_t n, const uint8_t* w, std::size_t stride, int64_t nrows, int64_t row0,
+                   const BlockScales& s, const float* x, float* out);
 #endif
 }  // namespace fp8
 
-// The kernel-table entry of F8_E4M3 at an ISA (Scalar or AVX2; nullptr otherwise and for
-// other types): the codes' values WITHOUT scales, F32 activations. The matmul uses the
+// The kernel-table entry of F8_E4M3 at an ISA (Scalar, AVX2, AVX512 or NEON where built;
+// nullptr otherwise and for other types): the codes' values WITHOUT scales, F32 activations. The matmul uses the
 // scaled row kernel that goes with the entry (fp8_dot_rows_for) and refuses an F8_E4M3
 // weight without scales.
 const TypeKernels* fp8_type_kernels(DType type, Isa isa);
