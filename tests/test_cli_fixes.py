@@ -33,7 +33,7 @@ def test_io_workers_default_is_the_real_one() -> None:
     text = " ".join(proc.stdout.split())
     assert f"(default: {co.IOConfig().workers})" in text.rsplit("--io-workers N", 1)[1][:200]
     row = next(line for line in (REPO / "docs" / "cli.md").read_text().splitlines()
-               if line.startswith("| `--io-workers N`"))
+               if line.startswith("| `--io-workers N"))  # N or N\|auto
     assert f"| {co.IOConfig().workers} |" in row
 
 

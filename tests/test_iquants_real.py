@@ -78,12 +78,15 @@ KLD_RATIO = 1.15
 #   IQ1_S:  median 4.91e-2, worst 0.191, top-1 0.897, KLD 1.32e-2
 #   IQ1_M:  median 4.59e-2, worst 0.137, top-1 0.944, KLD 9.2e-3
 #   IQ2_XXS: median 3.68e-2, worst 0.160, top-1 0.918, KLD 1.21e-2
+#   IQ3_XXS: median 3.40e-2, worst 0.107, top-1 0.961, KLD 6.6e-3 (llama.cpp 0.3.36 will not
+#            write IQ3_XXS without an importance matrix either)
 # Bounds: twice the measured median, worst and KLD; top-1 at most 0.03 below.
 LOGIT_MEASURED = {
     "IQ2_XS": (3.27e-2, 0.170, 0.941, 8.4e-3),
     "IQ1_S": (4.91e-2, 0.191, 0.897, 1.32e-2),
     "IQ1_M": (4.59e-2, 0.137, 0.944, 9.2e-3),
     "IQ2_XXS": (3.68e-2, 0.160, 0.918, 1.21e-2),
+    "IQ3_XXS": (3.40e-2, 0.107, 0.961, 6.6e-3),
 }
 
 
@@ -99,11 +102,11 @@ def mean_kld(ref_logits: np.ndarray, logits: np.ndarray) -> float:
     return float(np.mean(np.sum(np.exp(lp) * (lp - lq), axis=-1)))
 
 
-COLIBRI_TYPES = ["IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M"]
+COLIBRI_TYPES = ["IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M", "IQ3_XXS"]
 # Relative RMS error of the ffn_down weights colibri wrote, against the Q4_1 source's
 # values (bounds: the largest measured over the 30 tensors, 0.342, 0.298, 0.471, 0.431,
-# plus 10%); Gaussian data gives 0.33, 0.29, 0.45, 0.42 (tests/test_iquant_quantizer.py).
-WEIGHT_ERROR = {"IQ2_XXS": 0.38, "IQ2_XS": 0.33, "IQ1_S": 0.52, "IQ1_M": 0.48}
+# 0.186, plus 10%); Gaussian data gives 0.33, 0.29, 0.45, 0.42 (tests/test_iquant_quantizer.py).
+WEIGHT_ERROR = {"IQ2_XXS": 0.38, "IQ2_XS": 0.33, "IQ1_S": 0.52, "IQ1_M": 0.48, "IQ3_XXS": 0.205}
 
 
 # The default run keeps IQ4_XS (llama.cpp's) and IQ2_XXS (colibri's); the other colibri
@@ -111,7 +114,7 @@ WEIGHT_ERROR = {"IQ2_XXS": 0.38, "IQ2_XS": 0.33, "IQ1_S": 0.52, "IQ1_M": 0.48}
 # 6 minutes on the 2-core machine (cached in build/iquant_fixtures/ after), then each file's
 # tests take about 3 minutes (transformers' float32 reference included; results in
 # docs/testing.md).
-SLOW_TYPES = {"IQ2_XS", "IQ1_S", "IQ1_M"}
+SLOW_TYPES = {"IQ2_XS", "IQ1_S", "IQ1_M", "IQ3_XXS"}
 
 
 @pytest.fixture(
