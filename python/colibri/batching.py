@@ -22,6 +22,10 @@ its row and submit its next forward before it forms the next step (up to ``patie
 seconds, for a sampler that blocks), so with N generations decoding every step carries N
 rows. The samplers run on the generations' own threads, each on its own logits row, right
 after the batched forward.
+
+Prefix copies between steps (:meth:`StepBatcher.copy_prefix`, colibri.prefix_share): a
+generation following another's shared prompt prefix has the step thread copy that
+prefix's KV state into its session between two steps, once the leader holds it.
 """
 
 from __future__ import annotations
@@ -69,6 +73,16 @@ def forward_batch(sessions: Sequence[Session], token_ids: Sequence[Sequence[int]
     ids = [s._check_ids(t) for s, t in zip(sessions, token_ids, strict=True)]
     out: list[Logits] = _core.forward_batch([s._core for s in sessions], ids, flags)
     return out
+
+
+@dataclass(eq=False)
+class _Copy:
+    dst: Session
+    src: Session
+    tokens: list[int]  # the prefix: src must hold exactly these first
+    src_ended: Callable[[], bool]  # the leader's generation has ended: give up
+    done: threading.Event = field(default_factory=threading.Event)
+    ok: bool = False
 
 
 @dataclass
@@ -119,6 +133,9 @@ class StepBatcher:
         self._thread: threading.Thread | None = None
         self._model: Model | None = None
         self._last_step = 0.0  # seconds of the last decode-only step
+        self._copies: list[_Copy] = []  # prefix copies waiting for their leader
+        self._paused: set[int] = set()  # entered generations waiting in copy_prefix
+        self.copies = 0  # prefix copies made
 
     # --- lifetime ---------------------------------------------------------------------
 
@@ -139,10 +156,16 @@ class StepBatcher:
             self._model._batcher = None
         with self._cond:
             self._stopped = True
+            self._fail_copies(lambda c: True)
             self._cond.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
         self._thread = None
+
+    def wake(self) -> None:
+        """Something a waiting prefix copy depends on changed (its leader ended)."""
+        with self._cond:
+            self._cond.notify_all()
 
     def join(self) -> None:
         """A generation starts: steps wait for its forwards (up to the window)."""
@@ -174,6 +197,70 @@ class StepBatcher:
     @property
     def active(self) -> int:
         return self._active
+
+    def copy_prefix(self, dst: Session, src: Session, tokens: Sequence[int],
+                    src_ended: Callable[[], bool]) -> bool:
+        """Copies the KV state of `src`'s first ``len(tokens)`` tokens into `dst` (the
+        core's ``copy_prefix_from``), on the step thread between two steps, once `src`
+        holds exactly `tokens` first and its owner is waiting for a step (so nothing else
+        touches `src`). Blocks until then; meanwhile steps do not wait for `dst`'s
+        generation. False, `dst` unchanged, when `src_ended()` turns true first (the
+        leader's generation ended, was cancelled or failed: call :meth:`wake`), the copy
+        failed, or the batcher is detached."""
+        job = _Copy(dst, src, list(tokens), src_ended)
+        key = id(dst)
+        with self._cond:
+            if self._stopped:
+                return False
+            paused = key in self._looping
+            if paused:  # not waited for while it waits for its leader
+                self._looping.discard(key)
+                self._expect.discard(key)
+                self._active = max(0, self._active - 1)
+                self._paused.add(key)
+            self._copies.append(job)
+            self._cond.notify_all()
+        try:
+            job.done.wait()
+        finally:
+            with self._cond:
+                if paused:
+                    self._paused.discard(key)
+                    self._looping.add(key)
+                    self._active += 1
+        return job.ok
+
+    def _fail_copies(self, which: Callable[[_Copy], bool]) -> None:
+        """Releases the waiting copies `which` selects, unmade (the lock held)."""
+        keep = []
+        for c in self._copies:
+            if which(c):
+                c.done.set()
+            else:
+                keep.append(c)
+        self._copies = keep
+
+    def _ready_copies(self) -> list[_Copy]:
+        """The copies whose leader has a row waiting (its owner blocked until the step
+        ends) and holds enough tokens; gives up those whose leader ended (lock held)."""
+        self._fail_copies(lambda c: c.src_ended())
+        queued = {id(r.session) for r in self._pending}
+        ready = [c for c in self._copies
+                 if id(c.src) in queued and c.src.n_tokens >= len(c.tokens)]
+        self._copies = [c for c in self._copies if c not in ready]
+        return ready
+
+    @staticmethod
+    def _copy(job: _Copy) -> None:
+        n = len(job.tokens)
+        try:
+            if job.src._core.token_ids()[:n] == job.tokens:
+                job.dst._core.copy_prefix_from(job.src._core, n)
+                job.ok = True
+        except Exception:  # the follower prefills the prefix itself
+            job.ok = False
+        finally:
+            job.done.set()
 
     # --- the calling side ---------------------------------------------------------------
 
@@ -229,6 +316,8 @@ class StepBatcher:
         while True:
             with self._cond:
                 while not self._pending and not self._stopped:
+                    if self._copies:
+                        self._fail_copies(lambda c: c.src_ended())
                     self._cond.wait()
                 if not self._pending:
                     return  # stopped, nothing waiting
@@ -244,8 +333,12 @@ class StepBatcher:
                     if left <= 0:
                         break
                     self._cond.wait(left)
+                copies = self._ready_copies() if self._copies else []
                 batch = self._take()
                 self._expect.difference_update(id(r.session) for r in batch)
+            for job in copies:  # the leaders' owners wait for their rows: safe to read
+                self._copy(job)
+                self.copies += job.ok
             self._step(batch)
 
     def _window(self) -> float:

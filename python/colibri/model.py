@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from typing import Unpack
 
     from .batching import StepBatcher
+    from .prefix_share import Running
 
 Messages = Sequence[Mapping[str, Any]]
 
@@ -396,12 +397,39 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         """A generation of `ids` in a new session, or in one of the prompt cache holding
         a prefix of them (which is then not prefilled again); the session goes to the
         cache when the generation ends."""
-        if self._prompt_cache.enabled:
-            session, m = self._prompt_cache.take(ids)
+        cache = self._prompt_cache
+        if cache.enabled:
+            session, m = cache.take(ids)
         else:
             session, m = self.session(), 0
-        return session, self._stream(session, ids[m:], request, result, history=ids[:m],
-                                     to_cache=True, progress=progress)
+        batcher = self._batcher
+        if batcher is None or not cache.sharing:
+            return session, self._stream(session, ids[m:], request, result,
+                                         history=ids[:m], to_cache=True, progress=progress)
+        # Under continuous batching: share a prefix with a generation running now
+        # (colibri.prefix_share), and be one others can share with.
+        entry = cache.running.add(ids, session)
+        lead = cache.running.leader(entry, m)
+        if lead is None:
+            gen = self._stream(session, ids[m:], request, result, history=ids[:m],
+                               to_cache=True, progress=progress)
+        else:
+            gen = self._follow(session, ids, m, lead, batcher, request, result, progress)
+        return session, cache.running.tracked(entry, gen, on_end=batcher.wake)
+
+    def _follow(self, session: Session, ids: list[int], m: int, lead: tuple[Running, int],
+                batcher: StepBatcher, request: Request, result: dict[str, Any],
+                progress: Progress | None) -> Generator[Chunk, None, None]:
+        """The generation of `ids` after copying the first ``lead[1]`` tokens' KV state
+        from the running leader ``lead[0]`` once it holds them (or, if it ends first,
+        from the `m` tokens the prompt cache gave)."""
+        leader, n = lead
+        k = m
+        if batcher.copy_prefix(session, leader.session, ids[:n], lambda: leader.ended):
+            k = n
+            self._prompt_cache.count_share(n - m)
+        yield from self._stream(session, ids[k:], request, result, history=ids[:k],
+                                to_cache=True, progress=progress)
 
     @staticmethod
     def _request(max_tokens: int, sampling: Sampling | Mapping[str, Any] | None,

@@ -16,6 +16,11 @@ the same tokens reuses it instead of prefilling it again.
 - **Eviction**: least recently used first; an entry larger than the whole cache is not
   kept.
 
+- **Running prompts** (``share_running``, on by default): under a step batcher (the
+  server with several slots), a generation whose prompt shares a long prefix with one
+  that is running now copies that prefix from the running one's session once it is
+  prefilled, instead of prefilling it too (colibri.prefix_share).
+
 Reuse changes speed, never tokens: a prompt prefilled in parts gives bit-identical logits
 to one prefilled at once, so a cached call generates what an uncached one does.
 """
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .display import Displayable, size
+from .prefix_share import RunningPrompts
 
 if TYPE_CHECKING:
     from .model import Model
@@ -55,12 +61,16 @@ class PromptCacheStats(Displayable):
     misses: int  # calls that found none
     reused_tokens: int  # prompt tokens not prefilled thanks to it
     evictions: int  # entries dropped to make room
+    shares: int = 0  # calls that copied a prefix from a running generation
+    shared_tokens: int = 0  # prompt tokens not prefilled thanks to that
 
     def _display_rows(self) -> list[tuple[str, str]]:
         return [
             ("entries", f"{self.entries}, {size(self.bytes)} of {size(self.max_bytes)}"),
             ("hits", f"{self.hits} of {self.hits + self.misses} calls, "
                      f"{self.reused_tokens} tokens reused"),
+            ("shared", f"{self.shares} calls, {self.shared_tokens} tokens from running "
+                       "generations"),
             ("evictions", str(self.evictions)),
         ]
 
@@ -81,7 +91,15 @@ class PromptCache:
         self.max_bytes = int(max_bytes)
         self._entries: list[_Entry] = []
         self._lock = threading.Lock()
-        self._counts = [0, 0, 0, 0]  # hits, misses, reused tokens, evictions
+        # hits, misses, reused tokens, evictions, shares, shared tokens
+        self._counts = [0, 0, 0, 0, 0, 0]
+        self.share_running = True  # copy prefixes from running generations too
+        self.running = RunningPrompts()
+
+    @property
+    def sharing(self) -> bool:
+        """Prefixes are shared between running generations (under a step batcher)."""
+        return self.enabled and self.share_running
 
     @property
     def enabled(self) -> bool:
@@ -89,15 +107,21 @@ class PromptCache:
 
     def stats(self) -> PromptCacheStats:
         with self._lock:
-            h, m, r, e = self._counts
+            h, m, r, e, sh, st = self._counts
             return PromptCacheStats(len(self._entries), sum(x.bytes for x in self._entries),
-                                    self.max_bytes, h, m, r, e)
+                                    self.max_bytes, h, m, r, e, sh, st)
 
     def clear(self) -> None:
         """Drops every entry and zeroes the counters."""
         with self._lock:
             self._entries.clear()
-            self._counts = [0, 0, 0, 0]
+            self._counts = [0, 0, 0, 0, 0, 0]
+
+    def count_share(self, tokens: int) -> None:
+        """A call copied `tokens` prompt tokens from a running generation."""
+        with self._lock:
+            self._counts[4] += 1
+            self._counts[5] += tokens
 
     def take(self, ids: list[int]) -> tuple[Session, int]:
         """A session holding the longest cached prefix of `ids` (at most all but the last

@@ -58,7 +58,11 @@ def add_serve_parser(sub: Any, engine_flags: Callable[[argparse.ArgumentParser],
                         "more is taken from the expert cache)")
     g.add_argument("--prompt-cache", metavar="SIZE",
                    help="keep the KV state of recent requests (e.g. 512MiB) so a chat's "
-                        "next turn prefills only its new tokens (default: off)")
+                        "next turn prefills only its new tokens, and requests running at "
+                        "the same time prefill a common prompt prefix once (default: off)")
+    g.add_argument("--no-prefix-sharing", action="store_true",
+                   help="with --prompt-cache: reuse only the prefixes of finished requests, "
+                        "not those of requests running at the same time")
     g.add_argument("-q", "--quiet", action="store_true",
                    help="no download progress and no access log on stderr")
     from .serve_ray import add_ray_flags
@@ -117,7 +121,8 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
             "api_key": api_key or None,
             "chat_template": template, "max_queue": args.max_queue,
             "max_running": args.parallel, "timeout": timeout,
-            "drain_timeout": args.shutdown_timeout, "kv_budget": kv_budget}, err)
+            "drain_timeout": args.shutdown_timeout, "kv_budget": kv_budget,
+            "prefix_sharing": not args.no_prefix_sharing}, err)
     engine: EngineConfig = engine_from_args(args)
     if args.prompt_cache is not None:
         engine = engine.replace(prompt_cache=args.prompt_cache)
@@ -131,7 +136,7 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
                      chat_template=template, max_queue=args.max_queue,
                      max_running=args.parallel, timeout=timeout,
                      close_model=True, drain_timeout=args.shutdown_timeout,
-                     kv_budget=kv_budget)
+                     kv_budget=kv_budget, prefix_sharing=not args.no_prefix_sharing)
     scheduler = app.state.colibri.scheduler
     name = app.state.colibri.model_name
 

@@ -90,6 +90,7 @@ def create_app(
     close_model: bool = False,
     drain_timeout: float = 30.0,
     kv_budget: int | None = None,
+    prefix_sharing: bool = True,
 ) -> FastAPI:
     """The server for `model`, served as `model_name` (default ``model.name``; requests
     may also name it by one of `aliases`).
@@ -101,7 +102,9 @@ def create_app(
     get 429 with ``Retry-After: retry_after``. ``kv_budget``: bytes of KV state the
     running requests may reserve (default: what the RAM budget holds beside the expert
     cache; more is taken from the expert cache: colibri.server.memory); a request whose
-    reservation does not fit waits in the queue. ``timeout``: seconds a request may
+    reservation does not fit waits in the queue. ``prefix_sharing``: with the prompt cache
+    on (``EngineConfig.prompt_cache``), requests running at the same time share their
+    common prompt prefix (prefilled once: colibri.prefix_share). ``timeout``: seconds a request may
     take, queue wait included (None: no limit). At shutdown new requests get 503, running
     and queued ones finish (up to ``drain_timeout`` s), and the model is closed if
     ``close_model``."""
@@ -109,6 +112,7 @@ def create_app(
     scheduler = Scheduler(model, metrics, max_queue=max_queue, max_running=max_running,
                           timeout=timeout, retry_after=retry_after)
     scheduler.kv_budget = slot_kv_budget(model, max_running, kv_budget)
+    model.prompt_cache.share_running = prefix_sharing
     template = (ChatTemplate(chat_template, bos_token=model.tokenizer.bos_token,
                              eos_token=model.tokenizer.eos_token, name="--chat-template")
                 if chat_template is not None else model.chat_template)

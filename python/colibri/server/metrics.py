@@ -126,13 +126,20 @@ def render(metrics: Metrics, scheduler: Scheduler, model: Model) -> str:
             m.prompt_tokens_total)
     pc = model.prompt_cache.stats()
     _metric(out, "colibri_prefill_tokens_total", "counter",
-            "Prompt tokens prefilled (the prompt tokens less those the prompt cache reused).",
-            m.prompt_tokens_total - pc.reused_tokens)
+            "Prompt tokens prefilled (the prompt tokens less those the prompt cache reused "
+            "or copied from a running request).",
+            m.prompt_tokens_total - pc.reused_tokens - pc.shared_tokens)
     _metric(out, "colibri_prompt_cache_hits_total", "counter",
             "Generations that reused a cached prompt prefix (--prompt-cache).", pc.hits)
     _metric(out, "colibri_prompt_cache_reused_tokens_total", "counter",
             "Prompt tokens not prefilled because the prompt cache held them.",
             pc.reused_tokens)
+    _metric(out, "colibri_prompt_shares_total", "counter",
+            "Generations that copied a prompt prefix from a request running at the same "
+            "time (--prompt-cache).", pc.shares)
+    _metric(out, "colibri_prompt_shared_tokens_total", "counter",
+            "Prompt tokens not prefilled because a running request's session held them.",
+            pc.shared_tokens)
     _metric(out, "colibri_prompt_cache_bytes", "gauge",
             "KV bytes the prompt cache holds.", pc.bytes)
     _metric(out, "colibri_generated_tokens_total", "counter", "Tokens generated.",
