@@ -21,7 +21,7 @@ from ..request import parse_request
 from ..samples import sample_seeds
 from ..sampling import Sampling
 from .errors import ApiError, from_colibri
-from .tools import forced_call_grammar, template_format
+from .tools import FORCED_FORMATS, forced_call_grammar, template_format
 from .wire import ChatCompletionRequest, ChatMessage, SamplingFields
 
 if TYPE_CHECKING:
@@ -41,8 +41,9 @@ class Plan:
     n: int = 1
     seeds: list[int | None] = field(default_factory=lambda: [None])
     logprobs: int | None = None  # alternatives per token when logprobs are asked for
-    tool_format: str | None = None  # "hermes": parse tool calls out of the text
+    tool_format: str | None = None  # a tool_formats.FORMATS name: parse calls out of the text
     stop: tuple[str, ...] = ()
+    tools: list[dict[str, Any]] | None = None  # the request's (argument types for parsing)
 
     @property
     def positions(self) -> int:
@@ -95,7 +96,8 @@ def sampling(req: SamplingFields, *, logprobs: bool = False, top_logprobs: int =
 
 def plan(model: Model, req: SamplingFields, prompt_ids: list[int], sampling_: Sampling, *,
          max_tokens: int | None, response_format: Any = None,
-         logprobs: int | None = None, tool_format: str | None = None) -> Plan:
+         logprobs: int | None = None, tool_format: str | None = None,
+         tools: list[dict[str, Any]] | None = None) -> Plan:
     """The Plan of a request whose prompt is `prompt_ids`; every option validated."""
     if req.n > MAX_N:
         raise ApiError(400, f"n must be at most {MAX_N} (got {req.n})", param="n")
@@ -122,7 +124,7 @@ def plan(model: Model, req: SamplingFields, prompt_ids: list[int], sampling_: Sa
     except ColibriError as exc:
         raise from_colibri(exc) from exc
     seeds = [req.seed] if req.n == 1 else sample_seeds(req.seed, req.n)
-    return Plan(prompt_ids, options, req.n, seeds, logprobs, tool_format, stops)
+    return Plan(prompt_ids, options, req.n, seeds, logprobs, tool_format, stops, tools)
 
 
 # --- chat -------------------------------------------------------------------------------
@@ -204,10 +206,11 @@ def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest) 
     if req.response_format is not None and req.response_format.type != "text":
         response_format = req.response_format.model_dump(by_alias=True, exclude_none=True)
     if tools is not None and choice not in (None, "auto"):
-        if fmt is None:
+        if fmt not in FORCED_FORMATS:
             raise ApiError(400, "tool_choice 'required' or a named function needs a chat "
-                                "template whose tool-call format colibri parses (Hermes/Qwen "
-                                "<tool_call>); this one's is not", param="tool_choice")
+                                "template asking for Hermes/Qwen <tool_call>{json} calls; "
+                                f"this one's are {fmt or 'in a format colibri does not parse'}",
+                           param="tool_choice")
         if response_format is not None:
             raise ApiError(400, "response_format cannot be combined with a forced tool_choice",
                            param="response_format")
@@ -221,4 +224,4 @@ def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest) 
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None \
         else req.max_tokens
     return plan(model, req, ids, s, max_tokens=max_tokens, response_format=response_format,
-                logprobs=k, tool_format=fmt)
+                logprobs=k, tool_format=fmt, tools=tools)

@@ -22,7 +22,14 @@ from .runner import answer, new_id, run_sample
 from .scheduler import Ticket
 from .sse import DeferredJSON, EventStream, event
 from .state import ServerState, state
-from .tools import CallSplitter, ToolCall, forced_call_grammar, parse_calls, template_format
+from .tools import (
+    FORCED_FORMATS,
+    CallSplitter,
+    ToolCall,
+    forced_call_grammar,
+    parse_calls,
+    template_format,
+)
 from .wire import CountTokensRequest, MessagesRequest, SamplingFields
 
 router = APIRouter()
@@ -89,16 +96,17 @@ def _plan(st: ServerState, req: MessagesRequest) -> Plan:
     fmt = template_format(st.template.source) if tools is not None else None
     forced = None
     if tools is not None and choice in ("any", "tool"):
-        if fmt is None:
-            raise ApiError(400, "tool_choice 'any' or 'tool' needs a chat template whose "
-                                "tool-call format colibri parses (Hermes/Qwen <tool_call>)")
+        if fmt not in FORCED_FORMATS:
+            raise ApiError(400, "tool_choice 'any' or 'tool' needs a chat template asking "
+                                "for Hermes/Qwen <tool_call>{json} calls; this one's are "
+                                f"{fmt or 'in a format colibri does not parse'}")
         forced = forced_call_grammar(tools, (req.tool_choice or {}).get("name")
                                      if choice == "tool" else None)
     ids = render_chat(st.model, st.template, _conversation(req), tools)
     fields = SamplingFields(model=req.model, temperature=req.temperature, top_p=req.top_p,
                             top_k=req.top_k, stop=req.stop_sequences, max_tokens=req.max_tokens)
     return plan(st.model, fields, ids, sampling(fields), max_tokens=req.max_tokens,
-                response_format=forced, tool_format=fmt)
+                response_format=forced, tool_format=fmt, tools=tools)
 
 
 def _stop(st: ServerState, p: Plan, token_ids: list[int], text: str,
@@ -151,8 +159,8 @@ async def _body(st: ServerState, p: Plan, ticket: Ticket) -> dict[str, Any]:
     async with ticket:
         s = await run_sample(ticket, p, 0)
     reason, seq = _stop(st, p, s.token_ids, s.text, s.finish_reason)
-    text, calls = (parse_calls(s.text, "toolu_") if p.tool_format is not None
-                   else (s.text, []))
+    text, calls = (parse_calls(s.text, "toolu_", p.tool_format, p.tools)
+                   if p.tool_format is not None else (s.text, []))
     if calls:
         reason, seq = "tool_use", None
     return {"id": new_id("msg_"), "type": "message", "role": "assistant",
@@ -167,7 +175,8 @@ async def _events(st: ServerState, p: Plan, ticket: Ticket) -> AsyncIterator[str
     pieces: list[str] = []
     token_ids: list[int] = []
     finish = "length"
-    splitter = CallSplitter() if p.tool_format is not None else None
+    splitter = (CallSplitter(p.tool_format, p.tools) if p.tool_format is not None
+                else None)
     index, open_text = 0, False
     try:
         async with ticket:

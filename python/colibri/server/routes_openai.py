@@ -73,7 +73,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request) -> Resp
 def _message(p: Plan, text: str, finish: str) -> tuple[dict[str, Any], str]:
     msg: dict[str, Any] = {"role": "assistant", "content": text}
     if p.tool_format is not None:
-        content, calls = parse_calls(text)
+        content, calls = parse_calls(text, "call_", p.tool_format, p.tools)
         if calls:
             msg["content"] = content or None
             msg["tool_calls"] = [c.openai() for c in calls]
@@ -114,7 +114,8 @@ async def _chat_frames(st: ServerState, p: Plan, ticket: Ticket,
         async with ticket:
             for i in range(p.n):
                 yield frame(i, {"role": "assistant", "content": ""})
-                splitter = CallSplitter() if p.tool_format is not None else None
+                splitter = (CallSplitter(p.tool_format, p.tools)
+                            if p.tool_format is not None else None)
                 finish = "length"
                 async for chunk in ticket.stream(p.prompt_ids, p.sample_options(i)):
                     if chunk.token_id is not None:
