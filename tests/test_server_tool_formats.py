@@ -3,19 +3,27 @@
 copies): what a template renders for an assistant's tool calls is the text the model was
 trained to write, so it must parse back to those calls (names, arguments as JSON, the
 content outside them), whole and streamed a character at a time. Malformed calls stay in
-the text. The table picks each family's format from its template's source."""
+the text. The table picks each family's format from its template's source. Forced calls
+(each format's grammar) parse back and match the schema; SmolLM2 served with GLM-4.6's and
+Kimi-K2's templates answers the openai client with tool_calls."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+import openai
 import pytest
 
+import colibri as co
 from colibri.chat import ChatTemplate
 from colibri.server.tool_formats import FORMATS, deepseek_marker, template_format
-from colibri.server.tools import CallSplitter, parse_calls
+from colibri.server.tools import CallSplitter, forced_call_grammar, parse_calls
+from realmodel import smollm2_gguf
+from server_helpers import ServerProcess
 from tokenizer_vectors import templates_dir
 
 DS_CALLS, DS_CALLS_END = deepseek_marker("tool calls begin"), deepseek_marker("tool calls end")
@@ -192,3 +200,89 @@ def test_every_format_has_a_template() -> None:
 
 def test_templates_dir_holds_them() -> None:
     assert all(Path(templates_dir() / n).is_file() for n in DETECTED)
+
+
+# --- forced calls (tool_choice "required" / named), and through the server -------------
+
+@pytest.fixture(scope="module")
+def smollm2() -> Iterator[co.Model]:
+    with co.Model.load(smollm2_gguf(), engine=co.EngineConfig(context_length=1024)) as m:
+        yield m
+
+
+STRICT = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["C", "F"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+        "required": ["city", "unit", "days"], "additionalProperties": False}}}
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_a_forced_call_parses_and_matches_the_schema(smollm2: co.Model, fmt: str) -> None:
+    """Greedy SmolLM2 under each format's grammar writes one call that the format's parser
+    reads back, its arguments valid against the function's schema."""
+    ids = smollm2.encode_prompt(messages=[{"role": "user", "content": "Weather in Paris?"}])
+    g = smollm2.generate(ids, max_tokens=192,
+                         response_format=forced_call_grammar([STRICT, TIME], "get_weather", fmt))
+    assert g.finish_reason == "stop", g.text
+    text, calls = parse_calls(g.text, "call_", fmt, [STRICT, TIME])
+    assert text == "" and len(calls) == 1, g.text
+    assert calls[0].name == "get_weather"
+    jsonschema.validate(calls[0].arguments, STRICT["function"]["parameters"])
+
+
+@pytest.fixture(scope="module", params=["GLM-4.6.jinja", "moonshotai-Kimi-K2.jinja"])
+def tool_server(request: pytest.FixtureRequest) -> Iterator[tuple[ServerProcess, str]]:
+    name = request.param
+    s = ServerProcess(smollm2_gguf(), "-c", "1024", "--chat-template",
+                      str(templates_dir() / name), "--served-model-name", "smollm2-tools",
+                      "-q")
+    yield s, name
+    assert s.stop() == 0, s.log()
+
+
+def test_the_server_answers_calls_in_the_template_format(
+        tool_server: tuple[ServerProcess, str], smollm2: co.Model) -> None:
+    """SmolLM2 served with GLM-4.6's or Kimi-K2's template: a forced call comes back as
+    `tool_calls` (whole and streamed); an auto answer is the parse of what the Python API
+    generates on the same prompt."""
+    server, name = tool_server
+    fmt = DETECTED[name]
+    assert fmt is not None
+    client = openai.OpenAI(base_url=server.base, api_key="unused", max_retries=0, timeout=300)
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    kw: dict[str, Any] = dict(model="smollm2-tools", messages=ask, tools=[STRICT, TIME],
+                              temperature=0, max_tokens=96)
+    r = client.chat.completions.create(
+        **kw, tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls
+    args = json.loads(call.function.arguments)
+    assert call.function.name == "get_weather"
+    jsonschema.validate(args, STRICT["function"]["parameters"])
+    if fmt == "kimi_k2":
+        assert call.id == "functions.get_weather:0"
+    deltas, finish = [], None
+    for chunk in client.chat.completions.create(
+            **kw, stream=True, tool_choice={"type": "function",
+                                            "function": {"name": "get_weather"}}):
+        assert not chunk.choices[0].delta.content  # the call's text is held back
+        deltas.extend(chunk.choices[0].delta.tool_calls or [])
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls" and [json.loads(d.function.arguments) for d in deltas] == [args]
+    # auto: the server's answer is the parse of the Python API's text on the same prompt.
+    tpl = ChatTemplate(_source(name), bos_token=smollm2.tokenizer.bos_token,
+                       eos_token=smollm2.tokenizer.eos_token)
+    ids = smollm2.tokenizer.encode(tpl.render(ask, add_generation_prompt=True,
+                                              tools=[STRICT, TIME]),
+                                   add_special_tokens=False, special=True)
+    r = client.chat.completions.create(**{**kw, "max_tokens": 24})
+    g = smollm2.generate(ids, max_tokens=24)
+    assert r.usage.prompt_tokens == len(ids)
+    content, calls = parse_calls(g.text, "call_", fmt, [STRICT, TIME])
+    msg = r.choices[0].message
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in msg.tool_calls or []] \
+        == [(c.name, c.arguments) for c in calls]
+    assert msg.content == ((content or None) if calls else g.text)

@@ -208,14 +208,14 @@ def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest) 
     if tools is not None and choice not in (None, "auto"):
         if fmt not in FORCED_FORMATS:
             raise ApiError(400, "tool_choice 'required' or a named function needs a chat "
-                                "template asking for Hermes/Qwen <tool_call>{json} calls; "
-                                f"this one's are {fmt or 'in a format colibri does not parse'}",
+                                "template whose tool-call format colibri parses (docs/serving.md, "
+                                "Tool calls); this one's is not",
                            param="tool_choice")
         if response_format is not None:
             raise ApiError(400, "response_format cannot be combined with a forced tool_choice",
                            param="response_format")
         only = None if choice == "required" else choice.function.name  # type: ignore[union-attr]
-        response_format = forced_call_grammar(tools, only)
+        response_format = forced_call_grammar(tools, only, fmt)
     ids = render_chat(model, template, chat_messages(req.messages), tools)
     k = (req.top_logprobs or 0) if req.logprobs else None
     if req.top_logprobs and not req.logprobs:

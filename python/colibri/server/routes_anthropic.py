@@ -97,11 +97,11 @@ def _plan(st: ServerState, req: MessagesRequest) -> Plan:
     forced = None
     if tools is not None and choice in ("any", "tool"):
         if fmt not in FORCED_FORMATS:
-            raise ApiError(400, "tool_choice 'any' or 'tool' needs a chat template asking "
-                                "for Hermes/Qwen <tool_call>{json} calls; this one's are "
-                                f"{fmt or 'in a format colibri does not parse'}")
+            raise ApiError(400, "tool_choice 'any' or 'tool' needs a chat template whose "
+                                "tool-call format colibri parses (docs/serving.md, Tool "
+                                "calls); this one's is not")
         forced = forced_call_grammar(tools, (req.tool_choice or {}).get("name")
-                                     if choice == "tool" else None)
+                                     if choice == "tool" else None, fmt)
     ids = render_chat(st.model, st.template, _conversation(req), tools)
     fields = SamplingFields(model=req.model, temperature=req.temperature, top_p=req.top_p,
                             top_k=req.top_k, stop=req.stop_sequences, max_tokens=req.max_tokens)

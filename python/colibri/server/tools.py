@@ -1,7 +1,7 @@
 """Tool calls: which format a chat template writes them in (colibri.server.tool_formats:
 Hermes/Qwen, GLM-4.5/4.6, DeepSeek-V3/R1, DeepSeek-V3.1, Kimi-K2), parsing them back out of
 the text (:func:`parse_calls`, and :class:`CallSplitter` for a stream), and the grammar that
-forces one (``tool_choice="required"`` or a named function; Hermes/Qwen templates only).
+forces one (``tool_choice="required"`` or a named function: colibri.server.tool_grammars).
 
 A template that renders tools in a format not in the table (Llama 3.1's bare JSON,
 Mistral's ``[TOOL_CALLS]``, Qwen3-Coder's XML ``<function=...>``) still gets the tools in
@@ -11,18 +11,18 @@ its prompt, but its answers come back as plain text (``content``), never as
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from ..structured import Grammar
 from .errors import ApiError
 from .tool_formats import FORMATS, ToolCall, template_format
+from .tool_grammars import BUILDERS, forced_grammar_text
 
 __all__ = ["CallSplitter", "ToolCall", "forced_call_grammar", "parse_calls", "template_format"]
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-FORCED_FORMATS = ("hermes",)  # formats forced_call_grammar writes
+FORCED_FORMATS = tuple(BUILDERS)  # formats forced_call_grammar writes (all of them)
 
 
 def parse_calls(text: str, id_prefix: str = "call_", fmt: str = "hermes",
@@ -72,25 +72,15 @@ class CallSplitter:
         return self._format.parse(held, id_prefix, self._tools)
 
 
-def _function_schema(name: str, parameters: dict[str, Any] | None) -> dict[str, Any]:
-    return {"type": "object",
-            "properties": {"name": {"const": name},
-                           "arguments": parameters or {"type": "object"}},
-            "required": ["name", "arguments"], "additionalProperties": False}
-
-
-def forced_call_grammar(tools: Sequence[dict[str, Any]], only: str | None) -> Grammar:
-    """A Lark grammar (llguidance's ``%json``) that admits exactly one Hermes-style call
-    to `only` (a named tool_choice) or to any of `tools` ("required"), its arguments
-    matching the function's JSON schema."""
+def forced_call_grammar(tools: Sequence[dict[str, Any]], only: str | None,
+                        fmt: str = "hermes") -> Grammar:
+    """A Lark grammar (llguidance's ``%json``) that admits exactly one call in format
+    `fmt` (colibri.server.tool_grammars) to `only` (a named tool_choice) or to any of
+    `tools` ("required"), its arguments matching the function's JSON schema."""
     funcs = [t["function"] for t in tools]
     if only is not None:
         funcs = [f for f in funcs if f["name"] == only]
         if not funcs:
             raise ApiError(400, f"tool_choice names the function {only!r}, which is not in "
                                 "tools", param="tool_choice")
-    schemas = [_function_schema(f["name"], f.get("parameters")) for f in funcs]
-    schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-    text = (f'start: "{OPEN}\\n" call "\\n{CLOSE}"\n'
-            f"call: %json {json.dumps(schema, separators=(',', ':'))}\n")
-    return Grammar(text)
+    return Grammar(forced_grammar_text(fmt, funcs))
