@@ -122,6 +122,46 @@ def test_prompt_cache_prefills_a_shared_prefix_once(smollm2_oracle: co.Model) ->
     assert got == [smollm2_oracle.generate(messages=m, max_tokens=8).text for m in msgs]
 
 
+def test_requests_arriving_together_prefill_a_shared_system_prompt_once(
+        smollm2_oracle: co.Model) -> None:
+    """8 requests at once through HTTP with one system prompt: the first prefills it, the
+    seven others copy it from a running request (colibri.prefix_share); each answers what
+    it answers alone without any cache."""
+    questions = ["Which book first?", "Do you sell maps?", "When do you open?",
+                 "Can I order?", "Gift cards?", "Is there a café?", "Used books?",
+                 "Where are you?"]
+    msgs = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}]
+            for q in questions]
+    ids = [smollm2_oracle.encode_prompt(messages=m) for m in msgs]
+    shared = min(common_prefix(ids[0], i) for i in ids[1:])
+    assert shared > 100
+    server = ServerProcess(smollm2_gguf(), "-c", str(SERVER_CTX), "--prompt-cache", "64MiB",
+                           "--parallel", "8", "--served-model-name", "smollm2", "-q")
+    try:
+        url = server.base + "/chat/completions"
+
+        def ask(m: list[dict[str, str]]) -> str:
+            r = httpx.post(url, json={"model": "smollm2", "messages": m, "max_tokens": 8,
+                                      "temperature": 0}, timeout=300)
+            assert r.status_code == 200
+            return str(r.json()["choices"][0]["message"]["content"])
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            got = list(pool.map(ask, msgs))
+        text = _metrics(server)
+        shares = metric(text, "colibri_prompt_shares_total")
+        copied = metric(text, "colibri_prompt_shared_tokens_total")
+        reused = metric(text, "colibri_prompt_cache_reused_tokens_total")
+        prefilled = metric(text, "colibri_prefill_tokens_total")
+    finally:
+        server.stop()
+    total = sum(len(i) for i in ids)
+    assert prefilled == total - copied - reused
+    assert copied + reused >= 7 * shared and prefilled <= total - 7 * shared
+    assert shares >= 1  # (a request arriving after another ended reuses the cache instead)
+    assert got == [smollm2_oracle.generate(messages=m, max_tokens=8).text for m in msgs]
+
+
 def _synthetic_moe() -> ModuleType:
     name = "synthetic_moe"
     if name not in sys.modules:
