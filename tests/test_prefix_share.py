@@ -223,3 +223,37 @@ def test_followers_prefill_themselves_when_the_leader_never_holds_the_prefix(
     st = model.prompt_cache.stats()
     assert st.shares == 0, st
     assert len(model.prompt_cache.running) == 0
+
+
+def test_a_follower_whose_leader_finished_first_takes_the_prefix_from_the_cache(
+        shared_model: co.Model, prompts: list[list[int]], alone: list[list[int]]) -> None:
+    """The leader (a one-token generation) ends before its follower's copy could be made,
+    or while it is made: either way the follower gets the prefix, from the leader's
+    running session or from the cache its session went to, and answers as alone."""
+    model = shared_model
+    model.prompt_cache.clear()
+    batcher = StepBatcher(max_rows=8)
+    batcher.attach(model)
+    try:
+        leader = model.stream(prompts[0], max_tokens=1)  # registered first
+
+        async def follow() -> list[int]:
+            task = asyncio.ensure_future(_collect(model, prompts[1]))
+            await asyncio.sleep(0.2)  # waiting for the leader
+            done = threading.Thread(target=lambda: list(leader))
+            done.start()
+            got = await asyncio.wait_for(task, 300)
+            done.join()
+            return got
+
+        got = asyncio.run(follow())
+    finally:
+        batcher.detach()
+    assert got == alone[1]
+    st = model.prompt_cache.stats()
+    assert st.shared_tokens + st.reused_tokens >= _shared(prompts), st
+
+
+async def _collect(model: co.Model, ids: list[int]) -> list[int]:
+    return [c.token_id async for c in model._apump(ids, _options())
+            if c.token_id is not None]

@@ -422,12 +422,13 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
                 progress: Progress | None) -> Generator[Chunk, None, None]:
         """The generation of `ids` after copying the first ``lead[1]`` tokens' KV state
         from the running leader ``lead[0]`` once it holds them (or, if it ends first,
-        from the `m` tokens the prompt cache gave)."""
+        from what the prompt cache holds then, at least the `m` tokens it gave)."""
         leader, n = lead
-        k = m
         if batcher.copy_prefix(session, leader.session, ids[:n], lambda: leader.ended):
             k = n
             self._prompt_cache.count_share(n - m)
+        else:  # the leader ended first: its session may be in the cache by now
+            k = self._prompt_cache.fill(session, ids, m)
         yield from self._stream(session, ids[k:], request, result, history=ids[:k],
                                 to_cache=True, progress=progress)
 

@@ -15,8 +15,9 @@ thread copy that prefix's KV state into its own session between two steps (the c
   so nothing else touches the leader's session meanwhile, and only if the leader still
   holds exactly those tokens; a position's KV state depends on the tokens up to it alone,
   so the copy is the same bits as prefilling them (greedy outputs do not change).
-- A leader that ends, is cancelled or fails before it holds the prefix releases its
-  followers: each prefills the prompt itself (nothing waits for a leader that is gone).
+- A leader that ends, is cancelled or fails before the copy is made releases its
+  followers: each takes what the prompt cache holds by then (a finished leader's
+  session) and prefills the rest itself (nothing waits for a leader that is gone).
 - Memory: the follower's copy lives in its own session, inside the KV positions the
   server reserved for it (prompt + max_tokens), so it counts against the KV budget as
   its prefill would.

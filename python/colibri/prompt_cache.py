@@ -150,6 +150,28 @@ class PromptCache:
             session.rollback(session.n_tokens - best_n)
         return session, best_n
 
+    def fill(self, session: Session, ids: list[int], have: int) -> int:
+        """Copies into `session` the longest cached prefix of `ids` (at most all but the
+        last token) when it is longer than `have`, the tokens `session` holds now (a
+        follower whose running leader ended: its session may be cached now). Returns the
+        tokens `session` then holds of `ids` (`have` when nothing longer is cached)."""
+        limit = len(ids) - 1
+        with self._lock:
+            best, best_n = None, have
+            for e in self._entries:
+                n = min(common_prefix(e.tokens, ids), limit)
+                if n > best_n:
+                    best, best_n = e, n
+            if best is None:
+                return have
+            session._core.copy_prefix_from(best.session._core, best_n)
+            best.used = time.monotonic()
+            if have == 0:  # take() counted this call a miss: a hit after all
+                self._counts[0] += 1
+                self._counts[1] -= 1
+            self._counts[2] += best_n - have
+        return best_n
+
     def put(self, session: Session) -> None:
         """Keeps `session`'s state (called when a generation ends)."""
         tokens = session.token_ids
