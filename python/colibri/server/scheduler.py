@@ -15,6 +15,9 @@ for all of them; each generation samples its row right after the step, and the n
 waits for it), a new request's prompt goes in chunks of ``step_tokens`` between the
 decodes, and requests join and leave between steps. A row's logits do not depend on the
 batch (DESIGN principle 1), so a greedy request gives the same tokens alone or under load.
+With the prompt cache on, requests running at the same time share a common prompt prefix
+(colibri.prefix_share): a follower copies it from its leader's session between steps,
+within its own KV reservation.
 
 Memory: each slot holds one session, whose KV cache grows with its tokens up to the
 context length. A request reserves the KV bytes of the positions it may fill (its prompt
