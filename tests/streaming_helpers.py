@@ -50,15 +50,15 @@ def engine(
 def budget_for_slots(path: Path, n_slots: int, *, threads: int = 1,
                      context_length: int | None = None, precision: str = "float32") -> int:
     """A ram_budget whose expert cache holds exactly `n_slots` experts: the resident part
-    (dense weights + KV cache + work buffers, which depend on the team size, the context
-    and, through the "auto" KV type, the activation precision) of a first load, plus
-    `n_slots` slots."""
+    (dense weights + KV cache, the MTP layer's included + work buffers, which depend on the
+    team size, the context and, through the "auto" KV type, the activation precision) of a
+    first load, plus `n_slots` slots."""
     m = co.Model.load(path, engine=engine(threads=threads, context_length=context_length,
                                           precision=precision))
     mem = m.stats().memory
     assert mem is not None and mem.slot_bytes > 0, "not a model with routed experts"
     m.close()
-    return mem.dense_bytes + mem.kv_bytes + mem.work_bytes + n_slots * mem.slot_bytes
+    return mem.dense_bytes + mem.session_kv_bytes + mem.work_bytes + n_slots * mem.slot_bytes
 
 
 def prompt(n: int = PREFILL, seed: int = 7, vocab: int = 256) -> list[int]:

@@ -24,8 +24,6 @@ floor of 0.0309 (0.9984, 0.938).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -34,23 +32,11 @@ import pytest
 
 import colibri
 from colibri._core import quant as q
-from modelfactory import REPO
-from test_kquant_moe import IDS, _colibri, _distance, _llama
+from tiny_k_fixtures import IDS, colibri_logits, distance, llama_logits, q4_0_baseline, write_tiny_k
 
 RATIO = 1.5
 MAX_FLOOR = 0.05  # measured 0.016-0.031 (docstring); a floor above it is a bug, not noise
 MIN_CORR, MIN_ARGMAX = 0.99, 0.85
-
-
-def _tiny_k(path: Path) -> Path:
-    name = "synthetic_moe"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    sys.modules[name].write_synthetic_gguf("tiny-k", path, seed=0)
-    return path
 
 
 def colibri_requantized(src: Path, dtype: str, dst: Path) -> Path:
@@ -85,7 +71,7 @@ def colibri_requantized(src: Path, dtype: str, dst: Path) -> Path:
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("tiny-k-iq")
-    src = _tiny_k(d / "tiny-k-Q4_0.gguf")
+    src = write_tiny_k(d / "tiny-k-Q4_0.gguf")
     return {"Q4_0": src,
             **{k: colibri_requantized(src, k, d / f"tiny-k-{k}.colibri.gguf")
                for k in ("IQ3_XXS", "IQ2_XXS")}}
@@ -93,9 +79,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def baseline(files: dict[str, Path]) -> float:
-    rms, corr, agree = _distance(_colibri(files["Q4_0"]), _llama(files["Q4_0"]))
-    assert corr > 0.99 and agree >= 0.9, (rms, corr, agree)
-    return rms
+    return q4_0_baseline(files["Q4_0"])
 
 
 @pytest.mark.parametrize("kind", ["IQ3_XXS", "IQ2_XXS"])
@@ -106,11 +90,11 @@ def test_iquant_moe_matches_llama_cpp(files: dict[str, Path], baseline: float, k
     expert_types = {t.tensor_type.name for t in gguf.GGUFReader(files[kind]).tensors
                     if "_exps." in t.name}
     assert kind in types and expert_types == {kind}, types
-    ours = _colibri(files[kind])
+    ours = colibri_logits(files[kind])
     assert np.isfinite(ours).all()
-    theirs = _llama(files[kind])
-    rms, corr, agree = _distance(ours, theirs)
-    f32, _, _ = _distance(_colibri(files[kind], "float32"), theirs)
+    theirs = llama_logits(files[kind])
+    rms, corr, agree = distance(ours, theirs)
+    f32, _, _ = distance(colibri_logits(files[kind], "float32"), theirs)
     floor = max(baseline, f32)
     report = (f"{kind}: rel RMS {rms:.4f} (Q4_0 baseline {baseline:.4f}, colibri float32 vs "
               f"llama.cpp {f32:.4f}), corr {corr:.4f}, argmax {agree:.3f}, types {dict(types)}")

@@ -25,18 +25,15 @@ with a correlation of at least 0.995 and 90 % argmax agreement.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pytest
 
 import colibri
 from llamacpp_quant import quantize_gguf
-from modelfactory import REPO
+from tiny_k_fixtures import IDS, colibri_logits, distance, llama_logits, q4_0_baseline, write_tiny_k
 
 MIXES = ["Q4_K_M", "Q2_K", "Q3_K_M", "Q5_K_M", "Q6_K"]
 TYPES = {
@@ -50,60 +47,19 @@ RATIO = 1.5
 MAX_FLOOR = 0.04  # measured 0.017-0.029 (docstring); a floor above it is a bug, not noise
 
 
-def _synthetic_moe() -> ModuleType:
-    name = "synthetic_moe"
-    if name not in sys.modules:
-        path = REPO / "benchmarks" / "synthetic_moe.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("tiny-k")
-    src = d / "tiny-k-Q4_0.gguf"
-    _synthetic_moe().write_synthetic_gguf("tiny-k", src, seed=0)
+    src = write_tiny_k(d / "tiny-k-Q4_0.gguf")
     out = {"Q4_0": src}
     for mix in MIXES:
         out[mix] = quantize_gguf(src, mix, d / f"tiny-k-{mix}.gguf")
     return out
 
 
-IDS = [int(i) for i in np.random.default_rng(0).integers(0, 256, 64)]
-
-
-def _colibri(path: Path, precision: str = "int8") -> np.ndarray:
-    engine = colibri.EngineConfig(context_length=128, activation_precision=precision)
-    with colibri.Model.load(path, engine=engine) as m:
-        return np.asarray(m.session().forward(IDS, all_logits=True))
-
-
-def _llama(path: Path) -> np.ndarray:
-    llama_cpp = pytest.importorskip("llama_cpp")
-
-    llm = llama_cpp.Llama(str(path), n_ctx=128, n_threads=2, logits_all=True, verbose=False)
-    try:
-        llm.eval(IDS)
-        return np.array(llm.scores[: len(IDS)], dtype=np.float32)
-    finally:
-        llm.close()
-
-
-def _distance(ours: np.ndarray, theirs: np.ndarray) -> tuple[float, float, float]:
-    """(median per-position relative RMS difference, correlation, argmax agreement)."""
-    rms = np.sqrt(np.mean((ours - theirs) ** 2, axis=-1) / np.mean(theirs**2, axis=-1))
-    corr = float(np.corrcoef(ours.ravel(), theirs.ravel())[0, 1])
-    return float(np.median(rms)), corr, float(np.mean(ours.argmax(-1) == theirs.argmax(-1)))
-
-
 @pytest.fixture(scope="module")
 def baseline(files: dict[str, Path]) -> float:
-    rms, corr, agree = _distance(_colibri(files["Q4_0"]), _llama(files["Q4_0"]))
-    assert corr > 0.99 and agree >= 0.9, (rms, corr, agree)
-    return rms
+    return q4_0_baseline(files["Q4_0"])
 
 
 @pytest.mark.parametrize("mix", MIXES)
@@ -114,12 +70,12 @@ def test_matches_llama_cpp_like_q4_0_does(
 
     types = Counter(t.tensor_type.name for t in gguf.GGUFReader(files[mix]).tensors)
     assert set(types) == TYPES[mix], types
-    ours = _colibri(files[mix])
+    ours = colibri_logits(files[mix])
     assert np.isfinite(ours).all()
-    rms, corr, agree = _distance(ours, _llama(files[mix]))
+    rms, corr, agree = distance(ours, llama_logits(files[mix]))
     # colibri with float32 activations (no int8 kernel involved) against llama.cpp: how far
     # llama.cpp's own activation rounding moves this model's logits.
-    f32, _, _ = _distance(_colibri(files[mix], "float32"), _llama(files[mix]))
+    f32, _, _ = distance(colibri_logits(files[mix], "float32"), llama_logits(files[mix]))
     floor = max(baseline, f32)
     report = (
         f"{mix}: rel RMS {rms:.4f} (Q4_0 baseline {baseline:.4f}, colibri float32 vs "

@@ -305,6 +305,13 @@ void bind_engine(py::module_& m) {
       .def_property_readonly(
           "kv_bytes_per_token", [](const Engine& e) { return kv_bytes_per_position(e.kv_layouts(), DType::F32); },
           "Bytes of one position's KV rows over all layers at F32")
+      .def_property_readonly(
+          "mtp_kv_bytes_per_token",
+          [](const Engine& e) -> std::size_t {
+            return e.mtp_layers().empty() ? 0 : kv_bytes_per_position({e.mtp_kv_layout(0)}, DType::F32);
+          },
+          "Bytes of one position's KV rows in the MTP layer's own cache at F32 (the one layer a "
+          "drafting session runs; 0 without MTP layers)")
       .def_property_readonly("mtp_layers", [](const Engine& e) { return static_cast<int64_t>(e.mtp_layers().size()); },
                              "Multi-token-prediction layers loaded (not run by forward)")
       .def_property_readonly("spec", &Engine::spec, py::return_value_policy::copy);

@@ -244,6 +244,9 @@ void bind_session(py::module_& m) {
       .def_property_readonly("mtp_enabled", [](const BoundSession& s) { return s.core->mtp_enabled(); })
       .def_property_readonly("mtp_committed", [](const BoundSession& s) { return s.core->mtp_committed(); })
       .def_property_readonly("mtp_origin", [](const BoundSession& s) { return s.core->mtp_origin(); })
+      .def_property_readonly(
+          "mtp_kv_allocated_bytes", [](const BoundSession& s) { return s.core->mtp_kv_allocated_bytes(); },
+          "Bytes the MTP layer's own KV cache holds now (0 until enable_mtp).")
       .def(
           "mtp_draft",
           [](BoundSession& s, int32_t next, int64_t k,

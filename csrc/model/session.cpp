@@ -148,6 +148,11 @@ int64_t Session::mtp_origin() const {
   return mtp_ ? mtp_->origin() : 0;
 }
 
+std::size_t Session::mtp_kv_allocated_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mtp_ ? mtp_->kv_bytes() : 0;
+}
+
 std::vector<int32_t> Session::mtp_draft(int32_t next, int64_t k, float* logits_out) {
   Busy busy(*this);
   if (!mtp_) fail(ErrorKind::InvalidArgument, "MTP drafting is not enabled on this session (enable_mtp)");

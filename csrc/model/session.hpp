@@ -93,6 +93,8 @@ class Session {
   // The MTP's committed slots and their first session position (tests, diagnostics).
   int64_t mtp_committed() const;
   int64_t mtp_origin() const;
+  // Bytes the MTP layer's own KV cache holds now (its allocation; 0 until enable_mtp).
+  std::size_t mtp_kv_allocated_bytes() const;
 
   // Frees the KV cache and lets go of the engine; a forward running in another thread is
   // cancelled at its next layer and waited for. Every later call fails ("the model is

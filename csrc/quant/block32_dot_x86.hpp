@@ -2,15 +2,23 @@
 // unpacked: Q4_0 / Q5_0 (d (q - offset), against Q8_0) and Q4_1 / Q5_1 (d q + m, against
 // Q8_1). Each kernel is a template over an Unpack struct:
 //
-//   struct Unpack { using Block = BlockQ4_1;                       // the weight block
-//                   static __m256i quants(const Block& x); };      // 32 bytes, element order
+//   struct Unpack : block32::PlainLanes {
+//     using Block = BlockQ4_1;                  // the weight block
+//     static __m256i quants(const Block& x);    // its 32 quants, one per byte
+//     static float sum(__m256 acc); };          // an accumulator's lanes -> the dot
 //
-// Included from kernels_avx2.cpp (Q4_x) and q5_x86.hpp (Q5_x, compiled for AVX2 and
-// AVX-512); internal linkage throughout, so no function compiled with one ISA's flags is
-// picked by the linker for another. The kernels keep each block's integer sum exact in 8
-// int32 lanes and accumulate the blocks in float vectors; tile<R, T> repeats rows<NR>'s
-// operations per (row, token) in the same order, so prefill tiles equal vec_dot bit for bit
-// (dot_tiles.hpp). Scalar references: reference.cpp (Q4_x), q5_ref.cpp (Q5_x).
+// quants() gives them in element order with PlainLanes's sum() (adds the 8 lanes), or,
+// for WithMin with a Dot that cannot saturate, in a layout whose lane factor sum() undoes:
+// kernels_avx512.cpp's Q4_1 keeps the high nibbles times 16 in lanes 4..7 (VNNI) and
+// scales those lanes back once in sum(). Symmetric needs element order (its offset term
+// is computed from the activation alone).
+// Included from kernels_avx2.cpp (Q4_x), kernels_avx512.cpp (Q4_1) and q5_x86.hpp (Q5_x,
+// compiled for AVX2 and AVX-512); internal linkage throughout, so no function compiled
+// with one ISA's flags is picked by the linker for another. The kernels keep each block's
+// integer sum exact in 8 int32 lanes and accumulate the blocks in float vectors;
+// tile<R, T> repeats rows<NR>'s operations per (row, token) in the same order, so prefill
+// tiles equal vec_dot bit for bit (dot_tiles.hpp). Scalar references: reference.cpp
+// (Q4_x), q5_ref.cpp (Q5_x).
 #pragma once
 #include <immintrin.h>
 
@@ -40,6 +48,11 @@ inline __m128 half2(const void* p) {
 
 inline __m256i load(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
+// Unpack's sum() for quants in element order: the plain sum of the 8 lanes.
+struct PlainLanes {
+  static float sum(__m256 acc) { return hsum(acc); }
+};
+
 // d d_a sum (q - kOffset) a = d d_a (sum q a - sum kOffset a); the second sum depends on the
 // activation only (once per block for all rows). int16 range for 5-bit quants (the larger
 // case): |q a pair| <= 7874, |16 a pair| <= 4064, so the difference cannot saturate.
@@ -65,7 +78,7 @@ struct Symmetric {
         acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r]);
       }
     }
-    for (int r = 0; r < NR; ++r) out[r] = hsum(acc[r]);
+    for (int r = 0; r < NR; ++r) out[r] = Unpack::sum(acc[r]);
   }
   // R rows x T tokens: each row's quants unpacked once per block for all T tokens.
   template <int R, int T>
@@ -96,7 +109,7 @@ struct Symmetric {
       }
     }
     for (int t = 0; t < T; ++t)
-      for (int r = 0; r < R; ++r) out[t * os + r] = hsum(acc[r][t]);
+      for (int r = 0; r < R; ++r) out[t * os + r] = Unpack::sum(acc[r][t]);
   }
 };
 
@@ -129,7 +142,7 @@ struct WithMin {
         acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc[r]);
       }
     }
-    for (int r = 0; r < NR; ++r) out[r] = hsum(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(offs[r]));
+    for (int r = 0; r < NR; ++r) out[r] = Unpack::sum(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(offs[r]));
   }
   template <int R, int T>
   static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
@@ -163,7 +176,7 @@ struct WithMin {
     }
     for (int t = 0; t < T; ++t)
       for (int r = 0; r < R; ++r)
-        out[t * os + r] = hsum(acc[r][t]) + _mm_cvtss_f32(_mm_movehdup_ps(offs[r][t]));
+        out[t * os + r] = Unpack::sum(acc[r][t]) + _mm_cvtss_f32(_mm_movehdup_ps(offs[r][t]));
   }
 };
 

@@ -1,5 +1,5 @@
-// FP8 e4m3 block-scaled kernels: scalar reference and dispatch (see fp8.hpp). The AVX2
-// version is in fp8_avx2.cpp.
+// FP8 e4m3 block-scaled kernels: scalar reference and dispatch (see fp8.hpp). The x86
+// version is fp8_x86.hpp (compiled as fp8_avx2.cpp and fp8_avx512.cpp), NEON fp8_neon.cpp.
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)

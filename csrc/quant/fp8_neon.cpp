@@ -1,4 +1,4 @@
-// NEON kernel for FP8 e4m3 block-scaled weights (see fp8.hpp): fp8_avx2.cpp's method on
+// NEON kernel for FP8 e4m3 block-scaled weights (see fp8.hpp): fp8_x86.hpp's method on
 // 2 x 4 lanes. e4m3 -> half is a shift ((c & 0x7f) << 7, sign << 8) read as a half, the
 // 2^-8 it leaves is folded into the block scale, and fcvtl converts it exactly. Agrees with
 // the scalar reference to rounding (FMA); scripts/check_iquants_arm64_qemu.sh checks it

@@ -252,7 +252,7 @@ inline __m128 half2_at(const void* p) { return _mm_cvtph_ps(_mm_cvtsi32_si128(lo
 // block32_dot_x86.hpp with the nibble unpack (Q5_0 / Q5_1 are the same with five bits).
 // int16 range of Q4_0: |q a pair| <= 3810, |8 a pair| <= 2032.
 template <class B>
-struct UnpackNibbles {
+struct UnpackNibbles : block32::PlainLanes {
   using Block = B;
   static __m256i quants(const Block& x) { return unpack_nibbles(x.qs); }
 };

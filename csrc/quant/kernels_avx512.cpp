@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <cstring>
 
-
+#include "quant/block32_dot_x86.hpp"
 #include "quant/blocks.hpp"
 #include "quant/fp16.hpp"
 #include "quant/group_prefetch.hpp"
@@ -293,34 +293,17 @@ struct Q8_0 {
   }
 };
 
-// Q4_1 . Q8_1: d d_a sum q a + m s. (d, m) and (d_a, s) are adjacent half pairs: one
-// multiply gives d d_a (lane 0) and m s (lane 1); lane 1 of `offs` sums the offsets.
-struct Q4_1 {
-  using Act = BlockQ8_1;
-  template <int NR>
-  static void rows(int64_t nb, const unsigned char* w, std::size_t stride, const Act* y, float* out) {
-    __m256 acc[NR];
-    __m128 offs[NR];
-    for (int r = 0; r < NR; ++r) {
-      acc[r] = _mm256_setzero_ps();
-      offs[r] = _mm_setzero_ps();
-    }
-    GroupPrefetch pf(w, stride, NR, nb);
-    for (int64_t i = 0; i < nb; ++i) {
-      pf.step();
-      const __m256i a = load256(y[i].qs);
-      const __m128 ds = half2_at(&y[i].d);
-      for (int r = 0; r < NR; ++r) {
-        const BlockQ4_1* x = reinterpret_cast<const BlockQ4_1*>(w + r * stride) + i;
-        const __m128 prod = _mm_mul_ps(half2_at(&x->d), ds);
-        offs[r] = _mm_add_ps(offs[r], prod);
-        const __m256i p = dot_u8_i8(nibbles_lo_hi16(x->qs), a);
-        acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc[r]);
-      }
-    }
-    for (int r = 0; r < NR; ++r) out[r] = hsum_lo_hi16(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(offs[r]));
-  }
+// Q4_1 . Q8_1: block32_dot_x86.hpp's WithMin (d d_a sum q a + m s, as on AVX2) with the
+// one-AND nibble layout and VNNI's dot.
+struct NibblesLoHi16 {
+  using Block = BlockQ4_1;
+  static __m256i quants(const Block& x) { return nibbles_lo_hi16(x.qs); }
+  static float sum(__m256 acc) { return hsum_lo_hi16(acc); }
 };
+struct Vnni {
+  static __m256i dot_u8_i8(__m256i u, __m256i s) { return colibri::dot_u8_i8(u, s); }
+};
+using Q4_1 = block32::WithMin<NibblesLoHi16, Vnni>;
 
 template <class K>
 constexpr VecDotRowsFn vec_dot_rows = row_groups::vec_dot_rows<K, 8, kGroupPrefetchAhead>;

@@ -36,7 +36,7 @@ inline __m256i unpack5(const uint8_t* qs, const uint8_t* qh) {
 // The dot kernels (block32_dot_x86.hpp) with the five-bit unpack. Q5_0's kernel uses
 // maddubs on either ISA; Q5_1's takes Ops::dot_u8_i8 (vpdpbusd on AVX-512 VNNI).
 template <class B>
-struct Unpack5 {
+struct Unpack5 : block32::PlainLanes {
   using Block = B;
   static __m256i quants(const Block& x) { return unpack5(x.qs, x.qh); }
 };

@@ -6,7 +6,9 @@ One budget covers the whole engine::
     budget = dense weights + KV cache + work buffers + expert cache (+ what is left unused)
 
 The dense weights (embeddings, attention, norms, router, shared experts, the output head),
-one session's KV cache at the full context length and the work buffers stay resident.
+one session's KV cache at the full context length (with, on a model with MTP layers, the
+MTP layer's own cache that a session drafting with it keeps) and the work buffers stay
+resident.
 The expert cache gets the rest, as whole slots of one expert each (a slot holds one
 routed expert's gate, up and down matrices), across all layers, and never more slots
 than the model has experts.
@@ -77,13 +79,21 @@ class BudgetPlan:
     slot_bytes: int  # one slot: one routed expert's gate + up + down, as read
     available: int | None = None  # the memory probed for the default budget; None if given
     prompt_cache_bytes: int = 0  # EngineConfig.prompt_cache (Model.prompt_cache's KV)
+    # One session's MTP-layer KV cache at the full context length (0 without MTP layers):
+    # what a session drafting with MTP keeps beside kv_bytes (speculative decoding).
+    mtp_kv_bytes: int = 0
 
+    @property
+    def session_kv_bytes(self) -> int:
+        """One session's KV state at the full context: its KV cache and its MTP layer's."""
+        return self.kv_bytes + self.mtp_kv_bytes
 
     @property
     def resident_bytes(self) -> int:
-        """Dense weights + KV cache + work buffers + prompt cache: what stays whatever is
-        routed."""
-        return self.dense_bytes + self.kv_bytes + self.work_bytes + self.prompt_cache_bytes
+        """Dense weights + KV caches (MTP layer's included) + work buffers + prompt cache:
+        what stays whatever is routed."""
+        return (self.dense_bytes + self.session_kv_bytes + self.work_bytes
+                + self.prompt_cache_bytes)
 
     @property
     def unused_bytes(self) -> int:
@@ -95,13 +105,18 @@ class BudgetPlan:
         120 MiB, expert cache 8.2 GiB (672 slots of 12.5 MiB)"``."""
         return (
             f"budget {format_bytes(self.budget)}: dense {format_bytes(self.dense_bytes)}, "
-            f"KV {format_bytes(self.kv_bytes)}, work {format_bytes(self.work_bytes)}, "
+            f"KV {format_bytes(self.kv_bytes)}{_mtp_part(self.mtp_kv_bytes)}, "
+            f"work {format_bytes(self.work_bytes)}, "
             f"expert cache {format_bytes(self.cache_bytes)} ({self.cache_slots} slots of "
             f"{format_bytes(self.slot_bytes)})"
         )
 
     def to_dict(self) -> dict[str, int | None]:
         return asdict(self)
+
+
+def _mtp_part(mtp_kv_bytes: int) -> str:
+    return f" + MTP KV {format_bytes(mtp_kv_bytes)}" if mtp_kv_bytes else ""
 
 
 def _count(name: str, value: object) -> int:
@@ -121,6 +136,7 @@ def plan_budget(
     min_slots: int,
     available: int | None = None,
     prompt_cache_bytes: int = 0,
+    mtp_kv_bytes: int = 0,
 ) -> BudgetPlan:
     """Splits a RAM budget between the resident part and the expert cache.
 
@@ -137,6 +153,8 @@ def plan_budget(
         (:func:`colibri.plan.available_memory`). Only used when `budget` is None.
     prompt_cache_bytes: the prompt cache's capacity (``EngineConfig.prompt_cache``):
         resident too, taken before the expert cache.
+    mtp_kv_bytes: one session's MTP-layer KV cache at the full context (a model with MTP
+        layers: a session drafting with them keeps it), resident like kv_bytes.
 
     The cache gets ``(budget - resident) // slot_bytes`` slots, at most total_experts.
     Raises ConfigError, stating the minimum budget and what takes the space, when the
@@ -146,6 +164,7 @@ def plan_budget(
     kv_bytes = _count("kv_bytes", kv_bytes)
     work_bytes = _count("work_bytes", work_bytes)
     prompt_cache_bytes = _count("prompt_cache_bytes", prompt_cache_bytes)
+    mtp_kv_bytes = _count("mtp_kv_bytes", mtp_kv_bytes)
     slot_bytes = _count("slot_bytes", slot_bytes)
     total_experts = _count("total_experts", total_experts)
     min_slots = min(_count("min_slots", min_slots), total_experts)
@@ -165,11 +184,12 @@ def plan_budget(
             raise ConfigError(f"EngineConfig.ram_budget: expected bytes > 0, got {budget!r}")
         resolved = budget
 
-    resident = dense_bytes + kv_bytes + work_bytes + prompt_cache_bytes
+    resident = dense_bytes + kv_bytes + mtp_kv_bytes + work_bytes + prompt_cache_bytes
     minimum = resident + min_slots * slot_bytes
     if resolved < minimum:
         raise ConfigError(_too_small(resolved, probed, dense_bytes, kv_bytes, work_bytes,
-                                     min_slots, slot_bytes, minimum, prompt_cache_bytes))
+                                     min_slots, slot_bytes, minimum, prompt_cache_bytes,
+                                     mtp_kv_bytes))
     slots = min((resolved - resident) // slot_bytes, total_experts) if total_experts else 0
     return BudgetPlan(
         budget=resolved,
@@ -181,18 +201,23 @@ def plan_budget(
         slot_bytes=slot_bytes,
         available=probed,
         prompt_cache_bytes=prompt_cache_bytes,
+        mtp_kv_bytes=mtp_kv_bytes,
     )
 
 
 def _too_small(budget: int, available: int | None, dense: int, kv: int, work: int,
-               min_slots: int, slot_bytes: int, minimum: int, prompt_cache: int = 0) -> str:
+               min_slots: int, slot_bytes: int, minimum: int, prompt_cache: int = 0,
+               mtp_kv: int = 0) -> str:
     def down(n: int) -> str:
         return format_bytes(n, rounding="down")
 
     def up(n: int) -> str:
         return format_bytes(n, rounding="up")
 
-    parts = f"dense weights {up(dense)} + KV cache {up(kv)} + work buffers {up(work)}"
+    parts = f"dense weights {up(dense)} + KV cache {up(kv)}"
+    if mtp_kv:
+        parts += f" + MTP-layer KV cache {up(mtp_kv)}"
+    parts += f" + work buffers {up(work)}"
     if prompt_cache:
         parts += f" + prompt cache {up(prompt_cache)}"
     if min_slots:

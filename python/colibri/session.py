@@ -64,8 +64,8 @@ class Session:
     @property
     def kv_bytes(self) -> int:
         """Bytes of KV state the session holds now (its allocation: the cache grows in
-        steps as it fills)."""
-        return int(self._core.kv_allocated_bytes)
+        steps as it fills), the MTP layer's own cache included once it drafts with MTP."""
+        return int(self._core.kv_allocated_bytes) + int(self._core.mtp_kv_allocated_bytes)
 
     def save(self, path: str | os.PathLike[str], *, sampler: Sampler | None = None) -> None:
         """Writes the session to `path`: its tokens, its KV cache at its type, its last

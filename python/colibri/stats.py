@@ -175,6 +175,14 @@ class MemoryStats(Displayable):
     expert_bytes: int  # bytes of all routed experts on disk
     kv_cache_type: str = "f32"  # how sessions store keys and values: f32, f16, bf16, q8_0
     prompt_cache_bytes: int = 0  # the prompt cache's capacity (EngineConfig.prompt_cache)
+    # One session's MTP-layer KV cache at the full context, at kv_cache_type (0 without MTP
+    # layers): what a session drafting with MTP keeps beside kv_bytes, counted in the budget.
+    mtp_kv_bytes: int = 0
+
+    @property
+    def session_kv_bytes(self) -> int:
+        """One session's KV state at the full context: kv_bytes + mtp_kv_bytes."""
+        return self.kv_bytes + self.mtp_kv_bytes
 
     def to_dict(self) -> dict[str, int | str]:
         return asdict(self)
@@ -183,8 +191,9 @@ class MemoryStats(Displayable):
         """One line: the budget and its parts."""
         prompts = (f" + prompt cache {size(self.prompt_cache_bytes)}"
                    if self.prompt_cache_bytes else "")
+        mtp = f" + MTP KV {size(self.mtp_kv_bytes)}" if self.mtp_kv_bytes else ""
         return (f"{size(self.budget)} = dense {size(self.dense_bytes)} + KV "
-                f"{size(self.kv_bytes)} + work {size(self.work_bytes)}{prompts} + expert "
+                f"{size(self.kv_bytes)}{mtp} + work {size(self.work_bytes)}{prompts} + expert "
                 f"cache {size(self.cache_bytes)}")
 
     def _display_rows(self) -> list[tuple[str, str]]:

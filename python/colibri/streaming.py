@@ -97,18 +97,31 @@ def resident_bytes(manifest: Manifest) -> int:
     return sum(t.nbytes for t in manifest.tensors.values() if not is_expert_tensor(t.name))
 
 
+def _layer_kv_width(c: ModelConfig, layer: int) -> tuple[int, int]:
+    """The (key, value) values one position keeps in layer `layer`'s KV cache."""
+    if not c.is_mla:
+        return c.n_kv_heads * c.head_dim, c.n_kv_heads * c.head_dim
+    latent = c.kv_lora_rank + c.qk_rope_head_dim
+    return latent, c.index_head_dim if is_full_indexer_layer(c, layer) else 0
+
+
 def kv_layer_widths(c: ModelConfig) -> list[tuple[int, int]]:
     """Per layer, the (key, value) values one position keeps in a session's KV cache (the
     core's Engine.kv_layouts; MTP layers keep none here: they do not run in plain decoding,
-    and a session drafting with them keeps their one-layer cache apart, model/mtp.hpp).
-    GQA: keys and values of every KV head; MLA: the latent and the shared rope key as the
-    key (kv_lora_rank + qk_rope_head_dim: 576 for DeepSeek-V3), and the DSA indexer's key
-    as the value on full indexer layers (none on the others)."""
-    if not c.is_mla:
-        return [(c.n_kv_heads * c.head_dim, c.n_kv_heads * c.head_dim)] * c.n_layers
-    latent = c.kv_lora_rank + c.qk_rope_head_dim
-    return [(latent, c.index_head_dim if is_full_indexer_layer(c, i) else 0)
-            for i in range(c.n_layers)]  # fmt: skip
+    and a session drafting with them keeps their one-layer cache apart, model/mtp.hpp, see
+    :func:`mtp_kv_layer_widths`). GQA: keys and values of every KV head; MLA: the latent and
+    the shared rope key as the key (kv_lora_rank + qk_rope_head_dim: 576 for DeepSeek-V3),
+    and the DSA indexer's key as the value on full indexer layers (none on the others)."""
+    return [_layer_kv_width(c, i) for i in range(c.n_layers)]
+
+
+def mtp_kv_layer_widths(c: ModelConfig) -> list[tuple[int, int]]:
+    """The (key, value) widths of the MTP layer's own KV cache, which a session drafting
+    with MTP keeps beside its trunk cache (model/mtp.hpp; the core's
+    Engine.mtp_kv_bytes_per_token): the first MTP layer's row, the one layer a draft runs
+    (chained for depth > 1); empty for a model without MTP layers. MTP layers always run
+    their own DSA indexer, so on a DSA model the row has the indexer key too."""
+    return [_layer_kv_width(c, c.n_layers)] if c.n_mtp_layers else []
 
 
 def kv_floats_per_token(c: ModelConfig) -> int:
@@ -157,9 +170,13 @@ def session_kv_type(manifest: Manifest, engine: EngineConfig) -> str:
     return kv_type
 
 
-def _kv_and_work(manifest: Manifest, engine: EngineConfig, context_length: int) -> tuple[int, int]:
+def _kv_and_work(manifest: Manifest, engine: EngineConfig,
+                 context_length: int) -> tuple[int, int, int]:
+    """(one session's KV cache, its MTP layer's KV cache, the work buffers), bytes."""
     c = manifest.config
-    kv = kv_layers_bytes(kv_layer_widths(c), context_length, session_kv_type(manifest, engine))
+    kv_type = session_kv_type(manifest, engine)
+    kv = kv_layers_bytes(kv_layer_widths(c), context_length, kv_type)
+    mtp_kv = kv_layers_bytes(mtp_kv_layer_widths(c), context_length, kv_type)
     work = estimate_work_bytes(
         vocab_size=c.vocab_size, hidden_size=c.hidden_size,
         intermediate_size=c.intermediate_size, moe_intermediate_size=c.moe_intermediate_size,
@@ -174,13 +191,13 @@ def _kv_and_work(manifest: Manifest, engine: EngineConfig, context_length: int) 
         attn_key_dim=c.kv_lora_rank + c.qk_rope_head_dim if c.is_mla else 0,
         attn_value_dim=c.kv_lora_rank if c.is_mla else 0,
     )  # fmt: skip
-    return kv, work
+    return kv, mtp_kv, work
 
 
 def check_resident_fits(manifest: Manifest, engine: EngineConfig, context_length: int) -> None:
     """Raises ConfigError (stating the minimum) before any weight is read when the budget
     cannot hold the resident part of the model and one layer's top-k experts."""
-    kv, work = _kv_and_work(manifest, engine, context_length)
+    kv, mtp_kv, work = _kv_and_work(manifest, engine, context_length)
     c = manifest.config
     total = sum(1 for t in manifest.tensors.values()
                 if (m := _EXPERT_RE.match(t.name)) and m.group(2) == "gate")  # fmt: skip
@@ -188,20 +205,21 @@ def check_resident_fits(manifest: Manifest, engine: EngineConfig, context_length
         budget=engine.ram_budget, dense_bytes=resident_bytes(manifest), kv_bytes=kv,
         work_bytes=work, slot_bytes=expert_slot_bytes(manifest), total_experts=total,
         min_slots=c.n_experts_per_tok if total else 0, prompt_cache_bytes=engine.prompt_cache,
+        mtp_kv_bytes=mtp_kv,
     )  # fmt: skip
 
 
 def plan_store(manifest: Manifest, engine: EngineConfig, core: _core.Engine,
                context_length: int) -> BudgetPlan:
     """Splits the budget with the core's real figures (resident bytes, slot size)."""
-    kv, work = _kv_and_work(manifest, engine, context_length)
+    kv, mtp_kv, work = _kv_and_work(manifest, engine, context_length)
     streamed = int(core.streamed_experts)
     return plan_budget(
         budget=engine.ram_budget, dense_bytes=int(core.weight_bytes), kv_bytes=kv,
         work_bytes=work, slot_bytes=int(core.expert_slot_bytes), total_experts=streamed,
         # One layer's top-k at once: fewer still runs (in waves) but stalls on every expert.
         min_slots=manifest.config.n_experts_per_tok if streamed else 0,
-        prompt_cache_bytes=engine.prompt_cache,
+        prompt_cache_bytes=engine.prompt_cache, mtp_kv_bytes=mtp_kv,
     )  # fmt: skip
 
 
@@ -335,7 +353,7 @@ def memory_stats(plan: BudgetPlan, core: _core.Engine, kv_type: str) -> MemorySt
         cached_experts=int(core.cached_experts), pinned_experts=int(core.pinned_experts),
         total_experts=int(core.streamed_experts), expert_bytes=int(core.expert_bytes),
         kv_cache_type=kv_type,
-        prompt_cache_bytes=plan.prompt_cache_bytes,
+        prompt_cache_bytes=plan.prompt_cache_bytes, mtp_kv_bytes=plan.mtp_kv_bytes,
     )  # fmt: skip
 
 

@@ -848,6 +848,11 @@ class Engine:
         Per layer, what a session's KV cache keeps per position: (k_heads, k_dim, v_heads, v_dim)
         """
     @property
+    def mtp_kv_bytes_per_token(self) -> int:
+        """
+        Bytes of one position's KV rows in the MTP layer's own cache at F32 (the one layer a drafting session runs; 0 without MTP layers)
+        """
+    @property
     def mtp_layers(self) -> int:
         """
         Multi-token-prediction layers loaded (not run by forward)
@@ -945,6 +950,11 @@ class Session:
     @property
     def mtp_enabled(self) -> bool:
         ...
+    @property
+    def mtp_kv_allocated_bytes(self) -> int:
+        """
+        Bytes the MTP layer's own KV cache holds now (0 until enable_mtp).
+        """
     @property
     def mtp_origin(self) -> int:
         ...

@@ -165,7 +165,9 @@ def memory_line(m: MemoryStats) -> str:
     on disk``"""
     return (
         f"memory: budget {format_bytes(m.budget)} = dense {format_bytes(m.dense_bytes)} + KV "
-        f"{format_bytes(m.kv_bytes)} + work {format_bytes(m.work_bytes)} + expert cache "
+        f"{format_bytes(m.kv_bytes)}"
+        + (f" + MTP KV {format_bytes(m.mtp_kv_bytes)}" if m.mtp_kv_bytes else "")
+        + f" + work {format_bytes(m.work_bytes)} + expert cache "
         f"{format_bytes(m.cache_bytes)} ({m.cache_slots} slots of {format_bytes(m.slot_bytes)}; "
         f"{m.cached_experts} in use, {m.pinned_experts} pinned); experts {m.total_experts}, "
         f"{format_bytes(m.expert_bytes)} on disk"

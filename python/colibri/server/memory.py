@@ -1,7 +1,8 @@
 """The server's KV budget, inside the engine's RAM budget.
 
 The RAM budget (``EngineConfig.ram_budget``, colibri.budget) counts ONE session's KV cache
-at the full context; the server runs ``--parallel`` sessions. :func:`slot_kv_budget` says
+at the full context (with its MTP layer's cache on a model that has one: any request may
+draft with MTP); the server runs ``--parallel`` sessions. :func:`slot_kv_budget` says
 how many KV bytes all running requests may reserve (the scheduler makes a request wait
 when its reservation does not fit, colibri.server.scheduler):
 
@@ -30,12 +31,12 @@ def slot_kv_budget(model: Model, parallel: int, kv_budget: int | None = None) ->
     shrinks the expert cache when an explicit `kv_budget` needs it."""
     plan = model._plan
     full = model.stats().memory
-    one = full.kv_bytes if full is not None else 0
+    one = full.session_kv_bytes if full is not None else 0
     if plan is None or one <= 0:  # no budget plan: the slots' own bound
         return kv_budget if kv_budget is not None else parallel * max(one, 1)
-    room = plan.kv_bytes + max(0, plan.unused_bytes)
+    room = plan.session_kv_bytes + max(0, plan.unused_bytes)
     if kv_budget is None:
-        return max(plan.kv_bytes, min(parallel * plan.kv_bytes, room))
+        return max(plan.session_kv_bytes, min(parallel * plan.session_kv_bytes, room))
     if kv_budget <= room:
         return kv_budget
     need = kv_budget - room
@@ -51,7 +52,8 @@ def slot_kv_budget(model: Model, parallel: int, kv_budget: int | None = None) ->
     core = model._require_core()
     cache = int(slots) * plan.slot_bytes
     core.configure_store(store_settings(model.engine_config, cache))
-    # The plan now counts all the slots' KV (the budget's split stays true).
-    model._plan = dataclasses.replace(plan, kv_bytes=kv_budget, cache_bytes=cache,
-                                      cache_slots=int(slots))
+    # The plan now counts all the slots' KV, MTP layers' included (the budget's split
+    # stays true).
+    model._plan = dataclasses.replace(plan, kv_bytes=kv_budget, mtp_kv_bytes=0,
+                                      cache_bytes=cache, cache_slots=int(slots))
     return kv_budget

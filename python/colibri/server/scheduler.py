@@ -130,10 +130,11 @@ class Scheduler:
 
 def kv_position_bytes(model: Model) -> int:
     """KV bytes one position of a session takes (every layer's keys and values at the
-    model's KV type): the budget plan's one session at the full context, per position."""
+    model's KV type, and the MTP layer's own cache on a model that has one: any request may
+    draft with it): the budget plan's one session at the full context, per position."""
     mem = model.stats().memory
-    if mem is not None and mem.kv_bytes > 0:
-        return max(1, -(-mem.kv_bytes // model.context_length))
+    if mem is not None and mem.session_kv_bytes > 0:
+        return max(1, -(-mem.session_kv_bytes // model.context_length))
     s = model.session()  # no plan: measure a session's allocation for one position
     s.forward([0])
     return max(1, s.kv_bytes)
