@@ -198,6 +198,8 @@ def compare_summary(r: Runner) -> None:
     """colibri against the best llama.cpp configuration (the baseline), cold and warm."""
     s = r.doc["parts"]["compare"]["summary"]
     llamas = [k for k in s if k.startswith("llama.cpp")]
+    if not llamas:  # colibri-only run (--llama-variants "")
+        return
     for p in ("cold", "warm"):
         best = max(llamas, key=lambda k: s[k][p]["decode_tok_s"] or 0.0)
         r.doc["parts"]["compare"][f"best_llama_{p}"] = best

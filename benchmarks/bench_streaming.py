@@ -217,11 +217,19 @@ class Runner:
 
 
 def _passage_ids(gguf: Path, need: int) -> list[list[int]]:
-    """PASSAGES tokenized by llama.cpp (vocab only); each must have `need` tokens."""
-    import llama_cpp
+    """PASSAGES tokenized by llama.cpp (vocab only), or by colibri's tokenizer of the same
+    GGUF where llama-cpp-python is not installed (the two give the same ids on these
+    presets: docs/benchmarks.md, "The two engines agree"); each must have `need` tokens."""
+    try:
+        import llama_cpp
+    except ImportError:
+        from colibri.tokenizers.core import Tokenizer
 
-    v = llama_cpp.Llama(model_path=str(gguf), vocab_only=True, verbose=False)
-    out = [v.tokenize(t.encode(), add_bos=False) for t in PASSAGES]
+        tok = Tokenizer.from_gguf(gguf)
+        out = [tok.encode(t, add_special_tokens=False) for t in PASSAGES]
+    else:
+        v = llama_cpp.Llama(model_path=str(gguf), vocab_only=True, verbose=False)
+        out = [v.tokenize(t.encode(), add_bos=False) for t in PASSAGES]
     for ids in out:
         if len(ids) < need:
             raise SystemExit(f"a passage has {len(ids)} tokens, fewer than {need}")
