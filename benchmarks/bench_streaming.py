@@ -190,9 +190,12 @@ class Runner:
         t0 = time.perf_counter()
         with db.readahead(spec["path"], spec.get("read_ahead_kb")), \
                 cg.MemoryCgroup("colibri-bench", limit) as group:
+            # A row may set environment variables of its own (spec["env"]): another build
+            # of the core side by side (PYTHONPATH), an experiment's switch.
+            env = {**self.env, **spec.get("env", {})}
             try:
                 proc = group.run([sys.executable, __file__, "--child", json.dumps(spec)],
-                                 timeout=self.args.child_timeout, env=self.env, cwd=REPO,
+                                 timeout=self.args.child_timeout, env=env, cwd=REPO,
                                  stderr=subprocess.PIPE)
                 rc, out, err = proc.returncode, proc.stdout, proc.stderr or ""
             except subprocess.TimeoutExpired as e:
@@ -217,11 +220,18 @@ class Runner:
 
 
 def _passage_ids(gguf: Path, need: int) -> list[list[int]]:
-    """PASSAGES tokenized by llama.cpp (vocab only); each must have `need` tokens."""
-    import llama_cpp
+    """PASSAGES tokenized by llama.cpp (vocab only); each must have `need` tokens. Without
+    llama-cpp-python, colibri's tokenizer of the GGUF (which tokenizes as llama.cpp does)."""
+    try:
+        import llama_cpp
+    except ImportError:
+        from colibri.tokenizer import Tokenizer
 
-    v = llama_cpp.Llama(model_path=str(gguf), vocab_only=True, verbose=False)
-    out = [v.tokenize(t.encode(), add_bos=False) for t in PASSAGES]
+        tok = Tokenizer.from_gguf(gguf)
+        out = [tok.encode(t, add_special_tokens=False, special=False) for t in PASSAGES]
+    else:
+        v = llama_cpp.Llama(model_path=str(gguf), vocab_only=True, verbose=False)
+        out = [v.tokenize(t.encode(), add_bos=False) for t in PASSAGES]
     for ids in out:
         if len(ids) < need:
             raise SystemExit(f"a passage has {len(ids)} tokens, fewer than {need}")
