@@ -314,6 +314,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="base I/O workers (a count or auto)")
     ap.add_argument("--prefetch-off-row", action="store_true",
                     help="compare: add colibri with prefetch off (same run, alternating)")
+    ap.add_argument("--base-build", type=Path,
+                    help="compare: a 'colibri, base build' row running another build of the "
+                         "core (build/dev/<name>) side by side")
     ap.add_argument("--no-gguf-row", action="store_true",
                     help="compare: skip the colibri-on-the-same-GGUF row")
     ap.add_argument("--wait-policy", default="auto", help="base wait policy")
@@ -386,6 +389,9 @@ def main(argv: list[str] | None = None) -> None:
                   if args.prefetch_off_row else []),
                 *([("colibri, same GGUF", {**col(decode=args.compare_decode), "path": str(gguf)})]
                   if not args.no_gguf_row else []),
+                *([("colibri, base build", {**col(decode=args.compare_decode), "env": {
+                    "PYTHONPATH": f"{REPO / 'python'}:{args.base_build.resolve()}"}})]
+                  if args.base_build else []),
                 *llama_rows(args.llama_variants, lambda **kw: spec(
                     "llama", gguf, passages, decode=args.compare_decode, **kw), gguf)]),
             "sweep-workers": ("I/O workers", [
