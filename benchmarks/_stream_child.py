@@ -155,7 +155,7 @@ def _request(eng: Any, ids: list[int], n_prompt: int, n_decode: int,
     io0, t0 = _io_read_bytes(), time.perf_counter()
     logits = eng.start(prompt)
     t1, io1, cpu1 = time.perf_counter(), _io_read_bytes(), _cpu_seconds()
-    dev1 = cg.device_counters(eng.path)
+    dev1, q1 = cg.device_counters(eng.path), cg.device_queue(eng.path)
     ex1, ph1 = eng.snapshot()
     toks = []
     for i in range(n_decode):
@@ -163,7 +163,7 @@ def _request(eng: Any, ids: list[int], n_prompt: int, n_decode: int,
         toks.append(tok)
         logits = eng.step(feed[i] if forced else tok)
     t2, io2, cpu2 = time.perf_counter(), _io_read_bytes(), _cpu_seconds()
-    dev2 = cg.device_counters(eng.path)
+    dev2, q2 = cg.device_counters(eng.path), cg.device_queue(eng.path)
     ex2, ph2 = eng.snapshot()
     dec_s = t2 - t1
     out: dict[str, Any] = {
@@ -179,6 +179,11 @@ def _request(eng: Any, ids: list[int], n_prompt: int, n_decode: int,
     if dev1 is not None and dev2 is not None:  # the whole device: other processes too
         out["device_read_bytes_per_s"] = (dev2[0] - dev1[0]) / dec_s
         out["device_busy"] = (dev2[1] - dev1[1]) / 1e3 / dec_s
+    if q1 is not None and q2 is not None and q2[0] > q1[0]:  # requests, as the device saw them
+        reqs = q2[0] - q1[0]
+        out["device_requests_per_token"] = reqs / n_decode
+        out["device_ms_per_request"] = (q2[1] - q1[1]) / reqs
+        out["device_in_flight"] = (q2[1] - q1[1]) / 1e3 / dec_s
     if out["experts"] is not None:
         out["bytes_read_per_token"] = out["experts"]["bytes_read"] / n_decode
     if out["phases"] is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import _cgroup as cg
@@ -16,8 +17,6 @@ import _variance as var
 from _common import median, print_table
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from bench_streaming import Runner
 
 
@@ -191,6 +190,8 @@ def finish_parts(r: Runner) -> None:
 def _jsonable(o: Any) -> Any:
     if isinstance(o, db.DiskBound):
         return o.to_dict()
+    if isinstance(o, Path):  # --base-build
+        return str(o)
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
@@ -198,6 +199,8 @@ def compare_summary(r: Runner) -> None:
     """colibri against the best llama.cpp configuration (the baseline), cold and warm."""
     s = r.doc["parts"]["compare"]["summary"]
     llamas = [k for k in s if k.startswith("llama.cpp")]
+    if not llamas:  # colibri-only run (--llama-variants "")
+        return
     for p in ("cold", "warm"):
         best = max(llamas, key=lambda k: s[k][p]["decode_tok_s"] or 0.0)
         r.doc["parts"]["compare"][f"best_llama_{p}"] = best

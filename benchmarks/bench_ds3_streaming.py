@@ -146,7 +146,13 @@ def main() -> None:
                     help="routing regime of the synthetic preset (synthetic_routing.py)")
     ap.add_argument("--rows", default="colibri,llama-machine,llama-128",
                     help="comma-separated: colibri, colibri-gguf, colibri-spin, colibri-passive, "
-                         "llama-machine, llama-128")
+                         "colibri-base, llama-machine, llama-128")
+    ap.add_argument("--base-build", type=Path,
+                    help="another build of the core (a build/dev/<name> directory) for the "
+                         "colibri-base row: a change measured side by side with its baseline")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VAL,...",
+                    help="an extra colibri row, colibri-NAME, whose child gets these "
+                         "environment variables (repeatable; list it in --rows)")
     args = ap.parse_args()
 
     gguf = bs._synthetic(args.preset, args.routing)
@@ -160,7 +166,9 @@ def main() -> None:
     runner = bs.Runner(argparse.Namespace(child_timeout=args.child_timeout,
                                           disk_bytes=args.disk_bytes))
     doc: dict[str, Any] = {"benchmark": "ds3-streaming", "git_commit": git_commit(),
-                           "machine": machine(), "args": vars(args), "gguf": str(gguf),
+                           "machine": machine(), "gguf": str(gguf),
+                           "args": {k: str(v) if isinstance(v, Path) else v
+                                    for k, v in vars(args).items()},
                            "routing": args.routing,
                            "gguf_bytes": gguf.stat().st_size, "cgroup_limit": limit,
                            "ram_budget": budget, "read_ahead_kb_machine": machine_ra,
@@ -181,6 +189,7 @@ def main() -> None:
     col = {"ram_budget": budget, "io": {"workers": args.workers, "direct": True,
                                         "prefetch": True},
            "cache": {"policy": "lfru", "history": False}}
+    base_path = f"{bs.REPO / 'python'}:{(args.base_build or Path()).resolve()}"
     rows: dict[str, tuple[dict[str, Any], int | None]] = {
         "colibri": (base("colibri", cont, **col), None),
         "colibri-gguf": (base("colibri", gguf, **col), None),
@@ -188,9 +197,19 @@ def main() -> None:
         "colibri-spin": (base("colibri", cont, **{**col, "wait_policy": "spin"}), None),
         "colibri-passive": (base("colibri", cont, **{**col, "wait_policy": "passive"}), None),
         "llama-machine": (base("llama", gguf), None),
+        "colibri-base": (base("colibri", cont, **col, env={"PYTHONPATH": base_path}), None),
         "llama-128": (base("llama", gguf), 128),
     }
+    for v in args.variant:
+        name, _, assigns = v.partition(":")
+        env = dict(a.split("=", 1) for a in assigns.split(",") if "=" in a)
+        rows[f"colibri-{name}"] = (base("colibri", cont, **col, env=env), None)
     chosen = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = [r for r in chosen if r not in rows]
+    if unknown:
+        raise SystemExit(f"unknown rows {unknown}: choose from {sorted(rows)}")
+    if "colibri-base" in chosen and not args.base_build:
+        raise SystemExit("the colibri-base row needs --base-build build/dev/<name>")
     runner.log(f"{args.preset}: cgroup {cg.fmt_bytes(limit)}, colibri budget "
                f"{cg.fmt_bytes(budget)}, read_ahead_kb {machine_ra}")
     doc["disk"] += [{"when": "before", **d} for d in engine_disk(cont, args.disk_bytes, 0)]
@@ -248,6 +267,10 @@ def main() -> None:
                  "bound_fraction": med(frac), "bound_fraction_all": frac,
                  "adjacent_fraction": med(adj), "adjacent_fraction_all": adj,
                  "device_busy": med(busy), "n_ok": len(runs),
+                 "device_in_flight": med(values(runs, f"{p}.device_in_flight")),
+                 "device_ms_per_request": med(values(runs, f"{p}.device_ms_per_request")),
+                 "device_requests_per_token": med(values(runs, f"{p}.device_requests_per_token")),
+                 "expert_wait_ms_per_token": med(values(runs, f"{p}.expert_wait_ms_per_token")),
                  "n": len(doc["runs"].get(name, []))}
             summary[f"{name}/{p}"] = s
             table.append([name, p, sr.fmt(s["decode_tok_s"]), spread(tok),
@@ -258,6 +281,13 @@ def main() -> None:
                           sr.fmt(s["device_busy"] * 100 if s["device_busy"] is not None else None),
                           spread(loads), f"{s['n_ok']}/{s['n']}"])
     doc["summary"] = summary
+    print("\n## The device during decode (/proc/diskstats, every process) and colibri's waits")
+    print_table(["row", "req", "requests in flight", "ms per request", "requests / token",
+                 "expert wait ms / token"],
+                [[name, p, *(sr.fmt(summary[f"{name}/{p}"][k]) for k in (
+                    "device_in_flight", "device_ms_per_request", "device_requests_per_token",
+                    "expert_wait_ms_per_token"))]
+                 for name in chosen for p in ("cold", "warm")])
     print(f"\n## {args.preset} in a {cg.fmt_bytes(limit)} cgroup, {args.threads} threads, "
           f"{args.decode} decode tokens per request, median of {args.repeats}")
     doc["table"] = print_table(

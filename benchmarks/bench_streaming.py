@@ -190,9 +190,12 @@ class Runner:
         t0 = time.perf_counter()
         with db.readahead(spec["path"], spec.get("read_ahead_kb")), \
                 cg.MemoryCgroup("colibri-bench", limit) as group:
+            # A row may set environment variables of its own (spec["env"]): another build
+            # of the core side by side (PYTHONPATH), an experiment's switch.
+            env = {**self.env, **spec.get("env", {})}
             try:
                 proc = group.run([sys.executable, __file__, "--child", json.dumps(spec)],
-                                 timeout=self.args.child_timeout, env=self.env, cwd=REPO,
+                                 timeout=self.args.child_timeout, env=env, cwd=REPO,
                                  stderr=subprocess.PIPE)
                 rc, out, err = proc.returncode, proc.stdout, proc.stderr or ""
             except subprocess.TimeoutExpired as e:
@@ -217,11 +220,18 @@ class Runner:
 
 
 def _passage_ids(gguf: Path, need: int) -> list[list[int]]:
-    """PASSAGES tokenized by llama.cpp (vocab only); each must have `need` tokens."""
-    import llama_cpp
+    """PASSAGES tokenized by llama.cpp (vocab only); each must have `need` tokens. Without
+    llama-cpp-python, colibri's tokenizer of the GGUF (which tokenizes as llama.cpp does)."""
+    try:
+        import llama_cpp
+    except ImportError:
+        from colibri.tokenizer import Tokenizer
 
-    v = llama_cpp.Llama(model_path=str(gguf), vocab_only=True, verbose=False)
-    out = [v.tokenize(t.encode(), add_bos=False) for t in PASSAGES]
+        tok = Tokenizer.from_gguf(gguf)
+        out = [tok.encode(t, add_special_tokens=False, special=False) for t in PASSAGES]
+    else:
+        v = llama_cpp.Llama(model_path=str(gguf), vocab_only=True, verbose=False)
+        out = [v.tokenize(t.encode(), add_bos=False) for t in PASSAGES]
     for ids in out:
         if len(ids) < need:
             raise SystemExit(f"a passage has {len(ids)} tokens, fewer than {need}")
@@ -304,6 +314,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="base I/O workers (a count or auto)")
     ap.add_argument("--prefetch-off-row", action="store_true",
                     help="compare: add colibri with prefetch off (same run, alternating)")
+    ap.add_argument("--base-build", type=Path,
+                    help="compare: a 'colibri, base build' row running another build of the "
+                         "core (build/dev/<name>) side by side")
     ap.add_argument("--no-gguf-row", action="store_true",
                     help="compare: skip the colibri-on-the-same-GGUF row")
     ap.add_argument("--wait-policy", default="auto", help="base wait policy")
@@ -376,6 +389,9 @@ def main(argv: list[str] | None = None) -> None:
                   if args.prefetch_off_row else []),
                 *([("colibri, same GGUF", {**col(decode=args.compare_decode), "path": str(gguf)})]
                   if not args.no_gguf_row else []),
+                *([("colibri, base build", {**col(decode=args.compare_decode), "env": {
+                    "PYTHONPATH": f"{REPO / 'python'}:{args.base_build.resolve()}"}})]
+                  if args.base_build else []),
                 *llama_rows(args.llama_variants, lambda **kw: spec(
                     "llama", gguf, passages, decode=args.compare_decode, **kw), gguf)]),
             "sweep-workers": ("I/O workers", [

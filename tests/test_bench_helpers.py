@@ -239,3 +239,26 @@ def test_readahead_is_restored_on_error(tmp_path: Path) -> None:
     assert knob.read_text() == "8192"
     with db.readahead(tmp_path, None, file=knob):  # None: left alone
         assert knob.read_text() == "8192"
+
+
+def test_compare_summary_ranks_against_the_best_llama_row_or_skips_without_one() -> None:
+    class _Runner:
+        def __init__(self, summary: dict[str, object]) -> None:
+            self.doc = {"parts": {"compare": {"summary": summary}}}
+
+        def save(self) -> None:
+            pass
+
+    def row(*tok_s: float) -> dict[str, object]:
+        s = var.spread(list(tok_s))
+        return {p: {"decode_tok_s": s["median"], "decode_spread": s} for p in ("cold", "warm")}
+
+    colibri_only = _Runner({"colibri": row(3.0, 3.2, 3.4)})
+    sr.compare_summary(colibri_only)  # --llama-variants "": no baseline, no error
+    assert "ratio_decode_cold" not in colibri_only.doc["parts"]["compare"]
+    both = _Runner({"colibri": row(3.0, 3.2, 3.4), "llama.cpp ra=128 KiB": row(0.9, 1.0, 1.1),
+                    "llama.cpp ra=8192 KiB": row(0.07, 0.08, 0.09)})
+    sr.compare_summary(both)
+    part = both.doc["parts"]["compare"]
+    assert part["best_llama_cold"] == "llama.cpp ra=128 KiB"
+    assert part["ratio_decode_warm"] == pytest.approx(3.2)

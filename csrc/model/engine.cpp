@@ -364,7 +364,11 @@ void Engine::decoder_layer(const LayerWeights& L, int64_t layer, const std::vect
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t t = 0; t < n; ++t)
     rms_norm_row(ws_.x.data() + t * d, L.attn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
+  // Lookahead reads for this layer still queued in the store: issue what idle I/O capacity
+  // allows now, so the disk works through the attention too.
+  store_->pump_prefetch();
   L.attention->forward_segments(actx, ws_.h.data(), segs, kv_layer, d, ws_.proj.data());
+  store_->pump_prefetch();
   add_inplace(ws_.x.data(), ws_.proj.data(), n * d);
   for (int64_t t = 0; t < n; ++t)
     rms_norm_row(ws_.x.data() + t * d, L.ffn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);

@@ -76,6 +76,7 @@ struct Workspace {
   std::vector<float> logits_rows;  // a batch's lm_head rows before they go to each row
   std::vector<int32_t> routing;    // a batch's routing, [rows][n_layers][top_k]
   std::vector<float> next_router;  // the lookahead: next MoE layer's router on this input
+  std::vector<float> shared_out;   // the shared expert's output, [n][hidden]
   std::vector<float> mtp_cat;      // MTP: [enorm(embedding) | hnorm(hidden)] per row
   ScratchBuffer matmul;
 };
@@ -186,7 +187,9 @@ class Engine {
   void forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* cancelled, struct ForwardStats* stats_out);
   void lm_head(const std::vector<BatchRow>& rows);
   void moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t* routing_out);
-  void routed_experts(const LayerWeights& L, int64_t layer, int64_t n, const std::vector<int32_t>& sel);
+  void routed_experts(const LayerWeights& L, int64_t layer, int64_t n, const std::vector<int32_t>& sel,
+                      bool* shared_pending);
+  void shared_expert(const LayerWeights& L, int64_t n);
   void predict_next(const LayerWeights& L, int64_t n);
   void expert_ffn(const ExpertViews& e, const float* x, int64_t n, int64_t ffn, float* out);
   void choose_wait_policy(double wait_seconds, double total_seconds);

@@ -18,6 +18,9 @@ namespace {
 // less than a second request.
 constexpr uint64_t kMergeGap = 64 * 1024;
 
+// Lookahead reads queued or running, per I/O worker (pump_prefetch).
+constexpr std::size_t kPrefetchDepth = 2;
+
 void add_pool(ExpertStoreStats& s, const ReadPoolStats& now, const ReadPoolStats& base) {
   s.reads += now.reads - base.reads;
   s.bytes_read += now.bytes - base.bytes;
@@ -443,10 +446,13 @@ void ExpertStore::prefetch(int64_t layer, const std::vector<int32_t>& predicted)
 }
 
 void ExpertStore::pump_prefetch() {
-  // Idle I/O capacity: fewer reads queued or running than workers (the measured depth).
-  // Demand reads were submitted before this and go first anyway (ReadQueue); this keeps
-  // guesses from filling the device's queue while the compute may still need it.
-  const std::size_t depth = static_cast<std::size_t>(pool_ ? pool_->workers() : 0);
+  // Idle I/O capacity: fewer reads queued or running than kPrefetchDepth x workers (the
+  // measured depth). The workers run `workers` reads at once; the rest wait in the pool's
+  // queue so that a worker whose read ends takes the next guess at once, without waiting
+  // for the compute thread to come back here (it is in a matmul or an attention). Demand
+  // reads go ahead of every queued guess anyway (ReadQueue); the bound keeps guesses from
+  // taking slots far ahead of the reads the device can do before their layer runs.
+  const std::size_t depth = static_cast<std::size_t>(pool_ ? pool_->workers() : 0) * kPrefetchDepth;
   while (prefetch_next_ < prefetch_queue_.size()) {
     if (depth > 0 && pool_->in_flight() >= depth) return;
     const int64_t k = prefetch_queue_[prefetch_next_++];

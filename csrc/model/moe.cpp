@@ -33,6 +33,13 @@ void Engine::expert_ffn(const ExpertViews& e, const float* x, int64_t n, int64_t
   matmul(pool_, e.down, ws_.gate.data(), n, out, ws_.matmul, precision_);
 }
 
+// The shared expert's FFN over every token, into ws_.shared_out (its gate and the sum come
+// later, in moe_block).
+void Engine::shared_expert(const LayerWeights& L, int64_t n) {
+  ws_.shared_out.resize(static_cast<std::size_t>(n * spec_.hidden_size));
+  expert_ffn(L.shared.views(), ws_.h.data(), n, spec_.shared_expert_intermediate_size, ws_.shared_out.data());
+}
+
 void Engine::ffn_block(const LayerWeights& L, int64_t n) {
   ws_.ffn_out.resize(static_cast<std::size_t>(n * spec_.hidden_size));
   expert_ffn(L.dense.views(), ws_.h.data(), n, spec_.intermediate_size, ws_.ffn_out.data());
@@ -64,7 +71,8 @@ void Engine::predict_next(const LayerWeights& L, int64_t n) {
 // cache go first, so the reads of the missing ones overlap their compute; the compute then
 // waits only for the expert it needs next. When the cache cannot hold every expert of the
 // layer at once (a prefill over many experts with a small budget) they go in waves.
-void Engine::routed_experts(const LayerWeights& L, int64_t layer, int64_t n, const std::vector<int32_t>& sel) {
+void Engine::routed_experts(const LayerWeights& L, int64_t layer, int64_t n, const std::vector<int32_t>& sel,
+                            bool* shared_pending) {
   const ModelSpec& s = spec_;
   const int64_t d = s.hidden_size, k = s.n_experts_per_tok;
   std::vector<int32_t> distinct(sel);
@@ -93,6 +101,14 @@ void Engine::routed_experts(const LayerWeights& L, int64_t layer, int64_t n, con
     phase_[kRouter] += seconds_since(t0);
 
     const int32_t e = distinct[next_compute++];
+    if (*shared_pending && !store_->ready(layer, e)) {
+      // The read of the next expert is still running: compute the shared expert now
+      // instead of after the routed ones, so the disk works meanwhile.
+      t0 = std::chrono::steady_clock::now();
+      shared_expert(L, n);
+      *shared_pending = false;
+      phase_[kDense] += seconds_since(t0);
+    }
     t0 = std::chrono::steady_clock::now();
     // The team parks while the disk works (no core spins on a read); only an explicit
     // `spin` policy keeps it spinning.
@@ -139,9 +155,14 @@ void Engine::moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t*
   }
   phase_[kRouter] += seconds_since(t0);
 
-  routed_experts(L, layer, n, sel);
+  // The shared expert has no read to wait for: routed_experts runs it while a routed
+  // expert's read is in flight (none: here). Its result is added after the routed sum
+  // either way, so when it ran changes no bit.
+  bool shared_pending = s.shared_expert_intermediate_size > 0;
+  routed_experts(L, layer, n, sel, &shared_pending);
 
   t0 = std::chrono::steady_clock::now();
+  if (shared_pending) shared_expert(L, n);
   ws_.ffn_out.assign(static_cast<std::size_t>(n * d), 0.0f);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t j = 0; j < k; ++j)
@@ -149,7 +170,6 @@ void Engine::moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t*
                          weight[static_cast<std::size_t>(t * k + j)], d);
 
   if (s.shared_expert_intermediate_size > 0) {
-    expert_ffn(L.shared.views(), ws_.h.data(), n, s.shared_expert_intermediate_size, ws_.ye.data());
     for (int64_t t = 0; t < n; ++t) {
       float g = 1.0f;
       if (L.shared_gate) {
@@ -157,7 +177,7 @@ void Engine::moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t*
         mm(*L.shared_gate, ws_.h.data() + t * d, 1, &logit);
         g = 1.0f / (1.0f + std::exp(-logit));
       }
-      add_scaled_inplace(ws_.ffn_out.data() + t * d, ws_.ye.data() + t * d, g, d);
+      add_scaled_inplace(ws_.ffn_out.data() + t * d, ws_.shared_out.data() + t * d, g, d);
     }
   }
   phase_[kDense] += seconds_since(t0);
