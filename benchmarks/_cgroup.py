@@ -385,19 +385,26 @@ def parse_diskstats(text: str, major: int, minor: int) -> tuple[int, int] | None
     return None
 
 
+def parse_diskstats_reads(text: str, major: int, minor: int) -> tuple[int, int] | None:
+    """(reads completed, milliseconds spent by reads) of device `major:minor` from
+    /proc/diskstats text (fields 4 and 7)."""
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 7 and f[0] == str(major) and f[1] == str(minor):
+            return int(f[3]), int(f[6])
+    return None
+
+
 def device_queue(path: str | os.PathLike[str]) -> tuple[int, int] | None:
-    """(reads completed, milliseconds spent by reads) so far of the block device holding
-    `path` (/proc/diskstats fields 4 and 7): their deltas give each read request's latency
-    and, divided by the time, the read requests in flight on average (Little's law)."""
+    """parse_diskstats_reads() so far of the block device holding `path`: the deltas give
+    each read request's latency and, divided by the time, the read requests in flight on
+    average (Little's law)."""
     try:
         dev = os.stat(path).st_dev
-        for line in Path("/proc/diskstats").read_text().splitlines():
-            f = line.split()
-            if len(f) >= 14 and f[0] == str(os.major(dev)) and f[1] == str(os.minor(dev)):
-                return int(f[3]), int(f[6])
+        return parse_diskstats_reads(Path("/proc/diskstats").read_text(), os.major(dev),
+                                     os.minor(dev))
     except (OSError, ValueError):
-        pass
-    return None
+        return None
 
 
 def device_counters(path: str | os.PathLike[str]) -> tuple[int, int] | None:

@@ -115,6 +115,9 @@ def test_parse_diskstats() -> None:
     assert cg.parse_diskstats(text, 253, 0) == (21330702 * 512, 61520)
     assert cg.parse_diskstats(text, 253, 1) == (800 * 512, 5)
     assert cg.parse_diskstats(text, 8, 0) is None
+    assert cg.parse_diskstats_reads(text, 253, 0) == (81346, 47890)
+    assert cg.parse_diskstats_reads(text, 253, 1) == (100, 10)
+    assert cg.parse_diskstats_reads(text, 8, 0) is None
 
 
 def test_random_offsets() -> None:
