@@ -5,6 +5,8 @@ the bytes come out of the RAM budget."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import colibri as co
@@ -59,6 +61,30 @@ def test_a_shared_prefix_is_copied_and_both_branches_stay(plain: co.Model) -> No
     assert text == outs[1].text and cached.prompt_cache.stats().hits == 3
     cached.prompt_cache.clear()
     assert cached.prompt_cache.stats().entries == 0
+
+
+def test_a_cancelled_call_leaves_no_entry_that_lost_its_tokens(plain: co.Model) -> None:
+    """agenerate cancelled mid-decode rolls its session back after the stream closed; the
+    cache must not keep that session as if it still held the call's tokens (a later call
+    copied positions it no longer held: 'the source session holds 0')."""
+    cached = _load(prompt_cache="256MiB")
+    msgs = [{"role": "system", "content": "You are a terse geography tutor. " * 4},
+            {"role": "user", "content": "Name five rivers of Peru."}]
+
+    async def cancel_midway() -> None:
+        task = asyncio.ensure_future(cached.agenerate(messages=msgs, max_tokens=400,
+                                                           min_tokens=400))
+        await asyncio.sleep(1.0)  # past the ~50-token prefill, inside the 400-token decode
+        assert not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_midway())
+    for entry in cached.prompt_cache._entries:  # what is kept still holds its tokens
+        assert entry.session.n_tokens == len(entry.tokens)
+    again = cached.generate(messages=msgs, max_tokens=8)
+    assert again.token_ids == plain.generate(messages=msgs, max_tokens=8).token_ids
 
 
 def test_bytes_stay_within_the_cache_lru_first_out() -> None:

@@ -17,7 +17,7 @@ import pytest
 
 import colibri as co
 from colibri import errors
-from colibri.prompt_cache import common_prefix
+from colibri.prefix_share import common_prefix
 from colibri.server.memory import slot_kv_budget
 from realmodel import smollm2_gguf
 from server_helpers import SERVER_CTX, ServerProcess, metric, wait_for

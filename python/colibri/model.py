@@ -511,7 +511,10 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
                 stats, experts=experts1.minus(experts0), phases=phases1.minus(phases0),
                 wait_policy=wait_policy_name(core), cached_tokens=len(history),
             )  # fmt: skip
-            if to_cache and self._prompt_cache.enabled:
+            # Not an interrupted call (finish None): async cancellation rolls its session
+            # back after this, which would leave a cache entry that no longer holds its
+            # tokens.
+            if to_cache and finish is not None and self._prompt_cache.enabled:
                 self._prompt_cache.put(session)
             result.update(stats=stats, generated=generated, finish=finish)
             if decoder is not None:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["MIN_SHARED", "RunningPrompts"]
+__all__ = ["MIN_SHARED", "RunningPrompts", "common_prefix"]
 
 MIN_SHARED = 32  # fewer shared tokens are not worth waiting for a leader
 T = TypeVar("T")

@@ -33,21 +33,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .display import Displayable, size
-from .prefix_share import RunningPrompts
+from .prefix_share import RunningPrompts, common_prefix
 
 if TYPE_CHECKING:
     from .model import Model
     from .session import Session
 
 __all__ = ["PromptCache", "PromptCacheStats"]
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 @dataclass(frozen=True, repr=False)
@@ -128,6 +120,7 @@ class PromptCache:
         token) and that prefix's length (0, and a new session, on a miss)."""
         limit = len(ids) - 1
         with self._lock:
+            self._drop_stale()
             best, best_n = None, 0
             for e in self._entries:
                 n = min(common_prefix(e.tokens, ids), limit)
@@ -157,6 +150,7 @@ class PromptCache:
         tokens `session` then holds of `ids` (`have` when nothing longer is cached)."""
         limit = len(ids) - 1
         with self._lock:
+            self._drop_stale()
             best, best_n = None, have
             for e in self._entries:
                 n = min(common_prefix(e.tokens, ids), limit)
@@ -171,6 +165,12 @@ class PromptCache:
                 self._counts[1] -= 1
             self._counts[2] += best_n - have
         return best_n
+
+    def _drop_stale(self) -> None:
+        """Drops entries whose session no longer holds the tokens they were kept with
+        (rolled back or extended by its owner after the put): copying from one would
+        read positions it does not hold. Called with the lock held."""
+        self._entries = [e for e in self._entries if e.session.n_tokens == len(e.tokens)]
 
     def put(self, session: Session) -> None:
         """Keeps `session`'s state (called when a generation ends)."""

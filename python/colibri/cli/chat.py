@@ -13,19 +13,12 @@ from typing import Any, TextIO
 
 from ..errors import ColibriError
 from ..model import Model
+from ..prefix_share import common_prefix
 from ..session import Session
 from .common import Loaded, load_model
 from .parser import sampling_from_args, spec_from_args, stops_from_args
 
 HELP = "commands: /reset forgets the conversation, /exit (or Ctrl-D) ends, /help shows this"
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def _fit(model: Model, history: list[dict[str, Any]], max_tokens: int,
@@ -56,7 +49,7 @@ def _fit(model: Model, history: list[dict[str, Any]], max_tokens: int,
 def _answer(session: Session, ids: list[int], args: argparse.Namespace, out: TextIO,
             sampling: Any, stops: list[str]) -> tuple[str, bool]:
     """Streams the answer to `ids`; returns (text, interrupted)."""
-    common = _common_prefix(session.token_ids, ids)
+    common = common_prefix(session.token_ids, ids)
     if common == len(ids):
         common -= 1  # forward at least one token to get logits
     if session.n_tokens > common:
