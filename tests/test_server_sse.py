@@ -92,7 +92,7 @@ def test_scheduler_timeout_and_queue(smollm2_oracle: co.Model) -> None:
         got = []
         with pytest.raises(RequestTimeout):
             async with ticket:
-                async for chunk in ticket.stream(ids, {"max_tokens": 400}):
+                async for chunk in ticket.stream(ids, {"max_tokens": 400, "min_tokens": 400}):
                     got.append(chunk)
         assert len(got) < 400
         assert (s.running, s.waiting) == (0, 0) and s.metrics.timeouts_total == 1
