@@ -190,7 +190,15 @@ def test_int8_activations_track_transformers(reference: dict[str, np.ndarray]) -
     assert rel_rms <= 0.08, rel_rms
     ra, ga = ref.argmax(-1), got.argmax(-1)
     assert float(np.mean(ra == ga)) >= 0.95
+    # A disagreement must be a near-tie seen from both sides: transformers' top two within
+    # TIE of its max, and colibri's logit for transformers' choice within TIE of colibri's
+    # max. Not "in colibri's top two": int8 activations move logits by up to ~4.5% of the
+    # max (measured), and requantizing every layer's input makes the order inside a near-tie
+    # depend on rounding at the 1e-5 level, i.e. on the ISA (AVX-512 put transformers' top
+    # of a three-way tie third: 24.29 against 24.77, ref max 25.33).
     for i in np.flatnonzero(ra != ga):
+        tol = TIE * float(np.abs(ref[i]).max())
         gap = float(ref[i, ra[i]] - ref[i, ga[i]])
-        assert gap <= TIE * float(np.abs(ref[i]).max()), (i, gap)
-        assert ra[i] in np.argsort(got[i])[-2:], i
+        assert gap <= tol, (i, gap)
+        own_gap = float(got[i, ga[i]] - got[i, ra[i]])
+        assert own_gap <= tol, (i, own_gap)
