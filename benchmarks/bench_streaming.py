@@ -26,11 +26,12 @@ huge-page slabs, O_DIRECT, cold reads of one expert slot at random slot-aligned 
 the file the run streams), before the first child and after every child: a burst of
 ``--disk-bytes`` at 1, 2, 4, 8 and 16 reads in flight, then a sustained read of
 ``--sustained-bytes`` (about what one decode request reads) at each of
-``--sustained-depths``; **the bound is the best sustained sample of the run** (the best
-burst with ``--sustained-bytes 0``; ``--yardstick-gbs`` fixes it instead), applied to
-every child at the end, and the decode is also given against the best burst and both
-per-depth medians. Every colibri request records its reads' trace (_iotrace.py: reads
-running at once, time with none, queueing; ``BENCH_IO_TRACE_DIR`` keeps the raw traces).
+``--sustained-depths``; **the bound is the best per-depth median of the sustained samples
+of the run** (_diskbound.DiskBound says why; the best burst with ``--sustained-bytes 0``;
+``--yardstick-gbs`` fixes it instead), applied to every child at the end, and the decode is
+also given against the best sustained sample, the best burst and the bursts' median.
+Every colibri request records its reads' trace (_iotrace.py: reads running at once, time
+with none, queueing; ``BENCH_IO_TRACE_DIR`` keeps the raw traces).
 fio (4 KiB-page and huge-page buffers) is recorded beside it in the JSON, never used.
 "disk busy %" is the device's own busy time over the decode (/proc/diskstats; every
 process on the machine counts). Each configuration runs ``--repeats`` children (>= 5 to
@@ -340,8 +341,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="bytes per queue depth per disk sample")
     ap.add_argument("--sustained-bytes", type=cg.parse_size, default="4GiB",
                     help="bytes of each sustained disk sample per depth (about one decode "
-                         "request's reads; the bound is the best of them); 0: bursts only, "
-                         "the bound is then the best burst")
+                         "request's reads; the bound is their best per-depth median); 0: "
+                         "bursts only, the bound is then the best burst")
     ap.add_argument("--sustained-depths", type=lambda v: tuple(int(x) for x in v.split(",")),
                     default=db.SUSTAINED_DEPTHS, help="reads in flight of the sustained samples")
     ap.add_argument("--child-timeout", type=float, default=1200)
