@@ -160,7 +160,8 @@ def print_part(r: Runner, part: str) -> None:
             add_bounds(res, bound)
     summary = {label: summarize(rs) for label, rs in body["runs"].items()}
     body.update(summary=summary, bound_bytes_per_s=bound)
-    kind = ("best per-depth median of the sustained samples"
+    kind = ("--yardstick-gbs" if r.yardstick else
+            "best per-depth median of the sustained samples"
             if r.bound is not None and r.bound.sustained_best_gbs else "best sample")
     btxt = (f", disk bound {bound / 1e9:.2f} GB/s (engine read path, huge pages, {kind} "
             "of the run)" if bound else "")
