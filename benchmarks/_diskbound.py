@@ -99,8 +99,9 @@ class DiskBound:
     with is itself the median of children spread over the same run, so both sides are the
     same statistic over the same period; a maximum over samples would compare a typical
     decode with the disk's luckiest stretch, and would grow with the number of samples
-    taken. Without sustained samples the bound is the best burst (the definition before
-    2026-12-02). ``figures`` reports all four: best and median, sustained and burst
+    taken. It is a yardstick of what the disk typically keeps up, not a ceiling: a child
+    that runs in a fast stretch can exceed it. Without sustained samples the bound is the
+    best burst (the definition before 2026-12-02). ``figures`` reports all four: best and median, sustained and burst
     (docs/benchmarks.md, "The disk bound").
     """
 
