@@ -101,8 +101,8 @@ class DiskBound:
     decode with the disk's luckiest stretch, and would grow with the number of samples
     taken. It is a yardstick of what the disk typically keeps up, not a ceiling: a child
     that runs in a fast stretch can exceed it. Without sustained samples the bound is the
-    best burst (the definition before 2026-12-02). ``figures`` reports all four: best and median, sustained and burst
-    (docs/benchmarks.md, "The disk bound").
+    best burst (the definition before 2026-12-02). ``figures`` reports all four: best and
+    median, sustained and burst (docs/benchmarks.md, "The disk bound").
     """
 
     path: str
