@@ -71,6 +71,27 @@ class _Colibri:
     def step(self, tok: int) -> Any:
         return self.session.forward([tok])
 
+    def start_trace(self) -> None:
+        core = getattr(self.model, "_core", None)
+        if core is not None and hasattr(core, "start_io_trace"):  # an older core: no trace
+            core.start_io_trace(1 << 20)
+
+    def trace_summary(self, window: tuple[float, float]) -> dict[str, Any] | None:
+        import _iotrace
+
+        core = getattr(self.model, "_core", None)
+        if core is None or not hasattr(core, "io_trace"):
+            return None
+        trace = core.io_trace()
+        dump = os.environ.get("BENCH_IO_TRACE_DIR")  # raw traces for offline analysis
+        if dump:
+            import numpy as np
+
+            name = f"trace-{os.getpid()}-{time.strftime('%H%M%S')}-{window[0]:.3f}.npz"
+            np.savez(Path(dump) / name, window=np.array(window),
+                     **{f"col_{k}": v for k, v in trace.items()})
+        return _iotrace.summarize(trace, window, workers=core.io_workers)
+
     def extra(self) -> dict[str, Any]:
         st = self.model.stats()
         mem = getattr(st, "memory", None)
@@ -157,12 +178,17 @@ def _request(eng: Any, ids: list[int], n_prompt: int, n_decode: int,
     t1, io1, cpu1 = time.perf_counter(), _io_read_bytes(), _cpu_seconds()
     dev1, q1 = cg.device_counters(eng.path), cg.device_queue(eng.path)
     ex1, ph1 = eng.snapshot()
+    t_trace = None
+    if hasattr(eng, "start_trace"):  # colibri: every expert read of the decode, timed
+        eng.start_trace()
+        t_trace = time.monotonic()  # the trace's clock
     toks = []
     for i in range(n_decode):
         tok = _argmax(logits)  # computed in both modes, so both cost the same
         toks.append(tok)
         logits = eng.step(feed[i] if forced else tok)
     t2, io2, cpu2 = time.perf_counter(), _io_read_bytes(), _cpu_seconds()
+    t_end = time.monotonic()
     dev2, q2 = cg.device_counters(eng.path), cg.device_queue(eng.path)
     ex2, ph2 = eng.snapshot()
     dec_s = t2 - t1
@@ -184,6 +210,8 @@ def _request(eng: Any, ids: list[int], n_prompt: int, n_decode: int,
         out["device_requests_per_token"] = reqs / n_decode
         out["device_ms_per_request"] = (q2[1] - q1[1]) / reqs
         out["device_in_flight"] = (q2[1] - q1[1]) / 1e3 / dec_s
+    if t_trace is not None:
+        out["io_trace"] = eng.trace_summary((t_trace, t_end))
     if out["experts"] is not None:
         out["bytes_read_per_token"] = out["experts"]["bytes_read"] / n_decode
     if out["phases"] is not None:

@@ -160,7 +160,10 @@ def print_part(r: Runner, part: str) -> None:
             add_bounds(res, bound)
     summary = {label: summarize(rs) for label, rs in body["runs"].items()}
     body.update(summary=summary, bound_bytes_per_s=bound)
-    btxt = (f", disk bound {bound / 1e9:.2f} GB/s (engine read path, huge pages, best sample "
+    kind = ("--yardstick-gbs" if r.yardstick else
+            "best per-depth median of the sustained samples"
+            if r.bound is not None and r.bound.sustained_best_gbs else "best sample")
+    btxt = (f", disk bound {bound / 1e9:.2f} GB/s (engine read path, huge pages, {kind} "
             "of the run)" if bound else "")
     print(f"\n## {body['title']}\ncgroup limit {cg.fmt_bytes(body['cgroup_limit'])}{btxt}, "
           f"median (min-max) of {r.args.repeats}, load average {os.getloadavg()[0]:.1f}")
@@ -182,9 +185,12 @@ def finish_parts(r: Runner) -> None:
         if body.get("disk_bound"):
             print_part(r, part)
     if r.bound is not None:
-        curve = r.bound.curve()
-        print("disk (engine read path, huge pages) by reads in flight: " + ", ".join(
-            f"{d}: best {c['best']:.2f} median {c['median']:.2f} GB/s" for d, c in curve.items()))
+        for kind in ("burst", "sustained"):
+            curve = r.bound.curve(kind)
+            if curve:
+                print(f"disk (engine read path, huge pages), {kind} samples, by reads in "
+                      "flight: " + ", ".join(f"{d}: best {c['best']:.2f} median "
+                                             f"{c['median']:.2f} GB/s" for d, c in curve.items()))
 
 
 def _jsonable(o: Any) -> Any:
@@ -229,13 +235,28 @@ def yardstick_of(doc: dict[str, Any]) -> float | None:
     return float(disk[0]["gb_s"]) * 1e9 if disk else None
 
 
+def disk_figures(doc: dict[str, Any]) -> dict[str, float]:
+    """The run's candidate yardsticks in B/s (DiskBound.figures: best and per-depth median
+    of the sustained samples and of the bursts), those it has."""
+    docs = [b.to_dict() if isinstance(b, db.DiskBound) else b for b in doc.get("disk_bounds") or []]
+    out: dict[str, float] = {}
+    for b in docs:
+        for k, v in (b.get("figures") or {}).items():
+            if v:
+                out[k] = max(out.get(k, 0.0), float(v) * 1e9)
+    return out
+
+
 def bound_table(doc: dict[str, Any]) -> dict[str, Any]:
     """Decode read rates of every disk-bound configuration of a run's JSON against its
-    yardstick, printed as a table and returned."""
+    yardstick (and against every other figure of the disk it has), printed as a table and
+    returned."""
     yard = yardstick_of(doc)
     if not yard:
         return {}
-    out: dict[str, Any] = {"yardstick_bytes_per_s": yard, "configs": {}}
+    figs = disk_figures(doc)
+    out: dict[str, Any] = {"yardstick_bytes_per_s": yard, "figures_bytes_per_s": figs,
+                           "configs": {}, "fractions": {}}
     rows = []
     for part, body in doc.get("parts", {}).items():
         if part in ("sweep-wait-resident", "demo") or "summary" not in body:
@@ -246,11 +267,16 @@ def bound_table(doc: dict[str, Any]) -> dict[str, Any]:
                 busy = s[p].get("device_busy")
                 frac = rate / yard if rate else None
                 out["configs"][f"{part}/{label}/{p}"] = frac
+                others = {k: rate / v if rate else None for k, v in figs.items()}
+                out["fractions"][f"{part}/{label}/{p}"] = others
                 rows.append([part, label, p, fmt(s[p]["decode_tok_s"]),
                              fmt(rate / 1e9 if rate else None),
                              fmt(frac * 100 if frac else None),
+                             *(fmt(others[k] * 100 if others[k] else None) for k in figs),
                              fmt(busy * 100 if busy is not None else None)])
-    print(f"\n## Against the disk bound: {yard / 1e9:.2f} GB/s (engine read path, best sample)")
+    print(f"\n## Against the disk bound: {yard / 1e9:.2f} GB/s (engine read path; the other "
+          "figures: " + ", ".join(f"{k.replace('_', ' ')} {v / 1e9:.2f}" for k, v in figs.items())
+          + " GB/s)")
     print_table(["part", "config", "req", "decode tok/s", "GB/s read", "% of disk bound",
-                 "disk busy %"], rows)
+                 *(f"% of {k.replace('_', ' ')}" for k in figs), "disk busy %"], rows)
     return out

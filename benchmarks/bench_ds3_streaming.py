@@ -11,13 +11,16 @@ the same process) and forced decoding are bench_streaming.py's, reused as they a
 ``ReadPool`` (O_DIRECT, one pread per read, ``workers`` reads in flight), reading whole
 experts (the native container's blob of one expert, the read colibri issues on a miss) at
 the offsets of the experts in ``experts.bin``, shuffled, into slabs laid back to back in one
-anonymous ``MADV_HUGEPAGE`` mapping like the expert cache's arena. Queue depths 1, 2, 4 and 8,
-before the first child and again after the last; the bound is the **best** figure of that
-method over the whole run (the most the device was shown to deliver to this read path).
-The same reads into separate 4 KiB-page buffers are recorded beside it (the old method).
-"% of bound" = decode tok/s / (bound / bytes colibri read per decoded token). Because the
-disk of a shared machine drifts, the device is also sampled right after every child (huge
-pages, ``workers`` and twice that in flight) and "% of adjacent" uses that figure.
+anonymous ``MADV_HUGEPAGE`` mapping like the expert cache's arena. Bursts (``--disk-bytes``)
+at 1, 2, 4 and 8 in flight before the first child and after the last, into huge-page and
+4 KiB-page slabs; after every child a burst at ``workers`` and twice that ("% of
+adjacent"). Sustained samples (``--sustained-bytes`` per depth, about what a request reads,
+at ``--sustained-depths``; _diskbound.DiskBound) before the first child, after each child
+and after the last. **The bound is the best per-depth median of the sustained samples**
+(DiskBound says why); the best sustained sample and the best huge-page burst (the bound
+before 2026-12-02) are reported beside it. "% of bound" = decode tok/s / (bound / bytes
+colibri read per decoded token). Every colibri request records its reads' trace
+(_iotrace.py) in the JSON.
 
 llama.cpp runs with the machine's ``read_ahead_kb`` and with 128 KiB (restored after each
 child); the best of its rows is the baseline of the ratio.
@@ -43,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import _cgroup as cg
+import _diskbound as db
 import _stream_report as sr
 import bench_streaming as bs
 from _common import RESULTS_DIR, git_commit, machine, print_table
@@ -141,6 +145,13 @@ def main() -> None:
     ap.add_argument("--budget-frac", type=float, default=0.25)
     ap.add_argument("--margin", default="320MiB")
     ap.add_argument("--disk-bytes", type=cg.parse_size, default="1GiB")
+    ap.add_argument("--sustained-bytes", type=cg.parse_size, default="2GiB",
+                    help="bytes of each sustained disk sample per depth (before the first "
+                         "child, after each child, after the last; a ds3-10g request of 8 "
+                         "decode tokens reads ~1.6 GB): the bound is their best per-depth "
+                         "median (_diskbound.DiskBound); 0: the best burst, as before")
+    ap.add_argument("--sustained-depths", type=lambda v: tuple(int(x) for x in v.split(",")),
+                    default=db.SUSTAINED_DEPTHS)
     ap.add_argument("--child-timeout", type=float, default=900)
     ap.add_argument("--routing", default="realistic", choices=("local", "realistic", "uniform"),
                     help="routing regime of the synthetic preset (synthetic_routing.py)")
@@ -176,8 +187,19 @@ def main() -> None:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     out = RESULTS_DIR / f"ds3-streaming-{time.strftime('%Y%m%d-%H%M%S')}.json"
 
+    sustained = db.DiskBound(str(cont / "experts.bin"), expert_reads(cont)[1], depths=(),
+                             total=0, sustained_total=args.sustained_bytes,
+                             sustained_depths=args.sustained_depths)
+
     def save() -> None:
+        doc["disk_bound"] = sustained.to_dict()
         out.write_text(json.dumps(doc, separators=(",", ":")))
+
+    def sample_sustained(label: str) -> None:
+        if args.sustained_bytes > 0:
+            sustained.sample(label)
+            runner.log(f"disk {label}: sustained so far best {sustained.sustained_best_gbs:.2f}"
+                       f", best median {sustained.sustained_median_gbs:.2f} GB/s")
 
     def base(engine: str, path: Path, **kw: Any) -> dict[str, Any]:
         d = {"engine": engine, "path": str(path), "threads": args.threads, "ctx": 256,
@@ -213,6 +235,7 @@ def main() -> None:
     runner.log(f"{args.preset}: cgroup {cg.fmt_bytes(limit)}, colibri budget "
                f"{cg.fmt_bytes(budget)}, read_ahead_kb {machine_ra}")
     doc["disk"] += [{"when": "before", **d} for d in engine_disk(cont, args.disk_bytes, 0)]
+    sample_sustained("before")
     save()
     for rep in range(args.repeats):
         order = chosen if rep % 2 == 0 else chosen[::-1]
@@ -227,14 +250,25 @@ def main() -> None:
                                 (args.workers, 2 * args.workers), (True,))
             res["disk_after_gb_s"] = max(d["gb_s"] for d in after)
             doc["disk"] += [{"when": f"after {name} #{rep}", **d} for d in after]
+            sample_sustained(f"after {name} #{rep}")
             doc["runs"].setdefault(name, []).append(res)
             save()
     doc["disk"] += [{"when": "after", **d} for d in engine_disk(cont, args.disk_bytes, 1)]
+    sample_sustained("after")
     doc["loadavg_end"] = os.getloadavg()
 
     huge = [d["gb_s"] for d in doc["disk"] if d["hugepages"]]
-    bound = max(huge) * 1e9
+    burst_best = max(huge) * 1e9
+    # The bound: the best per-depth median of the sustained samples (DiskBound); the best
+    # huge-page burst without them (the definition before 2026-12-02), reported either way.
+    sus_med = sustained.sustained_median_gbs
+    bound = sus_med * 1e9 if sus_med else burst_best
+    sus_best = (sustained.sustained_best_gbs or 0.0) * 1e9 or None
     doc["bound_bytes_per_s"] = bound
+    doc["bound_definition"] = ("best per-depth median of the sustained samples" if sus_med
+                               else "best huge-page burst")
+    doc["burst_best_bytes_per_s"] = burst_best
+    doc["sustained_best_bytes_per_s"] = sus_best
     print(f"\n## Disk, colibri's read path ({cg.fmt_bytes(expert_reads(cont)[1])} expert "
           f"reads, O_DIRECT), GB/s before / after")
     drows = []
@@ -243,7 +277,13 @@ def main() -> None:
             xs = [f"{d['gb_s']:.2f}" for d in doc["disk"] if d["hugepages"] == hp and d["qd"] == qd]
             drows.append(["huge pages" if hp else "4 KiB pages", qd, " / ".join(xs)])
     doc["disk_table"] = print_table(["buffers", "reads in flight", "GB/s"], drows)
-    print(f"bound = best huge-page figure: {bound / 1e9:.2f} GB/s")
+    if sus_med:
+        print("sustained samples (" + cg.fmt_bytes(args.sustained_bytes) + " per depth) by "
+              "reads in flight: " + ", ".join(
+                  f"{d}: best {c['best']:.2f} median {c['median']:.2f} (n={c['n']})"
+                  for d, c in sustained.curve("sustained").items()))
+    print(f"bound = {doc['bound_definition']}: {bound / 1e9:.2f} GB/s (best sustained sample "
+          f"{(sus_best or 0) / 1e9:.2f}, best huge-page burst {burst_best / 1e9:.2f})")
 
     table = []
     summary: dict[str, Any] = {}
@@ -256,6 +296,10 @@ def main() -> None:
             hit = values(runs, f"{p}.experts.hit_rate")
             ready = [x for r in runs if (x := ready_rate(r.get(p))) is not None]
             frac = [t / cg.decode_bound(bound, b) for t, b in zip(tok, bpt, strict=False) if b]
+            frac_burst = [t / cg.decode_bound(burst_best, b)
+                          for t, b in zip(tok, bpt, strict=False) if b]
+            frac_sbest = [t / cg.decode_bound(sus_best, b)
+                          for t, b in zip(tok, bpt, strict=False) if b and sus_best]
             adj = [sr.dig(r, f"{p}.decode_tok_s") / cg.decode_bound(r["disk_after_gb_s"] * 1e9, b)
                    for r in runs
                    if (b := sr.dig(r, f"{p}.bytes_read_per_token")
@@ -265,6 +309,8 @@ def main() -> None:
             s = {"decode_tok_s": med(tok), "decode_tok_s_all": tok, "ready_hit_rate": med(ready),
                  "hit_rate_incl_inflight": med(hit), "bytes_per_token": med(bpt),
                  "bound_fraction": med(frac), "bound_fraction_all": frac,
+                 "burst_best_fraction": med(frac_burst),
+                 "sustained_best_fraction": med(frac_sbest),
                  "adjacent_fraction": med(adj), "adjacent_fraction_all": adj,
                  "device_busy": med(busy), "n_ok": len(runs),
                  "device_in_flight": med(values(runs, f"{p}.device_in_flight")),
@@ -277,6 +323,10 @@ def main() -> None:
                           sr.fmt(s["ready_hit_rate"]), sr.fmt(s["hit_rate_incl_inflight"]),
                           sr.fmt(s["bytes_per_token"] / 1e9 if s["bytes_per_token"] else None),
                           sr.fmt(s["bound_fraction"] * 100 if s["bound_fraction"] else None),
+                          sr.fmt(s["sustained_best_fraction"] * 100
+                                 if s["sustained_best_fraction"] else None),
+                          sr.fmt(s["burst_best_fraction"] * 100
+                                 if s["burst_best_fraction"] else None),
                           sr.fmt(s["adjacent_fraction"] * 100 if s["adjacent_fraction"] else None),
                           sr.fmt(s["device_busy"] * 100 if s["device_busy"] is not None else None),
                           spread(loads), f"{s['n_ok']}/{s['n']}"])
@@ -292,7 +342,8 @@ def main() -> None:
           f"{args.decode} decode tokens per request, median of {args.repeats}")
     doc["table"] = print_table(
         ["row", "req", "decode tok/s", "spread", "hit rate (in RAM)", "hit rate (+in flight)",
-         "GB read/tok", "% of bound", "% of adjacent", "disk busy %", "load 1-min", "ok"],
+         "GB read/tok", "% of bound", "% of best sustained", "% of best burst",
+         "% of adjacent", "disk busy %", "load 1-min", "ok"],
         table)
     for p in ("cold", "warm"):
         llama = [summary[f"{n}/{p}"]["decode_tok_s"] for n in chosen if n.startswith("llama")

@@ -23,16 +23,22 @@ The bound: ``tok/s <= disk B/s / bytes per token``, with ``bytes read / decode t
 from colibri's stats (the block layer's count from /proc/self/io for llama.cpp). The disk
 figure is measured with **the engine's own read path** (_diskbound.py: ReadPool.bench with
 huge-page slabs, O_DIRECT, cold reads of one expert slot at random slot-aligned offsets of
-the file the run streams, at 1, 2, 4, 8 and 16 reads in flight), before the first child and
-after every child; **the bound is the best sample of the run** (``--yardstick-gbs`` fixes
-it instead), applied to every child at the end. fio (4 KiB-page and huge-page buffers) is
-recorded beside it in the JSON, never used. "disk busy %" is the device's own busy time
-over the decode (/proc/diskstats; every process on the machine counts). Each
-configuration runs ``--repeats`` children (>= 5 to quote), quoted as median (min-max);
-when two ranges overlap the benchmark says the spread is too large to rank them. Hit
-rates: "in RAM" (already read when needed) and "incl. in flight" (a prefetch still
-reading counts). The synthetic model's routing regime is ``--routing`` (default
-realistic; synthetic_routing.py). The parent prints tables and writes
+the file the run streams), before the first child and after every child: a burst of
+``--disk-bytes`` at 1, 2, 4, 8 and 16 reads in flight, then a sustained read of
+``--sustained-bytes`` (about what one decode request reads) at each of
+``--sustained-depths``; **the bound is the best per-depth median of the sustained samples
+of the run** (_diskbound.DiskBound says why; the best burst with ``--sustained-bytes 0``;
+``--yardstick-gbs`` fixes it instead), applied to every child at the end, and the decode is
+also given against the best sustained sample, the best burst and the bursts' median.
+Every colibri request records its reads' trace (_iotrace.py: reads running at once, time
+with none, queueing; ``BENCH_IO_TRACE_DIR`` keeps the raw traces).
+fio (4 KiB-page and huge-page buffers) is recorded beside it in the JSON, never used.
+"disk busy %" is the device's own busy time over the decode (/proc/diskstats; every
+process on the machine counts). Each configuration runs ``--repeats`` children (>= 5 to
+quote), quoted as median (min-max); when two ranges overlap the benchmark says the spread
+is too large to rank them. Hit rates: "in RAM" (already read when needed) and "incl. in
+flight" (a prefetch still reading counts). The synthetic model's routing regime is
+``--routing`` (default realistic; synthetic_routing.py). The parent prints tables and writes
 ``benchmarks/results/streaming-*.json``.
 
     sudo PYTHONPATH=python:build/dev/bench .venv/bin/python benchmarks/bench_streaming.py
@@ -169,11 +175,17 @@ class Runner:
         """Samples the engine's read path on `path` now (reads of `chunk`, each queue
         depth); recorded in the run's DiskBound. Returns this sample's best, B/s."""
         if self.bound is None or self.bound.path != str(path):
-            self.bound = db.DiskBound(str(path), chunk, total=self.args.disk_bytes)
+            self.bound = db.DiskBound(
+                str(path), chunk, total=self.args.disk_bytes,
+                sustained_total=getattr(self.args, "sustained_bytes", 0),
+                sustained_depths=tuple(getattr(self.args, "sustained_depths",
+                                               db.SUSTAINED_DEPTHS)))
             self.doc.setdefault("disk_bounds", []).append(self.bound)
         best = self.bound.sample(label) * 1e9
-        self.log(f"disk {label}: {best / 1e9:.2f} GB/s (engine read path, huge pages, "
-                 f"{cg.fmt_bytes(chunk)} reads; bound so far {self.bound.bound_gbs:.2f})")
+        f = self.bound.figures()
+        sus = f"sustained best {f['sustained_best']:.2f}, " if f["sustained_best"] else ""
+        self.log(f"disk {label}: burst {best / 1e9:.2f} GB/s (engine read path, huge pages, "
+                 f"{cg.fmt_bytes(chunk)} reads; {sus}burst best {f['burst_best']:.2f})")
         return best
 
     def bound_bps(self) -> float | None:
@@ -327,6 +339,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--demo-resident-budget", default="1GiB")
     ap.add_argument("--disk-bytes", type=cg.parse_size, default="512MiB",
                     help="bytes per queue depth per disk sample")
+    ap.add_argument("--sustained-bytes", type=cg.parse_size, default="4GiB",
+                    help="bytes of each sustained disk sample per depth (about one decode "
+                         "request's reads; the bound is their best per-depth median); 0: "
+                         "bursts only, the bound is then the best burst")
+    ap.add_argument("--sustained-depths", type=lambda v: tuple(int(x) for x in v.split(",")),
+                    default=db.SUSTAINED_DEPTHS, help="reads in flight of the sustained samples")
     ap.add_argument("--child-timeout", type=float, default=1200)
     ap.add_argument("--colibri-source", choices=["container", "gguf"], default="container")
     ap.add_argument("--summarize", metavar="JSON",

@@ -219,18 +219,66 @@ def test_slot_offsets() -> None:
         db.slot_offsets(100, 4096, 1, seed=0)
 
 
-def test_disk_bound_is_the_best_sample(tmp_path: Path) -> None:
+def test_disk_bound_without_sustained_samples_is_the_best_burst(tmp_path: Path) -> None:
     f = tmp_path / "experts.bin"
     f.write_bytes(os.urandom(4 << 20))
     b = db.DiskBound(str(f), 64 << 10, depths=(1, 2), total=1 << 20)
     first = b.sample("before")
     b.sample("after")
     assert len(b.samples) == 4 and first > 0
-    assert b.bound_gbs == max(s["gb_s"] for s in b.samples)
+    assert {s["kind"] for s in b.samples} == {"burst"}
+    assert b.bound_gbs == b.burst_best_gbs == max(s["gb_s"] for s in b.samples)
+    assert b.sustained_best_gbs is None and b.curve("sustained") == {}
     curve = b.curve()
     assert set(curve) == {1, 2} and curve[1]["n"] == 2
     assert curve[1]["worst"] <= curve[1]["median"] <= curve[1]["best"]
-    assert b.to_dict()["bound_gb_s"] == b.bound_gbs
+    d = b.to_dict()
+    assert d["bound_gb_s"] == b.bound_gbs and d["definition"] == "best burst sample"
+    assert d["figures"]["sustained_best"] is None and d["figures"]["sustained_median"] is None
+
+
+def test_disk_bound_is_the_best_median_of_the_sustained_samples(tmp_path: Path) -> None:
+    """With sustained samples the bound is their best per-depth median, whatever the bursts
+    gave; the best sustained sample and the bursts stay in figures()."""
+    f = tmp_path / "experts.bin"
+    f.write_bytes(os.urandom(4 << 20))
+    b = db.DiskBound(str(f), 64 << 10, depths=(1, 2), total=1 << 20,
+                     sustained_total=2 << 20, sustained_depths=(2,))
+    b.sample("before")
+    b.sample("after")
+    sus = [s for s in b.samples if s["kind"] == "sustained"]
+    assert len(sus) == 2 and all(s["depth"] == 2 and s["bytes"] == 2 << 20 for s in sus)
+    assert b.bound_gbs == b.sustained_median_gbs
+    assert b.bound_gbs == pytest.approx((sus[0]["gb_s"] + sus[1]["gb_s"]) / 2)
+    assert b.sustained_best_gbs == max(s["gb_s"] for s in sus)
+    assert b.curve("sustained")[2]["n"] == 2
+    # the figures from known samples (the median of two is their mean)
+    b.samples = [{"depth": 1, "gb_s": 3.0, "kind": "burst"},
+                 {"depth": 1, "gb_s": 1.0, "kind": "burst"},
+                 {"depth": 2, "gb_s": 1.5, "kind": "sustained"},
+                 {"depth": 2, "gb_s": 1.1, "kind": "sustained"},
+                 {"depth": 4, "gb_s": 1.2, "kind": "sustained"},
+                 {"depth": 1, "gb_s": 2.5}]  # an old sample without a kind: a burst
+    f2 = b.figures()
+    assert f2["burst_best"] == 3.0 and f2["burst_median"] == 2.5
+    assert f2["sustained_best"] == 1.5 and f2["sustained_median"] == pytest.approx(1.3)
+    assert b.bound_gbs == pytest.approx(1.3)  # depth 2's median beats depth 4's one sample
+    assert b.to_dict()["definition"] == "best per-depth median of the sustained samples"
+
+
+def test_bound_table_reports_every_figure() -> None:
+    doc = {"disk_bounds": [{"bound_gb_s": 1.5, "figures": {
+        "sustained_best": 1.5, "sustained_median": 1.2, "burst_best": 2.0,
+        "burst_median": None}}],
+        "parts": {"compare": {"summary": {"colibri": {
+            p: {"decode_tok_s": 4.0, "decode_read_bytes_per_s": 1.2e9, "device_busy": 0.9}
+            for p in ("cold", "warm")}}}}}
+    out = sr.bound_table(doc)
+    assert out["yardstick_bytes_per_s"] == 1.5e9
+    assert out["configs"]["compare/colibri/cold"] == pytest.approx(0.8)
+    fr = out["fractions"]["compare/colibri/warm"]
+    assert fr["sustained_median"] == pytest.approx(1.0) and fr["burst_best"] == pytest.approx(0.6)
+    assert "burst_median" not in fr  # a figure the run does not have is left out
 
 
 def test_readahead_is_restored_on_error(tmp_path: Path) -> None:

@@ -346,3 +346,48 @@ def test_bench_reads_every_offset(files: tuple[list[str], list[bytes]], hugepage
             st = pool.stats()
         assert secs > 0
         assert st["reads"] == len(offsets) and st["bytes"] == len(offsets) * 64 * 1024
+
+
+def test_trace_records_every_finished_read(files: tuple[list[str], list[bytes]]) -> None:
+    """ReadPool.start_trace / trace (benchmarks/_iotrace.py's input): one record per read
+    that finished after start_trace, monotonic times in order, the extent, the demand flag
+    and whether the waiter ran it; capped at max_records; off after start_trace(0)."""
+    paths, datas = files
+    with cio.ReadPool(paths, workers=2, direct=True) as pool:
+        pool.read(0, 0, 100)  # before the trace: not recorded
+        t0 = time.monotonic()
+        pool.start_trace(100)
+        tickets = [pool.submit(0, i * ALIGN, 5000, urgent=(i % 2 == 0)) for i in range(6)]
+        for i, t in enumerate(tickets):
+            assert pool.wait(t).tobytes() == datas[0][i * ALIGN : i * ALIGN + 5000]
+        t1 = time.monotonic()
+        tr = pool.trace()
+        assert len(tr["started"]) == 6
+        assert sorted(tr["offset"].tolist()) == [i * ALIGN for i in range(6)]
+        assert set(tr["bytes"].tolist()) == {5000} and set(tr["file"].tolist()) == {0}
+        assert sorted(tr["urgent"].tolist()) == [False] * 3 + [True] * 3
+        assert not tr["failed"].any()
+        assert (t0 <= tr["submitted"]).all() and (tr["finished"] <= t1).all()
+        assert (tr["submitted"] <= tr["started"]).all() and (tr["started"] <= tr["finished"]).all()
+        pool.start_trace(2)  # a new trace, capped
+        for i in range(4):
+            pool.read(1, i, 10)
+        assert len(pool.trace()["started"]) == 2
+        pool.start_trace(0)  # off
+        pool.read(1, 0, 10)
+        assert len(pool.trace()["started"]) == 0
+    with cio.ReadPool(paths, workers=0, direct=True) as pool:  # no workers: all inline
+        pool.start_trace(10)
+        pool.read(0, 0, 10)
+        tr = pool.trace()
+        assert tr["inline"].tolist() == [True] and tr["urgent"].tolist() == [True]
+
+
+def test_trace_marks_failed_reads(files: tuple[list[str], list[bytes]]) -> None:
+    paths, _ = files
+    with cio.ReadPool(paths, workers=1, direct=True, fault="eio") as pool:
+        pool.start_trace(10)
+        with pytest.raises(ModelIOError):
+            pool.read(0, 0, 100)
+        assert pool.trace()["failed"].tolist() == [True]
+        assert pool.stats()["errors"] == 1

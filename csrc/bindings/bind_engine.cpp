@@ -21,6 +21,7 @@ namespace py = pybind11;
 namespace colibri::bindings {
 
 IoFault parse_io_fault(const std::string& s);  // bind_io.cpp
+py::dict trace_dict(const std::vector<ReadTraceRecord>& t);  // bind_io.cpp
 
 namespace {
 
@@ -253,6 +254,20 @@ void bind_engine(py::module_& m) {
       .def("store_stats", &Engine::store_stats, py::call_guard<py::gil_scoped_release>())
       .def("reset_store_stats", &Engine::reset_store_stats, py::call_guard<py::gil_scoped_release>())
       .def("phase_seconds", &Engine::phase_seconds, py::call_guard<py::gil_scoped_release>())
+      .def("start_io_trace", &Engine::start_io_trace, py::arg("max_records"),
+           py::call_guard<py::gil_scoped_release>(),
+           "Trace the expert reads that finish from now on (ReadPool.start_trace).")
+      .def(
+          "io_trace",
+          [](const Engine& e) {
+            std::vector<ReadTraceRecord> t;
+            {
+              py::gil_scoped_release release;
+              t = e.io_trace();
+            }
+            return trace_dict(t);
+          },
+          "The expert reads traced so far (ReadPool.trace's columns).")
       .def(
           "set_io_fault",
           [](Engine& e, const std::string& f) {

@@ -115,6 +115,43 @@ class PyReadPool {
   std::unique_ptr<ReadPool> pool_;
 };
 
+}  // namespace
+
+// A read trace as columns (numpy arrays, one entry per finished read): what
+// benchmarks/_iotrace.py summarizes. Shared with bind_engine.cpp (Engine.io_trace).
+py::dict trace_dict(const std::vector<ReadTraceRecord>& t) {
+  const auto n = static_cast<py::ssize_t>(t.size());
+  py::array_t<double> submitted(n), started(n), finished(n);
+  py::array_t<uint64_t> offset(n), bytes(n);
+  py::array_t<int32_t> file(n);
+  py::array_t<bool> urgent(n), inline_read(n), failed(n);
+  for (py::ssize_t i = 0; i < n; ++i) {
+    const ReadTraceRecord& r = t[static_cast<std::size_t>(i)];
+    submitted.mutable_at(i) = r.submitted;
+    started.mutable_at(i) = r.started;
+    finished.mutable_at(i) = r.finished;
+    offset.mutable_at(i) = r.offset;
+    bytes.mutable_at(i) = r.bytes;
+    file.mutable_at(i) = r.file;
+    urgent.mutable_at(i) = r.urgent;
+    inline_read.mutable_at(i) = r.inline_read;
+    failed.mutable_at(i) = r.failed;
+  }
+  py::dict d;
+  d["submitted"] = submitted;
+  d["started"] = started;
+  d["finished"] = finished;
+  d["offset"] = offset;
+  d["bytes"] = bytes;
+  d["file"] = file;
+  d["urgent"] = urgent;
+  d["inline"] = inline_read;
+  d["failed"] = failed;
+  return d;
+}
+
+namespace {
+
 py::dict stats_dict(const ReadPoolStats& s) {
   py::dict d;
   d["submitted"] = s.submitted;
@@ -292,6 +329,11 @@ void bind_io(py::module_& parent) {
           py::arg("file"), py::arg("offset"), py::arg("length"), "submit + wait.")
       .def("stats", [](PyReadPool& p) { return stats_dict(p.pool().stats()); })
       .def("reset_stats", [](PyReadPool& p) { p.pool().reset_stats(); })
+      .def("start_trace", [](PyReadPool& p, std::size_t n) { p.pool().start_trace(n); }, py::arg("max_records"),
+           "Record every read that finishes from now on (at most max_records; 0 stops); drops the old trace.")
+      .def("trace", [](PyReadPool& p) { return trace_dict(p.pool().trace()); },
+           "The trace so far: dict of numpy columns (submitted, started, finished: CLOCK_MONOTONIC seconds, as time.monotonic(); "
+           "offset, bytes, file, urgent, inline, failed), one entry per finished read.")
       .def("set_fault", [](PyReadPool& p, const std::string& f) { p.pool().set_fault(parse_io_fault(f)); },
            py::arg("fault"))
       .def(

@@ -1,5 +1,6 @@
 #include "io/read_pool.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -70,6 +71,7 @@ Ticket ReadPool::submit(const ReadRequest& r) {
     t = next_++;
     Slot& s = slots_[t];
     s.req = r;
+    if (trace_max_ > 0) s.submitted = std::chrono::steady_clock::now();
     ++stats_.submitted;
     ++unfinished_;
     // With no workers nothing would ever pop the queue: the read runs in wait().
@@ -116,6 +118,22 @@ void ReadPool::run(Slot& slot, std::unique_lock<std::mutex>& lock) {
     stats_.bytes += req.extent.length;
     ++(outcome.direct ? stats_.direct_reads : stats_.buffered_reads);
   }
+  if (trace_max_ > 0 && trace_.size() < trace_max_) {
+    const auto since = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration<double>(t.time_since_epoch()).count();
+    };
+    ReadTraceRecord rec;
+    rec.submitted = since(slot.submitted);
+    rec.started = since(t0);
+    rec.finished = rec.started + secs;
+    rec.offset = req.extent.offset;
+    rec.bytes = req.extent.length;
+    rec.file = req.extent.file;
+    rec.urgent = req.urgent;
+    rec.inline_read = slot.inline_read;
+    rec.failed = static_cast<bool>(error);
+    trace_.push_back(rec);
+  }
   slot.error = error;
   slot.state = State::Done;
   --unfinished_;
@@ -150,6 +168,7 @@ void ReadPool::wait(Ticket t) {
   if (slot.state == State::Queued) {
     // Nobody has started it: read it here instead of waiting behind queued prefetches.
     slot.state = State::Running;
+    slot.inline_read = true;
     ++stats_.inline_reads;
     run(slot, lock);
   } else {
@@ -201,6 +220,22 @@ ReadPoolStats ReadPool::stats() const {
 void ReadPool::reset_stats() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_ = ReadPoolStats{};
+}
+
+void ReadPool::start_trace(std::size_t max_records) {
+  std::lock_guard<std::mutex> lock(mu_);
+  trace_.clear();
+  trace_.shrink_to_fit();
+  trace_max_ = max_records;
+  // Reads queued before the trace started count from its start.
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [ticket, slot] : slots_) slot.submitted = std::max(slot.submitted, now);
+  trace_.reserve(std::min<std::size_t>(max_records, 1 << 16));
+}
+
+std::vector<ReadTraceRecord> ReadPool::trace() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return trace_;
 }
 
 }  // namespace colibri

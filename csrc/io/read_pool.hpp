@@ -23,6 +23,7 @@
 // the caller must still wait() before touching the slab; done() tells without blocking).
 // All methods are thread-safe.
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -69,6 +70,19 @@ struct ReadPoolStats {
   uint64_t direct_reads = 0;   // reads whose bytes came through O_DIRECT
   uint64_t buffered_reads = 0; // reads done with buffered pread (direct off or fallback)
   uint64_t fallbacks = 0;      // files that asked for O_DIRECT and fell back (never reset)
+};
+
+// One finished read as the pool saw it (ReadPool::start_trace): when it was queued, when a
+// worker (or its waiter, inline) started it and when it ended, in seconds on the steady
+// clock (CLOCK_MONOTONIC on Linux: Python's time.monotonic(), perf -k CLOCK_MONOTONIC). What benchmarks compare between a decode and the disk
+// bench: reads in flight over time, gaps with none, queueing of demand reads behind others.
+struct ReadTraceRecord {
+  double submitted = 0, started = 0, finished = 0;
+  uint64_t offset = 0, bytes = 0;  // the extent (wanted bytes, not the aligned span)
+  int32_t file = 0;
+  bool urgent = false;       // a demand read (ReadRequest::urgent)
+  bool inline_read = false;  // run by its waiter: no worker had started it
+  bool failed = false;
 };
 
 // The order in which workers take queued reads: every demand read (urgent) before any
@@ -130,6 +144,12 @@ class ReadPool {
   ReadPoolStats stats() const;
   void reset_stats();
 
+  // Records every read that finishes from now on (at most max_records; 0 stops
+  // recording), dropping an earlier trace. Cheap: one record appended under the lock the
+  // pool takes anyway. trace() returns the records so far, in finishing order.
+  void start_trace(std::size_t max_records);
+  std::vector<ReadTraceRecord> trace() const;
+
   // Stops the workers: reads not yet started are dropped (their waiters get an error),
   // reads in progress finish. Idempotent; the destructor calls it.
   void shutdown();
@@ -140,6 +160,8 @@ class ReadPool {
     ReadRequest req;
     State state = State::Queued;
     bool waited = false;         // a wait() is in progress (a second one is refused)
+    bool inline_read = false;    // run by its waiter (trace)
+    std::chrono::steady_clock::time_point submitted, started;  // trace
     std::exception_ptr error;
     std::condition_variable cv;  // per slot, so a waiter wakes for its own read only
   };
@@ -162,6 +184,8 @@ class ReadPool {
   Ticket next_ = 1;
   bool stop_ = false;
   ReadPoolStats stats_;
+  std::size_t trace_max_ = 0;  // 0: not tracing
+  std::vector<ReadTraceRecord> trace_;
   std::vector<std::thread> threads_;
 };
 

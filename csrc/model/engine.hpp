@@ -132,6 +132,8 @@ class Engine {
   void set_expert_pins(const std::vector<int64_t>& keys);
   std::vector<uint64_t> route_counts() const;
   void set_io_fault(IoFault fault);
+  void start_io_trace(std::size_t max_records) { store_->start_io_trace(max_records); }
+  std::vector<ReadTraceRecord> io_trace() const { return store_->io_trace(); }
   PhaseSeconds phase_seconds() const;
 
   // Forward of n tokens at positions [pos0, pos0 + n) with the given KV cache (owned by a

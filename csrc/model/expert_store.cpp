@@ -571,6 +571,12 @@ void ExpertStore::reset_stats() {
   pool_base_ = pool_ ? pool_->stats() : ReadPoolStats{};
 }
 
+void ExpertStore::start_io_trace(std::size_t max_records) {
+  if (pool_) pool_->start_trace(max_records);
+}
+
+std::vector<ReadTraceRecord> ExpertStore::io_trace() const { return pool_ ? pool_->trace() : std::vector<ReadTraceRecord>{}; }
+
 int64_t ExpertStore::io_fallbacks() const { return pool_ ? static_cast<int64_t>(pool_->stats().fallbacks) : 0; }
 
 void ExpertStore::set_fault(IoFault fault) {

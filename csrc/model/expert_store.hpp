@@ -138,6 +138,10 @@ class ExpertStore {
 
   ExpertStoreStats stats() const;
   void reset_stats();
+  // The read pool's trace of finished reads (ReadPool::start_trace); configure() starts a
+  // new pool, whose trace is off.
+  void start_io_trace(std::size_t max_records);
+  std::vector<ReadTraceRecord> io_trace() const;
   int64_t io_fallbacks() const;
   // Test hook: make the reader fail the way `fault` says (io/direct_reader.hpp).
   void set_fault(IoFault fault);

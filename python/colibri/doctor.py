@@ -14,7 +14,11 @@ unknown). :func:`measure_reads` reads the model's largest file through the engin
 read path (``_core.io.ReadPool``: the I/O worker pool, O_DIRECT with its buffered
 fallback, aligned slabs) at several queue depths, into huge-page slabs as the expert cache
 does and into 4 KiB-page slabs, cold (the file's pages are evicted first). The best
-huge-page figure is what ``benchmarks/bench_streaming.py`` calls the disk bound.
+huge-page figure is the disk bound it prints: the read path's best over a few bursts of
+``bytes_per_row``. The streaming benchmarks measure theirs the same way but over reads as
+long as a decode request's, many times through a run, and take the best per-depth median
+(benchmarks/_diskbound.py): on a shared or virtual disk a burst can run well above what
+the device keeps up (docs/benchmarks.md, "The disk bound").
 """
 
 from __future__ import annotations

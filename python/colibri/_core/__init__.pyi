@@ -791,10 +791,18 @@ class Engine:
         ...
     def configure_threads(self, settings: ThreadSettings) -> None:
         ...
+    def io_trace(self) -> dict[str, typing.Any]:
+        """
+        The expert reads traced so far (ReadPool.trace's columns).
+        """
     def phase_seconds(self) -> typing.Annotated[list[float], "FixedSize(6)"]:
         ...
     def preload_experts(self) -> None:
         ...
+    def start_io_trace(self, max_records: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Trace the expert reads that finish from now on (ReadPool.start_trace).
+        """
     def reset_store_stats(self) -> None:
         ...
     def reset_thread_stats(self) -> None:

@@ -87,8 +87,16 @@ class ReadPool:
         ...
     def set_fault(self, fault: str) -> None:
         ...
+    def start_trace(self, max_records: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Record every read that finishes from now on (at most max_records; 0 stops); drops the old trace.
+        """
     def stats(self) -> dict[str, typing.Any]:
         ...
+    def trace(self) -> dict[str, typing.Any]:
+        """
+        The trace so far: dict of numpy columns (submitted, started, finished: CLOCK_MONOTONIC seconds, as time.monotonic(); offset, bytes, file, urgent, inline, failed), one entry per finished read.
+        """
     def submit(self, file: typing.SupportsInt | typing.SupportsIndex, offset: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex, urgent: bool = False) -> int:
         """
         Queue a read; returns a ticket. urgent=True: a demand read, queued ahead of every non-urgent one.
