@@ -11,14 +11,17 @@ Two figures decide, both measured during the generation:
   decays like the observations, so steady acceptance 1 reads close to 1, not capped by it.
 - cost: a one-token forward takes ``plain_s``; a verify of k drafts costs
   ``c_k = 1 + c0 + rho * k`` one-token forwards: a fixed cost ``c0`` for leaving the
-  one-token path (measured: 0.8-1.2 resident on a 2-core machine) and ``rho`` per draft
-  (0.4-0.7). ``(c0, rho)`` is a ridge fit (least squares with the prior as pseudo-
-  observations) over the verifies seen, older ones decayed, each sample clipped to within
-  a factor of the current prediction so one verify caught in a burst of load cannot
-  swing it. The prior is what decides before any verify (and splits a cost measured at
-  one k only between the two parts); while drafting is off the measured weights relax
-  toward it, so a cost measured under load is probed again after a while (~a hundred
-  steps), not on every step.
+  one-token path (~0.8 measured on a 2-core AVX2 machine; ~0 where the prefill tiles
+  are as fast per row as the decode kernels) and ``rho`` per draft (0.45-0.9 measured on
+  2 cores; far less where a forward is bound by weight reads). ``(c0, rho)`` is a ridge
+  fit (least squares with the prior as pseudo-observations) over the verifies seen,
+  older ones decayed, each sample clipped to within a factor of the current prediction
+  so one verify caught in a burst of load cannot swing it. The prior decides before any
+  verify (and splits a cost measured at one k only between the two parts); while
+  drafting is off the measured weights relax toward it, so a cost measured under load is
+  probed again after ~100-150 steps, not on every step. While the fit is uncertain at a
+  length, that length is judged optimistically (OPTIMISM), so it is tried once when the
+  acceptance makes it plausible.
 
 Each step drafts the k (0..proposal length) maximising expected tokens per second,
 ``(1 + sum_{j<=k} prod_{i<=j} alpha[i]) / c_k``; k = 0 is a one-token forward (``c_0 =
