@@ -18,9 +18,10 @@ cache state hit all alike.
 
 Then ``auto`` (the measured cost rule) with two drafters: an oracle that proposes the
 tokens plain greedy decoding produces (acceptance 1) and a random one (acceptance ~0),
---auto-rounds rounds of (plain, oracle, random), the speedups per round against that
-round's plain run, medians; beside them the best fixed draft length the measured curve
-predicts at that acceptance (what auto should approach).
+--auto-rounds rounds of (plain, oracle, random; the two drafters' order alternating
+between rounds), the speedups per round against that round's plain run, medians; beside
+them the best fixed draft length the measured curve predicts at that acceptance (what
+auto should approach).
 
     PYTHONPATH=python:build/dev/<name> .venv/bin/python benchmarks/bench_mtp_cost.py
 """
@@ -171,11 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         ratios: dict[str, list[float]] = {"oracle": [], "random": []}
         bases = []
         plain: list[int] = []
-        for _ in range(args.auto_rounds):  # plain, oracle, random, each round; ratios per round
+        for rnd in range(args.auto_rounds):  # plain, then the drafters in alternating order
             base = auto_run(m, prompt, args.tokens, None, False)
             plain = base["tokens"]  # type: ignore[assignment]
             bases.append(base)
-            for name, oracle in (("oracle", True), ("random", False)):
+            pair = (("oracle", True), ("random", False))
+            for name, oracle in (pair if rnd % 2 == 0 else pair[::-1]):
                 r = auto_run(m, prompt, args.tokens, plain, oracle)
                 assert r["tokens"] == plain, "drafting changed the tokens"
                 runs[name].append(r)
