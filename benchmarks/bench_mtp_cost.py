@@ -17,7 +17,11 @@ cache sees the verifies' routing), with the modes interleaved step by step so lo
 cache state hit all alike.
 
 Then ``auto`` (the measured cost rule) with two drafters: an oracle that proposes the
-tokens plain greedy decoding produces (acceptance 1) and a random one (acceptance ~0).
+tokens plain greedy decoding produces (acceptance 1) and a random one (acceptance ~0),
+--auto-rounds rounds of (plain, oracle, random; the two drafters' order alternating
+between rounds), the speedups per round against that round's plain run, medians; beside
+them the best fixed draft length the measured curve predicts at that acceptance (what
+auto should approach).
 
     PYTHONPATH=python:build/dev/<name> .venv/bin/python benchmarks/bench_mtp_cost.py
 """
@@ -125,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=60, help="steps per residency (all modes)")
     ap.add_argument("--tokens", type=int, default=96, help="decode tokens of the auto runs")
+    ap.add_argument("--auto-rounds", type=int, default=5,
+                    help="rounds of (plain, oracle auto, random auto); medians of the ratios")
     args = ap.parse_args(argv)
     path = ensure_family_preset(PRESET)
     size = path.stat().st_size
@@ -162,22 +168,46 @@ def main(argv: list[str] | None = None) -> int:
         m = load(path, budget, args.threads)
         prompt = [random.Random(3).randrange(3, m.config.vocab_size) for _ in range(16)]
         auto_run(m, prompt, args.tokens, None, False)  # warm-up: caches, page cache, threads
-        base = auto_run(m, prompt, args.tokens, None, False)
-        plain = base["tokens"]
+        runs: dict[str, list[dict[str, object]]] = {"oracle": [], "random": []}
+        ratios: dict[str, list[float]] = {"oracle": [], "random": []}
+        bases = []
+        plain: list[int] = []
+        for rnd in range(args.auto_rounds):  # plain, then the drafters in alternating order
+            base = auto_run(m, prompt, args.tokens, None, False)
+            plain = base["tokens"]  # type: ignore[assignment]
+            bases.append(base)
+            pair = (("oracle", True), ("random", False))
+            for name, oracle in (pair if rnd % 2 == 0 else pair[::-1]):
+                r = auto_run(m, prompt, args.tokens, plain, oracle)
+                assert r["tokens"] == plain, "drafting changed the tokens"
+                runs[name].append(r)
+                ratios[name].append(base["decode_s"] / r["decode_s"])  # type: ignore[operator]
+        costs = out[label]  # type: ignore[assignment]
         for name, oracle in (("oracle", True), ("random", False)):
-            r = auto_run(m, prompt, args.tokens, plain, oracle)  # type: ignore[arg-type]
-            assert r["tokens"] == plain, "drafting changed the tokens"
-            sp = r["spec"]
-            auto_rows.append([label, name, f"{sp['acceptance']:.2f}", str(sp["verify_forwards"]),
-                              str(sp["plain_forwards"]), str(sp["auto_off_steps"]),
-                              f"{sp['tokens_per_forward']:.2f}",
-                              f"{base['decode_s'] / r['decode_s']:.2f}"])  # type: ignore[index,operator]
-            out[f"auto {label} {name}"] = {k: v for k, v in r.items() if k != "tokens"}
-        out[f"plain {label}"] = {k: v for k, v in base.items() if k != "tokens"}
+            # The best fixed draft length at this acceptance from the measured curve (what
+            # auto should approach; k = 0: never draft, 1.00).
+            a = 1.0 if oracle else 0.0
+            best_k, best = 0, 1.0
+            for k in KS:
+                e = (k + 1.0) if a == 1.0 else (1 - a ** (k + 1)) / (1 - a)
+                if e / costs[k]["time_ratio"] > best:  # type: ignore[index]
+                    best_k, best = k, e / costs[k]["time_ratio"]  # type: ignore[index]
+            rs = ratios[name]
+            order = sorted(range(len(rs)), key=rs.__getitem__)
+            mid = runs[name][order[len(order) // 2]]  # the median round's counts
+            sp = mid["spec"]
+            auto_rows.append([label, name, f"{sp['acceptance']:.2f}", str(sp["verify_forwards"]),  # type: ignore[index]
+                              str(sp["plain_forwards"]), str(sp["auto_off_steps"]),  # type: ignore[index]
+                              f"{sp['tokens_per_forward']:.2f}", f"k={best_k}: {best:.2f}",  # type: ignore[index]
+                              f"{statistics.median(rs):.2f} ({min(rs):.2f}-{max(rs):.2f})"])
+            out[f"auto {label} {name}"] = {"ratios": rs, "runs": [
+                {k: v for k, v in r.items() if k != "tokens"} for r in runs[name]]}
+        out[f"plain {label}"] = [{k: v for k, v in b.items() if k != "tokens"} for b in bases]
         m.close()
     print()
     print_table(["model", "drafter", "acceptance", "verifies", "plain fwd", "auto off steps",
-                 "tokens/forward", "decode speedup"], auto_rows)
+                 "tokens/forward", "best fixed k predicted", "decode speedup (range)"], auto_rows)
+    out["auto_table"] = auto_rows
     write_result("mtp-cost", out)
     return 0
 

@@ -305,6 +305,21 @@ def test_matmul_bit_identical_across_threads_grouping_and_batch(dtype: str) -> N
         assert y1.tobytes() == dots.tobytes(), isa
 
 
+@pytest.mark.parametrize("isa", SIMD_ISAS)
+@pytest.mark.parametrize("dtype", ["Q4_0", "Q4_1", "Q8_0"])
+def test_prefill_tiles_equal_one_token_per_isa(dtype: str, isa: str) -> None:
+    """Every batch size a verify or a prefill chunk uses (the prefill tiles' full tiles and
+    every edge: 4x4 / 2x4 tiles, rows and tokens left over) gives each token the bits of a
+    one-token matmul on that ISA: the tiles reproduce vec_dot bit for bit."""
+    rows, cols = 70, 1024  # rows: full tiles plus leftovers; 32 blocks a row
+    w = q.quantize(dtype, make("scaled", rows, cols, seed=21))
+    x = make("normal", 11, cols, seed=22)
+    one = np.concatenate([q.matmul(dtype, w, rows, cols, x[t:t + 1], 2, isa) for t in range(11)])
+    for n in (2, 3, 4, 5, 7, 9, 11):
+        y = q.matmul(dtype, w, rows, cols, x[:n], 2, isa)
+        assert y.tobytes() == one[:n].tobytes(), (n, isa)
+
+
 def test_matmul_multi_equals_separate_calls() -> None:
     cols = 256
     x = make("normal", 3, cols, seed=10)

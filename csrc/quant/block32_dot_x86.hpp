@@ -87,7 +87,9 @@ struct Symmetric {
     __m256 acc[R][T];
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+    GroupPrefetch pf(w, ws, R, nb);
     for (int64_t i = 0; i < nb; ++i) {
+      pf.step();
       __m256i q[R];
       __m128 dw[R];
       for (int r = 0; r < R; ++r) {
@@ -154,7 +156,9 @@ struct WithMin {
         acc[r][t] = _mm256_setzero_ps();
         offs[r][t] = _mm_setzero_ps();
       }
+    GroupPrefetch pf(w, ws, R, nb);  // the rows after the tile's: decode-sized batches stream from DRAM
     for (int64_t i = 0; i < nb; ++i) {
+      pf.step();
       __m256i q[R];
       __m128 dm[R];
       for (int r = 0; r < R; ++r) {

@@ -81,6 +81,7 @@ void run(int64_t n, const void* w, std::size_t ws, int64_t nrows, const void* ac
 // vec_dot_rows per token.)
 #if defined(COLIBRI_X86)
 const DotTile* basic_avx2_tiles();
+const DotTile* basic_avx512_tiles();
 const DotTile* kquant_avx2_tiles();
 const DotTile* kquant_avx512_tiles();
 const DotTile* iq_avx2_tiles();

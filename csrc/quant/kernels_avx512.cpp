@@ -18,6 +18,7 @@
 
 #include "quant/block32_dot_x86.hpp"
 #include "quant/blocks.hpp"
+#include "quant/dot_tiles.hpp"
 #include "quant/fp16.hpp"
 #include "quant/group_prefetch.hpp"
 #include "quant/reference.hpp"
@@ -267,6 +268,42 @@ struct Q4_0 {
     }
     for (int r = 0; r < NR; ++r) out[r] = hsum_lo_hi16(acc[r]);
   }
+  // R rows x T tokens (dot_tiles.hpp): each row's nibbles and each token's -8 a term once
+  // per block for the whole tile. The scale d_w d_a is the product of the two broadcast
+  // floats: lane for lane the float product rows<> broadcasts, so the bits are equal.
+  template <int R, int T>
+  static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
+                   float* out, std::size_t os) {
+    __m256 acc[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+    const __m256i eights = _mm256_setr_epi64x(0x0808080808080808, 0x0808080808080808,
+                                              static_cast<int64_t>(0x8080808080808080ull),
+                                              static_cast<int64_t>(0x8080808080808080ull));
+    GroupPrefetch pf(w, ws, R, nb);  // the rows after the tile's, as rows<> do
+    for (int64_t i = 0; i < nb; ++i) {
+      pf.step();
+      __m256i q[R];
+      __m256 dw[R];
+      for (int r = 0; r < R; ++r) {
+        const BlockQ4_0* x = reinterpret_cast<const BlockQ4_0*>(w + r * ws) + i;
+        q[r] = nibbles_lo_hi16(x->qs);
+        dw[r] = _mm256_broadcastss_ps(half2_at(&x->d));
+      }
+      for (int t = 0; t < T; ++t) {
+        const Act* y = reinterpret_cast<const Act*>(act + t * as) + i;
+        const __m256i a = load256(y->qs);
+        const __m256i neg8a = _mm256_sub_epi32(_mm256_setzero_si256(), dot_u8_i8(eights, a));
+        const __m256 da = _mm256_broadcastss_ps(half2_at(&y->d));
+        for (int r = 0; r < R; ++r) {
+          const __m256i p = _mm256_dpbusd_epi32(neg8a, q[r], a);
+          acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da), _mm256_cvtepi32_ps(p), acc[r][t]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) out[t * os + r] = hsum_lo_hi16(acc[r][t]);
+  }
 };
 
 // Q8_0 . Q8_0: signed x signed as |w| (unsigned) times a carrying w's sign.
@@ -290,6 +327,37 @@ struct Q8_0 {
       }
     }
     for (int r = 0; r < NR; ++r) out[r] = hsum_ps(acc[r]);
+  }
+  // R rows x T tokens, as Q4_0's tile: |w| and d_w once per row and block.
+  template <int R, int T>
+  static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
+                   float* out, std::size_t os) {
+    __m256 acc[R][T];
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+    GroupPrefetch pf(w, ws, R, nb);
+    for (int64_t i = 0; i < nb; ++i) {
+      pf.step();
+      __m256i q[R], aq[R];
+      __m256 dw[R];
+      for (int r = 0; r < R; ++r) {
+        const BlockQ8_0* x = reinterpret_cast<const BlockQ8_0*>(w + r * ws) + i;
+        q[r] = load256(x->qs);
+        aq[r] = _mm256_abs_epi8(q[r]);
+        dw[r] = _mm256_broadcastss_ps(half2_at(&x->d));
+      }
+      for (int t = 0; t < T; ++t) {
+        const Act* y = reinterpret_cast<const Act*>(act + t * as) + i;
+        const __m256i a = load256(y->qs);
+        const __m256 da = _mm256_broadcastss_ps(half2_at(&y->d));
+        for (int r = 0; r < R; ++r) {
+          const __m256i p = dot_u8_i8(aq[r], _mm256_sign_epi8(a, q[r]));
+          acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da), _mm256_cvtepi32_ps(p), acc[r][t]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) out[t * os + r] = hsum_ps(acc[r][t]);
   }
 };
 
@@ -326,7 +394,20 @@ const TypeKernels kAvx512[] = {
     {DType::Q8_1, DType::Q8_1, dequantize_row_q8_1, quantize_row_q8_1, nullptr, quantize_row_q8_1, nullptr},
 };
 
+// Prefill tiles (dot_tiles.hpp), each reproducing its vec_dot above bit for bit. Without
+// them the batched matmul runs vec_dot_rows once per token (each weight block decoded per
+// token), so a forward of n tokens cost n one-token forwards. 4 rows x 4 tokens for Q4_0 /
+// Q8_0 (16 accumulators of the 32 registers); Q4_1's offsets double its accumulators: 2 x 4.
+const DotTile kTiles[] = {
+    {vec_dot<Q4_0>, dot_tiles::run<Q4_0, 4, 4, row_groups::kBlock>},
+    {vec_dot<Q4_1>, dot_tiles::run<Q4_1, 2, 4, row_groups::kBlock>},
+    {vec_dot<Q8_0>, dot_tiles::run<Q8_0, 4, 4, row_groups::kBlock>},
+    {nullptr, nullptr},
+};
+
 }  // namespace
+
+const DotTile* basic_avx512_tiles() { return kTiles; }
 
 const TypeKernels* avx512_kernels(DType type) {
   for (const TypeKernels& k : kAvx512)

@@ -4,48 +4,157 @@ Two figures decide, both measured during the generation:
 
 - acceptance: for each draft position j, how often the draft token there was right given
   the ones before it were (``alpha[j]``). It is measured on every step, drafting or not:
-  while drafting is off the drafter is still asked (it costs microseconds) and its
-  proposal is scored against the tokens the model then produces. So acceptance keeps being
-  probed at no cost, and drafting comes back as soon as the text starts copying.
-- cost: a one-token forward takes ``plain_s``; a verify of k drafts ``plain_s * (1 +
-  rho * k)``, rho fitted from the verifies seen (streamed expert reads included, since
-  they are inside the forward's time). Before any verify rho is PRIOR_RHO; while
-  drafting is off it relaxes back toward it, so a cost measured in a burst of load is
-  probed again.
+  while drafting is off the drafter is still asked (it costs microseconds; an MTP draft is
+  timed into the step's cost) and each proposal is scored against the tokens the model
+  then produces. So acceptance keeps being probed at no cost, and drafting comes back as
+  soon as the text starts copying. The prior (one right of four) is a pseudo-count that
+  decays like the observations, so steady acceptance 1 reads close to 1, not capped by it.
+- cost: a one-token forward takes ``plain_s``; a verify of k drafts costs
+  ``c_k = 1 + c0 + rho * k`` one-token forwards: a fixed cost ``c0`` for leaving the
+  one-token path (~0.8 measured on a 2-core AVX2 machine; ~0 where the prefill tiles
+  are as fast per row as the decode kernels) and ``rho`` per draft (0.45-0.9 measured on
+  2 cores; far less where a forward is bound by weight reads). ``(c0, rho)`` is a ridge
+  fit (least squares with the prior as pseudo-observations) over the verifies seen,
+  older ones decayed, each sample clipped to within a factor of the current prediction
+  so one verify caught in a burst of load cannot swing it. The prior decides before any
+  verify (and splits a cost measured at one k only between the two parts); while
+  drafting is off the measured weights relax toward it, so a cost measured under load is
+  probed again after ~100-150 steps, not on every step. While the fit is uncertain at a
+  length, that length is judged optimistically (OPTIMISM), so it is tried once when the
+  acceptance makes it plausible.
 
 Each step drafts the k (0..proposal length) maximising expected tokens per second,
-``(1 + sum_{j<=k} prod_{i<=j} alpha[i]) / (1 + rho * k)``; k = 0 is a one-token forward.
+``(1 + sum_{j<=k} prod_{i<=j} alpha[i]) / c_k``; k = 0 is a one-token forward (``c_0 =
+1``). Because ``c_k`` has a fixed part, short verifies can lose where long ones win:
+every k is compared, not only the next one.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Sequence
 
-__all__ = ["AutoSwitch"]
+__all__ = ["AutoSwitch", "CostModel"]
 
-PRIOR_RHO = 0.3  # extra cost of a verify per draft token, in one-token forwards
-PRIOR_RIGHT, PRIOR_TRIED = 1.0, 4.0  # acceptance before any evidence: 1/4
-DECAY = 0.9  # weight of older observations (acceptance and cost follow the text)
+PRIOR_C0 = 0.5  # fixed cost of a verify over a one-token forward, in one-token forwards
+PRIOR_RHO = 0.4  # cost per draft token, in one-token forwards
+# Weights of the prior, in verify observations (rho's in observations at k = 1: k^2 scale).
+PRIOR_W_C0, PRIOR_W_RHO = 0.3, 0.3
+PRIOR_RIGHT, PRIOR_TRIED = 0.5, 2.0  # acceptance before any evidence: 1/4 (pseudo-counts)
+# Weight of older observations (acceptance and cost follow the text and the machine).
+ACC_DECAY = 0.95  # acceptance: an effective window of ~20 proposals
+DECAY = 0.9  # cost: ~10 verifies
+PLAIN_WINDOW = 15  # one-token forwards whose median is the time unit
 RHO_MIN = 0.01
-# While drafting is off no verify measures the cost, so rho relaxes toward the prior by this
+# A cost sample is clipped to [prediction / CLIP, prediction * CLIP]: CLIP_FIRST while
+# fewer than CLIP_AFTER verifies are in (the prior may be far off), CLIP after.
+CLIP_FIRST, CLIP, CLIP_AFTER = 3.0, 1.5, 3
+# While drafting is off no verify measures the cost, so the measured weights relax by this
 # share per step: a cost measured under a burst of load does not keep drafting off forever.
-RHO_RELAX = 0.02
+COST_RELAX = 0.04
+# Optimism while the cost is uncertain: a length is judged at a cost whose extra part
+# (c_k - 1) is cut by OPTIMISM * u_k, u_k in (0, 1] the fit's uncertainty at k relative
+# to the prior's (1 with no verify seen; ~0.1 after one verify at that k). So a length the
+# prior alone would reject is still probed once when the acceptance makes it plausible, and
+# again once the measurement has relaxed; at acceptance ~0 nothing is (E_k = 1 <= c_k).
+OPTIMISM = 0.5
+
+
+class CostModel:
+    """``c_k = 1 + c0 + rho * k`` (k >= 1 drafts; ``c_0 = 1``) fitted to verify costs in
+    one-token forwards: decayed, ridge-regularised least squares toward the prior."""
+
+    def __init__(self, c0: float = PRIOR_C0, rho: float = PRIOR_RHO) -> None:
+        self.prior_c0, self.prior_rho = c0, rho
+        # Decayed sums over observations (k, y = c - 1) with weights w: w, wk, wkk, wy, wky.
+        self._s = [0.0] * 5
+        self.c0, self.rho = c0, rho
+        self.seen = 0
+
+    def cost(self, k: int) -> float:
+        """A verify of k drafts in one-token forwards (1 for k = 0)."""
+        return 1.0 if k <= 0 else 1.0 + self.c0 + self.rho * k
+
+    def uncertainty(self, k: int) -> float:
+        """The fit's variance at k over the prior's alone (1: nothing measured; -> 0 as
+        verifies of about k drafts accumulate), square-rooted."""
+        if k <= 0:
+            return 0.0
+        w, wk, wkk = self._s[0], self._s[1], self._s[2]
+        a, b, c = w + PRIOR_W_C0, wk, wkk + PRIOR_W_RHO
+        fit = (c - 2.0 * b * k + a * k * k) / (a * c - b * b)  # x' A^-1 x, x = (1, k)
+        prior = 1.0 / PRIOR_W_C0 + k * k / PRIOR_W_RHO
+        return min(1.0, math.sqrt(fit / prior))
+
+    def optimistic_cost(self, k: int) -> float:
+        """The cost a decision uses: the fit's, its extra part cut while uncertain."""
+        c = self.cost(k)
+        return 1.0 + (c - 1.0) * (1.0 - OPTIMISM * self.uncertainty(k))
+
+    def observe(self, k: int, ratio: float) -> None:
+        """A verify of k >= 1 drafts took `ratio` one-token forwards."""
+        if k <= 0 or not ratio > 0.0:
+            return
+        if self.seen:
+            pred, clip = self.cost(k), CLIP if self.seen >= CLIP_AFTER else CLIP_FIRST
+            ratio = min(max(ratio, pred / clip), pred * clip)
+        y = ratio - 1.0
+        s = self._s
+        for i in range(5):
+            s[i] *= DECAY
+        s[0] += 1.0
+        s[1] += k
+        s[2] += k * k
+        s[3] += y
+        s[4] += k * y
+        self.seen += 1
+        self._fit()
+
+    def relax(self, share: float = COST_RELAX) -> None:
+        """Lets the prior regain weight (a step without a verify)."""
+        if self.seen:
+            self._s = [v * (1.0 - share) for v in self._s]
+            self._fit()
+
+    def _fit(self) -> None:
+        w, wk, wkk, wy, wky = self._s
+        a, b, c = w + PRIOR_W_C0, wk, wkk + PRIOR_W_RHO
+        u, v = wy + PRIOR_W_C0 * self.prior_c0, wky + PRIOR_W_RHO * self.prior_rho
+        det = a * c - b * b
+        c0, rho = (c * u - b * v) / det, (a * v - b * u) / det
+        if rho < RHO_MIN:  # the best fit with rho at its floor
+            rho = RHO_MIN
+            c0 = (u - b * rho) / a
+        if c0 < 0.0:  # with no fixed cost
+            c0 = 0.0
+            rho = max(v / c, RHO_MIN)
+        self.c0, self.rho = c0, rho
 
 
 class AutoSwitch:
     def __init__(self, max_draft: int) -> None:
         self.max_draft = max_draft
-        self.plain_s: float | None = None  # seconds of a one-token forward (EMA)
-        self.rho = PRIOR_RHO
-        self._rho_seen = False
-        # Decayed counts per draft position: tried (the earlier ones were right), right.
-        self._tried = [0.0] * max_draft
-        self._right = [0.0] * max_draft
-        self._shadow: list[int] = []  # a proposal not verified, scored as tokens arrive
-        self._shadow_at = 0  # history length when it was proposed
+        self.plain_s: float | None = None  # seconds of a one-token forward (median)
+        self._plain: list[float] = []
+        self.cost = CostModel()
+        # Decayed counts per draft position: tried (the earlier ones were right), right;
+        # they start at the prior's pseudo-counts, which decay with the observations.
+        self._tried = [PRIOR_TRIED] * max_draft
+        self._right = [PRIOR_RIGHT] * max_draft
+        # Proposals not verified, scored as tokens arrive: (tokens, history length then).
+        self._shadows: list[tuple[list[int], int]] = []
         self.off_steps = 0
         self.switches = 0
         self._was_drafting = False
+
+    @property
+    def rho(self) -> float:
+        return self.cost.rho
+
+    @property
+    def c0(self) -> float:
+        return self.cost.c0
 
     # --- acceptance ---------------------------------------------------------------------
 
@@ -53,41 +162,53 @@ class AutoSwitch:
         """P(draft j right | drafts before it right). The prior is pessimistic (one right
         of four): acceptance is measured for free in the shadow, so drafting starts on
         evidence rather than paying for hopeful verifies on text that does not copy."""
-        return (self._right[j] + PRIOR_RIGHT) / (self._tried[j] + PRIOR_TRIED)
+        return self._right[j] / self._tried[j]
 
     def observe(self, right: int, tried: int) -> None:
         """A proposal of `tried` tokens whose first `right` matched what the model chose
         (a verify, or a shadow proposal scored later)."""
         for j in range(min(tried, right + 1, self.max_draft)):
-            self._tried[j] = DECAY * self._tried[j] + 1.0
-            self._right[j] = DECAY * self._right[j] + (1.0 if j < right else 0.0)
+            self._tried[j] = ACC_DECAY * self._tried[j] + 1.0
+            self._right[j] = ACC_DECAY * self._right[j] + (1.0 if j < right else 0.0)
 
-    def _score_shadow(self, history: Sequence[int]) -> None:
-        if not self._shadow:
-            return
-        new = history[self._shadow_at:self._shadow_at + len(self._shadow)]
-        right = 0
-        while right < min(len(new), len(self._shadow)) and new[right] == self._shadow[right]:
-            right += 1
-        if right < len(self._shadow) and right == len(new):
-            return  # still matching so far: wait for more tokens
-        self.observe(right, len(self._shadow))
-        self._shadow = []
+    def _score_shadows(self, history: Sequence[int]) -> None:
+        pending = []
+        for shadow, at in self._shadows:
+            new = history[at:at + len(shadow)]
+            right = 0
+            while right < min(len(new), len(shadow)) and new[right] == shadow[right]:
+                right += 1
+            if right < len(shadow) and right == len(new):
+                pending.append((shadow, at))  # still matching so far: wait for more tokens
+            else:
+                self.observe(right, len(shadow))
+        self._shadows = pending
 
     # --- cost ---------------------------------------------------------------------------
 
     def plain(self, seconds: float) -> None:
-        self.plain_s = seconds if self.plain_s is None else DECAY * self.plain_s + (
-            1 - DECAY) * seconds
+        """A one-token forward took `seconds`. The reference is the median of the last
+        PLAIN_WINDOW: one forward caught in a burst of load does not rescale every verify
+        measured after it (while drafting runs no plain forward corrects it)."""
+        self._plain.append(seconds)
+        if len(self._plain) > PLAIN_WINDOW:
+            del self._plain[0]
+        self.plain_s = statistics.median(self._plain)
 
     def verified(self, drafts: int, seconds: float) -> None:
         if self.plain_s is None or drafts <= 0:
             return
-        sample = max((seconds / self.plain_s - 1.0) / drafts, RHO_MIN)
-        self.rho = sample if not self._rho_seen else DECAY * self.rho + (1 - DECAY) * sample
-        self._rho_seen = True
+        self.cost.observe(drafts, seconds / self.plain_s)
 
     # --- the decision -------------------------------------------------------------------
+
+    def expected_tokens(self, k: int) -> float:
+        """Tokens a verify of k drafts yields on average (1 for k = 0)."""
+        expected, chain = 1.0, 1.0
+        for j in range(min(k, self.max_draft)):
+            chain *= self.alpha(j)
+            expected += chain
+        return expected
 
     def best_k(self, available: int) -> int:
         """The draft length with the most expected tokens per unit of time."""
@@ -95,7 +216,7 @@ class AutoSwitch:
         for k in range(1, min(available, self.max_draft) + 1):
             chain *= self.alpha(k - 1)
             expected += chain
-            r = expected / (1.0 + self.rho * k)
+            r = expected / self.cost.optimistic_cost(k)
             if r > best_rate:
                 best, best_rate = k, r
         return best
@@ -103,7 +224,7 @@ class AutoSwitch:
     def choose(self, history: Sequence[int], proposal: list[int]) -> int:
         """How many of `proposal` to verify now (0: a one-token forward; the proposal is
         then scored in the shadow)."""
-        self._score_shadow(history)
+        self._score_shadows(history)
         k = 0 if self.plain_s is None else self.best_k(len(proposal))
         drafting = k > 0
         if drafting != self._was_drafting:
@@ -111,9 +232,7 @@ class AutoSwitch:
             self._was_drafting = drafting
         if not drafting:
             self.off_steps += 1
-            self.rho += (PRIOR_RHO - self.rho) * RHO_RELAX
-            if proposal and not self._shadow:
-                self._shadow, self._shadow_at = list(proposal), len(history)
-        else:
-            self._shadow = []  # the verify measures acceptance itself
+            self.cost.relax()
+            if proposal and len(self._shadows) < self.max_draft:
+                self._shadows.append((list(proposal), len(history)))
         return k

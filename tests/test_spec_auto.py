@@ -1,0 +1,186 @@
+"""The "auto" cost rule (colibri.speculative.auto) on synthetic cost and acceptance
+sequences, no clock and no model.
+
+The oracle is the cost model itself: for a verify cost curve ``c_k`` (in one-token
+forwards) and a drafter whose every draft position is right with probability ``a``, the
+best fixed policy yields ``max(1, max_k E_k(a) / c_k)`` tokens per one-token forward,
+``E_k(a) = 1 + a + ... + a^k``. A simulated decode (noisy timings, occasional spikes of
+load) checks that auto reaches close to that at both ends (an oracle drafter: a = 1; a
+random one: a = 0) and on both sides of the crossover, and that it drafts or not
+accordingly."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+
+import pytest
+
+from colibri.speculative.auto import PRIOR_C0, PRIOR_RHO, AutoSwitch, CostModel
+
+# Measured verify cost curves (time of a forward of k drafts over a one-token forward,
+# docs/benchmarks.md): the DeepSeek-V3-shaped preset resident and streamed (k = 1..4),
+# SmolLM2-135M Q4_1 with every position's logits (k = 1..8), and a linear one.
+MOE_RESIDENT = (2.42, 2.72, 3.81, 4.50)
+MOE_STREAMED = (1.75, 2.73, 3.11, 3.80)
+SMOLLM2 = (2.2, 2.57, 3.01, 3.5, 3.78, 4.19, 4.66, 5.19)
+CHEAP = (1.3, 1.45, 1.6, 1.75)  # a memory-bound model: drafts nearly free
+
+
+def expected(a: float, k: int) -> float:
+    return sum(a ** j for j in range(k + 1))
+
+
+def best_fixed(curve: Sequence[float], a: float) -> float:
+    """Tokens per one-token forward of the best fixed draft length (1.0: never draft)."""
+    return max([1.0] + [expected(a, k) / c for k, c in enumerate(curve, start=1)])
+
+
+def simulate(curve: Sequence[float], a: float, tokens: int = 300, seed: int = 0,
+             noise: float = 0.1, spikes: float = 0.05) -> tuple[float, int, int]:
+    """A decode of `tokens` with auto: (tokens per one-token forward's time, verifies,
+    tokens the verifies produced). Each forward's time is its curve cost times lognormal
+    noise, and one in 1/spikes is 3x (a burst of load)."""
+    rng = random.Random(seed)
+    auto = AutoSwitch(max_draft=len(curve))
+    truth = [rng.randrange(1000) for _ in range(tokens + len(curve) + 2)]
+    history = truth[:1]
+    elapsed = 0.0
+    verifies = from_verifies = 0
+
+    def timing(cost: float) -> float:
+        t = cost * math.exp(rng.gauss(0.0, noise))
+        return 3.0 * t if rng.random() < spikes else t
+
+    while len(history) < tokens:
+        nxt = len(history)
+        proposal = []  # right with probability a per position, then anything
+        for j in range(len(curve)):
+            right = rng.random() < a
+            proposal.append(truth[nxt + j] if right else -1 - j)
+        k = auto.choose(history, proposal)
+        if k == 0:
+            t = timing(1.0)
+            auto.plain(t)
+            history.append(truth[nxt])
+        else:
+            accepted = 0
+            while accepted < k and proposal[accepted] == truth[nxt + accepted]:
+                accepted += 1
+            t = timing(curve[k - 1])
+            auto.verified(k, t)
+            auto.observe(accepted, k)
+            history.extend(truth[nxt:nxt + accepted + 1])
+            verifies += 1
+            from_verifies += accepted + 1
+        elapsed += t
+    produced = len(history) - 1
+    return produced / elapsed, verifies, from_verifies
+
+
+def mean_rate(curve: Sequence[float], a: float, seeds: int = 5) -> tuple[float, float]:
+    """Median over seeds of auto's rate over plain decoding's (the same noise and spikes)
+    and the mean share of the tokens that came from verifies."""
+    rates, shares = [], []
+    for seed in range(seeds):
+        rate, _, from_verifies = simulate(curve, a, seed=seed)
+        base, _, _ = simulate(curve, 0.0, seed=seed)  # never drafts (checked below)
+        rates.append(rate / base)
+        shares.append(from_verifies / 300)
+    rates.sort()
+    return rates[len(rates) // 2], sum(shares) / len(shares)
+
+
+# --- the cost model -----------------------------------------------------------------------
+
+
+def test_cost_model_prior_fit_and_clipping() -> None:
+    m = CostModel()
+    assert m.cost(0) == 1.0 and m.cost(3) == pytest.approx(1 + PRIOR_C0 + 3 * PRIOR_RHO)
+    # A curve with a fixed part, seen at several k, is recovered (noise-free).
+    for _ in range(6):
+        for k in (1, 2, 4, 8):
+            m.observe(k, 1.0 + 0.9 + 0.45 * k)
+    assert m.c0 == pytest.approx(0.9, abs=0.05) and m.rho == pytest.approx(0.45, abs=0.02)
+    # One sample 30x off moves the fit by a bounded amount (clipped to 3x the prediction).
+    c8 = m.cost(8)
+    m.observe(8, 30 * c8)
+    assert m.cost(8) < 1.6 * c8
+    # Seen at one k only: the prediction there is the measurement; the prior splits it.
+    m2 = CostModel()
+    for _ in range(5):
+        m2.observe(4, 4.5)
+    assert m2.cost(4) == pytest.approx(4.5, rel=0.02)
+    assert m2.c0 >= 0.0 and m2.rho > 0.0
+    # A cost below any fixed part: c0 floors at 0, rho stays positive.
+    m3 = CostModel()
+    for _ in range(10):
+        m3.observe(1, 1.05)
+        m3.observe(4, 1.2)
+    assert m3.c0 >= 0.0 and m3.rho >= 0.01 and m3.cost(4) == pytest.approx(1.2, abs=0.1)
+
+
+def test_cost_relaxes_to_the_prior_while_off() -> None:
+    m = CostModel()
+    for _ in range(10):
+        m.observe(4, 9.0)
+    assert m.cost(4) == pytest.approx(9.0, rel=0.02)
+    for _ in range(20):
+        m.relax()
+    assert m.cost(4) > 8.5  # still the measurement after 20 steps off
+    for _ in range(100):
+        m.relax()
+    assert m.optimistic_cost(4) < 7.0  # probed again after ~100-150 steps
+    for _ in range(300):
+        m.relax()
+    assert m.cost(4) == pytest.approx(1 + PRIOR_C0 + 4 * PRIOR_RHO, rel=0.1)
+
+
+def test_acceptance_one_reads_close_to_one() -> None:
+    a = AutoSwitch(max_draft=4)
+    assert a.alpha(0) == pytest.approx(0.25)
+    for _ in range(30):
+        a.observe(4, 4)
+    assert all(a.alpha(j) > 0.95 for j in range(4))  # the prior decays with the counts
+    for _ in range(60):  # a window of ~20 proposals
+        a.observe(0, 4)
+    assert a.alpha(0) < 0.05
+
+
+# --- both ends and the crossover, on a simulated decode ------------------------------------
+
+
+@pytest.mark.parametrize("curve", [MOE_RESIDENT, MOE_STREAMED, SMOLLM2, CHEAP],
+                         ids=["moe-resident", "moe-streamed", "smollm2", "cheap"])
+def test_random_drafter_never_drafts(curve: Sequence[float]) -> None:
+    for seed in range(5):
+        _, verifies, _ = simulate(curve, 0.0, seed=seed)
+        assert verifies == 0  # acceptance is measured in the shadow: nothing to pay
+
+
+@pytest.mark.parametrize("curve", [MOE_RESIDENT, MOE_STREAMED, SMOLLM2, CHEAP],
+                         ids=["moe-resident", "moe-streamed", "smollm2", "cheap"])
+def test_oracle_drafter_drafts_when_a_length_pays(curve: Sequence[float]) -> None:
+    best = best_fixed(curve, 1.0)
+    assert best > 1.05  # at acceptance 1 every curve here has a length that pays
+    rate, share = mean_rate(curve, 1.0)
+    assert share > 0.85  # drafting nearly all the time (after a few shadow-scored steps)
+    # Close to the best fixed length, and above plain decoding.
+    assert rate > 1.0 and rate > 1.0 + 0.7 * (best - 1.0), (rate, best)
+
+
+@pytest.mark.parametrize("a", [0.3, 0.5, 0.7, 0.8, 0.9, 0.95])
+@pytest.mark.parametrize("curve", [MOE_RESIDENT, SMOLLM2, CHEAP],
+                         ids=["moe-resident", "smollm2", "cheap"])
+def test_the_crossover(curve: Sequence[float], a: float) -> None:
+    """Where no length pays auto stays (nearly) off and loses little; where one pays well
+    it drafts and gains."""
+    best = best_fixed(curve, a)
+    rate, share = mean_rate(curve, a)
+    assert rate > 0.97, (best, rate, share)  # never loses more than the probes cost
+    top = max(expected(a, k) / c for k, c in enumerate(curve, start=1))
+    if top < 0.9:
+        assert share < 0.15, (best, rate, share)  # clearly off: hardly any verify
+    if best > 1.15:  # clearly on: most tokens from verifies, most of the gain
+        assert share > 0.5 and rate > 1.0 + 0.4 * (best - 1.0), (best, rate, share)
