@@ -3,11 +3,14 @@ hit is a ready hit; with it some hits are experts whose prefetch was still readi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import colibri as co
 from modelfactory import build_tiny_model, prompt_ids
 
 
-def _run(prefetch: bool) -> co.ExpertStats:
+def _streamed(prefetch: bool) -> tuple[Path, co.EngineConfig]:
+    """The tiny Qwen3-MoE and an engine streaming its experts through 8 cache slots."""
     src = build_tiny_model("qwen3_moe").hf_dir
     probe = co.Model.load(src, engine=co.EngineConfig(cache=co.CacheConfig(history=False)))
     mem = probe.stats().memory
@@ -17,6 +20,11 @@ def _run(prefetch: bool) -> co.ExpertStats:
         ram_budget=budget, io=co.IOConfig(workers=1, prefetch=prefetch),
         cache=co.CacheConfig(history=False),
     )  # fmt: skip
+    return src, engine
+
+
+def _run(prefetch: bool) -> co.ExpertStats:
+    src, engine = _streamed(prefetch)
     with co.Model.load(src, engine=engine) as m:
         s = m.session()
         s.forward(prompt_ids(16))
@@ -46,15 +54,7 @@ def test_io_trace_counts_the_expert_reads_and_changes_no_logit() -> None:
     flagged; tracing changes no logit."""
     import numpy as np
 
-    src = build_tiny_model("qwen3_moe").hf_dir
-    probe = co.Model.load(src, engine=co.EngineConfig(cache=co.CacheConfig(history=False)))
-    mem = probe.stats().memory
-    assert mem is not None
-    budget = mem.dense_bytes + mem.kv_bytes + mem.work_bytes + 8 * mem.slot_bytes
-    engine = co.EngineConfig(
-        ram_budget=budget, io=co.IOConfig(workers=1, prefetch=True),
-        cache=co.CacheConfig(history=False),
-    )  # fmt: skip
+    src, engine = _streamed(prefetch=True)
     ids, more = prompt_ids(16), prompt_ids(8, seed=7)
     logits = []
     for traced in (False, True):
