@@ -306,7 +306,7 @@ def test_matmul_bit_identical_across_threads_grouping_and_batch(dtype: str) -> N
 
 
 @pytest.mark.parametrize("isa", SIMD_ISAS)
-@pytest.mark.parametrize("dtype", ["Q4_0", "Q4_1", "Q8_0"])
+@pytest.mark.parametrize("dtype", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"])
 def test_prefill_tiles_equal_one_token_per_isa(dtype: str, isa: str) -> None:
     """Every batch size a verify or a prefill chunk uses (the prefill tiles' full tiles and
     every edge: 4x4 / 2x4 tiles, rows and tokens left over) gives each token the bits of a

@@ -26,6 +26,7 @@
 #include <cstring>
 
 #include "quant/blocks.hpp"
+#include "quant/dot_tiles.hpp"
 #include "quant/group_prefetch.hpp"
 
 namespace colibri {
@@ -80,38 +81,34 @@ struct Symmetric {
     }
     for (int r = 0; r < NR; ++r) out[r] = Unpack::sum(acc[r]);
   }
-  // R rows x T tokens: each row's quants unpacked once per block for all T tokens.
+  // R rows x T tokens (dot_tiles::tile_loop): each row's quants unpacked once per block for
+  // all T tokens, each token's offset term once for all R rows.
+  struct Row {
+    __m256i q;
+    __m128 d;
+  };
+  struct Token {
+    __m256i a, ea;
+    __m128 d;
+  };
+  using Acc = __m256;
+  static Row row(const Block& x) { return {Unpack::quants(x), half2(&x.d)}; }
+  static Token token(const Act& y) {
+    const __m256i a = load(y.qs);
+    return {a, _mm256_maddubs_epi16(_mm256_set1_epi8(kOffset), a), half2(&y.d)};
+  }
+  static Acc zero() { return _mm256_setzero_ps(); }
+  static void madd(const Row& x, const Token& y, Acc& acc) {
+    const __m256i qa = _mm256_sub_epi16(_mm256_maddubs_epi16(x.q, y.a), y.ea);
+    const __m256i p = _mm256_madd_epi16(qa, _mm256_set1_epi16(1));
+    const __m256 d = _mm256_broadcastss_ps(_mm_mul_ps(x.d, y.d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+  }
+  static float sum(const Acc& acc) { return Unpack::sum(acc); }
   template <int R, int T>
   static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
                    float* out, std::size_t os) {
-    __m256 acc[R][T];
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-    GroupPrefetch pf(w, ws, R, nb);
-    for (int64_t i = 0; i < nb; ++i) {
-      pf.step();
-      __m256i q[R];
-      __m128 dw[R];
-      for (int r = 0; r < R; ++r) {
-        const Block* x = reinterpret_cast<const Block*>(w + r * ws) + i;
-        q[r] = Unpack::quants(*x);
-        dw[r] = half2(&x->d);
-      }
-      for (int t = 0; t < T; ++t) {
-        const Act* y = reinterpret_cast<const Act*>(act + t * as) + i;
-        const __m256i a = load(y->qs);
-        const __m256i ea = _mm256_maddubs_epi16(_mm256_set1_epi8(kOffset), a);
-        const __m128 da = half2(&y->d);
-        for (int r = 0; r < R; ++r) {
-          const __m256i qa = _mm256_sub_epi16(_mm256_maddubs_epi16(q[r], a), ea);
-          const __m256i p = _mm256_madd_epi16(qa, _mm256_set1_epi16(1));
-          const __m256 d = _mm256_broadcastss_ps(_mm_mul_ps(dw[r], da));
-          acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r][t]);
-        }
-      }
-    }
-    for (int t = 0; t < T; ++t)
-      for (int r = 0; r < R; ++r) out[t * os + r] = Unpack::sum(acc[r][t]);
+    dot_tiles::tile_loop<Symmetric, R, T>(nb, w, ws, act, as, out, os);
   }
 };
 
@@ -146,41 +143,33 @@ struct WithMin {
     }
     for (int r = 0; r < NR; ++r) out[r] = Unpack::sum(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(offs[r]));
   }
+  // R rows x T tokens (dot_tiles::tile_loop): the quants and (d, m) once per row and block.
+  struct Row {
+    __m256i q;
+    __m128 dm;
+  };
+  struct Token {
+    __m256i a;
+    __m128 ds;
+  };
+  struct Acc {
+    __m256 dot;
+    __m128 offs;
+  };
+  static Row row(const Block& x) { return {Unpack::quants(x), half2(&x.d)}; }
+  static Token token(const Act& y) { return {load(y.qs), half2(&y.d)}; }
+  static Acc zero() { return {_mm256_setzero_ps(), _mm_setzero_ps()}; }
+  static void madd(const Row& x, const Token& y, Acc& acc) {
+    const __m128 prod = _mm_mul_ps(x.dm, y.ds);
+    acc.offs = _mm_add_ps(acc.offs, prod);
+    const __m256i p = Dot::dot_u8_i8(x.q, y.a);
+    acc.dot = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc.dot);
+  }
+  static float sum(const Acc& acc) { return Unpack::sum(acc.dot) + _mm_cvtss_f32(_mm_movehdup_ps(acc.offs)); }
   template <int R, int T>
   static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
                    float* out, std::size_t os) {
-    __m256 acc[R][T];
-    __m128 offs[R][T];
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) {
-        acc[r][t] = _mm256_setzero_ps();
-        offs[r][t] = _mm_setzero_ps();
-      }
-    GroupPrefetch pf(w, ws, R, nb);  // the rows after the tile's: decode-sized batches stream from DRAM
-    for (int64_t i = 0; i < nb; ++i) {
-      pf.step();
-      __m256i q[R];
-      __m128 dm[R];
-      for (int r = 0; r < R; ++r) {
-        const Block* x = reinterpret_cast<const Block*>(w + r * ws) + i;
-        q[r] = Unpack::quants(*x);
-        dm[r] = half2(&x->d);
-      }
-      for (int t = 0; t < T; ++t) {
-        const Act* y = reinterpret_cast<const Act*>(act + t * as) + i;
-        const __m256i a = load(y->qs);
-        const __m128 ds = half2(&y->d);
-        for (int r = 0; r < R; ++r) {
-          const __m128 prod = _mm_mul_ps(dm[r], ds);
-          offs[r][t] = _mm_add_ps(offs[r][t], prod);
-          const __m256i p = Dot::dot_u8_i8(q[r], a);
-          acc[r][t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(p), acc[r][t]);
-        }
-      }
-    }
-    for (int t = 0; t < T; ++t)
-      for (int r = 0; r < R; ++r)
-        out[t * os + r] = Unpack::sum(acc[r][t]) + _mm_cvtss_f32(_mm_movehdup_ps(offs[r][t]));
+    dot_tiles::tile_loop<WithMin, R, T>(nb, w, ws, act, as, out, os);
   }
 };
 

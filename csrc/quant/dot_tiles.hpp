@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "quant/group_prefetch.hpp"
 #include "quant/kernels.hpp"
 
 namespace colibri {
@@ -43,6 +44,37 @@ namespace {
 // file instantiates it with its own flags.
 using TileBody = void (*)(int64_t, const unsigned char*, std::size_t, const unsigned char*, std::size_t, float*,
                           std::size_t);
+
+// The loop the 32-element x86 tiles share (block32_dot_x86.hpp, kernels_avx2.cpp,
+// kernels_avx512.cpp), for a kernel struct K with
+//   using Block, Act;                       // a weight block, an activation block
+//   using Row, Token, Acc;                  // what is kept per row, per token, per pair
+//   static Row row(const Block&);           // once per (row, block): unpacked quants, scale
+//   static Token token(const Act&);         // once per (token, block)
+//   static Acc zero();
+//   static void madd(const Row&, const Token&, Acc&);   // once per (row, token, block)
+//   static float sum(const Acc&);
+// madd repeats, per pair, what K's rows<NR> does per row and block, in the same order, so a
+// tile equals vec_dot bit for bit. The rows after the tile's are prefetched as rows<> do.
+template <class K, int R, int T>
+void tile_loop(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
+               float* out, std::size_t os) {
+  typename K::Acc acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = K::zero();
+  GroupPrefetch pf(w, ws, R, nb);
+  for (int64_t i = 0; i < nb; ++i) {
+    pf.step();
+    typename K::Row row[R];
+    for (int r = 0; r < R; ++r) row[r] = K::row(reinterpret_cast<const typename K::Block*>(w + r * ws)[i]);
+    for (int t = 0; t < T; ++t) {
+      const typename K::Token tok = K::token(reinterpret_cast<const typename K::Act*>(act + t * as)[i]);
+      for (int r = 0; r < R; ++r) K::madd(row[r], tok, acc[r][t]);
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) out[t * os + r] = K::sum(acc[r][t]);
+}
 
 template <class K, int R, int T>
 void body(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* a, std::size_t as, float* out,

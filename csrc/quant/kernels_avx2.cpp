@@ -284,34 +284,33 @@ struct Q8_0 {
     }
     for (int r = 0; r < NR; ++r) out[r] = hsum_ps(acc[r]);
   }
+  // R rows x T tokens (dot_tiles::tile_loop): |w| and d_w once per row and block.
+  using Block = BlockQ8_0;
+  struct Row {
+    __m256i q, aq;
+    __m128 d;
+  };
+  struct Token {
+    __m256i a;
+    __m128 d;
+  };
+  using Acc = __m256;
+  static Row row(const Block& x) {
+    const __m256i q = load256(x.qs);
+    return {q, _mm256_sign_epi8(q, q), half2_at(&x.d)};
+  }
+  static Token token(const Act& y) { return {load256(y.qs), half2_at(&y.d)}; }
+  static Acc zero() { return _mm256_setzero_ps(); }
+  static void madd(const Row& x, const Token& y, Acc& acc) {
+    const __m256i p = dot_u8_i8(x.aq, _mm256_sign_epi8(y.a, x.q));
+    const __m256 d = _mm256_broadcastss_ps(_mm_mul_ps(x.d, y.d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+  }
+  static float sum(const Acc& acc) { return hsum_ps(acc); }
   template <int R, int T>
   static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
                    float* out, std::size_t os) {
-    __m256 acc[R][T];
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; ++i) {
-      __m256i q[R], aq[R];
-      __m128 dw[R];
-      for (int r = 0; r < R; ++r) {
-        const BlockQ8_0* x = reinterpret_cast<const BlockQ8_0*>(w + r * ws) + i;
-        q[r] = load256(x->qs);
-        aq[r] = _mm256_sign_epi8(q[r], q[r]);
-        dw[r] = half2_at(&x->d);
-      }
-      for (int t = 0; t < T; ++t) {
-        const Act* y = reinterpret_cast<const Act*>(act + t * as) + i;
-        const __m256i a = load256(y->qs);
-        const __m128 da = half2_at(&y->d);
-        for (int r = 0; r < R; ++r) {
-          const __m256i p = dot_u8_i8(aq[r], _mm256_sign_epi8(a, q[r]));
-          const __m256 d = _mm256_broadcastss_ps(_mm_mul_ps(dw[r], da));
-          acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r][t]);
-        }
-      }
-    }
-    for (int t = 0; t < T; ++t)
-      for (int r = 0; r < R; ++r) out[t * os + r] = hsum_ps(acc[r][t]);
+    dot_tiles::tile_loop<Q8_0, R, T>(nb, w, ws, act, as, out, os);
   }
 };
 

@@ -268,41 +268,38 @@ struct Q4_0 {
     }
     for (int r = 0; r < NR; ++r) out[r] = hsum_lo_hi16(acc[r]);
   }
-  // R rows x T tokens (dot_tiles.hpp): each row's nibbles and each token's -8 a term once
-  // per block for the whole tile. The scale d_w d_a is the product of the two broadcast
+  // R rows x T tokens (dot_tiles::tile_loop): each row's nibbles and each token's -8 a term
+  // once per block for the whole tile. The scale d_w d_a is the product of the two broadcast
   // floats: lane for lane the float product rows<> broadcasts, so the bits are equal.
-  template <int R, int T>
-  static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
-                   float* out, std::size_t os) {
-    __m256 acc[R][T];
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  using Block = BlockQ4_0;
+  struct Row {
+    __m256i q;
+    __m256 d;
+  };
+  struct Token {
+    __m256i a, neg8a;
+    __m256 d;
+  };
+  using Acc = __m256;
+  static Row row(const Block& x) { return {nibbles_lo_hi16(x.qs), _mm256_broadcastss_ps(half2_at(&x.d))}; }
+  static Token token(const Act& y) {
     const __m256i eights = _mm256_setr_epi64x(0x0808080808080808, 0x0808080808080808,
                                               static_cast<int64_t>(0x8080808080808080ull),
                                               static_cast<int64_t>(0x8080808080808080ull));
-    GroupPrefetch pf(w, ws, R, nb);  // the rows after the tile's, as rows<> do
-    for (int64_t i = 0; i < nb; ++i) {
-      pf.step();
-      __m256i q[R];
-      __m256 dw[R];
-      for (int r = 0; r < R; ++r) {
-        const BlockQ4_0* x = reinterpret_cast<const BlockQ4_0*>(w + r * ws) + i;
-        q[r] = nibbles_lo_hi16(x->qs);
-        dw[r] = _mm256_broadcastss_ps(half2_at(&x->d));
-      }
-      for (int t = 0; t < T; ++t) {
-        const Act* y = reinterpret_cast<const Act*>(act + t * as) + i;
-        const __m256i a = load256(y->qs);
-        const __m256i neg8a = _mm256_sub_epi32(_mm256_setzero_si256(), dot_u8_i8(eights, a));
-        const __m256 da = _mm256_broadcastss_ps(half2_at(&y->d));
-        for (int r = 0; r < R; ++r) {
-          const __m256i p = _mm256_dpbusd_epi32(neg8a, q[r], a);
-          acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da), _mm256_cvtepi32_ps(p), acc[r][t]);
-        }
-      }
-    }
-    for (int t = 0; t < T; ++t)
-      for (int r = 0; r < R; ++r) out[t * os + r] = hsum_lo_hi16(acc[r][t]);
+    const __m256i a = load256(y.qs);
+    return {a, _mm256_sub_epi32(_mm256_setzero_si256(), dot_u8_i8(eights, a)),
+            _mm256_broadcastss_ps(half2_at(&y.d))};
+  }
+  static Acc zero() { return _mm256_setzero_ps(); }
+  static void madd(const Row& x, const Token& y, Acc& acc) {
+    const __m256i p = _mm256_dpbusd_epi32(y.neg8a, x.q, y.a);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(x.d, y.d), _mm256_cvtepi32_ps(p), acc);
+  }
+  static float sum(const Acc& acc) { return hsum_lo_hi16(acc); }
+  template <int R, int T>
+  static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
+                   float* out, std::size_t os) {
+    dot_tiles::tile_loop<Q4_0, R, T>(nb, w, ws, act, as, out, os);
   }
 };
 
@@ -329,35 +326,31 @@ struct Q8_0 {
     for (int r = 0; r < NR; ++r) out[r] = hsum_ps(acc[r]);
   }
   // R rows x T tokens, as Q4_0's tile: |w| and d_w once per row and block.
+  using Block = BlockQ8_0;
+  struct Row {
+    __m256i q, aq;
+    __m256 d;
+  };
+  struct Token {
+    __m256i a;
+    __m256 d;
+  };
+  using Acc = __m256;
+  static Row row(const Block& x) {
+    const __m256i q = load256(x.qs);
+    return {q, _mm256_abs_epi8(q), _mm256_broadcastss_ps(half2_at(&x.d))};
+  }
+  static Token token(const Act& y) { return {load256(y.qs), _mm256_broadcastss_ps(half2_at(&y.d))}; }
+  static Acc zero() { return _mm256_setzero_ps(); }
+  static void madd(const Row& x, const Token& y, Acc& acc) {
+    const __m256i p = dot_u8_i8(x.aq, _mm256_sign_epi8(y.a, x.q));
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(x.d, y.d), _mm256_cvtepi32_ps(p), acc);
+  }
+  static float sum(const Acc& acc) { return hsum_ps(acc); }
   template <int R, int T>
   static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
                    float* out, std::size_t os) {
-    __m256 acc[R][T];
-    for (int r = 0; r < R; ++r)
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-    GroupPrefetch pf(w, ws, R, nb);
-    for (int64_t i = 0; i < nb; ++i) {
-      pf.step();
-      __m256i q[R], aq[R];
-      __m256 dw[R];
-      for (int r = 0; r < R; ++r) {
-        const BlockQ8_0* x = reinterpret_cast<const BlockQ8_0*>(w + r * ws) + i;
-        q[r] = load256(x->qs);
-        aq[r] = _mm256_abs_epi8(q[r]);
-        dw[r] = _mm256_broadcastss_ps(half2_at(&x->d));
-      }
-      for (int t = 0; t < T; ++t) {
-        const Act* y = reinterpret_cast<const Act*>(act + t * as) + i;
-        const __m256i a = load256(y->qs);
-        const __m256 da = _mm256_broadcastss_ps(half2_at(&y->d));
-        for (int r = 0; r < R; ++r) {
-          const __m256i p = dot_u8_i8(aq[r], _mm256_sign_epi8(a, q[r]));
-          acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da), _mm256_cvtepi32_ps(p), acc[r][t]);
-        }
-      }
-    }
-    for (int t = 0; t < T; ++t)
-      for (int r = 0; r < R; ++r) out[t * os + r] = hsum_ps(acc[r][t]);
+    dot_tiles::tile_loop<Q8_0, R, T>(nb, w, ws, act, as, out, os);
   }
 };
 
