@@ -1,5 +1,5 @@
-// The i-quant lattices and value tables (data, generated into iquant_grids.cpp from the
-// gguf package by scripts/gen_iquant_grids.py). Grid entries pack one lattice point per
+// The i-quant lattices and value tables (data, generated into iquant_grids_{iq1,iq2,iq3}.cpp
+// from the gguf package by scripts/gen_iquant_grids.py). Grid entries pack one lattice point per
 // integer, element 0 in the lowest byte:
 //   kIq2xxsGrid / kIq2xsGrid / kIq2sGrid: 8 magnitudes, each 8, 25 or 43;
 //   kIq3xxsGrid: 4 magnitudes in {4, 12, ..., 62}; kIq3sGrid: 4 odd magnitudes 1..15;
