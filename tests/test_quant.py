@@ -309,8 +309,8 @@ def test_matmul_bit_identical_across_threads_grouping_and_batch(dtype: str) -> N
 @pytest.mark.parametrize("dtype", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"])
 def test_prefill_tiles_equal_one_token_per_isa(dtype: str, isa: str) -> None:
     """Every batch size a verify or a prefill chunk uses (the prefill tiles' full tiles and
-    every edge: 4x4 / 2x4 tiles, AVX-512 Q4_1's passes of up to 8 tokens split evenly with
-    4- or 2-row tiles, rows and tokens left over) gives each token the bits of a one-token
+    every edge: 4x4 / 2x4 tiles, AVX-512 Q4_1's passes of 8 tokens with 4- or 2-row tiles
+    and a lone last token through the one-token kernel, rows and tokens left over) gives each token the bits of a one-token
     matmul on that ISA: the tiles reproduce vec_dot bit for bit."""
     rows, cols = 71, 1024  # rows: full tiles plus 3 (4-row) or 1 (2-row) left; 32 blocks a row
     w = q.quantize(dtype, make("scaled", rows, cols, seed=21))

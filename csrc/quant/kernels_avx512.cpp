@@ -376,8 +376,6 @@ using Q4_1 = block32::WithMin<NibblesLoHi16, Vnni>;
 // lane 2t as its broadcast scale. Per (row, token, block) that leaves the VNNI dot, its
 // conversion, the broadcast and the FMA (WithMin's madd also multiplies and adds the
 // offsets per pair). Same operations on the same values per (row, token): vec_dot's bits.
-// Measured on Zen 4 (1 thread, 1536 x 576): 8 tokens 154 -> 126 us, 9 tokens 182 -> 159 us
-// against WithMin's 2 x 4 tiles (dot_tiles::run); one token (vec_dot_rows) 24 us.
 struct Q4_1Tile {
   template <int R, int T>
   static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
@@ -426,10 +424,13 @@ struct Q4_1Tile {
   }
 };
 
-// The Q4_1 tiles over a matrix: tokens in as few passes over the rows as 8-token tiles
-// allow, split evenly (9 tokens: 5 + 4, not 8 + 1: a pass's per-row work is shared by fewer
-// tokens in a small one); 4-row tiles up to 4 tokens, 2-row tiles beyond (the accumulators
-// of 4 x 8 pairs would not fit the 32 registers).
+// The Q4_1 tiles over a matrix: passes of 8 tokens over the rows, then the rest in one pass
+// (a lone token through the one-token row groups: a pass's per-row work shared by one token
+// costs more per pair than vec_dot_rows, so 9 tokens are 8 + 1, measured cheaper than 4 + 5
+// or one 9-token pass); 4-row tiles up to 4 tokens, 2-row beyond (the accumulators of 4 x 8
+// pairs would not fit the 32 registers). Measured on Zen 4 (1 thread, 1536 x 576 matmul):
+// 8 tokens 154 -> 126 us, 9 tokens 182 -> 151 us against WithMin's 2 x 4 tiles in passes of
+// 4 (dot_tiles::run); one token (vec_dot_rows) 24 us.
 template <int R, int T>
 void q4_1_body(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* a, std::size_t as, float* out,
                std::size_t os) {
@@ -444,25 +445,29 @@ constexpr std::array<dot_tiles::TileBody, sizeof...(I)> q4_1_bodies(std::index_s
 void q4_1_tiles(int64_t n, const void* w, std::size_t ws, int64_t nrows, const void* act, std::size_t as,
                 int64_t ntok, float* out, std::size_t os) {
   static constexpr int kMaxTok = 8;
-  static constexpr std::array<dot_tiles::TileBody, kMaxTok> four = q4_1_bodies<4>(std::make_index_sequence<kMaxTok>{});
+  static constexpr std::array<dot_tiles::TileBody, 4> four = q4_1_bodies<4>(std::make_index_sequence<4>{});
   static constexpr std::array<dot_tiles::TileBody, kMaxTok> two = q4_1_bodies<2>(std::make_index_sequence<kMaxTok>{});
   static constexpr std::array<dot_tiles::TileBody, kMaxTok> one = q4_1_bodies<1>(std::make_index_sequence<kMaxTok>{});
   const auto* wb = static_cast<const unsigned char*>(w);
   const auto* ab = static_cast<const unsigned char*>(act);
   const int64_t nb = n / row_groups::kBlock;
-  const int64_t passes = (ntok + kMaxTok - 1) / kMaxTok;
-  for (int64_t p = 0, t0 = 0; p < passes; ++p) {
-    const int64_t tt = (ntok - t0) / (passes - p);  // even split: 9 -> 4 + 5 (the rest last)
+  for (int64_t t0 = 0; t0 < ntok;) {
+    const int64_t tt = std::min<int64_t>(kMaxTok, ntok - t0);
+    if (tt == 1) {  // a lone token: the one-token row groups (vec_dot itself), cheaper per pair
+      row_groups::vec_dot_rows<Q4_1, 8, 0>(n, wb, ws, nrows, ab + static_cast<std::size_t>(t0) * as,
+                                           out + static_cast<std::size_t>(t0) * os);
+      break;
+    }
     const int mr = tt <= 4 ? 4 : 2;
-    const dot_tiles::TileBody full = (mr == 4 ? four : two)[static_cast<std::size_t>(tt - 1)];
+    const auto ti = static_cast<std::size_t>(tt - 1);
+    const dot_tiles::TileBody full = mr == 4 ? four[ti] : two[ti];
     int64_t r0 = 0;
     for (; r0 + mr <= nrows; r0 += mr)
       full(nb, wb + static_cast<std::size_t>(r0) * ws, ws, ab + static_cast<std::size_t>(t0) * as, as,
            out + static_cast<std::size_t>(t0) * os + r0, os);
     for (; r0 < nrows; ++r0)  // the last rows one at a time
-      one[static_cast<std::size_t>(tt - 1)](nb, wb + static_cast<std::size_t>(r0) * ws, ws,
-                                            ab + static_cast<std::size_t>(t0) * as, as,
-                                            out + static_cast<std::size_t>(t0) * os + r0, os);
+      one[ti](nb, wb + static_cast<std::size_t>(r0) * ws, ws, ab + static_cast<std::size_t>(t0) * as, as,
+              out + static_cast<std::size_t>(t0) * os + r0, os);
     t0 += tt;
   }
 }
