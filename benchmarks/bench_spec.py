@@ -1,6 +1,7 @@
 """Speculative decoding on SmolLM2-135M-Instruct Q4_1, resident: decode tok/s with prompt
 lookup drafts ("lookup", "auto") against plain decoding ("off"), greedy, on tasks that copy
-from the prompt (edit code, fix typos, summarise with quotes) and on free chat.
+from the prompt (edit code, fix typos, summarise with quotes, edit a 26-line file) and on
+free chat.
 
 Every round runs each mode once per task on a fresh session, the order of the modes
 rotating every round so machine noise hits all alike; ratios are per round, against "off"
@@ -9,6 +10,7 @@ the same in every mode (drafting never changes them). JSON goes to benchmarks/re
 with every run's figures and the load average before each round.
 
     python benchmarks/bench_spec.py --threads 2 --repeats 3 --max-tokens 96
+    python benchmarks/bench_spec.py --threads 2 --repeats 9 --max-tokens 256  # copies finish
 """
 
 from __future__ import annotations
@@ -36,6 +38,36 @@ def cheapest(items):
     return best
 '''
 
+# A file of realistic size for an edit that should copy nearly all of it (added in session
+# 25; the tasks above are the earlier runs' and unchanged).
+MODULE = '''import json
+
+
+class Inventory:
+    def __init__(self, path):
+        self.path = path
+        self.items = {}
+
+    def load(self):
+        with open(self.path) as f:
+            self.items = json.load(f)
+
+    def save(self):
+        with open(self.path, "w") as f:
+            json.dump(self.items, f, indent=2)
+
+    def add(self, name, count):
+        self.items[name] = self.items.get(name, 0) + count
+
+    def remove(self, name, count):
+        if self.items.get(name, 0) < count:
+            raise ValueError("not enough " + name)
+        self.items[name] -= count
+
+    def total(self):
+        return sum(self.items.values())
+'''
+
 TYPOS = ("Teh river rises in teh hills to the north and runs for two hundred miles thrugh "
          "farms, forrests and three small towns before it reachs the sea. In spring the snow "
          "melts and the water comes down fast and brown; by late sumer it is slow and clear "
@@ -52,6 +84,8 @@ TASKS: dict[str, str] = {
     "fix typos": "Fix the spelling mistakes in this paragraph and return it in full:\n\n"
                  + TYPOS,
     "quote summary": "Summarise this article, quoting each statement exactly:\n\n" + ARTICLE,
+    "edit file": "Rename the method total to count_all in this file and return the whole "
+                 "file, unchanged otherwise.\n\n```python\n" + MODULE + "```",
     "free chat": "Write a short story about a lighthouse keeper who finds a map.",
 }
 MODES = ("off", "lookup", "auto")
@@ -71,7 +105,10 @@ def run(model: colibri.Model, ids: list[int], mode: str, max_tokens: int,
         out.update(acceptance=st.spec.acceptance, tokens_per_forward=st.spec.tokens_per_forward,
                    mean_accepted=st.spec.mean_accepted, drafted=st.spec.drafted,
                    accepted=st.spec.accepted, verify_cost_ratio=st.spec.verify_cost_ratio,
-                   auto_off_steps=st.spec.auto_off_steps)
+                   auto_off_steps=st.spec.auto_off_steps,
+                   verify_forwards=st.spec.verify_forwards,
+                   plain_forwards=st.spec.plain_forwards,
+                   acceptance_at=list(st.spec.acceptance_at))
     return out
 
 

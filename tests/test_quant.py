@@ -309,13 +309,14 @@ def test_matmul_bit_identical_across_threads_grouping_and_batch(dtype: str) -> N
 @pytest.mark.parametrize("dtype", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"])
 def test_prefill_tiles_equal_one_token_per_isa(dtype: str, isa: str) -> None:
     """Every batch size a verify or a prefill chunk uses (the prefill tiles' full tiles and
-    every edge: 4x4 / 2x4 tiles, rows and tokens left over) gives each token the bits of a
-    one-token matmul on that ISA: the tiles reproduce vec_dot bit for bit."""
-    rows, cols = 70, 1024  # rows: full tiles plus leftovers; 32 blocks a row
+    every edge: 4x4 / 2x4 tiles, AVX-512 Q4_1's passes of 8 tokens with 4- or 2-row tiles
+    and a lone last token through the one-token kernel, rows and tokens left over) gives each token the bits of a one-token
+    matmul on that ISA: the tiles reproduce vec_dot bit for bit."""
+    rows, cols = 71, 1024  # rows: full tiles plus 3 (4-row) or 1 (2-row) left; 32 blocks a row
     w = q.quantize(dtype, make("scaled", rows, cols, seed=21))
-    x = make("normal", 11, cols, seed=22)
-    one = np.concatenate([q.matmul(dtype, w, rows, cols, x[t:t + 1], 2, isa) for t in range(11)])
-    for n in (2, 3, 4, 5, 7, 9, 11):
+    x = make("normal", 17, cols, seed=22)
+    one = np.concatenate([q.matmul(dtype, w, rows, cols, x[t:t + 1], 2, isa) for t in range(17)])
+    for n in (2, 3, 4, 5, 6, 7, 8, 9, 11, 13, 16, 17):
         y = q.matmul(dtype, w, rows, cols, x[:n], 2, isa)
         assert y.tobytes() == one[:n].tobytes(), (n, isa)
 

@@ -184,3 +184,77 @@ def test_the_crossover(curve: Sequence[float], a: float) -> None:
         assert share < 0.15, (best, rate, share)  # clearly off: hardly any verify
     if best > 1.15:  # clearly on: most tokens from verifies, most of the gain
         assert share > 0.5 and rate > 1.0 + 0.4 * (best - 1.0), (best, rate, share)
+
+
+# --- acceptance per context (the lookup's match length) ------------------------------------
+
+SMOLLM2_NOW = (1.46, 2.01, 2.27, 3.11, 3.49, 4.08, 4.59, 5.31)  # AVX-512 VM, benchmarks.md
+
+
+def simulate_contexts(use_context: bool, tokens: int = 400, seed: int = 0,
+                      curve: Sequence[float] = SMOLLM2_NOW) -> tuple[float, dict[int, list[int]]]:
+    """A decode whose proposals come from two kinds of match, alternating in runs: context
+    3 (every draft right with probability 0.9) and context 1 (0.1). Returns tokens per
+    one-token forward's time and, per context, [proposals, proposals verified]."""
+    rng = random.Random(seed)
+    auto = AutoSwitch(max_draft=len(curve))
+    truth = [rng.randrange(1000) for _ in range(tokens + len(curve) + 2)]
+    history = truth[:1]
+    elapsed = 0.0
+    seen: dict[int, list[int]] = {1: [0, 0], 3: [0, 0]}
+    while len(history) < tokens:
+        nxt = len(history)
+        context = 3 if (nxt // 12) % 2 == 0 else 1  # runs of 12 positions of each kind
+        a = 0.9 if context == 3 else 0.1
+        proposal = [truth[nxt + j] if rng.random() < a else -1 - j for j in range(len(curve))]
+        k = auto.choose(history, proposal, context if use_context else 0)
+        seen[context][0] += 1
+        if k == 0:
+            auto.plain(1.0)
+            history.append(truth[nxt])
+            elapsed += 1.0
+            continue
+        seen[context][1] += 1
+        accepted = 0
+        while accepted < k and proposal[accepted] == truth[nxt + accepted]:
+            accepted += 1
+        auto.verified(k, curve[k - 1])
+        auto.observe(accepted, k, context if use_context else 0)
+        history.extend(truth[nxt:nxt + accepted + 1])
+        elapsed += curve[k - 1]
+    return (len(history) - 1) / elapsed, seen
+
+
+def test_context_acceptance_drafts_the_good_matches_only() -> None:
+    """With each proposal's context (match length), auto verifies most context-3 proposals
+    and few context-1 ones, gets within 10 % of the best per-context policy, and beats the
+    pooled rule on the same decode. The oracle is the cost curve: context 3 alone at
+    a = 0.9 pays (best fixed length ~1.5 tokens per forward's time), context 1 at a = 0.1
+    never does (E_k / c_k < 1 for every k); half the positions of each, the best policy
+    yields 2 / (1 / 1.5 + 1) ~ 1.2 tokens per forward's time."""
+    good, bad = best_fixed(SMOLLM2_NOW, 0.9), best_fixed(SMOLLM2_NOW, 0.1)
+    assert good > 1.4 and bad == 1.0
+    oracle = 2.0 / (1.0 / good + 1.0 / bad)
+    for seed in range(3):
+        rate, seen = simulate_contexts(True, seed=seed)
+        pooled, _ = simulate_contexts(False, seed=seed)
+        assert seen[3][1] > 0.8 * seen[3][0], seen
+        assert seen[1][1] < 0.1 * seen[1][0], seen
+        assert 0.9 * oracle < rate <= oracle * 1.02, (rate, oracle)
+        assert rate > 1.2 * pooled, (rate, pooled)
+
+
+def test_context_zero_is_the_pooled_rule() -> None:
+    """Context 0 (a drafter without match lengths, e.g. MTP) reads the pooled figures: the
+    same decisions as before contexts existed, and a rarely seen context starts there."""
+    a, b = AutoSwitch(4), AutoSwitch(4)
+    for _ in range(30):
+        a.observe(4, 4)
+        b.observe(4, 4, context=2)
+    assert [a.alpha(j) for j in range(4)] == [b.alpha(j) for j in range(4)]
+    assert a.alpha(0, context=3) == a.alpha(0)  # no observation in context 3: pooled
+    c = AutoSwitch(4)  # context 2 always right, context 1 never: each reads its own
+    for _ in range(30):
+        c.observe(4, 4, context=2)
+        c.observe(0, 4, context=1)
+    assert c.alpha(0, 2) > 0.85 and c.alpha(0, 1) < 0.15 and 0.4 < c.alpha(0) < 0.6

@@ -28,17 +28,17 @@ from realmodel import smollm2_gguf
 # --- the lookup drafter against a brute-force search ---------------------------------------
 
 
-def brute_force_lookup(t: Sequence[int], k: int, sizes: Sequence[int]) -> list[int]:
+def brute_force_match(t: Sequence[int], k: int, sizes: Sequence[int]) -> tuple[list[int], int]:
     """The latest earlier occurrence (with a successor) of the last n tokens, longest n
-    first; what followed it, up to k tokens."""
+    first; what followed it, up to k tokens, and n (0: no match)."""
     for n in sizes:
         if len(t) <= n:
             continue
         tail = list(t[-n:])
         for end in range(len(t) - 1, n - 1, -1):  # occurrence t[end-n:end], successor t[end]
             if list(t[end - n:end]) == tail:
-                return list(t[end:end + k])
-    return []
+                return list(t[end:end + k]), n
+    return [], 0
 
 
 def test_lookup_matches_a_brute_force_search_incrementally() -> None:
@@ -49,7 +49,9 @@ def test_lookup_matches_a_brute_force_search_incrementally() -> None:
         seq = [rng.randrange(6) for _ in range(rng.randrange(1, 8))]
         for _ in range(60):
             k = rng.randrange(1, 6)
-            assert d.propose(seq, k) == brute_force_lookup(seq, k, sizes), (trial, seq)
+            want, n = brute_force_match(seq, k, sizes)
+            assert d.propose(seq, k) == want, (trial, seq)
+            assert d.match_length == n, (trial, seq)  # auto's context for the proposal
             seq.append(rng.randrange(6))
 
 
@@ -61,6 +63,25 @@ def test_lookup_prefers_longest_then_latest_and_restarts_on_a_new_history() -> N
     assert d.propose([5, 6, 7, 5, 6], 3) == [7, 5, 6]  # not an extension: index rebuilt
     assert d.propose([5, 6, 7, 8], 3) == []
     assert d.propose([9], 3) == [] and d.propose([9, 9], 0) == []
+
+
+def test_auto_scores_a_verify_in_the_drafters_context() -> None:
+    """The Speculator hands the lookup's match length to auto as the proposal's context, and
+    the verify's outcome lands in that context's counts (not another's)."""
+    spec = Speculator(SpecConfig(drafter="auto", max_draft=4))
+    assert spec.auto is not None
+    spec.auto.plain(1.0)  # a one-token cost measured: auto may draft
+    for _ in range(40):  # make context 3 look good so auto verifies its proposals
+        spec.auto.observe(4, 4, context=3)
+    before = [list(t) for t in spec.auto._ctx_tried]
+    seq = [1, 2, 3, 10, 11, 12, 13, 1, 2, 3]  # (1, 2, 3) matched: context 3
+    drafts = spec.draft(seq, 8)
+    assert drafts and drafts == [10, 11, 12, 13][:len(drafts)]
+    spec.on_verify(len(drafts), 1.0)
+    spec.on_verify_done()  # none accepted
+    after = spec.auto._ctx_tried
+    assert after[3][0] == pytest.approx(0.95 * before[3][0] + 1.0)
+    assert all(after[c] == before[c] for c in (0, 1, 2))
 
 
 # --- SpecConfig ---------------------------------------------------------------------------

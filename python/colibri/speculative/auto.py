@@ -9,6 +9,13 @@ Two figures decide, both measured during the generation:
   then produces. So acceptance keeps being probed at no cost, and drafting comes back as
   soon as the text starts copying. The prior (one right of four) is a pseudo-count that
   decays like the observations, so steady acceptance 1 reads close to 1, not capped by it.
+  Acceptance also depends on how the drafter found its guess: a prompt-lookup draft that
+  continues a 3-token match is right far more often than one from a 1-token match
+  (SmolLM2 on the bench's copy tasks: first draft right ~0.8 of the time after a 3-token
+  match, ~0.3 after a 1-token one). So each proposal carries a context (the drafter's
+  ``match_length``; 0 where it has none, as MTP) and ``alpha`` is kept per context too,
+  shrunk toward the pooled figure by ``CTX_SHRINK`` pseudo-observations of it: a context
+  seen rarely reads as the pooled acceptance, one seen often as its own.
 - cost: a one-token forward takes ``plain_s``; a verify of k drafts costs
   ``c_k = 1 + c0 + rho * k`` one-token forwards: a fixed cost ``c0`` for leaving the
   one-token path (~0.8 measured on a 2-core AVX2 machine; ~0 where the prefill tiles
@@ -59,6 +66,10 @@ COST_RELAX = 0.04
 # prior alone would reject is still probed once when the acceptance makes it plausible, and
 # again once the measurement has relaxed; at acceptance ~0 nothing is (E_k = 1 <= c_k).
 OPTIMISM = 0.5
+# Contexts with their own acceptance figures (a lookup's match length, capped), and the
+# weight of the pooled figure in a context's, in observations.
+CONTEXTS = 4
+CTX_SHRINK = 2.0
 
 
 class CostModel:
@@ -142,8 +153,13 @@ class AutoSwitch:
         # they start at the prior's pseudo-counts, which decay with the observations.
         self._tried = [PRIOR_TRIED] * max_draft
         self._right = [PRIOR_RIGHT] * max_draft
-        # Proposals not verified, scored as tokens arrive: (tokens, history length then).
-        self._shadows: list[tuple[list[int], int]] = []
+        # The same per context 1..CONTEXTS - 1 (decayed counts, no prior: the pooled
+        # figure is theirs); context 0 reads the pooled figure.
+        self._ctx_tried = [[0.0] * max_draft for _ in range(CONTEXTS)]
+        self._ctx_right = [[0.0] * max_draft for _ in range(CONTEXTS)]
+        # Proposals not verified, scored as tokens arrive: (tokens, history length then,
+        # context).
+        self._shadows: list[tuple[list[int], int, int]] = []
         self.off_steps = 0
         self.switches = 0
         self._was_drafting = False
@@ -158,30 +174,43 @@ class AutoSwitch:
 
     # --- acceptance ---------------------------------------------------------------------
 
-    def alpha(self, j: int) -> float:
-        """P(draft j right | drafts before it right). The prior is pessimistic (one right
-        of four): acceptance is measured for free in the shadow, so drafting starts on
-        evidence rather than paying for hopeful verifies on text that does not copy."""
-        return self._right[j] / self._tried[j]
+    def alpha(self, j: int, context: int = 0) -> float:
+        """P(draft j right | drafts before it right), for a proposal made in `context`
+        (0: any). The prior is pessimistic (one right of four): acceptance is measured
+        for free in the shadow, so drafting starts on evidence rather than paying for
+        hopeful verifies on text that does not copy. A context's figure is its own counts
+        plus CTX_SHRINK observations at the pooled figure."""
+        pooled = self._right[j] / self._tried[j]
+        c = _context(context)
+        if c == 0:
+            return pooled
+        return ((self._ctx_right[c][j] + CTX_SHRINK * pooled)
+                / (self._ctx_tried[c][j] + CTX_SHRINK))
 
-    def observe(self, right: int, tried: int) -> None:
+    def observe(self, right: int, tried: int, context: int = 0) -> None:
         """A proposal of `tried` tokens whose first `right` matched what the model chose
-        (a verify, or a shadow proposal scored later)."""
+        (a verify, or a shadow proposal scored later), made in `context`."""
+        c = _context(context)
+        ct, cr = self._ctx_tried[c], self._ctx_right[c]
         for j in range(min(tried, right + 1, self.max_draft)):
+            hit = 1.0 if j < right else 0.0
             self._tried[j] = ACC_DECAY * self._tried[j] + 1.0
-            self._right[j] = ACC_DECAY * self._right[j] + (1.0 if j < right else 0.0)
+            self._right[j] = ACC_DECAY * self._right[j] + hit
+            if c:
+                ct[j] = ACC_DECAY * ct[j] + 1.0
+                cr[j] = ACC_DECAY * cr[j] + hit
 
     def _score_shadows(self, history: Sequence[int]) -> None:
         pending = []
-        for shadow, at in self._shadows:
+        for shadow, at, context in self._shadows:
             new = history[at:at + len(shadow)]
             right = 0
             while right < min(len(new), len(shadow)) and new[right] == shadow[right]:
                 right += 1
             if right < len(shadow) and right == len(new):
-                pending.append((shadow, at))  # still matching so far: wait for more tokens
+                pending.append((shadow, at, context))  # matching so far: wait for more
             else:
-                self.observe(right, len(shadow))
+                self.observe(right, len(shadow), context)
         self._shadows = pending
 
     # --- cost ---------------------------------------------------------------------------
@@ -202,30 +231,31 @@ class AutoSwitch:
 
     # --- the decision -------------------------------------------------------------------
 
-    def expected_tokens(self, k: int) -> float:
+    def expected_tokens(self, k: int, context: int = 0) -> float:
         """Tokens a verify of k drafts yields on average (1 for k = 0)."""
         expected, chain = 1.0, 1.0
         for j in range(min(k, self.max_draft)):
-            chain *= self.alpha(j)
+            chain *= self.alpha(j, context)
             expected += chain
         return expected
 
-    def best_k(self, available: int) -> int:
+    def best_k(self, available: int, context: int = 0) -> int:
         """The draft length with the most expected tokens per unit of time."""
         best, best_rate, expected, chain = 0, 1.0, 1.0, 1.0
         for k in range(1, min(available, self.max_draft) + 1):
-            chain *= self.alpha(k - 1)
+            chain *= self.alpha(k - 1, context)
             expected += chain
             r = expected / self.cost.optimistic_cost(k)
             if r > best_rate:
                 best, best_rate = k, r
         return best
 
-    def choose(self, history: Sequence[int], proposal: list[int]) -> int:
-        """How many of `proposal` to verify now (0: a one-token forward; the proposal is
-        then scored in the shadow)."""
+    def choose(self, history: Sequence[int], proposal: list[int], context: int = 0) -> int:
+        """How many of `proposal` (made in `context`: the drafter's match length, 0 if
+        none) to verify now (0: a one-token forward; the proposal is then scored in the
+        shadow)."""
         self._score_shadows(history)
-        k = 0 if self.plain_s is None else self.best_k(len(proposal))
+        k = 0 if self.plain_s is None else self.best_k(len(proposal), context)
         drafting = k > 0
         if drafting != self._was_drafting:
             self.switches += 1
@@ -234,5 +264,9 @@ class AutoSwitch:
             self.off_steps += 1
             self.cost.relax()
             if proposal and len(self._shadows) < self.max_draft:
-                self._shadows.append((list(proposal), len(history)))
+                self._shadows.append((list(proposal), len(history), context))
         return k
+
+
+def _context(context: int) -> int:
+    return min(max(int(context), 0), CONTEXTS - 1)

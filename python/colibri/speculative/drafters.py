@@ -37,6 +37,9 @@ class PromptLookupDrafter:
         self._tokens: list[int] = []
         # n -> {n-gram: index just after its latest occurrence that has a successor}
         self._index: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in self.ngram_sizes}
+        # The n-gram size the last proposal matched (0: none). `auto` keeps acceptance
+        # per match length: a longer match's continuation is right more often.
+        self.match_length = 0
 
     def _sync(self, history: Sequence[int]) -> None:
         """Brings the index up to `history`; starts over if it is not an extension of the
@@ -54,6 +57,7 @@ class PromptLookupDrafter:
                 index[tuple(t[i - n:i])] = i
 
     def propose(self, history: Sequence[int], k: int) -> list[int]:
+        self.match_length = 0
         if k <= 0:
             return []
         self._sync(history)
@@ -63,6 +67,7 @@ class PromptLookupDrafter:
                 continue
             start = self._index[n].get(tuple(t[-n:]))
             if start is not None:
+                self.match_length = n
                 return t[start:min(start + k, len(t))]
         return []
 

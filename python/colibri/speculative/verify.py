@@ -53,6 +53,7 @@ class Speculator:
         self._verify_accepted = 0
         self._verify_s = 0.0
         self._verify_drafts = 0
+        self._context = 0  # the drafter's match length for the current proposal (auto)
 
     def draft(self, history: Sequence[int], room: int) -> list[int]:
         """Up to ``min(max_draft, room)`` tokens to verify after `history` (which ends with
@@ -67,7 +68,8 @@ class Speculator:
         self._step_draft_s = time.perf_counter() - t
         self.draft_seconds += self._step_draft_s
         if self.auto is not None:
-            proposal = proposal[:self.auto.choose(history, proposal)]
+            self._context = int(getattr(self.drafter, "match_length", 0)) if proposal else 0
+            proposal = proposal[:self.auto.choose(history, proposal, self._context)]
         return proposal
 
     def accept(self, chosen: int, draft: int) -> int:
@@ -96,7 +98,7 @@ class Speculator:
         """The current verify's drafts are all decided (accepted, rejected or cut off)."""
         if self.auto is not None:
             self.auto.verified(self._verify_drafts, self._verify_s)
-            self.auto.observe(self._verify_accepted, self._verify_drafts)
+            self.auto.observe(self._verify_accepted, self._verify_drafts, self._context)
 
     def on_plain(self, seconds: float) -> None:
         self.plain_forwards += 1
