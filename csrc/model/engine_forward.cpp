@@ -106,6 +106,7 @@ void Engine::forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* 
       row += r.n;
     }
   }
+  guess_first_layer(n);  // the first MoE layer's reads start before any layer runs
   AttentionContext actx{pool_, ws_.matmul, precision_, attn_ws_};
   // The routing of every row in one array (the MoE block writes it by row), split below.
   const bool want_routing =
