@@ -1,6 +1,6 @@
-"""The first-layer guess (IOConfig.first_layer_guess, issue 14's per-token gap): at the
-start of a forward the engine guesses the first MoE layer's experts from the tokens'
-embeddings and prefetches them under its own governor. Checked here: the guess is issued
+"""The first-layer guess (IOConfig.first_layer_guess, issue 14's per-token gap): just
+before the first MoE layer's attention the engine guesses that layer's experts from the
+residual stream there and prefetches them under its own governor. Checked here: the guess is issued
 and counted (first_* counters, a subset of the prefetch_* ones), the layer really routes
 to what it read, it is off when switched off (and with the lookahead off), it targets the
 first MoE layer after leading dense ones (DeepSeek-V3: dense layer 0, sigmoid grouped

@@ -68,20 +68,21 @@ void Engine::predict_next(const LayerWeights& L, int64_t n) {
 
 // The first-layer guess (issue 14, "the per-token gap"): nothing predicts the first MoE
 // layer's experts, so between the last layer's reads of one token and the first layer's
-// router of the next (the LM head, sampling, embedding and the first attention) the disk
-// has nothing to read. At the start of a forward the next token is known, and the first
-// MoE layer's FFN input is that token's embedding plus what the layers before its FFN add
-// (attention over the context, any dense layers): a part that varies slowly from token to
-// token. The guess adds the previous forward's part (remember_first_input) to the
-// embedding and runs the layer's own norm and routing rule (bias and groups included),
-// then queues the experts as prefetches with their own governor. Only a guess: which
-// reads start early, never a logit.
+// router of the next (the LM head, sampling, embedding, any leading dense layers and the
+// first MoE layer's attention) the disk has nothing to read. Just before that layer's
+// attention, ws_.x holds each row's residual stream exactly (the embedding when the
+// layer is layer 0; after the dense layers otherwise: a dense FFN depends on the token, so
+// the guess waits for it), and the layer's FFN input is that plus its attention over the
+// context, a part that varies slowly from token to token. The guess adds the previous
+// forward's attention part (remember_first_input) and runs the layer's own norm and
+// routing rule (bias and groups included), then queues the experts as prefetches with
+// their own governor. Only a guess: which reads start early, never a logit.
 void Engine::guess_first_layer(int64_t n) {
   const ModelSpec& s = spec_;
-  guess_embed_.clear();
+  guess_base_.clear();
   if (first_moe_ < 0 || n <= 0) return;
   const int64_t d = s.hidden_size;
-  guess_embed_.assign(ws_.x.begin() + (n - 1) * d, ws_.x.begin() + n * d);
+  guess_base_.assign(ws_.x.begin() + (n - 1) * d, ws_.x.begin() + n * d);
   const StoreSettings& st = store_->settings();
   if (!st.prefetch || !st.first_layer_guess || n > kPrefetchMaxTokens || store_->empty()) return;
   const auto t0 = std::chrono::steady_clock::now();
@@ -109,14 +110,14 @@ void Engine::guess_first_layer(int64_t n) {
   phase_[kRouter] += seconds_since(t0);
 }
 
-// ws_.x holds the first MoE layer's FFN input (before its norm): keep the last row's
-// difference from its embedding for the next forward's guess.
+// ws_.x holds the first MoE layer's FFN input (before its norm): keep what its attention
+// added to the last row for the next forward's guess.
 void Engine::remember_first_input(int64_t n) {
   const int64_t d = spec_.hidden_size;
-  if (guess_embed_.size() != static_cast<std::size_t>(d) || n <= 0) return;
+  if (guess_base_.size() != static_cast<std::size_t>(d) || n <= 0) return;
   const float* x = ws_.x.data() + (n - 1) * d;
   for (int64_t i = 0; i < d; ++i)
-    guess_delta_[static_cast<std::size_t>(i)] = x[i] - guess_embed_[static_cast<std::size_t>(i)];
+    guess_delta_[static_cast<std::size_t>(i)] = x[i] - guess_base_[static_cast<std::size_t>(i)];
   have_guess_delta_ = true;
 }
 

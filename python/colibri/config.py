@@ -366,9 +366,9 @@ class IOConfig:
     """With ``prefetch``: guess the first MoE layer's experts too (default True). Nothing
     before it has a router to look ahead with, so without this the disk idles from the last
     layer's reads of one token to the first layer's router of the next (the LM head,
-    sampling, embedding, the first attention). The guess runs that layer's norm and
-    routing rule on the token's embedding plus the previous token's context part, at the
-    start of the forward, and prefetches the result under its own governor
+    sampling, embedding, the first attention). Just before that layer's attention, the
+    guess runs its norm and routing rule on the residual stream there plus the previous
+    token's attention part, and prefetches the result under its own governor
     (docs/streaming.md, "First-layer guess"). A prefetch only: the same bits either way."""
 
     @checked_init
