@@ -129,8 +129,8 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    help="predict and start reading the next layer's experts early "
                         "(default: on)")
     s.add_argument("--first-layer-guess", action=argparse.BooleanOptionalAction, default=None,
-                   help="with --prefetch: also guess the first MoE layer's experts from the "
-                        "token's embedding before layer 0 runs (default: on)")
+                   help="with --prefetch: also guess the first MoE layer's experts just "
+                        "before its attention runs (default: on)")
     s.add_argument("--cache-policy", choices=("lru", "lfru", "pinned"),
                    help="which expert the cache drops: lru, lfru (frequency-aware, the "
                         "default), pinned (pins learned from earlier runs + LRU)")
