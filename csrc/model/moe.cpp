@@ -85,6 +85,9 @@ void Engine::guess_first_layer(int64_t n) {
   guess_base_.assign(ws_.x.begin() + (n - 1) * d, ws_.x.begin() + n * d);
   const StoreSettings& st = store_->settings();
   if (!st.prefetch || !st.first_layer_guess || n > kPrefetchMaxTokens || store_->empty()) return;
+  // The engine's first forward has no attention part to add: a guess from the residual
+  // alone is a poor one, and its outcomes would open the governor's window.
+  if (!have_guess_delta_) return;
   const auto t0 = std::chrono::steady_clock::now();
   const LayerWeights& L = layers_[static_cast<std::size_t>(first_moe_)];
   const int64_t ne = s.n_experts, k = s.n_experts_per_tok;
@@ -93,7 +96,7 @@ void Engine::guess_first_layer(int64_t n) {
   for (int64_t t = 0; t < n; ++t) {
     const float* x = ws_.x.data() + t * d;
     for (int64_t i = 0; i < d; ++i)
-      row[static_cast<std::size_t>(i)] = x[i] + (have_guess_delta_ ? guess_delta_[static_cast<std::size_t>(i)] : 0.0f);
+      row[static_cast<std::size_t>(i)] = x[i] + guess_delta_[static_cast<std::size_t>(i)];
     rms_norm_row(row.data(), L.ffn_norm->f32(), d, s.rms_norm_eps, guess_h_.data() + t * d);
   }
   ws_.next_router.resize(static_cast<std::size_t>(n * ne));
