@@ -108,3 +108,29 @@ def test_config_round_trips_and_defaults_on() -> None:
     assert co.IOConfig.from_dict(off.to_dict()) == off != io
     with pytest.raises(ConfigError, match="IOConfig.first_layer_guess"):
         co.IOConfig(first_layer_guess=None)  # type: ignore[arg-type]
+
+
+def test_demand_miss_waits_for_guessed_reads_holding_every_slot() -> None:
+    """A cache of exactly top_k slots and slow reads: the guess, made before any expert of
+    the forward is held, can take every slot with reads still running when the layer's
+    router asks for an expert it did not guess. The demand read must wait for those reads
+    and take a slot (before the fix it failed: "the expert cache has no free slot"), and
+    the logits stay those of the run without the guess."""
+    src = build_tiny_model("qwen3_moe").hf_dir
+    cfg = co.Model.load(src).config
+    budget = _budget(src, int(cfg.n_experts_per_tok))
+    runs = []
+    for guess in (True, False):
+        engine = co.EngineConfig(
+            ram_budget=budget, io=co.IOConfig(workers=2, first_layer_guess=guess),
+            cache=co.CacheConfig(history=False),
+        )  # fmt: skip
+        with co.Model.load(src, engine=engine) as m:
+            m.set_io_fault("slow_read")
+            s = m.session()
+            rows = [s.forward(prompt_ids(6)).copy()]
+            rows += [s.forward([t]).copy() for t in prompt_ids(12, seed=9)]
+            runs.append((np.stack(rows), m.stats().experts))
+    (on, e_on), (off, _) = runs
+    assert np.array_equal(on, off)
+    assert e_on.first_issued > 0 and e_on.first_wasted > 0  # guesses that took a slot in vain
