@@ -156,7 +156,8 @@ def main() -> None:
     ap.add_argument("--routing", default="realistic", choices=("local", "realistic", "uniform"),
                     help="routing regime of the synthetic preset (synthetic_routing.py)")
     ap.add_argument("--rows", default="colibri,llama-machine,llama-128",
-                    help="comma-separated: colibri, colibri-gguf, colibri-spin, colibri-passive, "
+                    help="comma-separated: colibri, colibri-gguf, colibri-noguess, colibri-spin, "
+                         "colibri-passive, "
                          "colibri-base, llama-machine, llama-128")
     ap.add_argument("--base-build", type=Path,
                     help="another build of the core (a build/dev/<name> directory) for the "
@@ -215,6 +216,9 @@ def main() -> None:
     rows: dict[str, tuple[dict[str, Any], int | None]] = {
         "colibri": (base("colibri", cont, **col), None),
         "colibri-gguf": (base("colibri", gguf, **col), None),
+        # The first-layer guess off (IOConfig.first_layer_guess), the lookahead still on.
+        "colibri-noguess": (base("colibri", cont, **{**col, "io": {
+            **col["io"], "first_layer_guess": False}}), None),
         # The compute team's wait policy forced (the default row lets the engine choose).
         "colibri-spin": (base("colibri", cont, **{**col, "wait_policy": "spin"}), None),
         "colibri-passive": (base("colibri", cont, **{**col, "wait_policy": "passive"}), None),

@@ -326,6 +326,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="base I/O workers (a count or auto)")
     ap.add_argument("--prefetch-off-row", action="store_true",
                     help="compare: add colibri with prefetch off (same run, alternating)")
+    ap.add_argument("--guess-off-row", action="store_true",
+                    help="compare: a 'colibri, first-layer guess off' row (IOConfig."
+                         "first_layer_guess=False, the lookahead still on)")
     ap.add_argument("--base-build", type=Path,
                     help="compare: a 'colibri, base build' row running another build of the "
                          "core (build/dev/<name>) side by side")
@@ -405,6 +408,9 @@ def main(argv: list[str] | None = None) -> None:
                 *([("colibri, prefetch off", col(decode=args.compare_decode,
                                                   io={**base_io, "prefetch": False}))]
                   if args.prefetch_off_row else []),
+                *([("colibri, first-layer guess off", col(
+                    decode=args.compare_decode, io={**base_io, "first_layer_guess": False}))]
+                  if args.guess_off_row else []),
                 *([("colibri, same GGUF", {**col(decode=args.compare_decode), "path": str(gguf)})]
                   if not args.no_gguf_row else []),
                 *([("colibri, base build", {**col(decode=args.compare_decode), "env": {

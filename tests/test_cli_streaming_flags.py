@@ -71,6 +71,8 @@ def test_every_streaming_flag() -> None:
         (["--prefetch"], EngineConfig(io={"prefetch": True})),
         (["--no-prefetch"], EngineConfig(io={"prefetch": False})),
         (["--no-prefetch", "--prefetch"], EngineConfig()),  # the last one wins
+        (["--no-first-layer-guess"], EngineConfig(io={"first_layer_guess": False})),
+        (["--first-layer-guess"], EngineConfig(io={"first_layer_guess": True})),
         (["--cache-policy", "lru"], EngineConfig(cache={"policy": "lru"})),
         (["--cache-policy", "lfru"], EngineConfig(cache={"policy": "lfru"})),
         (["--wait-policy", "spin"], EngineConfig(threads={"wait_policy": "spin"})),
@@ -291,7 +293,7 @@ def test_json_record_of_a_moe_run() -> None:
     assert settings["wait_policy"] == "auto"  # as configured; stats.wait_policy: as used
     assert settings["ram_budget"] == 12 * GiB
     assert settings["io"] == {"workers": 8, "direct": True, "prefetch": False,
-                              "checksums": "first"}
+                              "checksums": "first", "first_layer_guess": True}
     assert settings["cache"]["policy"] == "pinned"
 
 

@@ -196,6 +196,7 @@ void bind_engine(py::module_& m) {
       .def_readwrite("workers", &StoreSettings::workers)
       .def_readwrite("direct", &StoreSettings::direct)
       .def_readwrite("prefetch", &StoreSettings::prefetch)
+      .def_readwrite("first_layer_guess", &StoreSettings::first_layer_guess)
       .def_readwrite("policy", &StoreSettings::policy)
       .def_readwrite("pin_fraction", &StoreSettings::pin_fraction)
       .def_readwrite("checksums", &StoreSettings::checksums);
@@ -220,6 +221,11 @@ void bind_engine(py::module_& m) {
       .def_readonly("prefetch_suppressed", &ExpertStoreStats::prefetch_suppressed)
       .def_readonly("prefetch_switched_off", &ExpertStoreStats::prefetch_switched_off)
       .def_readonly("prefetch_switched_on", &ExpertStoreStats::prefetch_switched_on)
+      .def_readonly("first_candidates", &ExpertStoreStats::first_candidates)
+      .def_readonly("first_candidates_used", &ExpertStoreStats::first_candidates_used)
+      .def_readonly("first_issued", &ExpertStoreStats::first_issued)
+      .def_readonly("first_used", &ExpertStoreStats::first_used)
+      .def_readonly("first_wasted", &ExpertStoreStats::first_wasted)
       .def_readonly("predicted_routed", &ExpertStoreStats::predicted_routed)
       .def_readonly("routed_after_prediction", &ExpertStoreStats::routed_after_prediction)
       .def_readonly("evictions", &ExpertStoreStats::evictions)
@@ -291,6 +297,10 @@ void bind_engine(py::module_& m) {
                              "Whether the prefetch governor has the lookahead's reads on now.")
       .def_property_readonly("prefetch_accuracy", [](const Engine& e) { return e.store().prefetch_accuracy(); },
                              "Used share of the governor's recent prefetch candidates.")
+      .def_property_readonly("first_guess_active", [](const Engine& e) { return e.store().first_guess_active(); },
+                             "Whether the first-layer guess's own governor has its reads on now.")
+      .def_property_readonly("first_guess_accuracy", [](const Engine& e) { return e.store().first_guess_accuracy(); },
+                             "Used share of the first-layer guess's recent candidates.")
       .def_property_readonly("expert_slot_bytes", [](const Engine& e) { return e.store().slot_bytes(); })
       .def_property_readonly("expert_bytes", [](const Engine& e) { return e.store().expert_bytes(); })
       .def_property_readonly("streamed_experts", [](const Engine& e) { return e.store().n_streamed(); })

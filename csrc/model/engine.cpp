@@ -192,6 +192,8 @@ void Engine::resolve_layers() {
     L.next_moe = next;
     if (L.is_moe) next = i;
   }
+  first_moe_ = next;
+  guess_delta_.assign(static_cast<std::size_t>(s.hidden_size), 0.0f);
   mtp_.resize(static_cast<std::size_t>(s.n_mtp_layers));
   for (int64_t j = 0; j < s.n_mtp_layers; ++j) {
     const int64_t i = s.n_layers + j;
@@ -370,6 +372,7 @@ void Engine::decoder_layer(const LayerWeights& L, int64_t layer, const std::vect
   L.attention->forward_segments(actx, ws_.h.data(), segs, kv_layer, d, ws_.proj.data());
   store_->pump_prefetch();
   add_inplace(ws_.x.data(), ws_.proj.data(), n * d);
+  if (layer == first_moe_) remember_first_input(n);
   for (int64_t t = 0; t < n; ++t)
     rms_norm_row(ws_.x.data() + t * d, L.ffn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
   phase_[kAttention] += seconds_since(t0);

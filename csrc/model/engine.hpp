@@ -193,6 +193,10 @@ class Engine {
                       bool* shared_pending);
   void shared_expert(const LayerWeights& L, int64_t n);
   void predict_next(const LayerWeights& L, int64_t n);
+  // The first-layer guess (moe.cpp): before the first MoE layer's attention, its experts
+  // for each row, from the residual stream there plus the previous forward's attention part.
+  void guess_first_layer(int64_t n);
+  void remember_first_input(int64_t n);
   void expert_ffn(const ExpertViews& e, const float* x, int64_t n, int64_t ffn, float* out);
   void choose_wait_policy(double wait_seconds, double total_seconds);
   void mm(const Tensor& w, const float* x, int64_t n, float* y);
@@ -205,6 +209,12 @@ class Engine {
   const Tensor* output_ = nullptr;  // token_embd_ when tied
   std::vector<LayerWeights> layers_;
   std::vector<MtpLayerWeights> mtp_;
+  int64_t first_moe_ = -1;  // the first MoE layer (the first-layer guess's target)
+  // The first-layer guess's context part: what the first MoE layer's attention added to the
+  // residual stream of the latest forward's last row (its FFN input minus its input);
+  // guess_base_ keeps that input of the current forward's last row.
+  std::vector<float> guess_delta_, guess_base_, guess_h_;
+  bool have_guess_delta_ = false;
   std::unique_ptr<Router> router_;  // the spec's routing rule, shared by the MoE layers
   std::unique_ptr<ExpertStore> store_;
   ThreadPool pool_;

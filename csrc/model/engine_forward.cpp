@@ -126,6 +126,7 @@ void Engine::forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* 
   };
   for (int64_t li = 0; li < s.n_layers; ++li) {
     stop_if_cancelled();
+    if (li == first_moe_) guess_first_layer(n);  // its reads start before its attention
     decoder_layer(layers_[static_cast<std::size_t>(li)], li, segs, li, n, actx, routing, stop_if_cancelled);
   }
   {

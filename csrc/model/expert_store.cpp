@@ -43,6 +43,7 @@ ExpertStore::ExpertStore(int64_t n_layers, int64_t n_experts, std::vector<Expert
   route_counts_.assign(static_cast<std::size_t>(n_keys), 0);
   predicted_.resize(static_cast<std::size_t>(n_layers));
   candidates_.resize(static_cast<std::size_t>(n_layers));
+  candidates_first_.assign(static_cast<std::size_t>(n_layers), 0);
   for (auto& src : experts) {
     if (src.layer < 0 || src.layer >= n_layers || src.expert < 0 || src.expert >= n_experts)
       fail(ErrorKind::Format, "expert " + std::to_string(src.expert) + " of layer " + std::to_string(src.layer) +
@@ -197,6 +198,7 @@ void ExpertStore::configure(const StoreSettings& settings) {
   for (auto& p : predicted_) p.clear();
   for (auto& c : candidates_) c.clear();
   governor_.reset();
+  first_governor_.reset();
   set_pins(pins_);
   depth_curve_.clear();
   if (auto_workers && n_slots > 0) measure_workers();
@@ -276,6 +278,7 @@ void ExpertStore::start_read(int32_t s, int64_t k, bool prefetched) {
   slot.epoch = epoch_;
   slot.tickets.clear();
   slot.prefetched = prefetched;
+  slot.first = false;
   slot.doomed = false;
   slot.state = State::Loading;
   cache_.hold(s);  // the load's hold, dropped when the reads end
@@ -364,7 +367,8 @@ bool ExpertStore::request(int64_t layer, int64_t expert) {
     if (slot.state == State::Ready) ++stats_.ready_hits;
     if (slot.prefetched) {
       ++stats_.prefetch_used;
-      slot.prefetched = false;
+      if (slot.first) ++stats_.first_used;
+      slot.prefetched = slot.first = false;
     }
     ++route_counts_[static_cast<std::size_t>(k)];
     cache_.count(k);
@@ -377,8 +381,9 @@ bool ExpertStore::request(int64_t layer, int64_t expert) {
   if (s < 0) {
     reap();
     s = cache_.insert(k, &evicted);
-    if (s < 0) return false;
   }
+  if (s < 0) s = insert_after_prefetches(k, &evicted);
+  if (s < 0) return false;
   if (evicted >= 0) ++stats_.evictions;
   ++stats_.misses;
   ++route_counts_[static_cast<std::size_t>(k)];
@@ -386,6 +391,25 @@ bool ExpertStore::request(int64_t layer, int64_t expert) {
   start_read(s, k, false);
   cache_.hold(s);
   return true;
+}
+
+// Every slot that is not held by a request is pinned or being read by a prefetch (the
+// first-layer guess can take every unpinned slot before a forward holds any): a demand
+// read must not fail for want of a slot that a guess holds only until its read ends. Wait
+// for those reads, oldest first, until a slot can be taken; -1 when none is left to wait
+// for (every slot held by requests: the layer runs in waves).
+int32_t ExpertStore::insert_after_prefetches(int64_t k, int64_t* evicted) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int32_t s = -1;
+  while (s < 0) {
+    const auto it = std::find_if(loading_.begin(), loading_.end(), [&](int32_t l) { return cache_.holds(l) == 1; });
+    if (it == loading_.end()) break;
+    std::exception_ptr ignored;  // a failed prefetch frees its slot; a later need re-reads
+    finish_read(*it, &ignored);
+    s = cache_.insert(k, evicted);
+  }
+  stats_.stall_seconds += seconds_since(t0);
+  return s;
 }
 
 const ExpertViews& ExpertStore::wait(int64_t layer, int64_t expert) {
@@ -424,22 +448,26 @@ void ExpertStore::release(int64_t layer, int64_t expert) {
   if (s >= 0 && cache_.holds(s) > 0) cache_.release(s);
 }
 
-void ExpertStore::prefetch(int64_t layer, const std::vector<int32_t>& predicted) {
+void ExpertStore::prefetch(int64_t layer, const std::vector<int32_t>& predicted, bool first) {
   if (layer < 0 || layer >= n_layers_ || slots_.empty()) return;
   auto& pred = predicted_[static_cast<std::size_t>(layer)];
   auto& cand = candidates_[static_cast<std::size_t>(layer)];
   pred.clear();
   cand.clear();
+  candidates_first_[static_cast<std::size_t>(layer)] = first ? 1 : 0;
   prefetch_queue_.clear();
   prefetch_next_ = 0;
   prefetch_layer_ = layer;
+  prefetch_first_ = first;
+  const PrefetchGovernor& gov = first ? first_governor_ : governor_;
   for (int32_t e : predicted) {
     const int64_t k = key(layer, e);
     pred.push_back(k);
     if (!layouts_[static_cast<std::size_t>(k)] || cache_.find(k) >= 0) continue;
     cand.push_back(k);
     ++stats_.prefetch_candidates;
-    if (governor_.active()) prefetch_queue_.push_back(k);
+    if (first) ++stats_.first_candidates;
+    if (gov.active()) prefetch_queue_.push_back(k);
     else ++stats_.prefetch_suppressed;  // still scored at settle: how prefetch comes back on
   }
   pump_prefetch();
@@ -462,7 +490,9 @@ void ExpertStore::pump_prefetch() {
     if (s < 0) continue;  // no room without evicting something in use: skip, never block
     if (evicted >= 0) ++stats_.evictions;
     start_read(s, k, true);
+    slots_[static_cast<std::size_t>(s)].first = prefetch_first_;
     ++stats_.prefetch_issued;
+    if (prefetch_first_) ++stats_.first_issued;
   }
 }
 
@@ -475,15 +505,20 @@ void ExpertStore::settle(int64_t layer, const std::vector<int32_t>& routed) {
     prefetch_layer_ = -1;
   }
   auto& cand = candidates_[static_cast<std::size_t>(layer)];
+  const bool first = candidates_first_[static_cast<std::size_t>(layer)] != 0;
+  PrefetchGovernor& gov = first ? first_governor_ : governor_;
   for (int64_t k : cand) {
     const bool used = std::find(routed.begin(), routed.end(), static_cast<int32_t>(k % n_experts_)) != routed.end();
     if (used) ++stats_.prefetch_candidates_used;
-    const bool was_active = governor_.active();
-    governor_.record(used);
-    if (was_active && !governor_.active()) ++stats_.prefetch_switched_off;
-    if (!was_active && governor_.active()) ++stats_.prefetch_switched_on;
+    if (used && first) ++stats_.first_candidates_used;
+    const bool was_active = gov.active();
+    gov.record(used);
+    if (first) continue;  // the lookahead's switches only (the guess's: first_guess_active)
+    if (was_active && !gov.active()) ++stats_.prefetch_switched_off;
+    if (!was_active && gov.active()) ++stats_.prefetch_switched_on;
   }
   cand.clear();
+  candidates_first_[static_cast<std::size_t>(layer)] = 0;
   auto& pred = predicted_[static_cast<std::size_t>(layer)];
   if (pred.empty()) return;
   stats_.routed_after_prediction += routed.size();
@@ -496,7 +531,8 @@ void ExpertStore::settle(int64_t layer, const std::vector<int32_t>& routed) {
     Slot& slot = slots_[static_cast<std::size_t>(s)];
     if (!slot.prefetched) continue;
     ++stats_.prefetch_wasted;
-    slot.prefetched = false;
+    if (slot.first) ++stats_.first_wasted;
+    slot.prefetched = slot.first = false;
     if (slot.state != State::Loading) continue;
     // Not wanted after all: drop reads that have not started (never blocks).
     std::vector<Ticket> left;
@@ -526,10 +562,12 @@ void ExpertStore::abort() noexcept {
   cache_.clear_holds();
   for (auto& p : predicted_) p.clear();
   for (auto& c : candidates_) c.clear();
+  std::fill(candidates_first_.begin(), candidates_first_.end(), 0);
   prefetch_queue_.clear();
   prefetch_next_ = 0;
   prefetch_layer_ = -1;
-  for (auto& slot : slots_) slot.prefetched = false;
+  prefetch_first_ = false;
+  for (auto& slot : slots_) slot.prefetched = slot.first = false;
 }
 
 void ExpertStore::preload() {

@@ -52,6 +52,8 @@ struct StoreSettings {
                             // kAutoWorkers = the knee of a queue-depth curve measured at configure
   bool direct = true;       // O_DIRECT with fallback to buffered reads
   bool prefetch = true;     // lookahead: next layer's router on this layer's input
+  bool first_layer_guess = true;  // with prefetch: the first MoE layer's experts guessed
+                                  // from the token's embedding before layer 0 runs
   CachePolicy policy = CachePolicy::Lfru;
   double pin_fraction = 0.5;  // Pinned: share of the slots learned pins may hold
   ChecksumMode checksums = ChecksumMode::First;
@@ -84,6 +86,12 @@ struct ExpertStoreStats {
   uint64_t prefetch_suppressed = 0;  // candidates not read: the governor had prefetch off
   uint64_t prefetch_switched_off = 0, prefetch_switched_on = 0;  // governor decisions
   uint64_t predicted_routed = 0, routed_after_prediction = 0;
+  // The first-layer guess (Engine: the first MoE layer's experts guessed at the start of a
+  // forward, before any layer runs). A subset of the prefetch_* counters above, with its
+  // own governor: candidates (not cached when guessed), of those routed to, reads issued,
+  // issued reads the layer routed to, and guesses it did not route to.
+  uint64_t first_candidates = 0, first_candidates_used = 0;
+  uint64_t first_issued = 0, first_used = 0, first_wasted = 0;
   uint64_t evictions = 0;
   uint64_t direct_reads = 0, buffered_reads = 0, inline_reads = 0;
 };
@@ -121,10 +129,14 @@ class ExpertStore {
   // Predicted experts of `layer`: the candidates (not cached) are read as idle I/O
   // capacity allows (fewer reads in flight than workers), while the governor has prefetch
   // on; pump_prefetch() issues more of them as reads finish. Never blocks.
-  void prefetch(int64_t layer, const std::vector<int32_t>& predicted);
+  // `first`: the engine's first-layer guess (counted in first_*, judged by its own
+  // governor, so a poor guess there never turns the lookahead off, nor the reverse).
+  void prefetch(int64_t layer, const std::vector<int32_t>& predicted, bool first = false);
   void pump_prefetch();
   bool prefetch_active() const { return governor_.active(); }
   double prefetch_accuracy() const { return governor_.accuracy(); }
+  bool first_guess_active() const { return first_governor_.active(); }
+  double first_guess_accuracy() const { return first_governor_.accuracy(); }
   // `routed`: the distinct experts layer `layer` routes to in this forward.
   void settle(int64_t layer, const std::vector<int32_t>& routed);
   void abort() noexcept;
@@ -173,6 +185,7 @@ class ExpertStore {
     bool checked = false;      // its read verifies the checksum
     uint64_t epoch = 0;        // ExpertStore::epoch_ when the read started
     bool prefetched = false;   // read started by a prefetch, not routed since
+    bool first = false;        // that prefetch was the first-layer guess
     bool doomed = false;       // a prefetch partly cancelled: drop when its reads end
     ExpertViews views;
   };
@@ -185,6 +198,7 @@ class ExpertStore {
   // in *error.
   bool finish_read(int32_t slot, std::exception_ptr* error);
   void reap();
+  int32_t insert_after_prefetches(int64_t key, int64_t* evicted);
   std::string label(int64_t key) const;
 
   int64_t n_layers_, n_experts_;
@@ -206,7 +220,10 @@ class ExpertStore {
   std::vector<int64_t> prefetch_queue_;   // candidates waiting for idle I/O capacity
   std::size_t prefetch_next_ = 0;         // next of prefetch_queue_ to issue
   int64_t prefetch_layer_ = -1;           // the layer prefetch_queue_ is for
+  bool prefetch_first_ = false;           // prefetch_queue_ is the first-layer guess
+  std::vector<uint8_t> candidates_first_; // per layer: candidates_ are the first-layer guess's
   PrefetchGovernor governor_;
+  PrefetchGovernor first_governor_;       // the first-layer guess's own outcomes
   std::vector<DepthSample> depth_curve_;
   void measure_workers();
   std::vector<uint8_t> verified_;         // per key: checksum seen good since stamps_

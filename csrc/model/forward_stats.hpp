@@ -40,6 +40,11 @@ inline void add_delta(ExpertStoreStats& out, const ExpertStoreStats& after, cons
   out.prefetch_suppressed += after.prefetch_suppressed - before.prefetch_suppressed;
   out.prefetch_switched_off += after.prefetch_switched_off - before.prefetch_switched_off;
   out.prefetch_switched_on += after.prefetch_switched_on - before.prefetch_switched_on;
+  out.first_candidates += after.first_candidates - before.first_candidates;
+  out.first_candidates_used += after.first_candidates_used - before.first_candidates_used;
+  out.first_issued += after.first_issued - before.first_issued;
+  out.first_used += after.first_used - before.first_used;
+  out.first_wasted += after.first_wasted - before.first_wasted;
   out.predicted_routed += after.predicted_routed - before.predicted_routed;
   out.routed_after_prediction += after.routed_after_prediction - before.routed_after_prediction;
   out.evictions += after.evictions - before.evictions;

@@ -66,6 +66,64 @@ void Engine::predict_next(const LayerWeights& L, int64_t n) {
   store_->prefetch(L.next_moe, predicted);
 }
 
+// The first-layer guess (issue 14, "the per-token gap"): nothing predicts the first MoE
+// layer's experts, so between the last layer's reads of one token and the first layer's
+// router of the next (the LM head, sampling, embedding, any leading dense layers and the
+// first MoE layer's attention) the disk has nothing to read. Just before that layer's
+// attention, ws_.x holds each row's residual stream exactly (the embedding when the
+// layer is layer 0; after the dense layers otherwise: a dense FFN depends on the token, so
+// the guess waits for it), and the layer's FFN input is that plus its attention over the
+// context, a part that varies slowly from token to token. The guess adds the previous
+// forward's attention part (remember_first_input) and runs the layer's own norm and
+// routing rule (bias and groups included), then queues the experts as prefetches with
+// their own governor. Only a guess: which reads start early, never a logit.
+void Engine::guess_first_layer(int64_t n) {
+  const ModelSpec& s = spec_;
+  guess_base_.clear();
+  if (first_moe_ < 0 || n <= 0) return;
+  const int64_t d = s.hidden_size;
+  guess_base_.assign(ws_.x.begin() + (n - 1) * d, ws_.x.begin() + n * d);
+  const StoreSettings& st = store_->settings();
+  if (!st.prefetch || !st.first_layer_guess || n > kPrefetchMaxTokens || store_->empty()) return;
+  // The engine's first forward has no attention part to add: a guess from the residual
+  // alone is a poor one, and its outcomes would open the governor's window.
+  if (!have_guess_delta_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const LayerWeights& L = layers_[static_cast<std::size_t>(first_moe_)];
+  const int64_t ne = s.n_experts, k = s.n_experts_per_tok;
+  guess_h_.resize(static_cast<std::size_t>(n * d));
+  std::vector<float> row(static_cast<std::size_t>(d));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* x = ws_.x.data() + t * d;
+    for (int64_t i = 0; i < d; ++i)
+      row[static_cast<std::size_t>(i)] = x[i] + guess_delta_[static_cast<std::size_t>(i)];
+    rms_norm_row(row.data(), L.ffn_norm->f32(), d, s.rms_norm_eps, guess_h_.data() + t * d);
+  }
+  ws_.next_router.resize(static_cast<std::size_t>(n * ne));
+  mm(*L.router, guess_h_.data(), n, ws_.next_router.data());
+  const float* bias = L.router_bias ? L.router_bias->f32() : nullptr;
+  std::vector<int32_t> chosen(static_cast<std::size_t>(k)), predicted;
+  std::vector<float> unused(static_cast<std::size_t>(k));
+  for (int64_t t = 0; t < n; ++t) {
+    L.route->route(ws_.next_router.data() + t * ne, bias, chosen.data(), unused.data());
+    for (int32_t e : chosen)
+      if (std::find(predicted.begin(), predicted.end(), e) == predicted.end()) predicted.push_back(e);
+  }
+  store_->prefetch(first_moe_, predicted, /*first=*/true);
+  phase_[kRouter] += seconds_since(t0);
+}
+
+// ws_.x holds the first MoE layer's FFN input (before its norm): keep what its attention
+// added to the last row for the next forward's guess.
+void Engine::remember_first_input(int64_t n) {
+  const int64_t d = spec_.hidden_size;
+  if (guess_base_.size() != static_cast<std::size_t>(d) || n <= 0) return;
+  const float* x = ws_.x.data() + (n - 1) * d;
+  for (int64_t i = 0; i < d; ++i)
+    guess_delta_[static_cast<std::size_t>(i)] = x[i] - guess_base_[static_cast<std::size_t>(i)];
+  have_guess_delta_ = true;
+}
+
 // Batch union: each distinct routed expert runs once over all the tokens routed to it, and
 // each result is parked in its (token, slot) place of ws_.slot_out. Experts already in the
 // cache go first, so the reads of the missing ones overlap their compute; the compute then

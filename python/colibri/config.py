@@ -362,6 +362,15 @@ class IOConfig:
     catches damage the file system does not see, such as bit rot; one crc32 pass per
     read); ``"off"`` never. Exact guarantees: docs/reliability.md."""
 
+    first_layer_guess: bool
+    """With ``prefetch``: guess the first MoE layer's experts too (default True). Nothing
+    before it has a router to look ahead with, so without this the disk idles from the last
+    layer's reads of one token to the first layer's router of the next (the LM head,
+    sampling, embedding, the first attention). Just before that layer's attention, the
+    guess runs its norm and routing rule on the residual stream there plus the previous
+    token's attention part, and prefetches the result under its own governor
+    (docs/streaming.md, "First-layer guess"). A prefetch only: the same bits either way."""
+
     @checked_init
     def __init__(
         self,
@@ -369,12 +378,15 @@ class IOConfig:
         direct: bool = True,
         prefetch: bool = True,
         checksums: Checksums = "first",
+        first_layer_guess: bool = True,
     ) -> None:
         object.__setattr__(self, "workers", "auto" if workers == "auto" else _int(
             "IOConfig.workers", workers, 0, MAX_IO_WORKERS, "threads (or \"auto\")"
         ))
         object.__setattr__(self, "direct", _bool("IOConfig.direct", direct))
         object.__setattr__(self, "prefetch", _bool("IOConfig.prefetch", prefetch))
+        object.__setattr__(self, "first_layer_guess",
+                           _bool("IOConfig.first_layer_guess", first_layer_guess))
         object.__setattr__(self, "checksums", _choice(
             "IOConfig.checksums", checksums, ("first", "always", "off")
         ))
@@ -398,7 +410,7 @@ class IOConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain values; ``from_dict(to_dict())`` round-trips."""
         return {"workers": self.workers, "direct": self.direct, "prefetch": self.prefetch,
-                "checksums": self.checksums}
+                "checksums": self.checksums, "first_layer_guess": self.first_layer_guess}
 
 
 @dataclasses.dataclass(frozen=True, init=False)

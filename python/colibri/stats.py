@@ -46,6 +46,12 @@ class ExpertStats(Displayable):
     prefetch_suppressed: int = 0  # candidates not read: the governor had prefetch off
     prefetch_switched_off: int = 0  # governor decisions (docs/streaming.md, prefetch policy)
     prefetch_switched_on: int = 0
+    # The first-layer guess (IOConfig.first_layer_guess), a subset of the prefetch_* figures:
+    first_candidates: int = 0  # guessed experts of the first MoE layer not cached then
+    first_candidates_used: int = 0  # of those, the ones the layer routed to
+    first_issued: int = 0  # reads started for the guess
+    first_used: int = 0  # of those, experts the layer routed to
+    first_wasted: int = 0  # guessed experts (read or queued) it did not route to
     predicted_routed: int = 0  # routed experts (after a prediction) that were predicted
     routed_after_prediction: int = 0  # routed experts in layers that had a prediction
     evictions: int = 0  # cached experts dropped to make room
@@ -80,6 +86,11 @@ class ExpertStats(Displayable):
         routed to, issued or not: what the governor turns prefetch off and on by."""
         return _ratio(self.prefetch_candidates_used, self.prefetch_candidates)
 
+    @property
+    def first_guess_accuracy(self) -> float:
+        """Fraction of the first-layer guess's candidates that the layer routed to."""
+        return _ratio(self.first_candidates_used, self.first_candidates)
+
     def minus(self, earlier: ExpertStats) -> ExpertStats:
         return _minus(self, earlier)
 
@@ -113,6 +124,10 @@ class ExpertStats(Displayable):
                                      f"{percent(self.prefetch_accuracy)}); not read: "
                                      f"{self.prefetch_throttled} no idle I/O, "
                                      f"{self.prefetch_suppressed} governor off"))
+        if self.first_issued or self.first_candidates:
+            rows.append(("first layer", f"{self.first_issued} guessed reads, "
+                                        f"{self.first_used} used, {self.first_wasted} wasted "
+                                        f"(accuracy {percent(self.first_guess_accuracy)})"))
         rows.append(("evictions", str(self.evictions)))
         if self.read_errors or self.checksum_failures:
             rows.append(("errors", f"{self.read_errors} read errors, "
@@ -124,7 +139,8 @@ class ExpertStats(Displayable):
         d.update(hit_rate=self.hit_rate, ready_hit_rate=self.ready_hit_rate,
                  read_throughput=self.read_throughput,
                  prefetch_recall=self.prefetch_recall,
-                 prefetch_accuracy=self.prefetch_accuracy)
+                 prefetch_accuracy=self.prefetch_accuracy,
+                 first_guess_accuracy=self.first_guess_accuracy)
         return d
 
 

@@ -229,6 +229,7 @@ def store_settings(engine: EngineConfig, cache_bytes: int) -> _core.StoreSetting
     s.workers = -1 if engine.io.workers == "auto" else engine.io.workers  # -1: kAutoWorkers
     s.direct = engine.io.direct
     s.prefetch = engine.io.prefetch
+    s.first_layer_guess = engine.io.first_layer_guess
     s.policy = _POLICY[engine.cache.policy]
     s.pin_fraction = engine.cache.pin_fraction
     s.checksums = _CHECKSUMS[engine.io.checksums]
@@ -328,6 +329,8 @@ def expert_stats_of(s: _core.ExpertStoreStats) -> ExpertStats:
         prefetch_candidates_used=s.prefetch_candidates_used,
         prefetch_throttled=s.prefetch_throttled, prefetch_suppressed=s.prefetch_suppressed,
         prefetch_switched_off=s.prefetch_switched_off, prefetch_switched_on=s.prefetch_switched_on,
+        first_candidates=s.first_candidates, first_candidates_used=s.first_candidates_used,
+        first_issued=s.first_issued, first_used=s.first_used, first_wasted=s.first_wasted,
         predicted_routed=s.predicted_routed, routed_after_prediction=s.routed_after_prediction,
         evictions=s.evictions, checksum_failures=s.checksum_failures, read_errors=s.read_errors,
     )  # fmt: skip

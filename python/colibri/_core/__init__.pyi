@@ -685,6 +685,7 @@ class ExpertBlob:
 class StoreSettings:
     checksums: ChecksumMode
     direct: bool
+    first_layer_guess: bool
     policy: CachePolicy
     prefetch: bool
     def __init__(self) -> None:
@@ -722,6 +723,21 @@ class ExpertStoreStats:
         ...
     @property
     def evictions(self) -> int:
+        ...
+    @property
+    def first_candidates(self) -> int:
+        ...
+    @property
+    def first_candidates_used(self) -> int:
+        ...
+    @property
+    def first_issued(self) -> int:
+        ...
+    @property
+    def first_used(self) -> int:
+        ...
+    @property
+    def first_wasted(self) -> int:
         ...
     @property
     def hits(self) -> int:
@@ -832,6 +848,16 @@ class Engine:
     @property
     def expert_slot_bytes(self) -> int:
         ...
+    @property
+    def first_guess_accuracy(self) -> float:
+        """
+        Used share of the first-layer guess's recent candidates.
+        """
+    @property
+    def first_guess_active(self) -> bool:
+        """
+        Whether the first-layer guess's own governor has its reads on now.
+        """
     @property
     def io_depth_curve(self) -> list[tuple[int, float]]:
         """

@@ -42,6 +42,7 @@ FLAG_OF_FIELD = {
     "IOConfig.workers": "--io-workers",
     "IOConfig.direct": "--direct/--no-direct",
     "IOConfig.prefetch": "--prefetch/--no-prefetch",
+    "IOConfig.first_layer_guess": "--first-layer-guess/--no-first-layer-guess",
     "CacheConfig.policy": "--cache-policy",
     "stop_strings": "--stop",
 }
@@ -127,6 +128,9 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     s.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=None,
                    help="predict and start reading the next layer's experts early "
                         "(default: on)")
+    s.add_argument("--first-layer-guess", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --prefetch: also guess the first MoE layer's experts just "
+                        "before its attention runs (default: on)")
     s.add_argument("--cache-policy", choices=("lru", "lfru", "pinned"),
                    help="which expert the cache drops: lru, lfru (frequency-aware, the "
                         "default), pinned (pins learned from earlier runs + LRU)")
@@ -271,7 +275,8 @@ def engine_from_args(args: argparse.Namespace) -> EngineConfig:
     """The EngineConfig the engine flags ask for (validated: a bad value raises
     ConfigError naming the settings field; :func:`flag_message` names the flag)."""
     threads = _given(args, {"n": "threads", "wait_policy": "wait_policy"})
-    io = _given(args, {"workers": "io_workers", "direct": "direct", "prefetch": "prefetch"})
+    io = _given(args, {"workers": "io_workers", "direct": "direct", "prefetch": "prefetch",
+                       "first_layer_guess": "first_layer_guess"})
     cache = _given(args, {"policy": "cache_policy"})
     engine = _given(args, {"context_length": "context_length", "prefill_chunk": "prefill_chunk",
                            "activation_precision": "activation_precision",
