@@ -21,6 +21,21 @@ namespace {
 
 constexpr int64_t kPrefetchMaxTokens = 8;  // lookahead only for decode-sized batches
 
+// The distinct experts that layer L's routing rule (bias and groups included) picks for
+// n rows of router logits (n x ne), in first-chosen order: what a prefetch asks for.
+// The rule may rewrite the logits in place (route() takes them mutable).
+std::vector<int32_t> distinct_routed(const LayerWeights& L, float* logits, int64_t n, int64_t ne, int64_t k) {
+  const float* bias = L.router_bias ? L.router_bias->f32() : nullptr;
+  std::vector<int32_t> chosen(static_cast<std::size_t>(k)), picked;
+  std::vector<float> unused(static_cast<std::size_t>(k));
+  for (int64_t t = 0; t < n; ++t) {
+    L.route->route(logits + t * ne, bias, chosen.data(), unused.data());
+    for (int32_t e : chosen)
+      if (std::find(picked.begin(), picked.end(), e) == picked.end()) picked.push_back(e);
+  }
+  return picked;
+}
+
 }  // namespace
 
 void Engine::expert_ffn(const ExpertViews& e, const float* x, int64_t n, int64_t ffn, float* out) {
@@ -55,15 +70,7 @@ void Engine::predict_next(const LayerWeights& L, int64_t n) {
   ws_.next_router.resize(static_cast<std::size_t>(n * ne));
   mm(*next.router, ws_.h.data(), n, ws_.next_router.data());
   // The next layer's whole rule (its bias and groups included), not an approximation.
-  const float* bias = next.router_bias ? next.router_bias->f32() : nullptr;
-  std::vector<int32_t> chosen(static_cast<std::size_t>(k)), predicted;
-  std::vector<float> unused(static_cast<std::size_t>(k));
-  for (int64_t t = 0; t < n; ++t) {
-    next.route->route(ws_.next_router.data() + t * ne, bias, chosen.data(), unused.data());
-    for (int32_t e : chosen)
-      if (std::find(predicted.begin(), predicted.end(), e) == predicted.end()) predicted.push_back(e);
-  }
-  store_->prefetch(L.next_moe, predicted);
+  store_->prefetch(L.next_moe, distinct_routed(next, ws_.next_router.data(), n, ne, k));
 }
 
 // The first-layer guess (issue 14, "the per-token gap"): nothing predicts the first MoE
@@ -101,15 +108,7 @@ void Engine::guess_first_layer(int64_t n) {
   }
   ws_.next_router.resize(static_cast<std::size_t>(n * ne));
   mm(*L.router, guess_h_.data(), n, ws_.next_router.data());
-  const float* bias = L.router_bias ? L.router_bias->f32() : nullptr;
-  std::vector<int32_t> chosen(static_cast<std::size_t>(k)), predicted;
-  std::vector<float> unused(static_cast<std::size_t>(k));
-  for (int64_t t = 0; t < n; ++t) {
-    L.route->route(ws_.next_router.data() + t * ne, bias, chosen.data(), unused.data());
-    for (int32_t e : chosen)
-      if (std::find(predicted.begin(), predicted.end(), e) == predicted.end()) predicted.push_back(e);
-  }
-  store_->prefetch(first_moe_, predicted, /*first=*/true);
+  store_->prefetch(first_moe_, distinct_routed(L, ws_.next_router.data(), n, ne, k), /*first=*/true);
   phase_[kRouter] += seconds_since(t0);
 }
 
