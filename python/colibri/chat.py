@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import json
 import warnings
 from collections.abc import Mapping, Sequence
@@ -145,8 +146,18 @@ def _compile_within(source: str, cpu_seconds: float) -> jinja2.Template:
     """_compile, stopped by DeadlinePassed after `cpu_seconds` of this thread's CPU time (a
     cached template returns at once). DeadlinePassed can come from the ``with`` statement's
     exit too, so callers catch it around this call."""
-    with Deadline.cpu(cpu_seconds):
-        return _compile(source)
+    # The cyclic garbage collector is off while compiling: a full collection triggered by
+    # the compiler's allocations walks the whole process's heap in this thread and would
+    # be charged to the template (a real 17 KB template was refused after a long test run).
+    # Compiling is bounded by the deadline, and its cycles are collected afterwards.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with Deadline.cpu(cpu_seconds):
+            return _compile(source)
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _check_loop_controls(node: jinja2.nodes.Node, in_loop: bool) -> None:
