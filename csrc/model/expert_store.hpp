@@ -53,7 +53,7 @@ struct StoreSettings {
   bool direct = true;       // O_DIRECT with fallback to buffered reads
   bool prefetch = true;     // lookahead: next layer's router on this layer's input
   bool first_layer_guess = true;  // with prefetch: the first MoE layer's experts guessed
-                                  // from the token's embedding before layer 0 runs
+                                  // just before its attention (Engine::guess_first_layer)
   CachePolicy policy = CachePolicy::Lfru;
   double pin_fraction = 0.5;  // Pinned: share of the slots learned pins may hold
   ChecksumMode checksums = ChecksumMode::First;
@@ -86,8 +86,8 @@ struct ExpertStoreStats {
   uint64_t prefetch_suppressed = 0;  // candidates not read: the governor had prefetch off
   uint64_t prefetch_switched_off = 0, prefetch_switched_on = 0;  // governor decisions
   uint64_t predicted_routed = 0, routed_after_prediction = 0;
-  // The first-layer guess (Engine: the first MoE layer's experts guessed at the start of a
-  // forward, before any layer runs). A subset of the prefetch_* counters above, with its
+  // The first-layer guess (Engine: the first MoE layer's experts guessed just before that
+  // layer's attention). A subset of the prefetch_* counters above, with its
   // own governor: candidates (not cached when guessed), of those routed to, reads issued,
   // issued reads the layer routed to, and guesses it did not route to.
   uint64_t first_candidates = 0, first_candidates_used = 0;
