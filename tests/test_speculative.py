@@ -28,31 +28,48 @@ from realmodel import smollm2_gguf
 # --- the lookup drafter against a brute-force search ---------------------------------------
 
 
-def brute_force_match(t: Sequence[int], k: int, sizes: Sequence[int]) -> tuple[list[int], int]:
-    """The latest earlier occurrence (with a successor) of the last n tokens, longest n
-    first; what followed it, up to k tokens, and n (0: no match)."""
+def brute_force_match(t: Sequence[int], k: int, sizes: Sequence[int], longest: bool = True,
+                      ) -> tuple[list[int], int, int, bool]:
+    """The lookup's rule by exhaustive search: for the longest n (of `sizes`) whose last-n
+    tokens occurred earlier with a successor, of its latest 8 occurrences the one whose
+    match extends furthest back (capped at 24 tokens; the latest among equals; only the
+    latest with longest=False). Returns what followed it (up to k tokens), n, how far the
+    match extends, and whether every occurrence had the same successor."""
     for n in sizes:
         if len(t) <= n:
             continue
         tail = list(t[-n:])
-        for end in range(len(t) - 1, n - 1, -1):  # occurrence t[end-n:end], successor t[end]
-            if list(t[end - n:end]) == tail:
-                return list(t[end:end + k]), n
-    return [], 0
+        ends = [e for e in range(n, len(t)) if list(t[e - n:e]) == tail]  # successor t[e]
+        if not ends:
+            continue
+
+        def extent(e: int) -> int:
+            length = n
+            while length < 24 and e - 1 - length >= 0 and t[e - 1 - length] == t[-1 - length]:
+                length += 1
+            return length
+
+        candidates = list(reversed(ends[-8:] if longest else ends[-1:]))
+        best = max(candidates, key=extent)  # the first maximum: the latest among equals
+        return list(t[best:best + k]), n, extent(best), len({t[e] for e in ends}) == 1
+    return [], 0, 0, True
 
 
-def test_lookup_matches_a_brute_force_search_incrementally() -> None:
+@pytest.mark.parametrize("longest", [True, False])
+def test_lookup_matches_a_brute_force_search_incrementally(longest: bool) -> None:
     rng = random.Random(7)
-    for trial in range(40):
+    for trial in range(60):
         sizes = rng.choice([(3, 2, 1), (2,), (4, 1), (1,)])
-        d = PromptLookupDrafter(sizes)
-        seq = [rng.randrange(6) for _ in range(rng.randrange(1, 8))]
-        for _ in range(60):
+        alphabet = rng.choice([2, 3, 6])  # 2: long repeats, matches up to the cap
+        d = PromptLookupDrafter(sizes, longest=longest)
+        seq = [rng.randrange(alphabet) for _ in range(rng.randrange(1, 8))]
+        for _ in range(70):
             k = rng.randrange(1, 6)
-            want, n = brute_force_match(seq, k, sizes)
+            want, n, extent, agree = brute_force_match(seq, k, sizes, longest)
             assert d.propose(seq, k) == want, (trial, seq)
-            assert d.match_length == n, (trial, seq)  # auto's context for the proposal
-            seq.append(rng.randrange(6))
+            # auto's context for the proposal
+            assert (d.match_length, d.suffix_length, d.agree) == (n, extent, agree), (trial, seq)
+            seq.append(rng.randrange(alphabet))
 
 
 def test_lookup_prefers_longest_then_latest_and_restarts_on_a_new_history() -> None:
@@ -65,23 +82,42 @@ def test_lookup_prefers_longest_then_latest_and_restarts_on_a_new_history() -> N
     assert d.propose([9], 3) == [] and d.propose([9, 9], 0) == []
 
 
+def test_lookup_takes_the_occurrence_whose_match_extends_furthest() -> None:
+    """(7, 1, 2, 3) occurs early, (8, 1, 2, 3) later: after ... 7, 1, 2, 3 the early copy's
+    continuation is proposed (a match of 4), not the latest one's (3); longest=False, and a
+    history ending 9, 1, 2, 3 (both extend 3), take the latest."""
+    seq = [7, 1, 2, 3, 40, 41, 8, 1, 2, 3, 50, 51, 7, 1, 2, 3]
+    d = PromptLookupDrafter((3, 2, 1))
+    assert d.propose(seq, 2) == [40, 41]
+    assert (d.match_length, d.suffix_length, d.agree) == (3, 4, False)
+    assert PromptLookupDrafter((3, 2, 1), longest=False).propose(seq, 2) == [50, 51]
+    d = PromptLookupDrafter((3, 2, 1))
+    assert d.propose(seq[:12] + [9, 1, 2, 3], 2) == [50, 51] and d.suffix_length == 3
+
+
 def test_auto_scores_a_verify_in_the_drafters_context() -> None:
-    """The Speculator hands the lookup's match length to auto as the proposal's context, and
-    the verify's outcome lands in that context's counts (not another's)."""
+    """The Speculator hands the lookup's match extent (and whether the n-gram's successors
+    agree) to auto as the proposal's context, and the verify's outcome lands in that
+    context's counts: the match-length bucket of each decided draft, not another's."""
+    from colibri.speculative.auto import _bucket
     spec = Speculator(SpecConfig(drafter="auto", max_draft=4))
     assert spec.auto is not None
     spec.auto.plain(1.0)  # a one-token cost measured: auto may draft
-    for _ in range(40):  # make context 3 look good so auto verifies its proposals
-        spec.auto.observe(4, 4, context=3)
+    for _ in range(40):  # make matches of 5+ look good so auto verifies their proposals
+        spec.auto.observe(4, 4, context=5)
     before = [list(t) for t in spec.auto._ctx_tried]
-    seq = [1, 2, 3, 10, 11, 12, 13, 1, 2, 3]  # (1, 2, 3) matched: context 3
+    seq = [9, 1, 2, 3, 4, 10, 11, 12, 13, 9, 1, 2, 3, 4]  # (2, 3, 4) matched, extent 5
     drafts = spec.draft(seq, 8)
+    assert spec._context == 5 and spec._agree
     assert drafts and drafts == [10, 11, 12, 13][:len(drafts)]
     spec.on_verify(len(drafts), 1.0)
-    spec.on_verify_done()  # none accepted
+    spec.on_accept(0)  # the first draft right, the second wrong: lengths 5 and 6 decided
+    spec.on_verify_done()
     after = spec.auto._ctx_tried
-    assert after[3][0] == pytest.approx(0.95 * before[3][0] + 1.0)
-    assert all(after[c] == before[c] for c in (0, 1, 2))
+    b5, b6 = _bucket(5), _bucket(6)
+    assert b5 == b6 and after[True][b5] == pytest.approx(0.95 * (0.95 * before[1][b5] + 1) + 1)
+    assert all(after[True][c] == before[1][c] for c in range(len(before[1])) if c != b5)
+    assert after[False] == before[0]
 
 
 # --- SpecConfig ---------------------------------------------------------------------------

@@ -38,6 +38,7 @@ every k is compared, not only the next one.
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Sequence
@@ -66,10 +67,18 @@ COST_RELAX = 0.04
 # prior alone would reject is still probed once when the acceptance makes it plausible, and
 # again once the measurement has relaxed; at acceptance ~0 nothing is (E_k = 1 <= c_k).
 OPTIMISM = 0.5
-# Contexts with their own acceptance figures (a lookup's match length, capped), and the
-# weight of the pooled figure in a context's, in observations.
-CONTEXTS = 4
+# Acceptance per match length: a proposal's context is how many tokens its source matches
+# before it (the lookup's suffix_length; 0: none, as MTP), and the draft at position j
+# continues a match of context + j tokens (the drafts before it were right). The figures
+# are kept per bucket of that length (MATCH_BUCKETS: the first length of each bucket), each
+# shrunk toward the pooled figure at that position by CTX_SHRINK pseudo-observations.
+MATCH_BUCKETS = (1, 2, 4, 8, 16)
+CONTEXTS = len(MATCH_BUCKETS) + 1  # bucket 0: no context (the pooled figures)
 CTX_SHRINK = 2.0
+# The figures are made non-decreasing in the match length (pool-adjacent-violators over
+# the buckets, weighted by their counts): a longer match is not less likely to continue,
+# so a bucket seen rarely borrows from its neighbours instead of reading noise.
+MONOTONE = True
 
 
 class CostModel:
@@ -153,13 +162,15 @@ class AutoSwitch:
         # they start at the prior's pseudo-counts, which decay with the observations.
         self._tried = [PRIOR_TRIED] * max_draft
         self._right = [PRIOR_RIGHT] * max_draft
-        # The same per context 1..CONTEXTS - 1 (decayed counts, no prior: the pooled
-        # figure is theirs); context 0 reads the pooled figure.
-        self._ctx_tried = [[0.0] * max_draft for _ in range(CONTEXTS)]
-        self._ctx_right = [[0.0] * max_draft for _ in range(CONTEXTS)]
+        # Decayed counts per match-length bucket 1..CONTEXTS - 1 (no prior: the pooled
+        # figure is theirs); context 0 reads the pooled figures.
+        # Kept apart for proposals whose n-gram was always followed by the same token
+        # (index 1) and the others (0): a continuation the text has varied is less sure.
+        self._ctx_tried = [[0.0] * CONTEXTS for _ in range(2)]
+        self._ctx_right = [[0.0] * CONTEXTS for _ in range(2)]
         # Proposals not verified, scored as tokens arrive: (tokens, history length then,
         # context).
-        self._shadows: list[tuple[list[int], int, int]] = []
+        self._shadows: list[tuple[list[int], int, int, bool]] = []
         self.off_steps = 0
         self.switches = 0
         self._was_drafting = False
@@ -174,43 +185,48 @@ class AutoSwitch:
 
     # --- acceptance ---------------------------------------------------------------------
 
-    def alpha(self, j: int, context: int = 0) -> float:
-        """P(draft j right | drafts before it right), for a proposal made in `context`
-        (0: any). The prior is pessimistic (one right of four): acceptance is measured
-        for free in the shadow, so drafting starts on evidence rather than paying for
-        hopeful verifies on text that does not copy. A context's figure is its own counts
-        plus CTX_SHRINK observations at the pooled figure."""
+    def alpha(self, j: int, context: int = 0, agree: bool = True) -> float:
+        """P(draft j right | drafts before it right), for a proposal whose source matched
+        the history over `context` tokens (0: unknown). The prior is pessimistic (one
+        right of four): acceptance is measured for free in the shadow, so drafting starts
+        on evidence rather than paying for hopeful verifies on text that does not copy.
+        With a context, the draft at j continues a match of ``context + j`` tokens: the
+        figure of that length's bucket, its own counts plus CTX_SHRINK observations at
+        the pooled figure at j (non-decreasing in the length, MONOTONE)."""
         pooled = self._right[j] / self._tried[j]
-        c = _context(context)
-        if c == 0:
+        if context <= 0:
             return pooled
-        return ((self._ctx_right[c][j] + CTX_SHRINK * pooled)
-                / (self._ctx_tried[c][j] + CTX_SHRINK))
+        tried, right = self._ctx_tried[agree], self._ctx_right[agree]
+        if MONOTONE:
+            return _monotone(tried, right, pooled)[_bucket(context + j)]
+        b = _bucket(context + j)
+        return (right[b] + CTX_SHRINK * pooled) / (tried[b] + CTX_SHRINK)
 
-    def observe(self, right: int, tried: int, context: int = 0) -> None:
+    def observe(self, right: int, tried: int, context: int = 0, agree: bool = True) -> None:
         """A proposal of `tried` tokens whose first `right` matched what the model chose
-        (a verify, or a shadow proposal scored later), made in `context`."""
-        c = _context(context)
-        ct, cr = self._ctx_tried[c], self._ctx_right[c]
+        (a verify, or a shadow proposal scored later), made in `context` (its match
+        length; 0: none) with `agree` (its n-gram always had one continuation)."""
+        ct, cr = self._ctx_tried[agree], self._ctx_right[agree]
         for j in range(min(tried, right + 1, self.max_draft)):
             hit = 1.0 if j < right else 0.0
             self._tried[j] = ACC_DECAY * self._tried[j] + 1.0
             self._right[j] = ACC_DECAY * self._right[j] + hit
-            if c:
-                ct[j] = ACC_DECAY * ct[j] + 1.0
-                cr[j] = ACC_DECAY * cr[j] + hit
+            if context > 0:
+                b = _bucket(context + j)
+                ct[b] = ACC_DECAY * ct[b] + 1.0
+                cr[b] = ACC_DECAY * cr[b] + hit
 
     def _score_shadows(self, history: Sequence[int]) -> None:
         pending = []
-        for shadow, at, context in self._shadows:
+        for shadow, at, context, agree in self._shadows:
             new = history[at:at + len(shadow)]
             right = 0
             while right < min(len(new), len(shadow)) and new[right] == shadow[right]:
                 right += 1
             if right < len(shadow) and right == len(new):
-                pending.append((shadow, at, context))  # matching so far: wait for more
+                pending.append((shadow, at, context, agree))  # matching so far: wait
             else:
-                self.observe(right, len(shadow), context)
+                self.observe(right, len(shadow), context, agree)
         self._shadows = pending
 
     # --- cost ---------------------------------------------------------------------------
@@ -231,31 +247,47 @@ class AutoSwitch:
 
     # --- the decision -------------------------------------------------------------------
 
-    def expected_tokens(self, k: int, context: int = 0) -> float:
+    def alphas(self, k: int, context: int = 0, agree: bool = True) -> list[float]:
+        """alpha(j, context, agree) for j < k (the bucket figures computed once)."""
+        k = min(k, self.max_draft)
+        if context <= 0 or not MONOTONE:
+            return [self.alpha(j, context, agree) for j in range(k)]
+        tried, right = self._ctx_tried[agree], self._ctx_right[agree]
+        figures: dict[float, list[float]] = {}
+        out = []
+        for j in range(k):
+            pooled = self._right[j] / self._tried[j]
+            if pooled not in figures:
+                figures[pooled] = _monotone(tried, right, pooled)
+            out.append(figures[pooled][_bucket(context + j)])
+        return out
+
+    def expected_tokens(self, k: int, context: int = 0, agree: bool = True) -> float:
         """Tokens a verify of k drafts yields on average (1 for k = 0)."""
         expected, chain = 1.0, 1.0
-        for j in range(min(k, self.max_draft)):
-            chain *= self.alpha(j, context)
+        for a in self.alphas(k, context, agree):
+            chain *= a
             expected += chain
         return expected
 
-    def best_k(self, available: int, context: int = 0) -> int:
+    def best_k(self, available: int, context: int = 0, agree: bool = True) -> int:
         """The draft length with the most expected tokens per unit of time."""
         best, best_rate, expected, chain = 0, 1.0, 1.0, 1.0
-        for k in range(1, min(available, self.max_draft) + 1):
-            chain *= self.alpha(k - 1, context)
+        for k, a in enumerate(self.alphas(available, context, agree), start=1):
+            chain *= a
             expected += chain
             r = expected / self.cost.optimistic_cost(k)
             if r > best_rate:
                 best, best_rate = k, r
         return best
 
-    def choose(self, history: Sequence[int], proposal: list[int], context: int = 0) -> int:
-        """How many of `proposal` (made in `context`: the drafter's match length, 0 if
-        none) to verify now (0: a one-token forward; the proposal is then scored in the
-        shadow)."""
+    def choose(self, history: Sequence[int], proposal: list[int], context: int = 0,
+               agree: bool = True) -> int:
+        """How many of `proposal` (made in `context`: how far the drafter's match extends,
+        0 if unknown; `agree`: its n-gram always had one continuation) to verify now (0: a
+        one-token forward; the proposal is then scored in the shadow)."""
         self._score_shadows(history)
-        k = 0 if self.plain_s is None else self.best_k(len(proposal), context)
+        k = 0 if self.plain_s is None else self.best_k(len(proposal), context, agree)
         drafting = k > 0
         if drafting != self._was_drafting:
             self.switches += 1
@@ -264,9 +296,28 @@ class AutoSwitch:
             self.off_steps += 1
             self.cost.relax()
             if proposal and len(self._shadows) < self.max_draft:
-                self._shadows.append((list(proposal), len(history), context))
+                self._shadows.append((list(proposal), len(history), context, agree))
         return k
 
 
-def _context(context: int) -> int:
-    return min(max(int(context), 0), CONTEXTS - 1)
+def _monotone(tried: Sequence[float], right: Sequence[float], pooled: float) -> list[float]:
+    """Each bucket's figure (its counts plus CTX_SHRINK observations at `pooled`), made
+    non-decreasing in the bucket by pooling adjacent violators, weighted by counts +
+    CTX_SHRINK. Index 0 (no context) is `pooled`."""
+    blocks: list[list[float]] = []  # [weighted sum, weight, buckets]
+    for b in range(1, CONTEXTS):
+        blocks.append([right[b] + CTX_SHRINK * pooled, tried[b] + CTX_SHRINK, 1.0])
+        while len(blocks) > 1 and blocks[-2][0] * blocks[-1][1] > blocks[-1][0] * blocks[-2][1]:
+            s, w, n = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += w
+            blocks[-1][2] += n
+    out = [pooled]
+    for s, w, n in blocks:
+        out += [s / w] * int(n)
+    return out
+
+
+def _bucket(length: int) -> int:
+    """The bucket (1..CONTEXTS - 1) of a match of `length` >= 1 tokens."""
+    return bisect.bisect_right(MATCH_BUCKETS, length)

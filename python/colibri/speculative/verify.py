@@ -53,7 +53,10 @@ class Speculator:
         self._verify_accepted = 0
         self._verify_s = 0.0
         self._verify_drafts = 0
-        self._context = 0  # the drafter's match length for the current proposal (auto)
+        # The current proposal's context for auto: how far the drafter's match extends,
+        # and whether its n-gram always had the same continuation.
+        self._context = 0
+        self._agree = True
 
     def draft(self, history: Sequence[int], room: int) -> list[int]:
         """Up to ``min(max_draft, room)`` tokens to verify after `history` (which ends with
@@ -68,8 +71,15 @@ class Speculator:
         self._step_draft_s = time.perf_counter() - t
         self.draft_seconds += self._step_draft_s
         if self.auto is not None:
-            self._context = int(getattr(self.drafter, "match_length", 0)) if proposal else 0
-            proposal = proposal[:self.auto.choose(history, proposal, self._context)]
+            # The proposal's context: how far its source matches the history (the lookup's
+            # suffix length; a drafter with only a match length gives that, MTP none).
+            ctx = getattr(self.drafter, "suffix_length", None)
+            if ctx is None:
+                ctx = getattr(self.drafter, "match_length", 0)
+            self._context = int(ctx) if proposal else 0
+            self._agree = bool(getattr(self.drafter, "agree", True))
+            proposal = proposal[:self.auto.choose(history, proposal, self._context,
+                                                  self._agree)]
         return proposal
 
     def accept(self, chosen: int, draft: int) -> int:
@@ -98,7 +108,8 @@ class Speculator:
         """The current verify's drafts are all decided (accepted, rejected or cut off)."""
         if self.auto is not None:
             self.auto.verified(self._verify_drafts, self._verify_s)
-            self.auto.observe(self._verify_accepted, self._verify_drafts, self._context)
+            self.auto.observe(self._verify_accepted, self._verify_drafts, self._context,
+                              self._agree)
 
     def on_plain(self, seconds: float) -> None:
         self.plain_forwards += 1
