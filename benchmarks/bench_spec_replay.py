@@ -123,30 +123,62 @@ def curve_from(costs_json: str | None, linear: Sequence[float] | None,
     return cost
 
 
+# Held-out prompts (not bench_spec.py's): copy-heavy edits of other texts and two more free
+# chats, to check a rule chosen on the bench's five outputs on outputs it was not chosen on.
+HELD_OUT: dict[str, str] = {
+    "add docstring": "Add a one-line docstring to each function and return the whole code, "
+                     "unchanged otherwise:\n\ndef area(w, h):\n    return w * h\n\n\n"
+                     "def perimeter(w, h):\n    return 2 * (w + h)\n\n\ndef is_square(w, h):"
+                     "\n    return w == h\n",
+    "fix grammar": "Correct the grammar in this email and return it in full:\n\nHi Tom, I "
+                   "has send you the report yesterday but I did not received any answer. "
+                   "Can you tells me if you have saw it? We needs your comments before "
+                   "friday, because the client are waiting. Thanks, Maria",
+    "rename variable": "Rename the variable n to count everywhere in this code and return "
+                       "all of it:\n\nn = 0\nfor line in open(\"data.txt\"):\n    if "
+                       "line.strip():\n        n += 1\nprint(\"lines:\", n)\nif n > 100:\n"
+                       "    print(\"long file\")\n",
+    "quote lines": "Which sentences of this text mention the weather? Quote them exactly."
+                   "\n\nThe train left at nine. It was raining hard when we reached the "
+                   "coast. We ate lunch in a small cafe near the harbour. By the afternoon "
+                   "the sky had cleared and the sun was warm. In the evening we took the "
+                   "last train home.",
+    "json edit": "Change the port to 8081 in this JSON and return the whole JSON:\n\n"
+                 '{\n  "name": "web",\n  "host": "0.0.0.0",\n  "port": 8080,\n  '
+                 '"workers": 4,\n  "debug": false,\n  "log_level": "info"\n}',
+    "sort list": "Sort this shopping list alphabetically, one item per line:\n\nmilk\n"
+                 "bread\napples\ncheese\neggs\nbutter\ntomatoes\nrice",
+    "chat recipe": "Give me a simple recipe for pancakes.",
+    "chat advice": "What are some good ways to stay focused while studying?",
+}
+
 POLICIES: dict[str, Callable[[int], Speculator]] = {
     "lookup": lambda m: Speculator(SpecConfig(drafter="lookup", max_draft=m)),
     "auto": lambda m: Speculator(SpecConfig(drafter="auto", max_draft=m)),
 }
 
 
-def record(max_tokens: int) -> None:
+def record(max_tokens: int, held_out: bool) -> None:
     import colibri
     from bench_smollm2 import smollm2_path
     from bench_spec import TASKS
     model = colibri.Model.load(smollm2_path(), engine=colibri.EngineConfig(threads={"n": 2}))
     tasks = {}
-    for name, text in TASKS.items():
+    for name, text in (HELD_OUT if held_out else TASKS).items():
         prompt = model.apply_chat_template(text, tokenize=True)
         gen = model.session().generate(prompt, max_tokens=max_tokens).token_ids
         tasks[name] = {"prompt": list(prompt), "gen": list(gen)}
         print(f"{name:14s} prompt {len(prompt):4d} tokens, output {len(gen):4d}")
-    path = write_result("spec-outputs", {"max_tokens": max_tokens, "tasks": tasks})
+    path = write_result("spec-outputs", {"max_tokens": max_tokens, "held_out": held_out,
+                                         "tasks": tasks})
     print(f"wrote {path}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--record", action="store_true", help="generate the outputs JSON")
+    ap.add_argument("--held-out", action="store_true",
+                    help="with --record: the held-out prompts (HELD_OUT), not bench_spec's")
     ap.add_argument("--outputs", help="a spec-outputs JSON (--record)")
     ap.add_argument("--costs", help="a bench_verify_cost.py JSON")
     ap.add_argument("--linear", type=float, nargs=2, metavar=("C0", "RHO"))
@@ -156,7 +188,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=1)
     args = ap.parse_args()
     if args.record:
-        record(max(args.max_tokens))
+        record(max(args.max_tokens), args.held_out)
         return
     if not args.outputs or not (args.costs or args.linear):
         raise SystemExit("give --outputs and --costs (or --linear), or --record")

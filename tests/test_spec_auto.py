@@ -357,3 +357,27 @@ def test_replay_of_a_copy_task_beats_lookup_and_stays_under_the_bound() -> None:
         plain = replay_mod.replay(prompt, chat, len(chat), cost,
                                   Speculator(SpecConfig(drafter="auto", max_draft=8)))
         assert plain["verifies"] == 0 and plain["ratio"] == 1.0
+
+
+def test_shadow_proposals_with_a_context_count_as_their_tokens_arrive() -> None:
+    """While drafting is off, a proposal made with a match length is scored one position at
+    a time (each position is evidence for its own bucket); one without (context 0, the
+    pooled figures) only once decided, as a whole: at its first miss or its end."""
+    from colibri.speculative.auto import _bucket
+    auto = AutoSwitch(max_draft=4)  # no one-token cost: every step is off, shadows kept
+    history = [1, 2, 3]
+    assert auto.choose(history, [10, 11, 12, 13], context=6) == 0
+    assert auto.choose([*history, 10], [], context=0) == 0  # one token of the copy arrived
+    b6, b8 = _bucket(6), _bucket(8)
+    assert auto._ctx_tried[True][b6] == pytest.approx(1.0)  # length 6 (j = 0): right
+    assert auto._ctx_right[True][b6] == pytest.approx(1.0)
+    assert auto.choose([*history, 10, 11, 99], [], context=0) == 0  # j = 1 right, j = 2 not
+    assert auto._ctx_tried[True][b6] == pytest.approx(0.95 + 1.0)  # lengths 6, 7: bucket 4-7
+    assert auto._ctx_tried[True][b8] == pytest.approx(1.0)  # length 8 (j = 2): the miss
+    assert auto._ctx_right[True][b8] == 0.0 and not auto._shadows
+    pooled = AutoSwitch(max_draft=4)
+    pooled.choose(history, [10, 11, 12, 13])
+    pooled.choose([*history, 10, 11], [])
+    assert pooled._tried == [2.0] * 4 and len(pooled._shadows) == 1  # undecided: not yet
+    pooled.choose([*history, 10, 11, 12, 13], [])  # all four right: scored at once
+    assert pooled._tried[3] == pytest.approx(0.95 * 2.0 + 1.0) and not pooled._shadows

@@ -43,7 +43,7 @@ def brute_force_match(t: Sequence[int], k: int, sizes: Sequence[int], longest: b
         if not ends:
             continue
 
-        def extent(e: int) -> int:
+        def extent(e: int, n: int = n) -> int:
             length = n
             while length < 24 and e - 1 - length >= 0 and t[e - 1 - length] == t[-1 - length]:
                 length += 1
@@ -92,7 +92,7 @@ def test_lookup_takes_the_occurrence_whose_match_extends_furthest() -> None:
     assert (d.match_length, d.suffix_length, d.agree) == (3, 4, False)
     assert PromptLookupDrafter((3, 2, 1), longest=False).propose(seq, 2) == [50, 51]
     d = PromptLookupDrafter((3, 2, 1))
-    assert d.propose(seq[:12] + [9, 1, 2, 3], 2) == [50, 51] and d.suffix_length == 3
+    assert d.propose([*seq[:12], 9, 1, 2, 3], 2) == [50, 51] and d.suffix_length == 3
 
 
 def test_auto_scores_a_verify_in_the_drafters_context() -> None:
@@ -102,7 +102,8 @@ def test_auto_scores_a_verify_in_the_drafters_context() -> None:
     from colibri.speculative.auto import _bucket
     spec = Speculator(SpecConfig(drafter="auto", max_draft=4))
     assert spec.auto is not None
-    spec.auto.plain(1.0)  # a one-token cost measured: auto may draft
+    for _ in range(3):  # one-token costs measured (MIN_PLAIN): auto may draft
+        spec.auto.plain(1.0)
     for _ in range(40):  # make matches of 5+ look good so auto verifies their proposals
         spec.auto.observe(4, 4, context=5)
     before = [list(t) for t in spec.auto._ctx_tried]
@@ -155,7 +156,16 @@ def test_auto_drafts_what_pays_and_probes_while_off() -> None:
     """The cost rule on synthetic figures (no clock): expected tokens per unit of time."""
     a = AutoSwitch(max_draft=4)
     assert a.choose([1, 2], [3, 4]) == 0  # no one-token cost measured yet: plain first
-    a.plain(1.0)
+    b = AutoSwitch(max_draft=4)  # drafts always right, but two one-token costs are not
+    for _ in range(10):          # enough (MIN_PLAIN: one may be a burst of load)
+        b.observe(4, 4)
+    b.plain(1.0)
+    b.plain(1.0)
+    assert b.choose([1, 2], [3, 4]) == 0
+    b.plain(1.0)
+    assert b.choose([1, 2], [3, 4]) > 0
+    for _ in range(3):
+        a.plain(1.0)
     # Prior: alpha 1/4, c_k = 1.5 + 0.4 k: one draft gives 1.25 tokens for 1.9 -> no.
     assert a.best_k(4) == 0
     for _ in range(10):  # ten proposals of 4, all right: now drafting pays

@@ -6,16 +6,24 @@ Two figures decide, both measured during the generation:
   the ones before it were (``alpha[j]``). It is measured on every step, drafting or not:
   while drafting is off the drafter is still asked (it costs microseconds; an MTP draft is
   timed into the step's cost) and each proposal is scored against the tokens the model
-  then produces. So acceptance keeps being probed at no cost, and drafting comes back as
-  soon as the text starts copying. The prior (one right of four) is a pseudo-count that
-  decays like the observations, so steady acceptance 1 reads close to 1, not capped by it.
-  Acceptance also depends on how the drafter found its guess: a prompt-lookup draft that
-  continues a 3-token match is right far more often than one from a 1-token match
-  (SmolLM2 on the bench's copy tasks: first draft right ~0.8 of the time after a 3-token
-  match, ~0.3 after a 1-token one). So each proposal carries a context (the drafter's
-  ``match_length``; 0 where it has none, as MTP) and ``alpha`` is kept per context too,
-  shrunk toward the pooled figure by ``CTX_SHRINK`` pseudo-observations of it: a context
-  seen rarely reads as the pooled acceptance, one seen often as its own.
+  then produces, position by position as the tokens arrive (a copy in progress counts
+  at once, not after its whole proposal has matched). So acceptance keeps being probed at
+  no cost, and drafting comes back as soon as the text starts copying. The prior (one
+  right of four) is a pseudo-count that decays like the observations, so steady
+  acceptance 1 reads close to 1, not capped by it.
+  Acceptance also depends on how the drafter found its guess: a prompt-lookup draft whose
+  source matches the history over many tokens is right far more often than one found
+  from a single token (SmolLM2's greedy outputs on the bench's copy tasks: a draft that
+  continues a 1-token match is right ~0.35 of the time, 2-3 tokens ~0.6, 4-10 ~0.85, 20
+  or more ~0.95). So each proposal carries a context: how far its source's match extends
+  back (the lookup's ``suffix_length``, up to 24; 0 where the drafter has none, as MTP,
+  which then uses the pooled figures), and whether its n-gram was always followed by the
+  same token (``agree``). The draft at position j continues a match of ``context + j``
+  tokens (the ones before it were right), so it reads the figure of that length's bucket
+  (MATCH_BUCKETS: 1, 2-3, 4-7, 8-15, 16+), kept apart for agreeing and disagreeing
+  n-grams: the bucket's decayed counts plus CTX_SHRINK observations at the pooled figure
+  at j, made non-decreasing in the length (MONOTONE). A copy that has run for a while is
+  drafted long; a proposal found from one token, little or not at all, in the same text.
 - cost: a one-token forward takes ``plain_s``; a verify of k drafts costs
   ``c_k = 1 + c0 + rho * k`` one-token forwards: a fixed cost ``c0`` for leaving the
   one-token path (~0.8 measured on a 2-core AVX2 machine; ~0 where the prefill tiles
@@ -54,6 +62,10 @@ PRIOR_RIGHT, PRIOR_TRIED = 0.5, 2.0  # acceptance before any evidence: 1/4 (pseu
 ACC_DECAY = 0.95  # acceptance: an effective window of ~20 proposals
 DECAY = 0.9  # cost: ~10 verifies
 PLAIN_WINDOW = 15  # one-token forwards whose median is the time unit
+# One-token forwards timed before the first draft: their median is then not one caught in
+# a burst of load (a unit read 3x too long makes every verify look cheap, and while
+# drafting no one-token forward corrects it). Shadow scoring needs a step or two anyway.
+MIN_PLAIN = 3
 RHO_MIN = 0.01
 # A cost sample is clipped to [prediction / CLIP, prediction * CLIP]: CLIP_FIRST while
 # fewer than CLIP_AFTER verifies are in (the prior may be far off), CLIP after.
@@ -170,7 +182,7 @@ class AutoSwitch:
         self._ctx_right = [[0.0] * CONTEXTS for _ in range(2)]
         # Proposals not verified, scored as tokens arrive: (tokens, history length then,
         # context).
-        self._shadows: list[tuple[list[int], int, int, bool]] = []
+        self._shadows: list[tuple[list[int], int, int, bool, int]] = []
         self.off_steps = 0
         self.switches = 0
         self._was_drafting = False
@@ -206,27 +218,41 @@ class AutoSwitch:
         """A proposal of `tried` tokens whose first `right` matched what the model chose
         (a verify, or a shadow proposal scored later), made in `context` (its match
         length; 0: none) with `agree` (its n-gram always had one continuation)."""
-        ct, cr = self._ctx_tried[agree], self._ctx_right[agree]
         for j in range(min(tried, right + 1, self.max_draft)):
-            hit = 1.0 if j < right else 0.0
-            self._tried[j] = ACC_DECAY * self._tried[j] + 1.0
-            self._right[j] = ACC_DECAY * self._right[j] + hit
-            if context > 0:
-                b = _bucket(context + j)
-                ct[b] = ACC_DECAY * ct[b] + 1.0
-                cr[b] = ACC_DECAY * cr[b] + hit
+            self._observe_at(j, j < right, context, agree)
+
+    def _observe_at(self, j: int, hit: bool, context: int, agree: bool) -> None:
+        """The draft at position j (the ones before it right) was right or not."""
+        h = 1.0 if hit else 0.0
+        self._tried[j] = ACC_DECAY * self._tried[j] + 1.0
+        self._right[j] = ACC_DECAY * self._right[j] + h
+        if context > 0:
+            ct, cr = self._ctx_tried[agree], self._ctx_right[agree]
+            b = _bucket(context + j)
+            ct[b] = ACC_DECAY * ct[b] + 1.0
+            cr[b] = ACC_DECAY * cr[b] + h
 
     def _score_shadows(self, history: Sequence[int]) -> None:
+        """Scores the shadow proposals against the tokens that have arrived and drops each
+        at its first miss or its end. A proposal with a context (a match length) is scored
+        one position at a time: each position's outcome is evidence about its own
+        match-length bucket, so a copy in progress counts as soon as its tokens match. One
+        without (pooled per-position figures, as MTP) is scored once decided: scored by
+        halves, the first positions would read their acceptance before the later ones and
+        favour short verifies, the dearest per token where a verify has a fixed cost."""
         pending = []
-        for shadow, at, context, agree in self._shadows:
+        for shadow, at, context, agree, done in self._shadows:
             new = history[at:at + len(shadow)]
-            right = 0
-            while right < min(len(new), len(shadow)) and new[right] == shadow[right]:
+            end = min(len(shadow), self.max_draft)
+            right = done
+            while right < min(len(new), end) and new[right] == shadow[right]:
                 right += 1
-            if right < len(shadow) and right == len(new):
-                pending.append((shadow, at, context, agree))  # matching so far: wait
-            else:
-                self.observe(right, len(shadow), context, agree)
+            decided = right < min(len(new), end) or right == end
+            if context > 0 or decided:
+                for j in range(done, min(right + 1, end) if decided else right):
+                    self._observe_at(j, j < right, context, agree)
+            if not decided:
+                pending.append((shadow, at, context, agree, right if context > 0 else 0))
         self._shadows = pending
 
     # --- cost ---------------------------------------------------------------------------
@@ -287,7 +313,7 @@ class AutoSwitch:
         0 if unknown; `agree`: its n-gram always had one continuation) to verify now (0: a
         one-token forward; the proposal is then scored in the shadow)."""
         self._score_shadows(history)
-        k = 0 if self.plain_s is None else self.best_k(len(proposal), context, agree)
+        k = 0 if len(self._plain) < MIN_PLAIN else self.best_k(len(proposal), context, agree)
         drafting = k > 0
         if drafting != self._was_drafting:
             self.switches += 1
@@ -296,7 +322,7 @@ class AutoSwitch:
             self.off_steps += 1
             self.cost.relax()
             if proposal and len(self._shadows) < self.max_draft:
-                self._shadows.append((list(proposal), len(history), context, agree))
+                self._shadows.append((list(proposal), len(history), context, agree, 0))
         return k
 
 

@@ -76,7 +76,7 @@ class Speculator:
             ctx = getattr(self.drafter, "suffix_length", None)
             if ctx is None:
                 ctx = getattr(self.drafter, "match_length", 0)
-            self._context = int(ctx) if proposal else 0
+            self._context = int(ctx or 0) if proposal else 0
             self._agree = bool(getattr(self.drafter, "agree", True))
             proposal = proposal[:self.auto.choose(history, proposal, self._context,
                                                   self._agree)]
