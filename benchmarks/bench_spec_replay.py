@@ -17,8 +17,9 @@ bench_verify_cost.py JSON (``all_ratio``), or ``--linear C0 RHO`` (``c_k = 1 + C
 k``: e.g. a cheaper verify).
 
     python benchmarks/bench_spec_replay.py --record
+    python benchmarks/bench_spec_replay.py --record --held-out  # other prompts (HELD_OUT)
     python benchmarks/bench_spec_replay.py --outputs benchmarks/results/spec-outputs-....json \
-        --costs benchmarks/results/verify-cost-....json
+        --costs benchmarks/results/verify-cost-....json --baseline f7015d0
 """
 
 from __future__ import annotations
@@ -158,6 +159,34 @@ POLICIES: dict[str, Callable[[int], Speculator]] = {
 }
 
 
+def baseline_policy(rev: str) -> Callable[[int], Any]:
+    """``auto`` as of git revision `rev` (its colibri/speculative package, imported from a
+    temporary copy; the rest of colibri is this checkout's), for a before/after replay."""
+    import importlib
+    import re
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    files = subprocess.run(["git", "ls-tree", "--name-only", f"{rev}:python/colibri/speculative"],
+                           cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    pkg = "spec_" + re.sub(r"\W", "_", rev)
+    where = Path(tempfile.mkdtemp()) / pkg
+    where.mkdir()
+    for f in files:
+        if f.endswith(".py"):
+            text = subprocess.run(["git", "show", f"{rev}:python/colibri/speculative/{f}"],
+                                  cwd=root, capture_output=True, text=True, check=True).stdout
+            text = re.sub(r"from \.\.(\w*) import",
+                          lambda m: f"from colibri{'.' + m.group(1) if m.group(1) else ''} import",
+                          text)
+            (where / f).write_text(text)
+    sys.path.insert(0, str(where.parent))
+    verify, config = (importlib.import_module(f"{pkg}.{m}") for m in ("verify", "config"))
+    return lambda m: verify.Speculator(config.SpecConfig(drafter="auto", max_draft=m))
+
+
 def record(max_tokens: int, held_out: bool) -> None:
     import colibri
     from bench_smollm2 import smollm2_path
@@ -179,7 +208,9 @@ def main() -> None:
     ap.add_argument("--record", action="store_true", help="generate the outputs JSON")
     ap.add_argument("--held-out", action="store_true",
                     help="with --record: the held-out prompts (HELD_OUT), not bench_spec's")
-    ap.add_argument("--outputs", help="a spec-outputs JSON (--record)")
+    ap.add_argument("--outputs", nargs="+", help="spec-outputs JSONs (--record)")
+    ap.add_argument("--baseline", metavar="REV",
+                    help="also replay auto as of this git revision (e.g. the last merge)")
     ap.add_argument("--costs", help="a bench_verify_cost.py JSON")
     ap.add_argument("--linear", type=float, nargs=2, metavar=("C0", "RHO"))
     ap.add_argument("--max-tokens", type=int, nargs="+", default=[96, 256])
@@ -193,7 +224,12 @@ def main() -> None:
     if not args.outputs or not (args.costs or args.linear):
         raise SystemExit("give --outputs and --costs (or --linear), or --record")
     cost = curve_from(args.costs, args.linear, args.max_draft)
-    tasks = json.load(open(args.outputs))["tasks"]
+    policies = dict(POLICIES)
+    if args.baseline:
+        policies[f"auto@{args.baseline}"] = baseline_policy(args.baseline)
+    tasks = {}
+    for path in args.outputs:
+        tasks.update(json.load(open(path))["tasks"])
     rows, out = [], []
     for max_tokens in args.max_tokens:
         for name, t in tasks.items():
@@ -202,19 +238,20 @@ def main() -> None:
             entry: dict[str, Any] = {"max_tokens": max_tokens, "task": name,
                                      "tokens": len(gen),
                                      "bound": hindsight_ratio(acc, cost)}
-            for pol, make in POLICIES.items():
+            for pol, make in policies.items():
                 ratios = [replay(prompt, gen, max_tokens, cost, make(args.max_draft),
                                  args.noise, seed)["ratio"] for seed in range(args.seeds)]
                 entry[pol] = sorted(ratios)[len(ratios) // 2]
             out.append(entry)
-            rows.append([max_tokens, name, len(gen), entry["lookup"], entry["auto"],
-                         entry["bound"], entry["auto"] / entry["bound"]])
-    table = print_table(["max tokens", "task", "tokens", "lookup x", "auto x", "bound x",
-                         "auto / bound"], rows)
+            rows.append([max_tokens, name, len(gen)]
+                        + [entry[p] for p in policies] + [entry["bound"],
+                                                          entry["auto"] / entry["bound"]])
+    table = print_table(["max tokens", "task", "tokens"] + [f"{p} x" for p in policies]
+                        + ["bound x", "auto / bound"], rows)
     path = write_result("spec-replay", {"outputs": args.outputs, "costs_from": args.costs,
                                         "linear": args.linear, "cost": cost,
-                                        "noise": args.noise, "seeds": args.seeds,
-                                        "rows": out, "table": table})
+                                        "baseline": args.baseline, "noise": args.noise,
+                                        "seeds": args.seeds, "rows": out, "table": table})
     print(f"wrote {path}")
 
 
