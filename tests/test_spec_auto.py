@@ -381,3 +381,22 @@ def test_shadow_proposals_with_a_context_count_as_their_tokens_arrive() -> None:
     assert pooled._tried == [2.0] * 4 and len(pooled._shadows) == 1  # undecided: not yet
     pooled.choose([*history, 10, 11, 12, 13], [])  # all four right: scored at once
     assert pooled._tried[3] == pytest.approx(0.95 * 2.0 + 1.0) and not pooled._shadows
+
+
+def test_spec_stats_estimate_the_time_saved_or_lost() -> None:
+    """saved_seconds: decode_tokens one-token forwards at the generation's mean one-token
+    time, less what the decode spent (verifies, one-token forwards, the drafter)."""
+    from colibri.speculative.stats import SpecStats
+    s = SpecStats(drafter="auto (lookup)", drafted=12, accepted=9, verify_forwards=3,
+                  plain_forwards=10, decode_tokens=22, verify_seconds=0.06,
+                  plain_seconds=0.05, draft_seconds=0.001)
+    # 22 tokens at 5 ms = 110 ms, spent 60 + 50 + 1 = 111 ms: 1 ms lost
+    assert s.saved_seconds == pytest.approx(-0.001)
+    assert "1 ms lost" in str(s) and s.to_dict()["saved_seconds"] == s.saved_seconds
+    fast = SpecStats(drafter="lookup", drafted=8, accepted=8, verify_forwards=1,
+                     plain_forwards=2, decode_tokens=11, verify_seconds=0.02,
+                     plain_seconds=0.01)
+    assert fast.saved_seconds == pytest.approx(11 * 0.005 - 0.03)  # 25 ms saved
+    assert "25 ms saved" in str(fast)
+    assert SpecStats(drafter="lookup", drafted=8, accepted=8, verify_forwards=1,
+                     plain_forwards=0, decode_tokens=9, verify_seconds=0.02).saved_seconds == 0.0

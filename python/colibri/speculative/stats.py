@@ -89,6 +89,18 @@ class SpecStats(Displayable):
         return (self.verify_seconds / self.verify_forwards) / (
             self.plain_seconds / self.plain_forwards)
 
+    @property
+    def saved_seconds(self) -> float:
+        """Decode time saved by drafting (negative: lost), estimated against one-token
+        decoding at this generation's mean one-token forward: ``decode_tokens`` such
+        forwards, less what the decode spent (verify and one-token forwards, and the
+        drafter). 0 when no one-token forward ran (nothing to compare with)."""
+        if not (self.plain_forwards and self.plain_seconds > 0):
+            return 0.0
+        one = self.plain_seconds / self.plain_forwards
+        return (self.decode_tokens * one
+                - (self.verify_seconds + self.plain_seconds + self.draft_seconds))
+
     def _display_rows(self) -> list[tuple[str, str]]:
         rows = [
             ("drafter", self.drafter),
@@ -102,6 +114,10 @@ class SpecStats(Displayable):
         if self.draft_seconds and self.forwards:
             rows.append(("drafting", f"{sig3(1e3 * self.draft_seconds / self.forwards)} ms "
                                      "per step"))
+        if self.plain_forwards and self.verify_forwards:
+            saved = self.saved_seconds
+            rows.append(("time", f"{sig3(1e3 * abs(saved))} ms {'saved' if saved >= 0 else 'lost'}"
+                                 " against one-token decoding (estimated)"))
         if self.auto_switches or self.auto_off_steps:
             rows.append(("auto", f"{self.auto_off_steps} steps off, {self.auto_switches} "
                                  "switches"))
@@ -125,6 +141,7 @@ class SpecStats(Displayable):
             "plain_seconds": self.plain_seconds,
             "draft_seconds": self.draft_seconds,
             "verify_cost_ratio": self.verify_cost_ratio,
+            "saved_seconds": self.saved_seconds,
             "auto_off_steps": self.auto_off_steps,
             "auto_switches": self.auto_switches,
         }
