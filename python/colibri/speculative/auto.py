@@ -181,7 +181,7 @@ class AutoSwitch:
         self._ctx_tried = [[0.0] * CONTEXTS for _ in range(2)]
         self._ctx_right = [[0.0] * CONTEXTS for _ in range(2)]
         # Proposals not verified, scored as tokens arrive: (tokens, history length then,
-        # context).
+        # context, agree, positions already scored).
         self._shadows: list[tuple[list[int], int, int, bool, int]] = []
         self.off_steps = 0
         self.switches = 0
