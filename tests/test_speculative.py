@@ -82,6 +82,19 @@ def test_lookup_prefers_longest_then_latest_and_restarts_on_a_new_history() -> N
     assert d.propose([9], 3) == [] and d.propose([9, 9], 0) == []
 
 
+
+def test_lookup_rebuilds_for_a_history_that_differs_inside_but_keeps_its_ends() -> None:
+    """A reused drafter handed a history with the same first and last token as the one it
+    indexed, but other tokens between (a session rolled back and regenerated), starts over:
+    its proposals are the new history's, as a fresh drafter's are."""
+    old = [1, 2, 3, 10, 11, 4, 5, 6, 7, 8, 2, 3]
+    new = [1, 2, 3, 20, 21, 4, 5, 6, 7, 8, 2, 3]  # differs at positions 3, 4 only
+    d = PromptLookupDrafter((2,))
+    assert d.propose(old, 2) == [10, 11]
+    # a stale index would propose old's continuation of (1, 2, 3): [10, 11]
+    assert d.propose([*new, 9, 1, 2, 3], 2) == [20, 21]
+    assert d.propose([*new, 9, 1, 2, 3, 20], 2) == [21, 4]  # and extends from there
+
 def test_lookup_takes_the_occurrence_whose_match_extends_furthest() -> None:
     """(7, 1, 2, 3) occurs early, (8, 1, 2, 3) later: after ... 7, 1, 2, 3 the early copy's
     continuation is proposed (a match of 4), not the latest one's (3); longest=False, and a

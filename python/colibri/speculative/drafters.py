@@ -60,10 +60,13 @@ class PromptLookupDrafter:
 
     def _sync(self, history: Sequence[int]) -> None:
         """Brings the index up to `history`; starts over if it is not an extension of the
-        tokens seen so far (a session rolled back or reused)."""
+        tokens seen so far (a session rolled back or reused). The check compares the first
+        token and the last CHECK_TAIL seen, plus CHECK_TAIL evenly spaced ones, not all: a
+        history that differs only elsewhere keeps a stale index, which costs acceptance,
+        never correctness (every draft is verified)."""
         t = self._tokens
         m = len(t)
-        if len(history) < m or (m and (history[m - 1] != t[-1] or history[0] != t[0])):
+        if len(history) < m or (m and not _same_prefix(history, t)):
             self._reset()
             t, m = self._tokens, 0
         t.extend(int(x) for x in history[m:])
@@ -114,6 +117,17 @@ class PromptLookupDrafter:
 
 SUFFIX_CAP = 24  # how far back a match's length is measured
 RECENT = 8  # occurrences of an n-gram compared for the longest match
+CHECK_TAIL = 64  # tokens compared to tell a grown history from a different one
+
+
+def _same_prefix(history: Sequence[int], t: list[int]) -> bool:
+    """Whether `history` starts with `t` at the positions the drafter checks (O(CHECK_TAIL))."""
+    m = len(t)
+    tail = max(0, m - CHECK_TAIL)
+    if list(history[tail:m]) != t[tail:] or history[0] != t[0]:
+        return False
+    step = max(1, tail // CHECK_TAIL)
+    return all(history[i] == t[i] for i in range(0, tail, step))
 
 
 def _suffix_length(t: list[int], start: int, n: int) -> int:
