@@ -415,7 +415,8 @@ def main(argv: list[str] | None = None) -> None:
                                                   io={**base_io, "prefetch": False}))]
                   if args.prefetch_off_row else []),
                 *([(f"colibri, max_in_flight={args.in_flight_row}", col(
-                    decode=args.compare_decode, io={**base_io, "max_in_flight": args.in_flight_row}))]
+                    decode=args.compare_decode,
+                    io={**base_io, "max_in_flight": args.in_flight_row}))]
                   if args.in_flight_row is not None else []),
                 *([("colibri, first-layer guess off", col(
                     decode=args.compare_decode, io={**base_io, "first_layer_guess": False}))]

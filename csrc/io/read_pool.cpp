@@ -1,5 +1,8 @@
 #include "io/read_pool.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -14,6 +17,23 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Under a real-time policy (SCHED_FIFO / SCHED_RR, e.g. a process started with chrt -f),
+// a worker inherits the compute team's priority, and a thread woken by its read's
+// completion then waits for a core until a matmul region ends: with one read in flight
+// the device idles that long. One step above the creating thread, the worker hands the
+// device its next read at once (it needs little CPU: a pread, bookkeeping, the crc32
+// check). Under SCHED_OTHER nothing changes (the scheduler favours sleepers anyway);
+// where the call is not permitted it is ignored.
+void raise_above_creator() {
+  int policy = 0;
+  sched_param param{};
+  if (pthread_getschedparam(pthread_self(), &policy, &param) != 0) return;
+  if (policy != SCHED_FIFO && policy != SCHED_RR) return;
+  if (param.sched_priority >= sched_get_priority_max(policy)) return;
+  ++param.sched_priority;
+  (void)pthread_setschedparam(pthread_self(), policy, &param);
 }
 
 }  // namespace
@@ -153,6 +173,7 @@ void ReadPool::run(Slot& slot, std::unique_lock<std::mutex>& lock) {
 }
 
 void ReadPool::worker_loop() {
+  raise_above_creator();
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     // Sleep, not spin, while there is nothing to read (see the header).
