@@ -96,7 +96,8 @@ class _Colibri:
         st = self.model.stats()
         mem = getattr(st, "memory", None)
         return {"memory": mem.to_dict() if mem is not None else None,
-                "wait_policy": str(getattr(st, "wait_policy", "") or "") or None}
+                "wait_policy": str(getattr(st, "wait_policy", "") or "") or None,
+                "io": str(getattr(st, "io", "") or "") or None}
 
 
 class _Llama:

@@ -326,6 +326,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="base I/O workers (a count or auto)")
     ap.add_argument("--prefetch-off-row", action="store_true",
                     help="compare: add colibri with prefetch off (same run, alternating)")
+    ap.add_argument("--max-in-flight", type=lambda v: v if v == "auto" else int(v), default=0,
+                    help="base IOConfig.max_in_flight (reads on the device at once; 0: no cap)")
+    ap.add_argument("--in-flight-row", type=lambda v: v if v == "auto" else int(v),
+                    help="compare: a 'colibri, max_in_flight=V' row (same run, alternating)")
     ap.add_argument("--guess-off-row", action="store_true",
                     help="compare: a 'colibri, first-layer guess off' row (IOConfig."
                          "first_layer_guess=False, the lookahead still on)")
@@ -365,6 +369,8 @@ def main(argv: list[str] | None = None) -> None:
     r = Runner(args)
     margin = cg.parse_size(args.margin)
     base_io = {"workers": args.workers, "direct": True, "prefetch": True}
+    if args.max_in_flight != 0:
+        base_io["max_in_flight"] = args.max_in_flight
     base_cache = {"policy": args.cache_policy, "history": False}
     need = args.prompt + max(args.decode, args.resident_decode)
 
@@ -408,6 +414,10 @@ def main(argv: list[str] | None = None) -> None:
                 *([("colibri, prefetch off", col(decode=args.compare_decode,
                                                   io={**base_io, "prefetch": False}))]
                   if args.prefetch_off_row else []),
+                *([(f"colibri, max_in_flight={args.in_flight_row}", col(
+                    decode=args.compare_decode,
+                    io={**base_io, "max_in_flight": args.in_flight_row}))]
+                  if args.in_flight_row is not None else []),
                 *([("colibri, first-layer guess off", col(
                     decode=args.compare_decode, io={**base_io, "first_layer_guess": False}))]
                   if args.guess_off_row else []),

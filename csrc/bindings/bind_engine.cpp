@@ -194,6 +194,7 @@ void bind_engine(py::module_& m) {
       .def(py::init<>())
       .def_readwrite("cache_bytes", &StoreSettings::cache_bytes)
       .def_readwrite("workers", &StoreSettings::workers)
+      .def_readwrite("max_in_flight", &StoreSettings::max_in_flight)
       .def_readwrite("direct", &StoreSettings::direct)
       .def_readwrite("prefetch", &StoreSettings::prefetch)
       .def_readwrite("first_layer_guess", &StoreSettings::first_layer_guess)
@@ -231,7 +232,9 @@ void bind_engine(py::module_& m) {
       .def_readonly("evictions", &ExpertStoreStats::evictions)
       .def_readonly("direct_reads", &ExpertStoreStats::direct_reads)
       .def_readonly("buffered_reads", &ExpertStoreStats::buffered_reads)
-      .def_readonly("inline_reads", &ExpertStoreStats::inline_reads);
+      .def_readonly("inline_reads", &ExpertStoreStats::inline_reads)
+      .def_readonly("cap_waits", &ExpertStoreStats::cap_waits)
+      .def_readonly("busy_seconds", &ExpertStoreStats::busy_seconds);
 
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
       .def(py::init([](ModelSpec spec, const std::vector<TensorSpec>& tensors,
@@ -284,7 +287,9 @@ void bind_engine(py::module_& m) {
           py::arg("fault"))
       .def_property_readonly("auto_wait_policy", &Engine::auto_wait_policy)
       .def_property_readonly("io_workers", [](const Engine& e) { return e.store().io_workers(); },
-                             "Expert-read workers (reads in flight) in use.")
+                             "Expert-read workers in use.")
+      .def_property_readonly("io_max_in_flight", [](const Engine& e) { return e.store().io_max_in_flight(); },
+                             "Reads on the device at once (the cap; 0: none).")
       .def_property_readonly(
           "io_depth_curve",
           [](const Engine& e) {
@@ -292,7 +297,7 @@ void bind_engine(py::module_& m) {
             for (const auto& s : e.store().depth_curve()) out.emplace_back(s.depth, s.gbps);
             return out;
           },
-          "workers=auto: (reads in flight, GB/s) measured at configure; empty otherwise.")
+          "workers or max_in_flight auto: (reads in flight, GB/s) measured at configure; empty otherwise.")
       .def_property_readonly("prefetch_active", [](const Engine& e) { return e.store().prefetch_active(); },
                              "Whether the prefetch governor has the lookahead's reads on now.")
       .def_property_readonly("prefetch_accuracy", [](const Engine& e) { return e.store().prefetch_accuracy(); },

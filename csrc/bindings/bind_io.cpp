@@ -166,6 +166,8 @@ py::dict stats_dict(const ReadPoolStats& s) {
   d["direct_reads"] = s.direct_reads;
   d["buffered_reads"] = s.buffered_reads;
   d["fallbacks"] = s.fallbacks;
+  d["cap_waits"] = s.cap_waits;
+  d["busy_seconds"] = s.busy_seconds;
   return d;
 }
 
@@ -303,6 +305,10 @@ void bind_io(py::module_& parent) {
       .def(py::init<const std::vector<std::string>&, int, bool, const std::string&>(), py::arg("paths"),
            py::arg("workers") = 1, py::arg("direct") = true, py::arg("fault") = "none")
       .def_property_readonly("workers", [](PyReadPool& p) { return p.pool().workers(); })
+      .def_property(
+          "max_in_flight", [](PyReadPool& p) { return p.pool().max_in_flight(); },
+          [](PyReadPool& p, int cap) { p.pool().set_max_in_flight(cap); },
+          "Reads on the device at once, apart from the workers (0: no cap).")
       .def_property_readonly("direct", [](PyReadPool& p) { return p.pool().reader().direct_requested(); })
       .def("direct_active", [](PyReadPool& p, int32_t file) { return p.pool().reader().direct_active(file); },
            py::arg("file"), "Whether reads of this file currently use O_DIRECT.")

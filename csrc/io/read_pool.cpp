@@ -1,5 +1,8 @@
 #include "io/read_pool.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -14,6 +17,23 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Under a real-time policy (SCHED_FIFO / SCHED_RR, e.g. a process started with chrt -f),
+// a worker inherits the compute team's priority, and a thread woken by its read's
+// completion then waits for a core until a matmul region ends: with one read in flight
+// the device idles that long. One step above the creating thread, the worker hands the
+// device its next read at once (it needs little CPU: a pread, bookkeeping, the crc32
+// check). Under SCHED_OTHER nothing changes (the scheduler favours sleepers anyway);
+// where the call is not permitted it is ignored.
+void raise_above_creator() {
+  int policy = 0;
+  sched_param param{};
+  if (pthread_getschedparam(pthread_self(), &policy, &param) != 0) return;
+  if (policy != SCHED_FIFO && policy != SCHED_RR) return;
+  if (param.sched_priority >= sched_get_priority_max(policy)) return;
+  ++param.sched_priority;
+  (void)pthread_setschedparam(pthread_self(), policy, &param);
 }
 
 }  // namespace
@@ -84,6 +104,7 @@ Ticket ReadPool::submit(const ReadRequest& r) {
 
 void ReadPool::run(Slot& slot, std::unique_lock<std::mutex>& lock) {
   const ReadRequest req = slot.req;
+  enter_device();
   lock.unlock();
   std::exception_ptr error;
   ReadOutcome outcome;
@@ -91,7 +112,20 @@ void ReadPool::run(Slot& slot, std::unique_lock<std::mutex>& lock) {
   const auto t0 = std::chrono::steady_clock::now();
   try {
     outcome = reader_.read(req.extent, req.slab, req.capacity);
-    if (req.check_crc32) {
+  } catch (...) {
+    // Error(Io) mostly; bad_alloc from building a message too. Never let it escape a
+    // worker (std::terminate): the waiter rethrows it.
+    error = std::current_exception();
+  }
+  lock.lock();
+  // The device is free for the next read before the crc32 pass: with a cap, another
+  // worker starts it while this one checks (a worker with nothing to check goes on to
+  // the next read itself, no wake-up needed; a waiter's inline read wakes one).
+  const bool check = req.check_crc32 && !error;
+  leave_device(check || slot.inline_read);
+  if (check) {
+    lock.unlock();
+    try {
       const uint32_t got = crc32(0, req.slab + data_offset(req.extent), req.extent.length);
       if (got != req.crc32) {
         crc_failed = true;
@@ -101,14 +135,12 @@ void ReadPool::run(Slot& slot, std::unique_lock<std::mutex>& lock) {
                                 std::to_string(req.extent.offset) + " (" + std::to_string(req.extent.length) +
                                 " bytes): " + hex + "; the file is damaged: re-convert or re-download it");
       }
+    } catch (...) {
+      error = std::current_exception();
     }
-  } catch (...) {
-    // Error(Io) mostly; bad_alloc from building a message too. Never let it escape a
-    // worker (std::terminate): the waiter rethrows it.
-    error = std::current_exception();
+    lock.lock();
   }
   const double secs = seconds_since(t0);
-  lock.lock();
   stats_.read_seconds += secs;
   if (error) {
     ++stats_.errors;
@@ -141,10 +173,11 @@ void ReadPool::run(Slot& slot, std::unique_lock<std::mutex>& lock) {
 }
 
 void ReadPool::worker_loop() {
+  raise_above_creator();
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     // Sleep, not spin, while there is nothing to read (see the header).
-    work_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    work_cv_.wait(lock, [this] { return stop_ || (!queue_.empty() && worker_may_start()); });
     if (stop_) return;  // shutdown() already dropped every queued read
     const Ticket t = queue_.pop();
     auto it = slots_.find(t);
@@ -165,6 +198,16 @@ void ReadPool::wait(Ticket t) {
   if (slot.waited)
     fail(ErrorKind::InvalidArgument, "read ticket " + std::to_string(t) + " is already being waited for");
   slot.waited = true;
+  if (slot.state == State::Queued && cap_ > 0 && on_device_ >= cap_) {
+    // The device cap is full: wait for a place, ahead of every worker (worker_may_start
+    // counts this waiter), unless a worker starts this very read meanwhile.
+    slot.cap_blocked = true;
+    ++cap_waiters_;
+    ++stats_.cap_waits;
+    slot.cv.wait(lock, [&] { return slot.state != State::Queued || cap_ == 0 || on_device_ < cap_; });
+    slot.cap_blocked = false;
+    --cap_waiters_;
+  }
   if (slot.state == State::Queued) {
     // Nobody has started it: read it here instead of waiting behind queued prefetches.
     slot.state = State::Running;
@@ -208,6 +251,41 @@ std::size_t ReadPool::pending() const {
 std::size_t ReadPool::in_flight() const {
   std::lock_guard<std::mutex> lock(mu_);
   return unfinished_;
+}
+
+bool ReadPool::worker_may_start() const { return cap_ <= 0 || on_device_ + cap_waiters_ < cap_; }
+
+void ReadPool::enter_device() {
+  if (on_device_++ == 0) busy_since_ = std::chrono::steady_clock::now();
+}
+
+void ReadPool::leave_device(bool wake_worker) {
+  if (--on_device_ == 0) stats_.busy_seconds += seconds_since(busy_since_);
+  if (cap_ <= 0) return;
+  if (cap_waiters_ > 0) {
+    for (auto& [ticket, slot] : slots_)
+      if (slot.cap_blocked) slot.cv.notify_all();
+  } else if (wake_worker) {
+    work_cv_.notify_one();  // a crc32 check or an inline read ends here: a worker takes the place
+  }
+}
+
+void ReadPool::set_max_in_flight(int cap) {
+  if (cap < 0 || cap > kMaxIoWorkers)
+    fail(ErrorKind::InvalidArgument, "reads in flight must be in [0, " + std::to_string(kMaxIoWorkers) +
+                                         "] (0: no cap), got " + std::to_string(cap));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cap_ = cap;
+    for (auto& [ticket, slot] : slots_)
+      if (slot.cap_blocked) slot.cv.notify_all();
+  }
+  work_cv_.notify_all();
+}
+
+int ReadPool::max_in_flight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cap_;
 }
 
 ReadPoolStats ReadPool::stats() const {

@@ -70,6 +70,11 @@ struct ReadPoolStats {
   uint64_t direct_reads = 0;   // reads whose bytes came through O_DIRECT
   uint64_t buffered_reads = 0; // reads done with buffered pread (direct off or fallback)
   uint64_t fallbacks = 0;      // files that asked for O_DIRECT and fell back (never reset)
+  // The device cap (ReadPool::set_max_in_flight): reads that found it full and waited for
+  // a read to end before starting (a worker's or a waiter's), and wall seconds with at
+  // least one read on the device (bytes / busy_seconds: GB/s while reading).
+  uint64_t cap_waits = 0;
+  double busy_seconds = 0;
 };
 
 // One finished read as the pool saw it (ReadPool::start_trace): when it was queued, when a
@@ -119,6 +124,14 @@ class ReadPool {
   ReadPool& operator=(const ReadPool&) = delete;
 
   int workers() const { return static_cast<int>(threads_.size()); }
+  // Reads on the device at once (inside the reader's pread, not counting the crc32 check
+  // that follows it), 0 = no cap (workers + waiters reading inline, as many as there are).
+  // Separate from workers(): 2 workers with a cap of 1 keep one read on the device while
+  // the other checks the last one's crc32. A waiter whose read has not started goes ahead
+  // of every worker when the cap frees a place (demand first). Takes effect for reads
+  // started from now on; thread-safe.
+  void set_max_in_flight(int cap);
+  int max_in_flight() const;
   const DirectReader& reader() const { return reader_; }
   void set_fault(IoFault f) { reader_.set_fault(f); }
 
@@ -161,12 +174,18 @@ class ReadPool {
     State state = State::Queued;
     bool waited = false;         // a wait() is in progress (a second one is refused)
     bool inline_read = false;    // run by its waiter (trace)
+    bool cap_blocked = false;    // its waiter waits for a place under the device cap
     std::chrono::steady_clock::time_point submitted, started;  // trace
     std::exception_ptr error;
     std::condition_variable cv;  // per slot, so a waiter wakes for its own read only
   };
 
   void worker_loop();
+  // Under mu_: whether a worker may start a read now (the cap leaves a place that no
+  // waiter is waiting for), and the bookkeeping when a read enters / leaves the device.
+  bool worker_may_start() const;
+  void enter_device();
+  void leave_device(bool wake_worker);
   // Runs the read of `slot` (state already Running) without the lock; relocks to finish.
   void run(Slot& slot, std::unique_lock<std::mutex>& lock);
 
@@ -181,6 +200,10 @@ class ReadPool {
   // longer Queued.
   ReadQueue queue_;
   std::size_t unfinished_ = 0;  // slots Queued or Running
+  int cap_ = 0;                 // set_max_in_flight (0: none)
+  int on_device_ = 0;           // reads inside reader_.read() now
+  int cap_waiters_ = 0;         // waiters whose queued read waits for a place under the cap
+  std::chrono::steady_clock::time_point busy_since_;  // when on_device_ went 0 -> 1
   Ticket next_ = 1;
   bool stop_ = false;
   ReadPoolStats stats_;

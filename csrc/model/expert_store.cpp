@@ -30,6 +30,8 @@ void add_pool(ExpertStoreStats& s, const ReadPoolStats& now, const ReadPoolStats
   s.direct_reads += now.direct_reads - base.direct_reads;
   s.buffered_reads += now.buffered_reads - base.buffered_reads;
   s.inline_reads += now.inline_reads - base.inline_reads;
+  s.cap_waits += now.cap_waits - base.cap_waits;
+  s.busy_seconds += now.busy_seconds - base.busy_seconds;
 }
 
 }  // namespace
@@ -168,7 +170,11 @@ void ExpertStore::configure(const StoreSettings& settings) {
   }
   if (settings.workers != kAutoWorkers && (settings.workers < 0 || settings.workers > kMaxIoWorkers))
     fail(ErrorKind::InvalidArgument, "I/O workers must be in [0, " + std::to_string(kMaxIoWorkers) + "] or auto");
+  if (settings.max_in_flight != kAutoInFlight && (settings.max_in_flight < 0 || settings.max_in_flight > kMaxIoWorkers))
+    fail(ErrorKind::InvalidArgument, "reads in flight must be in [0, " + std::to_string(kMaxIoWorkers) +
+                                         "] (0: no cap) or auto");
   const bool auto_workers = settings.workers == kAutoWorkers;
+  const bool auto_cap = settings.max_in_flight == kAutoInFlight;
   // may throw: nothing changed yet. Auto starts with 2 and measures below.
   auto pool = std::make_unique<ReadPool>(files_, auto_workers ? 2 : settings.workers, settings.direct, fault_);
   abort();
@@ -201,14 +207,17 @@ void ExpertStore::configure(const StoreSettings& settings) {
   first_governor_.reset();
   set_pins(pins_);
   depth_curve_.clear();
-  if (auto_workers && n_slots > 0) measure_workers();
+  if ((auto_workers || auto_cap) && n_slots > 0) measure_workers(auto_workers, auto_cap);
+  if (!auto_cap) pool_->set_max_in_flight(settings.max_in_flight);
 }
 
-// workers = auto: time cold reads of this model's own experts into the cache's own slots
+// workers = auto or max_in_flight = auto: time cold reads of this model's own experts into the cache's own slots
 // (still empty) at 1, 2, 4, 8 reads in flight, twice in opposite orders (best of the two
-// per depth: a shared disk has slow moments), and keep the knee as the worker count.
+// per depth: a shared disk has slow moments). Workers: the knee (the smallest depth within
+// 90% of the best). The device cap: the best depth (ties within 3% to the smaller one), so
+// a disk that is fastest with one read in flight gets one.
 // About 4 x 2 x 24 MiB: a fraction of a second on a disk that streams a model.
-void ExpertStore::measure_workers() {
+void ExpertStore::measure_workers(bool set_workers, bool set_cap) {
   constexpr uint64_t kBytesPerDepth = 24ull << 20;
   std::vector<int> depths;
   for (int d : {1, 2, 4, 8})
@@ -230,11 +239,12 @@ void ExpertStore::measure_workers() {
       if (t.depth == s.depth) s.gbps = std::max(s.gbps, t.gbps);
   depth_curve_ = a;
   const int workers = knee_depth(depth_curve_);
-  if (workers != pool_->workers()) {
+  if (set_workers && workers != pool_->workers()) {
     pool_ = std::make_unique<ReadPool>(files_, workers, settings_.direct, fault_);
     pool_base_ = ReadPoolStats{};
     take_stamps();
   }
+  pool_->set_max_in_flight(set_cap ? knee_depth(depth_curve_, 0.97) : settings_.max_in_flight);
 }
 
 void ExpertStore::set_pins(const std::vector<int64_t>& keys) {

@@ -45,11 +45,17 @@ enum class ChecksumMode : int {
 };
 
 constexpr int kAutoWorkers = -1;
+constexpr int kAutoInFlight = -1;
 
 struct StoreSettings {
   int64_t cache_bytes = 0;  // slots = cache_bytes / slot_bytes (at least 1 is needed)
   int workers = 2;          // I/O threads; 0 = synchronous reads on the compute thread;
                             // kAutoWorkers = the knee of a queue-depth curve measured at configure
+  // Reads on the device at once (ReadPool::set_max_in_flight), apart from the workers:
+  // 0 = no cap (workers + an inline demand read); kAutoInFlight = the depth of the
+  // queue-depth curve measured at configure with the best bandwidth (ties within 3% go to
+  // the smaller depth).
+  int max_in_flight = 0;
   bool direct = true;       // O_DIRECT with fallback to buffered reads
   bool prefetch = true;     // lookahead: next layer's router on this layer's input
   bool first_layer_guess = true;  // with prefetch: the first MoE layer's experts guessed
@@ -94,6 +100,10 @@ struct ExpertStoreStats {
   uint64_t first_issued = 0, first_used = 0, first_wasted = 0;
   uint64_t evictions = 0;
   uint64_t direct_reads = 0, buffered_reads = 0, inline_reads = 0;
+  // ReadPoolStats: demand reads that waited for a place under the device cap, and wall
+  // seconds with at least one read on the device.
+  uint64_t cap_waits = 0;
+  double busy_seconds = 0;
 };
 
 class ExpertStore {
@@ -113,7 +123,9 @@ class ExpertStore {
   int32_t pinned() const { return cache_.pinned_count(); }
   const StoreSettings& settings() const { return settings_; }
   int io_workers() const { return pool_ ? pool_->workers() : 0; }  // reads in flight (workers)
-  // workers = auto: the curve measured at configure (empty otherwise).
+  // The device cap in use (0: none).
+  int io_max_in_flight() const { return pool_ ? pool_->max_in_flight() : 0; }
+  // workers = auto or max_in_flight = auto: the curve measured at configure (empty otherwise).
   const std::vector<DepthSample>& depth_curve() const { return depth_curve_; }
 
   // (Re)builds the cache and the I/O pool. Drops every cached expert. Not during a forward.
@@ -225,7 +237,7 @@ class ExpertStore {
   PrefetchGovernor governor_;
   PrefetchGovernor first_governor_;       // the first-layer guess's own outcomes
   std::vector<DepthSample> depth_curve_;
-  void measure_workers();
+  void measure_workers(bool set_workers, bool set_cap);
   std::vector<uint8_t> verified_;         // per key: checksum seen good since stamps_
   std::vector<FileStamp> stamps_;         // per file, as verified_ saw it
   uint64_t epoch_ = 0;                    // bumped whenever verified_ is cleared

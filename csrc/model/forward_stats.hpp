@@ -51,6 +51,8 @@ inline void add_delta(ExpertStoreStats& out, const ExpertStoreStats& after, cons
   out.direct_reads += after.direct_reads - before.direct_reads;
   out.buffered_reads += after.buffered_reads - before.buffered_reads;
   out.inline_reads += after.inline_reads - before.inline_reads;
+  out.cap_waits += after.cap_waits - before.cap_waits;
+  out.busy_seconds += after.busy_seconds - before.busy_seconds;
 }
 
 inline void add_delta(PhaseSeconds& out, const PhaseSeconds& after, const PhaseSeconds& before) {

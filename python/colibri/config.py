@@ -341,6 +341,22 @@ class IOConfig:
     0 reads synchronously on the compute thread (no overlap; for debugging and for
     measuring what the overlap buys)."""
 
+    max_in_flight: int | Literal["auto"]
+    """Expert reads on the device at once, apart from ``workers`` (0..MAX_IO_WORKERS;
+    default 0 = no cap: each worker has one read on the device and a demand read that no
+    worker has started runs on the compute thread beside them, so 2 workers keep 2-3 in
+    flight). With a cap, a worker takes the next read only when fewer than the cap are on
+    the device, the crc32 check of a finished read runs after its place is freed (2 workers
+    with a cap of 1 keep one read on the device while the other checks the last one), and
+    a demand read the compute waits for takes the next free place ahead of every queued
+    prefetch. ``"auto"``: at load, time cold reads at 1, 2, 4 and 8 reads in flight (the
+    same measurement as ``workers="auto"``) and cap at the depth with the best bandwidth
+    (within 3%: the smaller one); some virtio disks are fastest with one read in flight
+    (docs/benchmarks.md, sessions 25-26). The cap in use and the curve are in
+    ``Model.stats().io``; ``ExpertStats.cap_waits`` counts demand reads that waited for a
+    place, ``busy_seconds`` the time with a read on the device. Only which read runs when
+    changes: the same bits either way."""
+
     direct: bool
     """Read with O_DIRECT into aligned buffers (default True): the expert cache is the
     cache, so bypassing the page cache avoids holding every expert twice and keeps the
@@ -379,9 +395,14 @@ class IOConfig:
         prefetch: bool = True,
         checksums: Checksums = "first",
         first_layer_guess: bool = True,
+        max_in_flight: int | Literal["auto"] = 0,
     ) -> None:
         object.__setattr__(self, "workers", "auto" if workers == "auto" else _int(
             "IOConfig.workers", workers, 0, MAX_IO_WORKERS, "threads (or \"auto\")"
+        ))
+        object.__setattr__(self, "max_in_flight", "auto" if max_in_flight == "auto" else _int(
+            "IOConfig.max_in_flight", max_in_flight, 0, MAX_IO_WORKERS,
+            "reads (0: no cap, or \"auto\")"
         ))
         object.__setattr__(self, "direct", _bool("IOConfig.direct", direct))
         object.__setattr__(self, "prefetch", _bool("IOConfig.prefetch", prefetch))
@@ -410,7 +431,8 @@ class IOConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain values; ``from_dict(to_dict())`` round-trips."""
         return {"workers": self.workers, "direct": self.direct, "prefetch": self.prefetch,
-                "checksums": self.checksums, "first_layer_guess": self.first_layer_guess}
+                "checksums": self.checksums, "first_layer_guess": self.first_layer_guess,
+                "max_in_flight": self.max_in_flight}
 
 
 @dataclasses.dataclass(frozen=True, init=False)

@@ -57,6 +57,8 @@ class ExpertStats(Displayable):
     evictions: int = 0  # cached experts dropped to make room
     checksum_failures: int = 0  # reads whose bytes did not match the container's crc32
     read_errors: int = 0  # reads that failed (I/O error, short read, checksum)
+    cap_waits: int = 0  # demand reads that waited for a place under IOConfig.max_in_flight
+    busy_seconds: float = 0.0  # wall time with at least one expert read on the device
 
     @property
     def hit_rate(self) -> float:
@@ -74,6 +76,12 @@ class ExpertStats(Displayable):
     def read_throughput(self) -> float:
         """Bytes per second of one read, on average (bytes_read / read_seconds)."""
         return _ratio(self.bytes_read, self.read_seconds)
+
+    @property
+    def busy_throughput(self) -> float:
+        """Bytes per second while at least one read was on the device (bytes_read /
+        busy_seconds): what the device delivered at the reads in flight it was given."""
+        return _ratio(self.bytes_read, self.busy_seconds)
 
     @property
     def prefetch_recall(self) -> float:

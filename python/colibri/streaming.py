@@ -227,6 +227,8 @@ def store_settings(engine: EngineConfig, cache_bytes: int) -> _core.StoreSetting
     s = _core.StoreSettings()
     s.cache_bytes = cache_bytes
     s.workers = -1 if engine.io.workers == "auto" else engine.io.workers  # -1: kAutoWorkers
+    mif = engine.io.max_in_flight
+    s.max_in_flight = -1 if mif == "auto" else mif  # -1: kAutoInFlight
     s.direct = engine.io.direct
     s.prefetch = engine.io.prefetch
     s.first_layer_guess = engine.io.first_layer_guess
@@ -333,6 +335,7 @@ def expert_stats_of(s: _core.ExpertStoreStats) -> ExpertStats:
         first_issued=s.first_issued, first_used=s.first_used, first_wasted=s.first_wasted,
         predicted_routed=s.predicted_routed, routed_after_prediction=s.routed_after_prediction,
         evictions=s.evictions, checksum_failures=s.checksum_failures, read_errors=s.read_errors,
+        cap_waits=s.cap_waits, busy_seconds=s.busy_seconds,
     )  # fmt: skip
 
 
@@ -361,14 +364,19 @@ def memory_stats(plan: BudgetPlan, core: _core.Engine, kv_type: str) -> MemorySt
 
 
 def io_name(core: _core.Engine) -> str:
-    """Reads in flight, and the curve they were chosen from under workers="auto", e.g.
-    "4 workers (auto; GB/s by reads in flight: 1: 1.31, 2: 1.29, 4: 1.40, 8: 1.44)"."""
+    """Workers, the cap on reads on the device, and the curve they were chosen from under
+    "auto", e.g. "2 workers, 1 read in flight (auto; GB/s by reads in flight: 1: 2.61,
+    2: 2.40, 4: 2.21, 8: 2.30)"."""
     n = int(core.io_workers)
+    cap = int(core.io_max_in_flight)
+    name = f"{n} workers"
+    if cap > 0:
+        name += f", {cap} read{'s' if cap != 1 else ''} in flight"
     curve = core.io_depth_curve
     if not curve:
-        return f"{n} workers"
+        return name
     points = ", ".join(f"{d}: {g:.2f}" for d, g in curve)
-    return f"{n} workers (auto; GB/s by reads in flight: {points})"
+    return f"{name} (auto; GB/s by reads in flight: {points})"
 
 
 def prefetch_state_name(core: _core.Engine, enabled: bool) -> str:

@@ -697,6 +697,12 @@ class StoreSettings:
     def cache_bytes(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
+    def max_in_flight(self) -> int:
+        ...
+    @max_in_flight.setter
+    def max_in_flight(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
     def pin_fraction(self) -> float:
         ...
     @pin_fraction.setter
@@ -711,6 +717,12 @@ class StoreSettings:
 class ExpertStoreStats:
     @property
     def buffered_reads(self) -> int:
+        ...
+    @property
+    def busy_seconds(self) -> float:
+        ...
+    @property
+    def cap_waits(self) -> int:
         ...
     @property
     def bytes_read(self) -> int:
@@ -861,15 +873,20 @@ class Engine:
     @property
     def io_depth_curve(self) -> list[tuple[int, float]]:
         """
-        workers=auto: (reads in flight, GB/s) measured at configure; empty otherwise.
+        workers or max_in_flight auto: (reads in flight, GB/s) measured at configure; empty otherwise.
         """
     @property
     def io_fallbacks(self) -> int:
         ...
     @property
+    def io_max_in_flight(self) -> int:
+        """
+        Reads on the device at once (the cap; 0: none).
+        """
+    @property
     def io_workers(self) -> int:
         """
-        Expert-read workers (reads in flight) in use.
+        Expert-read workers in use.
         """
     @property
     def kv_bytes_per_token(self) -> int:

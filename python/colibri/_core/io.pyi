@@ -109,6 +109,14 @@ class ReadPool:
     def direct(self) -> bool:
         ...
     @property
+    def max_in_flight(self) -> int:
+        """
+        Reads on the device at once, apart from the workers (0: no cap).
+        """
+    @max_in_flight.setter
+    def max_in_flight(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
     def workers(self) -> int:
         ...
 def crc32(data: typing_extensions.Buffer, crc: typing.SupportsInt | typing.SupportsIndex = 0, reference: bool = False) -> int:

@@ -40,6 +40,7 @@ FLAG_OF_FIELD = {
     "EngineConfig.activation_precision": "--activation-precision",
     "EngineConfig.ram_budget": "--ram-budget",
     "IOConfig.workers": "--io-workers",
+    "IOConfig.max_in_flight": "--io-max-in-flight",
     "IOConfig.direct": "--direct/--no-direct",
     "IOConfig.prefetch": "--prefetch/--no-prefetch",
     "IOConfig.first_layer_guess": "--first-layer-guess/--no-first-layer-guess",
@@ -122,6 +123,10 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     s.add_argument("--io-workers", type=_workers, metavar="N|auto",
                    help="threads reading experts from disk, 0 = read on the compute thread, "
                         "auto = the knee of a read-depth curve measured at load (default: 2)")
+    s.add_argument("--io-max-in-flight", type=_workers, metavar="N|auto",
+                   help="expert reads on the device at once, apart from the workers; 0 = no "
+                        "cap, auto = the best depth of a read-depth curve measured at load "
+                        "(default: 0)")
     s.add_argument("--direct", action=argparse.BooleanOptionalAction, default=None,
                    help="read experts with O_DIRECT, bypassing the page cache (default: on; "
                         "falls back to buffered reads where unsupported)")
@@ -276,7 +281,8 @@ def engine_from_args(args: argparse.Namespace) -> EngineConfig:
     ConfigError naming the settings field; :func:`flag_message` names the flag)."""
     threads = _given(args, {"n": "threads", "wait_policy": "wait_policy"})
     io = _given(args, {"workers": "io_workers", "direct": "direct", "prefetch": "prefetch",
-                       "first_layer_guess": "first_layer_guess"})
+                       "first_layer_guess": "first_layer_guess",
+                       "max_in_flight": "io_max_in_flight"})
     cache = _given(args, {"policy": "cache_policy"})
     engine = _given(args, {"context_length": "context_length", "prefill_chunk": "prefill_chunk",
                            "activation_precision": "activation_precision",
