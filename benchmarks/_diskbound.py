@@ -54,16 +54,17 @@ def slot_offsets(file_size: int, block: int, count: int, seed: int) -> list[int]
 
 
 def engine_read_gbs(path: str | os.PathLike[str], block: int, depth: int,
-                    total: int = 768 << 20, seed: int = 0, hugepages: bool = True
-                    ) -> float:  # fmt: skip
+                    total: int = 768 << 20, seed: int = 0, hugepages: bool = True,
+                    slabs: int = 0) -> float:  # fmt: skip
     """GB/s of cold reads of ``block`` bytes through the engine's read pool (``depth``
-    workers, ``depth`` reads in flight, O_DIRECT, huge-page slabs)."""
-    return engine_read(path, block, depth, total, seed, hugepages)[0]
+    workers, ``depth`` reads in flight, O_DIRECT, huge-page slabs: ``slabs`` of them used
+    in turn, at least ``depth``; 0: ``depth``)."""
+    return engine_read(path, block, depth, total, seed, hugepages, slabs)[0]
 
 
 def engine_read(path: str | os.PathLike[str], block: int, depth: int,
-                total: int = 768 << 20, seed: int = 0, hugepages: bool = True
-                ) -> tuple[float, dict[str, Any] | None]:  # fmt: skip
+                total: int = 768 << 20, seed: int = 0, hugepages: bool = True,
+                slabs: int = 0) -> tuple[float, dict[str, Any] | None]:  # fmt: skip
     """engine_read_gbs() and the summary of the pool's read trace (_iotrace.summarize;
     None with a core built before ReadPool.trace)."""
     from colibri import _core
@@ -76,7 +77,9 @@ def engine_read(path: str | os.PathLike[str], block: int, depth: int,
         traced = hasattr(pool, "start_trace")
         if traced:
             pool.start_trace(len(offsets))
-        secs = float(pool.bench(0, offsets, block, depth, hugepages=hugepages))
+        if slabs > depth:  # more slabs than reads in flight: the device cap keeps the depth
+            pool.max_in_flight = depth
+        secs = float(pool.bench(0, offsets, block, max(depth, slabs), hugepages=hugepages))
         summary = _iotrace.summarize(pool.trace(), workers=depth) if traced else None
     return len(offsets) * block / secs / 1e9, summary
 
@@ -111,6 +114,11 @@ class DiskBound:
     total: int = 768 << 20
     sustained_total: int = 0
     sustained_depths: tuple[int, ...] = SUSTAINED_DEPTHS
+    # Destination slabs the reads land in, used in turn (0: one per read in flight). A
+    # decode reads into the expert cache's hundreds of slots, and a virtio disk can be
+    # slower into many distinct pages than into a few reused ones (docs/benchmarks.md,
+    # session 26: 7-25% here), so the bound can read into as many slabs as the cache has.
+    slabs: int = 0
     samples: list[dict[str, Any]] = field(default_factory=list)
 
     def sample(self, label: str, depths: Sequence[int] | None = None) -> float:
@@ -125,7 +133,8 @@ class DiskBound:
         return best
 
     def _measure(self, label: str, depth: int, total: int, kind: str) -> float:
-        gbs, trace = engine_read(self.path, self.block, depth, total, seed=len(self.samples))
+        gbs, trace = engine_read(self.path, self.block, depth, total, seed=len(self.samples),
+                                 slabs=self.slabs)
         self.samples.append({"label": label, "depth": depth, "gb_s": gbs, "kind": kind,
                              "bytes": total, "io_trace": trace})
         return gbs
@@ -179,6 +188,7 @@ class DiskBound:
                           "cold, random slot-aligned reads of one expert slot",
                 "definition": "best per-depth median of the sustained samples"
                               if self._of("sustained") else "best burst sample",
+                "destination_slabs": self.slabs or "one per read in flight",
                 "path": self.path, "block_bytes": self.block, "bytes_per_sample": self.total,
                 "sustained_bytes_per_sample": self.sustained_total,
                 "bound_gb_s": self.bound_gbs, "figures": self.figures(),

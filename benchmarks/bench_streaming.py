@@ -179,7 +179,8 @@ class Runner:
                 str(path), chunk, total=self.args.disk_bytes,
                 sustained_total=getattr(self.args, "sustained_bytes", 0),
                 sustained_depths=tuple(getattr(self.args, "sustained_depths",
-                                               db.SUSTAINED_DEPTHS)))
+                                               db.SUSTAINED_DEPTHS)),
+                slabs=getattr(self.args, "bound_slabs", 0))
             self.doc.setdefault("disk_bounds", []).append(self.bound)
         best = self.bound.sample(label) * 1e9
         f = self.bound.figures()
@@ -352,6 +353,10 @@ def main(argv: list[str] | None = None) -> None:
                          "bursts only, the bound is then the best burst")
     ap.add_argument("--sustained-depths", type=lambda v: tuple(int(x) for x in v.split(",")),
                     default=db.SUSTAINED_DEPTHS, help="reads in flight of the sustained samples")
+    ap.add_argument("--bound-slabs", type=int, default=0,
+                    help="huge-page slabs the disk samples read into, in turn (0: one per "
+                         "read in flight); about the expert cache's slot count reads into "
+                         "as many distinct pages as a decode does")
     ap.add_argument("--child-timeout", type=float, default=1200)
     ap.add_argument("--colibri-source", choices=["container", "gguf"], default="container")
     ap.add_argument("--summarize", metavar="JSON",
