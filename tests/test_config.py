@@ -315,7 +315,8 @@ def test_cache_and_io_configs() -> None:
     assert IOConfig(workers=64).workers == 64
     assert IOConfig.from_dict(io.to_dict()) == io
     assert io.to_dict() == {"workers": 0, "direct": False, "prefetch": False,
-                            "checksums": "always", "first_layer_guess": True}
+                            "checksums": "always", "first_layer_guess": True,
+                            "max_in_flight": 0}
     assert hash(io) == hash(IOConfig(workers=0, direct=False, prefetch=False,
                                      checksums="always"))
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -443,8 +444,8 @@ def test_misspelled_setting_names_the_closest(cls: type, wrong: str, right: str)
 
 
 def test_positional_and_duplicate_settings_are_config_errors() -> None:
-    with pytest.raises(ConfigError, match=r"IOConfig: takes at most 5 settings by position"):
-        IOConfig(2, True, True, "first", True, 5)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match=r"IOConfig: takes at most 6 settings by position"):
+        IOConfig(2, True, True, "first", True, 0, 5)  # type: ignore[call-arg]
     with pytest.raises(ConfigError, match=r"IOConfig: setting 'workers' given twice"):
         IOConfig(2, workers=3)  # type: ignore[misc]
     assert IOConfig(3, False).workers == 3  # positional use still works

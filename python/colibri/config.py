@@ -341,22 +341,6 @@ class IOConfig:
     0 reads synchronously on the compute thread (no overlap; for debugging and for
     measuring what the overlap buys)."""
 
-    max_in_flight: int | Literal["auto"]
-    """Expert reads on the device at once, apart from ``workers`` (0..MAX_IO_WORKERS;
-    default 0 = no cap: each worker has one read on the device and a demand read that no
-    worker has started runs on the compute thread beside them, so 2 workers keep 2-3 in
-    flight). With a cap, a worker takes the next read only when fewer than the cap are on
-    the device, the crc32 check of a finished read runs after its place is freed (2 workers
-    with a cap of 1 keep one read on the device while the other checks the last one), and
-    a demand read the compute waits for takes the next free place ahead of every queued
-    prefetch. ``"auto"``: at load, time cold reads at 1, 2, 4 and 8 reads in flight (the
-    same measurement as ``workers="auto"``) and cap at the depth with the best bandwidth
-    (within 3%: the smaller one); some virtio disks are fastest with one read in flight
-    (docs/benchmarks.md, sessions 25-26). The cap in use and the curve are in
-    ``Model.stats().io``; ``ExpertStats.cap_waits`` counts demand reads that waited for a
-    place, ``busy_seconds`` the time with a read on the device. Only which read runs when
-    changes: the same bits either way."""
-
     direct: bool
     """Read with O_DIRECT into aligned buffers (default True): the expert cache is the
     cache, so bypassing the page cache avoids holding every expert twice and keeps the
@@ -386,6 +370,22 @@ class IOConfig:
     guess runs its norm and routing rule on the residual stream there plus the previous
     token's attention part, and prefetches the result under its own governor
     (docs/streaming.md, "First-layer guess"). A prefetch only: the same bits either way."""
+
+    max_in_flight: int | Literal["auto"]
+    """Expert reads on the device at once, apart from ``workers`` (0..MAX_IO_WORKERS;
+    default 0 = no cap: each worker has one read on the device and a demand read that no
+    worker has started runs on the compute thread beside them, so 2 workers keep 2-3 in
+    flight). With a cap, a worker takes the next read only when fewer than the cap are on
+    the device, the crc32 check of a finished read runs after its place is freed (2 workers
+    with a cap of 1 keep one read on the device while the other checks the last one), and
+    a demand read the compute waits for takes the next free place ahead of every queued
+    prefetch. ``"auto"``: at load, time cold reads at 1, 2, 4 and 8 reads in flight (the
+    same measurement as ``workers="auto"``) and cap at the depth with the best bandwidth
+    (within 3%: the smaller one); some virtio disks are fastest with one read in flight
+    (docs/benchmarks.md, sessions 25-26). The cap in use and the curve are in
+    ``Model.stats().io``; ``ExpertStats.cap_waits`` counts demand reads that waited for a
+    place, ``busy_seconds`` the time with a read on the device. Only which read runs when
+    changes: the same bits either way."""
 
     @checked_init
     def __init__(
