@@ -9,6 +9,7 @@ the GGUF vocabularies') must render byte-identically to transformers' renderer.
 from __future__ import annotations
 
 import resource
+import threading
 import time
 import warnings
 from typing import Any
@@ -122,12 +123,50 @@ def test_deadline_stops_a_filter_looping_over_a_large_value() -> None:
            "|select('defined')|list|length }}")
     limits = TemplateLimits(seconds=0.2)
     t0 = time.perf_counter()
-    with pytest.raises(ModelFormatError, match="longer than 0.2 s"):
+    with pytest.raises(ModelFormatError, match="longer than 0.2 s of CPU time"):
         ChatTemplate(src, limits=limits).render(MESSAGES)
     assert time.perf_counter() - t0 < 30  # loose: a stop at the deadline, not at the end
     # the thread goes on normally afterwards: no interruption left pending
     assert ChatTemplate("{{ 'ok' }}", limits=limits).render(MESSAGES) == "ok"
     assert sum(range(10**6)) == 499999500000
+
+
+def test_render_deadline_counts_cpu_time_not_a_busy_machine() -> None:
+    # A render that needs ~0.07 s of CPU while other threads contend for the GIL takes
+    # several times that on the wall clock (0.8-2.2 s with 2-12 spinning threads); the
+    # deadline counts the rendering thread's CPU time, so a busy process slows a template
+    # down without refusing it. (With a wall-clock deadline this test fails.)
+    src = "{% for i in range(3) %}{% for j in range(100000) %}{% endfor %}{% endfor %}done"
+    limits = TemplateLimits(seconds=0.3)
+    tpl = ChatTemplate(src, limits=limits)
+    t0 = time.thread_time()
+    assert tpl.render(MESSAGES) == "done"
+    alone = time.thread_time() - t0
+    assert alone < 0.15, f"the render alone used {alone:.2f} s of CPU"  # the premise
+    wall = 0.0
+    for n in (6, 12, 24):  # more contention until the render is past the wall-clock limit
+        stop = threading.Event()
+
+        def spin(stop: threading.Event) -> None:
+            while not stop.is_set():
+                pass
+
+        spinners = [threading.Thread(target=spin, args=(stop,), daemon=True)
+                    for _ in range(n)]
+        for t in spinners:
+            t.start()
+        try:
+            w0 = time.perf_counter()
+            assert tpl.render(MESSAGES) == "done"
+            wall = time.perf_counter() - w0
+        finally:
+            stop.set()
+            for t in spinners:
+                t.join()
+        if wall > limits.seconds:
+            break
+    # the premise of the test: on the wall clock this render was past its deadline
+    assert wall > limits.seconds, f"{wall:.2f} s: the contention did not slow the render"
 
 
 def test_compile_deadline_stops_a_template_built_to_compile_for_seconds() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import threading
 import time
 from collections.abc import Mapping
 
@@ -21,8 +22,10 @@ from jinja2.utils import Namespace
 class TemplateLimits:
     """What one chat-template render may use (see the module docstring)."""
 
-    # Render deadline (wall clock), plus 0.5 s per MiB of input. Real templates render in
-    # about 2 ms; with compile_seconds, a refused template costs under 1 s in all.
+    # Render deadline, CPU seconds of the rendering thread, plus 0.5 s per MiB of input.
+    # Real templates render in about 2 ms; with compile_seconds, a refused template costs
+    # under 1 s in all. CPU time, not wall clock: a busy machine (or a GIL held by another
+    # thread) slows a real template down without refusing it.
     seconds: float = 0.4
     # Compile deadline, CPU seconds of the compiling thread: the largest real templates
     # (gpt-oss's, Gemma 4's, Kimi's, 15-17 KB) compile in 0.11-0.17 s.
@@ -48,13 +51,15 @@ class LimitExceeded(Exception):
 class Budget:
     """The running totals of one render (or of one compile-time constant folding)."""
 
-    __slots__ = ("built", "deadline", "depth", "iterations", "limits", "max_built", "max_chars",
-                 "max_iterations", "seconds", "ticks")
+    __slots__ = ("built", "clock", "deadline", "depth", "iterations", "limits", "max_built",
+                 "max_chars", "max_iterations", "seconds", "ticks")
 
     def __init__(self, limits: TemplateLimits, input_chars: int = 0, input_items: int = 0):
         self.limits = limits
         self.seconds = limits.seconds + 0.5 * input_chars / (1 << 20)
-        self.deadline = time.monotonic() + self.seconds
+        # The CPU clock of the thread that renders (the one that creates the budget).
+        self.clock = time.pthread_getcpuclockid(threading.get_ident())
+        self.deadline = time.clock_gettime(self.clock) + self.seconds
         self.max_chars = limits.max_chars + 4 * input_chars
         # Every value built counts here too, so a loop that builds and drops large strings
         # (or keeps references to them in a block's buffer) stops long before memory does.
@@ -67,11 +72,11 @@ class Budget:
 
     def tick(self) -> None:
         self.ticks += 1
-        if not self.ticks & 63 and time.monotonic() > self.deadline:
+        if not self.ticks & 63 and time.clock_gettime(self.clock) > self.deadline:
             raise LimitExceeded(self.deadline_message())
 
     def deadline_message(self) -> str:
-        return f"rendering took longer than {self.seconds:.2g} s"
+        return f"rendering took longer than {self.seconds:.2g} s of CPU time"
 
     def check_chars(self, n: int, what: str) -> None:
         if n > self.max_chars:

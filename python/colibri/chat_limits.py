@@ -18,9 +18,9 @@ hooks the sandbox offers and a few more this module adds to the compiled code:
 - **loops**: ``range`` holds at most ``max_range`` items, and a render runs at most
   ``max_iterations`` loop iterations in all;
 - **depth**: calls (macros, recursive loops, ``caller()``) nest at most ``max_depth`` deep;
-- **time**: a render deadline of ``seconds`` (plus 0.5 s per MiB of input), checked at
-  every loop iteration, call, attribute access, operator, filter and output; compiling
-  stops after ``compile_seconds`` of CPU time.
+- **time**: a render deadline of ``seconds`` of the rendering thread's CPU time (plus 0.5 s
+  per MiB of input), checked at every loop iteration, call, attribute access, operator,
+  filter and output; compiling stops after ``compile_seconds`` of CPU time.
 
 A template that crosses a limit raises :class:`LimitExceeded`; chat.py turns it (and any
 other failure of the template) into a ModelFormatError naming the template. The limits are
@@ -267,7 +267,7 @@ def render(template: jinja2.Template, context: dict[str, Any], limits: TemplateL
         # The budget's own checks stop most renders; the watchdog stops one that runs long
         # between two of them (a filter's loop over a large value). Inside the budget's
         # set/reset, so the reset always runs after the last moment it can fire.
-        with Deadline(budget.deadline):
+        with Deadline(budget.deadline, budget.clock):
             for chunk in template.generate(**context):
                 size += len(chunk)
                 budget.check_chars(size, "the rendered prompt")
