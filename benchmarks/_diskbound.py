@@ -117,7 +117,8 @@ class DiskBound:
     # Destination slabs the reads land in, used in turn (0: one per read in flight). A
     # decode reads into the expert cache's hundreds of slots, and a virtio disk can be
     # slower into many distinct pages than into a few reused ones (docs/benchmarks.md,
-    # session 26: 7-25% here), so the bound can read into as many slabs as the cache has.
+    # session 26: 7-25% here), so bench_streaming.py reads into as many slabs as the cache
+    # under test has slots (--bound-slabs auto, its default since session 27).
     slabs: int = 0
     samples: list[dict[str, Any]] = field(default_factory=list)
 

@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         doc[str(p)] = st
         print(table(p.name, st), flush=True)
     if args.json:
-        args.json.write_text(json.dumps(doc, indent=1))
+        args.json.write_text(json.dumps(doc, separators=(",", ":")))
     return 0
 
 

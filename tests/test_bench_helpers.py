@@ -313,3 +313,90 @@ def test_compare_summary_ranks_against_the_best_llama_row_or_skips_without_one()
     part = both.doc["parts"]["compare"]
     assert part["best_llama_cold"] == "llama.cpp ra=128 KiB"
     assert part["ratio_decode_warm"] == pytest.approx(3.2)
+
+
+# --- the bound's destination slabs and compact result files (session 27) -----------------
+
+
+def test_bound_slabs_auto_is_the_cache_slot_count(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    """--bound-slabs auto (the default) reads the bound into the expert cache's slot count
+    of the part's colibri spec; a number is used as given; 0 keeps the old method (one slab
+    per read in flight). The choice is recorded in the JSON, and the DiskBound made next
+    reads into it."""
+    import argparse
+
+    seen: list[dict[str, object]] = []
+
+    def planned(spec: dict[str, object]) -> int:
+        seen.append(spec)
+        return 482
+
+    monkeypatch.setattr(bs, "planned_cache_slots", planned)
+    monkeypatch.setattr(bs, "RESULTS_DIR", tmp_path)
+    f = tmp_path / "experts.bin"
+    f.write_bytes(os.urandom(1 << 20))
+    for want, slabs in (("auto", 482), (64, 64), (0, 0)):
+        args = argparse.Namespace(bound_slabs=want, disk_bytes=256 << 10, sustained_bytes=0,
+                                  sustained_depths=(1,))
+        r = bs.Runner(args)
+        monkeypatch.setattr(r, "log", lambda msg: None)
+        assert r.resolve_slabs({"ram_budget": 1}, "moe-8g") == slabs
+        assert r.doc["bound_slabs"]["moe-8g"] == {"setting": want, "slabs": slabs}
+        def fake_sample(self: object, label: str) -> float:
+            self.samples.append({"depth": 1, "gb_s": 1.0, "kind": "burst"})  # type: ignore
+            return 1.0
+
+        monkeypatch.setattr(db.DiskBound, "sample", fake_sample)
+        r.disk(f, 64 << 10, "before")
+        assert r.bound is not None and r.bound.slabs == slabs
+        assert r.bound.to_dict()["destination_slabs"] == (slabs or "one per read in flight")
+    assert len(seen) == 1  # the plan is consulted for "auto" only
+
+
+def test_default_bound_slabs_is_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parser's default is auto: capture the args main() would run with."""
+    got: dict[str, object] = {}
+
+    class _Stop(Exception):
+        pass
+
+    def fake_select(only: str | None) -> list[str]:
+        raise _Stop
+
+    monkeypatch.setattr(bs, "select_parts", fake_select)
+    real_parse = bs.argparse.ArgumentParser.parse_args
+
+    def parse(self: object, argv: object = None, namespace: object = None) -> object:
+        ns = real_parse(self, argv, namespace)  # type: ignore[arg-type]
+        got.update(vars(ns))
+        return ns
+
+    monkeypatch.setattr(bs.argparse.ArgumentParser, "parse_args", parse)
+    with pytest.raises(_Stop):
+        bs.main([])
+    assert got["bound_slabs"] == "auto"
+    with pytest.raises(_Stop):
+        bs.main(["--bound-slabs", "0"])
+    assert got["bound_slabs"] == 0
+
+
+def test_result_files_are_compact(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Result JSON is written without indentation (bench_streaming's ran to 300 KB with
+    indent=2): one line, no blank after a separator, and it reads back the same."""
+    import argparse
+    import json
+
+    common = _load("_common")
+    monkeypatch.setattr(common, "RESULTS_DIR", tmp_path)
+    path = common.write_result("unit", {"runs": [{"a": 1, "b": [1.5, 2]}]})
+    text = path.read_text()
+    assert "\n" not in text and ", " not in text and ": " not in text
+    assert json.loads(text)["runs"] == [{"a": 1, "b": [1.5, 2]}]
+    monkeypatch.setattr(bs, "RESULTS_DIR", tmp_path)
+    r = bs.Runner(argparse.Namespace(bound_slabs=0))
+    r.doc["disk_bounds"] = [db.DiskBound(str(tmp_path / "x"), 4096)]
+    r.save()
+    text = r.path.read_text()
+    assert "\n" not in text and json.dumps(json.loads(text), separators=(",", ":")) == text
+    assert json.loads(text)["disk_bounds"][0]["destination_slabs"] == "one per read in flight"
