@@ -26,7 +26,8 @@ huge-page slabs, O_DIRECT, cold reads of one expert slot at random slot-aligned 
 the file the run streams, landing in as many distinct slabs as the expert cache under test
 has slots, in turn: ``--bound-slabs``, default auto; 0 is the pre-session-27 method, one
 slab per read in flight, which a virtio disk serves 7-25% faster than the decode's
-hundreds of distinct slots), before the first child and after every child: a burst of
+hundreds of distinct slots; ``--reference-slabs 0`` samples the old way too, beside each
+sample, for comparison), before the first child and after every child: a burst of
 ``--disk-bytes`` at 1, 2, 4, 8 and 16 reads in flight, then a sustained read of
 ``--sustained-bytes`` (about what one decode request reads) at each of
 ``--sustained-depths``; **the bound is the best per-depth median of the sustained samples
@@ -170,6 +171,7 @@ class Runner:
         # Destination slabs of the disk samples (DiskBound.slabs), set per disk-bound part
         # from --bound-slabs: "auto" is the expert cache's slot count of the part's budget.
         self.slabs = 0
+        self.reference: db.DiskBound | None = None  # --reference-slabs
 
     def save(self) -> None:
         self.path.write_text(json.dumps(self.doc, separators=(",", ":"), default=_jsonable))
@@ -193,19 +195,38 @@ class Runner:
     def disk(self, path: Path, chunk: int, label: str) -> float:
         """Samples the engine's read path on `path` now (reads of `chunk`, each queue
         depth); recorded in the run's DiskBound. Returns this sample's best, B/s."""
-        if self.bound is None or self.bound.path != str(path):
-            self.bound = db.DiskBound(
+        def new(slabs: int) -> db.DiskBound:
+            return db.DiskBound(
                 str(path), chunk, total=self.args.disk_bytes,
                 sustained_total=getattr(self.args, "sustained_bytes", 0),
                 sustained_depths=tuple(getattr(self.args, "sustained_depths",
                                                db.SUSTAINED_DEPTHS)),
-                slabs=self.slabs)
+                slabs=slabs)
+
+        ref_slabs = getattr(self.args, "reference_slabs", None)
+        if self.bound is None or self.bound.path != str(path):
+            self.bound = new(self.slabs)
             self.doc.setdefault("disk_bounds", []).append(self.bound)
+            if ref_slabs is not None:
+                self.reference = new(ref_slabs)
+                self.doc.setdefault("reference_bounds", []).append(self.reference)
+        # --reference-slabs: the same sample into another slab count, right before or
+        # after (alternating), so the two methods see the same minutes of the disk
+        ref = self.reference if ref_slabs is not None else None
+        ref_first = ref is not None and len(ref.samples) % 2 == 1
+        if ref is not None and ref_first:
+            ref.sample(label)
         best = self.bound.sample(label) * 1e9
+        if ref is not None and not ref_first:
+            ref.sample(label)
         f = self.bound.figures()
         sus = f"sustained best {f['sustained_best']:.2f}, " if f["sustained_best"] else ""
+        rtxt = ""
+        if ref is not None and ref.bound_gbs:
+            rtxt = (f"; reference into {ref.slabs or 'one per read in flight'} slabs: bound "
+                    f"{ref.bound_gbs:.2f}, this run's so far {self.bound.bound_gbs or 0:.2f}")
         self.log(f"disk {label}: burst {best / 1e9:.2f} GB/s (engine read path, huge pages, "
-                 f"{cg.fmt_bytes(chunk)} reads; {sus}burst best {f['burst_best']:.2f})")
+                 f"{cg.fmt_bytes(chunk)} reads; {sus}burst best {f['burst_best']:.2f}{rtxt})")
         return best
 
     def bound_bps(self) -> float | None:
@@ -402,6 +423,10 @@ def main(argv: list[str] | None = None) -> None:
                          "(default): the expert cache's slot count under the run's budget, "
                          "so the samples read into as many distinct pages as a decode does; "
                          "0: one per read in flight (the bound before session 27)")
+    ap.add_argument("--reference-slabs", type=int,
+                    help="also sample the disk into this many slabs (0: one per read in "
+                         "flight, the old bound) beside every bound sample, alternating "
+                         "which goes first; reported as the reference bound, never used")
     ap.add_argument("--child-timeout", type=float, default=1200)
     ap.add_argument("--colibri-source", choices=["container", "gguf"], default="container")
     ap.add_argument("--summarize", metavar="JSON",

@@ -400,3 +400,38 @@ def test_result_files_are_compact(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     text = r.path.read_text()
     assert "\n" not in text and json.dumps(json.loads(text), separators=(",", ":")) == text
     assert json.loads(text)["disk_bounds"][0]["destination_slabs"] == "one per read in flight"
+
+
+def test_reference_bound_samples_beside_the_bound(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    """--reference-slabs N: every disk sample is also taken into N slabs, alternately
+    before and after the bound's own, kept apart (reference_bounds), never the yardstick,
+    and reported in the bound table's figures."""
+    import argparse
+
+    order: list[tuple[int, str]] = []
+
+    def fake_sample(self: object, label: str) -> float:
+        gbs = 1.0 if self.slabs else 1.25  # type: ignore[attr-defined]
+        self.samples.append({"depth": 1, "gb_s": gbs, "kind": "burst"})  # type: ignore
+        order.append((self.slabs, label))  # type: ignore[attr-defined]
+        return gbs
+
+    monkeypatch.setattr(db.DiskBound, "sample", fake_sample)
+    monkeypatch.setattr(bs, "RESULTS_DIR", tmp_path)
+    args = argparse.Namespace(bound_slabs=100, reference_slabs=0, disk_bytes=1 << 20,
+                              sustained_bytes=0, sustained_depths=(1,))
+    r = bs.Runner(args)
+    monkeypatch.setattr(r, "log", lambda msg: None)
+    r.resolve_slabs({}, "m")
+    f = tmp_path / "experts.bin"
+    f.write_bytes(b"x")
+    for label in ("a", "b", "c"):
+        r.disk(f, 4096, label)
+    assert order == [(100, "a"), (0, "a"), (0, "b"), (100, "b"), (100, "c"), (0, "c")]
+    assert r.bound is not None and r.bound.bound_gbs == 1.0  # the yardstick: 100 slabs
+    assert r.doc["reference_bounds"][0].bound_gbs == 1.25
+    doc = {"disk_bounds": [r.bound.to_dict()],
+           "reference_bounds": [b.to_dict() for b in r.doc["reference_bounds"]]}
+    assert sr.yardstick_of(doc) == pytest.approx(1.0e9)
+    assert sr.disk_figures(doc)["ref_bound_1_slab_per_read"] == pytest.approx(1.25e9)
