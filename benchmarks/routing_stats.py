@@ -157,6 +157,12 @@ def gap_predictors(routing: Routing, n_experts: int, capacity: int, reads: int =
     return out
 
 
+def _mean_or_nan(xs: list[float]) -> float:
+    """The mean of the figures that are not NaN; NaN when none is (no candidates at all)."""
+    vals = [x for x in xs if not np.isnan(x)]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
 def summarize(runs: list[Routing], n_experts: int, cache_slots: int | None = None
               ) -> dict[str, Any]:  # fmt: skip
     """Per-layer statistics averaged over passages (each passage's routing separately),
@@ -186,7 +192,7 @@ def summarize(runs: list[Routing], n_experts: int, cache_slots: int | None = Non
             [global_lru(r, n_experts, cache_slots) for r in runs]))}  # fmt: skip
         gaps = [gap_predictors(r, n_experts, cache_slots) for r in runs]
         out["lm_head_predictors"] = {
-            name: {k: float(np.nanmean([g[name][k] for g in gaps])) for k in gaps[0][name]}
+            name: {k: _mean_or_nan([g[name][k] for g in gaps]) for k in gaps[0][name]}
             for name in gaps[0]}  # fmt: skip
     return out
 
