@@ -96,7 +96,7 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = RESULTS_DIR / f"{name}-{stamp}.json"
     doc = {"benchmark": name, "git_commit": git_commit(), "machine": machine(), **payload}
-    path.write_text(json.dumps(doc, indent=2))
+    path.write_text(json.dumps(doc, separators=(",", ":")))  # compact: results run to MBs
     return path
 
 

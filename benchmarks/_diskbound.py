@@ -57,7 +57,7 @@ def engine_read_gbs(path: str | os.PathLike[str], block: int, depth: int,
                     total: int = 768 << 20, seed: int = 0, hugepages: bool = True,
                     slabs: int = 0) -> float:  # fmt: skip
     """GB/s of cold reads of ``block`` bytes through the engine's read pool (``depth``
-    workers, ``depth`` reads in flight, O_DIRECT, huge-page slabs: ``slabs`` of them used
+    workers, ``depth`` reads outstanding, O_DIRECT, huge-page slabs: ``slabs`` of them used
     in turn, at least ``depth``; 0: ``depth``)."""
     return engine_read(path, block, depth, total, seed, hugepages, slabs)[0]
 
@@ -77,9 +77,12 @@ def engine_read(path: str | os.PathLike[str], block: int, depth: int,
         traced = hasattr(pool, "start_trace")
         if traced:
             pool.start_trace(len(offsets))
-        if slabs > depth:  # more slabs than reads in flight: the device cap keeps the depth
-            pool.max_in_flight = depth
-        secs = float(pool.bench(0, offsets, block, max(depth, slabs), hugepages=hugepages))
+        try:  # `depth` reads outstanding, landing in `slabs` slabs in turn (0: `depth`)
+            secs = float(pool.bench(0, offsets, block, depth, hugepages=hugepages, slabs=slabs))
+        except TypeError:  # a core before session 27: `slabs` outstanding, the cap at depth
+            if slabs > depth:
+                pool.max_in_flight = depth
+            secs = float(pool.bench(0, offsets, block, max(depth, slabs), hugepages=hugepages))
         summary = _iotrace.summarize(pool.trace(), workers=depth) if traced else None
     return len(offsets) * block / secs / 1e9, summary
 
@@ -117,7 +120,8 @@ class DiskBound:
     # Destination slabs the reads land in, used in turn (0: one per read in flight). A
     # decode reads into the expert cache's hundreds of slots, and a virtio disk can be
     # slower into many distinct pages than into a few reused ones (docs/benchmarks.md,
-    # session 26: 7-25% here), so the bound can read into as many slabs as the cache has.
+    # session 26: 7-25% here), so bench_streaming.py reads into as many slabs as the cache
+    # under test has slots (--bound-slabs auto, its default since session 27).
     slabs: int = 0
     samples: list[dict[str, Any]] = field(default_factory=list)
 

@@ -38,26 +38,48 @@ def _argmax(logits: Any) -> int:
     return int(np.argmax(logits))
 
 
+def engine_config(spec: dict[str, Any]) -> Any:
+    """The colibri EngineConfig a child loads a colibri spec with."""
+    import colibri
+    from colibri import config as ccfg
+
+    def cls(name: str) -> Any:
+        return getattr(colibri, name, None) or getattr(ccfg, name)
+
+    kw: dict[str, Any] = {
+        "threads": cls("ThreadConfig")(n=spec["threads"], wait_policy=spec["wait_policy"]),
+        "context_length": spec["ctx"],
+    }
+    if spec.get("ram_budget") is not None:
+        kw["ram_budget"] = spec["ram_budget"]
+    if spec.get("io") is not None:
+        kw["io"] = cls("IOConfig")(**spec["io"])
+    if spec.get("cache") is not None:
+        kw["cache"] = cls("CacheConfig")(**spec["cache"])
+    return cls("EngineConfig")(**kw)
+
+
+def planned_cache_slots(spec: dict[str, Any]) -> int:
+    """The expert cache slots a child of this colibri spec will get, from the model's
+    manifest and the spec's budget, without loading any weight (colibri.streaming.
+    plan_from_manifest; the load redoes the split with the core's figures, and the children
+    record theirs in ``memory.cache_slots``)."""
+    from colibri.core_spec import resolved_context_length
+    from colibri.sources import open_model_source
+    from colibri.streaming import plan_from_manifest
+
+    engine = engine_config(spec)
+    manifest = open_model_source(Path(spec["path"]))
+    ctx = resolved_context_length(manifest.config, engine)
+    return int(plan_from_manifest(manifest, engine, ctx).cache_slots)
+
+
 class _Colibri:
     def __init__(self, spec: dict[str, Any]) -> None:
         import colibri
-        from colibri import config as ccfg
 
-        def cls(name: str) -> Any:
-            return getattr(colibri, name, None) or getattr(ccfg, name)
-
-        kw: dict[str, Any] = {
-            "threads": cls("ThreadConfig")(n=spec["threads"], wait_policy=spec["wait_policy"]),
-            "context_length": spec["ctx"],
-        }
-        if spec.get("ram_budget") is not None:
-            kw["ram_budget"] = spec["ram_budget"]
-        if spec.get("io") is not None:
-            kw["io"] = cls("IOConfig")(**spec["io"])
-        if spec.get("cache") is not None:
-            kw["cache"] = cls("CacheConfig")(**spec["cache"])
         self.path = spec["path"]
-        self.model = colibri.Model.load(spec["path"], engine=cls("EngineConfig")(**kw))
+        self.model = colibri.Model.load(spec["path"], engine=engine_config(spec))
         self.session: Any = None
 
     def snapshot(self) -> tuple[Any, Any]:

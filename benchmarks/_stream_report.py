@@ -244,6 +244,15 @@ def disk_figures(doc: dict[str, Any]) -> dict[str, float]:
         for k, v in (b.get("figures") or {}).items():
             if v:
                 out[k] = max(out.get(k, 0.0), float(v) * 1e9)
+    # --reference-slabs: the bound by the same definition, read into another slab count
+    refs = [b.to_dict() if isinstance(b, db.DiskBound) else b
+            for b in doc.get("reference_bounds") or []]
+    for b in refs:
+        if b.get("bound_gb_s"):
+            slabs = b.get("destination_slabs")
+            key = ("ref_bound_1_slab_per_read" if not isinstance(slabs, int) or slabs == 0
+                   else f"ref_bound_{slabs}_slabs")
+            out[key] = max(out.get(key, 0.0), float(b["bound_gb_s"]) * 1e9)
     return out
 
 

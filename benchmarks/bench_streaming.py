@@ -23,7 +23,11 @@ The bound: ``tok/s <= disk B/s / bytes per token``, with ``bytes read / decode t
 from colibri's stats (the block layer's count from /proc/self/io for llama.cpp). The disk
 figure is measured with **the engine's own read path** (_diskbound.py: ReadPool.bench with
 huge-page slabs, O_DIRECT, cold reads of one expert slot at random slot-aligned offsets of
-the file the run streams), before the first child and after every child: a burst of
+the file the run streams, landing in as many distinct slabs as the expert cache under test
+has slots, in turn: ``--bound-slabs``, default auto; 0 is the pre-session-27 method, one
+slab per read in flight, which a virtio disk serves 7-25% faster than the decode's
+hundreds of distinct slots; ``--reference-slabs 0`` samples the old way too, beside each
+sample, for comparison), before the first child and after every child: a burst of
 ``--disk-bytes`` at 1, 2, 4, 8 and 16 reads in flight, then a sustained read of
 ``--sustained-bytes`` (about what one decode request reads) at each of
 ``--sustained-depths``; **the bound is the best per-depth median of the sustained samples
@@ -80,7 +84,7 @@ from typing import Any
 import _cgroup as cg
 import _diskbound as db
 from _common import RESULTS_DIR, git_commit, machine
-from _stream_child import RESULT_MARK, child_main
+from _stream_child import RESULT_MARK, child_main, planned_cache_slots
 from _stream_report import (
     _jsonable,
     bound_table,
@@ -164,9 +168,26 @@ class Runner:
         self.env.setdefault("PYTHONPATH", f"{REPO / 'python'}:{REPO / 'build/dev/bench'}")
         self.yardstick: float | None = None  # --yardstick-gbs: a fixed bound
         self.bound: db.DiskBound | None = None
+        # Destination slabs of the disk samples (DiskBound.slabs), set per disk-bound part
+        # from --bound-slabs: "auto" is the expert cache's slot count of the part's budget.
+        self.slabs = 0
+        self.reference: db.DiskBound | None = None  # --reference-slabs
 
     def save(self) -> None:
-        self.path.write_text(json.dumps(self.doc, indent=2, default=_jsonable))
+        self.path.write_text(json.dumps(self.doc, separators=(",", ":"), default=_jsonable))
+
+    def resolve_slabs(self, spec: dict[str, Any], what: str) -> int:
+        """Sets and returns the slabs the next disk bound reads into: --bound-slabs, or with
+        "auto" the expert cache's slots of the colibri `spec` (its budget / slot size), so
+        the bound reads into as many distinct pages as the decode does. Recorded in the
+        JSON under ``bound_slabs[what]``."""
+        want = getattr(self.args, "bound_slabs", 0)
+        self.slabs = planned_cache_slots(spec) if want == "auto" else int(want)
+        self.doc.setdefault("bound_slabs", {})[what] = {"setting": want, "slabs": self.slabs}
+        self.log(f"disk bound of {what}: reads into {self.slabs or 'one per read in flight'} "
+                 f"huge-page slab{'s' if self.slabs != 1 else ''}"
+                 + (" (the expert cache's slots)" if want == "auto" else ""))
+        return self.slabs
 
     def log(self, msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -174,19 +195,38 @@ class Runner:
     def disk(self, path: Path, chunk: int, label: str) -> float:
         """Samples the engine's read path on `path` now (reads of `chunk`, each queue
         depth); recorded in the run's DiskBound. Returns this sample's best, B/s."""
-        if self.bound is None or self.bound.path != str(path):
-            self.bound = db.DiskBound(
+        def new(slabs: int) -> db.DiskBound:
+            return db.DiskBound(
                 str(path), chunk, total=self.args.disk_bytes,
                 sustained_total=getattr(self.args, "sustained_bytes", 0),
                 sustained_depths=tuple(getattr(self.args, "sustained_depths",
                                                db.SUSTAINED_DEPTHS)),
-                slabs=getattr(self.args, "bound_slabs", 0))
+                slabs=slabs)
+
+        ref_slabs = getattr(self.args, "reference_slabs", None)
+        if self.bound is None or self.bound.path != str(path):
+            self.bound = new(self.slabs)
             self.doc.setdefault("disk_bounds", []).append(self.bound)
+            if ref_slabs is not None:
+                self.reference = new(ref_slabs)
+                self.doc.setdefault("reference_bounds", []).append(self.reference)
+        # --reference-slabs: the same sample into another slab count, right before or
+        # after (alternating), so the two methods see the same minutes of the disk
+        ref = self.reference if ref_slabs is not None else None
+        ref_first = ref is not None and len(ref.samples) % 2 == 1
+        if ref is not None and ref_first:
+            ref.sample(label)
         best = self.bound.sample(label) * 1e9
+        if ref is not None and not ref_first:
+            ref.sample(label)
         f = self.bound.figures()
         sus = f"sustained best {f['sustained_best']:.2f}, " if f["sustained_best"] else ""
+        rtxt = ""
+        if ref is not None and ref.bound_gbs:
+            rtxt = (f"; reference into {ref.slabs or 'one per read in flight'} slabs: bound "
+                    f"{ref.bound_gbs:.2f}, this run's so far {self.bound.bound_gbs or 0:.2f}")
         self.log(f"disk {label}: burst {best / 1e9:.2f} GB/s (engine read path, huge pages, "
-                 f"{cg.fmt_bytes(chunk)} reads; {sus}burst best {f['burst_best']:.2f})")
+                 f"{cg.fmt_bytes(chunk)} reads; {sus}burst best {f['burst_best']:.2f}{rtxt})")
         return best
 
     def bound_bps(self) -> float | None:
@@ -230,6 +270,30 @@ class Runner:
                      f"warm {res['warm']['decode_tok_s']:.3g} tok/s, "
                      f"peak {cg.fmt_bytes(res['cgroup_peak'] or 0)}")
         return res
+
+
+def check_slabs(r: Runner) -> None:
+    """The expert cache slots the colibri children reported (``memory.cache_slots``) beside
+    the slabs the bound read into: with ``--bound-slabs auto`` they should agree (the plan
+    from the manifest against the load's, from the core's figures); logged when not."""
+    seen: dict[str, list[int]] = {}
+    for part, body in r.doc["parts"].items():
+        if not isinstance(body, dict) or not body.get("disk_bound"):
+            continue
+        for rs in body.get("runs", {}).values():
+            for res in rs:
+                slots = (res.get("memory") or {}).get("cache_slots")
+                if slots is not None:
+                    seen.setdefault(part, []).append(int(slots))
+    r.doc["children_cache_slots"] = {p: sorted(set(v)) for p, v in seen.items()}
+    if r.args.bound_slabs != "auto":
+        return
+    for part, slots in r.doc["children_cache_slots"].items():
+        what = "demo" if part == "demo" else r.args.preset
+        want = r.doc.get("bound_slabs", {}).get(what, {}).get("slabs")
+        if slots != [want]:
+            r.log(f"note: {part}'s children had {slots} cache slots; its bound read into "
+                  f"{want} slabs")
 
 
 def _passage_ids(gguf: Path, need: int) -> list[list[int]]:
@@ -353,10 +417,16 @@ def main(argv: list[str] | None = None) -> None:
                          "bursts only, the bound is then the best burst")
     ap.add_argument("--sustained-depths", type=lambda v: tuple(int(x) for x in v.split(",")),
                     default=db.SUSTAINED_DEPTHS, help="reads in flight of the sustained samples")
-    ap.add_argument("--bound-slabs", type=int, default=0,
-                    help="huge-page slabs the disk samples read into, in turn (0: one per "
-                         "read in flight); about the expert cache's slot count reads into "
-                         "as many distinct pages as a decode does")
+    ap.add_argument("--bound-slabs", type=lambda v: v if v == "auto" else int(v),
+                    default="auto",
+                    help="huge-page slabs the disk samples read into, in turn; auto "
+                         "(default): the expert cache's slot count under the run's budget, "
+                         "so the samples read into as many distinct pages as a decode does; "
+                         "0: one per read in flight (the bound before session 27)")
+    ap.add_argument("--reference-slabs", type=int,
+                    help="also sample the disk into this many slabs (0: one per read in "
+                         "flight, the old bound) beside every bound sample, alternating "
+                         "which goes first; reported as the reference bound, never used")
     ap.add_argument("--child-timeout", type=float, default=1200)
     ap.add_argument("--colibri-source", choices=["container", "gguf"], default="container")
     ap.add_argument("--summarize", metavar="JSON",
@@ -446,6 +516,7 @@ def main(argv: list[str] | None = None) -> None:
             "sweep-wait-disk": ("Wait policy, disk-bound", [
                 (f"wait={w}", col(wait_policy=w)) for w in ("spin", "passive", "hybrid", "auto")]),
         }
+        r.resolve_slabs(col(), args.preset)
         for part in disk_parts:
             title, configs = sweeps[part]
             if part == "sweep-cache":
@@ -489,11 +560,13 @@ def main(argv: list[str] | None = None) -> None:
         ]
         for _, sp in configs:  # each in a cgroup of its own budget + margin
             sp["cgroup_limit"] = sp["ram_budget"] + margin
+        r.resolve_slabs(configs[0][1], "demo")
         demo_disk = cont / "experts.bin" if cont.is_dir() else gguf
         demo_chunk = _expert_chunk(cont) if cont.is_dir() else 4 << 20
         run_configs(r, "Demo MoE (smollm2-moe-demo): streamed vs resident", "demo", configs,
                     small + margin, demo_disk, demo_chunk)
     finish_parts(r)
+    check_slabs(r)
     if "compare" in r.doc["parts"]:
         compare_summary(r)
     r.doc["bound_table"] = bound_table(r.doc)

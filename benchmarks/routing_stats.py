@@ -11,7 +11,11 @@ benchmark's passages (bench_streaming.PASSAGES, tokenized by the model's own tok
 * previous-token reuse: the share of a token's experts the previous token also chose;
 * popularity: the most used expert's share of a layer's choices over the uniform share;
 * next-layer recall: the lookahead's recall (the next layer's router applied to this
-  layer's hidden state), from the engine's own counters on a streamed run (``--recall``).
+  layer's hidden state), from the engine's own counters on a streamed run (``--recall``);
+* with ``--cache-slots``, what a read issued during a token's LM head could fetch for the
+  next token's first MoE layer by predictors known then (``gap_predictors``: the previous
+  token's experts, the last 4 tokens', the most popular): accuracy and coverage of the
+  misses.
 
     PYTHONPATH=python:build/dev/streaming .venv/bin/python benchmarks/routing_stats.py \\
         build/bench-data/synthetic-moe-8g-realistic-v2-s0.Q4_0.gguf --cache-slots 478
@@ -90,6 +94,75 @@ def popularity_skew(routing: Routing, layer: int, n_experts: int) -> float:
     return float(counts.max() / (counts.sum() / n_experts))
 
 
+def gap_predictors(routing: Routing, n_experts: int, capacity: int, reads: int = 4
+                   ) -> dict[str, dict[str, float]]:  # fmt: skip
+    """What a read issued during token t's LM head (before token t+1 exists) could fetch
+    for token t+1's first MoE layer. Simulates one LRU of ``capacity`` slots over all
+    layers (as global_lru); at each token boundary, the first MoE layer's experts of the
+    next token that miss it are the *misses*, and each predictor names candidates that are
+    not cached (a cached one needs no read):
+
+    * ``previous``: the experts this token chose in that layer (routing repeats a little);
+    * ``previous4``: those of the last 4 tokens;
+    * ``popular``: the ``reads`` most chosen experts of that layer so far.
+
+    Per predictor: candidates per token, accuracy (candidates the next token chose, over
+    candidates) and coverage (misses it names, over misses); ``misses`` per token too."""
+    layers = moe_layers(routing)
+    first = layers[0]
+    lru: OrderedDict[int, None] = OrderedDict()
+    counts = np.zeros(n_experts, dtype=np.int64)
+    names = ("previous", "previous4", "popular")
+    cand = dict.fromkeys(names, 0)
+    used = dict.fromkeys(names, 0)
+    covered = dict.fromkeys(names, 0)
+    misses = boundaries = 0
+
+    def touch(key: int) -> None:
+        if key in lru:
+            lru.move_to_end(key)
+        else:
+            lru[key] = None
+            if len(lru) > capacity:
+                lru.popitem(last=False)
+
+    for t in range(routing.shape[0]):
+        if t > 0:  # the boundary between token t-1 and token t: t-1's LM head runs now
+            nxt = {int(e) for e in routing[t, first]}
+            miss = {e for e in nxt if first * n_experts + e not in lru}
+            pop = [int(e) for e in np.argsort(-counts, kind="stable")
+                   if first * n_experts + int(e) not in lru][:reads]
+            preds = {
+                "previous": {int(e) for e in routing[t - 1, first]},
+                "previous4": {int(e) for u in range(max(0, t - 4), t) for e in routing[u, first]},
+                "popular": set(pop),
+            }
+            for name, pred in preds.items():
+                c = {e for e in pred if first * n_experts + e not in lru}
+                cand[name] += len(c)
+                used[name] += len(c & nxt)
+                covered[name] += len(c & miss)
+            misses += len(miss)
+            boundaries += 1
+        for layer in layers:
+            for e in routing[t, layer]:
+                touch(layer * n_experts + int(e))
+        counts += np.bincount(routing[t, first], minlength=n_experts)
+    out: dict[str, dict[str, float]] = {"misses": {
+        "per_token": misses / max(boundaries, 1)}}
+    for name in names:
+        out[name] = {"candidates_per_token": cand[name] / max(boundaries, 1),
+                     "accuracy": used[name] / cand[name] if cand[name] else float("nan"),
+                     "coverage": covered[name] / misses if misses else float("nan")}
+    return out
+
+
+def _mean_or_nan(xs: list[float]) -> float:
+    """The mean of the figures that are not NaN; NaN when none is (no candidates at all)."""
+    vals = [x for x in xs if not np.isnan(x)]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
 def summarize(runs: list[Routing], n_experts: int, cache_slots: int | None = None
               ) -> dict[str, Any]:  # fmt: skip
     """Per-layer statistics averaged over passages (each passage's routing separately),
@@ -117,6 +190,10 @@ def summarize(runs: list[Routing], n_experts: int, cache_slots: int | None = Non
     if cache_slots:
         out["global_lru"] = {"slots": cache_slots, "hit_rate": float(np.mean(
             [global_lru(r, n_experts, cache_slots) for r in runs]))}  # fmt: skip
+        gaps = [gap_predictors(r, n_experts, cache_slots) for r in runs]
+        out["lm_head_predictors"] = {
+            name: {k: _mean_or_nan([g[name][k] for g in gaps]) for k in gaps[0][name]}
+            for name in gaps[0]}  # fmt: skip
     return out
 
 
@@ -183,6 +260,13 @@ def table(name: str, st: dict[str, Any]) -> str:
     if "global_lru" in st:
         g = st["global_lru"]
         row += f"; global LRU {g['slots']} slots {100 * g['hit_rate']:.0f}%"
+    if "lm_head_predictors" in st:
+        lp = st["lm_head_predictors"]
+        row += (f"; next token's first-layer misses {lp['misses']['per_token']:.2f}/token, "
+                "read during the LM head by " + ", ".join(
+                    f"{n}: {lp[n]['candidates_per_token']:.2f} candidates/token, accuracy "
+                    f"{100 * lp[n]['accuracy']:.0f}%, coverage {100 * lp[n]['coverage']:.0f}%"
+                    for n in ("previous", "previous4", "popular")))
     if "next_layer_recall" in st:
         row += f"; next-layer recall {100 * st['next_layer_recall']:.0f}%"
     return row
@@ -203,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         doc[str(p)] = st
         print(table(p.name, st), flush=True)
     if args.json:
-        args.json.write_text(json.dumps(doc, indent=1))
+        args.json.write_text(json.dumps(doc, separators=(",", ":")))
     return 0
 
 

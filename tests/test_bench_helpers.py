@@ -313,3 +313,125 @@ def test_compare_summary_ranks_against_the_best_llama_row_or_skips_without_one()
     part = both.doc["parts"]["compare"]
     assert part["best_llama_cold"] == "llama.cpp ra=128 KiB"
     assert part["ratio_decode_warm"] == pytest.approx(3.2)
+
+
+# --- the bound's destination slabs and compact result files (session 27) -----------------
+
+
+def test_bound_slabs_auto_is_the_cache_slot_count(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    """--bound-slabs auto (the default) reads the bound into the expert cache's slot count
+    of the part's colibri spec; a number is used as given; 0 keeps the old method (one slab
+    per read in flight). The choice is recorded in the JSON, and the DiskBound made next
+    reads into it."""
+    import argparse
+
+    seen: list[dict[str, object]] = []
+
+    def planned(spec: dict[str, object]) -> int:
+        seen.append(spec)
+        return 482
+
+    monkeypatch.setattr(bs, "planned_cache_slots", planned)
+    monkeypatch.setattr(bs, "RESULTS_DIR", tmp_path)
+    f = tmp_path / "experts.bin"
+    f.write_bytes(os.urandom(1 << 20))
+    for want, slabs in (("auto", 482), (64, 64), (0, 0)):
+        args = argparse.Namespace(bound_slabs=want, disk_bytes=256 << 10, sustained_bytes=0,
+                                  sustained_depths=(1,))
+        r = bs.Runner(args)
+        monkeypatch.setattr(r, "log", lambda msg: None)
+        assert r.resolve_slabs({"ram_budget": 1}, "moe-8g") == slabs
+        assert r.doc["bound_slabs"]["moe-8g"] == {"setting": want, "slabs": slabs}
+        def fake_sample(self: object, label: str) -> float:
+            self.samples.append({"depth": 1, "gb_s": 1.0, "kind": "burst"})  # type: ignore
+            return 1.0
+
+        monkeypatch.setattr(db.DiskBound, "sample", fake_sample)
+        r.disk(f, 64 << 10, "before")
+        assert r.bound is not None and r.bound.slabs == slabs
+        assert r.bound.to_dict()["destination_slabs"] == (slabs or "one per read in flight")
+    assert len(seen) == 1  # the plan is consulted for "auto" only
+
+
+def test_default_bound_slabs_is_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parser's default is auto: capture the args main() would run with."""
+    got: dict[str, object] = {}
+
+    class _Stop(Exception):
+        pass
+
+    def fake_select(only: str | None) -> list[str]:
+        raise _Stop
+
+    monkeypatch.setattr(bs, "select_parts", fake_select)
+    real_parse = bs.argparse.ArgumentParser.parse_args
+
+    def parse(self: object, argv: object = None, namespace: object = None) -> object:
+        ns = real_parse(self, argv, namespace)  # type: ignore[arg-type]
+        got.update(vars(ns))
+        return ns
+
+    monkeypatch.setattr(bs.argparse.ArgumentParser, "parse_args", parse)
+    with pytest.raises(_Stop):
+        bs.main([])
+    assert got["bound_slabs"] == "auto"
+    with pytest.raises(_Stop):
+        bs.main(["--bound-slabs", "0"])
+    assert got["bound_slabs"] == 0
+
+
+def test_result_files_are_compact(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Result JSON is written without indentation (bench_streaming's ran to 300 KB with
+    indent=2): one line, no blank after a separator, and it reads back the same."""
+    import argparse
+    import json
+
+    common = _load("_common")
+    monkeypatch.setattr(common, "RESULTS_DIR", tmp_path)
+    path = common.write_result("unit", {"runs": [{"a": 1, "b": [1.5, 2]}]})
+    text = path.read_text()
+    assert "\n" not in text and ", " not in text and ": " not in text
+    assert json.loads(text)["runs"] == [{"a": 1, "b": [1.5, 2]}]
+    monkeypatch.setattr(bs, "RESULTS_DIR", tmp_path)
+    r = bs.Runner(argparse.Namespace(bound_slabs=0))
+    r.doc["disk_bounds"] = [db.DiskBound(str(tmp_path / "x"), 4096)]
+    r.save()
+    text = r.path.read_text()
+    assert "\n" not in text and json.dumps(json.loads(text), separators=(",", ":")) == text
+    assert json.loads(text)["disk_bounds"][0]["destination_slabs"] == "one per read in flight"
+
+
+def test_reference_bound_samples_beside_the_bound(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    """--reference-slabs N: every disk sample is also taken into N slabs, alternately
+    before and after the bound's own, kept apart (reference_bounds), never the yardstick,
+    and reported in the bound table's figures."""
+    import argparse
+
+    order: list[tuple[int, str]] = []
+
+    def fake_sample(self: object, label: str) -> float:
+        gbs = 1.0 if self.slabs else 1.25  # type: ignore[attr-defined]
+        self.samples.append({"depth": 1, "gb_s": gbs, "kind": "burst"})  # type: ignore
+        order.append((self.slabs, label))  # type: ignore[attr-defined]
+        return gbs
+
+    monkeypatch.setattr(db.DiskBound, "sample", fake_sample)
+    monkeypatch.setattr(bs, "RESULTS_DIR", tmp_path)
+    args = argparse.Namespace(bound_slabs=100, reference_slabs=0, disk_bytes=1 << 20,
+                              sustained_bytes=0, sustained_depths=(1,))
+    r = bs.Runner(args)
+    monkeypatch.setattr(r, "log", lambda msg: None)
+    r.resolve_slabs({}, "m")
+    f = tmp_path / "experts.bin"
+    f.write_bytes(b"x")
+    for label in ("a", "b", "c"):
+        r.disk(f, 4096, label)
+    assert order == [(100, "a"), (0, "a"), (0, "b"), (100, "b"), (100, "c"), (0, "c")]
+    assert r.bound is not None and r.bound.bound_gbs == 1.0  # the yardstick: 100 slabs
+    assert r.doc["reference_bounds"][0].bound_gbs == 1.25
+    doc = {"disk_bounds": [r.bound.to_dict()],
+           "reference_bounds": [b.to_dict() for b in r.doc["reference_bounds"]]}
+    assert sr.yardstick_of(doc) == pytest.approx(1.0e9)
+    assert sr.disk_figures(doc)["ref_bound_1_slab_per_read"] == pytest.approx(1.25e9)

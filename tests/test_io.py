@@ -348,6 +348,35 @@ def test_bench_reads_every_offset(files: tuple[list[str], list[bytes]], hugepage
         assert st["reads"] == len(offsets) and st["bytes"] == len(offsets) * 64 * 1024
 
 
+@pytest.mark.parametrize("hugepages", [False, True])
+def test_bench_reads_into_more_slabs_than_in_flight(files: tuple[list[str], list[bytes]],
+                                                    hugepages: bool) -> None:
+    """ReadPool.bench(..., slabs=N): the reads land in N slabs in turn (the disk bound of
+    bench_streaming.py reads into the expert cache's slot count) while no more than
+    `in_flight` are outstanding: every offset read once, and the pool's trace never has more
+    than `in_flight` submitted and not finished (before session 27 the benchmark kept all N
+    queued behind a device cap)."""
+    paths, _ = files
+    offsets = [i * ALIGN for i in (0, 5, 100, 7, 3, 9, 11, 2, 40, 60, 1)]
+    for in_flight, slabs in ((1, 4), (2, 5), (3, 0)):
+        with cio.ReadPool(paths, workers=3, direct=True) as pool:
+            pool.start_trace(100)
+            secs = pool.bench(0, offsets, 64 * 1024, in_flight, hugepages, slabs=slabs)
+            st, tr = pool.stats(), pool.trace()
+        assert secs > 0
+        assert st["reads"] == len(offsets) and st["bytes"] == len(offsets) * 64 * 1024
+        assert sorted(int(o) for o in tr["offset"]) == sorted(offsets)
+        events = sorted([(float(t), 1) for t in tr["submitted"]]
+                        + [(float(t), -1) for t in tr["finished"]])
+        outstanding = peak = 0
+        for _, step in events:  # a finish sorts before a submit at the same instant
+            outstanding += step
+            peak = max(peak, outstanding)
+        assert peak <= in_flight, (in_flight, slabs, peak)
+    with cio.ReadPool(paths, workers=1, direct=True) as pool, pytest.raises(ValueError):
+        pool.bench(0, offsets, 64 * 1024, 1, hugepages, slabs=-1)
+
+
 def test_trace_records_every_finished_read(files: tuple[list[str], list[bytes]]) -> None:
     """ReadPool.start_trace / trace (benchmarks/_iotrace.py's input): one record per read
     that finished after start_trace, monotonic times in order, the extent, the demand flag

@@ -134,3 +134,20 @@ def test_lru_and_reuse_helpers() -> None:
     assert rs.previous_token_reuse(r, 0) == pytest.approx((0.5 + 0 + 1) / 3)
     assert rs.distinct_per_window(r, 0, window=2) == pytest.approx((3 + 2) / 2)
     assert rs.uniform_distinct(128, 8) == pytest.approx(128 * (1 - (1 - 1 / 16) ** 32))
+
+
+def test_gap_predictors_on_a_known_trace() -> None:
+    """gap_predictors against a hand-simulated LRU of 2 slots (one layer, top-2 of 6): at
+    each token boundary the candidates are each predictor's uncached experts, scored
+    against the next token's choices and its misses."""
+    r = np.array([[[0, 1]], [[1, 2]], [[0, 3]], [[0, 1]]], dtype=np.int32)
+    g = rs.gap_predictors(r, n_experts=6, capacity=2, reads=4)
+    assert g["misses"]["per_token"] == pytest.approx(4 / 3)  # {2}, {0, 3}, {1}
+    assert g["previous"]["candidates_per_token"] == 0.0  # always still cached here
+    assert np.isnan(g["previous"]["accuracy"]) and g["previous"]["coverage"] == 0.0
+    assert g["previous4"]["candidates_per_token"] == pytest.approx(3 / 3)  # {}, {0}, {1, 2}
+    assert g["previous4"]["accuracy"] == pytest.approx(2 / 3)
+    assert g["previous4"]["coverage"] == pytest.approx(2 / 4)
+    assert g["popular"]["candidates_per_token"] == pytest.approx(4.0)
+    assert g["popular"]["accuracy"] == pytest.approx(4 / 12)
+    assert g["popular"]["coverage"] == pytest.approx(1.0)

@@ -207,3 +207,61 @@ def test_stated_minimum_budget_loads(tiny_models: dict[str, TinyModel], family: 
         except ConfigError as again:
             pytest.fail(f"budget {budget}: the stated minimum {minimum} is refused too: "
                         f"{again}")
+
+
+# --- the split from the manifest alone (what benchmarks size their disk bound with) -------
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral"])
+@pytest.mark.parametrize("source", ["Q4_0", "Q8_0", "hf"])
+def test_plan_from_manifest_matches_the_load(tiny_models: dict[str, TinyModel], family: str,
+                                             source: str) -> None:
+    """streaming.plan_from_manifest, computed before any weight is read, gives the split
+    the load then makes with the core's figures: the same dense bytes, slot size and slot
+    count, at budgets on either side of a slot boundary (a 1-byte disagreement in the
+    resident part or the slot size would move the count there). bench_streaming.py reads
+    its disk bound into that many slabs (--bound-slabs auto)."""
+    from colibri.core_spec import resolved_context_length
+    from colibri.sources import open_model_source
+    from colibri.streaming import plan_from_manifest
+
+    tm = tiny_models[family]
+    path = tm.hf_dir if source == "hf" else tm.gguf[source]
+    resident, slot, k = _resident(path)
+    manifest = open_model_source(path)
+    for budget in (resident + k * slot, resident + (k + 3) * slot - 1,
+                   resident + (k + 3) * slot, resident + (k + 5) * slot + slot // 2):
+        cfg = engine(budget=budget)
+        plan = plan_from_manifest(manifest, cfg, resolved_context_length(manifest.config, cfg))
+        mem = co.Model.load(path, engine=cfg).stats().memory
+        assert mem is not None
+        assert (plan.dense_bytes, plan.slot_bytes, plan.cache_slots) == \
+            (mem.dense_bytes, mem.slot_bytes, mem.cache_slots), budget
+    assert plan.cache_slots == k + 5  # the budgets above do reach past the minimum
+    with pytest.raises(ConfigError):  # and it refuses what the load refuses
+        plan_from_manifest(manifest, engine(budget=resident + k * slot - 1),
+                           resolved_context_length(manifest.config, engine()))
+
+
+def test_bench_planned_slots_are_the_childs(tiny_models: dict[str, TinyModel]) -> None:
+    """benchmarks/_stream_child.planned_cache_slots (the slabs of bench_streaming.py's disk
+    bound) gives the slot count a child loading the same spec gets."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        spec_ = importlib.util.spec_from_file_location(
+            "_stream_child", REPO / "benchmarks" / "_stream_child.py")
+        assert spec_ is not None and spec_.loader is not None
+        child = importlib.util.module_from_spec(spec_)
+        spec_.loader.exec_module(child)
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    path = tiny_models["qwen3_moe"].gguf["Q4_0"]
+    resident, slot, k = _resident(path)
+    spec = {"path": str(path), "threads": 2, "ctx": 256, "wait_policy": "auto",
+            "ram_budget": resident + (k + 7) * slot,
+            "io": {"workers": 2, "direct": True, "prefetch": True},
+            "cache": {"policy": "lfru", "history": False}}
+    planned = child.planned_cache_slots(spec)
+    mem = co.Model.load(path, engine=child.engine_config(spec)).stats().memory
+    assert mem is not None and planned == mem.cache_slots
+    assert planned > k  # more than the minimum: the figure is the budget's, not a floor

@@ -215,14 +215,18 @@ class BenchSlabs {
 };
 
 // Reads `length` bytes at each offset of `offsets`, keeping `in_flight` reads outstanding
-// (waited for oldest first), into `in_flight` preallocated slabs. Returns wall seconds.
+// (waited for oldest first), into `n_slabs` preallocated slabs used in turn (0: one per read
+// in flight; at least `in_flight`), so many distinct destinations can be read into at a low
+// depth, as a decode reads into the expert cache's slots. Returns wall seconds.
 double bench_reads(ReadPool& pool, int32_t file, const std::vector<int64_t>& offsets, int64_t length,
-                   int in_flight, bool huge_pages) {
+                   int in_flight, bool huge_pages, int n_slabs) {
   if (in_flight < 1) fail(ErrorKind::InvalidArgument, "in_flight must be >= 1");
+  if (n_slabs < 0) fail(ErrorKind::InvalidArgument, "slabs must be >= 0");
+  n_slabs = std::max(n_slabs, in_flight);
   std::size_t cap = 0;
   for (int64_t off : offsets) cap = std::max(cap, slab_bytes(make_extent(file, off, length)));
   cap = (cap + kDirectAlign - 1) / kDirectAlign * kDirectAlign;  // every slab aligned in the arena
-  const BenchSlabs slabs(cap, in_flight, huge_pages);
+  const BenchSlabs slabs(cap, n_slabs, huge_pages);
   std::vector<Ticket> ring(static_cast<std::size_t>(in_flight), 0);
   const auto t0 = std::chrono::steady_clock::now();
   std::size_t next = 0;
@@ -234,8 +238,13 @@ double bench_reads(ReadPool& pool, int32_t file, const std::vector<int64_t>& off
         ring[k] = 0;
         pool.wait(t);
       }
-      if (next < offsets.size())
-        ring[k] = pool.submit({make_extent(file, offsets[next++], length), slabs[k], cap});
+      if (next < offsets.size()) {
+        // the slot ring[k] waited for is free again: the next slab in turn is never one a
+        // read still outstanding writes into (n_slabs >= in_flight)
+        uint8_t* dst = slabs[next % static_cast<std::size_t>(n_slabs)];
+        ring[k] = pool.submit({make_extent(file, offsets[next], length), dst, cap});
+        ++next;
+      }
     }
   } catch (...) {
     // Reads still in flight write into our slabs: retire them before the slabs go.
@@ -345,13 +354,16 @@ void bind_io(py::module_& parent) {
       .def(
           "bench",
           [](PyReadPool& p, int32_t file, const std::vector<int64_t>& offsets, int64_t length, int in_flight,
-             bool huge_pages) {
+             bool huge_pages, int slabs) {
             py::gil_scoped_release nogil;
-            return bench_reads(p.pool(), file, offsets, length, in_flight, huge_pages);
+            return bench_reads(p.pool(), file, offsets, length, in_flight, huge_pages, slabs);
           },
           py::arg("file"), py::arg("offsets"), py::arg("length"), py::arg("in_flight"), py::arg("hugepages") = false,
+          py::arg("slabs") = 0,
           "Timed read loop in C++ (preallocated, pre-faulted slabs, `in_flight` outstanding); returns seconds. "
-          "hugepages=True puts the slabs in one MADV_HUGEPAGE mapping, as the expert cache's arena.")
+          "hugepages=True puts the slabs in one MADV_HUGEPAGE mapping, as the expert cache's arena; `slabs` "
+          "(0: one per read in flight) destination slabs are used in turn, so many distinct pages can be read "
+          "into at a low depth.")
       .def("close", [](PyReadPool& p) {
         py::gil_scoped_release nogil;
         p.pool().shutdown();

@@ -194,19 +194,28 @@ def _kv_and_work(manifest: Manifest, engine: EngineConfig,
     return kv, mtp_kv, work
 
 
-def check_resident_fits(manifest: Manifest, engine: EngineConfig, context_length: int) -> None:
-    """Raises ConfigError (stating the minimum) before any weight is read when the budget
-    cannot hold the resident part of the model and one layer's top-k experts."""
+def plan_from_manifest(manifest: Manifest, engine: EngineConfig,
+                       context_length: int) -> BudgetPlan:
+    """The budget split from the manifest alone, before any weight is read (resident bytes
+    and slot size as the manifest gives them; ``plan_store`` redoes it with the core's
+    figures once loaded). Raises ConfigError (stating the minimum) when the budget cannot
+    hold the resident part of the model and one layer's top-k experts."""
     kv, mtp_kv, work = _kv_and_work(manifest, engine, context_length)
     c = manifest.config
     total = sum(1 for t in manifest.tensors.values()
                 if (m := _EXPERT_RE.match(t.name)) and m.group(2) == "gate")  # fmt: skip
-    plan_budget(
+    return plan_budget(
         budget=engine.ram_budget, dense_bytes=resident_bytes(manifest), kv_bytes=kv,
         work_bytes=work, slot_bytes=expert_slot_bytes(manifest), total_experts=total,
         min_slots=c.n_experts_per_tok if total else 0, prompt_cache_bytes=engine.prompt_cache,
         mtp_kv_bytes=mtp_kv,
     )  # fmt: skip
+
+
+def check_resident_fits(manifest: Manifest, engine: EngineConfig, context_length: int) -> None:
+    """Raises ConfigError (stating the minimum) before any weight is read when the budget
+    cannot hold the resident part of the model and one layer's top-k experts."""
+    plan_from_manifest(manifest, engine, context_length)
 
 
 def plan_store(manifest: Manifest, engine: EngineConfig, core: _core.Engine,
