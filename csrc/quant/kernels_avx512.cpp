@@ -318,8 +318,10 @@ struct Q4_0 {
 // block-per-lane kernels spent a convert, a broadcast and an FMA per pair.
 //
 // Per lane the float operations are the scalar reference's (reference.cpp), in its order,
-// every product and sum rounded on its own (no FMA):
-//   Q4_1: sum = sum + ((d_w d_a) isum + m s)        Q8_0: sum = sum + (d_w d_a) isum
+// every product and sum rounded where the reference rounds, the block terms summed in double
+// (the 8 rows' sums in a zmm; the conversion and the double add run on the pipes the
+// VNNI dots leave free) and rounded to float once:
+//   Q4_1: sum = sum + double(fma(d_w d_a, isum, m s))   Q8_0: sum = sum + double((d_w d_a) isum)
 // so vec_dot, vec_dot_rows and the prefill tiles are bit-identical to reference.cpp, hence
 // to each other for any row grouping or batch (a short last group repeats its last row in
 // the unused lanes and stores only its own). The transposition is per (8 rows, block) and
@@ -423,7 +425,7 @@ struct Q4_1 {
   // The block's term of the sum from its integer sums isum.
   static __m256 term(const Rows& R, __m256i isum, const float* sc) {
     const __m256 dd = _mm256_mul_ps(R.d, _mm256_set1_ps(sc[0]));
-    return _mm256_add_ps(_mm256_mul_ps(dd, _mm256_cvtepi32_ps(isum)), _mm256_mul_ps(R.m, _mm256_set1_ps(sc[1])));
+    return _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), _mm256_mul_ps(R.m, _mm256_set1_ps(sc[1])));
   }
 };
 
@@ -480,7 +482,7 @@ void token_scales(int64_t nb, const unsigned char* act, std::size_t as, int T, f
 // no better.
 template <class K, int T0, int T>
 inline void chunk(const typename K::Rows& R, int64_t i, const unsigned char* act, std::size_t as, const float* sc,
-                  __m256* acc) {
+                  __m512d* acc) {
   constexpr int C = T - T0 < 4 ? T - T0 : 4;
   const int8_t* a[C];
   __m256i p[C];
@@ -489,7 +491,8 @@ inline void chunk(const typename K::Rows& R, int64_t i, const unsigned char* act
     p[c] = K::init(sc + 2 * (i * T + T0 + c));
   }
   block_sums<C>(R.q, a, p);
-  for (int c = 0; c < C; ++c) acc[T0 + c] = _mm256_add_ps(acc[T0 + c], K::term(R, p[c], sc + 2 * (i * T + T0 + c)));
+  for (int c = 0; c < C; ++c)
+    acc[T0 + c] = _mm512_add_pd(acc[T0 + c], _mm512_cvtps_pd(K::term(R, p[c], sc + 2 * (i * T + T0 + c))));
   if constexpr (T0 + C < T) chunk<K, T0 + C, T>(R, i, act, as, sc, acc);
 }
 
@@ -499,8 +502,8 @@ void group(int64_t nb, const unsigned char* w, std::size_t ws, int nv, const uns
            const float* sc, float* out, std::size_t os) {
   const unsigned char* rp[8];
   for (int r = 0; r < 8; ++r) rp[r] = w + static_cast<std::size_t>(r < nv ? r : nv - 1) * ws;
-  __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  __m512d acc[T];  // the 8 rows' sums in double
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_pd();
   GroupPrefetch pf(w, ws, nv, nb);
   for (int64_t i = 0; i < nb; ++i) {
     pf.step();
@@ -509,7 +512,8 @@ void group(int64_t nb, const unsigned char* w, std::size_t ws, int nv, const uns
     chunk<K, 0, T>(R, i, act, as, sc, acc);
   }
   const auto mask = static_cast<__mmask8>((1u << nv) - 1);
-  for (int t = 0; t < T; ++t) _mm256_mask_storeu_ps(out + static_cast<std::size_t>(t) * os, mask, acc[t]);
+  for (int t = 0; t < T; ++t)
+    _mm256_mask_storeu_ps(out + static_cast<std::size_t>(t) * os, mask, _mm512_cvtpd_ps(acc[t]));
 }
 
 template <class K, int T>
