@@ -321,6 +321,25 @@ def test_prefill_tiles_equal_one_token_per_isa(dtype: str, isa: str) -> None:
         assert y.tobytes() == one[:n].tobytes(), (n, isa)
 
 
+@pytest.mark.skipif("avx512" not in ISAS, reason="needs AVX-512 VNNI")
+@pytest.mark.parametrize("case", ["normal", "scaled", "zeros", "f16_range", "tiny", "sparse"])
+@pytest.mark.parametrize("dtype", ["Q4_1", "Q8_0"])
+def test_avx512_row_lanes_equal_scalar_reference(dtype: str, case: str) -> None:
+    """AVX-512 Q4_1 / Q8_0 (the row-lane kernels: 8 rows in the lanes of a vector, the
+    reference's float operations in its order) equal the scalar reference bit for bit:
+    vec_dot, the one-token row groups (full groups of 8 and a short last group) and every
+    batch size of the verify / prefill tiles (passes of up to 16 tokens and the rest)."""
+    rows, cols = 21, 576  # 2 groups of 8 and one of 5
+    w = q.quantize(dtype, make(case, rows, cols, seed=31))
+    x = make("normal" if case == "f16_range" else case, 19, cols, seed=32)
+    ref = np.float32([[q.vec_dot(dtype, w[r], x[t], "scalar") for r in range(rows)] for t in range(19)])
+    got = np.float32([[q.vec_dot(dtype, w[r], x[t], "avx512") for r in range(rows)] for t in range(19)])
+    assert got.tobytes() == ref.tobytes()
+    for n in (1, 2, 3, 8, 9, 16, 17, 19):
+        y = q.matmul(dtype, w, rows, cols, x[:n], 2, "avx512")
+        assert y.tobytes() == ref[:n].tobytes(), n
+
+
 def test_matmul_multi_equals_separate_calls() -> None:
     cols = 256
     x = make("normal", 3, cols, seed=10)

@@ -235,7 +235,10 @@ def _run(model: colibri.Model, prompt: Any, **kw: Any) -> tuple[colibri.Generati
 def test_greedy_lookup_equals_plain_greedy_on_copy_heavy_text(smollm2: colibri.Model) -> None:
     """200 tokens that copy from the prompt (drafts accepted), through the decoder's stages:
     a logits processor (which must see the same sequences), min_tokens and a stop id."""
-    msgs = [{"role": "user", "content": "Repeat this code twice, exactly:\n" + CODE}]
+    # The wording is SmolLM2's to copy or not: a change in float summation order (session
+    # 27's AVX-512 row-lane kernels) turned "Repeat this code twice, exactly" from 124
+    # accepted drafts into 38 (a near-tie flipped early); this one gives 73 (before: 85).
+    msgs = [{"role": "user", "content": "Write this code out twice, exactly:\n" + CODE}]
     seen: dict[str, list[list[int]]] = {"off": [], "lookup": []}
 
     def run(spec: str) -> tuple[colibri.Generation, list[int], npt.NDArray[np.float32]]:

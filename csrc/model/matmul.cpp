@@ -39,6 +39,7 @@ constexpr int64_t kParallelQuantizeTokens = 8;      // quantize activations in p
 struct Job {
   VecDotRowsFn dot_rows;
   DotTileFn tile;  // rows x tokens in one pass (quant/dot_tiles.hpp), or nullptr
+  std::size_t tile_weight_bytes;  // weight bytes per tile call
   const unsigned char* w;
   std::size_t w_row_bytes;
   const unsigned char* act;  // n_tokens rows of act_row_bytes
@@ -76,7 +77,8 @@ void run_rows(const Job& j, int64_t r0, int64_t r1, int64_t n_tokens, int64_t co
     return;
   }
   // Row tiles small enough to stay in L1/L2 while a tile of activation rows passes by.
-  const int64_t row_tile = std::max<int64_t>(4, static_cast<int64_t>(kWeightTileBytes / j.w_row_bytes) / 4 * 4);
+  const std::size_t tile_bytes = j.tile && !j.scales ? j.tile_weight_bytes : kWeightTileBytes;
+  const int64_t row_tile = std::max<int64_t>(4, static_cast<int64_t>(tile_bytes / j.w_row_bytes) / 4 * 4);
   const int64_t tok_tile = std::max<int64_t>(1, static_cast<int64_t>(kActTileBytes / j.act_row_bytes));
   for (int64_t t0 = 0; t0 < n_tokens; t0 += tok_tile) {
     const int64_t t1 = std::min(n_tokens, t0 + tok_tile);
@@ -179,8 +181,17 @@ void run(ThreadPool& pool, const TypeKernels* const* ks, const WeightView* weigh
     const DType a = ks[i]->act_type;
     const unsigned char* act = reinterpret_cast<const unsigned char*>(x);
     if (a != DType::F32) act = act_data[std::find(act_types, act_types + n_act, a) - act_types];
-    jobs[i] = Job{ks[i]->vec_dot_rows, dot_tile_for(*ks[i]), static_cast<const unsigned char*>(weights[i].data),
-                  row_bytes(weights[i].type, cols), act, row_bytes(a, cols), outputs[i], weights[i].rows, first};
+    const DotTile* tile = dot_tile_for(*ks[i]);
+    jobs[i] = Job{ks[i]->vec_dot_rows,
+                  tile ? tile->tile : nullptr,
+                  tile && tile->weight_tile_bytes ? tile->weight_tile_bytes : kWeightTileBytes,
+                  static_cast<const unsigned char*>(weights[i].data),
+                  row_bytes(weights[i].type, cols),
+                  act,
+                  row_bytes(a, cols),
+                  outputs[i],
+                  weights[i].rows,
+                  first};
     if (weights[i].type == DType::F8_E4M3) {
       jobs[i].scales = &weights[i].scales;
       jobs[i].fp8 = fp8_dot_rows_for(*ks[i]);

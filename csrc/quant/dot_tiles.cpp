@@ -5,13 +5,13 @@
 
 namespace colibri {
 
-DotTileFn dot_tile_for(const TypeKernels& k) {
+const DotTile* dot_tile_for(const TypeKernels& k) {
   if (!k.vec_dot) return nullptr;
 #if defined(COLIBRI_X86)
   for (const DotTile* list :
        {basic_avx2_tiles(), basic_avx512_tiles(), kquant_avx2_tiles(), kquant_avx512_tiles(), iq_avx2_tiles(), iq_avx512_tiles()})
     for (const DotTile* p = list; p->vec_dot; ++p)
-      if (p->vec_dot == k.vec_dot) return p->tile;
+      if (p->vec_dot == k.vec_dot) return p;
 #endif
   return nullptr;
 }

@@ -23,14 +23,18 @@ namespace colibri {
 using DotTileFn = void (*)(int64_t n, const void* w, std::size_t w_stride, int64_t nrows, const void* act,
                            std::size_t act_stride, int64_t ntok, float* out, std::size_t out_stride);
 
-// The tile kernel computing exactly k.vec_dot, or nullptr (quant/dot_tiles.cpp).
-DotTileFn dot_tile_for(const TypeKernels& k);
-
 // A vec_dot and the tile kernel that reproduces it (the per-ISA registries).
 struct DotTile {
   VecDotFn vec_dot;
   DotTileFn tile;
+  // Weight bytes the matmul hands the tile per call (0: its default, 16 KiB, for tiles that
+  // want the rows in L1 across their token passes). Tiles with per-call setup (the AVX-512
+  // row-lane kernels convert the tokens' scales once per pass) ask for more.
+  std::size_t weight_tile_bytes = 0;
 };
+
+// The tile entry reproducing exactly k.vec_dot, or nullptr (quant/dot_tiles.cpp).
+const DotTile* dot_tile_for(const TypeKernels& k);
 
 namespace dot_tiles {
 namespace {

@@ -1,7 +1,9 @@
 // AVX-512 (F/BW/VL/DQ) + VNNI kernels, run only where dispatch.cpp found those features.
 // Scalar reference: quant/reference.cpp; same exactness rules as kernels_avx2.cpp:
 // dequantize_row and the activation quantizers are bit-identical to the reference, vec_dot
-// agrees to rounding (exact integer block sums, float accumulation in another order).
+// agrees to rounding (exact integer block sums, float accumulation in another order), except
+// Q4_1 and Q8_0, whose row-lane kernels (lanes::) repeat the reference's float operations
+// and are bit-identical to it.
 //
 // Block dots use 256-bit VNNI (vpdpbusd on ymm, from AVX512-VL): one instruction replaces
 // AVX2's maddubs + madd pair. Float kernels use full 512-bit vectors.
@@ -15,10 +17,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstring>
 #include <utility>
+#include <vector>
 
-#include "quant/block32_dot_x86.hpp"
 #include "quant/blocks.hpp"
 #include "quant/dot_tiles.hpp"
 #include "quant/fp16.hpp"
@@ -305,172 +308,287 @@ struct Q4_0 {
   }
 };
 
-// Q8_0 . Q8_0: signed x signed as |w| (unsigned) times a carrying w's sign.
+// ---- row-lane kernels: Q4_1 . Q8_1 and Q8_0 . Q8_0 ---------------------------------------
+// Eight weight rows in the 8 int32 lanes of a ymm. Per block the 8 rows' quants are
+// transposed (4 x 4 dword transposes in the two 128-bit halves), so that vector k holds in
+// lane r row r's elements 4k .. 4k + 3; one VNNI dot against token t's activation bytes
+// 4k .. 4k + 3, broadcast, adds those 4 products to every row's lane. Eight dots leave the
+// 8 rows' exact integer block sums in one vector: no horizontal reduction, and the float
+// work (convert, scale products, accumulate) is one op per 8 (row, token) pairs where the
+// block-per-lane kernels spent a convert, a broadcast and an FMA per pair.
+//
+// Per lane the float operations are the scalar reference's (reference.cpp), in its order,
+// every product and sum rounded where the reference rounds, the block terms summed in double
+// (the 8 rows' sums in a zmm; ~15 % slower in isolation than a float running sum, which
+// lost accuracy: docs/benchmarks.md, session 27) and rounded to float once:
+//   Q4_1: sum = sum + double(fma(d_w d_a, isum, m s))   Q8_0: sum = sum + double((d_w d_a) isum)
+// so vec_dot, vec_dot_rows and the prefill tiles are bit-identical to reference.cpp, hence
+// to each other for any row grouping or batch (a short last group repeats its last row in
+// the unused lanes and stores only its own). The transposition is per (8 rows, block) and
+// shared by the tokens of a pass: ~35 + 15 T vector ops per 8 row-blocks for T tokens
+// (the 2 x 8 Q4_1 tiles this replaces: ~40 T). Token scales (d_a, and s or Q8_0's offset
+// term) are converted once per pass into a small array the loop reads as broadcasts.
+namespace lanes {
+
+// Rows r and r + 4 (r < 4) of a group, 16 bytes at byte offset off, in the two halves.
+inline __m256i rows_pair(const unsigned char* const* rp, int r, std::size_t off) {
+  return _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(rp[r + 4] + off),
+                             reinterpret_cast<const __m128i*>(rp[r] + off));
+}
+
+// 8 rows x 4 dwords at byte offset off -> out[k]: dword k of row r in lane r.
+inline void transpose8x4(const unsigned char* const* rp, std::size_t off, __m256i* out) {
+  const __m256i q0 = rows_pair(rp, 0, off), q1 = rows_pair(rp, 1, off);
+  const __m256i q2 = rows_pair(rp, 2, off), q3 = rows_pair(rp, 3, off);
+  const __m256i t0 = _mm256_unpacklo_epi32(q0, q1), t1 = _mm256_unpackhi_epi32(q0, q1);
+  const __m256i t2 = _mm256_unpacklo_epi32(q2, q3), t3 = _mm256_unpackhi_epi32(q2, q3);
+  out[0] = _mm256_unpacklo_epi64(t0, t2);
+  out[1] = _mm256_unpackhi_epi64(t0, t2);
+  out[2] = _mm256_unpacklo_epi64(t1, t3);
+  out[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+// The dword at byte offset off of each of the 8 rows (lane r).
+inline __m256i first_dwords(const unsigned char* const* rp, std::size_t off) {
+  const __m256i q0 = rows_pair(rp, 0, off), q1 = rows_pair(rp, 1, off);
+  const __m256i q2 = rows_pair(rp, 2, off), q3 = rows_pair(rp, 3, off);
+  return _mm256_unpacklo_epi64(_mm256_unpacklo_epi32(q0, q1), _mm256_unpacklo_epi32(q2, q3));
+}
+
+// Halves in the low / high 16 bits of each lane as floats.
+inline __m256 halves_lo(__m256i v) { return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(v)); }
+inline __m256 halves_hi(__m256i v) { return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(v, 16))); }
+
+// p + u . (the 4 bytes at a, broadcast): VNNI with an embedded-broadcast memory operand,
+// written out because GCC 12 does not fold the broadcast into the instruction (it issues a
+// separate vpbroadcastd per dot, which on Zen 4 competes with the dots for the vector pipes).
+inline __m256i dot_bcast(__m256i p, __m256i u, const int8_t* a) {
+#if defined(__GNUC__)
+  using Dword = int32_t __attribute__((may_alias, aligned(1)));
+  asm("vpdpbusd %2%{1to8%}, %1, %0" : "+v"(p) : "v"(u), "m"(*reinterpret_cast<const Dword*>(a)));
+  return p;
+#else
+  return _mm256_dpbusd_epi32(p, u, _mm256_set1_epi32(load_i32(a)));
+#endif
+}
+
+// The 8 lanes' block sums of C tokens at once: dots of the transposed quants q[0..7] with
+// each token's 32 activation bytes a[c], starting from init[c]. The token loop is the inner
+// one so that consecutive VNNI ops are independent (two chains of four per token up to 4
+// tokens, else one of eight: the dots' latency, not their throughput, bounds a lone
+// token's block).
+template <int C>
+inline void block_sums(const __m256i* q, const int8_t* const* a, __m256i* p) {
+  constexpr int kChains = C <= 4 ? 2 : 1;
+  if constexpr (kChains == 2) {
+    __m256i h[C];
+    for (int c = 0; c < C; ++c) h[c] = _mm256_setzero_si256();
+    for (int k = 0; k < 4; ++k)
+      for (int c = 0; c < C; ++c) {
+        p[c] = dot_bcast(p[c], q[k], a[c] + 4 * k);
+        h[c] = dot_bcast(h[c], q[k + 4], a[c] + 16 + 4 * k);
+      }
+    for (int c = 0; c < C; ++c) p[c] = _mm256_add_epi32(p[c], h[c]);
+  } else {
+    for (int k = 0; k < 8; ++k)
+      for (int c = 0; c < C; ++c) p[c] = dot_bcast(p[c], q[k], a[c] + 4 * k);
+  }
+}
+
+// Q4_1 . Q8_1. The nibbles as bytes 0..15 (unsigned, VNNI's first operand): q[k] for
+// k < 4 the low nibbles of qs bytes 4k .. 4k + 3 (elements 4k ..), q[4 + k] their high
+// nibbles (elements 16 + 4k ..). Token scales: {d_a, s}.
+struct Q4_1 {
+  using Act = BlockQ8_1;
+  struct Rows {
+    __m256i q[8];
+    __m256 d, m;
+  };
+  static void load(const unsigned char* const* rp, int64_t i, Rows& R) {
+    const std::size_t off = static_cast<std::size_t>(i) * sizeof(BlockQ4_1);
+    __m256i raw[4];
+    transpose8x4(rp, off + offsetof(BlockQ4_1, qs), raw);
+    const __m256i lo = _mm256_set1_epi8(0x0f);
+    for (int k = 0; k < 4; ++k) {
+      R.q[k] = _mm256_and_si256(raw[k], lo);
+      R.q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw[k], 4), lo);
+    }
+    const __m256i dm = first_dwords(rp, off);  // d in the low half, m in the high half
+    R.d = halves_lo(dm);
+    R.m = halves_hi(dm);
+  }
+  static void scales(const Act& y, float* sc) {
+    sc[0] = half_at(&y.d);
+    sc[1] = half_at(&y.s);
+  }
+  static __m256i init(const float*) { return _mm256_setzero_si256(); }
+  // The block's term of the sum from its integer sums isum.
+  static __m256 term(const Rows& R, __m256i isum, const float* sc) {
+    const __m256 dd = _mm256_mul_ps(R.d, _mm256_set1_ps(sc[0]));
+    return _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), _mm256_mul_ps(R.m, _mm256_set1_ps(sc[1])));
+  }
+};
+
+// Q8_0 . Q8_0. VNNI multiplies unsigned by signed bytes, so the weights go in as w + 128
+// (q[k] = dword k of qs, sign bit flipped) and each token's block starts its dot at
+// -128 sum(a): sum (w + 128) a - 128 sum a = sum w a, exactly (|partial sums| < 2^21).
+// Token scales: {d_a, the starting value's bits}.
 struct Q8_0 {
   using Act = BlockQ8_0;
-  template <int NR>
-  static void rows(int64_t nb, const unsigned char* w, std::size_t stride, const Act* y, float* out) {
-    __m256 acc[NR];
-    for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
-    GroupPrefetch pf(w, stride, NR, nb);
-    for (int64_t i = 0; i < nb; ++i) {
-      pf.step();
-      const __m256i a = load256(y[i].qs);
-      const __m128 da = half2_at(&y[i].d);
-      for (int r = 0; r < NR; ++r) {
-        const BlockQ8_0* x = reinterpret_cast<const BlockQ8_0*>(w + r * stride) + i;
-        const __m256i q = load256(x->qs);
-        const __m256i p = dot_u8_i8(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q));
-        const __m256 d = _mm256_broadcastss_ps(_mm_mul_ps(half2_at(&x->d), da));
-        acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r]);
-      }
-    }
-    for (int r = 0; r < NR; ++r) out[r] = hsum_ps(acc[r]);
-  }
-  // R rows x T tokens, as Q4_0's tile: |w| and d_w once per row and block.
-  using Block = BlockQ8_0;
-  struct Row {
-    __m256i q, aq;
+  struct Rows {
+    __m256i q[8];
     __m256 d;
   };
-  struct Token {
-    __m256i a;
-    __m256 d;
-  };
-  using Acc = __m256;
-  static Row row(const Block& x) {
-    const __m256i q = load256(x.qs);
-    return {q, _mm256_abs_epi8(q), _mm256_broadcastss_ps(half2_at(&x.d))};
+  static void load(const unsigned char* const* rp, int64_t i, Rows& R) {
+    const std::size_t off = static_cast<std::size_t>(i) * sizeof(BlockQ8_0);
+    transpose8x4(rp, off + offsetof(BlockQ8_0, qs), R.q);
+    transpose8x4(rp, off + offsetof(BlockQ8_0, qs) + 16, R.q + 4);
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    for (int k = 0; k < 8; ++k) R.q[k] = _mm256_xor_si256(R.q[k], flip);
+    R.d = halves_lo(first_dwords(rp, off));
   }
-  static Token token(const Act& y) { return {load256(y.qs), _mm256_broadcastss_ps(half2_at(&y.d))}; }
-  static Acc zero() { return _mm256_setzero_ps(); }
-  static void madd(const Row& x, const Token& y, Acc& acc) {
-    const __m256i p = dot_u8_i8(x.aq, _mm256_sign_epi8(y.a, x.q));
-    acc = _mm256_fmadd_ps(_mm256_mul_ps(x.d, y.d), _mm256_cvtepi32_ps(p), acc);
+  static void scales(const Act& y, float* sc) {
+    sc[0] = half_at(&y.d);
+    // sum a = sum (a + 128) - 32 * 128, the biased bytes summed by SAD in 4 64-bit lanes
+    const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(load256(y.qs), _mm256_set1_epi8(static_cast<char>(0x80))),
+                                        _mm256_setzero_si256());
+    const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+    const int32_t sum = _mm_cvtsi128_si32(_mm_add_epi64(s2, _mm_unpackhi_epi64(s2, s2))) - 32 * 128;
+    const int32_t init = -128 * sum;
+    std::memcpy(&sc[1], &init, sizeof init);
   }
-  static float sum(const Acc& acc) { return hsum_ps(acc); }
-  template <int R, int T>
-  static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
-                   float* out, std::size_t os) {
-    dot_tiles::tile_loop<Q8_0, R, T>(nb, w, ws, act, as, out, os);
+  static __m256i init(const float* sc) {
+    int32_t v;
+    std::memcpy(&v, &sc[1], sizeof v);
+    return _mm256_set1_epi32(v);
   }
-};
-
-// Q4_1 . Q8_1: block32_dot_x86.hpp's WithMin (d d_a sum q a + m s, as on AVX2) with the
-// one-AND nibble layout and VNNI's dot.
-struct NibblesLoHi16 {
-  using Block = BlockQ4_1;
-  static __m256i quants(const Block& x) { return nibbles_lo_hi16(x.qs); }
-  static float sum(__m256 acc) { return hsum_lo_hi16(acc); }
-};
-struct Vnni {
-  static __m256i dot_u8_i8(__m256i u, __m256i s) { return colibri::dot_u8_i8(u, s); }
-};
-using Q4_1 = block32::WithMin<NibblesLoHi16, Vnni>;
-
-// Q4_1's prefill tile, R rows x T <= 8 tokens: WithMin's arithmetic per (row, token), with
-// the per-block scale work of 4 tokens in one ymm per row. Token t's (d_a, s) halves sit in
-// lanes 2t, 2t + 1 of a `ds` vector (two past 4 tokens), so one multiply by [d, m] x 4 gives
-// 4 tokens' (d d_a, m s), lane for lane the products WithMin computes in lanes 0, 1 one
-// token at a time, and one add keeps their running offset sums (lane 2t + 1); the dot takes
-// lane 2t as its broadcast scale. Per (row, token, block) that leaves the VNNI dot, its
-// conversion, the broadcast and the FMA (WithMin's madd also multiplies and adds the
-// offsets per pair). Same operations on the same values per (row, token): vec_dot's bits.
-struct Q4_1Tile {
-  template <int R, int T>
-  static void tile(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
-                   float* out, std::size_t os) {
-    static_assert(T >= 1 && T <= 8, "the scale pairs of at most 8 tokens: two ymm");
-    constexpr int H = (T + 3) / 4;  // ymm halves of the scale pairs: tokens 4h .. 4h + 3
-    __m256 acc[R][T];
-    __m256 offs[R][H];
-    for (int r = 0; r < R; ++r) {
-      for (int h = 0; h < H; ++h) offs[r][h] = _mm256_setzero_ps();
-      for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-    }
-    GroupPrefetch pf(w, ws, R, nb);
-    for (int64_t i = 0; i < nb; ++i) {
-      pf.step();
-      __m256i a[T];
-      __m128i dsh[H];
-      for (int h = 0; h < H; ++h) dsh[h] = _mm_setzero_si128();
-      for (int t = 0; t < T; ++t) {
-        const BlockQ8_1& y = reinterpret_cast<const BlockQ8_1*>(act + t * as)[i];
-        a[t] = load256(y.qs);
-        dsh[t / 4] = _mm_mask_set1_epi32(dsh[t / 4], static_cast<__mmask8>(1u << (t % 4)), load_i32(&y.d));
-      }
-      __m256 ds[H];
-      for (int h = 0; h < H; ++h) ds[h] = _mm256_cvtph_ps(dsh[h]);
-      for (int r = 0; r < R; ++r) {
-        const BlockQ4_1& x = reinterpret_cast<const BlockQ4_1*>(w + r * ws)[i];
-        const __m256 dm = _mm256_cvtph_ps(_mm_set1_epi32(load_i32(&x.d)));
-        __m256 prod[H];
-        for (int h = 0; h < H; ++h) {
-          prod[h] = _mm256_mul_ps(dm, ds[h]);
-          offs[r][h] = _mm256_add_ps(offs[r][h], prod[h]);
-        }
-        const __m256i q = nibbles_lo_hi16(x.qs);
-        for (int t = 0; t < T; ++t) {
-          const __m256 d = _mm256_permutexvar_ps(_mm256_set1_epi32(2 * (t % 4)), prod[t / 4]);
-          acc[r][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8_i8(q, a[t])), acc[r][t]);
-        }
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      alignas(32) float o[8 * H];
-      for (int h = 0; h < H; ++h) _mm256_store_ps(o + 8 * h, offs[r][h]);
-      for (int t = 0; t < T; ++t) out[t * os + r] = hsum_lo_hi16(acc[r][t]) + o[2 * t + 1];
-    }
+  static __m256 term(const Rows& R, __m256i isum, const float* sc) {
+    return _mm256_mul_ps(_mm256_mul_ps(R.d, _mm256_set1_ps(sc[0])), _mm256_cvtepi32_ps(isum));
   }
 };
 
-// The Q4_1 tiles over a matrix: passes of 8 tokens over the rows, then the rest in one pass
-// (a lone token through the one-token row groups: a pass's per-row work shared by one token
-// costs more per pair than vec_dot_rows, so 9 tokens are 8 + 1, measured cheaper than 4 + 5
-// or one 9-token pass); 4-row tiles up to 4 tokens, 2-row beyond (the accumulators of 4 x 8
-// pairs would not fit the 32 registers). Measured on Zen 4 (1 thread, 1536 x 576 matmul):
-// 8 tokens 154 -> 126 us, 9 tokens 182 -> 151 us against WithMin's 2 x 4 tiles in passes of
-// 4 (dot_tiles::run); one token (vec_dot_rows) 24 us.
-template <int R, int T>
-void q4_1_body(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* a, std::size_t as, float* out,
-               std::size_t os) {
-  Q4_1Tile::tile<R, T>(nb, w, ws, a, as, out, os);
+// Token scales of T tokens (rows of as bytes) for nb blocks: sc[2 (i T + t) ..].
+template <class K>
+void token_scales(int64_t nb, const unsigned char* act, std::size_t as, int T, float* sc) {
+  for (int t = 0; t < T; ++t) {
+    const auto* y = reinterpret_cast<const typename K::Act*>(act + static_cast<std::size_t>(t) * as);
+    for (int64_t i = 0; i < nb; ++i) K::scales(y[i], sc + 2 * (i * T + t));
+  }
 }
 
-template <int R, std::size_t... I>
-constexpr std::array<dot_tiles::TileBody, sizeof...(I)> q4_1_bodies(std::index_sequence<I...>) {
-  return {&q4_1_body<R, static_cast<int>(I) + 1>...};
+// Tokens [T0, T) of a pass (T of them in all) in chunks of at most 4, each token's dots in
+// two chains: the block's integer sums, then its terms added to the accumulators. Measured
+// (1536 x 576, 8 tokens, 1 thread): chunks of 8 in one chain 76 us, of 4 in two 66 us, of 2
+// no better.
+template <class K, int T0, int T>
+inline void chunk(const typename K::Rows& R, int64_t i, const unsigned char* act, std::size_t as, const float* sc,
+                  __m512d* acc) {
+  constexpr int C = T - T0 < 4 ? T - T0 : 4;
+  const int8_t* a[C];
+  __m256i p[C];
+  for (int c = 0; c < C; ++c) {
+    a[c] = reinterpret_cast<const typename K::Act*>(act + static_cast<std::size_t>(T0 + c) * as)[i].qs;
+    p[c] = K::init(sc + 2 * (i * T + T0 + c));
+  }
+  block_sums<C>(R.q, a, p);
+  for (int c = 0; c < C; ++c)
+    acc[T0 + c] = _mm512_add_pd(acc[T0 + c], _mm512_cvtps_pd(K::term(R, p[c], sc + 2 * (i * T + T0 + c))));
+  if constexpr (T0 + C < T) chunk<K, T0 + C, T>(R, i, act, as, sc, acc);
 }
 
-void q4_1_tiles(int64_t n, const void* w, std::size_t ws, int64_t nrows, const void* act, std::size_t as,
-                int64_t ntok, float* out, std::size_t os) {
-  static constexpr int kMaxTok = 8;
-  static constexpr std::array<dot_tiles::TileBody, 4> four = q4_1_bodies<4>(std::make_index_sequence<4>{});
-  static constexpr std::array<dot_tiles::TileBody, kMaxTok> two = q4_1_bodies<2>(std::make_index_sequence<kMaxTok>{});
-  static constexpr std::array<dot_tiles::TileBody, kMaxTok> one = q4_1_bodies<1>(std::make_index_sequence<kMaxTok>{});
+// One group of nv <= 8 rows (w, stride ws) against T tokens: out[t * os + r].
+template <class K, int T>
+void group(int64_t nb, const unsigned char* w, std::size_t ws, int nv, const unsigned char* act, std::size_t as,
+           const float* sc, float* out, std::size_t os) {
+  const unsigned char* rp[8];
+  for (int r = 0; r < 8; ++r) rp[r] = w + static_cast<std::size_t>(r < nv ? r : nv - 1) * ws;
+  __m512d acc[T];  // the 8 rows' sums in double
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_pd();
+  GroupPrefetch pf(w, ws, nv, nb);
+  for (int64_t i = 0; i < nb; ++i) {
+    pf.step();
+    typename K::Rows R;
+    K::load(rp, i, R);
+    chunk<K, 0, T>(R, i, act, as, sc, acc);
+  }
+  const auto mask = static_cast<__mmask8>((1u << nv) - 1);
+  for (int t = 0; t < T; ++t)
+    _mm256_mask_storeu_ps(out + static_cast<std::size_t>(t) * os, mask, _mm512_cvtpd_ps(acc[t]));
+}
+
+template <class K, int T>
+void rows(int64_t nb, const unsigned char* w, std::size_t ws, int64_t nrows, const unsigned char* act,
+          std::size_t as, const float* sc, float* out, std::size_t os) {
+  for (int64_t r = 0; r < nrows; r += 8)
+    group<K, T>(nb, w + static_cast<std::size_t>(r) * ws, ws, static_cast<int>(std::min<int64_t>(8, nrows - r)), act,
+                as, sc, out + r, os);
+}
+
+// Per-thread room for a pass's token scales (grows, never shrinks).
+inline float* scale_buffer(std::size_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+// The kernel table's vec_dot_rows: one token, the rows' first 16 KiB prefetched at once
+// (they start cold, as in row_groups::vec_dot_rows).
+template <class K>
+void vec_dot_rows(int64_t n, const void* w, std::size_t stride, int64_t nrows, const void* act, float* out) {
   const auto* wb = static_cast<const unsigned char*>(w);
+  const std::size_t head = std::min<std::size_t>(static_cast<std::size_t>(nrows) * stride, kGroupPrefetchAhead);
+  for (std::size_t off = 0; off < head; off += 64) __builtin_prefetch(wb + off, 0, 2);
+  const int64_t nb = n / kQK;
+  float* sc = scale_buffer(static_cast<std::size_t>(2 * nb));
+  token_scales<K>(nb, static_cast<const unsigned char*>(act), 0, 1, sc);
+  rows<K, 1>(nb, wb, stride, nrows, static_cast<const unsigned char*>(act), 0, sc, out, 0);
+}
+
+template <class K>
+float vec_dot(int64_t n, const void* w, const void* act) {
+  const int64_t nb = n / kQK;
+  float* sc = scale_buffer(static_cast<std::size_t>(2 * nb));
+  token_scales<K>(nb, static_cast<const unsigned char*>(act), 0, 1, sc);
+  float out;
+  group<K, 1>(nb, static_cast<const unsigned char*>(w), 0, 1, static_cast<const unsigned char*>(act), 0, sc, &out, 0);
+  return out;
+}
+
+// Prefill / verify tiles: passes of up to kMaxTok tokens over all the rows given (the
+// transposed weights of a group are reused by every token of the pass; T accumulators,
+// 8 transposed quant vectors and the row scales fit the 32 registers up to 16 tokens).
+constexpr int kMaxTok = 16;
+// Weight bytes per call from the matmul (DotTile::weight_tile_bytes): a pass converts its
+// tokens' scales once per call (~6 ops per token and block), next to ~20 per token and block
+// for each group of 8 rows, so calls of a few groups (the default 16 KiB: 2 groups of the
+// 1536-column down projection) spent 5-25 % on it. 128 KiB stays in L2 between a prefill's
+// token passes.
+constexpr std::size_t kTileWeightBytes = 128 * 1024;
+using PassFn = void (*)(int64_t, const unsigned char*, std::size_t, int64_t, const unsigned char*, std::size_t,
+                        const float*, float*, std::size_t);
+
+template <class K, std::size_t... I>
+constexpr std::array<PassFn, sizeof...(I)> passes(std::index_sequence<I...>) {
+  return {&rows<K, static_cast<int>(I) + 1>...};
+}
+
+template <class K>
+void tiles(int64_t n, const void* w, std::size_t ws, int64_t nrows, const void* act, std::size_t as, int64_t ntok,
+           float* out, std::size_t os) {
+  static constexpr std::array<PassFn, kMaxTok> pass = passes<K>(std::make_index_sequence<kMaxTok>{});
+  const int64_t nb = n / kQK;
+  float* sc = scale_buffer(static_cast<std::size_t>(2 * nb * kMaxTok));
   const auto* ab = static_cast<const unsigned char*>(act);
-  const int64_t nb = n / row_groups::kBlock;
-  for (int64_t t0 = 0; t0 < ntok;) {
-    const int64_t tt = std::min<int64_t>(kMaxTok, ntok - t0);
-    if (tt == 1) {  // a lone token: the one-token row groups (vec_dot itself), cheaper per pair
-      row_groups::vec_dot_rows<Q4_1, 8, 0>(n, wb, ws, nrows, ab + static_cast<std::size_t>(t0) * as,
-                                           out + static_cast<std::size_t>(t0) * os);
-      break;
-    }
-    const int mr = tt <= 4 ? 4 : 2;
-    const auto ti = static_cast<std::size_t>(tt - 1);
-    const dot_tiles::TileBody full = mr == 4 ? four[ti] : two[ti];
-    int64_t r0 = 0;
-    for (; r0 + mr <= nrows; r0 += mr)
-      full(nb, wb + static_cast<std::size_t>(r0) * ws, ws, ab + static_cast<std::size_t>(t0) * as, as,
-           out + static_cast<std::size_t>(t0) * os + r0, os);
-    for (; r0 < nrows; ++r0)  // the last rows one at a time
-      one[ti](nb, wb + static_cast<std::size_t>(r0) * ws, ws, ab + static_cast<std::size_t>(t0) * as, as,
-              out + static_cast<std::size_t>(t0) * os + r0, os);
-    t0 += tt;
+  for (int64_t t0 = 0; t0 < ntok; t0 += kMaxTok) {
+    const int tt = static_cast<int>(std::min<int64_t>(kMaxTok, ntok - t0));
+    const unsigned char* a = ab + static_cast<std::size_t>(t0) * as;
+    token_scales<K>(nb, a, as, tt, sc);
+    pass[static_cast<std::size_t>(tt - 1)](nb, static_cast<const unsigned char*>(w), ws, nrows, a, as, sc,
+                                           out + static_cast<std::size_t>(t0) * os, os);
   }
 }
+
+}  // namespace lanes
 
 template <class K>
 constexpr VecDotRowsFn vec_dot_rows = row_groups::vec_dot_rows<K, 8, kGroupPrefetchAhead>;
@@ -486,21 +604,22 @@ const TypeKernels kAvx512[] = {
      rows_each<vec_dot_bf16>},
     {DType::Q4_0, DType::Q8_0, dequantize_row_q4_0, ref::quantize_row_q4_0, vec_dot<Q4_0>, quantize_row_q8_0,
      vec_dot_rows<Q4_0>},
-    {DType::Q4_1, DType::Q8_1, dequantize_row_q4_1, ref::quantize_row_q4_1, vec_dot<Q4_1>, quantize_row_q8_1,
-     vec_dot_rows<Q4_1>},
-    {DType::Q8_0, DType::Q8_0, dequantize_row_q8_0, quantize_row_q8_0, vec_dot<Q8_0>, quantize_row_q8_0,
-     vec_dot_rows<Q8_0>},
+    {DType::Q4_1, DType::Q8_1, dequantize_row_q4_1, ref::quantize_row_q4_1, lanes::vec_dot<lanes::Q4_1>,
+     quantize_row_q8_1, lanes::vec_dot_rows<lanes::Q4_1>},
+    {DType::Q8_0, DType::Q8_0, dequantize_row_q8_0, quantize_row_q8_0, lanes::vec_dot<lanes::Q8_0>,
+     quantize_row_q8_0, lanes::vec_dot_rows<lanes::Q8_0>},
     {DType::Q8_1, DType::Q8_1, dequantize_row_q8_1, quantize_row_q8_1, nullptr, quantize_row_q8_1, nullptr},
 };
 
 // Prefill tiles (dot_tiles.hpp), each reproducing its vec_dot above bit for bit. Without
 // them the batched matmul runs vec_dot_rows once per token (each weight block decoded per
-// token), so a forward of n tokens cost n one-token forwards. 4 rows x 4 tokens for Q4_0 /
-// Q8_0 (16 accumulators of the 32 registers); Q4_1 up to 8 tokens a pass (q4_1_tiles).
+// token), so a forward of n tokens cost n one-token forwards. 4 rows x 4 tokens for Q4_0
+// (16 accumulators of the 32 registers); Q4_1 and Q8_0 groups of 8 rows against up to 16
+// tokens a pass (lanes::tiles).
 const DotTile kTiles[] = {
     {vec_dot<Q4_0>, dot_tiles::run<Q4_0, 4, 4, row_groups::kBlock>},
-    {vec_dot<Q4_1>, q4_1_tiles},
-    {vec_dot<Q8_0>, dot_tiles::run<Q8_0, 4, 4, row_groups::kBlock>},
+    {lanes::vec_dot<lanes::Q4_1>, lanes::tiles<lanes::Q4_1>, lanes::kTileWeightBytes},
+    {lanes::vec_dot<lanes::Q8_0>, lanes::tiles<lanes::Q8_0>, lanes::kTileWeightBytes},
     {nullptr, nullptr},
 };
 

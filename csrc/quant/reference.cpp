@@ -227,27 +227,33 @@ float vec_dot_q4_0_q8_0(int64_t n, const void* w, const void* act) {
 float vec_dot_q4_1_q8_1(int64_t n, const void* w, const void* act) {
   const BlockQ4_1* x = static_cast<const BlockQ4_1*>(w);
   const BlockQ8_1* y = static_cast<const BlockQ8_1*>(act);
-  float sum = 0.0f;
+  // Each block's term in float (d d_a isum + m s with one rounding after the product
+  // d d_a and m s: a fused multiply-add), their sum in double (rounded to float once): the
+  // AVX-512 row-lane kernel repeats exactly this, and the sum of a long row keeps no error
+  // of its own (a float running sum's grows with the row's length).
+  double sum = 0.0;
   for (int64_t i = 0; i < n / kQK; ++i) {
     int isum = 0;
     for (int64_t j = 0; j < kQK; ++j) isum += nibble(x[i].qs, j) * y[i].qs[j];
     // sum_j (q_j d + m) * a_j d_a = d d_a isum + m * (d_a sum_j a_j) = ... + m * s
-    sum += fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d) * static_cast<float>(isum) +
-           fp16_to_fp32(x[i].m) * fp16_to_fp32(y[i].s);
+    const float dd = fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d);
+    const float term = std::fma(dd, static_cast<float>(isum), fp16_to_fp32(x[i].m) * fp16_to_fp32(y[i].s));
+    sum += static_cast<double>(term);
   }
-  return sum;
+  return static_cast<float>(sum);
 }
 
 float vec_dot_q8_0_q8_0(int64_t n, const void* w, const void* act) {
   const BlockQ8_0* x = static_cast<const BlockQ8_0*>(w);
   const BlockQ8_0* y = static_cast<const BlockQ8_0*>(act);
-  float sum = 0.0f;
+  double sum = 0.0;  // as Q4_1: float terms, a double sum
   for (int64_t i = 0; i < n / kQK; ++i) {
     int isum = 0;
     for (int64_t j = 0; j < kQK; ++j) isum += x[i].qs[j] * y[i].qs[j];
-    sum += fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d) * static_cast<float>(isum);
+    const float term = fp16_to_fp32(x[i].d) * fp16_to_fp32(y[i].d) * static_cast<float>(isum);
+    sum += static_cast<double>(term);
   }
-  return sum;
+  return static_cast<float>(sum);
 }
 
 // ---- table -----------------------------------------------------------------------------
