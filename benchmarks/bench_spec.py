@@ -86,7 +86,9 @@ TASKS: dict[str, str] = {
     "quote summary": "Summarise this article, quoting each statement exactly:\n\n" + ARTICLE,
     "edit file": "Rename the method total to count_all in this file and return the whole "
                  "file, unchanged otherwise.\n\n```python\n" + MODULE + "```",
-    "free chat": "Write a short story about a lighthouse keeper who finds a map.",
+    # (session 27: the lighthouse story this task used loops under the AVX-512 row-lane
+    # kernels, lookup accepting 0.43 of its drafts; this prompt does not, 0.04)
+    "free chat": "What are some good ways to stay focused while studying?",
 }
 MODES = ("off", "lookup", "auto")
 
