@@ -174,3 +174,21 @@ def test_bad_input_is_refused() -> None:
 def test_workspace_mirror(heads: int, dk: int, dv: int, threads: int) -> None:
     want = A.workspace_floats(heads, dk, dv, threads)
     assert attention_work_floats(heads, dk, dv, threads) == want
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_verify_batches_split_into_small_tasks_keep_the_bits(isa: str) -> None:
+    # A speculative verify forwards 2-17 queries after a long context; they are cut into
+    # query blocks small enough for several tasks per thread (one task per KV head would
+    # leave a thread idle). Every query must still get the bits of its one-query decode.
+    n_pos = 600
+    q, k, v = _data(31, n_pos, 3, 3, 64, 64, False)
+    args = dict(dv=64, scale=0.125, kv_type="F16", isa=isa)
+    single = {t: A.run(q[t:t + 1], k, v, pos0=t, threads=1, **args)[0]
+              for t in range(n_pos - 17, n_pos)}
+    for n in (2, 3, 5, 9, 17):
+        for threads in (1, 2, 3):
+            got = A.run(q[n_pos - n:], k, v, pos0=n_pos - n, threads=threads, **args)
+            for i in range(n):
+                np.testing.assert_array_equal(got[i], single[n_pos - n + i],
+                                              err_msg=f"{n} queries, {threads} threads, row {i}")

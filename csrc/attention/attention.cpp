@@ -47,6 +47,8 @@ constexpr int64_t kFusedRows = 8;
 // Decode runs every KV head of a chunk in one task once there are this many chunks per
 // thread (enough to balance the team without splitting the heads).
 constexpr int64_t kAllHeadsChunksPerThread = 4;
+// Several queries: at least this many tasks per thread where the queries allow it.
+constexpr int64_t kTasksPerThread = 4;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
@@ -60,12 +62,18 @@ struct Split {
   int64_t max_rows;          // rows of the largest task
 };
 
-Split split_for(const Problem& p) {
+Split split_for(const Problem& p, int threads) {
   Split s;
   s.heads_per_task = std::min(p.group, kMaxTaskRows);
   s.head_tiles = div_up(p.group, s.heads_per_task);
   s.queries_per_task = p.key_index ? 1 : std::max<int64_t>(1, kMaxTaskRows / s.heads_per_task);
-  s.queries_per_task = std::min(s.queries_per_task, std::max<int64_t>(1, p.n_queries));
+  // A few queries (a speculative verify: 2-17) in blocks of kMaxTaskRows rows would give
+  // one task per KV head (SmolLM2: 3 for 2 threads, one idle a third of the time): cut
+  // them into blocks small enough for kTasksPerThread tasks per thread. Each task reads
+  // the keys once more, which costs less than an idle thread.
+  const int64_t per_qblock = p.n_kv_heads * s.head_tiles;
+  const int64_t want_qblocks = div_up(kTasksPerThread * std::max(threads, 1), per_qblock);
+  s.queries_per_task = std::min(s.queries_per_task, std::max<int64_t>(1, div_up(p.n_queries, want_qblocks)));
   s.max_rows = s.heads_per_task * s.queries_per_task;
   return s;
 }
@@ -384,7 +392,7 @@ void run_with(ThreadPool& pool, const Problem& p, std::vector<float>& workspace,
   if (!kr) fail(ErrorKind::Unsupported, std::string("attention kernels for ") + isa_name(isa) + " are not available");
   check(p);
   if (p.n_queries == 0) return;
-  const Split sp = split_for(p);
+  const Split sp = split_for(p, pool.size());
   const int64_t per_thread = round_up(thread_floats(sp.max_rows, p.dk, p.dv), kAlign);
   const int64_t heads = p.n_kv_heads * p.group;
   const int64_t shared = p.n_queries == 1 ? round_up((kWaveChunks + 1) * heads * (p.dv + 2), kAlign) : 0;

@@ -138,30 +138,30 @@ COLIBRI_INLINE void score_tile(const float* q, int64_t qs, const unsigned char* 
                                float* s, int64_t ld) {
   static_assert(R * C <= 8, "one reduction of 8 sums");
   __m256 acc[8];
-  for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+  COLIBRI_UNROLL for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 8 <= dk; i += 8) {
     __m256 qv[R];
-    for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_ps(q + r * qs + i);
-    for (int c = 0; c < C; ++c) {
+    COLIBRI_UNROLL for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_ps(q + r * qs + i);
+    COLIBRI_UNROLL for (int c = 0; c < C; ++c) {
       const __m256 kv = E::load(k + c * ks, i);
-      for (int r = 0; r < R; ++r) acc[r * C + c] = _mm256_fmadd_ps(qv[r], kv, acc[r * C + c]);
+      COLIBRI_UNROLL for (int r = 0; r < R; ++r) acc[r * C + c] = _mm256_fmadd_ps(qv[r], kv, acc[r * C + c]);
     }
   }
   if (i < dk) {
     const __m256i m = lane_mask(dk - i);
     __m256 qv[R];
-    for (int r = 0; r < R; ++r) qv[r] = _mm256_maskload_ps(q + r * qs + i, m);
-    for (int c = 0; c < C; ++c) {
+    COLIBRI_UNROLL for (int r = 0; r < R; ++r) qv[r] = _mm256_maskload_ps(q + r * qs + i, m);
+    COLIBRI_UNROLL for (int c = 0; c < C; ++c) {
       const __m256 kv = E::tail(k + c * ks, i, dk - i);
-      for (int r = 0; r < R; ++r) acc[r * C + c] = _mm256_fmadd_ps(qv[r], kv, acc[r * C + c]);
+      COLIBRI_UNROLL for (int r = 0; r < R; ++r) acc[r * C + c] = _mm256_fmadd_ps(qv[r], kv, acc[r * C + c]);
     }
   }
   alignas(32) float out[8];
   const __m256 sums = hsum8(acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7]);
   _mm256_store_ps(out, _mm256_mul_ps(sums, _mm256_set1_ps(scale)));
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) s[r * ld + c] = out[r * C + c];
+  COLIBRI_UNROLL for (int r = 0; r < R; ++r)
+    COLIBRI_UNROLL for (int c = 0; c < C; ++c) s[r * ld + c] = out[r * C + c];
 }
 
 // R rows (1..4) against every key: up to 4 rows share each key load.
@@ -172,7 +172,7 @@ void score_rows(const float* q, int64_t qs, const Rows& k, int64_t n_keys, int64
   int64_t j = 0;
   for (; j + C <= n_keys; j += C) {
     if (prefetch)
-      for (int c = 0; c < C; ++c) prefetch_ahead(k, j + c);
+      COLIBRI_UNROLL for (int c = 0; c < C; ++c) prefetch_ahead(k, j + c);
     score_tile<E, R, C>(q, qs, k.data + j * k.stride, k.stride, dk, scale, s + j, ld);
   }
   for (; j < n_keys; ++j) {
@@ -211,7 +211,7 @@ float softmax_block(float* s, float* m, float* l) {
   constexpr int kVecs = kBlockKeys / 8;
   __m256 v[kVecs];
   __m256 mx = _mm256_set1_ps(*m);
-  for (int i = 0; i < kVecs; ++i) {
+  COLIBRI_UNROLL for (int i = 0; i < kVecs; ++i) {
     v[i] = _mm256_loadu_ps(s + 8 * i);
     mx = _mm256_max_ps(mx, v[i]);
   }
@@ -219,7 +219,7 @@ float softmax_block(float* s, float* m, float* l) {
   const float alpha = _mm256_cvtss_f32(exp8(_mm256_set1_ps(*m - m_new)));  // 0 when m is -inf
   const __m256 mn = _mm256_set1_ps(m_new);
   __m256 sum = _mm256_setzero_ps();
-  for (int i = 0; i < kVecs; ++i) {
+  COLIBRI_UNROLL for (int i = 0; i < kVecs; ++i) {
     const __m256 p = exp8(_mm256_sub_ps(v[i], mn));
     _mm256_storeu_ps(s + 8 * i, p);
     sum = _mm256_add_ps(sum, p);
@@ -235,27 +235,27 @@ COLIBRI_INLINE void pv_tile(float* o, int64_t os, const float* p, int64_t ps, co
                             int64_t d0, int64_t n_keys, int64_t tail, bool prefetch) {
   const __m256i tmask = lane_mask(tail);
   __m256 acc[R][NC];
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < NC; ++c)
+  COLIBRI_UNROLL for (int r = 0; r < R; ++r) {
+    COLIBRI_UNROLL for (int c = 0; c < NC; ++c)
       acc[r][c] = Tail && c == NC - 1 ? _mm256_maskload_ps(o + r * os + 8 * c, tmask)
                                       : _mm256_loadu_ps(o + r * os + 8 * c);
     if (alpha) {
       const __m256 a = _mm256_set1_ps(alpha[r]);
-      for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_mul_ps(acc[r][c], a);
+      COLIBRI_UNROLL for (int c = 0; c < NC; ++c) acc[r][c] = _mm256_mul_ps(acc[r][c], a);
     }
   }
   for (int64_t j = 0; j < n_keys; ++j) {
     if (prefetch) prefetch_ahead(v, j);
     const unsigned char* row = v.data + j * v.stride;
     __m256 pj[R];
-    for (int r = 0; r < R; ++r) pj[r] = _mm256_broadcast_ss(p + r * ps + j);
-    for (int c = 0; c < NC; ++c) {
+    COLIBRI_UNROLL for (int r = 0; r < R; ++r) pj[r] = _mm256_broadcast_ss(p + r * ps + j);
+    COLIBRI_UNROLL for (int c = 0; c < NC; ++c) {
       const __m256 vv = Tail && c == NC - 1 ? E::tail(row, d0 + 8 * c, tail) : E::load(row, d0 + 8 * c);
-      for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(pj[r], vv, acc[r][c]);
+      COLIBRI_UNROLL for (int r = 0; r < R; ++r) acc[r][c] = _mm256_fmadd_ps(pj[r], vv, acc[r][c]);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < NC; ++c) {
+  COLIBRI_UNROLL for (int r = 0; r < R; ++r)
+    COLIBRI_UNROLL for (int c = 0; c < NC; ++c) {
       if (Tail && c == NC - 1)
         _mm256_maskstore_ps(o + r * os + 8 * c, tmask, acc[r][c]);
       else

@@ -52,7 +52,7 @@ inline __m256 fold(__m512 v) { return _mm256_add_ps(_mm512_castps512_ps256(v), _
 // Lane i: the tree sum of a[i] (16 lanes folded to 8, then the 8-lane tree).
 inline __m256 hsum8(const __m512* a) {
   __m256 f[8];
-  for (int i = 0; i < 8; ++i) f[i] = fold(a[i]);
+  COLIBRI_UNROLL for (int i = 0; i < 8; ++i) f[i] = fold(a[i]);
   const __m256 g0 = _mm256_hadd_ps(_mm256_hadd_ps(f[0], f[1]), _mm256_hadd_ps(f[2], f[3]));
   const __m256 g1 = _mm256_hadd_ps(_mm256_hadd_ps(f[4], f[5]), _mm256_hadd_ps(f[6], f[7]));
   return _mm256_add_ps(_mm256_permute2f128_ps(g0, g1, 0x20), _mm256_permute2f128_ps(g0, g1, 0x31));
@@ -105,20 +105,20 @@ inline void score_tile(const float* q, int64_t qs, const unsigned char* k, int64
                        float* s, int64_t ld) {
   static_assert(R * C <= 8, "one reduction of 8 sums");
   __m512 acc[8];
-  for (int i = 0; i < 8; ++i) acc[i] = _mm512_setzero_ps();
+  COLIBRI_UNROLL for (int i = 0; i < 8; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t i = 0; i < dk; i += 16) {
     const __mmask16 m = lanes(dk - i);
     __m512 qv[R];
-    for (int r = 0; r < R; ++r) qv[r] = _mm512_maskz_loadu_ps(m, q + r * qs + i);
-    for (int c = 0; c < C; ++c) {
+    COLIBRI_UNROLL for (int r = 0; r < R; ++r) qv[r] = _mm512_maskz_loadu_ps(m, q + r * qs + i);
+    COLIBRI_UNROLL for (int c = 0; c < C; ++c) {
       const __m512 kv = E::load(k + c * ks, i, m);
-      for (int r = 0; r < R; ++r) acc[r * C + c] = _mm512_fmadd_ps(qv[r], kv, acc[r * C + c]);
+      COLIBRI_UNROLL for (int r = 0; r < R; ++r) acc[r * C + c] = _mm512_fmadd_ps(qv[r], kv, acc[r * C + c]);
     }
   }
   alignas(32) float out[8];
   _mm256_store_ps(out, _mm256_mul_ps(hsum8(acc), _mm256_set1_ps(scale)));
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) s[r * ld + c] = out[r * C + c];
+  COLIBRI_UNROLL for (int r = 0; r < R; ++r)
+    COLIBRI_UNROLL for (int c = 0; c < C; ++c) s[r * ld + c] = out[r * C + c];
 }
 
 // R rows (1..4) against every key: up to 4 rows share each key load.
@@ -129,7 +129,7 @@ void score_rows(const float* q, int64_t qs, const Rows& k, int64_t n_keys, int64
   int64_t j = 0;
   for (; j + C <= n_keys; j += C) {
     if (prefetch)
-      for (int c = 0; c < C; ++c) prefetch_ahead(k, j + c);
+      COLIBRI_UNROLL for (int c = 0; c < C; ++c) prefetch_ahead(k, j + c);
     score_tile<E, R, C>(q, qs, k.data + j * k.stride, k.stride, dk, scale, s + j, ld);
   }
   for (; j < n_keys; ++j) {
@@ -168,7 +168,7 @@ float softmax_block(float* s, float* m, float* l) {
   constexpr int kVecs = kBlockKeys / 16;
   __m512 v[kVecs];
   __m512 mx = _mm512_set1_ps(*m);
-  for (int i = 0; i < kVecs; ++i) {
+  COLIBRI_UNROLL for (int i = 0; i < kVecs; ++i) {
     v[i] = _mm512_loadu_ps(s + 16 * i);
     mx = _mm512_max_ps(mx, v[i]);
   }
@@ -176,7 +176,7 @@ float softmax_block(float* s, float* m, float* l) {
   const float alpha = _mm512_cvtss_f32(exp16(_mm512_set1_ps(*m - m_new)));
   const __m512 mn = _mm512_set1_ps(m_new);
   __m512 sum = _mm512_setzero_ps();
-  for (int i = 0; i < kVecs; ++i) {
+  COLIBRI_UNROLL for (int i = 0; i < kVecs; ++i) {
     const __m512 p = exp16(_mm512_sub_ps(v[i], mn));
     _mm512_storeu_ps(s + 16 * i, p);
     sum = _mm512_add_ps(sum, p);
@@ -191,26 +191,26 @@ template <class E, int R, int NC>
 inline void pv_tile(float* o, int64_t os, const float* p, int64_t ps, const float* alpha, const Rows& v, int64_t d0,
                     int64_t n_keys, __mmask16 tail, bool prefetch) {
   __m512 acc[R][NC];
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < NC; ++c)
+  COLIBRI_UNROLL for (int r = 0; r < R; ++r) {
+    COLIBRI_UNROLL for (int c = 0; c < NC; ++c)
       acc[r][c] = _mm512_maskz_loadu_ps(c == NC - 1 ? tail : static_cast<__mmask16>(0xffff), o + r * os + 16 * c);
     if (alpha) {
       const __m512 a = _mm512_set1_ps(alpha[r]);
-      for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_mul_ps(acc[r][c], a);
+      COLIBRI_UNROLL for (int c = 0; c < NC; ++c) acc[r][c] = _mm512_mul_ps(acc[r][c], a);
     }
   }
   for (int64_t j = 0; j < n_keys; ++j) {
     if (prefetch) prefetch_ahead(v, j);
     const unsigned char* row = v.data + j * v.stride;
     __m512 pj[R];
-    for (int r = 0; r < R; ++r) pj[r] = _mm512_set1_ps(p[r * ps + j]);
-    for (int c = 0; c < NC; ++c) {
+    COLIBRI_UNROLL for (int r = 0; r < R; ++r) pj[r] = _mm512_set1_ps(p[r * ps + j]);
+    COLIBRI_UNROLL for (int c = 0; c < NC; ++c) {
       const __m512 vv = E::load(row, d0 + 16 * c, c == NC - 1 ? tail : static_cast<__mmask16>(0xffff));
-      for (int r = 0; r < R; ++r) acc[r][c] = _mm512_fmadd_ps(pj[r], vv, acc[r][c]);
+      COLIBRI_UNROLL for (int r = 0; r < R; ++r) acc[r][c] = _mm512_fmadd_ps(pj[r], vv, acc[r][c]);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < NC; ++c)
+  COLIBRI_UNROLL for (int r = 0; r < R; ++r)
+    COLIBRI_UNROLL for (int c = 0; c < NC; ++c)
       _mm512_mask_storeu_ps(o + r * os + 16 * c, c == NC - 1 ? tail : static_cast<__mmask16>(0xffff), acc[r][c]);
 }
 

@@ -117,30 +117,30 @@ inline void score_tile(const float* q, int64_t qs, const unsigned char* k, int64
                        float* s, int64_t ld) {
   static_assert(R * C <= 8, "two reductions of 4 sums");
   float32x4_t acc[8];
-  for (int i = 0; i < 8; ++i) acc[i] = vdupq_n_f32(0.0f);
+  COLIBRI_UNROLL for (int i = 0; i < 8; ++i) acc[i] = vdupq_n_f32(0.0f);
   int64_t i = 0;
   for (; i + 4 <= dk; i += 4) {
     float32x4_t qv[R];
-    for (int r = 0; r < R; ++r) qv[r] = vld1q_f32(q + r * qs + i);
-    for (int c = 0; c < C; ++c) {
+    COLIBRI_UNROLL for (int r = 0; r < R; ++r) qv[r] = vld1q_f32(q + r * qs + i);
+    COLIBRI_UNROLL for (int c = 0; c < C; ++c) {
       const float32x4_t kv = E::load(k + c * ks, i);
-      for (int r = 0; r < R; ++r) acc[r * C + c] = vfmaq_f32(acc[r * C + c], qv[r], kv);
+      COLIBRI_UNROLL for (int r = 0; r < R; ++r) acc[r * C + c] = vfmaq_f32(acc[r * C + c], qv[r], kv);
     }
   }
   if (i < dk) {
     float32x4_t qv[R];
-    for (int r = 0; r < R; ++r) qv[r] = load_part(q + r * qs + i, dk - i);
-    for (int c = 0; c < C; ++c) {
+    COLIBRI_UNROLL for (int r = 0; r < R; ++r) qv[r] = load_part(q + r * qs + i, dk - i);
+    COLIBRI_UNROLL for (int c = 0; c < C; ++c) {
       const float32x4_t kv = E::tail(k + c * ks, i, dk - i);
-      for (int r = 0; r < R; ++r) acc[r * C + c] = vfmaq_f32(acc[r * C + c], qv[r], kv);
+      COLIBRI_UNROLL for (int r = 0; r < R; ++r) acc[r * C + c] = vfmaq_f32(acc[r * C + c], qv[r], kv);
     }
   }
   float out[8];
   const float32x4_t sc = vdupq_n_f32(scale);
   vst1q_f32(out, vmulq_f32(hsum4(acc[0], acc[1], acc[2], acc[3]), sc));
   vst1q_f32(out + 4, vmulq_f32(hsum4(acc[4], acc[5], acc[6], acc[7]), sc));
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) s[r * ld + c] = out[r * C + c];
+  COLIBRI_UNROLL for (int r = 0; r < R; ++r)
+    COLIBRI_UNROLL for (int c = 0; c < C; ++c) s[r * ld + c] = out[r * C + c];
 }
 
 // R rows (1..4) against every key: up to 4 rows share each key load.
@@ -151,7 +151,7 @@ void score_rows(const float* q, int64_t qs, const Rows& k, int64_t n_keys, int64
   int64_t j = 0;
   for (; j + C <= n_keys; j += C) {
     if (prefetch)
-      for (int c = 0; c < C; ++c) prefetch_ahead(k, j + c);
+      COLIBRI_UNROLL for (int c = 0; c < C; ++c) prefetch_ahead(k, j + c);
     score_tile<E, R, C>(q, qs, k.data + j * k.stride, k.stride, dk, scale, s + j, ld);
   }
   for (; j < n_keys; ++j) {
@@ -189,12 +189,12 @@ void scores(const float* q, int64_t q_stride, int64_t n_rows, const Rows& k, int
 float softmax_block(float* s, float* m, float* l) {
   constexpr int kVecs = kBlockKeys / 4;
   float32x4_t mx = vdupq_n_f32(*m);
-  for (int i = 0; i < kVecs; ++i) mx = vmaxq_f32(mx, vld1q_f32(s + 4 * i));
+  COLIBRI_UNROLL for (int i = 0; i < kVecs; ++i) mx = vmaxq_f32(mx, vld1q_f32(s + 4 * i));
   const float m_new = vmaxvq_f32(mx);
   const float alpha = vgetq_lane_f32(exp4(vdupq_n_f32(*m - m_new)), 0);
   const float32x4_t mn = vdupq_n_f32(m_new);
   float32x4_t sum = vdupq_n_f32(0.0f);
-  for (int i = 0; i < kVecs; ++i) {
+  COLIBRI_UNROLL for (int i = 0; i < kVecs; ++i) {
     const float32x4_t p = exp4(vsubq_f32(vld1q_f32(s + 4 * i), mn));
     vst1q_f32(s + 4 * i, p);
     sum = vaddq_f32(sum, p);
@@ -210,24 +210,24 @@ template <class E, int R, int NC>
 inline void pv_tile(float* o, int64_t os, const float* p, int64_t ps, const float* alpha, const Rows& v, int64_t d0,
                     int64_t n_keys, int64_t last, bool prefetch) {
   float32x4_t acc[R][NC];
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < NC; ++c)
+  COLIBRI_UNROLL for (int r = 0; r < R; ++r) {
+    COLIBRI_UNROLL for (int c = 0; c < NC; ++c)
       acc[r][c] = c == NC - 1 && last < 4 ? load_part(o + r * os + 4 * c, last) : vld1q_f32(o + r * os + 4 * c);
     if (alpha)
-      for (int c = 0; c < NC; ++c) acc[r][c] = vmulq_n_f32(acc[r][c], alpha[r]);
+      COLIBRI_UNROLL for (int c = 0; c < NC; ++c) acc[r][c] = vmulq_n_f32(acc[r][c], alpha[r]);
   }
   for (int64_t j = 0; j < n_keys; ++j) {
     if (prefetch) prefetch_ahead(v, j);
     const unsigned char* row = v.data + j * v.stride;
     float32x4_t pj[R];
-    for (int r = 0; r < R; ++r) pj[r] = vdupq_n_f32(p[r * ps + j]);
-    for (int c = 0; c < NC; ++c) {
+    COLIBRI_UNROLL for (int r = 0; r < R; ++r) pj[r] = vdupq_n_f32(p[r * ps + j]);
+    COLIBRI_UNROLL for (int c = 0; c < NC; ++c) {
       const float32x4_t vv = c == NC - 1 && last < 4 ? E::tail(row, d0 + 4 * c, last) : E::load(row, d0 + 4 * c);
-      for (int r = 0; r < R; ++r) acc[r][c] = vfmaq_f32(acc[r][c], pj[r], vv);
+      COLIBRI_UNROLL for (int r = 0; r < R; ++r) acc[r][c] = vfmaq_f32(acc[r][c], pj[r], vv);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < NC; ++c) {
+  COLIBRI_UNROLL for (int r = 0; r < R; ++r)
+    COLIBRI_UNROLL for (int c = 0; c < NC; ++c) {
       if (c == NC - 1 && last < 4) {
         float tmp[4];
         vst1q_f32(tmp, acc[r][c]);

@@ -143,15 +143,19 @@ py::array_t<float> run(const FloatArray& q, const FloatArray& k, const std::opti
 }
 
 double bench(const FloatArray& q, const FloatArray& k, const std::optional<FloatArray>& v, int64_t dv, int64_t pos0,
-             float scale, const std::string& kv_type, int threads, int iters) {
+             float scale, const std::string& kv_type, int threads, int iters,
+             const std::optional<std::string>& isa) {
   std::unique_ptr<Call> c = prepare(q, k, v, dv, pos0, scale, kv_type, std::nullopt, std::nullopt);
+  const std::optional<Isa> which = parse_isa(isa);
+  if (isa && !which) fail(ErrorKind::InvalidArgument, "bench runs the tiled kernels: isa 'reference' is not one");
   py::gil_scoped_release release;
   ThreadPool pool(team(threads));
   std::vector<float> ws;
   ThreadPool::ComputeScope scope(pool);
-  attn::run(pool, c->p, ws);  // warm-up: grows the workspace
+  auto once = [&] { which ? attn::run_with(pool, c->p, ws, *which) : attn::run(pool, c->p, ws); };
+  once();  // warm-up: grows the workspace
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) attn::run(pool, c->p, ws);
+  for (int i = 0; i < iters; ++i) once();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / std::max(iters, 1);
 }
 
@@ -169,8 +173,9 @@ void bind_attention(py::module_& m) {
         "values of each key row. Keys and values are stored at kv_type first. isa: None (best), "
         "'reference' (naive, double) or an ISA name.");
   a.def("bench", &bench, py::arg("q"), py::arg("k"), py::arg("v") = none, py::arg("dv") = 0, py::arg("pos0") = 0,
-        py::arg("scale") = 1.0f, py::arg("kv_type") = "F32", py::arg("threads") = 1, py::arg("iters") = 10,
-        "Seconds per run() with the best kernels, iters runs inside one ComputeScope.");
+        py::arg("scale") = 1.0f, py::arg("kv_type") = "F32", py::arg("threads") = 1, py::arg("iters") = 10, py::arg("isa") = none,
+        "Seconds per run() with the best kernels (or those of isa), iters runs inside one "
+        "ComputeScope.");
   a.def("workspace_floats", &attn::workspace_floats, py::arg("n_heads"), py::arg("dk"), py::arg("dv"),
         py::arg("threads"), "Most floats of working memory a run needs (the budget mirrors it).");
   a.def("block_keys", [] { return attn::kBlockKeys; });
