@@ -1,7 +1,7 @@
 """Speculative decoding on SmolLM2-135M-Instruct Q4_1, resident: decode tok/s with prompt
 lookup drafts ("lookup", "auto") against plain decoding ("off"), greedy, on tasks that copy
-from the prompt (edit code, fix typos, summarise with quotes, edit a 26-line file) and on
-free chat.
+from the prompt (edit code, fix typos, summarise with quotes, edit a 26-line and a 45-line
+file) and on free chat.
 
 Every round runs each mode once per task on a fresh session, the order of the modes
 rotating every round so machine noise hits all alike; ratios are per round, against "off"
@@ -11,6 +11,7 @@ with every run's figures and the load average before each round.
 
     python benchmarks/bench_spec.py --threads 2 --repeats 3 --max-tokens 96
     python benchmarks/bench_spec.py --threads 2 --repeats 9 --max-tokens 256  # copies finish
+    python benchmarks/bench_spec.py --threads 2 --repeats 9 --max-tokens 512  # the long file too
 """
 
 from __future__ import annotations
@@ -68,6 +69,53 @@ class Inventory:
         return sum(self.items.values())
 '''
 
+# A longer file (45 lines; session 28): the copy tasks above leave 140-480 tokens in the
+# context, and a verify's rows attend over all of them, so a real file's edit is the
+# sweep's long end.
+LONG_MODULE = '''import csv
+from dataclasses import dataclass
+
+
+@dataclass
+class Order:
+    customer: str
+    product: str
+    quantity: int
+    price: float
+
+
+def read_orders(path):
+    orders = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            orders.append(Order(row["customer"], row["product"],
+                                int(row["quantity"]), float(row["price"])))
+    return orders
+
+
+def revenue(orders):
+    return sum(o.quantity * o.price for o in orders)
+
+
+def by_customer(orders):
+    totals = {}
+    for o in orders:
+        totals[o.customer] = totals.get(o.customer, 0.0) + o.quantity * o.price
+    return totals
+
+
+def top_customers(orders, n=3):
+    totals = by_customer(orders)
+    return sorted(totals, key=totals.get, reverse=True)[:n]
+
+
+def write_report(orders, path):
+    with open(path, "w") as f:
+        f.write("total: %.2f\\n" % revenue(orders))
+        for name in top_customers(orders):
+            f.write(name + "\\n")
+'''
+
 TYPOS = ("Teh river rises in teh hills to the north and runs for two hundred miles thrugh "
          "farms, forrests and three small towns before it reachs the sea. In spring the snow "
          "melts and the water comes down fast and brown; by late sumer it is slow and clear "
@@ -86,6 +134,8 @@ TASKS: dict[str, str] = {
     "quote summary": "Summarise this article, quoting each statement exactly:\n\n" + ARTICLE,
     "edit file": "Rename the method total to count_all in this file and return the whole "
                  "file, unchanged otherwise.\n\n```python\n" + MODULE + "```",
+    "edit long file": "Rename the function revenue to total_revenue in this file and return "
+                      "the whole file, unchanged otherwise.\n\n```python\n" + LONG_MODULE + "```",
     # (session 27: the lighthouse story this task used loops under the AVX-512 row-lane
     # kernels, lookup accepting 0.43 of its drafts; this prompt does not, 0.04)
     "free chat": "What are some good ways to stay focused while studying?",
