@@ -6,8 +6,9 @@ free chat.
 Every round runs each mode once per task on a fresh session, the order of the modes
 rotating every round so machine noise hits all alike; ratios are per round, against "off"
 in the same round, and their median is reported. The generated tokens are checked to be
-the same in every mode (drafting never changes them). JSON goes to benchmarks/results/
-with every run's figures and the load average before each round.
+the same in every mode (drafting never changes them). Each "auto" run starts from a reset
+cost memory warmed on WARMUP (untimed), never on its own task. JSON goes to
+benchmarks/results/ with every run's figures and the load average before each round.
 
     python benchmarks/bench_spec.py --threads 2 --repeats 3 --max-tokens 96
     python benchmarks/bench_spec.py --threads 2 --repeats 9 --max-tokens 256  # copies finish
