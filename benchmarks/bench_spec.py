@@ -6,8 +6,9 @@ file) and on free chat.
 Every round runs each mode once per task on a fresh session, the order of the modes
 rotating every round so machine noise hits all alike; ratios are per round, against "off"
 in the same round, and their median is reported. The generated tokens are checked to be
-the same in every mode (drafting never changes them). JSON goes to benchmarks/results/
-with every run's figures and the load average before each round.
+the same in every mode (drafting never changes them). Each "auto" run starts from a reset
+cost memory warmed on WARMUP (untimed), never on its own task. JSON goes to
+benchmarks/results/ with every run's figures and the load average before each round.
 
     python benchmarks/bench_spec.py --threads 2 --repeats 3 --max-tokens 96
     python benchmarks/bench_spec.py --threads 2 --repeats 9 --max-tokens 256  # copies finish
@@ -142,10 +143,23 @@ TASKS: dict[str, str] = {
 }
 MODES = ("off", "lookup", "auto")
 
+# "auto" keeps the verify cost it measured on the model for later generations (CostMemory).
+# So that no run starts from a cost measured on its own task in an earlier round, each auto
+# run first resets the model's memory and warms it on this prompt (the replay's held-out
+# "rename variable", 64 tokens, untimed): a server that has answered something else.
+WARMUP = ("Rename the variable n to count everywhere in this code and return all of it:\n\n"
+          "n = 0\nfor line in open(\"data.txt\"):\n    if line.strip():\n        n += 1\n"
+          "print(\"lines:\", n)\nif n > 100:\n    print(\"long file\")\n")
+WARMUP_TOKENS = 64
+
 
 def run(model: colibri.Model, ids: list[int], mode: str, max_tokens: int,
         max_draft: int) -> dict[str, Any]:
     spec = colibri.SpecConfig(drafter=mode, max_draft=max_draft)  # type: ignore[arg-type]
+    if mode == "auto":
+        model.reset_spec_memory()
+        model.session().generate(model.apply_chat_template(WARMUP, tokenize=True),
+                                 max_tokens=WARMUP_TOKENS, spec=spec)
     t0 = time.perf_counter()
     g = model.session().generate(ids, max_tokens=max_tokens, spec=spec)
     wall = time.perf_counter() - t0

@@ -31,6 +31,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from colibri.speculative.auto import CostMemory
 from colibri.speculative.config import SpecConfig
 from colibri.speculative.verify import Speculator
 
@@ -153,10 +154,25 @@ HELD_OUT: dict[str, str] = {
     "chat advice": "What are some good ways to stay focused while studying?",
 }
 
-POLICIES: dict[str, Callable[[int], Speculator]] = {
-    "lookup": lambda m: Speculator(SpecConfig(drafter="lookup", max_draft=m)),
-    "auto": lambda m: Speculator(SpecConfig(drafter="auto", max_draft=m)),
+POLICIES: dict[str, Callable[[int, CostMemory | None], Speculator]] = {
+    "lookup": lambda m, mem: Speculator(SpecConfig(drafter="lookup", max_draft=m)),
+    "auto": lambda m, mem: Speculator(SpecConfig(drafter="auto", max_draft=m), memory=mem),
 }
+
+# The live bench's warm-up (bench_spec.WARMUP): held-out's "rename variable", 64 tokens.
+WARMUP_TASK, WARMUP_TOKENS = "rename variable", 64
+
+
+def warmed_memory(warm: Sequence[tuple[Sequence[int], Sequence[int], int]],
+                  cost: Sequence[float], max_draft: int) -> CostMemory:
+    """A fresh CostMemory after ``auto`` generations of each (prompt, gen, max_tokens) in
+    `warm` (as a model's earlier generations would leave it)."""
+    memory = CostMemory()
+    for prompt, gen, max_tokens in warm:
+        s = POLICIES["auto"](max_draft, memory)
+        replay(prompt, gen, max_tokens, cost, s)
+        s.finish()
+    return memory
 
 
 def baseline_policy(rev: str) -> Callable[[int], Any]:
@@ -184,7 +200,7 @@ def baseline_policy(rev: str) -> Callable[[int], Any]:
             (where / f).write_text(text)
     sys.path.insert(0, str(where.parent))
     verify, config = (importlib.import_module(f"{pkg}.{m}") for m in ("verify", "config"))
-    return lambda m: verify.Speculator(config.SpecConfig(drafter="auto", max_draft=m))
+    return lambda m, mem: verify.Speculator(config.SpecConfig(drafter="auto", max_draft=m))
 
 
 def record(max_tokens: int, held_out: bool) -> None:
@@ -217,6 +233,10 @@ def main() -> None:
     ap.add_argument("--max-draft", type=int, default=8)
     ap.add_argument("--noise", type=float, default=0.0, help="lognormal sigma of timings")
     ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--warm", action="store_true",
+                    help=f"before each task, auto on {WARMUP_TASK!r} ({WARMUP_TOKENS} tokens; "
+                         "from the --outputs, never a scored task) into a fresh CostMemory, "
+                         "as bench_spec.py's warm-up")
     args = ap.parse_args()
     if args.record:
         record(max(args.max_tokens), args.held_out)
@@ -230,6 +250,13 @@ def main() -> None:
     tasks = {}
     for path in args.outputs:
         tasks.update(json.load(open(path))["tasks"])
+    warm = []
+    if args.warm:
+        if WARMUP_TASK not in tasks:
+            raise SystemExit(f"--warm: {WARMUP_TASK!r} is in none of the --outputs "
+                             "(record --held-out)")
+        w = tasks.pop(WARMUP_TASK)  # not scored
+        warm = [(w["prompt"], w["gen"][:WARMUP_TOKENS], WARMUP_TOKENS)]
     rows, out = [], []
     for max_tokens in args.max_tokens:
         for name, t in tasks.items():
@@ -239,8 +266,9 @@ def main() -> None:
                                      "tokens": len(gen),
                                      "bound": hindsight_ratio(acc, cost)}
             for pol, make in policies.items():
-                ratios = [replay(prompt, gen, max_tokens, cost, make(args.max_draft),
-                                 args.noise, seed)["ratio"] for seed in range(args.seeds)]
+                ratios = [replay(prompt, gen, max_tokens, cost, make(
+                    args.max_draft, warmed_memory(warm, cost, args.max_draft) if warm else None),
+                    args.noise, seed)["ratio"] for seed in range(args.seeds)]
                 entry[pol] = sorted(ratios)[len(ratios) // 2]
             out.append(entry)
             rows.append([max_tokens, name, len(gen)]
@@ -251,7 +279,8 @@ def main() -> None:
     path = write_result("spec-replay", {"outputs": args.outputs, "costs_from": args.costs,
                                         "linear": args.linear, "cost": cost,
                                         "baseline": args.baseline, "noise": args.noise,
-                                        "seeds": args.seeds, "rows": out, "table": table})
+                                        "seeds": args.seeds, "warm": args.warm, "rows": out,
+                                        "table": table})
     print(f"wrote {path}")
 
 

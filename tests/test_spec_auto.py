@@ -400,3 +400,96 @@ def test_spec_stats_estimate_the_time_saved_or_lost() -> None:
     assert "25 ms saved" in str(fast)
     assert SpecStats(drafter="lookup", drafted=8, accepted=8, verify_forwards=1,
                      plain_forwards=0, decode_tokens=9, verify_seconds=0.02).saved_seconds == 0.0
+
+
+def _memory_run(memory: object, prompt: list[int], out: list[int],
+                cost: Sequence[float]) -> tuple[object, list[int]]:
+    """Replays `out` with an auto Speculator on `memory`; its finish() is called. Returns
+    the speculator and the draft lengths of its steps."""
+    from colibri.speculative import SpecConfig, Speculator
+    s = Speculator(SpecConfig(drafter="auto", max_draft=8), memory=memory)  # type: ignore[arg-type]
+    lengths: list[int] = []
+    choose = s.auto.choose  # type: ignore[union-attr]
+
+    def logged(*a: object) -> int:
+        k = choose(*a)  # type: ignore[arg-type]
+        lengths.append(k)
+        return k
+    s.auto.choose = logged  # type: ignore[union-attr, method-assign]
+    _replay_module().replay(prompt, out, len(out), cost, s)
+    s.finish()
+    return s, lengths
+
+
+def _replay_module() -> object:
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_spec_replay.py"
+    spec = importlib.util.spec_from_file_location("bench_spec_replay", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_cost_memory_lets_a_later_generation_draft_from_its_first_step() -> None:
+    """A generation leaves its measured cost (the time unit and the verify fit) in the
+    model's CostMemory; the next one starts from it: it drafts on its first step (a cold
+    one forwards MIN_PLAIN single tokens first), its fit is the first's, and its
+    acceptance prior is WARM_PRIOR_RIGHT's. reset() makes the next one cold again."""
+    from colibri.speculative import auto as auto_mod
+    memory = auto_mod.CostMemory()
+    cost = [1.0] + [1.0 + 0.22 * k for k in range(1, 9)]
+    prompt, out = copy_task(0)
+    first, lengths = _memory_run(memory, prompt, out, cost)
+    assert lengths[:auto_mod.MIN_PLAIN] == [0] * auto_mod.MIN_PLAIN  # cold: plain first
+    assert "lookup" in memory and "mtp" not in memory
+    a1 = first.auto  # type: ignore[attr-defined]
+    assert a1.cost.seen > 0 and abs(a1.cost.rho - 0.22) < 0.05, (a1.cost.c0, a1.cost.rho)
+    second, lengths2 = _memory_run(memory, prompt, out, cost)
+    a2 = second.auto  # type: ignore[attr-defined]
+    assert lengths2[0] > 0, lengths2[:5]  # the copy drafts at once
+    assert a2.warm and not a1.warm
+    fresh = auto_mod.AutoSwitch(8, memory)
+    assert fresh.plain_s is not None and fresh.cost.rho == a2.cost.rho
+    assert fresh.alpha(0) == auto_mod.WARM_PRIOR_RIGHT / auto_mod.PRIOR_TRIED
+    # The copy is not shared: the fresh switch's fit moves without touching the memory's.
+    fresh.cost.observe(4, 10.0)
+    assert auto_mod.AutoSwitch(8, memory).cost.rho == a2.cost.rho
+    memory.reset()
+    assert "lookup" not in memory
+    cold = auto_mod.AutoSwitch(8, memory)
+    assert not cold.warm and cold.plain_s is None and cold.cost.seen == 0
+    _, lengths3 = _memory_run(memory, prompt, out, cost)
+    assert lengths3[:auto_mod.MIN_PLAIN] == [0] * auto_mod.MIN_PLAIN
+
+
+def test_cost_memory_kept_when_nothing_was_timed_and_under_threads() -> None:
+    """A generation that timed no one-token forward leaves the memory as it was; saves
+    and loads from several threads always read one whole saved state (the time unit and
+    the fit saved together)."""
+    import threading
+
+    from colibri.speculative.auto import AutoSwitch, CostMemory, CostModel
+    memory = CostMemory()
+    memory.save("lookup", [1e-3], CostModel(0.0, 0.2))
+    AutoSwitch(8).finish()  # no memory: nothing happens
+    a = AutoSwitch(8, memory)
+    a._plain = []
+    a.finish()
+    loaded = memory.load("lookup")
+    assert loaded is not None and loaded[0] == [1e-3] and loaded[1].rho == 0.2
+    errors: list[str] = []
+
+    def worker(i: int) -> None:
+        for j in range(300):
+            memory.save("lookup", [float(i + 1)] * (1 + j % 5), CostModel(0.0, float(i + 1)))
+            got = memory.load("lookup")
+            if got is None or got[1].rho != got[0][0]:
+                errors.append(f"{got}")
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]

@@ -487,3 +487,23 @@ def test_engine_default_spec_and_per_call_override(tiny_models: dict[str, TinyMo
     assert m.generate(ids, max_tokens=40, spec="off").stats.spec is None
     assert g.token_ids == tiny.generate(ids, max_tokens=40).token_ids
     assert m.stats().decode_tokens == 2 * 39
+
+
+def test_auto_carries_the_measured_cost_on_the_model(smollm2: colibri.Model) -> None:
+    """A generation with drafter="auto" leaves its measured cost on the model (the next one
+    starts from it); the tokens are the plain ones either way; reset_spec_memory() forgets
+    it."""
+    prompt = smollm2.apply_chat_template("Repeat exactly: the cat sat on the mat, the dog "
+                                         "sat on the log.", tokenize=True)
+    smollm2.reset_spec_memory()
+    memory = smollm2._spec_memory
+    assert "lookup" not in memory
+    plain = smollm2.session().generate(prompt, max_tokens=40).token_ids
+    spec = colibri.SpecConfig(drafter="auto")
+    first = smollm2.session().generate(prompt, max_tokens=40, spec=spec)
+    assert "lookup" in memory
+    second = smollm2.session().generate(prompt, max_tokens=40, spec=spec)
+    assert first.token_ids == plain and second.token_ids == plain
+    assert first.stats.spec is not None and first.stats.spec.plain_forwards >= 3
+    smollm2.reset_spec_memory()
+    assert "lookup" not in memory

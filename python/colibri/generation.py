@@ -284,6 +284,8 @@ def stream_tokens(
             # tokens chosen so far, as the plain loop would leave it.
             with contextlib.suppress(Exception):
                 _drop_drafts(session, drafts, rows, logits, speculator)
+        if speculator is not None:
+            speculator.finish()  # "auto" leaves its measured cost to the next generation
         if decoder is not None:
             decoder.close()
         if on_done is not None:

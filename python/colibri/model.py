@@ -55,6 +55,7 @@ from .sampling import Sampling
 from .session import Progress, Session
 from .sources import Manifest, ModelConfig, open_model_source
 from .speculative import SpecStats
+from .speculative.auto import CostMemory
 from .speculative.choose import speculator_for
 from .stats import ExpertStats, MemoryStats, PhaseTimes
 from .streaming import (
@@ -138,6 +139,8 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         self._totals = [0, 0, 0, 0.0, 0.0, 0]  # generations, prompt, generated, s, s, decodes
         self._last: GenerationStats | None = None
         self._spec_total: SpecStats | None = None
+        # What "auto" drafting measured of the verify cost, for the next generations.
+        self._spec_memory = CostMemory()
         self._plan = plan
         self._history = history
         self._history_base = history_base
@@ -457,6 +460,12 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
             io=io_name(core) if int(core.streamed_experts) else "",
         )  # fmt: skip
 
+    def reset_spec_memory(self) -> None:
+        """Forgets the verify cost that ``SpecConfig(drafter="auto")`` measured in this
+        model's earlier generations (kept so a later generation drafts from its first step
+        at the measured cost; docs/speculative.md): the next one starts from the prior."""
+        self._spec_memory.reset()
+
     def reset_stats(self) -> None:
         """Zeroes the cumulative expert, I/O and phase counters (not the cache)."""
         self._require_core().reset_store_stats()
@@ -537,7 +546,8 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
             session, self.tokenizer, ids, max_tokens=request.max_tokens,
             sampling=request.sampling, stop=request.stop, history=history, on_done=done,
             decoder=decoder, progress=progress,
-            speculator=speculator_for(spec, session._core, self.config.n_mtp_layers, self.name),
+            speculator=speculator_for(spec, session._core, self.config.n_mtp_layers, self.name,
+                                       self._spec_memory),
         )  # fmt: skip
 
     def close(self) -> None:

@@ -47,17 +47,25 @@ every k is compared, not only the next one.
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 import statistics
+import threading
 from collections.abc import Sequence
 
-__all__ = ["AutoSwitch", "CostModel"]
+__all__ = ["AutoSwitch", "CostMemory", "CostModel"]
 
 PRIOR_C0 = 0.5  # fixed cost of a verify over a one-token forward, in one-token forwards
 PRIOR_RHO = 0.4  # cost per draft token, in one-token forwards
 # Weights of the prior, in verify observations (rho's in observations at k = 1: k^2 scale).
 PRIOR_W_C0, PRIOR_W_RHO = 0.3, 0.3
 PRIOR_RIGHT, PRIOR_TRIED = 0.5, 2.0  # acceptance before any evidence: 1/4 (pseudo-counts)
+# The acceptance prior when the cost comes measured from earlier generations (CostMemory):
+# 1/2. With the cost known, an early verify is only risked where the measured cost makes
+# it pay at that acceptance; chosen on the session 28 replay (docs/benchmarks.md), where
+# it wins on the tuning and the held-out copy tasks at every cost curve, and loses with
+# the cold cost prior (so the cold start keeps 1/4).
+WARM_PRIOR_RIGHT = 1.0
 # Weight of older observations (acceptance and cost follow the text and the machine).
 ACC_DECAY = 0.95  # acceptance: an effective window of ~20 proposals
 DECAY = 0.9  # cost: ~10 verifies
@@ -164,16 +172,63 @@ class CostModel:
         self.c0, self.rho = c0, rho
 
 
+class CostMemory:
+    """What a model's generations learn about the cost of drafting, kept for the next
+    ones: the one-token forward times (the time unit) and the verify cost fit, per drafter
+    kind ("lookup", "mtp"). Acceptance is not kept (it is a property of the text). The
+    cost is a property of the model and the machine, so a later generation starts with it
+    measured: it drafts from its first step (no MIN_PLAIN one-token forwards) and reads
+    the cost from the fit, not the prior.
+
+    One per loaded model (``Model.reset_spec_memory`` clears it). Thread-safe: each
+    generation copies the state in at its start and its own state out at its end, under a
+    lock (concurrent generations each write back what they ended with; the last one
+    stays)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state: dict[str, tuple[list[float], CostModel]] = {}
+
+    def load(self, kind: str) -> tuple[list[float], CostModel] | None:
+        with self._lock:
+            state = self._state.get(kind)
+            return None if state is None else (list(state[0]), copy.deepcopy(state[1]))
+
+    def save(self, kind: str, plain: Sequence[float], cost: CostModel) -> None:
+        """Keeps `plain` (one-token forward seconds) and `cost` (copied) for `kind`; a
+        generation that timed no one-token forward leaves the memory as it was."""
+        if not plain:
+            return
+        with self._lock:
+            self._state[kind] = (list(plain), copy.deepcopy(cost))
+
+    def reset(self) -> None:
+        with self._lock:
+            self._state.clear()
+
+    def __contains__(self, kind: str) -> bool:
+        with self._lock:
+            return kind in self._state
+
+
 class AutoSwitch:
-    def __init__(self, max_draft: int) -> None:
+    def __init__(self, max_draft: int, memory: CostMemory | None = None,
+                 kind: str = "lookup") -> None:
         self.max_draft = max_draft
         self.plain_s: float | None = None  # seconds of a one-token forward (median)
         self._plain: list[float] = []
         self.cost = CostModel()
+        self.memory, self.kind = memory, kind
+        carried = memory.load(kind) if memory is not None else None
+        # Whether the cost came measured from earlier generations (CostMemory).
+        self.warm = carried is not None
+        if carried is not None:
+            self._plain, self.cost = carried
+            self.plain_s = statistics.median(self._plain)
         # Decayed counts per draft position: tried (the earlier ones were right), right;
         # they start at the prior's pseudo-counts, which decay with the observations.
         self._tried = [PRIOR_TRIED] * max_draft
-        self._right = [PRIOR_RIGHT] * max_draft
+        self._right = [WARM_PRIOR_RIGHT if self.warm else PRIOR_RIGHT] * max_draft
         # Decayed counts per match-length bucket 1..CONTEXTS - 1 (no prior: the pooled
         # figure is theirs); context 0 reads the pooled figures.
         # Kept apart for proposals whose n-gram was always followed by the same token
@@ -270,6 +325,11 @@ class AutoSwitch:
         if self.plain_s is None or drafts <= 0:
             return
         self.cost.observe(drafts, seconds / self.plain_s)
+
+    def finish(self) -> None:
+        """The generation is over: its cost measurements go to the memory (if any)."""
+        if self.memory is not None:
+            self.memory.save(self.kind, self._plain, self.cost)
 
     # --- the decision -------------------------------------------------------------------
 

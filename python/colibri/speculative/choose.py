@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from .auto import CostMemory
 from .config import SpecConfig
 from .drafters import Drafter, MtpDrafter, PromptLookupDrafter
 from .verify import Speculator
@@ -17,10 +18,12 @@ __all__ = ["speculator_for"]
 
 
 def speculator_for(config: SpecConfig, session: _core.Session, mtp_layers: int,
-                   model_name: str = "the model") -> Speculator | None:
+                   model_name: str = "the model",
+                   memory: CostMemory | None = None) -> Speculator | None:
     """The Speculator of one generation on `session` (None when drafting is off).
     ``"mtp"`` needs the model's MTP layer; ``"auto"`` takes it when there is one (the cost
-    rule then decides per step whether its drafts pay), else prompt lookup."""
+    rule then decides per step whether its drafts pay), else prompt lookup. `memory`: the
+    model's CostMemory ("auto" starts from the cost earlier generations measured)."""
     if not config.enabled:
         return None
     use_mtp = config.drafter == "mtp" or (config.drafter == "auto" and mtp_layers > 0)
@@ -32,4 +35,4 @@ def speculator_for(config: SpecConfig, session: _core.Session, mtp_layers: int,
         config.ngram_sizes)
     kind = "mtp" if use_mtp else "lookup"
     name = f"auto ({kind})" if config.drafter == "auto" else kind
-    return Speculator(config, drafter, name)
+    return Speculator(config, drafter, name, memory)

@@ -24,9 +24,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from .auto import AutoSwitch
+from .auto import AutoSwitch, CostMemory
 from .config import SpecConfig
-from .drafters import Drafter, PromptLookupDrafter
+from .drafters import Drafter, MtpDrafter, PromptLookupDrafter
 from .stats import SpecStats
 
 __all__ = ["Speculator"]
@@ -36,7 +36,7 @@ class Speculator:
     """One generation's drafter, its counters and (for ``"auto"``) its on/off rule."""
 
     def __init__(self, config: SpecConfig, drafter: Drafter | None = None,
-                 drafter_name: str | None = None) -> None:
+                 drafter_name: str | None = None, memory: CostMemory | None = None) -> None:
         self.config = config
         self.drafter: Drafter = (PromptLookupDrafter(config.ngram_sizes) if drafter is None
                                  else drafter)
@@ -44,7 +44,11 @@ class Speculator:
         self.name = drafter_name or config.drafter
         self.draft_seconds = 0.0  # in the drafter's propose calls
         self._step_draft_s = 0.0
-        self.auto = AutoSwitch(config.max_draft) if config.drafter == "auto" else None
+        # "auto" starts from the cost `memory` holds for this drafter kind (earlier
+        # generations of the model) and leaves its own there at finish().
+        kind = "mtp" if isinstance(self.drafter, MtpDrafter) else "lookup"
+        self.auto = (AutoSwitch(config.max_draft, memory, kind) if config.drafter == "auto"
+                     else None)
         self.drafted = self.accepted = 0
         self.verify_forwards = self.plain_forwards = 0
         self.verify_seconds = self.plain_seconds = 0.0
@@ -116,6 +120,11 @@ class Speculator:
         self.plain_seconds += seconds
         if self.auto is not None:
             self.auto.plain(seconds + self._step_draft_s)
+
+    def finish(self) -> None:
+        """The generation is over (the decode loop calls it once, however it ended)."""
+        if self.auto is not None:
+            self.auto.finish()
 
     def stats(self, decode_tokens: int) -> SpecStats:
         return SpecStats(
