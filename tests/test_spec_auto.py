@@ -246,13 +246,17 @@ def test_context_acceptance_drafts_the_good_matches_only() -> None:
 
 def test_context_zero_is_the_pooled_rule() -> None:
     """Context 0 (a drafter without match lengths, e.g. MTP) reads the pooled figures: the
-    same decisions as before contexts existed, and a rarely seen context starts there."""
+    same decisions as before contexts existed. A context never observed reads its bucket's
+    prior (MATCH_PRIOR), whatever the pooled figures say."""
+    from colibri.speculative.auto import MATCH_PRIOR, _bucket
     a, b = AutoSwitch(4), AutoSwitch(4)
     for _ in range(30):
         a.observe(4, 4)
         b.observe(4, 4, context=2)
     assert [a.alpha(j) for j in range(4)] == [b.alpha(j) for j in range(4)]
-    assert a.alpha(0, context=3) == a.alpha(0)  # no observation in context 3: pooled
+    assert a.alpha(0) > 0.95  # the pooled figures: always right
+    assert a.alpha(0, context=3) == pytest.approx(MATCH_PRIOR[_bucket(3) - 1])  # unseen
+    assert a.alpha(0, context=20) == pytest.approx(MATCH_PRIOR[-1])
     c = AutoSwitch(4)  # context 2 always right, context 1 never: each reads its own
     for _ in range(30):
         c.observe(4, 4, context=2)
@@ -261,6 +265,23 @@ def test_context_zero_is_the_pooled_rule() -> None:
 
 
 # --- acceptance per match extent (the lookup's suffix length) ------------------------------
+
+
+def test_a_long_match_drafts_long_before_any_acceptance_is_seen() -> None:
+    """Each match-length bucket starts from its own prior (MATCH_PRIOR): at the cost a
+    verify has today on SmolLM2 (1 + 0.22 k), a fresh switch drafts a proposal whose
+    source matched 10 tokens all 8 long, and one found from a single token not at all,
+    before a single acceptance has been observed. (Buckets shrunk toward the pooled prior,
+    the rule until session 28, drafted neither: a long copy was drafted a few tokens at a
+    time until its bucket had filled.)"""
+    auto = AutoSwitch(max_draft=8)
+    auto.plain(1.0)
+    for _ in range(10):
+        auto.verified(4, 1.0 + 0.22 * 4)
+        auto.verified(8, 1.0 + 0.22 * 8)
+    assert auto.best_k(8, context=10) == 8
+    assert auto.best_k(8, context=1) == 0
+    assert auto.best_k(8, context=0) == 0  # no context: the pooled prior (1/4)
 
 
 def test_a_draft_continues_the_match_of_its_position() -> None:
@@ -363,18 +384,21 @@ def test_shadow_proposals_with_a_context_count_as_their_tokens_arrive() -> None:
     """While drafting is off, a proposal made with a match length is scored one position at
     a time (each position is evidence for its own bucket); one without (context 0, the
     pooled figures) only once decided, as a whole: at its first miss or its end."""
-    from colibri.speculative.auto import _bucket
+    from colibri.speculative.auto import MATCH_PRIOR, MATCH_PRIOR_WEIGHT, _bucket
     auto = AutoSwitch(max_draft=4)  # no one-token cost: every step is off, shadows kept
     history = [1, 2, 3]
     assert auto.choose(history, [10, 11, 12, 13], context=6) == 0
     assert auto.choose([*history, 10], [], context=0) == 0  # one token of the copy arrived
     b6, b8 = _bucket(6), _bucket(8)
-    assert auto._ctx_tried[True][b6] == pytest.approx(1.0)  # length 6 (j = 0): right
-    assert auto._ctx_right[True][b6] == pytest.approx(1.0)
+    w, p6, p8 = MATCH_PRIOR_WEIGHT, MATCH_PRIOR[b6 - 1], MATCH_PRIOR[b8 - 1]
+    assert auto._ctx_tried[True][b6] == pytest.approx(0.95 * w + 1.0)  # length 6 (j = 0)
+    assert auto._ctx_right[True][b6] == pytest.approx(0.95 * w * p6 + 1.0)  # right
     assert auto.choose([*history, 10, 11, 99], [], context=0) == 0  # j = 1 right, j = 2 not
-    assert auto._ctx_tried[True][b6] == pytest.approx(0.95 + 1.0)  # lengths 6, 7: bucket 4-7
-    assert auto._ctx_tried[True][b8] == pytest.approx(1.0)  # length 8 (j = 2): the miss
-    assert auto._ctx_right[True][b8] == 0.0 and not auto._shadows
+    # lengths 6, 7: bucket 4-7, both right
+    assert auto._ctx_tried[True][b6] == pytest.approx(0.95 * (0.95 * w + 1.0) + 1.0)
+    assert auto._ctx_tried[True][b8] == pytest.approx(0.95 * w + 1.0)  # length 8 (j = 2)
+    assert auto._ctx_right[True][b8] == pytest.approx(0.95 * w * p8)  # the miss
+    assert not auto._shadows
     pooled = AutoSwitch(max_draft=4)
     pooled.choose(history, [10, 11, 12, 13])
     pooled.choose([*history, 10, 11], [])
@@ -434,8 +458,8 @@ def _replay_module() -> object:
 
 def test_cost_memory_lets_a_later_generation_draft_from_its_first_step() -> None:
     """A generation leaves its measured cost (the time unit and the verify fit) in the
-    model's CostMemory; the next one starts from it: it drafts on its first step (a cold
-    one forwards MIN_PLAIN single tokens first), its fit is the first's, and its
+    model's CostMemory; the next one starts from it: it drafts within its first steps (a
+    cold one forwards MIN_PLAIN single tokens first), its fit is the first's, and its
     acceptance prior is WARM_PRIOR_RIGHT's. reset() makes the next one cold again."""
     from colibri.speculative import auto as auto_mod
     memory = auto_mod.CostMemory()
@@ -448,7 +472,9 @@ def test_cost_memory_lets_a_later_generation_draft_from_its_first_step() -> None
     assert a1.cost.seen > 0 and abs(a1.cost.rho - 0.22) < 0.05, (a1.cost.c0, a1.cost.rho)
     second, lengths2 = _memory_run(memory, prompt, out, cost)
     a2 = second.auto  # type: ignore[attr-defined]
-    assert lengths2[0] > 0, lengths2[:5]  # the copy drafts at once
+    # The copy drafts before MIN_PLAIN one-token forwards (where the cold one cannot): at
+    # its first step with a match long enough to pay at the measured cost.
+    assert any(lengths2[:auto_mod.MIN_PLAIN]), lengths2[:5]
     assert a2.warm and not a1.warm
     fresh = auto_mod.AutoSwitch(8, memory)
     assert fresh.plain_s is not None and fresh.cost.rho == a2.cost.rho

@@ -21,9 +21,10 @@ Two figures decide, both measured during the generation:
   same token (``agree``). The draft at position j continues a match of ``context + j``
   tokens (the ones before it were right), so it reads the figure of that length's bucket
   (MATCH_BUCKETS: 1, 2-3, 4-7, 8-15, 16+), kept apart for agreeing and disagreeing
-  n-grams: the bucket's decayed counts plus CTX_SHRINK observations at the pooled figure
-  at j, made non-decreasing in the length (MONOTONE). A copy that has run for a while is
-  drafted long; a proposal found from one token, little or not at all, in the same text.
+  n-grams: the bucket's decayed counts from its own prior (MATCH_PRIOR: a long match is
+  believed to go on before the text has shown it), made non-decreasing in the length
+  (MONOTONE). A copy that has run for a while is drafted long from the first step; a
+  proposal found from one token, little or not at all, in the same text.
 - cost: a one-token forward takes ``plain_s``; a verify of k drafts costs
   ``c_k = 1 + c0 + rho * k`` one-token forwards: a fixed cost ``c0`` for leaving the
   one-token path (~0.8 measured on a 2-core AVX2 machine; ~0 where the prefill tiles
@@ -91,10 +92,19 @@ OPTIMISM = 0.5
 # before it (the lookup's suffix_length; 0: none, as MTP), and the draft at position j
 # continues a match of context + j tokens (the drafts before it were right). The figures
 # are kept per bucket of that length (MATCH_BUCKETS: the first length of each bucket), each
-# shrunk toward the pooled figure at that position by CTX_SHRINK pseudo-observations.
+# starting from its own prior, MATCH_PRIOR (acceptance) at MATCH_PRIOR_WEIGHT
+# pseudo-observations that decay like the observations: a match that has run for 8 tokens
+# is believed to go on from the first step of a generation, one of a single token is not.
+# The prior is the shape measured on SmolLM2's copy outputs (a 1-token match continues
+# ~0.35 of the time, 2-3 ~0.6, 4-10 ~0.85, 20+ ~0.95), shaded down at the short lengths
+# where a wrong belief costs free chat; chosen on the session 29 replay (docs/benchmarks.md).
+# (Until session 28 each bucket started empty and was shrunk toward the pooled figure at its
+# position instead; that figure at a late position is mostly short matches' misses, so a
+# long copy was drafted two or three tokens at a time until its bucket had filled.)
 MATCH_BUCKETS = (1, 2, 4, 8, 16)
 CONTEXTS = len(MATCH_BUCKETS) + 1  # bucket 0: no context (the pooled figures)
-CTX_SHRINK = 2.0
+MATCH_PRIOR = (0.25, 0.5, 0.8, 0.9, 0.95)
+MATCH_PRIOR_WEIGHT = 4.0
 # The figures are made non-decreasing in the match length (pool-adjacent-violators over
 # the buckets, weighted by their counts): a longer match is not less likely to continue,
 # so a bucket seen rarely borrows from its neighbours instead of reading noise.
@@ -229,12 +239,13 @@ class AutoSwitch:
         # they start at the prior's pseudo-counts, which decay with the observations.
         self._tried = [PRIOR_TRIED] * max_draft
         self._right = [WARM_PRIOR_RIGHT if self.warm else PRIOR_RIGHT] * max_draft
-        # Decayed counts per match-length bucket 1..CONTEXTS - 1 (no prior: the pooled
-        # figure is theirs); context 0 reads the pooled figures.
+        # Decayed counts per match-length bucket 1..CONTEXTS - 1, from MATCH_PRIOR's
+        # pseudo-counts; context 0 reads the pooled figures (index 0 unused).
         # Kept apart for proposals whose n-gram was always followed by the same token
         # (index 1) and the others (0): a continuation the text has varied is less sure.
-        self._ctx_tried = [[0.0] * CONTEXTS for _ in range(2)]
-        self._ctx_right = [[0.0] * CONTEXTS for _ in range(2)]
+        self._ctx_tried = [[0.0] + [MATCH_PRIOR_WEIGHT] * len(MATCH_PRIOR) for _ in range(2)]
+        self._ctx_right = [[0.0] + [MATCH_PRIOR_WEIGHT * p for p in MATCH_PRIOR]
+                           for _ in range(2)]
         # Proposals not verified, scored as tokens arrive: (tokens, history length then,
         # context, agree, positions already scored).
         self._shadows: list[tuple[list[int], int, int, bool, int]] = []
@@ -258,16 +269,13 @@ class AutoSwitch:
         right of four): acceptance is measured for free in the shadow, so drafting starts
         on evidence rather than paying for hopeful verifies on text that does not copy.
         With a context, the draft at j continues a match of ``context + j`` tokens: the
-        figure of that length's bucket, its own counts plus CTX_SHRINK observations at
-        the pooled figure at j (non-decreasing in the length, MONOTONE)."""
-        pooled = self._right[j] / self._tried[j]
+        figure of that length's bucket, its counts from MATCH_PRIOR (non-decreasing in
+        the length, MONOTONE)."""
         if context <= 0:
-            return pooled
+            return self._right[j] / self._tried[j]
         tried, right = self._ctx_tried[agree], self._ctx_right[agree]
-        if MONOTONE:
-            return _monotone(tried, right, pooled)[_bucket(context + j)]
         b = _bucket(context + j)
-        return (right[b] + CTX_SHRINK * pooled) / (tried[b] + CTX_SHRINK)
+        return _monotone(tried, right)[b] if MONOTONE else right[b] / tried[b]
 
     def observe(self, right: int, tried: int, context: int = 0, agree: bool = True) -> None:
         """A proposal of `tried` tokens whose first `right` matched what the model chose
@@ -338,15 +346,8 @@ class AutoSwitch:
         k = min(k, self.max_draft)
         if context <= 0 or not MONOTONE:
             return [self.alpha(j, context, agree) for j in range(k)]
-        tried, right = self._ctx_tried[agree], self._ctx_right[agree]
-        figures: dict[float, list[float]] = {}
-        out = []
-        for j in range(k):
-            pooled = self._right[j] / self._tried[j]
-            if pooled not in figures:
-                figures[pooled] = _monotone(tried, right, pooled)
-            out.append(figures[pooled][_bucket(context + j)])
-        return out
+        figures = _monotone(self._ctx_tried[agree], self._ctx_right[agree])
+        return [figures[_bucket(context + j)] for j in range(k)]
 
     def expected_tokens(self, k: int, context: int = 0, agree: bool = True) -> float:
         """Tokens a verify of k drafts yields on average (1 for k = 0)."""
@@ -386,19 +387,18 @@ class AutoSwitch:
         return k
 
 
-def _monotone(tried: Sequence[float], right: Sequence[float], pooled: float) -> list[float]:
-    """Each bucket's figure (its counts plus CTX_SHRINK observations at `pooled`), made
-    non-decreasing in the bucket by pooling adjacent violators, weighted by counts +
-    CTX_SHRINK. Index 0 (no context) is `pooled`."""
+def _monotone(tried: Sequence[float], right: Sequence[float]) -> list[float]:
+    """Each bucket's figure (right / tried), made non-decreasing in the bucket by pooling
+    adjacent violators, weighted by their counts. Index 0 (no context) is unused (nan)."""
     blocks: list[list[float]] = []  # [weighted sum, weight, buckets]
     for b in range(1, CONTEXTS):
-        blocks.append([right[b] + CTX_SHRINK * pooled, tried[b] + CTX_SHRINK, 1.0])
+        blocks.append([right[b], tried[b], 1.0])
         while len(blocks) > 1 and blocks[-2][0] * blocks[-1][1] > blocks[-1][0] * blocks[-2][1]:
             s, w, n = blocks.pop()
             blocks[-1][0] += s
             blocks[-1][1] += w
             blocks[-1][2] += n
-    out = [pooled]
+    out = [math.nan]
     for s, w, n in blocks:
         out += [s / w] * int(n)
     return out
