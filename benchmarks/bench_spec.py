@@ -18,6 +18,7 @@ benchmarks/results/ with every run's figures and the load average before each ro
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from typing import Any
 
@@ -153,6 +154,15 @@ WARMUP = ("Rename the variable n to count everywhere in this code and return all
 WARMUP_TOKENS = 64
 
 
+def quartiles(xs: list[float]) -> tuple[float, float, float]:
+    """The first quartile, the median and the third of `xs` (inclusive method: with one
+    value, that value three times)."""
+    if len(xs) < 2:
+        return xs[0], xs[0], xs[0]
+    q1, q2, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return q1, q2, q3
+
+
 def run(model: colibri.Model, ids: list[int], mode: str, max_tokens: int,
         max_draft: int) -> dict[str, Any]:
     spec = colibri.SpecConfig(drafter=mode, max_draft=max_draft)  # type: ignore[arg-type]
@@ -210,14 +220,20 @@ def main() -> None:
                       for x, o in zip(by[m], by["off"], strict=True)]
             tpf = median([x["tokens_per_forward"] for x in by[m]])
             acc = median([x["acceptance"] for x in by[m]])
-            row += [median([x["decode_tok_s"] for x in by[m]]), median(ratios), acc, tpf]
-            entry[m] = {"tok_s": row[-4], "ratio_median": median(ratios), "ratios": ratios,
-                        "acceptance": acc, "tokens_per_forward": tpf}
+            q1, _, q3 = quartiles(ratios)
+            row += [median([x["decode_tok_s"] for x in by[m]]), median(ratios)]
+            if m == "auto":  # the spread of the rounds: one round's ratio moves by ~0.2x
+                row.append(f"{q1:.2f}-{q3:.2f}")
+            row += [acc, tpf]
+            entry[m] = {"tok_s": median([x["decode_tok_s"] for x in by[m]]),
+                        "ratio_median": median(ratios), "ratio_q1": q1, "ratio_q3": q3,
+                        "ratios": ratios, "acceptance": acc, "tokens_per_forward": tpf}
         row.append("yes" if same else "NO")
         rows.append(row)
         summary.append(entry)
     table = print_table(["task", "tokens", "off tok/s", "lookup tok/s", "lookup x",
-                         "lookup acc", "lookup tok/fwd", "auto tok/s", "auto x", "auto acc",
+                         "lookup acc", "lookup tok/fwd", "auto tok/s", "auto x",
+                         "auto x q1-q3", "auto acc",
                          "auto tok/fwd", "same tokens"], rows)
     for x in runs:
         x.pop("token_ids")
