@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/unroll.hpp"
 #include "quant/blocks.hpp"
 #include "quant/dot_tiles.hpp"
 #include "quant/fp16.hpp"
@@ -254,6 +255,7 @@ struct Q4_0 {
   template <int NR>
   static void rows(int64_t nb, const unsigned char* w, std::size_t stride, const Act* y, float* out) {
     __m256 acc[NR];
+    COLIBRI_UNROLL
     for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
     const __m256i eights = _mm256_setr_epi64x(0x0808080808080808, 0x0808080808080808,
                                               static_cast<int64_t>(0x8080808080808080ull),
@@ -264,6 +266,7 @@ struct Q4_0 {
       const __m256i a = load256(y[i].qs);
       const __m256i neg8a = _mm256_sub_epi32(_mm256_setzero_si256(), dot_u8_i8(eights, a));
       const __m128 da = half2_at(&y[i].d);  // lane 0 (lane 1 is the first quants: unused)
+      COLIBRI_UNROLL
       for (int r = 0; r < NR; ++r) {
         const BlockQ4_0* x = reinterpret_cast<const BlockQ4_0*>(w + r * stride) + i;
         const __m256i p = _mm256_dpbusd_epi32(neg8a, nibbles_lo_hi16(x->qs), a);
@@ -271,6 +274,7 @@ struct Q4_0 {
         acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r]);
       }
     }
+    COLIBRI_UNROLL
     for (int r = 0; r < NR; ++r) out[r] = hsum_lo_hi16(acc[r]);
   }
   // R rows x T tokens (dot_tiles::tile_loop): each row's nibbles and each token's -8 a term
@@ -382,15 +386,21 @@ inline void block_sums(const __m256i* q, const int8_t* const* a, __m256i* p) {
   constexpr int kChains = C <= 4 ? 2 : 1;
   if constexpr (kChains == 2) {
     __m256i h[C];
+    COLIBRI_UNROLL
     for (int c = 0; c < C; ++c) h[c] = _mm256_setzero_si256();
+    COLIBRI_UNROLL
     for (int k = 0; k < 4; ++k)
+      COLIBRI_UNROLL
       for (int c = 0; c < C; ++c) {
         p[c] = dot_bcast(p[c], q[k], a[c] + 4 * k);
         h[c] = dot_bcast(h[c], q[k + 4], a[c] + 16 + 4 * k);
       }
+    COLIBRI_UNROLL
     for (int c = 0; c < C; ++c) p[c] = _mm256_add_epi32(p[c], h[c]);
   } else {
+    COLIBRI_UNROLL
     for (int k = 0; k < 8; ++k)
+      COLIBRI_UNROLL
       for (int c = 0; c < C; ++c) p[c] = dot_bcast(p[c], q[k], a[c] + 4 * k);
   }
 }
@@ -409,6 +419,7 @@ struct Q4_1 {
     __m256i raw[4];
     transpose8x4(rp, off + offsetof(BlockQ4_1, qs), raw);
     const __m256i lo = _mm256_set1_epi8(0x0f);
+    COLIBRI_UNROLL
     for (int k = 0; k < 4; ++k) {
       R.q[k] = _mm256_and_si256(raw[k], lo);
       R.q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw[k], 4), lo);
@@ -444,6 +455,7 @@ struct Q8_0 {
     transpose8x4(rp, off + offsetof(BlockQ8_0, qs), R.q);
     transpose8x4(rp, off + offsetof(BlockQ8_0, qs) + 16, R.q + 4);
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    COLIBRI_UNROLL
     for (int k = 0; k < 8; ++k) R.q[k] = _mm256_xor_si256(R.q[k], flip);
     R.d = halves_lo(first_dwords(rp, off));
   }
@@ -486,11 +498,13 @@ inline void chunk(const typename K::Rows& R, int64_t i, const unsigned char* act
   constexpr int C = T - T0 < 4 ? T - T0 : 4;
   const int8_t* a[C];
   __m256i p[C];
+  COLIBRI_UNROLL
   for (int c = 0; c < C; ++c) {
     a[c] = reinterpret_cast<const typename K::Act*>(act + static_cast<std::size_t>(T0 + c) * as)[i].qs;
     p[c] = K::init(sc + 2 * (i * T + T0 + c));
   }
   block_sums<C>(R.q, a, p);
+  COLIBRI_UNROLL
   for (int c = 0; c < C; ++c)
     acc[T0 + c] = _mm512_add_pd(acc[T0 + c], _mm512_cvtps_pd(K::term(R, p[c], sc + 2 * (i * T + T0 + c))));
   if constexpr (T0 + C < T) chunk<K, T0 + C, T>(R, i, act, as, sc, acc);
@@ -501,8 +515,10 @@ template <class K, int T>
 void group(int64_t nb, const unsigned char* w, std::size_t ws, int nv, const unsigned char* act, std::size_t as,
            const float* sc, float* out, std::size_t os) {
   const unsigned char* rp[8];
+  COLIBRI_UNROLL
   for (int r = 0; r < 8; ++r) rp[r] = w + static_cast<std::size_t>(r < nv ? r : nv - 1) * ws;
   __m512d acc[T];  // the 8 rows' sums in double
+  COLIBRI_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_pd();
   GroupPrefetch pf(w, ws, nv, nb);
   for (int64_t i = 0; i < nb; ++i) {
@@ -512,6 +528,7 @@ void group(int64_t nb, const unsigned char* w, std::size_t ws, int nv, const uns
     chunk<K, 0, T>(R, i, act, as, sc, acc);
   }
   const auto mask = static_cast<__mmask8>((1u << nv) - 1);
+  COLIBRI_UNROLL
   for (int t = 0; t < T; ++t)
     _mm256_mask_storeu_ps(out + static_cast<std::size_t>(t) * os, mask, _mm512_cvtpd_ps(acc[t]));
 }
