@@ -9,3 +9,14 @@
 
 // (Clang reads the GCC spelling too.)
 #define COLIBRI_UNROLL _Pragma("GCC unroll 16")
+
+// COLIBRI_FORCE_INLINE: on the small helpers of a kernel's block loop (loads, transposes,
+// the dot chains) whose register arrays only stay in registers once inlined. GCC's
+// heuristics otherwise leave some out of line depending on how many instantiations a file
+// has (the AVX-512 row-lane kernels' block_sums<4> and Rows loads went out of line, through
+// memory, when a 17-token pass was added).
+#if defined(__GNUC__)
+#define COLIBRI_FORCE_INLINE inline __attribute__((always_inline))
+#else
+#define COLIBRI_FORCE_INLINE inline
+#endif
