@@ -15,14 +15,9 @@
 #pragma once
 #include <cstdint>
 
+#include "common/unroll.hpp"  // COLIBRI_UNROLL, before the kernels' fixed-count register loops
 #include "quant/dtype.hpp"
 #include "quant/kernels.hpp"
-
-// Before the fixed-count loops over a kernel's registers (rows, key columns, output
-// vectors). Unrolled this early, GCC keeps an array of accumulator vectors in registers;
-// left to -O3's own unrolling, it kept them in memory, a stack store beside every FMA of
-// the inner loops (the AVX-512 scores and value sums ran at ~0.2 FMA a cycle).
-#define COLIBRI_UNROLL _Pragma("GCC unroll 16")
 
 namespace colibri::attn {
 

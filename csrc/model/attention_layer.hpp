@@ -18,11 +18,30 @@ namespace colibri {
 
 class ThreadPool;
 
+// RoPE (cos, sin) pairs per row of a forward, kept across its layers: every GQA layer of a
+// model rotates row t at the same position with (usually) the same frequencies, and the
+// pairs cost 2 libm calls per frequency (measured on Zen 4, session 29: the caller computed
+// them for every row of every layer while the team waited). A row's pairs are reused only
+// when its position, the frequencies and the factor are exactly the ones they were computed
+// for (bits compared), so the values are the ones rope_cos_sin gives, never stale ones.
+struct RopeRows {
+  std::vector<float> inv_freq;  // the frequencies and factor the rows below were computed for
+  float factor = 0.0f;
+  std::vector<int64_t> pos;     // row t's position, -1 where none
+  std::vector<float> pairs;     // row t's pairs at pairs[t * 2 * half ..]
+
+  // Keys the table to (freq, factor) for rows [0, n): rows computed for other ones are dropped.
+  void bind(const std::vector<float>& freq, float f, int64_t n);
+  // Row t's pairs at `position` (computed now unless the table has them).
+  const float* row(int64_t t, int64_t position);
+};
+
 // Float buffers shared by every layer of one engine (one forward runs at a time), grown on
 // demand. Each unit uses the ones it needs; a new kind adds its own fields.
 struct AttentionScratch {
   std::vector<float> q, k, v, attn;  // GQA: projections and the attention output per token
-  std::vector<float> rope;           // RoPE (cos, sin) pairs for one position
+  std::vector<float> rope;           // RoPE (cos, sin) pairs for one position (MLA, DSA)
+  RopeRows rope_rows;                // GQA: RoPE (cos, sin) pairs per row, across layers
   std::vector<float> kernel;         // working memory of the attention kernels (attention/)
   // MLA (attn_mla.cpp): q-LoRA latent, query, [latent | rope key], absorbed query rows,
   // latent outputs, value heads, one cache row.

@@ -1,6 +1,8 @@
 #include "model/attn_gqa.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "attention/attention.hpp"
 #include "model/ops.hpp"
@@ -76,8 +78,7 @@ void GqaAttention::forward_segments(AttentionContext& ctx, const float* x, const
   }
 
   const int64_t half = static_cast<int64_t>(rope_inv_freq_.size());
-  ws.rope.resize(static_cast<std::size_t>(2 * half));
-  float* cos_sin = ws.rope.data();
+  ws.rope_rows.bind(rope_inv_freq_, rope_factor_, n);
   int64_t row0 = 0;
   for (const AttnSegment& sg : segs) {
     KvCache& kv = *sg.kv;
@@ -92,7 +93,7 @@ void GqaAttention::forward_segments(AttentionContext& ctx, const float* x, const
         for (int64_t h = 0; h < nh; ++h) rms_norm_row(q + h * hd, w_.q_norm->f32(), hd, eps_, q + h * hd);
         for (int64_t h = 0; h < nkv; ++h) rms_norm_row(k + h * hd, w_.k_norm->f32(), hd, eps_, k + h * hd);
       }
-      rope_cos_sin(sg.pos0 + i, rope_inv_freq_.data(), half, rope_factor_, cos_sin);
+      const float* cos_sin = ws.rope_rows.row(t, sg.pos0 + i);
       for (int64_t h = 0; h < nh; ++h) rope_head(q + h * hd, cos_sin, 2 * half);
       for (int64_t h = 0; h < nkv; ++h) rope_head(k + h * hd, cos_sin, 2 * half);
       kv.store_k(layer, sg.pos0 + i, k);
@@ -119,6 +120,28 @@ void GqaAttention::forward_segments(AttentionContext& ctx, const float* x, const
     row0 += sg.n;
   }
   matmul(ctx.pool, w_.o->view(), ws.attn.data(), n, out, ctx.matmul, ctx.precision);
+}
+
+void RopeRows::bind(const std::vector<float>& freq, float f, int64_t n) {
+  const bool same = freq.size() == inv_freq.size() && std::memcmp(&f, &factor, sizeof f) == 0 &&
+                    (freq.empty() || std::memcmp(freq.data(), inv_freq.data(), freq.size() * sizeof(float)) == 0);
+  if (!same) {
+    inv_freq = freq;
+    factor = f;
+    pos.assign(pos.size(), -1);
+  }
+  if (pos.size() < static_cast<std::size_t>(n)) pos.resize(static_cast<std::size_t>(n), -1);
+  pairs.resize(std::max(pairs.size(), static_cast<std::size_t>(n) * 2 * inv_freq.size()));
+}
+
+const float* RopeRows::row(int64_t t, int64_t position) {
+  const int64_t half = static_cast<int64_t>(inv_freq.size());
+  float* p = pairs.data() + static_cast<std::size_t>(t * 2 * half);
+  if (pos[static_cast<std::size_t>(t)] != position) {
+    rope_cos_sin(position, inv_freq.data(), half, factor, p);
+    pos[static_cast<std::size_t>(t)] = position;
+  }
+  return p;
 }
 
 }  // namespace colibri

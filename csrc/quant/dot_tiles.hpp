@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "common/unroll.hpp"
 #include "quant/group_prefetch.hpp"
 #include "quant/kernels.hpp"
 
@@ -64,19 +65,26 @@ template <class K, int R, int T>
 void tile_loop(int64_t nb, const unsigned char* w, std::size_t ws, const unsigned char* act, std::size_t as,
                float* out, std::size_t os) {
   typename K::Acc acc[R][T];
+  COLIBRI_UNROLL
   for (int r = 0; r < R; ++r)
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) acc[r][t] = K::zero();
   GroupPrefetch pf(w, ws, R, nb);
   for (int64_t i = 0; i < nb; ++i) {
     pf.step();
     typename K::Row row[R];
+    COLIBRI_UNROLL
     for (int r = 0; r < R; ++r) row[r] = K::row(reinterpret_cast<const typename K::Block*>(w + r * ws)[i]);
+    COLIBRI_UNROLL
     for (int t = 0; t < T; ++t) {
       const typename K::Token tok = K::token(reinterpret_cast<const typename K::Act*>(act + t * as)[i]);
+      COLIBRI_UNROLL
       for (int r = 0; r < R; ++r) K::madd(row[r], tok, acc[r][t]);
     }
   }
+  COLIBRI_UNROLL
   for (int t = 0; t < T; ++t)
+    COLIBRI_UNROLL
     for (int r = 0; r < R; ++r) out[t * os + r] = K::sum(acc[r][t]);
 }
 

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/unroll.hpp"
 #include "quant/blocks.hpp"
 #include "quant/dot_tiles.hpp"
 #include "quant/fp16.hpp"
@@ -254,6 +255,7 @@ struct Q4_0 {
   template <int NR>
   static void rows(int64_t nb, const unsigned char* w, std::size_t stride, const Act* y, float* out) {
     __m256 acc[NR];
+    COLIBRI_UNROLL
     for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
     const __m256i eights = _mm256_setr_epi64x(0x0808080808080808, 0x0808080808080808,
                                               static_cast<int64_t>(0x8080808080808080ull),
@@ -264,6 +266,7 @@ struct Q4_0 {
       const __m256i a = load256(y[i].qs);
       const __m256i neg8a = _mm256_sub_epi32(_mm256_setzero_si256(), dot_u8_i8(eights, a));
       const __m128 da = half2_at(&y[i].d);  // lane 0 (lane 1 is the first quants: unused)
+      COLIBRI_UNROLL
       for (int r = 0; r < NR; ++r) {
         const BlockQ4_0* x = reinterpret_cast<const BlockQ4_0*>(w + r * stride) + i;
         const __m256i p = _mm256_dpbusd_epi32(neg8a, nibbles_lo_hi16(x->qs), a);
@@ -271,6 +274,7 @@ struct Q4_0 {
         acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r]);
       }
     }
+    COLIBRI_UNROLL
     for (int r = 0; r < NR; ++r) out[r] = hsum_lo_hi16(acc[r]);
   }
   // R rows x T tokens (dot_tiles::tile_loop): each row's nibbles and each token's -8 a term
@@ -331,13 +335,13 @@ struct Q4_0 {
 namespace lanes {
 
 // Rows r and r + 4 (r < 4) of a group, 16 bytes at byte offset off, in the two halves.
-inline __m256i rows_pair(const unsigned char* const* rp, int r, std::size_t off) {
+COLIBRI_FORCE_INLINE __m256i rows_pair(const unsigned char* const* rp, int r, std::size_t off) {
   return _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(rp[r + 4] + off),
                              reinterpret_cast<const __m128i*>(rp[r] + off));
 }
 
 // 8 rows x 4 dwords at byte offset off -> out[k]: dword k of row r in lane r.
-inline void transpose8x4(const unsigned char* const* rp, std::size_t off, __m256i* out) {
+COLIBRI_FORCE_INLINE void transpose8x4(const unsigned char* const* rp, std::size_t off, __m256i* out) {
   const __m256i q0 = rows_pair(rp, 0, off), q1 = rows_pair(rp, 1, off);
   const __m256i q2 = rows_pair(rp, 2, off), q3 = rows_pair(rp, 3, off);
   const __m256i t0 = _mm256_unpacklo_epi32(q0, q1), t1 = _mm256_unpackhi_epi32(q0, q1);
@@ -349,7 +353,7 @@ inline void transpose8x4(const unsigned char* const* rp, std::size_t off, __m256
 }
 
 // The dword at byte offset off of each of the 8 rows (lane r).
-inline __m256i first_dwords(const unsigned char* const* rp, std::size_t off) {
+COLIBRI_FORCE_INLINE __m256i first_dwords(const unsigned char* const* rp, std::size_t off) {
   const __m256i q0 = rows_pair(rp, 0, off), q1 = rows_pair(rp, 1, off);
   const __m256i q2 = rows_pair(rp, 2, off), q3 = rows_pair(rp, 3, off);
   return _mm256_unpacklo_epi64(_mm256_unpacklo_epi32(q0, q1), _mm256_unpacklo_epi32(q2, q3));
@@ -362,7 +366,7 @@ inline __m256 halves_hi(__m256i v) { return _mm256_cvtph_ps(_mm256_cvtepi32_epi1
 // p + u . (the 4 bytes at a, broadcast): VNNI with an embedded-broadcast memory operand,
 // written out because GCC 12 does not fold the broadcast into the instruction (it issues a
 // separate vpbroadcastd per dot, which on Zen 4 competes with the dots for the vector pipes).
-inline __m256i dot_bcast(__m256i p, __m256i u, const int8_t* a) {
+COLIBRI_FORCE_INLINE __m256i dot_bcast(__m256i p, __m256i u, const int8_t* a) {
 #if defined(__GNUC__)
   using Dword = int32_t __attribute__((may_alias, aligned(1)));
   asm("vpdpbusd %2%{1to8%}, %1, %0" : "+v"(p) : "v"(u), "m"(*reinterpret_cast<const Dword*>(a)));
@@ -378,19 +382,25 @@ inline __m256i dot_bcast(__m256i p, __m256i u, const int8_t* a) {
 // tokens, else one of eight: the dots' latency, not their throughput, bounds a lone
 // token's block).
 template <int C>
-inline void block_sums(const __m256i* q, const int8_t* const* a, __m256i* p) {
+COLIBRI_FORCE_INLINE void block_sums(const __m256i* q, const int8_t* const* a, __m256i* p) {
   constexpr int kChains = C <= 4 ? 2 : 1;
   if constexpr (kChains == 2) {
     __m256i h[C];
+    COLIBRI_UNROLL
     for (int c = 0; c < C; ++c) h[c] = _mm256_setzero_si256();
+    COLIBRI_UNROLL
     for (int k = 0; k < 4; ++k)
+      COLIBRI_UNROLL
       for (int c = 0; c < C; ++c) {
         p[c] = dot_bcast(p[c], q[k], a[c] + 4 * k);
         h[c] = dot_bcast(h[c], q[k + 4], a[c] + 16 + 4 * k);
       }
+    COLIBRI_UNROLL
     for (int c = 0; c < C; ++c) p[c] = _mm256_add_epi32(p[c], h[c]);
   } else {
+    COLIBRI_UNROLL
     for (int k = 0; k < 8; ++k)
+      COLIBRI_UNROLL
       for (int c = 0; c < C; ++c) p[c] = dot_bcast(p[c], q[k], a[c] + 4 * k);
   }
 }
@@ -404,11 +414,12 @@ struct Q4_1 {
     __m256i q[8];
     __m256 d, m;
   };
-  static void load(const unsigned char* const* rp, int64_t i, Rows& R) {
+  COLIBRI_FORCE_INLINE static void load(const unsigned char* const* rp, int64_t i, Rows& R) {
     const std::size_t off = static_cast<std::size_t>(i) * sizeof(BlockQ4_1);
     __m256i raw[4];
     transpose8x4(rp, off + offsetof(BlockQ4_1, qs), raw);
     const __m256i lo = _mm256_set1_epi8(0x0f);
+    COLIBRI_UNROLL
     for (int k = 0; k < 4; ++k) {
       R.q[k] = _mm256_and_si256(raw[k], lo);
       R.q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw[k], 4), lo);
@@ -421,9 +432,9 @@ struct Q4_1 {
     sc[0] = half_at(&y.d);
     sc[1] = half_at(&y.s);
   }
-  static __m256i init(const float*) { return _mm256_setzero_si256(); }
+  COLIBRI_FORCE_INLINE static __m256i init(const float*) { return _mm256_setzero_si256(); }
   // The block's term of the sum from its integer sums isum.
-  static __m256 term(const Rows& R, __m256i isum, const float* sc) {
+  COLIBRI_FORCE_INLINE static __m256 term(const Rows& R, __m256i isum, const float* sc) {
     const __m256 dd = _mm256_mul_ps(R.d, _mm256_set1_ps(sc[0]));
     return _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum), _mm256_mul_ps(R.m, _mm256_set1_ps(sc[1])));
   }
@@ -439,11 +450,12 @@ struct Q8_0 {
     __m256i q[8];
     __m256 d;
   };
-  static void load(const unsigned char* const* rp, int64_t i, Rows& R) {
+  COLIBRI_FORCE_INLINE static void load(const unsigned char* const* rp, int64_t i, Rows& R) {
     const std::size_t off = static_cast<std::size_t>(i) * sizeof(BlockQ8_0);
     transpose8x4(rp, off + offsetof(BlockQ8_0, qs), R.q);
     transpose8x4(rp, off + offsetof(BlockQ8_0, qs) + 16, R.q + 4);
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    COLIBRI_UNROLL
     for (int k = 0; k < 8; ++k) R.q[k] = _mm256_xor_si256(R.q[k], flip);
     R.d = halves_lo(first_dwords(rp, off));
   }
@@ -457,12 +469,12 @@ struct Q8_0 {
     const int32_t init = -128 * sum;
     std::memcpy(&sc[1], &init, sizeof init);
   }
-  static __m256i init(const float* sc) {
+  COLIBRI_FORCE_INLINE static __m256i init(const float* sc) {
     int32_t v;
     std::memcpy(&v, &sc[1], sizeof v);
     return _mm256_set1_epi32(v);
   }
-  static __m256 term(const Rows& R, __m256i isum, const float* sc) {
+  COLIBRI_FORCE_INLINE static __m256 term(const Rows& R, __m256i isum, const float* sc) {
     return _mm256_mul_ps(_mm256_mul_ps(R.d, _mm256_set1_ps(sc[0])), _mm256_cvtepi32_ps(isum));
   }
 };
@@ -479,18 +491,21 @@ void token_scales(int64_t nb, const unsigned char* act, std::size_t as, int T, f
 // Tokens [T0, T) of a pass (T of them in all) in chunks of at most 4, each token's dots in
 // two chains: the block's integer sums, then its terms added to the accumulators. Measured
 // (1536 x 576, 8 tokens, 1 thread): chunks of 8 in one chain 76 us, of 4 in two 66 us, of 2
-// no better.
+// no better; session 29, registers unrolled: chunks of 3 1-3 % slower than 4 at 9-16 tokens.
+constexpr int kChunk = 4;  // tokens per chunk (see above)
 template <class K, int T0, int T>
-inline void chunk(const typename K::Rows& R, int64_t i, const unsigned char* act, std::size_t as, const float* sc,
-                  __m512d* acc) {
-  constexpr int C = T - T0 < 4 ? T - T0 : 4;
+COLIBRI_FORCE_INLINE void chunk(const typename K::Rows& R, int64_t i, const unsigned char* act, std::size_t as,
+                                const float* sc, __m512d* acc) {
+  constexpr int C = T - T0 < kChunk ? T - T0 : kChunk;
   const int8_t* a[C];
   __m256i p[C];
+  COLIBRI_UNROLL
   for (int c = 0; c < C; ++c) {
     a[c] = reinterpret_cast<const typename K::Act*>(act + static_cast<std::size_t>(T0 + c) * as)[i].qs;
     p[c] = K::init(sc + 2 * (i * T + T0 + c));
   }
   block_sums<C>(R.q, a, p);
+  COLIBRI_UNROLL
   for (int c = 0; c < C; ++c)
     acc[T0 + c] = _mm512_add_pd(acc[T0 + c], _mm512_cvtps_pd(K::term(R, p[c], sc + 2 * (i * T + T0 + c))));
   if constexpr (T0 + C < T) chunk<K, T0 + C, T>(R, i, act, as, sc, acc);
@@ -501,8 +516,10 @@ template <class K, int T>
 void group(int64_t nb, const unsigned char* w, std::size_t ws, int nv, const unsigned char* act, std::size_t as,
            const float* sc, float* out, std::size_t os) {
   const unsigned char* rp[8];
+  COLIBRI_UNROLL
   for (int r = 0; r < 8; ++r) rp[r] = w + static_cast<std::size_t>(r < nv ? r : nv - 1) * ws;
   __m512d acc[T];  // the 8 rows' sums in double
+  COLIBRI_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_pd();
   GroupPrefetch pf(w, ws, nv, nb);
   for (int64_t i = 0; i < nb; ++i) {
@@ -512,6 +529,7 @@ void group(int64_t nb, const unsigned char* w, std::size_t ws, int nv, const uns
     chunk<K, 0, T>(R, i, act, as, sc, acc);
   }
   const auto mask = static_cast<__mmask8>((1u << nv) - 1);
+  COLIBRI_UNROLL
   for (int t = 0; t < T; ++t)
     _mm256_mask_storeu_ps(out + static_cast<std::size_t>(t) * os, mask, _mm512_cvtpd_ps(acc[t]));
 }
