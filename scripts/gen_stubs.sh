@@ -20,7 +20,7 @@ mkdir -p "$dst"
 for sub in "$out"/colibri/_core/*.pyi; do
   name=$(basename "$sub")
   [ "$name" = "__init__.pyi" ] && continue
-  sed -e 's/threads: typing.Any = 1) -> list:/threads: typing.Any = 1) -> list[numpy.typing.NDArray[numpy.float32]]:/' \
+  sed -e 's/threads: typing.Any = 1\(, lanes: [^)]*\)\{0,1\}) -> list:/threads: typing.Any = 1\1) -> list[numpy.typing.NDArray[numpy.float32]]:/' \
       -e 's/) -> dict:$/) -> dict[str, typing.Any]:/' \
       -e "s/def __exit__(self, \*args) -> None:/def __exit__(self, *args: typing.Any) -> None:/" \
       "$sub" > "$dst/$name"

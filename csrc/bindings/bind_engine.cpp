@@ -324,6 +324,8 @@ void bind_engine(py::module_& m) {
                       e.set_activation_precision(p);
                     })
       .def_property_readonly("weight_bytes", &Engine::weight_bytes)
+      .def_property_readonly("lane_weight_bytes", &Engine::lane_weight_bytes,
+                             "Resident weight bytes in the row-lane layout the AVX-512 kernels read")
       .def_property_readonly(
           "kv_layouts",
           [](const Engine& e) {

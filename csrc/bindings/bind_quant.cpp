@@ -19,6 +19,7 @@
 #include "model/matmul.hpp"
 #include "quant/dtype.hpp"
 #include "quant/kernels.hpp"
+#include "quant/lane_pack.hpp"
 #include "threadpool/threadpool.hpp"
 
 namespace py = pybind11;
@@ -128,10 +129,32 @@ float vec_dot(const std::string& dtype, const ByteArray& w, const FloatArray& x,
   return k.vec_dot(n, w.data(), act.data());
 }
 
-WeightView weight_view(const std::string& dtype, const ByteArray& w, int64_t rows, int64_t cols) {
+WeightView weight_view(const std::string& dtype, const ByteArray& w, int64_t rows, int64_t cols,
+                       bool lanes = false) {
   const DType type = dtype_from_name(dtype);
   check_bytes(w, type, rows, cols);
-  return WeightView{type, rows, cols, w.data()};
+  WeightView v{type, rows, cols, w.data()};
+  v.lanes = lanes;
+  return v;
+}
+
+// The row-lane layout of rows x cols `dtype` bytes (quant/lane_pack.hpp), or back (unpack).
+py::array_t<uint8_t> pack_lanes_py(const std::string& dtype, const ByteArray& data, int64_t rows, int64_t cols,
+                                   bool unpack) {
+  const DType type = dtype_from_name(dtype);
+  check_bytes(data, type, rows, cols);
+  if (!lane_packable(type) || rows % kLaneRows != 0)
+    fail(ErrorKind::InvalidArgument, "pack_lanes: " + dtype + " x " + std::to_string(rows) +
+                                         " rows has no row-lane layout (Q4_1 / Q8_0, rows a multiple of 8)");
+  const std::size_t rb = row_bytes(type, cols);
+  py::array_t<uint8_t> out({static_cast<py::ssize_t>(rows), static_cast<py::ssize_t>(rb)});
+  uint8_t* dst = out.mutable_data();
+  py::gil_scoped_release nogil;
+  if (unpack)
+    unpack_lane_rows(type, data.data(), cols, 0, rows, dst);
+  else
+    pack_lanes(type, data.data(), dst, rows, cols);
+  return out;
 }
 
 ActPrecision precision_from_name(const std::string& act) {
@@ -142,8 +165,8 @@ ActPrecision precision_from_name(const std::string& act) {
 
 py::array_t<float> matmul(const std::string& dtype, const ByteArray& w, int64_t rows, int64_t cols,
                           const FloatArray& x, const py::object& threads, const std::optional<std::string>& isa,
-                          const std::string& act) {
-  const WeightView wv = weight_view(dtype, w, rows, cols);
+                          const std::string& act, bool lanes) {
+  const WeightView wv = weight_view(dtype, w, rows, cols, lanes);
   const ActPrecision precision = precision_from_name(act);
   if (isa && precision != ActPrecision::Int8)
     fail(ErrorKind::InvalidArgument, "matmul: an explicit isa needs act='int8'");
@@ -161,7 +184,9 @@ py::array_t<float> matmul(const std::string& dtype, const ByteArray& w, int64_t 
 }
 
 py::list matmul_multi(const std::vector<std::tuple<std::string, ByteArray, int64_t>>& ws, int64_t cols,
-                      const FloatArray& x, const py::object& threads) {
+                      const FloatArray& x, const py::object& threads, const std::vector<bool>& lanes) {
+  if (!lanes.empty() && lanes.size() != ws.size())
+    fail(ErrorKind::InvalidArgument, "matmul_multi: lanes needs one flag per weight");
   const auto [n, xc] = rows_cols(x);
   if (xc != cols)
     fail(ErrorKind::InvalidArgument, "matmul_multi: x has " + std::to_string(xc) + " columns, not " + std::to_string(cols));
@@ -169,7 +194,7 @@ py::list matmul_multi(const std::vector<std::tuple<std::string, ByteArray, int64
   std::vector<py::array_t<float>> ys;
   std::vector<float*> outs;
   for (const auto& [dtype, bytes, rows] : ws) {
-    views.push_back(weight_view(dtype, bytes, rows, cols));
+    views.push_back(weight_view(dtype, bytes, rows, cols, !lanes.empty() && lanes[views.size()]));
     ys.emplace_back(std::vector<py::ssize_t>{static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(rows)});
     outs.push_back(ys.back().mutable_data());
   }
@@ -185,8 +210,9 @@ py::list matmul_multi(const std::vector<std::tuple<std::string, ByteArray, int64
 }
 
 py::array_t<float> get_rows_py(const std::string& dtype, const ByteArray& w, int64_t rows, int64_t cols,
-                               const py::array_t<int32_t, py::array::c_style | py::array::forcecast>& ids) {
-  const WeightView wv = weight_view(dtype, w, rows, cols);
+                               const py::array_t<int32_t, py::array::c_style | py::array::forcecast>& ids,
+                               bool lanes) {
+  const WeightView wv = weight_view(dtype, w, rows, cols, lanes);
   const int64_t n = ids.size();
   py::array_t<float> out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(cols)});
   float* op = out.mutable_data();
@@ -199,8 +225,8 @@ py::array_t<float> get_rows_py(const std::string& dtype, const ByteArray& w, int
 // pass, so the team does not park between them). Returns seconds per iteration.
 std::vector<double> bench_matmul(const std::string& dtype, const ByteArray& w, int64_t rows, int64_t cols,
                                  const FloatArray& x, const py::object& threads, int iters,
-                                 const std::optional<std::string>& isa) {
-  const WeightView wv = weight_view(dtype, w, rows, cols);
+                                 const std::optional<std::string>& isa, bool lanes) {
+  const WeightView wv = weight_view(dtype, w, rows, cols, lanes);
   const TypeKernels& k = pick(wv.type, isa);
   const auto [n, xc] = rows_cols(x);
   if (xc != cols) fail(ErrorKind::InvalidArgument, "bench_matmul: x has the wrong number of columns");
@@ -316,16 +342,24 @@ void bind_quant(py::module_& m) {
   q.def("vec_dot", &vec_dot, py::arg("dtype"), py::arg("w"), py::arg("x"), py::arg("isa") = none,
         "dot(one weight row, x): x is quantized to the act type with that ISA's quantizer.");
   q.def("matmul", &matmul, py::arg("dtype"), py::arg("w"), py::arg("rows"), py::arg("cols"), py::arg("x"),
-        py::arg("threads") = 1, py::arg("isa") = none, py::arg("act") = "int8",
+        py::arg("threads") = 1, py::arg("isa") = none, py::arg("act") = "int8", py::arg("lanes") = false,
         "y[n, rows] = x[n, cols] W^T. threads: a team size or a _core.ThreadPool. act: 'int8' "
-        "(quantized activations, integer dots) or 'float32' (dequantized rows, float dots).");
+        "(quantized activations, integer dots) or 'float32' (dequantized rows, float dots). "
+        "lanes: w is in the row-lane layout (pack_lanes).");
   q.def("matmul_multi", &matmul_multi, py::arg("weights"), py::arg("cols"), py::arg("x"), py::arg("threads") = 1,
-        "weights: [(dtype, bytes, rows)] sharing x; one region; returns a list of y.");
+        py::arg("lanes") = std::vector<bool>{},
+        "weights: [(dtype, bytes, rows)] sharing x; one region; returns a list of y. lanes: per "
+        "weight, whether it is in the row-lane layout (default none).");
   q.def("get_rows", &get_rows_py, py::arg("dtype"), py::arg("w"), py::arg("rows"), py::arg("cols"),
-        py::arg("ids"), "Embedding lookup: dequantized rows ids -> float32 [len(ids), cols].");
+        py::arg("ids"), py::arg("lanes") = false,
+        "Embedding lookup: dequantized rows ids -> float32 [len(ids), cols].");
+  q.def("pack_lanes", &pack_lanes_py, py::arg("dtype"), py::arg("data"), py::arg("rows"), py::arg("cols"),
+        py::arg("unpack") = false,
+        "uint8 [rows, row_bytes] in the row-lane layout the AVX-512 Q4_1 / Q8_0 kernels read "
+        "(rows a multiple of 8); unpack=True: back to the ordinary layout.");
   q.def("bench_matmul", &bench_matmul, py::arg("dtype"), py::arg("w"), py::arg("rows"), py::arg("cols"),
         py::arg("x"), py::arg("threads") = 1, py::arg("iters") = 10, py::arg("isa") = none,
-        "Seconds per matmul, iters of them inside one ComputeScope.");
+        py::arg("lanes") = false, "Seconds per matmul, iters of them inside one ComputeScope.");
   q.def("bench_sequence", &bench_sequence, py::arg("weights"), py::arg("threads") = 1, py::arg("iters") = 10,
         "weights: [(dtype, bytes, rows, cols)]; seconds per pass of one-token matmuls over all of "
         "them in order (a decode step's weight traffic), iters passes in one ComputeScope.");

@@ -57,7 +57,10 @@ void head_matmul(AttentionContext& ctx, const WeightView& w, int64_t n_heads, co
       for (int64_t t = 0; t < n; ++t)
         std::memcpy(xin + t * cols, x + t * x_token_stride + h * x_head_stride,
                     static_cast<std::size_t>(cols) * sizeof(float));
-      WeightView wh{w.type, rows, cols, static_cast<const uint8_t*>(w.data) + h * rows * rb};
+      WeightView wh = w;  // the head's rows (a row-lane weight's heads are whole groups: rows % 8 == 0)
+      wh.rows = rows;
+      wh.data = static_cast<const uint8_t*>(w.data) + h * rows * rb;
+      wh.scales = {};
       if (w.type == DType::F8_E4M3) wh.scales = head_scales(w, rows, h);
       // Inside the region the matmul runs on this member alone, with its own scratch.
       matmul_with(ctx.pool, k, wh, xin, n, yout, ws.thread_matmul[static_cast<std::size_t>(thread)]);

@@ -10,6 +10,7 @@
 #include "model/forward_stats.hpp"
 #include "model/kv_cache.hpp"
 #include "model/ops.hpp"
+#include "quant/dot_tiles.hpp"
 
 namespace colibri {
 
@@ -138,6 +139,15 @@ std::vector<ExpertSource> expert_sources(const ModelSpec& s, const std::vector<T
   return out;
 }
 
+// Whether a resident matrix goes into the row-lane layout: where the best kernels for its
+// type read it directly (the AVX-512 Q4_1 / Q8_0 row-lane kernels; elsewhere the layout would
+// only cost an unpack). Not MLA's per-head matrices, whose heads need not be whole groups.
+bool lane_layout_pays(const Tensor& t) {
+  if (t.name.find("attn_k_b") != std::string::npos || t.name.find("attn_v_b") != std::string::npos) return false;
+  const DotTile* tile = dot_tile_for(kernels(t.type));
+  return tile && tile->packed_rows && tile->packed_tile;
+}
+
 ThreadSettings resolve_auto(ThreadSettings t) {
   if (t.policy == WaitPolicy::Auto) t.policy = WaitPolicy::Hybrid;  // compute-bound until shown otherwise
   return t;
@@ -155,6 +165,7 @@ Engine::Engine(ModelSpec spec, const std::vector<TensorSpec>& tensors,
       auto_wait_(threads.policy == WaitPolicy::Auto),
       auto_base_(resolve_auto(threads)) {
   weights_.verify_checksums(pool_);
+  lane_bytes_ = weights_.pack_lanes(pool_, lane_layout_pays);
   store_ = std::make_unique<ExpertStore>(spec_.n_layers + spec_.n_mtp_layers, spec_.n_experts,
                                          expert_sources(spec_, tensors, blobs), files);
   resolve_layers();

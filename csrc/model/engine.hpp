@@ -116,6 +116,8 @@ class Engine {
   ThreadPoolStats thread_stats() const { return pool_.stats(); }
   void reset_thread_stats();
   std::size_t weight_bytes() const { return weights_.total_bytes(); }
+  // Of those, the bytes in the row-lane layout (WeightStore::pack_lanes; 0 without AVX-512).
+  std::size_t lane_weight_bytes() const { return lane_bytes_; }
   // What each layer keeps per position in a session's KV cache.
   std::vector<KvLayerLayout> kv_layouts() const;
   // Multi-token-prediction layers (run by mtp_forward, not by forward).
@@ -204,6 +206,7 @@ class Engine {
   ModelSpec spec_;
   FileSet files_;
   WeightStore weights_;
+  std::size_t lane_bytes_ = 0;
   const Tensor* token_embd_ = nullptr;
   const Tensor* output_norm_ = nullptr;
   const Tensor* output_ = nullptr;  // token_embd_ when tied

@@ -22,16 +22,18 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/errors.hpp"
 #include "quant/dot_tiles.hpp"
+#include "quant/lane_pack.hpp"
 #include "threadpool/threadpool.hpp"
 
 namespace colibri {
 namespace {
 
 constexpr std::size_t kMinChunkBytes = 16 * 1024;   // weight bytes per member's range, at least
-constexpr int64_t kRowGroup = 8;                    // rows per kernel pass (vec_dot_rows)
+constexpr int64_t kRowGroup = kLaneRows;            // rows per kernel pass (vec_dot_rows)
 constexpr std::size_t kActTileBytes = 256 * 1024;   // activation rows reused per weight tile (L2)
 constexpr std::size_t kWeightTileBytes = 16 * 1024;  // weight rows reused per activation row (L1)
 constexpr int64_t kParallelQuantizeTokens = 8;      // quantize activations in parallel from here
@@ -49,15 +51,33 @@ struct Job {
   int64_t first;  // index of row 0 in the combined row space
   const BlockScales* scales = nullptr;  // F8_E4M3: the weight's block scales (then fp8 is used)
   Fp8DotRowsFn fp8 = nullptr;
+  // Row-lane weights (WeightView::lanes) whose kernels cannot read them: rows are unpacked
+  // into a per-thread buffer (kUnpackRows at a time) for dot_rows and tile.
+  DType type = DType::F32;
+  bool lanes = false;   // the weight is row-lane
+  bool unpack = false;  // ... and its kernels read rows
 
   // Rows [r, r + nrows) against one activation row.
   void dot(int64_t cols, int64_t r, int64_t nrows, const unsigned char* a, float* out) const {
     const unsigned char* wr = w + static_cast<std::size_t>(r) * w_row_bytes;
     if (scales)
       fp8(cols, wr, w_row_bytes, nrows, r, *scales, reinterpret_cast<const float*>(a), out);
+    else if (unpack)
+      for (int64_t u = 0; u < nrows; u += kUnpackRows) {
+        const int64_t m = std::min(kUnpackRows, nrows - u);
+        dot_rows(cols, unpacked(cols, r + u, m), w_row_bytes, m, a, out + u);
+      }
     else
       dot_rows(cols, wr, w_row_bytes, nrows, a, out);
   }
+  // Rows [r, r + nrows) in the ordinary layout, in this thread's buffer.
+  const unsigned char* unpacked(int64_t cols, int64_t r, int64_t nrows) const {
+    thread_local std::vector<unsigned char> buf;
+    buf.resize(static_cast<std::size_t>(nrows) * w_row_bytes);
+    unpack_lane_rows(type, w, cols, r, nrows, buf.data());
+    return buf.data();
+  }
+  static constexpr int64_t kUnpackRows = 64;
 };
 
 void check_weight(const WeightView& w, const char* what) {
@@ -68,6 +88,9 @@ void check_weight(const WeightView& w, const char* what) {
   if (w.type == DType::F8_E4M3 && (!w.scales.data || w.scales.block_rows <= 0 || w.scales.block_cols <= 0))
     fail(ErrorKind::InvalidArgument, std::string(what) + ": an F8_E4M3 weight needs its block scales");
   if (w.rows > 0 && !w.data) fail(ErrorKind::InvalidArgument, std::string(what) + ": null weight data");
+  if (w.lanes && (!lane_packable(w.type) || w.rows % kLaneRows != 0))
+    fail(ErrorKind::InvalidArgument, std::string(what) + ": a row-lane " + dtype_name(w.type) + " weight of " +
+                                         std::to_string(w.rows) + " rows (needs Q4_1 / Q8_0, rows a multiple of 8)");
 }
 
 // Rows [r0, r1) of one job for all n_tokens.
@@ -78,14 +101,18 @@ void run_rows(const Job& j, int64_t r0, int64_t r1, int64_t n_tokens, int64_t co
   }
   // Row tiles small enough to stay in L1/L2 while a tile of activation rows passes by.
   const std::size_t tile_bytes = j.tile && !j.scales ? j.tile_weight_bytes : kWeightTileBytes;
-  const int64_t row_tile = std::max<int64_t>(4, static_cast<int64_t>(tile_bytes / j.w_row_bytes) / 4 * 4);
+  // (whole groups of kLaneRows for row-lane weights, whose tiles start at a group)
+  const int64_t row_unit = j.lanes ? kLaneRows : 4;
+  const int64_t row_tile =
+      std::max<int64_t>(row_unit, static_cast<int64_t>(tile_bytes / j.w_row_bytes) / row_unit * row_unit);
   const int64_t tok_tile = std::max<int64_t>(1, static_cast<int64_t>(kActTileBytes / j.act_row_bytes));
   for (int64_t t0 = 0; t0 < n_tokens; t0 += tok_tile) {
     const int64_t t1 = std::min(n_tokens, t0 + tok_tile);
     for (int64_t ra = r0; ra < r1; ra += row_tile) {
       const int64_t rb = std::min(r1, ra + row_tile);
       if (j.tile && !j.scales) {  // each weight block decoded once for the whole tile of tokens
-        const unsigned char* wt = j.w + static_cast<std::size_t>(ra) * j.w_row_bytes;
+        const unsigned char* wt =
+            j.unpack ? j.unpacked(cols, ra, rb - ra) : j.w + static_cast<std::size_t>(ra) * j.w_row_bytes;
         j.tile(cols, wt, j.w_row_bytes, rb - ra, j.act + static_cast<std::size_t>(t0) * j.act_row_bytes,
                j.act_row_bytes, t1 - t0, j.y + t0 * j.rows + ra, static_cast<std::size_t>(j.rows));
         continue;
@@ -182,6 +209,9 @@ void run(ThreadPool& pool, const TypeKernels* const* ks, const WeightView* weigh
     const unsigned char* act = reinterpret_cast<const unsigned char*>(x);
     if (a != DType::F32) act = act_data[std::find(act_types, act_types + n_act, a) - act_types];
     const DotTile* tile = dot_tile_for(*ks[i]);
+    // A row-lane weight starts at a group in the combined row space, so that the chunks (a
+    // multiple of kRowGroup = kLaneRows rows) start at its groups too; the gap is no one's.
+    if (weights[i].lanes) first = (first + kLaneRows - 1) / kLaneRows * kLaneRows;
     jobs[i] = Job{ks[i]->vec_dot_rows,
                   tile ? tile->tile : nullptr,
                   tile && tile->weight_tile_bytes ? tile->weight_tile_bytes : kWeightTileBytes,
@@ -196,24 +226,35 @@ void run(ThreadPool& pool, const TypeKernels* const* ks, const WeightView* weigh
       jobs[i].scales = &weights[i].scales;
       jobs[i].fp8 = fp8_dot_rows_for(*ks[i]);
     }
+    if (weights[i].lanes) {
+      jobs[i].type = weights[i].type;
+      jobs[i].lanes = true;
+      if (tile && tile->packed_rows && tile->packed_tile) {
+        jobs[i].dot_rows = tile->packed_rows;
+        jobs[i].tile = tile->packed_tile;
+      } else {
+        jobs[i].unpack = true;
+      }
+    }
     first += weights[i].rows;
   }
+  const int64_t row_space = first;  // total_rows and the gaps before row-lane weights
 
   // One range per member (see the top of the file), never under kMinChunkBytes, and a
   // multiple of kRowGroup so the kernels' row groups stay whole.
   const std::size_t avg_row_bytes = std::max<std::size_t>(1, total_bytes / static_cast<std::size_t>(total_rows));
   const int64_t min_rows = static_cast<int64_t>((kMinChunkBytes + avg_row_bytes - 1) / avg_row_bytes);
   const int64_t team = pool.size();
-  int64_t grain = std::max<int64_t>(min_rows, (total_rows + team - 1) / team);
+  int64_t grain = std::max<int64_t>(min_rows, (row_space + team - 1) / team);
   grain = (grain + kRowGroup - 1) / kRowGroup * kRowGroup;
 
   // The region's closure captures one pointer, so std::function needs no allocation.
   const Region region{jobs, n_weights, n_tokens, cols};
   auto body = [&region](int64_t begin, int64_t end, int) { region.run(begin, end); };
-  if (team == 1 || total_rows <= grain)
-    region.run(0, total_rows);  // one chunk: skip the parallel region entirely
+  if (team == 1 || row_space <= grain)
+    region.run(0, row_space);  // one chunk: skip the parallel region entirely
   else
-    pool.parallel_for(total_rows, grain, body);
+    pool.parallel_for(row_space, grain, body);
 }
 
 }  // namespace
@@ -267,8 +308,13 @@ void get_rows(const WeightView& w, const int32_t* ids, int64_t n, float* out) {
     if (ids[i] < 0 || ids[i] >= w.rows)
       fail(ErrorKind::TokenOutOfRange, "token id " + std::to_string(ids[i]) + " is outside the vocabulary [0, " +
                                            std::to_string(w.rows) + ")");
+  std::vector<unsigned char> lane_row(w.lanes ? rb : 0);
   for (int64_t i = 0; i < n; ++i) {
     const unsigned char* row = base + static_cast<std::size_t>(ids[i]) * rb;
+    if (w.lanes) {
+      unpack_lane_rows(w.type, base, w.cols, ids[i], 1, lane_row.data());
+      row = lane_row.data();
+    }
     if (w.type == DType::F8_E4M3)
       fp8_dequantize_row(row, ids[i], w.cols, w.scales, out + i * w.cols);
     else

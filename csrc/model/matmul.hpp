@@ -29,6 +29,9 @@ struct WeightView {
   int64_t cols = 0;            // input features; a whole number of the type's blocks
   const void* data = nullptr;  // rows * row_bytes(type, cols) bytes, no alignment needed
   BlockScales scales{};        // F8_E4M3 only: its companion block-scale matrix (quant/fp8.hpp)
+  // Rows in the row-lane layout (quant/lane_pack.hpp; Q4_1 / Q8_0, rows a multiple of 8):
+  // same bytes per row, same results, read directly by the AVX-512 row-lane kernels.
+  bool lanes = false;
 };
 
 // Reusable working memory for the quantized activations. Grows on demand, never shrinks,

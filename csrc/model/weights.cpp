@@ -11,6 +11,7 @@
 #include "io/crc32.hpp"
 #include "quant/fp16.hpp"
 #include "quant/kernels.hpp"
+#include "quant/lane_pack.hpp"
 
 namespace colibri {
 
@@ -250,6 +251,27 @@ void WeightStore::verify_checksums(ThreadPool& pool) {
     if (got[i] != p.crc32) checksum_failed(p.path, p.name, p.offset, p.n, p.crc32, got[i]);
   }
   pending_.clear();
+}
+
+std::size_t WeightStore::pack_lanes(ThreadPool& pool, const std::function<bool(const Tensor&)>& want) {
+  std::size_t packed = 0;
+  for (auto& [name, t] : tensors_) {
+    if (t.lanes || !lane_packable(t.type) || t.rows < kLaneRows || t.rows % kLaneRows != 0 || !want(t)) continue;
+    const std::size_t group_bytes = static_cast<std::size_t>(kLaneRows) * row_bytes(t.type, t.cols);
+    // Groups are independent: each is copied aside (one group of extra memory per member,
+    // not a copy of the tensor) and packed back into its own place.
+    pool.parallel_for(t.rows / kLaneRows, 0, [&](int64_t g0, int64_t g1, int) {
+      std::vector<uint8_t> group(group_bytes);
+      for (int64_t g = g0; g < g1; ++g) {
+        uint8_t* at = t.data + static_cast<std::size_t>(g) * group_bytes;
+        std::memcpy(group.data(), at, group_bytes);
+        colibri::pack_lanes(t.type, group.data(), at, kLaneRows, t.cols);
+      }
+    });
+    t.lanes = true;
+    packed += t.nbytes;
+  }
+  return packed;
 }
 
 const Tensor& WeightStore::get(const std::string& name) const {

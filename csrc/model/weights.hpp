@@ -5,6 +5,7 @@
 // (measured in benchmarks/bench_kernels.py, "huge-page arena").
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -25,8 +26,9 @@ struct Tensor {
   uint8_t* data = nullptr;  // inside the store's arena
   std::size_t nbytes = 0;
   BlockScales scales{};     // F8_E4M3: its block scales (in the arena after `data`)
+  bool lanes = false;       // rows in the row-lane layout (WeightStore::pack_lanes)
 
-  WeightView view() const { return WeightView{type, rows, cols, data, scales}; }
+  WeightView view() const { return WeightView{type, rows, cols, data, scales, lanes}; }
   const float* f32() const;  // vector tensors must be F32 (norms, biases); throws otherwise
 };
 
@@ -41,6 +43,12 @@ class WeightStore {
   // container's untransformed dense tensors) on the team; throws Error(Format) naming the
   // first damaged one. The engine calls it once, right after the team exists.
   void verify_checksums(ThreadPool& pool);
+
+  // Rewrites, in place and on the team, every matrix `want` accepts (Q4_1 / Q8_0 with rows a
+  // multiple of 8; others are skipped) into the row-lane layout (quant/lane_pack.hpp) and
+  // marks it. Same bytes, same results; after verify_checksums, which reads the file's order.
+  // Returns the bytes rewritten.
+  std::size_t pack_lanes(ThreadPool& pool, const std::function<bool(const Tensor&)>& want);
 
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   const Tensor& get(const std::string& name) const;       // throws Format naming the tensor

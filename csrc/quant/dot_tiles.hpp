@@ -32,6 +32,11 @@ struct DotTile {
   // want the rows in L1 across their token passes). Tiles with per-call setup (the AVX-512
   // row-lane kernels convert the tokens' scales once per pass) ask for more.
   std::size_t weight_tile_bytes = 0;
+  // The same products for a weight in the row-lane layout (quant/lane_pack.hpp), or nullptr
+  // (then the matmul unpacks the rows it needs for vec_dot_rows / tile). Given row ranges that
+  // start at a multiple of kLaneRows; w_stride stays the ordinary row bytes.
+  VecDotRowsFn packed_rows = nullptr;
+  DotTileFn packed_tile = nullptr;
 };
 
 // The tile entry reproducing exactly k.vec_dot, or nullptr (quant/dot_tiles.cpp).

@@ -409,11 +409,25 @@ COLIBRI_FORCE_INLINE void block_sums(const __m256i* q, const int8_t* const* a, _
 // k < 4 the low nibbles of qs bytes 4k .. 4k + 3 (elements 4k ..), q[4 + k] their high
 // nibbles (elements 16 + 4k ..). Token scales: {d_a, s}.
 struct Q4_1 {
+  using Block = BlockQ4_1;
   using Act = BlockQ8_1;
   struct Rows {
     __m256i q[8];
     __m256 d, m;
   };
+  // The same from a row-lane (group, block) (quant/lane_pack.hpp): the transposed dwords as
+  // stored, then d and m of the 8 rows.
+  COLIBRI_FORCE_INLINE static void load_packed(const unsigned char* g, Rows& R) {
+    const __m256i lo = _mm256_set1_epi8(0x0f);
+    COLIBRI_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      const __m256i raw = load256(g + 32 * k);
+      R.q[k] = _mm256_and_si256(raw, lo);
+      R.q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo);
+    }
+    R.d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 128)));
+    R.m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 144)));
+  }
   COLIBRI_FORCE_INLINE static void load(const unsigned char* const* rp, int64_t i, Rows& R) {
     const std::size_t off = static_cast<std::size_t>(i) * sizeof(BlockQ4_1);
     __m256i raw[4];
@@ -445,11 +459,18 @@ struct Q4_1 {
 // -128 sum(a): sum (w + 128) a - 128 sum a = sum w a, exactly (|partial sums| < 2^21).
 // Token scales: {d_a, the starting value's bits}.
 struct Q8_0 {
+  using Block = BlockQ8_0;
   using Act = BlockQ8_0;
   struct Rows {
     __m256i q[8];
     __m256 d;
   };
+  COLIBRI_FORCE_INLINE static void load_packed(const unsigned char* g, Rows& R) {
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    COLIBRI_UNROLL
+    for (int k = 0; k < 8; ++k) R.q[k] = _mm256_xor_si256(load256(g + 32 * k), flip);
+    R.d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 256)));
+  }
   COLIBRI_FORCE_INLINE static void load(const unsigned char* const* rp, int64_t i, Rows& R) {
     const std::size_t off = static_cast<std::size_t>(i) * sizeof(BlockQ8_0);
     transpose8x4(rp, off + offsetof(BlockQ8_0, qs), R.q);
@@ -511,13 +532,15 @@ COLIBRI_FORCE_INLINE void chunk(const typename K::Rows& R, int64_t i, const unsi
   if constexpr (T0 + C < T) chunk<K, T0 + C, T>(R, i, act, as, sc, acc);
 }
 
-// One group of nv <= 8 rows (w, stride ws) against T tokens: out[t * os + r].
-template <class K, int T>
+// One group of nv <= 8 rows (w, stride ws) against T tokens: out[t * os + r]. Packed: the
+// group in the row-lane layout (quant/lane_pack.hpp; ws is still the row bytes, nv is 8).
+template <class K, int T, bool Packed>
 void group(int64_t nb, const unsigned char* w, std::size_t ws, int nv, const unsigned char* act, std::size_t as,
            const float* sc, float* out, std::size_t os) {
   const unsigned char* rp[8];
   COLIBRI_UNROLL
   for (int r = 0; r < 8; ++r) rp[r] = w + static_cast<std::size_t>(r < nv ? r : nv - 1) * ws;
+  constexpr std::size_t kPackedBlock = 8 * sizeof(typename K::Block);
   __m512d acc[T];  // the 8 rows' sums in double
   COLIBRI_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_pd();
@@ -525,7 +548,10 @@ void group(int64_t nb, const unsigned char* w, std::size_t ws, int nv, const uns
   for (int64_t i = 0; i < nb; ++i) {
     pf.step();
     typename K::Rows R;
-    K::load(rp, i, R);
+    if constexpr (Packed)
+      K::load_packed(w + static_cast<std::size_t>(i) * kPackedBlock, R);
+    else
+      K::load(rp, i, R);
     chunk<K, 0, T>(R, i, act, as, sc, acc);
   }
   const auto mask = static_cast<__mmask8>((1u << nv) - 1);
@@ -534,11 +560,11 @@ void group(int64_t nb, const unsigned char* w, std::size_t ws, int nv, const uns
     _mm256_mask_storeu_ps(out + static_cast<std::size_t>(t) * os, mask, _mm512_cvtpd_ps(acc[t]));
 }
 
-template <class K, int T>
+template <class K, int T, bool Packed>
 void rows(int64_t nb, const unsigned char* w, std::size_t ws, int64_t nrows, const unsigned char* act,
           std::size_t as, const float* sc, float* out, std::size_t os) {
   for (int64_t r = 0; r < nrows; r += 8)
-    group<K, T>(nb, w + static_cast<std::size_t>(r) * ws, ws, static_cast<int>(std::min<int64_t>(8, nrows - r)), act,
+    group<K, T, Packed>(nb, w + static_cast<std::size_t>(r) * ws, ws, static_cast<int>(std::min<int64_t>(8, nrows - r)), act,
                 as, sc, out + r, os);
 }
 
@@ -550,8 +576,9 @@ inline float* scale_buffer(std::size_t n) {
 }
 
 // The kernel table's vec_dot_rows: one token, the rows' first 16 KiB prefetched at once
-// (they start cold, as in row_groups::vec_dot_rows).
-template <class K>
+// (they start cold, as in row_groups::vec_dot_rows). Packed: rows in the row-lane layout
+// (DotTile::packed_rows).
+template <class K, bool Packed = false>
 void vec_dot_rows(int64_t n, const void* w, std::size_t stride, int64_t nrows, const void* act, float* out) {
   const auto* wb = static_cast<const unsigned char*>(w);
   const std::size_t head = std::min<std::size_t>(static_cast<std::size_t>(nrows) * stride, kGroupPrefetchAhead);
@@ -559,7 +586,7 @@ void vec_dot_rows(int64_t n, const void* w, std::size_t stride, int64_t nrows, c
   const int64_t nb = n / kQK;
   float* sc = scale_buffer(static_cast<std::size_t>(2 * nb));
   token_scales<K>(nb, static_cast<const unsigned char*>(act), 0, 1, sc);
-  rows<K, 1>(nb, wb, stride, nrows, static_cast<const unsigned char*>(act), 0, sc, out, 0);
+  rows<K, 1, Packed>(nb, wb, stride, nrows, static_cast<const unsigned char*>(act), 0, sc, out, 0);
 }
 
 template <class K>
@@ -568,7 +595,7 @@ float vec_dot(int64_t n, const void* w, const void* act) {
   float* sc = scale_buffer(static_cast<std::size_t>(2 * nb));
   token_scales<K>(nb, static_cast<const unsigned char*>(act), 0, 1, sc);
   float out;
-  group<K, 1>(nb, static_cast<const unsigned char*>(w), 0, 1, static_cast<const unsigned char*>(act), 0, sc, &out, 0);
+  group<K, 1, false>(nb, static_cast<const unsigned char*>(w), 0, 1, static_cast<const unsigned char*>(act), 0, sc, &out, 0);
   return out;
 }
 
@@ -585,15 +612,15 @@ constexpr std::size_t kTileWeightBytes = 128 * 1024;
 using PassFn = void (*)(int64_t, const unsigned char*, std::size_t, int64_t, const unsigned char*, std::size_t,
                         const float*, float*, std::size_t);
 
-template <class K, std::size_t... I>
+template <class K, bool Packed, std::size_t... I>
 constexpr std::array<PassFn, sizeof...(I)> passes(std::index_sequence<I...>) {
-  return {&rows<K, static_cast<int>(I) + 1>...};
+  return {&rows<K, static_cast<int>(I) + 1, Packed>...};
 }
 
-template <class K>
+template <class K, bool Packed = false>
 void tiles(int64_t n, const void* w, std::size_t ws, int64_t nrows, const void* act, std::size_t as, int64_t ntok,
            float* out, std::size_t os) {
-  static constexpr std::array<PassFn, kMaxTok> pass = passes<K>(std::make_index_sequence<kMaxTok>{});
+  static constexpr std::array<PassFn, kMaxTok> pass = passes<K, Packed>(std::make_index_sequence<kMaxTok>{});
   const int64_t nb = n / kQK;
   float* sc = scale_buffer(static_cast<std::size_t>(2 * nb * kMaxTok));
   const auto* ab = static_cast<const unsigned char*>(act);
@@ -636,8 +663,10 @@ const TypeKernels kAvx512[] = {
 // tokens a pass (lanes::tiles).
 const DotTile kTiles[] = {
     {vec_dot<Q4_0>, dot_tiles::run<Q4_0, 4, 4, row_groups::kBlock>},
-    {lanes::vec_dot<lanes::Q4_1>, lanes::tiles<lanes::Q4_1>, lanes::kTileWeightBytes},
-    {lanes::vec_dot<lanes::Q8_0>, lanes::tiles<lanes::Q8_0>, lanes::kTileWeightBytes},
+    {lanes::vec_dot<lanes::Q4_1>, lanes::tiles<lanes::Q4_1>, lanes::kTileWeightBytes,
+     lanes::vec_dot_rows<lanes::Q4_1, true>, lanes::tiles<lanes::Q4_1, true>},
+    {lanes::vec_dot<lanes::Q8_0>, lanes::tiles<lanes::Q8_0>, lanes::kTileWeightBytes,
+     lanes::vec_dot_rows<lanes::Q8_0, true>, lanes::tiles<lanes::Q8_0, true>},
     {nullptr, nullptr},
 };
 

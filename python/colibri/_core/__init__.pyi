@@ -722,10 +722,10 @@ class ExpertStoreStats:
     def busy_seconds(self) -> float:
         ...
     @property
-    def cap_waits(self) -> int:
+    def bytes_read(self) -> int:
         ...
     @property
-    def bytes_read(self) -> int:
+    def cap_waits(self) -> int:
         ...
     @property
     def checksum_failures(self) -> int:
@@ -827,10 +827,6 @@ class Engine:
         ...
     def preload_experts(self) -> None:
         ...
-    def start_io_trace(self, max_records: typing.SupportsInt | typing.SupportsIndex) -> None:
-        """
-        Trace the expert reads that finish from now on (ReadPool.start_trace).
-        """
     def reset_store_stats(self) -> None:
         ...
     def reset_thread_stats(self) -> None:
@@ -841,6 +837,10 @@ class Engine:
         ...
     def set_io_fault(self, fault: str) -> None:
         ...
+    def start_io_trace(self, max_records: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Trace the expert reads that finish from now on (ReadPool.start_trace).
+        """
     def store_stats(self) -> ExpertStoreStats:
         ...
     def thread_stats(self) -> ThreadPoolStats:
@@ -897,6 +897,11 @@ class Engine:
     def kv_layouts(self) -> list[tuple[int, int, int, int]]:
         """
         Per layer, what a session's KV cache keeps per position: (k_heads, k_dim, v_heads, v_dim)
+        """
+    @property
+    def lane_weight_bytes(self) -> int:
+        """
+        Resident weight bytes in the row-lane layout the AVX-512 kernels read
         """
     @property
     def mtp_kv_bytes_per_token(self) -> int:

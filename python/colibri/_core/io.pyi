@@ -55,9 +55,9 @@ class ReadPool:
         ...
     def __init__(self, paths: collections.abc.Sequence[str], workers: typing.SupportsInt | typing.SupportsIndex = 1, direct: bool = True, fault: str = 'none') -> None:
         ...
-    def bench(self, file: typing.SupportsInt | typing.SupportsIndex, offsets: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], length: typing.SupportsInt | typing.SupportsIndex, in_flight: typing.SupportsInt | typing.SupportsIndex, hugepages: bool = False) -> float:
+    def bench(self, file: typing.SupportsInt | typing.SupportsIndex, offsets: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], length: typing.SupportsInt | typing.SupportsIndex, in_flight: typing.SupportsInt | typing.SupportsIndex, hugepages: bool = False, slabs: typing.SupportsInt | typing.SupportsIndex = 0) -> float:
         """
-        Timed read loop in C++ (preallocated, pre-faulted slabs, `in_flight` outstanding); returns seconds. hugepages=True puts the slabs in one MADV_HUGEPAGE mapping, as the expert cache's arena.
+        Timed read loop in C++ (preallocated, pre-faulted slabs, `in_flight` outstanding); returns seconds. hugepages=True puts the slabs in one MADV_HUGEPAGE mapping, as the expert cache's arena; `slabs` (0: one per read in flight) destination slabs are used in turn, so many distinct pages can be read into at a low depth.
         """
     def cancel(self, ticket: typing.SupportsInt | typing.SupportsIndex) -> bool:
         """
@@ -93,13 +93,13 @@ class ReadPool:
         """
     def stats(self) -> dict[str, typing.Any]:
         ...
-    def trace(self) -> dict[str, typing.Any]:
-        """
-        The trace so far: dict of numpy columns (submitted, started, finished: CLOCK_MONOTONIC seconds, as time.monotonic(); offset, bytes, file, urgent, inline, failed), one entry per finished read.
-        """
     def submit(self, file: typing.SupportsInt | typing.SupportsIndex, offset: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex, urgent: bool = False) -> int:
         """
         Queue a read; returns a ticket. urgent=True: a demand read, queued ahead of every non-urgent one.
+        """
+    def trace(self) -> dict[str, typing.Any]:
+        """
+        The trace so far: dict of numpy columns (submitted, started, finished: CLOCK_MONOTONIC seconds, as time.monotonic(); offset, bytes, file, urgent, inline, failed), one entry per finished read.
         """
     def wait(self, ticket: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint8]:
         """

@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['act_type', 'available_isas', 'bench_matmul', 'bench_sequence', 'best_isa', 'dequantize', 'fp8_dequantize', 'fp8_matmul', 'get_rows', 'has_kernels', 'iq_table', 'isa_names', 'matmul', 'matmul_multi', 'quantize', 'read_bandwidth', 'row_bytes', 'type_info', 'vec_dot']
+__all__: list[str] = ['act_type', 'available_isas', 'bench_matmul', 'bench_sequence', 'best_isa', 'dequantize', 'fp8_dequantize', 'fp8_matmul', 'get_rows', 'has_kernels', 'iq_table', 'isa_names', 'matmul', 'matmul_multi', 'pack_lanes', 'quantize', 'read_bandwidth', 'row_bytes', 'type_info', 'vec_dot']
 def act_type(dtype: str) -> str:
     """
     The activation format the dtype's dot product consumes.
@@ -15,7 +15,7 @@ def available_isas() -> list[str]:
     """
     ISAs compiled in and supported by this CPU (scalar first).
     """
-def bench_matmul(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], threads: typing.Any = 1, iters: typing.SupportsInt | typing.SupportsIndex = 10, isa: str | None = None) -> list[float]:
+def bench_matmul(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], threads: typing.Any = 1, iters: typing.SupportsInt | typing.SupportsIndex = 10, isa: str | None = None, lanes: bool = False) -> list[float]:
     """
     Seconds per matmul, iters of them inside one ComputeScope.
     """
@@ -37,7 +37,7 @@ def fp8_matmul(codes: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], sca
     """
     y = x W^T for an F8_E4M3 weight with its F32 block scales; isa None: the best.
     """
-def get_rows(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, ids: typing.Annotated[numpy.typing.ArrayLike, numpy.int32]) -> numpy.typing.NDArray[numpy.float32]:
+def get_rows(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, ids: typing.Annotated[numpy.typing.ArrayLike, numpy.int32], lanes: bool = False) -> numpy.typing.NDArray[numpy.float32]:
     """
     Embedding lookup: dequantized rows ids -> float32 [len(ids), cols].
     """
@@ -51,13 +51,17 @@ def isa_names() -> list[str]:
     """
     Every ISA name the dispatcher knows.
     """
-def matmul(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], threads: typing.Any = 1, isa: str | None = None, act: str = 'int8') -> numpy.typing.NDArray[numpy.float32]:
+def matmul(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], threads: typing.Any = 1, isa: str | None = None, act: str = 'int8', lanes: bool = False) -> numpy.typing.NDArray[numpy.float32]:
     """
-    y[n, rows] = x[n, cols] W^T. threads: a team size or a _core.ThreadPool. act: 'int8' (quantized activations, integer dots) or 'float32' (dequantized rows, float dots).
+    y[n, rows] = x[n, cols] W^T. threads: a team size or a _core.ThreadPool. act: 'int8' (quantized activations, integer dots) or 'float32' (dequantized rows, float dots). lanes: w is in the row-lane layout (pack_lanes).
     """
-def matmul_multi(weights: collections.abc.Sequence[tuple[str, typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], typing.SupportsInt | typing.SupportsIndex]], cols: typing.SupportsInt | typing.SupportsIndex, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], threads: typing.Any = 1) -> list[numpy.typing.NDArray[numpy.float32]]:
+def matmul_multi(weights: collections.abc.Sequence[tuple[str, typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], typing.SupportsInt | typing.SupportsIndex]], cols: typing.SupportsInt | typing.SupportsIndex, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], threads: typing.Any = 1, lanes: collections.abc.Sequence[bool] = []) -> list[numpy.typing.NDArray[numpy.float32]]:
     """
-    weights: [(dtype, bytes, rows)] sharing x; one region; returns a list of y.
+    weights: [(dtype, bytes, rows)] sharing x; one region; returns a list of y. lanes: per weight, whether it is in the row-lane layout (default none).
+    """
+def pack_lanes(dtype: str, data: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, unpack: bool = False) -> numpy.typing.NDArray[numpy.uint8]:
+    """
+    uint8 [rows, row_bytes] in the row-lane layout the AVX-512 Q4_1 / Q8_0 kernels read (rows a multiple of 8); unpack=True: back to the ordinary layout.
     """
 def quantize(dtype: str, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], isa: str | None = None) -> numpy.typing.NDArray[numpy.uint8]:
     """
