@@ -38,6 +38,7 @@ if [ "$#" -gt 0 ]; then tests=("$@"); else tests=("${DEFAULT_TESTS[@]}" -k "$NOT
 # CI: the same parts without the slowest cases (the demo-MoE build, the full streaming
 # grid: both exercise the same code as the cases kept, at 10x the time).
 CI_TESTS=(
+  tests/test_lane_pack.py
   tests/test_threadpool.py
   tests/test_io.py
   tests/test_session_safety.py
