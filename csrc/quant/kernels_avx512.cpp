@@ -27,6 +27,7 @@
 #include "quant/dot_tiles.hpp"
 #include "quant/fp16.hpp"
 #include "quant/group_prefetch.hpp"
+#include "quant/lane_pack.hpp"
 #include "quant/reference.hpp"
 #include "quant/row_groups.hpp"
 
@@ -359,6 +360,11 @@ COLIBRI_FORCE_INLINE __m256i first_dwords(const unsigned char* const* rp, std::s
   return _mm256_unpacklo_epi64(_mm256_unpacklo_epi32(q0, q1), _mm256_unpacklo_epi32(q2, q3));
 }
 
+// A row-lane block's scale field at byte offset off (8 rows' halves) as floats.
+COLIBRI_FORCE_INLINE __m256 lane_halves(const unsigned char* g, std::size_t off) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + off)));
+}
+
 // Halves in the low / high 16 bits of each lane as floats.
 inline __m256 halves_lo(__m256i v) { return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(v)); }
 inline __m256 halves_hi(__m256i v) { return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(v, 16))); }
@@ -417,6 +423,7 @@ struct Q4_1 {
   };
   // The same from a row-lane (group, block) (quant/lane_pack.hpp): the transposed dwords as
   // stored, then d and m of the 8 rows.
+  static constexpr std::size_t kQuants = kLaneRows * sizeof(BlockQ4_1::qs);  // then d, m
   COLIBRI_FORCE_INLINE static void load_packed(const unsigned char* g, Rows& R) {
     const __m256i lo = _mm256_set1_epi8(0x0f);
     COLIBRI_UNROLL
@@ -425,8 +432,8 @@ struct Q4_1 {
       R.q[k] = _mm256_and_si256(raw, lo);
       R.q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo);
     }
-    R.d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 128)));
-    R.m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 144)));
+    R.d = lane_halves(g, kQuants);
+    R.m = lane_halves(g, kQuants + 2 * kLaneRows);
   }
   COLIBRI_FORCE_INLINE static void load(const unsigned char* const* rp, int64_t i, Rows& R) {
     const std::size_t off = static_cast<std::size_t>(i) * sizeof(BlockQ4_1);
@@ -465,11 +472,12 @@ struct Q8_0 {
     __m256i q[8];
     __m256 d;
   };
+  static constexpr std::size_t kQuants = kLaneRows * sizeof(BlockQ8_0::qs);  // then d
   COLIBRI_FORCE_INLINE static void load_packed(const unsigned char* g, Rows& R) {
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
     COLIBRI_UNROLL
     for (int k = 0; k < 8; ++k) R.q[k] = _mm256_xor_si256(load256(g + 32 * k), flip);
-    R.d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + 256)));
+    R.d = lane_halves(g, kQuants);
   }
   COLIBRI_FORCE_INLINE static void load(const unsigned char* const* rp, int64_t i, Rows& R) {
     const std::size_t off = static_cast<std::size_t>(i) * sizeof(BlockQ8_0);
@@ -537,10 +545,12 @@ COLIBRI_FORCE_INLINE void chunk(const typename K::Rows& R, int64_t i, const unsi
 template <class K, int T, bool Packed>
 void group(int64_t nb, const unsigned char* w, std::size_t ws, int nv, const unsigned char* act, std::size_t as,
            const float* sc, float* out, std::size_t os) {
-  const unsigned char* rp[8];
-  COLIBRI_UNROLL
-  for (int r = 0; r < 8; ++r) rp[r] = w + static_cast<std::size_t>(r < nv ? r : nv - 1) * ws;
-  constexpr std::size_t kPackedBlock = 8 * sizeof(typename K::Block);
+  const unsigned char* rp[8] = {};  // the rows (a packed group is one span)
+  if constexpr (!Packed) {
+    COLIBRI_UNROLL
+    for (int r = 0; r < 8; ++r) rp[r] = w + static_cast<std::size_t>(r < nv ? r : nv - 1) * ws;
+  }
+  constexpr std::size_t kPackedBlock = kLaneRows * sizeof(typename K::Block);
   __m512d acc[T];  // the 8 rows' sums in double
   COLIBRI_UNROLL
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_pd();
