@@ -41,7 +41,7 @@ def _argmax(logits: Any) -> int:
 def engine_config(spec: dict[str, Any]) -> Any:
     """The colibri EngineConfig a child loads a colibri spec with."""
     import colibri
-    from colibri import config as ccfg
+    from colibri.settings import config as ccfg
 
     def cls(name: str) -> Any:
         return getattr(colibri, name, None) or getattr(ccfg, name)
@@ -61,12 +61,12 @@ def engine_config(spec: dict[str, Any]) -> Any:
 
 def planned_cache_slots(spec: dict[str, Any]) -> int:
     """The expert cache slots a child of this colibri spec will get, from the model's
-    manifest and the spec's budget, without loading any weight (colibri.streaming.
+    manifest and the spec's budget, without loading any weight (colibri.engine.streaming.
     plan_from_manifest; the load redoes the split with the core's figures, and the children
     record theirs in ``memory.cache_slots``)."""
-    from colibri.core_spec import resolved_context_length
+    from colibri.engine.core_spec import resolved_context_length
+    from colibri.engine.streaming import plan_from_manifest
     from colibri.sources import open_model_source
-    from colibri.streaming import plan_from_manifest
 
     engine = engine_config(spec)
     manifest = open_model_source(Path(spec["path"]))

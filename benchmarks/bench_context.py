@@ -154,7 +154,7 @@ def main() -> None:
         _CLOCK = cpu_seconds
 
     import colibri
-    from colibri.config import EngineConfig, ThreadConfig
+    from colibri.settings.config import EngineConfig, ThreadConfig
 
     path = smollm2_path()
     n_ctx = max(args.lengths) + args.decode

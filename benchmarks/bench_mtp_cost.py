@@ -38,7 +38,7 @@ from pathlib import Path
 
 import colibri
 from _common import conditions, print_table, write_result
-from colibri.generation import stream_tokens
+from colibri.generate.generation import stream_tokens
 from colibri.speculative import SpecConfig, Speculator
 from synthetic_deepseek import FAMILY_PRESETS, ensure_family_preset
 

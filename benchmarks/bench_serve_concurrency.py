@@ -5,7 +5,7 @@ For each concurrency C, C asyncio clients each run ``--requests`` greedy generat
 (prompts of mixed lengths, ``--max-tokens`` tokens each, no early stop) through the
 server's own path without HTTP: a :class:`colibri.server.Scheduler` with ``--parallel``
 slots (as ``colibri serve --parallel P``: a StepBatcher attached to the model, every
-generation driven by ``colibri.aio.pump_stream`` and registered with the step loop, so it
+generation driven by ``colibri.generate.aio.pump_stream`` and registered with the step loop, so it
 samples right after each step and the next step waits for it). Reported per C: aggregate
 decode tok/s (all generated tokens / wall time), per-request decode tok/s (median over
 requests of (tokens - 1) / (last token - first token)), time to first token p50/p95 (from
@@ -68,7 +68,7 @@ def load(name: str, slots: int, threads: int, tmp: Path, context: int = 512,
                                prompt_cache=prompt_cache)
     if name == "smollm2":
         return co.Model.load(smollm2_path(), engine=co.EngineConfig(**cfg))
-    from colibri.demo_moe import make_demo_moe
+    from colibri.models.demo_moe import make_demo_moe
     from streaming_helpers import budget_for_slots
 
     path = tmp / "demo4.gguf"

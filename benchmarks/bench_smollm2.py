@@ -169,7 +169,7 @@ def main() -> None:
     import llama_cpp
 
     import colibri
-    from colibri.config import EngineConfig, ThreadConfig
+    from colibri.settings.config import EngineConfig, ThreadConfig
 
     path = args.model or smollm2_path()
     if args.mix:

@@ -31,8 +31,8 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from colibri.settings.spec import SpecConfig
 from colibri.speculative.auto import CostMemory
-from colibri.speculative.config import SpecConfig
 from colibri.speculative.verify import Speculator
 
 try:  # run as a script from benchmarks/ (the tests import the replay functions only)

@@ -302,7 +302,7 @@ def _passage_ids(gguf: Path, need: int) -> list[list[int]]:
     try:
         import llama_cpp
     except ImportError:
-        from colibri.tokenizer import Tokenizer
+        from colibri.tokenizers import Tokenizer
 
         tok = Tokenizer.from_gguf(gguf)
         out = [tok.encode(t, add_special_tokens=False, special=False) for t in PASSAGES]
@@ -543,7 +543,7 @@ def main(argv: list[str] | None = None) -> None:
                     configs, budget + margin, None, 0)
 
     if "demo" in parts:
-        from colibri.hub import demo_moe_model
+        from colibri.models.hub import demo_moe_model
 
         gguf = demo_moe_model()
         cont = _container(gguf) if args.colibri_source == "container" else gguf

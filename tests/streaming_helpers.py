@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 import colibri as co
-from colibri.config import CacheConfig, CachePolicy, Checksums, IOConfig, WaitPolicy
+from colibri.settings.config import CacheConfig, CachePolicy, Checksums, IOConfig, WaitPolicy
 
 PREFILL = 20  # prompt tokens of a trace
 DECODE = 8  # decode steps of a trace
@@ -106,7 +106,7 @@ def _diff(a: np.ndarray, b: np.ndarray) -> str:
 
 
 def write_history(path: Path, model: co.Model, counts: np.ndarray) -> None:
-    """A routing-history file (the format colibri.streaming.RoutingHistory reads)."""
+    """A routing-history file (the format colibri.engine.streaming.RoutingHistory reads)."""
     c = model.config
     doc = {"format": "colibri-routing-history", "version": 1, "n_layers": c.n_layers,
            "n_experts": c.n_experts, "counts": [int(x) for x in counts.reshape(-1)]}

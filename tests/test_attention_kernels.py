@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from colibri import _core
-from colibri.budget import attention_work_floats
+from colibri.engine.budget import attention_work_floats
 from colibri.errors import ColibriError
 
 A = _core.attention

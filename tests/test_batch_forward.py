@@ -1,4 +1,4 @@
-"""Continuous batching in the core (colibri.batching.forward_batch): several sessions in
+"""Continuous batching in the core (colibri.generate.batching.forward_batch): several sessions in
 one forward give each session the same logits, bit for bit, as running it alone
 (DESIGN principle 1), on the real SmolLM2 (resident) and on a MoE whose experts are
 streamed through a tiny cache (the step reads the union of the rows' experts)."""
@@ -13,7 +13,7 @@ import pytest
 
 import colibri as co
 from colibri import errors
-from colibri.batching import StepBatcher, forward_batch
+from colibri.generate.batching import StepBatcher, forward_batch
 from realmodel import smollm2_gguf
 from streaming_helpers import budget_for_slots, engine
 
@@ -160,7 +160,7 @@ def alone_after(model: co.Model, prompt: list[int], token: int) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from colibri.demo_moe import make_demo_moe
+    from colibri.models.demo_moe import make_demo_moe
 
     path: Path = make_demo_moe(smollm2_gguf(), tmp_path_factory.mktemp("demo") / "demo4.gguf",
                                n_experts=4, top_k=2, seed=3, experts="halves")

@@ -1,5 +1,6 @@
-"""Sampling inside the step loop (colibri.batching.StepBatcher with colibri.aio.pump_stream,
-the server's path): each generation samples its row right after the batched forward and
+"""Sampling inside the step loop (colibri.generate.batching.StepBatcher with
+colibri.generate.aio.pump_stream, the server's path): each generation samples its row
+right after the batched forward and
 the next step waits for it, so N generations decoding together share EVERY step (a count
 of rows per step, never a timing), and each one's greedy tokens are those it gets alone."""
 
@@ -10,7 +11,7 @@ import asyncio
 import pytest
 
 import colibri as co
-from colibri.batching import StepBatcher
+from colibri.generate.batching import StepBatcher
 from realmodel import smollm2_gguf
 
 PROMPTS = ["What is the capital of France?", "Name three planets.", "Say hello.",

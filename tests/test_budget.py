@@ -1,12 +1,12 @@
-"""The RAM budget split (colibri.budget): pure arithmetic, checked against numbers worked
+"""The RAM budget split (colibri.engine.budget): pure arithmetic, checked against numbers worked
 out by hand in each test."""
 
 from __future__ import annotations
 
 import pytest
 
-from colibri import budget as budget_module
-from colibri.budget import (
+from colibri.engine import budget as budget_module
+from colibri.engine.budget import (
     MIN_SAFETY_MARGIN,
     BudgetPlan,
     attention_work_floats,
@@ -72,7 +72,7 @@ def test_default_budget_from_available_memory() -> None:
 
 
 def test_default_budget_probes_when_not_given(monkeypatch: pytest.MonkeyPatch) -> None:
-    from colibri import plan
+    from colibri import hardware as plan
 
     calls: list[int] = []
 

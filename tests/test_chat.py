@@ -9,9 +9,14 @@ from typing import Any
 
 import pytest
 
-from colibri.chat import CHATML_TEMPLATE, ChatTemplate, apply_chat_template, validate_messages
+from colibri.chat.template import (
+    CHATML_TEMPLATE,
+    ChatTemplate,
+    apply_chat_template,
+    validate_messages,
+)
 from colibri.errors import InvalidRequestError, ModelFormatError
-from colibri.tokenizer import Tokenizer
+from colibri.tokenizers import Tokenizer
 from tokenizer_vectors import (
     gguf_tokenizer,
     hf_tokenizer_dir,

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from colibri import chat
-from colibri.chat import ChatTemplate
-from colibri.chat_limits import TemplateLimits, text_size
+from colibri.chat import template as chat
+from colibri.chat.limits import TemplateLimits, text_size
+from colibri.chat.template import ChatTemplate
 from colibri.errors import ModelFormatError
 from test_chat import CONVERSATIONS, DOCUMENTS, TOOLS
 from tokenizer_vectors import templates_dir

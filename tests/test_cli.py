@@ -22,8 +22,9 @@ import numpy as np
 import pytest
 
 import colibri
-from colibri import cli, hub
+from colibri import cli
 from colibri.errors import ModelFormatError, ModelNotFoundError
+from colibri.models import hub
 from colibri.sources import open_model_source
 from modelfactory import TinyModel
 from realmodel import smollm2_gguf

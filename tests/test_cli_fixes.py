@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 import colibri as co
-from colibri import cli, hub
+from colibri import cli
 from colibri.errors import ModelFormatError
+from colibri.models import hub
 from modelfactory import TinyModel
 from realmodel import smollm2_gguf
 from test_cli import _env, assert_one_line_error, colibri_cli

@@ -18,7 +18,11 @@ from colibri import cli
 from colibri.cli.common import Loaded
 from colibri.cli.parser import engine_from_args, flag_message, parse_args
 from colibri.cli.run import run_record, summary_lines
-from colibri.config import (
+from colibri.engine.stats import ExpertStats, MemoryStats, PhaseTimes
+from colibri.errors import ConfigError
+from colibri.generate.generation import GenerationStats
+from colibri.models.hub import ResolvedModel
+from colibri.settings.config import (
     CacheConfig,
     CachePolicy,
     EngineConfig,
@@ -26,10 +30,6 @@ from colibri.config import (
     ThreadConfig,
     WaitPolicy,
 )
-from colibri.errors import ConfigError
-from colibri.generation import GenerationStats
-from colibri.hub import ResolvedModel
-from colibri.stats import ExpertStats, MemoryStats, PhaseTimes
 
 GiB, MiB = 1 << 30, 1 << 20
 
@@ -182,7 +182,7 @@ class OldModelStats:
 
 @dataclass(frozen=True)
 class StreamingGenerationStats(GenerationStats):
-    """GenerationStats with the streaming fields, as colibri.generation will have them."""
+    """GenerationStats with the streaming fields, as colibri.generate.generation will have them."""
 
     experts: ExpertStats | None = None
     phases: PhaseTimes | None = None

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from colibri.config import (
+from colibri.errors import ConfigError
+from colibri.sampling import Sampling
+from colibri.settings.config import (
     DEFAULT_CONTEXT_CAP,
     MAX_RAM_BUDGET,
     MAX_SPIN_US,
@@ -25,8 +27,6 @@ from colibri.config import (
     format_bytes,
     parse_bytes,
 )
-from colibri.errors import ConfigError
-from colibri.sampling import Sampling
 
 
 def test_defaults() -> None:
@@ -157,7 +157,7 @@ def test_replace_validates() -> None:
 
 
 def test_team_size() -> None:
-    from colibri.plan import performance_cores
+    from colibri.hardware import performance_cores
 
     assert ThreadConfig(n=3).team_size() == 3
     assert ThreadConfig().team_size() == performance_cores()

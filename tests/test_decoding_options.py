@@ -12,7 +12,7 @@ import pytest
 
 import colibri as co
 from colibri.errors import InvalidRequestError
-from colibri.samples import sample_seeds
+from colibri.generate.samples import sample_seeds
 from realmodel import smollm2_gguf
 
 

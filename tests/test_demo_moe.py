@@ -1,4 +1,4 @@
-"""The demo MoE (colibri.demo_moe): SmolLM2's dense FFN turned into 8 routed experts.
+"""The demo MoE (colibri.models.demo_moe): SmolLM2's dense FFN turned into 8 routed experts.
 
 Every expert is a byte copy of the dense FFN and Mixtral routing renormalizes the top-k
 weights. With the paired router (the named model) each token's top-2 is a pair of experts
@@ -6,7 +6,7 @@ with equal logits, weights 0.5 and 0.5, so the MoE computes the dense model's lo
 for bit while the chosen pair changes token by token; with an independent random router
 the output is the dense one up to float rounding.
 
-``experts="halves"`` (colibri.demo_halves): the two experts of each pair hold complementary
+``experts="halves"`` (colibri.models.demo_halves): the two experts of each pair hold complementary
 halves of the FFN's neurons, with a different split for every pair, so the experts of a
 layer are all distinct while the mixture stays the dense FFN (up to one float addition's
 order): tested byte by byte on the structure and against the dense logits.
@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 
 import colibri
-from colibri import hub
-from colibri.demo_moe import DEMO_N_EXPERTS, DEMO_TOP_K, make_demo_moe
 from colibri.errors import ConfigError, ModelFormatError, ModelNotFoundError
+from colibri.models import hub
+from colibri.models.demo_moe import DEMO_N_EXPERTS, DEMO_TOP_K, make_demo_moe
 from colibri.sources import Manifest, TensorInfo, open_model_source
 from modelfactory import TinyModel
 from realmodel import smollm2_gguf

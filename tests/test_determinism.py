@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import colibri
-from colibri.config import EngineConfig, ThreadConfig
+from colibri.settings.config import EngineConfig, ThreadConfig
 from realmodel import smollm2_gguf
 
 # A real prompt's worth of ids (any in-vocabulary ids would do: the property is exactness).

@@ -10,7 +10,7 @@ import pytest
 
 import colibri as co
 from colibri.display import duration, sig3
-from colibri.stats import ExpertStats, MemoryStats, PhaseTimes
+from colibri.engine.stats import ExpertStats, MemoryStats, PhaseTimes
 from realmodel import smollm2_gguf
 
 # A float printed with Python's full precision (e.g. 0.6870443190000515) or a raw byte

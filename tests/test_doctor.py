@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from colibri import doctor
 from colibri.cli import main
+from colibri.engine import doctor
 from colibri.errors import InvalidRequestError
 
 

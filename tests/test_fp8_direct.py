@@ -76,8 +76,8 @@ def test_streamed_fp8_experts_equal_resident(root: Path) -> None:
 
 
 def test_slot_bytes_mirror_counts_the_scales(root: Path) -> None:
+    from colibri.engine.streaming import expert_slot_bytes
     from colibri.sources import open_model_source
-    from colibri.streaming import expert_slot_bytes
 
     fp8_dir, _ = fp8_checkpoint("qwen3_moe", root, OFFICIAL)
     with colibri.Model.load(fp8_dir, engine=engine(budget=budget_for_slots(fp8_dir, 2))) as m:

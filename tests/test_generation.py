@@ -10,12 +10,7 @@ import numpy as np
 import pytest
 
 import colibri as co
-from colibri.errors import (
-    ConfigError,
-    ContextOverflowError,
-    InvalidRequestError,
-    ModelFormatError,
-)
+from colibri.errors import ConfigError, ContextOverflowError, InvalidRequestError, ModelFormatError
 from realmodel import smollm2_gguf
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]

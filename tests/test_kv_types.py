@@ -33,9 +33,9 @@ import numpy as np
 import pytest
 
 import colibri
-from colibri.budget import kv_bytes
-from colibri.config import EngineConfig, ThreadConfig
+from colibri.engine.budget import kv_bytes
 from colibri.errors import ColibriError, UnsupportedError
+from colibri.settings.config import EngineConfig, ThreadConfig
 from modelfactory import TinyModel
 from realmodel import smollm2_gguf
 

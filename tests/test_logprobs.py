@@ -16,7 +16,7 @@ import pytest
 
 import colibri as co
 from colibri.errors import ConfigError
-from colibri.logprobs import log_softmax
+from colibri.generate.logprobs import log_softmax
 from realmodel import smollm2_gguf
 from test_smollm2 import reference  # noqa: F401 (a fixture: transformers' logits)
 

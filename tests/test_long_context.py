@@ -18,8 +18,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import colibri
-from colibri.budget import kv_bytes
-from colibri.config import EngineConfig, ThreadConfig
+from colibri.engine.budget import kv_bytes
+from colibri.settings.config import EngineConfig, ThreadConfig
 
 CONTEXT = 32768
 CHUNK = 8192

@@ -13,11 +13,11 @@ from __future__ import annotations
 import pytest
 
 import colibri
-from colibri.budget import kv_layers_bytes
+from colibri.engine.budget import kv_layers_bytes
+from colibri.engine.streaming import mtp_kv_layer_widths
 from colibri.errors import ConfigError
 from colibri.server.memory import slot_kv_budget
 from colibri.server.scheduler import kv_position_bytes
-from colibri.streaming import mtp_kv_layer_widths
 from deepseek_factory import N_LAYERS, TinyDeepseek, prompt_ids
 
 CONTEXT = 256

@@ -178,7 +178,7 @@ class OracleOverMtp:
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_mtp_cache_after_accepted_drafts(checkpoints: dict[str, Path], variant: str) -> None:
-    from colibri.generation import stream_tokens
+    from colibri.generate.generation import stream_tokens
     from colibri.speculative import SpecConfig, Speculator
 
     m = load(checkpoints[variant])

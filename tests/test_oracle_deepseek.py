@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import colibri
-from colibri.streaming import kv_floats_per_token
+from colibri.engine.streaming import kv_floats_per_token
 from deepseek_factory import (
     FAMILY,
     N_LAYERS,

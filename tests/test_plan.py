@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from colibri import plan
+from colibri import hardware as plan
 from colibri.errors import ConfigError
-from colibri.plan import (
+from colibri.hardware import (
     CoreCount,
     available_memory,
     cgroup_cpu_limit,

@@ -1,4 +1,4 @@
-"""Prompt-prefix sharing between requests running at the same time (colibri.prefix_share,
+"""Prompt-prefix sharing between requests running at the same time (colibri.generate.prefix_share,
 through the server's scheduler and step loop): eight requests with one ~200-token system
 prompt prefill it once, and each one's greedy tokens are those it gets alone on a model
 without any cache; a leader that is cancelled, fails or is dropped before it holds the
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 import colibri as co
-from colibri.batching import StepBatcher
-from colibri.prefix_share import MIN_SHARED, common_prefix
+from colibri.generate.batching import StepBatcher
+from colibri.generate.prefix_share import MIN_SHARED, common_prefix
 from colibri.server.metrics import Metrics, render
 from colibri.server.scheduler import Scheduler
 from realmodel import smollm2_gguf

@@ -12,8 +12,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 import colibri
+from colibri.engine.rope import rope_table
 from colibri.errors import UnsupportedError
-from colibri.rope import rope_table
 from modelfactory import reference_logits, write_gguf
 
 HEAD_DIM = 64

@@ -1,4 +1,4 @@
-"""Scale-out on Ray Serve (colibri.serve_ray), slow: a one-node Ray cluster on 127.0.0.1
+"""Scale-out on Ray Serve (colibri.server.ray), slow: a one-node Ray cluster on 127.0.0.1
 (``ray start --head --block`` in a subprocess, its files in a temporary directory), two
 replicas of SmolLM2 behind the ingress, driven by the official ``openai`` client. The
 oracle is the Python API on the same GGUF in this process: every greedy answer through
@@ -107,7 +107,7 @@ def ray_cluster() -> Iterator[str]:
 def ray_base(ray_cluster: str, smollm2_gguf_path: Path) -> str:
     from ray import serve
 
-    from colibri.serve_ray import RayServeConfig, ReplicaSpec, build_app
+    from colibri.server.ray import RayServeConfig, ReplicaSpec, build_app
 
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})

@@ -1,4 +1,4 @@
-"""The parts of colibri.serve_ray that need no Ray (every run): the routing text Ray's
+"""The parts of colibri.server.ray that need no Ray (every run): the routing text Ray's
 prefix router matches, the in-process ASGI bridge a replica drives its server through
 (against the Python API on the same GGUF), the NUMA claim on a fake sysfs tree, the
 configuration checks and the missing-Ray error. The deployment itself:
@@ -17,9 +17,9 @@ import pytest
 
 import colibri as co
 from colibri.errors import ConfigError, UnsupportedError
-from colibri.serve_ray import RayServeConfig, ReplicaSpec, autoscaling_from_flags, require_ray
-from colibri.serve_ray.numa import claim_numa_node, numa_nodes, parse_cpulist
-from colibri.serve_ray.routing import ForwardedRequest, routing_text
+from colibri.server.ray import RayServeConfig, ReplicaSpec, autoscaling_from_flags, require_ray
+from colibri.server.ray.numa import claim_numa_node, numa_nodes, parse_cpulist
+from colibri.server.ray.routing import ForwardedRequest, routing_text
 
 
 def _body(obj: object) -> bytes:
@@ -71,8 +71,8 @@ def _request(path: str, body: dict[str, object]) -> ForwardedRequest:
 
 
 def test_asgi_bridge_serves_create_app_in_process(model: co.Model) -> None:
-    from colibri.serve_ray.asgi_bridge import Lifespan, ResponseStart, call
     from colibri.server import create_app
+    from colibri.server.ray.asgi_bridge import Lifespan, ResponseStart, call
 
     msgs = [{"role": "user", "content": "What is the capital of France?"}]
     oracle = model.chat(msgs, max_tokens=10)

@@ -17,7 +17,7 @@ import pytest
 
 import colibri as co
 from colibri import errors
-from colibri.prefix_share import common_prefix
+from colibri.generate.prefix_share import common_prefix
 from colibri.server.memory import slot_kv_budget
 from realmodel import smollm2_gguf
 from server_helpers import SERVER_CTX, ServerProcess, metric, wait_for
@@ -125,7 +125,7 @@ def test_prompt_cache_prefills_a_shared_prefix_once(smollm2_oracle: co.Model) ->
 def test_requests_arriving_together_prefill_a_shared_system_prompt_once(
         smollm2_oracle: co.Model) -> None:
     """8 requests at once through HTTP with one system prompt: the first prefills it, the
-    seven others copy it from a running request (colibri.prefix_share); each answers what
+    seven others copy it from a running request (colibri.generate.prefix_share); each answers what
     it answers alone without any cache."""
     questions = ["Which book first?", "Do you sell maps?", "When do you open?",
                  "Can I order?", "Gift cards?", "Is there a café?", "Used books?",

@@ -25,7 +25,7 @@ SLOTS = 40  # of 30 layers x 4 experts: most are read again and again
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from colibri.demo_moe import make_demo_moe
+    from colibri.models.demo_moe import make_demo_moe
 
     path: Path = make_demo_moe(smollm2_gguf(), tmp_path_factory.mktemp("demo") / "demo4.gguf",
                                n_experts=4, top_k=2, seed=3, experts="halves")

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 import colibri as co
-from colibri.samples import sample_seeds
+from colibri.generate.samples import sample_seeds
 from server_helpers import SERVER_KEY, ServerProcess
 
 KEY = SERVER_KEY

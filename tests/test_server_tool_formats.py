@@ -19,7 +19,7 @@ import openai
 import pytest
 
 import colibri as co
-from colibri.chat import ChatTemplate
+from colibri.chat.template import ChatTemplate
 from colibri.server.tool_formats import FORMATS, deepseek_marker, template_format
 from colibri.server.tools import CallSplitter, forced_call_grammar, parse_calls
 from realmodel import smollm2_gguf

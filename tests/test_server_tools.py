@@ -16,7 +16,7 @@ import openai
 import pytest
 
 import colibri as co
-from colibri.chat import ChatTemplate
+from colibri.chat.template import ChatTemplate
 from colibri.server.tools import CallSplitter, forced_call_grammar, parse_calls, template_format
 from realmodel import smollm2_gguf
 from server_helpers import ServerProcess

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import colibri
-from colibri.config import EngineConfig, ThreadConfig
 from colibri.errors import (
     ColibriError,
     ConfigError,
@@ -15,6 +14,7 @@ from colibri.errors import (
     InvalidRequestError,
     TokenOutOfRangeError,
 )
+from colibri.settings.config import EngineConfig, ThreadConfig
 from modelfactory import TinyModel
 
 

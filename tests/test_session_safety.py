@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 import colibri
-from colibri.config import EngineConfig, ThreadConfig
 from colibri.errors import InvalidRequestError
+from colibri.settings.config import EngineConfig, ThreadConfig
 from modelfactory import TinyModel
 from realmodel import smollm2_gguf
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import colibri as co
-from colibri import session_store
 from colibri.errors import ContextOverflowError, InvalidRequestError, ModelFormatError
+from colibri.generate import session_store
 from modelfactory import TinyModel, prompt_ids
 from realmodel import smollm2_gguf
 

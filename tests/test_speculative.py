@@ -19,7 +19,7 @@ import torch
 
 import colibri
 from colibri.errors import ConfigError, InvalidRequestError
-from colibri.generation import stream_tokens
+from colibri.generate.generation import stream_tokens
 from colibri.speculative import PromptLookupDrafter, SpecConfig, Speculator
 from colibri.speculative.auto import AutoSwitch
 from modelfactory import TinyModel

@@ -392,7 +392,7 @@ def demo_moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
     docs/testing.md): a prefetch in layers >= 4 reading the next expert's bytes (deeper
     than any tiny or synthetic model) fails test_demo_moe_small_budget_bit_identical; with
     the copied experts it used before, the same test passed."""
-    from colibri.demo_moe import make_demo_moe
+    from colibri.models.demo_moe import make_demo_moe
     from realmodel import smollm2_gguf
 
     src = smollm2_gguf()

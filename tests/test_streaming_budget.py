@@ -60,7 +60,7 @@ def status(key):
 
 import colibri as co
 import numpy as np
-from colibri.config import CacheConfig, IOConfig
+from colibri.settings.config import CacheConfig, IOConfig
 
 baseline = status("VmRSS")
 path, budget, preload = sys.argv[1], int(sys.argv[2]) or None, sys.argv[3] == "1"
@@ -221,9 +221,9 @@ def test_plan_from_manifest_matches_the_load(tiny_models: dict[str, TinyModel], 
     count, at budgets on either side of a slot boundary (a 1-byte disagreement in the
     resident part or the slot size would move the count there). bench_streaming.py reads
     its disk bound into that many slabs (--bound-slabs auto)."""
-    from colibri.core_spec import resolved_context_length
+    from colibri.engine.core_spec import resolved_context_length
+    from colibri.engine.streaming import plan_from_manifest
     from colibri.sources import open_model_source
-    from colibri.streaming import plan_from_manifest
 
     tm = tiny_models[family]
     path = tm.hf_dir if source == "hf" else tm.gguf[source]

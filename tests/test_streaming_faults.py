@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import colibri as co
-from colibri.config import Checksums
 from colibri.convert import write_container
 from colibri.errors import ModelIOError
+from colibri.settings.config import Checksums
 from modelfactory import TinyModel
 from streaming_helpers import Trace, assert_same_trace, budget_for_slots, engine, prompt, run_trace
 

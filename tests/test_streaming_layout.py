@@ -1,4 +1,4 @@
-"""The Python mirror of the expert store's slot layout (colibri.streaming.expert_slot_bytes,
+"""The Python mirror of the expert store's slot layout (colibri.engine.streaming.expert_slot_bytes,
 used to state the minimum budget before any weight is read) agrees with the core's."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 import colibri as co
 from colibri.convert import write_container
+from colibri.engine.streaming import expert_slot_bytes
 from colibri.sources import open_model_source
-from colibri.streaming import expert_slot_bytes
 from modelfactory import build_tiny_model
 
 

@@ -14,7 +14,7 @@ import pytest
 
 import colibri as co
 from colibri.errors import InvalidRequestError
-from colibri.structured import Choice, Grammar, JsonSchema, Regex
+from colibri.generate.structured import Choice, Grammar, JsonSchema, Regex
 from realmodel import smollm2_gguf
 
 RUNS = 20
@@ -134,7 +134,7 @@ def test_the_matcher_is_never_touched_while_a_mask_is_computed(
 
     import llguidance
 
-    import colibri.structured as structured
+    import colibri.generate.structured as structured
 
     real, pool = llguidance.LLMatcher, structured._MASKS
     pending = threading.Event()

@@ -91,7 +91,7 @@ def test_resize_and_policy_via_configure() -> None:
 def test_bad_settings_raise_config_error(kwargs: dict[str, int]) -> None:
     p = core.ThreadPool(2)
     # The core reports bad arguments as ValueError (colibri.errors.InvalidRequestError);
-    # users meet ConfigError earlier, from colibri.config.
+    # users meet ConfigError earlier, from colibri.settings.config.
     with pytest.raises(ValueError, match="threads:"):
         p.configure(**kwargs)
     assert p.size == 2  # unchanged and usable

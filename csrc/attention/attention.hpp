@@ -97,7 +97,7 @@ void run(ThreadPool& pool, const Problem& p, std::vector<float>& workspace);
 void run_with(ThreadPool& pool, const Problem& p, std::vector<float>& workspace, Isa isa);
 
 // Floats of working memory run() grows `workspace` to, at most, for n_heads query heads
-// of dims dk / dv and a team of `threads` (colibri.budget mirrors it; a test compares).
+// of dims dk / dv and a team of `threads` (colibri.engine.budget mirrors it; a test compares).
 std::size_t workspace_floats(int64_t n_heads, int64_t dk, int64_t dv, int64_t threads);
 
 // The naive reference: per query head, all scores, a two-pass softmax and the weighted sum

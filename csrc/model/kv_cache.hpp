@@ -87,7 +87,7 @@ class KvCache {
 };
 
 // Bytes of one position's keys and values at `type` for these layouts (the Python budget's
-// mirror is colibri.budget.kv_bytes; a test checks they agree).
+// mirror is colibri.engine.budget.kv_bytes; a test checks they agree).
 std::size_t kv_bytes_per_position(const std::vector<KvLayerLayout>& layers, DType type);
 
 }  // namespace colibri

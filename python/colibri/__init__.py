@@ -14,8 +14,13 @@ import pkgutil
 __path__ = pkgutil.extend_path(__path__, __name__)
 
 from . import errors
-from .budget import BudgetPlan
-from .config import (
+from .engine.budget import BudgetPlan
+from .engine.stats import ExpertStats, MemoryStats, PhaseTimes
+from .generate.generation import Chunk, Generation, GenerationStats
+from .generate.session import Session
+from .model import Model, ModelStats
+from .sampling import Sampler, Sampling, StopChecker
+from .settings.config import (
     CacheConfig,
     CachePolicy,
     EngineConfig,
@@ -26,11 +31,6 @@ from .config import (
     format_bytes,
     parse_bytes,
 )
-from .generation import Chunk, Generation, GenerationStats
-from .model import Model, ModelStats
-from .sampling import Sampler, Sampling, StopChecker
-from .session import Session
-from .stats import ExpertStats, MemoryStats, PhaseTimes
 from .tokenizers import Tokenizer
 
 __version__ = "0.1.0"

@@ -21,44 +21,19 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _core
-from .aio import AsyncMethods
-from .budget import BudgetPlan
-from .chat import ChatTemplate
-from .config import ActivationPrecision, CachePolicy, EngineConfig, ThreadConfig
-from .core_spec import (
+from .chat.messages import TemplateMethods
+from .chat.template import ChatTemplate
+from .display import Displayable, model_rows, model_stats_rows
+from .engine.budget import BudgetPlan
+from .engine.core_spec import (
     ACT_PRECISION,
     model_spec,
     resolved_context_length,
     tensor_specs,
     thread_settings,
 )
-from .decoding import Decoder
-from .display import Displayable, model_rows, model_stats_rows
-from .errors import (
-    ContextOverflowError,
-    InvalidRequestError,
-)
-from .generation import (
-    Chunk,
-    FinishReason,
-    Generation,
-    GenerationStats,
-    collect,
-    rate,
-    stream_tokens,
-)
-from .prompt_cache import PromptCache
-from .request import GenerateOptions, Request, parse_request
-from .resolve import resolve_model_spec
-from .samples import SampleMethods
-from .sampling import Sampling
-from .session import Progress, Session
-from .sources import Manifest, ModelConfig, open_model_source
-from .speculative import SpecStats
-from .speculative.auto import CostMemory
-from .speculative.choose import speculator_for
-from .stats import ExpertStats, MemoryStats, PhaseTimes
-from .streaming import (
+from .engine.stats import ExpertStats, MemoryStats, PhaseTimes
+from .engine.streaming import (
     RoutingHistory,
     check_resident_fits,
     expert_blobs,
@@ -73,14 +48,36 @@ from .streaming import (
     store_settings,
     wait_policy_name,
 )
-from .templating import TemplateMethods
+from .errors import ContextOverflowError, InvalidRequestError
+from .generate.aio import AsyncMethods
+from .generate.decoding import Decoder
+from .generate.generation import (
+    Chunk,
+    FinishReason,
+    Generation,
+    GenerationStats,
+    collect,
+    rate,
+    stream_tokens,
+)
+from .generate.prompt_cache import PromptCache
+from .generate.request import GenerateOptions, Request, parse_request
+from .generate.samples import SampleMethods
+from .generate.session import Progress, Session
+from .models.resolve import resolve_model_spec
+from .sampling import Sampling
+from .settings.config import ActivationPrecision, CachePolicy, EngineConfig, ThreadConfig
+from .sources import Manifest, ModelConfig, open_model_source
+from .speculative import SpecStats
+from .speculative.auto import CostMemory
+from .speculative.choose import speculator_for
 from .tokenizers import Tokenizer
 
 if TYPE_CHECKING:
     from typing import Unpack
 
-    from .batching import StepBatcher
-    from .prefix_share import Running
+    from .generate.batching import StepBatcher
+    from .generate.prefix_share import Running
 
 Messages = Sequence[Mapping[str, Any]]
 
@@ -153,8 +150,9 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
 
     @property
     def prompt_cache(self) -> PromptCache:
-        """The prompt cache (colibri.prompt_cache): off unless ``EngineConfig.prompt_cache``
-        gives it bytes; ``model.prompt_cache.stats()`` says what it holds and saved."""
+        """The prompt cache (colibri.generate.prompt_cache): off unless
+        ``EngineConfig.prompt_cache`` gives it bytes; ``model.prompt_cache.stats()`` says what
+        it holds and saved."""
         return self._prompt_cache
 
     def load_session(self, path: str | os.PathLike[str]) -> Session:
@@ -185,10 +183,10 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         ``colibri run --model`` takes, fetched into ``cache_dir`` on first use) or a
         Hugging Face repository id (``"org/name"``) already in the local Hugging Face cache
         (``filename="*Q4_K_M.gguf"`` picks one GGUF of it; ``download=True`` lets
-        huggingface_hub fetch what is missing). See :mod:`colibri.resolve`.
+        huggingface_hub fetch what is missing). See :mod:`colibri.models.resolve`.
 
         Resident (dense) weights are read now; routed experts are read on demand into the
-        expert cache, sized by ``engine.ram_budget`` (see :mod:`colibri.budget`). Fetch
+        expert cache, sized by ``engine.ram_budget`` (see :mod:`colibri.engine.budget`). Fetch
         progress goes to stderr unless ``progress=False``."""
         resolved = resolve_model_spec(
             model, filename=filename, revision=revision, cache_dir=cache_dir,
@@ -358,10 +356,10 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
         log-probabilities. ``stop``: strings that end the text (not included).
         ``truncate``: keep the end of a prompt longer than the context instead of raising
         :class:`~colibri.errors.ContextOverflowError`. Further options
-        (:class:`~colibri.request.GenerateOptions`): ``stop_token_ids``, ``min_tokens``,
+        (:class:`~colibri.generate.request.GenerateOptions`): ``stop_token_ids``, ``min_tokens``,
         ``logits_processors`` (callables ``(token_ids, logits) -> logits``, in order, before
         sampling) and ``response_format`` (a JSON schema, regex, choice list or grammar:
-        :mod:`colibri.structured`). ``progress(done, total)`` is called after each prefill
+        :mod:`colibri.generate.structured`). ``progress(done, total)`` is called after each prefill
         chunk of the prompt (Session.forward).
 
         Returns a :class:`Generation`: ``text``, ``token_ids``, ``finish_reason`` ("stop":
@@ -410,7 +408,7 @@ class Model(TemplateMethods, SampleMethods, AsyncMethods, Displayable):
             return session, self._stream(session, ids[m:], request, result,
                                          history=ids[:m], to_cache=True, progress=progress)
         # Under continuous batching: share a prefix with a generation running now
-        # (colibri.prefix_share), and be one others can share with.
+        # (colibri.generate.prefix_share), and be one others can share with.
         entry = cache.running.add(ids, session)
         lead = cache.running.leader(entry, m)
         if lead is None:

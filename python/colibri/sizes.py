@@ -1,6 +1,6 @@
 """Byte sizes for people: parsing "6GiB" / "1.5GB" / "800M" and printing "3.1 GiB".
 
-Used by the RAM budget (``EngineConfig.ram_budget``, :mod:`colibri.budget`) and the CLI.
+Used by the RAM budget (``EngineConfig.ram_budget``, :mod:`colibri.engine.budget`) and the CLI.
 """
 
 from __future__ import annotations

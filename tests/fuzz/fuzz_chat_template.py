@@ -260,8 +260,8 @@ def load_seeds() -> list[str]:
 
 
 def _render_case(source: str, seconds: float | None) -> dict[str, Any]:
-    from colibri.chat import ChatTemplate
-    from colibri.chat_limits import DEFAULT_LIMITS, TemplateLimits
+    from colibri.chat.limits import DEFAULT_LIMITS, TemplateLimits
+    from colibri.chat.template import ChatTemplate
     from colibri.errors import ColibriError
 
     limits = TemplateLimits(seconds=seconds) if seconds is not None else DEFAULT_LIMITS

@@ -57,7 +57,7 @@ def _dispatch(args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO)
         from .convert import cmd_verify
 
         return cmd_verify(args, out)
-    from ..resolve import resolve_model_spec
+    from ..models.resolve import resolve_model_spec
     from ..sources import open_model_source
     from .info import model_info, print_info
 

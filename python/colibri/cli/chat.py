@@ -12,9 +12,9 @@ import argparse
 from typing import Any, TextIO
 
 from ..errors import ColibriError
+from ..generate.prefix_share import common_prefix
+from ..generate.session import Session
 from ..model import Model
-from ..prefix_share import common_prefix
-from ..session import Session
 from .common import Loaded, load_model
 from .parser import sampling_from_args, spec_from_args, stops_from_args
 

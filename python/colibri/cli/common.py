@@ -7,9 +7,9 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
-from ..hub import ResolvedModel
 from ..model import Model
-from ..resolve import resolve_model_spec
+from ..models.hub import ResolvedModel
+from ..models.resolve import resolve_model_spec
 from .parser import engine_from_args
 
 

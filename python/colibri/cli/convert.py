@@ -37,7 +37,7 @@ def add_convert_options(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ..resolve import resolve_model_spec
+    from ..models.resolve import resolve_model_spec
 
     quant = str(getattr(args, "quant", "keep") or "keep")
     resolved = resolve_model_spec(args.source, cache_dir=args.cache_dir, log=err)

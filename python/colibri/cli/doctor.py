@@ -1,5 +1,5 @@
 """``colibri doctor [PATH]``: the machine's settings and disk speed for streaming, measured
-through the engine's own read path (see colibri.doctor and docs/cli.md)."""
+through the engine's own read path (see colibri.engine.doctor and docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import Any, TextIO
 
-from ..doctor import (
+from ..engine.doctor import (
     DEFAULT_DEPTHS,
     MIB,
     measure_reads,

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from ..config import EngineConfig
+from ..settings.config import EngineConfig
 from ..sources import Manifest
 
 INFO_SCHEMA = "colibri.info/1"

@@ -7,9 +7,9 @@ import re
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from ..config import EngineConfig, SpecConfig
 from ..errors import ConfigError
 from ..sampling import Sampling
+from ..settings.config import EngineConfig, SpecConfig
 
 PROG = "colibri"
 
@@ -215,7 +215,7 @@ def build_parser(version: str) -> Parser:
     _sampling_flags(chat, 512)
     _debug_flag(chat, argparse.SUPPRESS)
 
-    from .serve import add_serve_parser  # serve's own flags, cli/serve.py
+    from .serve import add_serve_parser
 
     add_serve_parser(sub, _engine_flags, _cache_flag, _debug_flag)
 
@@ -236,7 +236,7 @@ def build_parser(version: str) -> Parser:
     convert.add_argument("source", metavar="SOURCE", help="a model path or a named model")
     convert.add_argument("dest", metavar="DEST", help="the container directory to write")
     convert.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
-    from .convert import add_convert_options  # convert's own options (--quant), cli/convert.py
+    from .convert import add_convert_options
 
     add_convert_options(convert)
     _cache_flag(convert)
@@ -248,7 +248,7 @@ def build_parser(version: str) -> Parser:
                                         "(a damaged expert by layer and expert).")
     verify.add_argument("container", metavar="CONTAINER", help="the container directory")
     _debug_flag(verify, argparse.SUPPRESS)
-    from .doctor import add_doctor_parser  # cli/doctor.py
+    from .doctor import add_doctor_parser
 
     add_doctor_parser(sub, _debug_flag)
     return parser

@@ -7,11 +7,11 @@ import json
 import time
 from typing import Any, TextIO
 
-from ..config import format_bytes
+from ..engine.stats import ExpertStats, MemoryStats, PhaseTimes
 from ..errors import ContextOverflowError
-from ..generation import GenerationStats
+from ..generate.generation import GenerationStats
 from ..sampling import Sampling
-from ..stats import ExpertStats, MemoryStats, PhaseTimes
+from ..settings.config import format_bytes
 from .common import Loaded, load_model
 from .parser import (
     UsageError,

@@ -83,9 +83,9 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
             f"colibri serve needs the server extra ({exc.name} is missing): "
             "pip install 'colibri[server]'"
         ) from exc
-    from ..config import EngineConfig
     from ..errors import ColibriError
     from ..model import Model
+    from ..settings.config import EngineConfig
     from ..sizes import format_bytes, parse_bytes
 
     if not 0 <= args.port <= 65535:

@@ -1,5 +1,5 @@
 """``colibri serve MODEL --ray``: the same server as replicas on a Ray cluster, behind one
-ingress (colibri.serve_ray; docs/serving.md, "Several machines")."""
+ingress (colibri.server.ray; docs/serving.md, "Several machines")."""
 
 from __future__ import annotations
 
@@ -53,8 +53,8 @@ def _free_port(host: str) -> int:
 
 def cmd_serve_ray(args: argparse.Namespace, server: dict[str, Any], err: TextIO) -> int:
     """Deploys and blocks until SIGTERM / Ctrl-C, then deletes the deployment."""
-    from ..serve_ray import RayServeConfig, ReplicaSpec, autoscaling_from_flags, build_app
-    from ..serve_ray import require_ray as _require_ray
+    from ..server.ray import RayServeConfig, ReplicaSpec, autoscaling_from_flags, build_app
+    from ..server.ray import require_ray as _require_ray
     from .parser import engine_from_args
 
     serve = _require_ray()

@@ -11,14 +11,7 @@ optionally converting matrices to another type (``quant=``, :mod:`.quantize`);
 
 from __future__ import annotations
 
-from .container import (
-    ALIGNMENT,
-    CHECKSUM,
-    FORMAT,
-    VERSION,
-    WriteReport,
-    write_container,
-)
+from .container import ALIGNMENT, CHECKSUM, FORMAT, VERSION, WriteReport, write_container
 from .quantize import QUANT_CHOICES
 from .verify import verify_container
 

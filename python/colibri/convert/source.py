@@ -18,7 +18,7 @@ from .quantize import Reader
 def open_convert_source(path: str | os.PathLike[str]) -> Manifest:
     """The manifest of the model at ``path`` for conversion: a GGUF file, a Hugging Face
     directory (FP8 weights reported as ``Fp8TensorInfo``) or a native container."""
-    from ..sources import open_model_source  # the package imports this one's parent
+    from ..sources import open_model_source
 
     p = Path(path).expanduser()
     d = p.parent if p.is_file() and p.name == "config.json" else p

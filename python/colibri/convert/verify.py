@@ -16,7 +16,7 @@ def verify_container(path: str | os.PathLike[str]) -> list[str]:
     expert, a damaged dense tensor by name. The manifest is checked against its schema
     first (a malformed one is the one problem reported), and only files inside the
     container's directory are read."""
-    from ..sources.native_source import read_container  # the sources import this package
+    from ..sources.native_source import read_container
 
     d = Path(path)
     try:

@@ -1,6 +1,6 @@
 """The :class:`Sampling` settings: a frozen, validated dataclass.
 
-Built like the settings in :mod:`colibri.config`: every field is validated when the object
+Built like the settings in :mod:`colibri.settings.config`: every field is validated when the object
 is built, an unknown name or a bad value raises :class:`colibri.errors.ConfigError` (a
 ``ValueError``) naming the field and what is allowed, objects never change, and
 ``s.replace(...)`` returns a new, validated one. ``from_dict``/``to_dict`` round-trip
@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._names import check_names, checked_init, settings_repr
 from ..errors import ConfigError
+from ..settings.names import check_names, checked_init, settings_repr
 
 __all__ = ["MAX_TOKEN_ID", "MAX_TOP_LOGPROBS", "LogitBias", "LogprobsMode", "Sampling"]
 
@@ -32,7 +32,7 @@ MAX_TOP_LOGPROBS = 1024
 _Number = (int, float, np.integer, np.floating)
 
 
-# --- validation helpers (same messages as colibri.config) ---------------------------------
+# --- validation helpers (same messages as colibri.settings.config) -----------------------
 
 
 def _int(field: str, value: object, lo: int, hi: int, meaning: str = "") -> int:
@@ -194,7 +194,7 @@ class Sampling:
     the same tokens (for the same logits and NumPy version). None = fresh OS entropy."""
 
     # Log-probabilities: reported by the decode loop (Model.generate/stream, sessions), not
-    # used by the Sampler (see colibri.logprobs).
+    # used by the Sampler (see colibri.generate.logprobs).
 
     logprobs: bool
     """Report each generated token's log-probability (``Chunk.logprobs``,

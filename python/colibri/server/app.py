@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..chat import ChatTemplate
+from ..chat.template import ChatTemplate
 from ..model import Model
 from . import routes_anthropic, routes_openai
 from .errors import ApiError
@@ -104,8 +104,9 @@ def create_app(
     cache; more is taken from the expert cache: colibri.server.memory); a request whose
     reservation does not fit waits in the queue. ``prefix_sharing``: with the prompt cache
     on (``EngineConfig.prompt_cache``), requests running at the same time share their
-    common prompt prefix (prefilled once: colibri.prefix_share). ``timeout``: seconds a request may
-    take, queue wait included (None: no limit). At shutdown new requests get 503, running
+    common prompt prefix (prefilled once: colibri.generate.prefix_share). ``timeout``:
+    seconds a request may take, queue wait included (None: no limit). At shutdown new
+    requests get 503, running
     and queued ones finish (up to ``drain_timeout`` s), and the model is closed if
     ``close_model``."""
     metrics = Metrics()

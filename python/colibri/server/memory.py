@@ -1,6 +1,6 @@
 """The server's KV budget, inside the engine's RAM budget.
 
-The RAM budget (``EngineConfig.ram_budget``, colibri.budget) counts ONE session's KV cache
+The RAM budget (``EngineConfig.ram_budget``, colibri.engine.budget) counts ONE session's KV cache
 at the full context (with its MTP layer's cache on a model that has one: any request may
 draft with MTP); the server runs ``--parallel`` sessions. :func:`slot_kv_budget` says
 how many KV bytes all running requests may reserve (the scheduler makes a request wait
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..engine.streaming import store_settings
 from ..errors import ConfigError
 from ..model import Model
 from ..sizes import format_bytes
-from ..streaming import store_settings
 
 __all__ = ["slot_kv_budget"]
 

@@ -3,7 +3,7 @@ of ``Model.astream`` (validated before the request is queued, so a bad value is 
 never a broken stream), the number of samples and their seeds.
 
 Defaults follow OpenAI's: ``temperature`` 1, ``top_p`` 1, ``max_tokens`` up to the end of
-the context. Sample ``i`` of ``n > 1`` draws with ``colibri.samples.sample_seeds(seed,
+the context. Sample ``i`` of ``n > 1`` draws with ``colibri.generate.samples.sample_seeds(seed,
 n)[i]`` (what ``Model.generate_n`` does); ``n == 1`` uses ``seed`` itself, so a seeded
 request gives what ``Model.generate`` gives with ``Sampling(seed=seed)``.
 """
@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..chat import ChatTemplate
+from ..chat.template import ChatTemplate
 from ..errors import ColibriError
-from ..request import parse_request
-from ..samples import sample_seeds
+from ..generate.request import parse_request
+from ..generate.samples import sample_seeds
 from ..sampling import Sampling
 from .errors import ApiError, from_colibri
 from .tools import FORCED_FORMATS, forced_call_grammar, template_format

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ColibriError
-from ..logprobs import Logprob
+from ..generate.logprobs import Logprob
 from ..tokenizers import Tokenizer
 from .errors import ApiError, from_colibri
 from .options import Plan

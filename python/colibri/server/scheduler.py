@@ -3,12 +3,12 @@
 A request is admitted into a bounded queue (:meth:`Scheduler.admit` raises
 :class:`~colibri.server.errors.QueueFull`, a 429, when ``max_running + max_queue``
 requests are already in), waits for one of ``max_running`` slots, then streams its tokens
-from ``Model.astream`` (run ahead of its consumer: colibri.aio.pump_stream): its own
+from ``Model.astream`` (run ahead of its consumer: colibri.generate.aio.pump_stream): its own
 session, sampler, stop strings and constraints. A
 request's ``n`` samples run one after the other in its slot.
 
 Continuous batching: with ``max_running > 1`` the scheduler attaches a
-:class:`~colibri.batching.StepBatcher` to the model, so the forwards of every running
+:class:`~colibri.generate.batching.StepBatcher` to the model, so the forwards of every running
 generation go through shared steps: one batched forward per step advances every running
 sequence by a token (each weight, and each routed expert the step's rows need, read once
 for all of them; each generation samples its row right after the step, and the next step
@@ -16,7 +16,7 @@ waits for it), a new request's prompt goes in chunks of ``step_tokens`` between 
 decodes, and requests join and leave between steps. A row's logits do not depend on the
 batch (DESIGN principle 1), so a greedy request gives the same tokens alone or under load.
 With the prompt cache on, requests running at the same time share a common prompt prefix
-(colibri.prefix_share): a follower copies it from its leader's session between steps,
+(colibri.generate.prefix_share): a follower copies it from its leader's session between steps,
 within its own KV reservation.
 
 Memory: each slot holds one session, whose KV cache grows with its tokens up to the
@@ -28,7 +28,7 @@ in arrival order (beyond the queue: 429), and never oversubscribes the KV memory
 
 Cancellation: a ticket's consumer being cancelled (the client disconnected) raises
 CancelledError inside ``astream``, which stops between tokens and rolls its session back
-(colibri.aio); the slot is released on the way out. The per-request deadline (queue wait
+(colibri.generate.aio); the slot is released on the way out. The per-request deadline (queue wait
 included) cancels the same way and raises :class:`~colibri.server.errors.RequestTimeout`.
 """
 
@@ -41,8 +41,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from ..batching import StepBatcher
-from ..generation import Chunk
+from ..generate.batching import StepBatcher
+from ..generate.generation import Chunk
 from ..model import Model
 from .errors import QueueFull, RequestTimeout, ShuttingDown
 from .metrics import Metrics
@@ -203,7 +203,7 @@ class Ticket:
             raise RuntimeError("Ticket.stream needs the slot: use `async with ticket:` first")
         m = self._s.metrics
         m.prompt_tokens_total += len(prompt_ids)
-        # The generation runs ahead on its own thread (colibri.aio.pump_stream): it samples
+        # The generation runs ahead on its own thread (colibri.generate.aio.pump_stream): it samples
         # each token right after its step and submits the next forward at once, and the
         # steps wait for it, so every running request is in every step.
         chunks = self._s.model._apump(prompt_ids, options)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
-from ..chat import ChatTemplate
+from ..chat.template import ChatTemplate
 from ..model import Model
 from .errors import ApiError
 from .metrics import Metrics

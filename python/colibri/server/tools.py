@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..structured import Grammar
+from ..generate.structured import Grammar
 from .errors import ApiError
 from .tool_formats import FORMATS, ToolCall, template_format
 from .tool_grammars import BUILDERS, forced_grammar_text

@@ -103,7 +103,7 @@ def check_dtype(name: str, dtype: str, where: object) -> None:
         )
 
 
-# RoPE scaling variants colibri computes (colibri.rope), and the parameters each needs.
+# RoPE scaling variants colibri computes (colibri.engine.rope), and the parameters each needs.
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
 _QK_NORMS = ("none", "head", "full")
 
@@ -241,7 +241,7 @@ def check_family_fields(cfg: ModelConfig, where: object) -> None:
 def check_rope_scaling(
     scaling: Mapping[str, Any] | None, theta: float, max_positions: int, where: object
 ) -> None:
-    """The parameters colibri.rope reads, for the variant named: present, numbers, and in
+    """The parameters colibri.engine.rope reads, for the variant named: present, numbers, and in
     the range where the formulas are finite (factor > 0, llama3's 0 < low < high, ...)."""
     if scaling is None:
         return

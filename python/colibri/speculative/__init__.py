@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .config import MAX_DRAFT, MAX_NGRAM, SpecConfig, as_spec
+from ..settings.spec import MAX_DRAFT, MAX_NGRAM, SpecConfig, as_spec
 from .drafters import Drafter, MtpDrafter, PromptLookupDrafter
 from .stats import SpecStats
 from .verify import Speculator

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from ..settings.spec import SpecConfig
 from .auto import CostMemory
-from .config import SpecConfig
 from .drafters import Drafter, MtpDrafter, PromptLookupDrafter
 from .verify import Speculator
 

@@ -1,4 +1,4 @@
-"""The speculative side of the decode loop (:func:`colibri.generation.stream_tokens`).
+"""The speculative side of the decode loop (:func:`colibri.generate.generation.stream_tokens`).
 
 The loop asks :meth:`Speculator.draft` for tokens to follow the history, forwards
 ``[last token, drafts...]`` in one batch with every position's logits, and then chooses
@@ -24,8 +24,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from ..settings.spec import SpecConfig
 from .auto import AutoSwitch, CostMemory
-from .config import SpecConfig
 from .drafters import Drafter, MtpDrafter, PromptLookupDrafter
 from .stats import SpecStats
 

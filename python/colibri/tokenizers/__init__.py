@@ -1,5 +1,5 @@
 """Tokenizers: GGUF-embedded vocabularies (as llama.cpp tokenizes them) and Hugging Face
-``tokenizer.json`` files. The public names are re-exported by :mod:`colibri.tokenizer`."""
+``tokenizer.json`` files. The public names are re-exported by :mod:`colibri.tokenizers`."""
 
 from __future__ import annotations
 

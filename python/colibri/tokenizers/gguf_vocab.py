@@ -12,7 +12,7 @@
   (``tokenizer.ggml.add_space_prefix``, default true).
 
 Special tokens (control, user-defined, unknown types) are matched in the text by the
-:class:`~colibri.tokenizer.Tokenizer` itself, before these encoders run.
+:class:`~colibri.tokenizers.Tokenizer` itself, before these encoders run.
 """
 
 from __future__ import annotations
@@ -26,14 +26,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from ..errors import ModelFormatError, UnsupportedError
 from ..sources.paths import shown
 from .pretok import PRE_TOKENIZERS, supported_pre_types
-from .vocab import (
-    SPECIAL_TYPES,
-    TokenType,
-    VocabData,
-    byte_level_bytes,
-    byte_token_value,
-    eog_ids,
-)
+from .vocab import SPECIAL_TYPES, TokenType, VocabData, byte_level_bytes, byte_token_value, eog_ids
 
 SUPPORTED_MODELS = ("gpt2", "llama")
 _P = "tokenizer.ggml."

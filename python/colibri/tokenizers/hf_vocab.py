@@ -3,7 +3,7 @@
 Encoding is delegated to the ``tokenizers`` library (the reference implementation of the
 format): its normalizer, pre-tokenizer, model, added tokens and post-processor. Decoding
 uses a per-token byte table derived from the file's decoder (byte-level or SentencePiece
-``▁`` + byte fallback), so that :class:`~colibri.tokenizer.StreamDecoder` can work one
+``▁`` + byte fallback), so that :class:`~colibri.tokenizers.StreamDecoder` can work one
 token at a time; other decoders (WordPiece...) are refused.
 """
 

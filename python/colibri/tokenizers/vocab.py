@@ -1,4 +1,4 @@
-"""The data behind a :class:`~colibri.tokenizer.Tokenizer`, whatever file it came from."""
+"""The data behind a :class:`~colibri.tokenizers.Tokenizer`, whatever file it came from."""
 
 from __future__ import annotations
 

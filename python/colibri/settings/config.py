@@ -1,0 +1,591 @@
+"""Typed engine settings.
+
+Every setting is a field of a frozen dataclass, validated when the object is built: an
+unknown name or a bad value raises :class:`colibri.errors.ConfigError` (a ``ValueError``)
+whose message names the field and says what is allowed. Strings are accepted wherever an
+enum is expected (``wait_policy="spin"``). Objects never change; ``cfg.replace(...)``
+returns a new, validated one. Nothing here reads the environment.
+
+The defaults, and why, are documented in ``docs/tuning.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal
+
+from ..errors import ConfigError
+from ..sizes import format_bytes, parse_bytes
+from .fields import (
+    MAX_RAM_BUDGET,
+    _bool,
+    _check_names,
+    _choice,
+    _enum,
+    _fraction,
+    _int,
+    _optional_int,
+    _optional_path,
+    _ram_budget,
+    _replace,
+    _size,
+    _sub_config,
+)
+from .names import checked_init, settings_repr
+from .spec import DrafterName, SpecConfig, as_spec
+
+__all__ = [
+    "DEFAULT_CONTEXT_CAP",
+    "DEFAULT_PREFILL_CHUNK",
+    "MAX_IO_WORKERS",
+    "MAX_PIN_FRACTION",
+    "MAX_RAM_BUDGET",
+    "MAX_SPIN_US",
+    "MAX_THREADS",
+    "ActivationPrecision",
+    "CacheConfig",
+    "CachePolicy",
+    "Checksums",
+    "EngineConfig",
+    "IOConfig",
+    "KvCacheType",
+    "SpecConfig",
+    "ThreadConfig",
+    "WaitPolicy",
+    "default_history_dir",
+    "format_bytes",
+    "parse_bytes",
+]
+
+MAX_THREADS = 1024
+"""Largest team size the core accepts (csrc/threadpool: kMaxThreads)."""
+
+MAX_SPIN_US = 1_000_000
+"""Largest hybrid spin time in microseconds (csrc/threadpool: kMaxSpinUs), i.e. 1 s."""
+
+DEFAULT_CONTEXT_CAP = 4096
+"""KV-cache positions used when ``context_length`` is None and the model allows more."""
+
+DEFAULT_PREFILL_CHUNK = 512
+"""Tokens per prefill chunk (EngineConfig.prefill_chunk): large enough that the matrix
+products run at full speed, small enough that Ctrl-C and progress come every fraction of
+a second."""
+
+MAX_IO_WORKERS = 64
+"""Largest expert-read worker pool (IOConfig.workers)."""
+
+MAX_PIN_FRACTION = 0.9
+"""Largest share of the expert cache learned pins may take (CacheConfig.pin_fraction): at
+least 10 % always stays with the LRU part, so an expert the history never saw still fits."""
+
+
+class WaitPolicy(str, Enum):
+    """How the compute threads wait between the parallel regions of one computation.
+
+    Outside a computation (between calls) every policy sleeps: an idle model uses no CPU.
+    """
+
+    SPIN = "spin"
+    """Busy-wait. Lowest hand-off latency; each waiting thread keeps a core at 100 %."""
+    PASSIVE = "passive"
+    """Sleep on a condition variable. No CPU while waiting; a wake-up costs ~5-50 µs."""
+    HYBRID = "hybrid"
+    """Spin for ``spin_us`` microseconds, then sleep."""
+    AUTO = "auto"
+    """Chosen by the core for the run: PASSIVE when decode is disk-bound (experts streamed
+    from SSD, the compute mostly waits for reads) or the host is Apple Silicon; SPIN or
+    HYBRID when compute-bound (every expert resident). The choice made is reported in the
+    model's and each generation's stats (``wait_policy``)."""
+
+
+WaitPolicyName = Literal["spin", "passive", "hybrid", "auto"]
+
+
+class CachePolicy(str, Enum):
+    """Which expert the RAM-budgeted expert cache drops when it needs a slot."""
+
+    LRU = "lru"
+    """Least recently used."""
+    LFRU = "lfru"
+    """Frequency-aware LRU: among the least recently used, an expert used often survives
+    one used once. Routing is skewed (a few experts per layer take most tokens), so this
+    keeps the hot experts through a burst of one-off ones."""
+    PINNED = "pinned"
+    """Experts that the routing history of earlier runs shows to be hot are pinned (up to
+    ``CacheConfig.pin_fraction`` of the cache); the rest of the cache is LRU."""
+
+
+Checksums = Literal["first", "always", "off"]
+"""When a native container's crc32 are verified: the first read of each blob (and again
+after its file changed), every read, or never (IOConfig.checksums; docs/reliability.md)."""
+
+
+class ActivationPrecision(str, Enum):
+    """How activations meet quantized weights (Q8_0, Q4_0, Q4_1) in matrix products.
+    Float weights (F32, F16, BF16) always meet float32 activations."""
+
+    INT8 = "int8"
+    """Round each activation row to 8-bit blocks and use integer dot products (AVX-512
+    VNNI / AVX2), as llama.cpp does. The fastest; logits differ from an F32 evaluation of
+    the dequantized weights by the activation rounding (~1-4 % relative on SmolLM2)."""
+    FLOAT32 = "float32"
+    """Dequantize each weight row and use float dot products, as transformers does with a
+    GGUF. Matches it to float rounding; slower."""
+
+class KvCacheType(str, Enum):
+    """How a session's KV cache stores keys and values (``EngineConfig.kv_cache_type``)."""
+
+    AUTO = "auto"
+    """F32 when the exact path is in use (float weights: an F32/F16/BF16 checkpoint, or
+    ``activation_precision="float32"``), F16 otherwise (llama.cpp's default). Resolved by
+    :meth:`EngineConfig.resolve_kv_cache_type`."""
+    F32 = "f32"
+    """4 bytes a value: exact; what the oracle tests use."""
+    F16 = "f16"
+    """2 bytes a value: half the memory and bandwidth of F32; mean KL divergence from the
+    F32 cache 1e-6 on SmolLM2 (docs/tuning.md), far below the weights' quantization."""
+    BF16 = "bf16"
+    """2 bytes a value with F32's range and 8 significant bits: KLD 6e-5 on SmolLM2."""
+    Q8_0 = "q8_0"
+    """34 bytes per 32 values (8-bit blocks with a half-precision scale, GGUF's Q8_0):
+    ~27% of F32; KLD 7e-4 on SmolLM2. Needs head dims that are multiples of 32."""
+
+
+KvCacheTypeName = Literal["auto", "f32", "f16", "bf16", "q8_0"]
+
+def default_history_dir() -> Path:
+    """Where routing histories go when ``CacheConfig.history_path`` is None:
+    ``routing/`` beside the model cache (``$XDG_CACHE_HOME/colibri/routing``, else
+    ``~/.cache/colibri/routing``). Reads the environment, so only when called."""
+    from ..models.hub import default_cache_dir
+
+    return default_cache_dir().parent / "routing"
+
+
+# --- settings -----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class ThreadConfig:
+    """The compute team: how many threads run a forward pass and how they wait.
+
+    ``ThreadConfig(n=None, wait_policy="auto", spin_us=100)`` is the default: one thread
+    per performance core; the core waits passively when the decode is disk-bound and
+    spins (at most ``spin_us`` between regions, under hybrid) when it is compute-bound.
+    """
+
+    n: int | None
+    """Team size, the calling thread included, 1..MAX_THREADS. ``None`` = the number of
+    performance cores this process may use (:func:`colibri.hardware.performance_cores`: physical
+    cores, no SMT siblings, no efficiency cores, within the affinity mask and CPU quota)."""
+
+    wait_policy: WaitPolicy
+    """How threads wait between the parallel regions of one computation (see WaitPolicy);
+    between calls every policy sleeps. Default AUTO: the core picks PASSIVE when the run is
+    disk-bound (a spinning team takes the cores the I/O workers need: 2.2x slower decode in
+    the seed report) or on Apple Silicon, and a spinning policy when compute-bound; the
+    choice is in the stats. HYBRID is the fast spinning hand-off between back-to-back
+    regions without burning cores through long waits; SPIN suits a dedicated,
+    compute-bound x86 host; PASSIVE suits GPU offload and shared machines (docs/tuning.md,
+    with the seed figures)."""
+
+    spin_us: int
+    """HYBRID only: microseconds a waiting thread spins before it sleeps, 0..MAX_SPIN_US.
+    Default 100 µs, the order of a sleep plus wake-up: spinning about as long as blocking
+    would cost never costs more than ~2x the best choice made in hindsight, and a wait for
+    the disk or the GPU (milliseconds) stops burning the cores the I/O threads and the
+    GPU's power budget need. 0 behaves like PASSIVE."""
+
+    @checked_init
+    def __init__(
+        self,
+        n: int | None = None,
+        wait_policy: WaitPolicy | WaitPolicyName = WaitPolicy.AUTO,
+        spin_us: int = 100,
+    ) -> None:
+        object.__setattr__(self, "n", _optional_int(
+            "ThreadConfig.n", n, 1, MAX_THREADS, "threads", "one per performance core"
+        ))
+        object.__setattr__(
+            self, "wait_policy", _enum("ThreadConfig.wait_policy", wait_policy, WaitPolicy)
+        )
+        object.__setattr__(
+            self, "spin_us", _int("ThreadConfig.spin_us", spin_us, 0, MAX_SPIN_US, "microseconds")
+        )
+
+    def __repr__(self) -> str:
+        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
+        return settings_repr(self)
+
+    def replace(self, **changes: Any) -> ThreadConfig:
+        """A copy with `changes` applied and validated."""
+        return _replace(self, changes)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ThreadConfig:
+        """Builds from a mapping of field names (e.g. parsed JSON/TOML); validates."""
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"ThreadConfig: expected a mapping, got {type(d).__name__}")
+        _check_names(cls, d)
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values (enums as strings); ``from_dict(to_dict())`` round-trips."""
+        return {"n": self.n, "wait_policy": self.wait_policy.value, "spin_us": self.spin_us}
+
+    def team_size(self) -> int:
+        """The team size to use: ``n``, or the performance-core count when n is None."""
+        if self.n is not None:
+            return self.n
+        from ..hardware import performance_cores
+
+        return min(performance_cores(), MAX_THREADS)
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class CacheConfig:
+    """The RAM-budgeted expert cache: which experts stay when room runs out.
+
+    Its size is not set here: it is what ``EngineConfig.ram_budget`` leaves after the
+    resident weights, the KV cache and the work buffers (:mod:`colibri.engine.budget`).
+    """
+
+    policy: CachePolicy
+    """Eviction policy (see :class:`CachePolicy`). Default LFRU: routing is skewed, and a
+    frequency-aware LRU keeps the hot experts through bursts of rarely used ones."""
+
+    pin_fraction: float
+    """PINNED only: the share of the cache's slots that learned pins may take, 0..0.9
+    (MAX_PIN_FRACTION). Default 0.5: half the cache for the experts the history shows to
+    be hot, half LRU for what the current prompt needs. 0 pins nothing (plain LRU)."""
+
+    history: bool
+    """Record which experts each token routes to and save the counts per model when the
+    model is closed (default True); PINNED learns its pins from them. Only counts are kept
+    (experts x layers integers), never tokens or text."""
+
+    history_path: str | None
+    """The routing-history file. ``None`` (default): a file per model under
+    :func:`default_history_dir` (``~/.cache/colibri/routing/``). A leading ``~`` is
+    expanded when the file is used."""
+
+    preload: bool
+    """Read every expert at load when the cache can hold them all (default False: experts
+    are read on first use, so a load is quick and a short run reads only what it routes
+    to). True trades load time for no first-use stalls; ignored when they do not fit."""
+
+    @checked_init
+    def __init__(
+        self,
+        policy: CachePolicy | Literal["lru", "lfru", "pinned"] = CachePolicy.LFRU,
+        pin_fraction: float = 0.5,
+        history: bool = True,
+        history_path: str | os.PathLike[str] | None = None,
+        preload: bool = False,
+    ) -> None:
+        object.__setattr__(self, "policy", _enum("CacheConfig.policy", policy, CachePolicy))
+        object.__setattr__(self, "pin_fraction", _fraction(
+            "CacheConfig.pin_fraction", pin_fraction, MAX_PIN_FRACTION
+        ))
+        object.__setattr__(self, "history", _bool("CacheConfig.history", history))
+        object.__setattr__(self, "history_path", _optional_path(
+            "CacheConfig.history_path", history_path, "a file per model under "
+            "~/.cache/colibri/routing/"
+        ))
+        object.__setattr__(self, "preload", _bool("CacheConfig.preload", preload))
+
+    def __repr__(self) -> str:
+        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
+        return settings_repr(self)
+
+    def replace(self, **changes: Any) -> CacheConfig:
+        """A copy with `changes` applied and validated."""
+        return _replace(self, changes)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CacheConfig:
+        """Builds from a mapping of field names (e.g. parsed JSON/TOML); validates."""
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"CacheConfig: expected a mapping, got {type(d).__name__}")
+        _check_names(cls, d)
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values (enums as strings); ``from_dict(to_dict())`` round-trips."""
+        return {
+            "policy": self.policy.value,
+            "pin_fraction": self.pin_fraction,
+            "history": self.history,
+            "history_path": self.history_path,
+            "preload": self.preload,
+        }
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class IOConfig:
+    """How routed experts are read from disk."""
+
+    workers: int | Literal["auto"]
+    """Threads that read experts (= reads in flight), 0..MAX_IO_WORKERS (64), or
+    ``"auto"``: at load, time cold reads of the model's own experts into the expert
+    cache's slots at 1, 2, 4 and 8 reads in flight (about 0.2 s) and use the knee, the
+    smallest depth within 90% of the best (``Model.stats().io``). Default 2, measured: on the
+    2-core development VM streaming moe-8g, 1-2 workers decoded 9.1-9.8 tok/s and 4-8
+    workers 6.8-7.6 (docs/benchmarks.md): each worker checks crc32s and starts prefetches
+    that cannot be cancelled once running, which takes CPU and bandwidth from the compute
+    team and the demand reads. A fast NVMe drive with cores to spare may want 4-8.
+    0 reads synchronously on the compute thread (no overlap; for debugging and for
+    measuring what the overlap buys)."""
+
+    direct: bool
+    """Read with O_DIRECT into aligned buffers (default True): the expert cache is the
+    cache, so bypassing the page cache avoids holding every expert twice and keeps the
+    process inside its RAM budget. Where the OS or file system refuses O_DIRECT (tmpfs,
+    macOS, some network file systems), reads fall back to buffered I/O by themselves."""
+
+    prefetch: bool
+    """Predict the next layer's experts by applying its router to the current hidden state
+    and start reading them early (default True). Cancellable and never blocking; wrong
+    guesses cost bandwidth only. Without it every miss is a stall."""
+
+    checksums: Checksums
+    """When a native container's crc32 are verified (GGUF and safetensors have none).
+    Dense tensors are verified at load unless ``"off"``. Expert blobs: ``"first"``
+    (default) on each blob's first read into the cache, and again on the next read of
+    every blob once the file's size, inode, mtime or ctime changed (a rewrite, a
+    truncation, an in-place edit) — one crc32 pass per expert per run on an unchanged
+    file; ``"always"`` on every read from disk, re-reads after eviction included (also
+    catches damage the file system does not see, such as bit rot; one crc32 pass per
+    read); ``"off"`` never. Exact guarantees: docs/reliability.md."""
+
+    first_layer_guess: bool
+    """With ``prefetch``: guess the first MoE layer's experts too (default True). Nothing
+    before it has a router to look ahead with, so without this the disk idles from the last
+    layer's reads of one token to the first layer's router of the next (the LM head,
+    sampling, embedding, the first attention). Just before that layer's attention, the
+    guess runs its norm and routing rule on the residual stream there plus the previous
+    token's attention part, and prefetches the result under its own governor
+    (docs/streaming.md, "First-layer guess"). A prefetch only: the same bits either way."""
+
+    max_in_flight: int | Literal["auto"]
+    """Expert reads on the device at once, apart from ``workers`` (0..MAX_IO_WORKERS;
+    default 0 = no cap: each worker has one read on the device and a demand read that no
+    worker has started runs on the compute thread beside them, so 2 workers keep 2-3 in
+    flight). With a cap, a worker takes the next read only when fewer than the cap are on
+    the device, the crc32 check of a finished read runs after its place is freed (2 workers
+    with a cap of 1 keep one read on the device while the other checks the last one), and
+    a demand read the compute waits for takes the next free place ahead of every queued
+    prefetch. ``"auto"``: at load, time cold reads at 1, 2, 4 and 8 reads in flight (the
+    same measurement as ``workers="auto"``) and cap at the depth with the best bandwidth
+    (within 3%: the smaller one); some virtio disks are fastest with one read in flight
+    (docs/benchmarks.md, sessions 25-26). The cap in use and the curve are in
+    ``Model.stats().io``; ``ExpertStats.cap_waits`` counts demand reads that waited for a
+    place, ``busy_seconds`` the time with a read on the device. Only which read runs when
+    changes: the same bits either way."""
+
+    @checked_init
+    def __init__(
+        self,
+        workers: int | Literal["auto"] = 2,
+        direct: bool = True,
+        prefetch: bool = True,
+        checksums: Checksums = "first",
+        first_layer_guess: bool = True,
+        max_in_flight: int | Literal["auto"] = 0,
+    ) -> None:
+        object.__setattr__(self, "workers", "auto" if workers == "auto" else _int(
+            "IOConfig.workers", workers, 0, MAX_IO_WORKERS, "threads (or \"auto\")"
+        ))
+        object.__setattr__(self, "max_in_flight", "auto" if max_in_flight == "auto" else _int(
+            "IOConfig.max_in_flight", max_in_flight, 0, MAX_IO_WORKERS,
+            "reads (0: no cap, or \"auto\")"
+        ))
+        object.__setattr__(self, "direct", _bool("IOConfig.direct", direct))
+        object.__setattr__(self, "prefetch", _bool("IOConfig.prefetch", prefetch))
+        object.__setattr__(self, "first_layer_guess",
+                           _bool("IOConfig.first_layer_guess", first_layer_guess))
+        object.__setattr__(self, "checksums", _choice(
+            "IOConfig.checksums", checksums, ("first", "always", "off")
+        ))
+
+    def __repr__(self) -> str:
+        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
+        return settings_repr(self)
+
+    def replace(self, **changes: Any) -> IOConfig:
+        """A copy with `changes` applied and validated."""
+        return _replace(self, changes)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> IOConfig:
+        """Builds from a mapping of field names (e.g. parsed JSON/TOML); validates."""
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"IOConfig: expected a mapping, got {type(d).__name__}")
+        _check_names(cls, d)
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values; ``from_dict(to_dict())`` round-trips."""
+        return {"workers": self.workers, "direct": self.direct, "prefetch": self.prefetch,
+                "checksums": self.checksums, "first_layer_guess": self.first_layer_guess,
+                "max_in_flight": self.max_in_flight}
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class EngineConfig:
+    """Everything that shapes how a model runs. Outputs are the same bits under every
+    setting here except ``activation_precision``, which picks the arithmetic."""
+
+    threads: ThreadConfig
+    """The compute team (size and wait policy). A mapping is accepted and converted."""
+
+    context_length: int | None
+    """KV-cache positions per session, >= 1. ``None`` = the model's maximum context capped
+    at DEFAULT_CONTEXT_CAP (4096), so a 128k-context model does not reserve a 128k cache
+    unless asked to. See :meth:`resolve_context_length`."""
+
+    activation_precision: ActivationPrecision
+    """``"int8"`` (default, llama.cpp's arithmetic) or ``"float32"`` (transformers'). Unlike
+    the other settings this one changes the numbers (see :class:`ActivationPrecision`);
+    the result is still bit-identical across threads and policies for each choice."""
+
+    ram_budget: int | None
+    """Bytes of RAM for the whole engine: resident (dense) weights + one session's KV cache
+    + work buffers + the expert cache, which gets what is left (:func:`colibri.engine.budget.
+    plan_budget`). Given as bytes or a size text (``"12GiB"``, ``"1.5GB"``, ``"800M"``; see
+    :func:`parse_bytes`), stored as int bytes. ``None`` (default): the memory this process
+    may use (:func:`colibri.hardware.available_memory`: MemAvailable and the cgroup limit)
+    minus a safety margin of 10 % or 512 MiB, whichever is larger. A budget too small for
+    the resident part raises ConfigError at load, saying the minimum."""
+
+    io: IOConfig
+    """Expert reads: workers, O_DIRECT, prefetch, checksums. A mapping is accepted."""
+
+    cache: CacheConfig
+    """The expert cache's policy, routing history and preload. A mapping is accepted."""
+
+    prefill_chunk: int | None
+    """Tokens per prefill chunk, >= 1 (default 512); ``None`` = the whole prompt in one
+    batch. A long prompt runs in chunks so that Ctrl-C and progress callbacks are served
+    between them and the work buffers stay the size of one chunk; the logits are the same
+    bits either way. See docs/tuning.md."""
+    kv_cache_type: KvCacheType
+    """How the KV cache stores keys and values: ``"auto"`` (default: ``"f32"`` on the exact
+    path, float weights or float32 activations; ``"f16"`` otherwise), ``"f32"``, ``"f16"``,
+    ``"bf16"`` or ``"q8_0"``. The budget counts the KV cache at this type. Changes the
+    numbers slightly (not for f32); bit-identical across threads and batching for each."""
+
+    prompt_cache: int
+    """Bytes for the prompt cache (``Model.prompt_cache``): the KV state of recent
+    generations kept so that a later call sharing a token prefix (the next turn of a chat,
+    a common system prompt) reuses it instead of prefilling it again. Part of
+    ``ram_budget`` (taken before the expert cache). Given like ``ram_budget`` (``"1GiB"``);
+    0 (default) turns it off."""
+
+    spec: SpecConfig
+    """Speculative decoding for every generation of the model (default off); a call's
+    ``spec=`` overrides it. Never changes the tokens (see docs/speculative.md)."""
+
+    @checked_init
+    def __init__(
+        self,
+        threads: ThreadConfig | Mapping[str, Any] | None = None,
+        context_length: int | None = None,
+        activation_precision: ActivationPrecision | str = ActivationPrecision.INT8,
+        ram_budget: int | str | None = None,
+        io: IOConfig | Mapping[str, Any] | None = None,
+        cache: CacheConfig | Mapping[str, Any] | None = None,
+        prompt_cache: int | str = 0,
+        prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
+        kv_cache_type: KvCacheType | KvCacheTypeName = KvCacheType.AUTO,
+        spec: SpecConfig | Mapping[str, Any] | DrafterName | None = None,
+    ) -> None:
+        object.__setattr__(self, "threads",
+                           _sub_config("EngineConfig.threads", threads, ThreadConfig))
+        object.__setattr__(
+            self,
+            "activation_precision",
+            _enum("EngineConfig.activation_precision", activation_precision, ActivationPrecision),
+        )
+        object.__setattr__(
+            self,
+            "context_length",
+            _optional_int("EngineConfig.context_length", context_length, 1, 1 << 30, "positions",
+                          "the model's maximum, at most 4096"),
+        )
+        object.__setattr__(self, "ram_budget", _ram_budget(ram_budget))
+        object.__setattr__(self, "io", _sub_config("EngineConfig.io", io, IOConfig))
+        object.__setattr__(self, "cache", _sub_config("EngineConfig.cache", cache, CacheConfig))
+        object.__setattr__(
+            self,
+            "prefill_chunk",
+            _optional_int("EngineConfig.prefill_chunk", prefill_chunk, 1, 1 << 30, "tokens",
+                          "the whole prompt in one batch"),
+        )
+        object.__setattr__(self, "kv_cache_type",
+                           _enum("EngineConfig.kv_cache_type", kv_cache_type, KvCacheType))
+        object.__setattr__(self, "prompt_cache", _size("EngineConfig.prompt_cache", prompt_cache))
+        object.__setattr__(self, "spec", as_spec(spec, "EngineConfig.spec") or SpecConfig())
+
+    def __repr__(self) -> str:
+        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
+        return settings_repr(self, sizes=("ram_budget", "prompt_cache"))
+
+    def replace(self, **changes: Any) -> EngineConfig:
+        """A copy with `changes` applied and validated (``threads``, ``io`` and ``cache``
+        may be mappings; a mapping replaces the whole sub-config, its missing fields at
+        their defaults)."""
+        return _replace(self, changes)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> EngineConfig:
+        """Builds from nested mappings, e.g. ``{"threads": {"n": 4}, "ram_budget": "8GiB",
+        "io": {"workers": 8}, "cache": {"policy": "lru"}}``."""
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"EngineConfig: expected a mapping, got {type(d).__name__}")
+        _check_names(cls, d)
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Nested plain values; ``from_dict(to_dict())`` round-trips."""
+        return {
+            "threads": self.threads.to_dict(),
+            "context_length": self.context_length,
+            "activation_precision": self.activation_precision.value,
+            "ram_budget": self.ram_budget,
+            "io": self.io.to_dict(),
+            "cache": self.cache.to_dict(),
+            "prompt_cache": self.prompt_cache,
+            "prefill_chunk": self.prefill_chunk,
+            "kv_cache_type": self.kv_cache_type.value,
+            "spec": self.spec.to_dict(),
+        }
+
+    def resolve_kv_cache_type(self, float_weights: bool) -> str:
+        """The KV-cache type to use: ``kv_cache_type`` unless it is ``"auto"``, which gives
+        ``"f32"`` on the exact path (`float_weights`: every matrix of the model is F32, F16
+        or BF16; or float32 activations) and ``"f16"`` otherwise."""
+        if self.kv_cache_type is not KvCacheType.AUTO:
+            return str(self.kv_cache_type.value)
+        exact = float_weights or self.activation_precision is ActivationPrecision.FLOAT32
+        return "f32" if exact else "f16"
+
+    def resolve_context_length(self, model_max: int) -> int:
+        """KV-cache positions for a model whose maximum context is `model_max`.
+
+        None gives ``min(model_max, DEFAULT_CONTEXT_CAP)``; an explicit value larger than
+        the model's maximum raises ConfigError (positions past it were never trained).
+        """
+        model_max = _int("model maximum context", model_max, 1, 1 << 30, "positions")
+        if self.context_length is None:
+            return min(model_max, DEFAULT_CONTEXT_CAP)
+        if self.context_length > model_max:
+            raise ConfigError(
+                f"EngineConfig.context_length: {self.context_length} exceeds the model's "
+                f"maximum context of {model_max}; use at most {model_max} (or None)"
+            )
+        return self.context_length
