@@ -125,7 +125,7 @@ def test_step_batcher_threads_get_their_own_logits(smollm2: co.Model) -> None:
     finally:
         batcher.detach()
     assert not failures, failures
-    assert smollm2._batcher is None
+    assert smollm2.runner.batcher is None
     for i in range(8):
         for a, b in zip(got[i], want[i], strict=True):
             assert np.array_equal(a, b), i

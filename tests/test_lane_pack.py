@@ -120,7 +120,7 @@ def test_a_model_on_an_avx512_host_keeps_its_matrices_in_the_layout() -> None:
 
     model = colibri.Model.load(smollm2_gguf(), engine=colibri.EngineConfig(threads={"n": 1}))
     try:
-        core = model._core
+        core = model._require_core()
         assert core is not None
         if "avx512" in ISAS:
             # everything but the F32 norm vectors

@@ -47,7 +47,7 @@ def test_mtp_kv_cache_counts_in_the_budget(deepseek_models: dict[str, TinyDeepse
         core = m._require_core()
         assert core.mtp_kv_bytes_per_token == row * 4  # the core's layout, at F32
         assert kv_layers_bytes(mtp_kv_layer_widths(c), 1, "f32") == core.mtp_kv_bytes_per_token
-        plan = m._plan
+        plan = m.runner.handle.plan
         assert plan is not None and plan.mtp_kv_bytes == want
         assert plan.resident_bytes == (plan.dense_bytes + plan.kv_bytes + want + plan.work_bytes
                                        + plan.prompt_cache_bytes)

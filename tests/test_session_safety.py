@@ -300,7 +300,7 @@ def rss():
         return int(f.read().split()[1]) * 4096
 
 m = colibri.Model.load(sys.argv[1], engine=colibri.EngineConfig(context_length=2048))
-weights = int(m._core.weight_bytes)
+weights = int(m._require_core().weight_bytes)
 sessions = [m.session() for _ in range(2)]
 for s in sessions:
     s.forward(list(range(1, 1025)))

@@ -496,7 +496,7 @@ def test_auto_carries_the_measured_cost_on_the_model(smollm2: colibri.Model) -> 
     prompt = smollm2.apply_chat_template("Repeat exactly: the cat sat on the mat, the dog "
                                          "sat on the log.", tokenize=True)
     smollm2.reset_spec_memory()
-    memory = smollm2._spec_memory
+    memory = smollm2.runner.spec_memory
     assert "lookup" not in memory
     plain = smollm2.session().generate(prompt, max_tokens=40).token_ids
     spec = colibri.SpecConfig(drafter="auto")

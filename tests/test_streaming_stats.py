@@ -59,7 +59,7 @@ def test_io_trace_counts_the_expert_reads_and_changes_no_logit() -> None:
     logits = []
     for traced in (False, True):
         with co.Model.load(src, engine=engine) as m:
-            core = m._core
+            core = m._require_core()
             assert core is not None
             if traced:
                 core.start_io_trace(1 << 16)

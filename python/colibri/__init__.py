@@ -14,6 +14,7 @@ import pkgutil
 __path__ = pkgutil.extend_path(__path__, __name__)
 
 from . import errors
+from ._version import __version__
 from .engine.budget import BudgetPlan
 from .engine.stats import ExpertStats, MemoryStats, PhaseTimes
 from .generate.generation import Chunk, Generation, GenerationStats
@@ -32,8 +33,6 @@ from .settings.config import (
     parse_bytes,
 )
 from .tokenizers import Tokenizer
-
-__version__ = "0.1.0"
 
 __all__ = [
     "BudgetPlan",

@@ -23,7 +23,7 @@ __all__ = ["main"]
 
 
 def _version() -> str:
-    from .. import __version__
+    from .._version import __version__
 
     return __version__
 

@@ -23,22 +23,22 @@ import asyncio
 import concurrent.futures
 import os
 import threading
-from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidRequestError
 from .generation import Chunk, Generation
 
 if TYPE_CHECKING:
-    from typing import Unpack
-
-    from .request import CallOptions, Request
+    from .request import Request
+    from .runner import Runner
     from .session import Session
 
-__all__ = ["AsyncMethods", "agenerate_stream", "astream_stream", "pump_stream"]
+__all__ = ["agenerate_ids", "agenerate_stream", "apump_ids", "astream_ids", "astream_stream",
+           "pump_stream"]
 
-# One thread per generation in flight: under continuous batching (colibri.generate.batching) each
-# waits in its forward for the shared step, so the pool must not cap the batch size.
+# One thread per generation in flight: under continuous batching (colibri.generate.batching)
+# each waits in its forward for the shared step, so the pool must not cap the batch size.
 _STEPS = concurrent.futures.ThreadPoolExecutor(
     max_workers=max(64, (os.cpu_count() or 1) + 4), thread_name_prefix="colibri-async"
 )
@@ -132,7 +132,7 @@ async def pump_stream(gen: Generator[Chunk, None, None],
     stop = threading.Event()
     n0 = session.n_tokens
     had_logits = _has_logits(session)
-    batcher = session._model._batcher
+    batcher = session._runner.batcher
 
     def put(item: object) -> None:
         try:
@@ -194,61 +194,21 @@ async def agenerate_stream(gen: Generator[Chunk, None, None], session: Session,
                       prompt_ids, result.get("logprobs"), result.get("prompt_logprobs"))
 
 
-class AsyncMethods:
-    """``agenerate`` and ``astream`` of a Model."""
+async def agenerate_ids(runner: Runner, ids: list[int], request: Request) -> Generation:
+    """``Model.agenerate`` of prompt `ids` (already fitted to the context)."""
+    result: dict[str, Any] = {}
+    session, gen = runner.start(ids, request, result)
+    return await agenerate_stream(gen, session, result, ids)
 
-    if TYPE_CHECKING:
-        def session(self) -> Session: ...
-        def encode_prompt(self, prompt: str | Sequence[int] | None = None, *,
-                          messages: Sequence[Mapping[str, Any]] | None = None) -> list[int]: ...
-        def _fit(self, ids: list[int], request: Request) -> list[int]: ...
-        def _start(self, ids: list[int], request: Request, result: dict[str, Any],
-                   ) -> tuple[Session, Generator[Chunk, None, None]]: ...
-        @staticmethod
-        def _request(max_tokens: int, sampling: Any, stop: Any, truncate: bool,
-                     options: Mapping[str, Any], where: str) -> Request: ...
 
-    def _prepare(self, prompt: str | Sequence[int] | None,
-                 messages: Sequence[Mapping[str, Any]] | None, options: dict[str, Any],
-                 where: str) -> tuple[list[int], Request]:
-        request = self._request(
-            options.pop("max_tokens", 256), options.pop("sampling", None),
-            options.pop("stop", ()), options.pop("truncate", False), options, where,
-        )  # fmt: skip
-        return self._fit(self.encode_prompt(prompt, messages=messages), request), request
+def astream_ids(runner: Runner, ids: list[int], request: Request) -> AsyncGenerator[Chunk, None]:
+    """``Model.astream`` of prompt `ids` (already fitted to the context)."""
+    session, gen = runner.start(ids, request, {})
+    return astream_stream(gen, session)
 
-    async def agenerate(
-        self,
-        prompt: str | Sequence[int] | None = None,
-        *,
-        messages: Sequence[Mapping[str, Any]] | None = None,
-        **options: Unpack[CallOptions],
-    ) -> Generation:
-        """:meth:`generate` for asyncio (same arguments and result); the forwards run on a
-        worker thread. Cancelling the awaiting task stops between tokens (see
-        :mod:`colibri.generate.aio`)."""
-        ids, request = self._prepare(prompt, messages, dict(options), "agenerate")
-        result: dict[str, Any] = {}
-        session, gen = self._start(ids, request, result)
-        return await agenerate_stream(gen, session, result, ids)
 
-    def astream(
-        self,
-        prompt: str | Sequence[int] | None = None,
-        *,
-        messages: Sequence[Mapping[str, Any]] | None = None,
-        **options: Unpack[CallOptions],
-    ) -> AsyncGenerator[Chunk, None]:
-        """:meth:`stream` for asyncio: ``async for chunk in model.astream(...)``."""
-        ids, request = self._prepare(prompt, messages, dict(options), "astream")
-        session, gen = self._start(ids, request, {})
-        return astream_stream(gen, session)
-
-    def _apump(self, prompt_ids: Sequence[int], options: Mapping[str, Any],
-               ) -> AsyncGenerator[Chunk, None]:
-        """:meth:`astream` of `prompt_ids` with the generation running ahead of its
-        consumer (:func:`pump_stream`): the server's path."""
-        ids, request = self._prepare(list(prompt_ids), None, dict(options), "astream")
-        session, gen = self._start(ids, request, {})
-        return pump_stream(gen, session)
-
+def apump_ids(runner: Runner, ids: list[int], request: Request) -> AsyncGenerator[Chunk, None]:
+    """:func:`astream_ids` with the generation running ahead of its consumer
+    (:func:`pump_stream`): the server's path."""
+    session, gen = runner.start(ids, request, {})
+    return pump_stream(gen, session)

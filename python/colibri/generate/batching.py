@@ -45,7 +45,7 @@ from .. import _core
 from ..errors import InvalidRequestError
 
 if TYPE_CHECKING:
-    from ..model import Model
+    from .runner import HasRunner, Runner
     from .session import Session
 
 __all__ = ["StepBatcher", "forward_batch"]
@@ -64,8 +64,8 @@ def forward_batch(sessions: Sequence[Session], token_ids: Sequence[Sequence[int]
             f"forward_batch: {len(sessions)} sessions but {len(token_ids)} token lists")
     if not sessions:
         raise InvalidRequestError("forward_batch needs at least one session")
-    model = sessions[0]._model
-    if any(s._model is not model for s in sessions):
+    runner = sessions[0]._runner
+    if any(s._runner is not runner for s in sessions):
         raise InvalidRequestError("forward_batch: the sessions belong to different models")
     flags = ([bool(all_logits)] * len(sessions) if isinstance(all_logits, bool)
              else [bool(a) for a in all_logits])
@@ -132,7 +132,7 @@ class StepBatcher:
         self._expect: set[int] = set()  # of those, the ones sampling after the last step
         self._stopped = False
         self._thread: threading.Thread | None = None
-        self._model: Model | None = None
+        self._runner: Runner | None = None
         self._last_step = 0.0  # seconds of the last decode-only step
         self._copies: list[_Copy] = []  # prefix copies waiting for their leader
         self._paused: set[int] = set()  # entered generations waiting in copy_prefix
@@ -140,21 +140,24 @@ class StepBatcher:
 
     # --- lifetime ---------------------------------------------------------------------
 
-    def attach(self, model: Model) -> None:
+    def attach(self, model: HasRunner | Runner) -> None:
         """Routes every Session.forward of `model` through this batcher (and starts its
         thread)."""
-        if model._batcher is not None:
+        from .runner import runner_of
+
+        runner = runner_of(model)
+        if runner.batcher is not None:
             raise InvalidRequestError("the model already has a step batcher attached")
-        self._model = model
+        self._runner = runner
         self._thread = threading.Thread(target=self._run, name="colibri-steps", daemon=True)
         self._thread.start()
-        model._batcher = self
+        runner.batcher = self
 
     def detach(self) -> None:
         """Stops routing (forwards run alone again), serves what is waiting, stops the
         thread. Idempotent."""
-        if self._model is not None and self._model._batcher is self:
-            self._model._batcher = None
+        if self._runner is not None and self._runner.batcher is self:
+            self._runner.batcher = None
         with self._cond:
             self._stopped = True
             self._fail_copies(lambda c: True)

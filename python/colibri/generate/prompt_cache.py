@@ -36,7 +36,7 @@ from ..display import Displayable, size
 from .prefix_share import RunningPrompts, common_prefix
 
 if TYPE_CHECKING:
-    from ..model import Model
+    from .runner import Runner
     from .session import Session
 
 __all__ = ["PromptCache", "PromptCacheStats"]
@@ -78,8 +78,8 @@ class _Entry:
 class PromptCache:
     """The cache of one model (see the module docstring). Thread-safe."""
 
-    def __init__(self, model: Model, max_bytes: int) -> None:
-        self._model = model
+    def __init__(self, runner: Runner, max_bytes: int) -> None:
+        self._runner = runner
         self.max_bytes = int(max_bytes)
         self._entries: list[_Entry] = []
         self._lock = threading.Lock()
@@ -128,7 +128,7 @@ class PromptCache:
                     best, best_n = e, n
             if best is None:
                 self._counts[1] += 1
-                return self._model.session(), 0
+                return self._runner.session(), 0
             self._counts[0] += 1
             self._counts[2] += best_n
             if best_n == len(best.tokens) or best_n == len(best.tokens) - 1 == limit:

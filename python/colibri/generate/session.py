@@ -32,7 +32,7 @@ from .request import GenerateOptions, parse_request
 if TYPE_CHECKING:
     from typing import Unpack
 
-    from ..model import Model
+    from .runner import HasRunner, Runner
 
 Progress = Callable[[int, int], object]
 """``progress(done, total)``: called after each prefill chunk with the tokens forwarded so
@@ -43,8 +43,8 @@ session is then unchanged)."""
 class Session:
     """One conversation's state (KV cache) on a model."""
 
-    def __init__(self, model: Model, core: _core.Session) -> None:
-        self._model = model
+    def __init__(self, runner: Runner, core: _core.Session) -> None:
+        self._runner = runner
         self._core = core
         # The Sampler restored by Session.load when one was saved (for custom loops).
         self.sampler: Sampler | None = None
@@ -54,7 +54,7 @@ class Session:
             held = f"{self.n_tokens} of {self.context_length} tokens"
         except InvalidRequestError:
             held = "closed"
-        return f"Session({held}, model {self._model.name!r})"
+        return f"Session({held}, model {self._runner.handle.name!r})"
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
         p.text(repr(self))
@@ -76,7 +76,7 @@ class Session:
         save_session(self, path, sampler=sampler)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], model: Model) -> Session:
+    def load(cls, path: str | os.PathLike[str], model: HasRunner | Runner) -> Session:
         """A session of `model` restored from a file written by :meth:`save` (its
         ``sampler`` attribute holds the saved Sampler, if any). Refuses a file saved from
         another model, a corrupt or truncated one, or one from a newer format."""
@@ -91,7 +91,7 @@ class Session:
         bits)."""
         held = self.n_tokens
         n = held if n is None else int(n)
-        new = self._model.session()
+        new = self._runner.session()
         new._core.copy_prefix_from(self._core, n)
         if n and n == held and self._core.last_logits is not None:
             new._refresh_logits()
@@ -145,10 +145,10 @@ class Session:
             raise InvalidRequestError(
                 f"progress must be a callable(done, total), not {type(progress).__name__}"
             )
-        batcher = self._model._batcher
+        batcher = self._runner.batcher
         if batcher is not None:  # a server's continuous batching (colibri.generate.batching)
             return batcher.forward(self, ids, all_logits, progress)
-        chunk = self._model.engine_config.prefill_chunk or 0
+        chunk = self._runner.handle.engine_config.prefill_chunk or 0
         result: npt.NDArray[np.float32] = self._core.forward(ids, all_logits, chunk, progress)
         return result
 
@@ -213,7 +213,7 @@ class Session:
             self._check_ids(ids)
         request = parse_request({"max_tokens": max_tokens, "sampling": sampling, "stop": stop,
                                  **options}, where="Session.stream")
-        return self._model._stream(
+        return self._runner.stream(
             self, ids, request, {} if _result is None else _result, history=self.token_ids,
             progress=progress,
         )  # fmt: skip
@@ -287,7 +287,7 @@ class Session:
             raise InvalidRequestError("forward needs at least one token id")
         if not np.issubdtype(arr.dtype, np.integer):
             raise InvalidRequestError(f"token ids must be integers, got dtype {arr.dtype}")
-        vocab = self._model.config.vocab_size
+        vocab = self._runner.handle.config.vocab_size
         bad = np.flatnonzero((arr < 0) | (arr >= vocab))
         if bad.size:
             i = int(bad[0])

@@ -37,7 +37,8 @@ from ..errors import ContextOverflowError, InvalidRequestError, ModelFormatError
 from ..sampling import Sampler, Sampling
 
 if TYPE_CHECKING:
-    from ..model import Model
+    from ..engine.handle import EngineHandle
+    from .runner import HasRunner, Runner
     from .session import Session
 
 __all__ = ["FORMAT", "VERSION", "load_session", "model_fingerprint", "save_session"]
@@ -51,7 +52,7 @@ _MAX_HEADER = 256 << 20
 _FINGERPRINTS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
-def model_fingerprint(model: Model) -> str:
+def model_fingerprint(model: EngineHandle) -> str:
     """A SHA-256 naming the model's weights (computed once per loaded model)."""
     hit = _FINGERPRINTS.get(model)
     if hit is not None:
@@ -88,7 +89,7 @@ def _sampler_from(doc: dict[str, Any]) -> Sampler:
 def save_session(session: Session, path: str | os.PathLike[str], *,
                  sampler: Sampler | None = None) -> None:
     """Writes `session` (and `sampler`'s state) to `path`, atomically."""
-    model = session._model
+    model = session._runner.handle
     core = session._core
     n = session.n_tokens
     if n != len(session.token_ids):
@@ -168,8 +169,12 @@ def _read(path: Path) -> tuple[dict[str, Any], bytes, bytes]:
     return header, payload[:kv_len], payload[kv_len:]
 
 
-def load_session(path: str | os.PathLike[str], model: Model) -> Session:
-    """Restores a session saved by :func:`save_session` into `model`."""
+def load_session(path: str | os.PathLike[str], owner: HasRunner | Runner) -> Session:
+    """Restores a session saved by :func:`save_session` into `owner`'s model."""
+    from .runner import runner_of
+
+    runner = runner_of(owner)
+    model = runner.handle
     p = Path(path).expanduser()
     header, kv, logits_bytes = _read(p)
     saved = header.get("model", {})
@@ -199,7 +204,7 @@ def load_session(path: str | os.PathLike[str], model: Model) -> Session:
         raise ModelFormatError(f"{p}: a saved token id is outside the vocabulary [0, {vocab})")
     if logits_bytes and (len(logits_bytes) != 4 * vocab or not ids):
         raise ModelFormatError(f"{p}: the saved logits are not one row of {vocab}")
-    session = model.session()
+    session = runner.session()
     if header.get("kv_type") != session._core.kv_type:
         raise InvalidRequestError(f"{p} holds a {header.get('kv_type')!r} KV cache; this "
                                   f"model's sessions use {session._core.kv_type!r}")

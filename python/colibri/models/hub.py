@@ -41,6 +41,7 @@ from typing import TextIO
 
 from ..errors import ModelFormatError, ModelNotFoundError
 from ..progress import Progress
+from ..settings.paths import default_cache_dir
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -104,14 +105,6 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 class ResolvedModel:
     path: Path  # the file or directory to load
     name: str | None  # the named model it came from, None for a path given by the user
-
-
-def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/colibri/models``, or ``~/.cache/colibri/models`` when that variable
-    is unset or empty (it must be an absolute path to count, as the XDG spec says)."""
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "colibri" / "models"
 
 
 def _cache(cache_dir: str | os.PathLike[str] | None) -> Path:

@@ -29,7 +29,7 @@ __all__ = ["slot_kv_budget"]
 def slot_kv_budget(model: Model, parallel: int, kv_budget: int | None = None) -> int:
     """The KV bytes `parallel` slots may reserve on `model` (see the module docstring);
     shrinks the expert cache when an explicit `kv_budget` needs it."""
-    plan = model._plan
+    plan = model.runner.handle.plan
     full = model.stats().memory
     one = full.session_kv_bytes if full is not None else 0
     if plan is None or one <= 0:  # no budget plan: the slots' own bound
@@ -54,6 +54,6 @@ def slot_kv_budget(model: Model, parallel: int, kv_budget: int | None = None) ->
     core.configure_store(store_settings(model.engine_config, cache))
     # The plan now counts all the slots' KV, MTP layers' included (the budget's split
     # stays true).
-    model._plan = dataclasses.replace(plan, kv_bytes=kv_budget, mtp_kv_bytes=0,
-                                      cache_bytes=cache, cache_slots=int(slots))
+    model.runner.handle.plan = dataclasses.replace(
+        plan, kv_bytes=kv_budget, mtp_kv_bytes=0, cache_bytes=cache, cache_slots=int(slots))
     return kv_budget

@@ -79,7 +79,7 @@ class Scheduler:
         self.kv_reserved = 0  # bytes reserved by the running requests
         self._queue: deque[Ticket] = deque()  # tickets waiting in __aenter__, in order
         self.batcher: StepBatcher | None = None
-        if max_running > 1 and model._batcher is None:
+        if max_running > 1 and model.runner.batcher is None:
             self.batcher = StepBatcher(step_tokens=step_tokens, window=step_window,
                                        max_rows=max_running + 1)
             self.batcher.attach(model)

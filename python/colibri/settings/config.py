@@ -15,7 +15,6 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from enum import Enum
-from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import ConfigError
@@ -36,6 +35,7 @@ from .fields import (
     _sub_config,
 )
 from .names import checked_init, settings_repr
+from .paths import default_history_dir
 from .spec import DrafterName, SpecConfig, as_spec
 
 __all__ = [
@@ -157,13 +157,6 @@ class KvCacheType(str, Enum):
 
 KvCacheTypeName = Literal["auto", "f32", "f16", "bf16", "q8_0"]
 
-def default_history_dir() -> Path:
-    """Where routing histories go when ``CacheConfig.history_path`` is None:
-    ``routing/`` beside the model cache (``$XDG_CACHE_HOME/colibri/routing``, else
-    ``~/.cache/colibri/routing``). Reads the environment, so only when called."""
-    from ..models.hub import default_cache_dir
-
-    return default_cache_dir().parent / "routing"
 
 
 # --- settings -----------------------------------------------------------------------------
