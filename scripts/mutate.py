@@ -38,11 +38,11 @@ _KERNELS = ("csrc/quant/kernels_avx2.cpp", "csrc/quant/kernels_avx512.cpp",
 # name -> [(file, text, replacement[, EVERY])]
 MUTATIONS: dict[str, list[tuple[str, ...]]] = {
     # item 1: the forward pass
-    "eps-1e-5": [("python/colibri/core_spec.py", "spec.rms_norm_eps = cfg.rms_norm_eps",
+    "eps-1e-5": [("python/colibri/engine/core_spec.py", "spec.rms_norm_eps = cfg.rms_norm_eps",
                   "spec.rms_norm_eps = 1e-5")],
-    "eps-0": [("python/colibri/core_spec.py", "spec.rms_norm_eps = cfg.rms_norm_eps",
+    "eps-0": [("python/colibri/engine/core_spec.py", "spec.rms_norm_eps = cfg.rms_norm_eps",
                "spec.rms_norm_eps = 0.0")],
-    "rope-missing-2": [("python/colibri/rope.py",
+    "rope-missing-2": [("python/colibri/engine/rope.py",
                         "exponents = np.arange(0, dim, 2, dtype=np.int64)",
                         "exponents = np.arange(0, dim // 2, dtype=np.int64)")],
     "gate-up-swapped": [("csrc/model/moe.cpp", "const WeightView w[2] = {e.gate, e.up};",

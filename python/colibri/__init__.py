@@ -19,6 +19,7 @@ from .engine.budget import BudgetPlan
 from .engine.stats import ExpertStats, MemoryStats, PhaseTimes
 from .generate.generation import Chunk, Generation, GenerationStats
 from .generate.session import Session
+from .generate.structured import Choice, Grammar, JsonSchema, Regex
 from .model import Model, ModelStats
 from .sampling import Sampler, Sampling, StopChecker
 from .settings.config import (
@@ -38,16 +39,20 @@ __all__ = [
     "BudgetPlan",
     "CacheConfig",
     "CachePolicy",
+    "Choice",
     "Chunk",
     "EngineConfig",
     "ExpertStats",
     "Generation",
     "GenerationStats",
+    "Grammar",
     "IOConfig",
+    "JsonSchema",
     "MemoryStats",
     "Model",
     "ModelStats",
     "PhaseTimes",
+    "Regex",
     "Sampler",
     "Sampling",
     "Session",
