@@ -1,6 +1,6 @@
 """Continuous batching in the core (colibri.generate.batching.forward_batch): several sessions in
 one forward give each session the same logits, bit for bit, as running it alone
-(DESIGN principle 1), on the real SmolLM2 (resident) and on a MoE whose experts are
+(docs/serving.md), on the real SmolLM2 (resident) and on a MoE whose experts are
 streamed through a tiny cache (the step reads the union of the rows' experts)."""
 
 from __future__ import annotations

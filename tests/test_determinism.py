@@ -1,5 +1,5 @@
 """Placement and scheduling never change tokens: logits are bit-identical across runs,
-team sizes and wait policies (DESIGN.md, principle 1)."""
+team sizes and wait policies (placement changes speed, never tokens: docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import pytest
 from colibri.speculative.auto import PRIOR_C0, PRIOR_RHO, AutoSwitch, CostModel
 
 # Measured verify cost curves (time of a forward of k drafts over a one-token forward,
-# docs/benchmarks.md): the DeepSeek-V3-shaped preset resident and streamed (k = 1..4),
+# docs/benchmarks-log.md): the DeepSeek-V3-shaped preset resident and streamed (k = 1..4),
 # SmolLM2-135M Q4_1 with every position's logits (k = 1..8), and a linear one.
 MOE_RESIDENT = (2.42, 2.72, 3.81, 4.50)
 MOE_STREAMED = (1.75, 2.73, 3.11, 3.80)
@@ -188,7 +188,7 @@ def test_the_crossover(curve: Sequence[float], a: float) -> None:
 
 # --- acceptance per context (the lookup's match length) ------------------------------------
 
-SMOLLM2_NOW = (1.46, 2.01, 2.27, 3.11, 3.49, 4.08, 4.59, 5.31)  # AVX-512 VM, benchmarks.md
+SMOLLM2_NOW = (1.46, 2.01, 2.27, 3.11, 3.49, 4.08, 4.59, 5.31)  # AVX-512 VM, benchmarks-log.md
 
 
 def simulate_contexts(use_context: bool, tokens: int = 400, seed: int = 0,

@@ -1,4 +1,4 @@
-"""Placement never changes tokens (DESIGN.md, "The expert store"): with routed experts
+"""Placement never changes tokens (docs/streaming.md): with routed experts
 streamed through a cache that holds only a few of them, the logits are bit-identical to a
 run with every expert resident, whatever the I/O workers, O_DIRECT, prefetch, cache policy
 or team size; and the expert counters say what happened (misses, evictions, bytes read,

@@ -1,4 +1,4 @@
-"""The RAM budget holds (DESIGN.md, "The expert store": one budget for the whole engine;
+"""The RAM budget holds (docs/streaming.md, "The budget": one budget for the whole engine;
 the process never exceeds it by more than a documented margin), and a budget too small
 for the model is refused at load with a ConfigError that states a minimum that works.
 

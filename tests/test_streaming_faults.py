@@ -2,7 +2,7 @@
 short under a loaded model, a disk slower than the compute. Each error raises
 colibri.errors.ModelIOError naming the expert (or the file), never leaves a session
 half-advanced (its token count and ids are unchanged), and once the fault is gone the same
-model serves again, bit-identical to a clean one (DESIGN.md, "The expert store";
+model serves again, bit-identical to a clean one (docs/streaming.md, "Failures";
 ExpertStore::abort). A slow disk changes nothing but time: the compute really waits on
 reads in flight, and the logits stay bit-identical.
 """

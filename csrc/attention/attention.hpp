@@ -26,7 +26,7 @@
 //  - decode (one query) splits the keys into chunks of kChunkKeys, computes each chunk's
 //    partial softmax state in parallel and merges the partials in chunk order.
 //
-// Determinism (DESIGN principle 1): a query's result is defined by one canonical order,
+// Determinism (docs/architecture.md): a query's result is defined by one canonical order,
 // whatever the batch, the work split or the team size: keys are taken in fixed blocks of
 // kBlockKeys at absolute key indices (multiples of kBlockKeys), each chunk of kChunkKeys
 // starts from an empty softmax state, and chunk partials are merged into the running state

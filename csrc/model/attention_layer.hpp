@@ -90,7 +90,7 @@ class AttentionLayer {
 
   // The batched form: x holds the rows of every segment one after the other ([sum n,
   // hidden]), each segment its own session's positions and cache; out likewise. A row's
-  // result must not depend on the other segments (DESIGN principle 1). The default runs
+  // result must not depend on the other segments (docs/serving.md). The default runs
   // the segments one after the other through forward(); a unit that can share its
   // projections' weight reads over all rows (GQA) overrides it.
   virtual void forward_segments(AttentionContext& ctx, const float* x, const std::vector<AttnSegment>& segs,

@@ -10,7 +10,7 @@
 //
 // which equals the expanded form (k_j = [W_UK c_j | kr_j], v_j = W_UV c_j) up to summation
 // order. One form for prefill and decode keeps a prompt processed at once bit-identical to
-// the same prompt fed token by token (DESIGN.md: attention); absorbed attention reads one
+// the same prompt fed token by token (docs/deepseek.md); absorbed attention reads one
 // row of 576 values per key for DeepSeek-V3 instead of 128 heads x 256. The attention itself
 // is the kernels' MQA case (attention/attention.hpp): one KV "head", every query head in its
 // group, key dim kv_lora + rope, value dim kv_lora (a prefix of the key row).

@@ -5,7 +5,7 @@
 // expert sum in router order, the lm_head) gives a row the same bits whatever else is in
 // the batch; what is per sequence (RoPE positions, the cache append, attention over the
 // sequence's own cache) runs per segment. So forward() is forward_batch() of one row, and
-// a request's logits do not depend on the batch it ran in (DESIGN principle 1; tested in
+// a request's logits do not depend on the batch it ran in (docs/serving.md; tested in
 // tests/test_batch_forward.py).
 #include <algorithm>
 #include <chrono>

@@ -1,5 +1,5 @@
 // The expert store: routed experts stay on disk and come into a RAM-budgeted cache when a
-// layer routes to them (DESIGN.md, "The expert store").
+// layer routes to them (docs/streaming.md: one RAM budget, placement never changes tokens).
 //
 // Memory: one anonymous mapping of `slots x slot_bytes`, sized by the engine's budget.
 // Each slot holds one expert (gate, up, down) exactly as its reads put it there: the slots

@@ -2,7 +2,7 @@
 //
 // A prefetch that the next layer does not route to costs a read of the device's time and
 // a slot; on a disk that is the bottleneck a run of wrong guesses makes decode slower than
-// no prefetch at all (docs/benchmarks.md measured 51% of the reads used on *local* routing,
+// no prefetch at all (docs/benchmarks-log.md, 2026-11-30: 51% of reads used on *local* routing,
 // a net loss). The governor keeps a rolling window of outcomes, one per *candidate*: a
 // predicted expert that was not in the cache when predicted, i.e. one a prefetch would
 // read. Its outcome is whether the layer then routed to it. Candidates are scored whether

@@ -325,7 +325,7 @@ struct Q4_0 {
 // Per lane the float operations are the scalar reference's (reference.cpp), in its order,
 // every product and sum rounded where the reference rounds, the block terms summed in double
 // (the 8 rows' sums in a zmm; ~15 % slower in isolation than a float running sum, which
-// lost accuracy: docs/benchmarks.md, session 27) and rounded to float once:
+// lost accuracy: docs/benchmarks-log.md, session 27) and rounded to float once:
 //   Q4_1: sum = sum + double(fma(d_w d_a, isum, m s))   Q8_0: sum = sum + double((d_w d_a) isum)
 // so vec_dot, vec_dot_rows and the prefill tiles are bit-identical to reference.cpp, hence
 // to each other for any row grouping or batch (a short last group repeats its last row in

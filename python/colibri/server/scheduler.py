@@ -14,7 +14,7 @@ sequence by a token (each weight, and each routed expert the step's rows need, r
 for all of them; each generation samples its row right after the step, and the next step
 waits for it), a new request's prompt goes in chunks of ``step_tokens`` between the
 decodes, and requests join and leave between steps. A row's logits do not depend on the
-batch (DESIGN principle 1), so a greedy request gives the same tokens alone or under load.
+batch (docs/serving.md), so a greedy request gives the same tokens alone or under load.
 With the prompt cache on, requests running at the same time share a common prompt prefix
 (colibri.generate.prefix_share): a follower copies it from its leader's session between steps,
 within its own KV reservation.

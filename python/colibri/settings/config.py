@@ -328,7 +328,7 @@ class IOConfig:
     cache's slots at 1, 2, 4 and 8 reads in flight (about 0.2 s) and use the knee, the
     smallest depth within 90% of the best (``Model.stats().io``). Default 2, measured: on the
     2-core development VM streaming moe-8g, 1-2 workers decoded 9.1-9.8 tok/s and 4-8
-    workers 6.8-7.6 (docs/benchmarks.md): each worker checks crc32s and starts prefetches
+    workers 6.8-7.6 (docs/benchmarks-log.md): each worker checks crc32s and starts prefetches
     that cannot be cancelled once running, which takes CPU and bandwidth from the compute
     team and the demand reads. A fast NVMe drive with cores to spare may want 4-8.
     0 reads synchronously on the compute thread (no overlap; for debugging and for
@@ -375,7 +375,7 @@ class IOConfig:
     prefetch. ``"auto"``: at load, time cold reads at 1, 2, 4 and 8 reads in flight (the
     same measurement as ``workers="auto"``) and cap at the depth with the best bandwidth
     (within 3%: the smaller one); some virtio disks are fastest with one read in flight
-    (docs/benchmarks.md, sessions 25-26). The cap in use and the curve are in
+    (docs/benchmarks-log.md, sessions 25-26). The cap in use and the curve are in
     ``Model.stats().io``; ``ExpertStats.cap_waits`` counts demand reads that waited for a
     place, ``busy_seconds`` the time with a read on the device. Only which read runs when
     changes: the same bits either way."""

@@ -1,6 +1,6 @@
 """Files a model names must lie inside the model's directory.
 
-Model files come from strangers (DESIGN principle 6): a safetensors index, a container
+Model files come from strangers (docs/reliability.md): a safetensors index, a container
 manifest or a symlink in a downloaded directory can name any path on the machine. Every
 file a source opens because the model's own files name it (shards, tokenizer files,
 container data, a directory's one ``.gguf``) goes through :class:`ModelDir`, which

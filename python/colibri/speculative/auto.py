@@ -63,7 +63,7 @@ PRIOR_W_C0, PRIOR_W_RHO = 0.3, 0.3
 PRIOR_RIGHT, PRIOR_TRIED = 0.5, 2.0  # acceptance before any evidence: 1/4 (pseudo-counts)
 # The acceptance prior when the cost comes measured from earlier generations (CostMemory):
 # 1/2. With the cost known, an early verify is only risked where the measured cost makes
-# it pay at that acceptance; chosen on the session 28 replay (docs/benchmarks.md), where
+# it pay at that acceptance; chosen on the session 28 replay (docs/benchmarks-log.md), where
 # it wins on the tuning and the held-out copy tasks at every cost curve, and loses with
 # the cold cost prior (so the cold start keeps 1/4).
 WARM_PRIOR_RIGHT = 1.0
@@ -97,7 +97,7 @@ OPTIMISM = 0.5
 # is believed to go on from the first step of a generation, one of a single token is not.
 # The prior is the shape measured on SmolLM2's copy outputs (a 1-token match continues
 # ~0.35 of the time, 2-3 ~0.6, 4-10 ~0.85, 20+ ~0.95), shaded down at the short lengths
-# where a wrong belief costs free chat; chosen on the session 29 replay (docs/benchmarks.md).
+# where a wrong belief costs free chat; chosen on the session 29 replay (docs/benchmarks-log.md).
 # (Until session 28 each bucket started empty and was shrunk toward the pooled figure at its
 # position instead; that figure at a late position is mostly short matches' misses, so a
 # long copy was drafted two or three tokens at a time until its bucket had filled.)
