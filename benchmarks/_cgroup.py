@@ -2,8 +2,8 @@
 
 A model only streams if it does not sit in the page cache, so a streaming benchmark runs
 each measurement in a fresh subprocess inside a memory cgroup (its RSS and its page cache
-are capped together) after dropping the page cache (REFERENCES.md, "Measuring streaming
-honestly"). Everything here needs root except the pure helpers.
+are capped together) after dropping the page cache (docs/benchmarks.md, "Streaming under
+a RAM budget vs llama.cpp"). Everything here needs root except the pure helpers.
 
 * :class:`MemoryCgroup` creates a child memory cgroup with a limit, runs a command in it
   (:meth:`MemoryCgroup.run`), reports its peak memory and OOM kills, and removes it.

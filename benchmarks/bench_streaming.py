@@ -3,8 +3,8 @@ disk-bound bound, and one-variable sweeps of the expert store's settings.
 
 Every measurement runs in a fresh child process (this script with ``--child``) inside a
 memory cgroup whose limit caps the child's RSS and page cache together, after
-``sync; echo 3 > /proc/sys/vm/drop_caches`` (REFERENCES.md, "Measuring streaming
-honestly"; needs root). A child loads the model, then makes two requests, each on a new
+``sync; echo 3 > /proc/sys/vm/drop_caches`` (docs/benchmarks.md, "Streaming under a RAM
+budget vs llama.cpp"; needs root). A child loads the model, then makes two requests, each on a new
 session:
 
 * **cold**: the first request of the process: page cache dropped, expert cache empty;

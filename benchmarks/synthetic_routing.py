@@ -4,7 +4,7 @@ Random weights route very locally: the residual stream of a random network is do
 by a slowly varying part (attention averages its whole context, and nothing forgets), so a
 Gaussian router, which reads the whole hidden state, keeps choosing the same experts from
 token to token and a few experts per layer win most of the time. Real MoE routing is far
-closer to uniform in popularity, with moderate temporal locality (issue 14, REFERENCES.md).
+closer to uniform in popularity, with moderate temporal locality (issue 14).
 A *regime* sets how much of the router's decision comes from that slow part and how much
 from the current token alone:
 

@@ -17,7 +17,7 @@ activation roundings, and every type then differs from the f32 run by about that
     =====  ==========  ======  ==================
 
 The bounds are fractions of what the weights' own quantization costs on the same text
-(colibri Q4_1 with int8 activations vs float: KLD 0.0035, REFERENCES.md), set from the
+(colibri Q4_1 with int8 activations vs float: KLD 0.0035, docs/tuning.md), set from the
 rounding of each format: f16 keeps 11 significant bits per value (relative error 2^-11),
 bf16 8 (2^-8, 8x f16's, ~64x in KLD which goes with the square), q8_0 8 bits of one scale
 shared by 32 values, so a block with an outlier (RoPE'd keys have a few large channels)
@@ -41,7 +41,7 @@ from realmodel import smollm2_gguf
 
 TEXT = Path("/usr/share/common-licenses/GPL-3")
 N_TOKENS = 1024
-WEIGHT_KLD = 0.0035  # colibri Q4_1 + int8 activations vs float (REFERENCES.md)
+WEIGHT_KLD = 0.0035  # colibri Q4_1 + int8 activations vs float (docs/tuning.md)
 BOUNDS = {"f16": WEIGHT_KLD / 1000, "bf16": WEIGHT_KLD / 20, "q8_0": WEIGHT_KLD / 3}
 
 

@@ -92,7 +92,7 @@ def test_the_guard_catches_an_upward_import(tmp_path: Path) -> None:
     budget.write_text(budget.read_text() + "\nfrom ..model import Model  # planted\n")
     sibling = tree / "sampling" / "filters.py"
     sibling.write_text(sibling.read_text() + "\nfrom colibri.tokenizers import Tokenizer\n")
-    found = violations(tree)
+    found = sorted(set(violations(tree)) - set(violations(PACKAGE)))
     assert len(found) == 2
     assert "engine/budget.py" in found[0] and "imports model" in found[0]
     assert "sampling/filters.py" in found[1] and "imports tokenizers" in found[1]
