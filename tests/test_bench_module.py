@@ -53,11 +53,12 @@ def test_attention_harness() -> None:
 
 
 def test_bad_input_maps_to_colibri_errors() -> None:
-    x = np.ones((1, COLS - 32), np.float32)
+    narrow = np.ones((1, COLS - 32), np.float32)
     with pytest.raises(InvalidRequestError, match="columns"):
-        _bench.bench_matmul("Q4_1", _weight(), ROWS, COLS, x)
+        _bench.bench_matmul("Q4_1", _weight(), ROWS, COLS, narrow)
+    x = np.ones((1, COLS), np.float32)
     with pytest.raises(InvalidRequestError, match="unknown ISA"):
-        _bench.bench_matmul("Q4_1", _weight(), ROWS, COLS, np.ones((1, COLS), np.float32), isa="sse9")
+        _bench.bench_matmul("Q4_1", _weight(), ROWS, COLS, x, isa="sse9")
 
 
 def test_the_other_extensions_pool_is_refused() -> None:
