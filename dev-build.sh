@@ -5,7 +5,8 @@
 # path to find them there).
 #
 # Two names select sanitizer builds (scripts/sanitize.sh runs the tests under them),
-# without colibri._bench (no test needs it; timings under a sanitizer mean nothing):
+# without colibri._bench (no sanitizer test set needs it; timings under a sanitizer mean
+# nothing):
 #   asan  AddressSanitizer + UndefinedBehaviorSanitizer, every report fatal
 #   tsan  ThreadSanitizer
 # Python is not built with them, so the runtime library must be preloaded:
