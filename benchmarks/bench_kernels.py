@@ -1,7 +1,7 @@
 """Matrix-vector throughput of the quantized kernels, next to the machine's read bandwidth.
 
 For each weight type, times y = W x (one token, the decode hot path) through
-colibri._core.quant.bench_matmul, which runs the threaded matmul `--iters` times inside one
+colibri._bench.bench_matmul, which runs the threaded matmul `--iters` times inside one
 ComputeScope (as consecutive layers of a forward pass would). Two shapes:
 
 * hot:  4096 x 4096, which fits in a large L3 for 4/8-bit types (kernel-bound);
@@ -9,7 +9,7 @@ ComputeScope (as consecutive layers of a forward pass would). Two shapes:
   what decode of a model larger than the cache sees).
 
 Plus a decode-shaped sequence: the 211 matrices of one SmolLM2-135M Q4_1 decode step, one
-matmul each, in order (`_core.quant.bench_sequence`), once as separate allocations (4 KiB
+matmul each, in order (`_bench.bench_sequence`), once as separate allocations (4 KiB
 pages, like per-tensor buffers) and once copied into one huge-page-backed arena; with
 ``--sequence q4_k_m`` the types of llama.cpp's Q4_K_M file of the same model instead (Q5_0
 for the 576-column matrices, Q8_0 / Q5_0 attn_v, Q6_K / Q4_K ffn_down, a Q8_0 head).
@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from _common import machine, median, print_table, write_result
-from colibri._core import ThreadPool
+from colibri import _bench
 from colibri._core import quant as q
 
 
@@ -92,17 +92,17 @@ def make_weight(dtype: str, rows: int, cols: int, rng: np.random.Generator) -> n
     return out
 
 
-def time_matvec(dtype: str, w: np.ndarray, rows: int, cols: int, pool: ThreadPool, isa: str | None,
+def time_matvec(dtype: str, w: np.ndarray, rows: int, cols: int, pool: _bench.ThreadPool, isa: str | None,
                 iters: int, repeats: int) -> tuple[list[float], list[float]]:
     """Per repeat: median wall seconds per matvec, and the calling thread's CPU seconds per
     matvec (meaningful for a team of 1, where the caller does all the work: unlike wall time
     it does not count time the OS gave to other processes on a shared machine)."""
     x = np.random.default_rng(1).standard_normal((1, cols), dtype=np.float32)
-    q.bench_matmul(dtype, w, rows, cols, x, pool, 2, isa)  # warm-up (page faults, caches)
+    _bench.bench_matmul(dtype, w, rows, cols, x, pool, 2, isa)  # warm-up (page faults, caches)
     wall, cpu = [], []
     for _ in range(repeats):
         t0 = time.thread_time()
-        wall.append(median(q.bench_matmul(dtype, w, rows, cols, x, pool, iters, isa)))
+        wall.append(median(_bench.bench_matmul(dtype, w, rows, cols, x, pool, iters, isa)))
         cpu.append((time.thread_time() - t0) / iters)
     return wall, cpu
 
@@ -205,15 +205,15 @@ def main() -> None:
     else:
         isas = [args.isa]
     rng = np.random.default_rng(0)
-    pools = {n: ThreadPool(n) for n in args.threads}
+    pools = {n: _bench.ThreadPool(n) for n in args.threads}  # the harnesses' own teams
     load_before = os.getloadavg()
     l3 = l3_bytes()
 
     buf = np.ones(512 << 20, np.uint8)
     bandwidth = {}
     for n in args.threads:
-        q.read_bandwidth(buf, pools[n], 1)
-        bandwidth[n] = buf.nbytes / median(q.read_bandwidth(buf, pools[n], 5)) / 1e9
+        _bench.read_bandwidth(buf, pools[n], 1)
+        bandwidth[n] = buf.nbytes / median(_bench.read_bandwidth(buf, pools[n], 5)) / 1e9
     del buf
 
     rows_out: list[list[Any]] = []
@@ -256,11 +256,11 @@ def main() -> None:
         total = sum(int(b.nbytes) for _, b, _, _ in separate)
         for label, ws in (("4 KiB pages", separate), ("huge-page arena", in_arena(separate))):
             for n in args.threads:
-                q.bench_sequence(ws, pools[n], 2)
+                _bench.bench_sequence(ws, pools[n], 2)
                 ts, cpu = [], []
                 for _ in range(args.repeats):
                     t0 = time.thread_time()
-                    ts.append(median(q.bench_sequence(ws, pools[n], args.iters)))
+                    ts.append(median(_bench.bench_sequence(ws, pools[n], args.iters)))
                     cpu.append((time.thread_time() - t0) / args.iters)
                 gbs = total / median(ts) / 1e9
                 cpu_gbs = total / min(cpu) / 1e9 if n == 1 else None

@@ -1,5 +1,5 @@
 """Multi-token matmul time of the quantized kernels (prefill chunks, speculative verifies):
-y = W x for x of n token rows, one thread, through colibri._core.quant.bench_matmul (the
+y = W x for x of n token rows, one thread, through colibri._bench.bench_matmul (the
 threaded matmul's own path: activation quantization, tiles of weight rows, the ISA's tile
 kernel). SmolLM2-135M-shaped matrices (1536 x 576 gate/up, 576 x 1536 down; random
 weights, L2-resident), so the numbers are the kernels' arithmetic, not memory. Each cell is
@@ -20,6 +20,7 @@ import argparse
 import numpy as np
 
 from _common import median, print_table, write_result
+from colibri import _bench
 from colibri._core import quant as q
 
 SHAPES = [(1536, 576), (576, 1536)]
@@ -50,12 +51,12 @@ def main() -> None:
                 iters = max(3, int(160 / n))
                 t_rows, t_lanes = [], []
                 for _ in range(args.repeats):
-                    t_rows.append(min(q.bench_matmul(dtype, w, r, c, x, threads=1, iters=iters,
-                                                     isa=args.isa)))
+                    t_rows.append(min(_bench.bench_matmul(dtype, w, r, c, x, threads=1,
+                                                          iters=iters, isa=args.isa)))
                     if packed is not None:
-                        t_lanes.append(min(q.bench_matmul(dtype, packed, r, c, x, threads=1,
-                                                          iters=iters, isa=args.isa,
-                                                          lanes=True)))
+                        t_lanes.append(min(_bench.bench_matmul(dtype, packed, r, c, x, threads=1,
+                                                               iters=iters, isa=args.isa,
+                                                               lanes=True)))
                 us[n] = median(t_rows) * 1e6
                 if t_lanes:
                     lane_us[n] = median(t_lanes) * 1e6

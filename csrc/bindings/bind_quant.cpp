@@ -1,20 +1,17 @@
 // colibri._core.quant: the block kernels and the threaded matmul, exposed for tests and
-// benchmarks (not a user API). Every function that computes releases the GIL; bad input
-// raises a colibri.errors class through colibri::Error (mapped in errors.cpp).
+// benchmarks (not a user API; the timing loops are colibri._bench's, csrc/bench/). Every
+// function that computes releases the GIL; bad input raises a colibri.errors class through
+// colibri::Error (mapped in errors.cpp).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cstring>
-#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "bindings/quant_args.hpp"
 #include "common/errors.hpp"
 #include "model/matmul.hpp"
 #include "quant/dtype.hpp"
@@ -26,63 +23,6 @@ namespace py = pybind11;
 
 namespace colibri::bindings {
 namespace {
-
-using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
-using ByteArray = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
-std::atomic<uint64_t> g_read_sink{0};
-constexpr Isa kAllIsas[] = {Isa::Scalar, Isa::AVX2, Isa::AVX512, Isa::NEON};
-
-Isa isa_from_name(const std::string& name) {
-  for (Isa isa : kAllIsas)
-    if (name == isa_name(isa)) {
-      if (!isa_available(isa))
-        fail(ErrorKind::Unsupported, "ISA '" + name + "' is not available on this CPU or in this build");
-      return isa;
-    }
-  fail(ErrorKind::InvalidArgument, "unknown ISA '" + name + "' (known: scalar, avx2, avx512, neon)");
-}
-
-// Kernels for a type at an ISA (None: the best available).
-const TypeKernels& pick(DType type, const std::optional<std::string>& isa) {
-  if (!isa) return kernels(type);
-  const TypeKernels* k = kernels_for(type, isa_from_name(*isa));
-  if (!k)
-    fail(ErrorKind::Unsupported, "no " + *isa + " kernels for " + dtype_name(type));
-  return *k;
-}
-
-// The pool argument: a _core.ThreadPool, or an int (a team of that size made for the call).
-struct PoolArg {
-  std::unique_ptr<ThreadPool> owned;
-  ThreadPool* pool = nullptr;
-  explicit PoolArg(const py::object& threads) {
-    if (py::isinstance<ThreadPool>(threads)) {
-      pool = &threads.cast<ThreadPool&>();
-      return;
-    }
-    ThreadSettings s;
-    s.n_threads = threads.cast<int>();
-    py::gil_scoped_release nogil;
-    owned = std::make_unique<ThreadPool>(s);
-    pool = owned.get();
-  }
-};
-
-void check_bytes(const ByteArray& data, DType type, int64_t rows, int64_t cols) {
-  if (rows < 0) fail(ErrorKind::InvalidArgument, "rows must be >= 0, got " + std::to_string(rows));
-  const std::size_t need = static_cast<std::size_t>(rows) * row_bytes(type, cols);
-  if (static_cast<std::size_t>(data.size()) != need)
-    fail(ErrorKind::InvalidArgument, dtype_name(type) + " matrix [" + std::to_string(rows) + ", " +
-                                         std::to_string(cols) + "] needs " + std::to_string(need) +
-                                         " bytes, got " + std::to_string(data.size()));
-}
-
-// x as [n, cols] (a 1-D array is one row).
-std::pair<int64_t, int64_t> rows_cols(const FloatArray& x) {
-  if (x.ndim() == 1) return {1, x.shape(0)};
-  if (x.ndim() == 2) return {x.shape(0), x.shape(1)};
-  fail(ErrorKind::InvalidArgument, "expected a 1-D or 2-D float32 array, got " + std::to_string(x.ndim()) + " dims");
-}
 
 py::array_t<uint8_t> quantize(const std::string& dtype, const FloatArray& x, const std::optional<std::string>& isa) {
   const DType type = dtype_from_name(dtype);
@@ -127,15 +67,6 @@ float vec_dot(const std::string& dtype, const ByteArray& w, const FloatArray& x,
   py::gil_scoped_release nogil;
   k.quantize_act(x.data(), act.data(), n);
   return k.vec_dot(n, w.data(), act.data());
-}
-
-WeightView weight_view(const std::string& dtype, const ByteArray& w, int64_t rows, int64_t cols,
-                       bool lanes = false) {
-  const DType type = dtype_from_name(dtype);
-  check_bytes(w, type, rows, cols);
-  WeightView v{type, rows, cols, w.data()};
-  v.lanes = lanes;
-  return v;
 }
 
 // The row-lane layout of rows x cols `dtype` bytes (quant/lane_pack.hpp), or back (unpack).
@@ -221,84 +152,6 @@ py::array_t<float> get_rows_py(const std::string& dtype, const ByteArray& w, int
   return out;
 }
 
-// Times `iters` matmuls inside one ComputeScope (like consecutive layers of a forward
-// pass, so the team does not park between them). Returns seconds per iteration.
-std::vector<double> bench_matmul(const std::string& dtype, const ByteArray& w, int64_t rows, int64_t cols,
-                                 const FloatArray& x, const py::object& threads, int iters,
-                                 const std::optional<std::string>& isa, bool lanes) {
-  const WeightView wv = weight_view(dtype, w, rows, cols, lanes);
-  const TypeKernels& k = pick(wv.type, isa);
-  const auto [n, xc] = rows_cols(x);
-  if (xc != cols) fail(ErrorKind::InvalidArgument, "bench_matmul: x has the wrong number of columns");
-  PoolArg pool(threads);
-  std::vector<float> y(static_cast<std::size_t>(n * rows));
-  std::vector<double> times;
-  py::gil_scoped_release nogil;
-  ScratchBuffer scratch;
-  ThreadPool::ComputeScope scope(*pool.pool);
-  for (int i = 0; i < iters; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    matmul_with(*pool.pool, k, wv, x.data(), n, y.data(), scratch);
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return times;
-}
-
-// Times passes over a sequence of matrices (like the layers of one decode step), each a
-// one-token matmul, inside one ComputeScope. Returns seconds per pass.
-std::vector<double> bench_sequence(const std::vector<std::tuple<std::string, ByteArray, int64_t, int64_t>>& ws,
-                                   const py::object& threads, int iters) {
-  std::vector<WeightView> views;
-  int64_t max_cols = 0, max_rows = 0;
-  for (const auto& [dtype, bytes, rows, cols] : ws) {
-    views.push_back(weight_view(dtype, bytes, rows, cols));
-    max_cols = std::max(max_cols, cols);
-    max_rows = std::max(max_rows, rows);
-  }
-  PoolArg pool(threads);
-  std::vector<float> x(static_cast<std::size_t>(max_cols), 0.5f), y(static_cast<std::size_t>(max_rows));
-  std::vector<double> times;
-  py::gil_scoped_release nogil;
-  ScratchBuffer scratch;
-  ThreadPool::ComputeScope scope(*pool.pool);
-  for (int i = 0; i < iters; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (const WeightView& w : views) matmul(*pool.pool, w, x.data(), 1, y.data(), scratch);
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return times;
-}
-
-// Memory-read kernel for the bandwidth reference: sums 64-bit words (the compiler
-// vectorizes it), the team splitting the buffer like the matmul splits weight rows. One
-// sequential stream is what hardware prefetchers handle best; `prefetch` adds the matvec
-// kernels' software prefetch (16 KiB ahead into L2) for comparison (slower on Zen 4).
-std::vector<double> read_bandwidth(const ByteArray& buf, const py::object& threads, int iters, bool prefetch) {
-  PoolArg pool(threads);
-  const uint64_t* p = reinterpret_cast<const uint64_t*>(buf.data());
-  const int64_t words = buf.size() / 8;
-  constexpr int64_t kChunk = 64 * 1024 / 8;
-  constexpr int64_t kAhead = 16 * 1024 / 8;
-  std::vector<double> times;
-  py::gil_scoped_release nogil;
-  ThreadPool::ComputeScope scope(*pool.pool);
-  for (int i = 0; i < iters; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    pool.pool->parallel_for((words + kChunk - 1) / kChunk, 0, [&](int64_t b, int64_t e, int) {
-      uint64_t s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      const int64_t end = std::min(words, e * kChunk);
-      for (int64_t j = b * kChunk; j + 8 <= end; j += 8) {
-        if (prefetch) __builtin_prefetch(p + j + kAhead, 0, 2);
-        for (int k = 0; k < 8; ++k) s[k] += p[j + k];
-      }
-      g_read_sink.fetch_add(s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7],
-                            std::memory_order_relaxed);  // keeps the loads
-    });
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return times;
-}
-
 }  // namespace
 
 void bind_quant(py::module_& m) {
@@ -357,15 +210,6 @@ void bind_quant(py::module_& m) {
         py::arg("unpack") = false,
         "uint8 [rows, row_bytes] in the row-lane layout the AVX-512 Q4_1 / Q8_0 kernels read "
         "(rows a multiple of 8); unpack=True: back to the ordinary layout.");
-  q.def("bench_matmul", &bench_matmul, py::arg("dtype"), py::arg("w"), py::arg("rows"), py::arg("cols"),
-        py::arg("x"), py::arg("threads") = 1, py::arg("iters") = 10, py::arg("isa") = none,
-        py::arg("lanes") = false, "Seconds per matmul, iters of them inside one ComputeScope.");
-  q.def("bench_sequence", &bench_sequence, py::arg("weights"), py::arg("threads") = 1, py::arg("iters") = 10,
-        "weights: [(dtype, bytes, rows, cols)]; seconds per pass of one-token matmuls over all of "
-        "them in order (a decode step's weight traffic), iters passes in one ComputeScope.");
-  q.def("read_bandwidth", &read_bandwidth, py::arg("buf"), py::arg("threads") = 1, py::arg("iters") = 5,
-        py::arg("prefetch") = false,
-        "Seconds per full read of buf (a native read kernel), for bandwidth references.");
 }
 
 }  // namespace colibri::bindings

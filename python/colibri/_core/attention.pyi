@@ -5,11 +5,7 @@ from __future__ import annotations
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['bench', 'block_keys', 'chunk_keys', 'run', 'workspace_floats']
-def bench(q: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], k: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], v: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None, dv: typing.SupportsInt | typing.SupportsIndex = 0, pos0: typing.SupportsInt | typing.SupportsIndex = 0, scale: typing.SupportsFloat | typing.SupportsIndex = 1.0, kv_type: str = 'F32', threads: typing.SupportsInt | typing.SupportsIndex = 1, iters: typing.SupportsInt | typing.SupportsIndex = 10, isa: str | None = None) -> float:
-    """
-    Seconds per run() with the best kernels (or those of isa), iters runs inside one ComputeScope.
-    """
+__all__: list[str] = ['block_keys', 'chunk_keys', 'run', 'workspace_floats']
 def block_keys() -> int:
     ...
 def chunk_keys() -> int:

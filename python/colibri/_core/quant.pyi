@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['act_type', 'available_isas', 'bench_matmul', 'bench_sequence', 'best_isa', 'dequantize', 'fp8_dequantize', 'fp8_matmul', 'get_rows', 'has_kernels', 'iq_table', 'isa_names', 'matmul', 'matmul_multi', 'pack_lanes', 'quantize', 'read_bandwidth', 'row_bytes', 'type_info', 'vec_dot']
+__all__: list[str] = ['act_type', 'available_isas', 'best_isa', 'dequantize', 'fp8_dequantize', 'fp8_matmul', 'get_rows', 'has_kernels', 'iq_table', 'isa_names', 'matmul', 'matmul_multi', 'pack_lanes', 'quantize', 'row_bytes', 'type_info', 'vec_dot']
 def act_type(dtype: str) -> str:
     """
     The activation format the dtype's dot product consumes.
@@ -14,14 +14,6 @@ def act_type(dtype: str) -> str:
 def available_isas() -> list[str]:
     """
     ISAs compiled in and supported by this CPU (scalar first).
-    """
-def bench_matmul(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], threads: typing.Any = 1, iters: typing.SupportsInt | typing.SupportsIndex = 10, isa: str | None = None, lanes: bool = False) -> list[float]:
-    """
-    Seconds per matmul, iters of them inside one ComputeScope.
-    """
-def bench_sequence(weights: collections.abc.Sequence[tuple[str, typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex]], threads: typing.Any = 1, iters: typing.SupportsInt | typing.SupportsIndex = 10) -> list[float]:
-    """
-    weights: [(dtype, bytes, rows, cols)]; seconds per pass of one-token matmuls over all of them in order (a decode step's weight traffic), iters passes in one ComputeScope.
     """
 def best_isa() -> str:
     ...
@@ -66,10 +58,6 @@ def pack_lanes(dtype: str, data: typing.Annotated[numpy.typing.ArrayLike, numpy.
 def quantize(dtype: str, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], isa: str | None = None) -> numpy.typing.NDArray[numpy.uint8]:
     """
     float32 [rows, cols] -> uint8 [rows, row_bytes]. isa=None: the scalar reference (byte-identical to ggml); an ISA name: that ISA's quantizer.
-    """
-def read_bandwidth(buf: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], threads: typing.Any = 1, iters: typing.SupportsInt | typing.SupportsIndex = 5, prefetch: bool = False) -> list[float]:
-    """
-    Seconds per full read of buf (a native read kernel), for bandwidth references.
     """
 def row_bytes(dtype: str, n: typing.SupportsInt | typing.SupportsIndex) -> int:
     ...
