@@ -10,7 +10,8 @@ from __future__ import annotations
 import pkgutil
 
 # Development builds place the native module in build/dev/<name>/colibri/ (see
-# dev-build.sh); extending the package path lets `colibri._core` be found there.
+# dev-build.sh); extending the package path lets `colibri._core` (and `colibri._bench`)
+# be found there.
 __path__ = pkgutil.extend_path(__path__, __name__)
 
 from . import errors
