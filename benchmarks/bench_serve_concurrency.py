@@ -68,8 +68,9 @@ def load(name: str, slots: int, threads: int, tmp: Path, context: int = 512,
                                prompt_cache=prompt_cache)
     if name == "smollm2":
         return co.Model.load(smollm2_path(), engine=co.EngineConfig(**cfg))
-    from colibri.models.demo_moe import make_demo_moe
     from streaming_helpers import budget_for_slots
+
+    from colibri.models.demo_moe import make_demo_moe
 
     path = tmp / "demo4.gguf"
     if not path.exists():

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""GGUF fixtures written by llama.cpp's own converter, for tests/test_gguf_fixtures.py.
+"""GGUF fixtures written by llama.cpp's own converter, for tests/sources/test_gguf_fixtures.py.
 
-colibri's tiny test GGUFs (tests/modelfactory.py) come from the project's own writer, so a
+colibri's tiny test GGUFs (tests/support/modelfactory.py) come from the project's own writer, so a
 convention shared by writer and reader (gate/up swapped, the expert axis reversed, Q/K rows
 permuted the wrong way) would pass every test. These fixtures close that gap: for each
 family in ``FAMILIES`` a tiny random transformers model is saved with ``save_pretrained``
@@ -19,11 +19,11 @@ permutation, metadata keys), then both are committed under ``tests/fixtures/gguf
 
 Tiny models have no tokenizer, so the converter is given a placeholder vocabulary: the
 model class's ``set_vocab`` writes a ``llama`` tokenizer with tokens ``<unk> <s> </s>
-<tok3>...`` (the same as tests/modelfactory.py's writer). Nothing else in the converter is
+<tok3>...`` (the same as tests/support/modelfactory.py's writer). Nothing else in the converter is
 changed.
 
 Weights: hidden states kept small (embedding std 1e-3, residual-writing matrices scaled
-1e-3) so every RMSNorm works where its epsilon matters, as in tests/modelfactory.py's small
+1e-3) so every RMSNorm works where its epsilon matters, as in tests/support/modelfactory.py's small
 variant. The models are deterministic in (family, seed); the committed checkpoint, not the
 seed, is the oracle, so a change of torch's RNG cannot silently change a test.
 

@@ -9,7 +9,7 @@ COLIBRI_MUT_BUILD=NAME), not into your own build. ``--old
 REV:FILE`` puts ``git show REV:tests/FILE`` next to the current tests as
 ``tests/_old_FILE`` for the run (deleted afterwards), to run the suite as it was before on
 the same mutated core; name it in the pytest arguments as ``tests/_old_FILE``. Test models
-built under a mutation of tests/modelfactory.py go to a private cache
+built under a mutation of tests/support/modelfactory.py go to a private cache
 (build/test-models-mut/NAME), so they never reach the normal one.
 
 Output: one line per run with pytest's summary, then the failing tests.
@@ -52,22 +52,23 @@ MUTATIONS: dict[str, list[tuple[str, ...]]] = {
                                  "weight[static_cast<std::size_t>(t * k + (k - 1 - j))], d);")],
     "no-shared-expert-gate": [("csrc/model/moe.cpp", "if (L.shared_gate) {",
                                "if (false && L.shared_gate) {")],
-    # item 2: a convention shared by colibri's GGUF reader and tests/modelfactory.py's writer
+    # item 2: a convention shared by colibri's GGUF reader and tests/support/modelfactory.py's
+    # writer
     # (apply as reader+writer, e.g. gguf-reader-gate-up+writer-gate-up)
     "gguf-reader-gate-up": [(
         "python/colibri/sources/gguf_source.py", 'nm = f"{m.group(1)}.{e}"',
         "nm = f\"{m.group(1).replace('ffn_gate_', 'ffn_X_').replace('ffn_up_', 'ffn_gate_')"
         ".replace('ffn_X_', 'ffn_up_')}.{e}\"")],
     "writer-gate-up": [(
-        "tests/modelfactory.py", "bid, xid, w = int(parts[2]), int(parts[-3]), parts[-2]",
+        "tests/support/modelfactory.py", "bid, xid, w = int(parts[2]), int(parts[-3]), parts[-2]",
         'bid, xid, w = int(parts[2]), int(parts[-3]), {"gate_proj": "up_proj", "up_proj": '
         '"gate_proj", "w1": "w3", "w3": "w1"}.get(parts[-2], parts[-2])', EVERY)],
     "gguf-reader-expert-axis": [("python/colibri/sources/gguf_source.py",
                                  'nm = f"{m.group(1)}.{e}"', 'nm = f"{m.group(1)}.{n_e - 1 - e}"')],
     "writer-expert-axis": [
-        ("tests/modelfactory.py", "stacked = np.stack([per[x] for x in range(n_exp)])",
+        ("tests/support/modelfactory.py", "stacked = np.stack([per[x] for x in range(n_exp)])",
          "stacked = np.stack([per[x] for x in range(n_exp - 1, -1, -1)])"),
-        ("tests/modelfactory.py", "val = tensors[gname][0][xid] if xid >= 0",
+        ("tests/support/modelfactory.py", "val = tensors[gname][0][xid] if xid >= 0",
          "val = tensors[gname][0][::-1][xid] if xid >= 0"),
     ],
     # item 3: the int8 path of Q4_1 (Q8_1 activations), in every kernel alike
@@ -123,7 +124,7 @@ def main(argv: list[str]) -> int:
             assert n == 1 or (EVERY in mut and n >= 1), (mut[0], text, n)
             path.write_text(s.replace(text, new))
         for rev, file in old:
-            dst = ROOT / "tests" / f"_old_{file}"
+            dst = ROOT / "tests" / f"_old_{Path(file).name}"
             text = subprocess.run(["git", "show", f"{rev}:tests/{file}"], cwd=ROOT,
                                   capture_output=True, text=True, check=True).stdout
             for was, now in OLD_ADAPT.get(file, []):
@@ -133,7 +134,10 @@ def main(argv: list[str]) -> int:
         cpp = any(m[0].startswith("csrc/") for m in muts)
         if cpp or not (BUILD / "colibri").is_dir():
             build()
-        env = dict(os.environ, PYTHONPATH=f"python:{BUILD}")
+        # Files of an old revision import the test helpers by their flat names (before
+        # tests/support/ existed).
+        support = ":tests/support" if old else ""
+        env = dict(os.environ, PYTHONPATH=f"python:{BUILD}{support}")
         if any(m[0].startswith("tests/") for m in muts):
             env["COLIBRI_TEST_MODELS"] = str(ROOT / "build" / "test-models-mut" / name)
         r = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "pytest", "-q",

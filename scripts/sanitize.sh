@@ -22,13 +22,13 @@ cxx="${CXX:-g++}"
 mode="${1:-all}"
 shift || true
 DEFAULT_TESTS=(
-  tests/test_threadpool.py
-  tests/test_io.py
-  tests/test_streaming.py
-  tests/test_streaming_faults.py
-  tests/test_streaming_stats.py
-  tests/test_streaming_layout.py
-  tests/test_session_safety.py
+  tests/kernels/test_threadpool.py
+  tests/engine/test_io.py
+  tests/engine/test_streaming.py
+  tests/engine/test_streaming_faults.py
+  tests/engine/test_streaming_stats.py
+  tests/engine/test_streaming_layout.py
+  tests/generate/test_session_safety.py
 )
 # Timing and memory figures measure the sanitizer, not the code: CPU used per wall second
 # (wait policies, idle pools) and RSS (ASan's quarantine and shadow memory).
@@ -38,12 +38,12 @@ if [ "$#" -gt 0 ]; then tests=("$@"); else tests=("${DEFAULT_TESTS[@]}" -k "$NOT
 # CI: the same parts without the slowest cases (the demo-MoE build, the full streaming
 # grid: both exercise the same code as the cases kept, at 10x the time).
 CI_TESTS=(
-  tests/test_lane_pack.py
-  tests/test_threadpool.py
-  tests/test_io.py
-  tests/test_session_safety.py
-  tests/test_streaming_faults.py
-  tests/test_streaming.py
+  tests/kernels/test_lane_pack.py
+  tests/kernels/test_threadpool.py
+  tests/engine/test_io.py
+  tests/generate/test_session_safety.py
+  tests/engine/test_streaming_faults.py
+  tests/engine/test_streaming.py
   -k "$NOT_UNDER_SANITIZERS and not demo_moe and not grid"
 )
 

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from deepseek_factory import VARIANTS as DEEPSEEK_VARIANTS
-from deepseek_factory import TinyDeepseek, build_tiny
-from modelfactory import FAMILIES, TinyModel, build_tiny_model
+from support.deepseek_factory import VARIANTS as DEEPSEEK_VARIANTS
+from support.deepseek_factory import TinyDeepseek, build_tiny
+from support.modelfactory import FAMILIES, TinyModel, build_tiny_model
+from support.smollm2_reference import reference  # noqa: F401 (a fixture: transformers on SmolLM2)
 
 # A shell starts a background job with SIGINT ignored, and Python then installs no
 # KeyboardInterrupt handler (children inherit the ignore too): the Ctrl-C tests would fail
@@ -49,44 +50,46 @@ ALLOWED_SKIPS = (
         "quantizer writing K-quant and i-quant mixes, its forward on the same file) run "
         "where it is installed (`pip install .[bench]`; results in docs/testing.md). On "
         "every run the same layouts are checked against gguf.quants and against files "
-        "written by llama.cpp's converter (tests/test_gguf_fixtures.py)."),
+        "written by llama.cpp's converter (tests/sources/test_gguf_fixtures.py)."),
     AllowedSkip(
         "tests/*", "needs llama-cpp-python",
-        "As above (tests/llamacpp_quant.py: files re-quantized by llama.cpp)."),
+        "As above (tests/support/llamacpp_quant.py: files re-quantized by llama.cpp)."),
     AllowedSkip(
-        "tests/test_kquants.py::test_quantize_bytes_match_llama_cpp*", "gguf.quants has no K-quant",
+        "tests/kernels/test_kquants.py::test_quantize_bytes_match_llama_cpp*",
+        "gguf.quants has no K-quant",
         "The K-quant quantizers are compared byte for byte with ggml's own (libggml from "
         "llama-cpp-python, the bench extra); without it the same test still checks Q5_0/Q5_1 "
         "against gguf.quants, and the K-quant dequantization and dot kernels are checked "
         "against gguf.quants and the scalar reference on every run."),
     AllowedSkip(
         "tests/*", "llama-cpp-python is not installed",
-        "As above (tests/iquant_fixtures.py)."),
+        "As above (tests/support/iquant_fixtures.py)."),
     AllowedSkip(
-        "tests/test_iquants_real.py::*", "for the ",
+        "tests/oracle/test_iquants_real.py::*", "for the ",
         "The fixture is parametrized over a llama.cpp-written and a colibri-written file; "
         "a check that applies to one writer skips the other parameter."),
     AllowedSkip(
-        "tests/test_wait_policy_decode.py::test_spin_uses_more_cpu_*", "machine busy:",
+        "tests/engine/test_wait_policy_decode.py::test_spin_uses_more_cpu_*", "machine busy:",
         "A CPU-time ratio between wait policies needs the cores to itself: with other "
         "processes on them (measured from /proc/stat) spin cannot burn more than its share. "
         "The policy itself is checked on every run by counters that load cannot change "
         "(test_wait_policy_decode.py::test_policies_sleep_as_they_should, test_threadpool.py)."),
     AllowedSkip(
-        "tests/test_wait_policy_decode.py::test_spin_uses_more_cpu_*", "machine oversubscribed",
+        "tests/engine/test_wait_policy_decode.py::test_spin_uses_more_cpu_*",
+        "machine oversubscribed",
         "More runnable threads than cores: the pool's starvation guard turns spinning waits "
         "into sleeps (docs/tuning.md), so the policies cannot differ in CPU time; the counter "
         "test above checks that guard's contract."),
     AllowedSkip(
-        "tests/test_threadpool.py::test_*", "machine oversubscribed:",
+        "tests/kernels/test_threadpool.py::test_*", "machine oversubscribed:",
         "Same as above for the pool-level CPU ratios: when most spinning computations lost "
         "their cores (counted by the pool), the figures measure the scheduler. The sleep "
         "counters in the same tests are asserted before the ratio."),
     AllowedSkip(
-        "tests/test_synthetic_moe.py::test_llama_cpp_*", "could not import 'llama_cpp'",
+        "tests/bench_tools/test_synthetic_moe.py::test_llama_cpp_*", "could not import 'llama_cpp'",
         "llama-cpp-python is the bench extra (a 6-minute source build), not a test "
         "dependency; llama.cpp's file layouts are checked on every run by "
-        "tests/test_gguf_fixtures.py (files written by its own converter and quantizer)."),
+        "tests/sources/test_gguf_fixtures.py (files written by its own converter and quantizer)."),
     AllowedSkip(
         "tests/test_*deepseek.py::test_llama_cpp_*", "could not import 'llama_cpp'",
         "Running the same DeepSeek/GLM GGUF in llama.cpp needs llama-cpp-python (the bench "
@@ -94,12 +97,13 @@ ALLOWED_SKIPS = (
         "scripts/fetch_test_data.py downloads) and are checked against transformers on every "
         "run by the other tests of test_gguf_deepseek.py and test_synthetic_deepseek.py."),
     AllowedSkip(
-        "tests/test_serve_ray.py::*", "Ray Serve is not installed",
+        "tests/server/test_serve_ray.py::*", "Ray Serve is not installed",
         "Ray is the optional ray extra (colibri[ray], a large install), not a test "
         "dependency; these slow tests run where it is installed (docs/testing.md). The "
         "server the replicas run is tested on every run by tests/test_server_*.py."),
     AllowedSkip(
-        "tests/test_bench_helpers.py::test_disk_bandwidth_small_file", "O_DIRECT not supported",
+        "tests/bench_tools/test_bench_helpers.py::test_disk_bandwidth_small_file",
+        "O_DIRECT not supported",
         "The temporary directory is on a file system that refuses O_DIRECT (tmpfs); the "
         "core's own O_DIRECT fallback is tested in test_io.py."),
 )
@@ -194,8 +198,8 @@ def smollm2_server() -> Iterator[object]:
     """``colibri serve`` on the SmolLM2 GGUF in a subprocess (server_helpers.ServerProcess),
     shared by the tests/test_server_*.py modules: served as "smollm2", API key
     SERVER_KEY, a 512-token context, three queue places."""
-    from realmodel import smollm2_gguf
-    from server_helpers import SERVER_CTX, SERVER_KEY, ServerProcess
+    from support.realmodel import smollm2_gguf
+    from support.server_helpers import SERVER_CTX, SERVER_KEY, ServerProcess
 
     s = ServerProcess(smollm2_gguf(), "-c", str(SERVER_CTX), "--api-key", SERVER_KEY,
                       "--max-queue", "3", "--served-model-name", "smollm2", "-q")
@@ -207,8 +211,8 @@ def smollm2_server() -> Iterator[object]:
 def smollm2_oracle() -> Iterator[object]:
     """The same GGUF loaded in this process with the server's context: the oracle."""
     import colibri as co
-    from realmodel import smollm2_gguf
-    from server_helpers import SERVER_CTX
+    from support.realmodel import smollm2_gguf
+    from support.server_helpers import SERVER_CTX
 
     with co.Model.load(smollm2_gguf(), engine=co.EngineConfig(context_length=SERVER_CTX)) as m:
         yield m

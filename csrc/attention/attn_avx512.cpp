@@ -4,7 +4,7 @@
 // dk % 16 is zero-padded by a masked load), folded to 8 (lane i + lane i + 8) and reduced by
 // the AVX2 tree; an output element is o * alpha then one FMA per key in key order. Rows are
 // converted on load as in the AVX2 file (_mm512_cvtph_ps for F16).
-// Checked against the scalar reference by tests/test_attention_kernels.py where it runs
+// Checked against the scalar reference by tests/kernels/test_attention_kernels.py where it runs
 // (the AVX-512 development VMs).
 #if defined(__clang__)
 #pragma clang fp contract(off)

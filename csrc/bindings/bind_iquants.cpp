@@ -1,5 +1,5 @@
 // colibri._core.quant.iq_table: the i-quant lattice and value tables as compiled into the
-// core, for tests that compare them with the gguf package (tests/test_iquants.py).
+// core, for tests that compare them with the gguf package (tests/kernels/test_iquants.py).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

@@ -29,7 +29,7 @@ namespace {
 // message prefix is moved forward by D bits with
 //     r' = clmul(r.lo, K(D + 32)) ^ clmul(r.hi, K(D - 32)) ^ next 16 bytes,
 // which keeps the CRC of (r' + rest) equal to the CRC of the message. K(n) is
-// x^n mod P, bit-reflected in 32 bits and shifted left by one (tests/test_checksums.py derives
+// x^n mod P, bit-reflected in 32 bits and shifted left by one (tests/engine/test_checksums.py derives
 // these four values from the polynomial). No Barrett reduction: the last register and the
 // tail are finished by zlib, 16 + < 16 bytes.
 constexpr uint64_t kFold1024Lo = 0x1e88ef372;  // K(1056)

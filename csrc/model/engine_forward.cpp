@@ -6,7 +6,7 @@
 // the batch; what is per sequence (RoPE positions, the cache append, attention over the
 // sequence's own cache) runs per segment. So forward() is forward_batch() of one row, and
 // a request's logits do not depend on the batch it ran in (docs/serving.md; tested in
-// tests/test_batch_forward.py).
+// tests/generate/test_batch_forward.py).
 #include <algorithm>
 #include <chrono>
 #include <cstring>

@@ -5,7 +5,7 @@
 // overflows), so these kernels compute exactly what the AVX2 ones do, which are
 // bit-identical to the scalar reference for the Q8_K types. The prefill tiles take more
 // rows (32 vector registers). NOT RUN on the development host (AVX2 only): correct by that
-// construction and checked against scalar by tests/test_iquants.py where the CPU has AVX-512.
+// construction and checked against scalar by tests/kernels/test_iquants.py where the CPU has AVX-512.
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)

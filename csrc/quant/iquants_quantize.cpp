@@ -14,7 +14,7 @@
 // of least weighted error among all 256. The block scales are then coded as 4-bit multiples of
 // the super-block's half scale and every group is refitted to its final scale. Not
 // byte-compatible with llama.cpp (which has no imatrix-free IQ2_XXS): checked by
-// dequantizing with gguf and by running the file in llama.cpp (tests/test_iquant_quantizer.py, test_iquants_real.py).
+// dequantizing with gguf and by running the file in llama.cpp (tests/kernels/test_iquant_quantizer.py, test_iquants_real.py).
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)

@@ -3,7 +3,7 @@
 // quantized here is byte-identical to llama.cpp's. Every float operation below is written
 // in the order C evaluates ggml's expressions (left to right, each product and sum rounded
 // once; contraction is off), because the searches compare errors and a different rounding
-// can pick another scale. tests/test_kquants.py compares the bytes with libggml's own.
+// can pick another scale. tests/kernels/test_kquants.py compares the bytes with libggml's own.
 //
 // The shared pieces, each named as in ggml:
 //  - make_qkx2_quants: an asymmetric fit (scale, min) of n values to 0..nmax, trying

@@ -11,7 +11,7 @@
 // Group g starts where row 8g starts in the ordinary layout and the matrix keeps its size,
 // so a row range that starts at a multiple of 8 is found where it always was. Only the order
 // of bytes changes: kernels that read this layout do exactly the arithmetic of the ones that
-// read rows (the matmul relies on it, and tests/test_lane_pack.py checks the bits).
+// read rows (the matmul relies on it, and tests/kernels/test_lane_pack.py checks the bits).
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -3,7 +3,7 @@
 // `struct Ops`; internal linkage throughout). Scalar reference: q5_ref.cpp. They are the
 // kernels of Q4_0 / Q4_1 (block32_dot_x86.hpp) with the five-bit unpack: each block's integer
 // sum exact in 8 int32 lanes, the blocks accumulated in float vectors, so they agree with the
-// reference to rounding (the bound of tests/test_quant.py), and vec_dot_rows is
+// reference to rounding (the bound of tests/kernels/test_quant.py), and vec_dot_rows is
 // bit-identical to vec_dot.
 #pragma once
 #include <immintrin.h>

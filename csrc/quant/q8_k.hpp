@@ -11,7 +11,7 @@
 // v + 1.5 * 2^23 (so an inf or NaN product gives a defined, ggml-identical byte). A block
 // whose max is 0 becomes d = 0, qs = 0, bsums = 0 (ggml leaves its bsums unwritten).
 //
-// Every ISA's quantizer here is byte-identical to the scalar one (tests/test_kquants.py).
+// Every ISA's quantizer here is byte-identical to the scalar one (tests/kernels/test_kquants.py).
 #pragma once
 #include <cstdint>
 

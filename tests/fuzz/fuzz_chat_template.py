@@ -248,7 +248,7 @@ def make_mutant(seeds: list[str], seed: int, index: int) -> tuple[str, str]:
 def load_seeds() -> list[str]:
     seeds = list(BUILTIN_SEEDS)
     sys.path.insert(0, str(TESTS))
-    from tokenizer_vectors import TEMPLATES_DIR  # fetched by scripts/fetch_test_data.py
+    from support.tokenizer_vectors import TEMPLATES_DIR  # fetched by scripts/fetch_test_data.py
 
     d = TEMPLATES_DIR if any(TEMPLATES_DIR.glob("*.jinja")) else None
     if d is not None:

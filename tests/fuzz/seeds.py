@@ -71,7 +71,7 @@ def build_seeds(out: Path) -> Path:
     if (out / "DONE").is_file():
         return out
     from colibri.convert import write_container
-    from modelfactory import build_tiny_model, write_gguf
+    from support.modelfactory import build_tiny_model, write_gguf
 
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

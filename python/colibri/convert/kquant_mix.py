@@ -18,7 +18,7 @@ The rules are those of llama.cpp's quantizer (``src/llama-quant.cpp``,
 
 So ``colibri convert --quant q4_k_m`` of a GGUF picks, tensor by tensor, the types
 ``llama-quantize ... Q4_K_M`` picks, and (quantizing through float32 with the same reference
-quantizers) writes the same bytes for them; tests/test_kquant_convert.py checks both against
+quantizers) writes the same bytes for them; tests/convert/test_kquant_convert.py checks both against
 a file written by llama.cpp itself.
 """
 

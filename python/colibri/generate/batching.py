@@ -6,7 +6,7 @@ forward: the dense matmuls over all rows together (each weight read once per ste
 attention per row against its own session's KV cache, and the MoE block over the union
 of the rows' experts (each distinct routed expert read and multiplied once for all the
 rows routed to it). A row's logits are the same bits alone or in any batch (the kernels
-are per row, reductions in fixed order: docs/serving.md, tests/test_batch_forward.py).
+are per row, reductions in fixed order: docs/serving.md, tests/generate/test_batch_forward.py).
 
 :class:`StepBatcher` turns concurrent ``Session.forward`` calls from many threads (the
 server's generations, each with its own sampler, stop strings and constraints) into such

@@ -19,7 +19,7 @@ the model's text) the bars are U+FF5C (full-width) and the spaces U+2581.
 
 The formats were read off the templates themselves (llama.cpp's copies, build/test-data/
 templates: what each renders for an assistant's tool calls) and checked against llama.cpp's
-parsers (common/chat*.cpp); tests/test_server_tool_formats.py renders calls through each
+parsers (common/chat*.cpp); tests/server/test_server_tool_formats.py renders calls through each
 template and parses them back. A call that does not parse (bad JSON, no name, a missing
 closing tag in the middle of the text) stays in the text.
 """

@@ -47,7 +47,7 @@ _NUMPY = {
 }  # fmt: skip
 
 # GGML tensor types: id -> (name, elements per block, bytes per block), as
-# gguf.GGML_QUANT_SIZES (tests/test_gguf_header.py checks that they agree). Ids missing
+# gguf.GGML_QUANT_SIZES (tests/sources/test_gguf_header.py checks that they agree). Ids missing
 # here are looked up in the gguf package, so a type added there is still understood.
 GGML_TYPES: dict[int, tuple[str, int, int]] = {
     0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),

@@ -10,7 +10,7 @@ same exponent byte followed by 16 bytes whose low nibbles hold elements 0..15 an
 nibbles elements 16..31 (Q4_0's order), and it decodes ``byte`` as 2^(byte - 128) times
 doubled e2m1 values: the same numbers. So the conversion is a permutation of the 4-bit
 codes and a copy of the exponent bytes, exact by construction: every weight keeps its code
-and its block's scale (tests/test_mxfp4_hf.py checks it against a dequantization written
+and its block's scale (tests/sources/test_mxfp4_hf.py checks it against a dequantization written
 from the published layout and against transformers' own gpt-oss dequantization).
 """
 
