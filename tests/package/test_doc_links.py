@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 # Where references are written; benchmarks/results holds generated JSON only.
 SCAN = ("README.md", "docs", "python", "csrc", "benchmarks", "tests", "scripts")
