@@ -45,7 +45,7 @@ from ..errors import (
 from ..sources.hf_source import Fp8TensorInfo
 from ..sources.manifest import Manifest, ModelConfig, TensorInfo
 from ..sources.paths import ModelDir
-from ..sources.validate import tensor_nbytes
+from ..sources.quant_types import tensor_nbytes
 from .quantize import check_quant, converted_chunks, target_dtype
 from .source import open_convert_source, tensor_reader
 

@@ -35,8 +35,8 @@ import numpy.typing as npt
 from ..errors import ConfigError, ModelFormatError, UnsupportedError
 from ..sources.hf_source import Fp8TensorInfo
 from ..sources.manifest import ModelConfig, TensorInfo
+from ..sources.quant_types import BLOCK_SIZES, WEIGHT_TYPES, tensor_nbytes
 from ..sources.safetensors_files import FP8_DTYPE
-from ..sources.validate import BLOCK_SIZES, SUPPORTED_DTYPES, tensor_nbytes
 from .fp8 import decode_e4m3, dequantize_block_fp8
 from .kquant_mix import K_FALLBACK, MIX_BASE, mix_dtype
 
@@ -79,7 +79,7 @@ def target_dtype(t: TensorInfo, quant: str, config: ModelConfig | None = None) -
             return KEEP_FP8_AS
         if len(t.shape) < 2:
             return "F32"  # the core reads norms and biases as F32 only: widen (exact)
-        if t.dtype not in SUPPORTED_DTYPES:
+        if t.dtype not in WEIGHT_TYPES:
             raise UnsupportedError(f"tensor {t.name!r}: element type {t.dtype} cannot be kept")
         return t.dtype
     if not is_matrix(t):

@@ -36,8 +36,8 @@ from .fields import as_float, as_int, as_str, bad
 from .gguf_header import GGUFHeader, GGUFHeaderError, read_gguf_header
 from .manifest import Extent, Manifest, ModelConfig, QkNorm, TensorInfo
 from .paths import shown
+from .quant_types import check_dtype
 from .validate import (
-    check_dtype,
     check_extents,
     check_layer_count,
     check_packed,

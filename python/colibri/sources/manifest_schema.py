@@ -31,7 +31,8 @@ from ..errors import ModelFormatError
 from .fields import as_dict, as_int, as_list, as_str, bad
 from .manifest import ModelConfig
 from .paths import shown
-from .validate import check_config, check_dtype
+from .quant_types import check_dtype
+from .validate import check_config
 
 SOURCE_KINDS = ("gguf", "hf")
 MAX_OFFSET = 2**62  # byte offsets and lengths; far beyond any file

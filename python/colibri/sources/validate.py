@@ -22,50 +22,14 @@ from typing import Any
 from ..errors import ModelFormatError, UnsupportedArchitectureError, UnsupportedError
 from .fields import MAX_DIM, as_bool, as_float, as_int, bad
 from .manifest import Extent, ModelConfig, TensorInfo
-from .paths import clip, shown
+from .paths import shown
+from .quant_types import tensor_nbytes
 
 # Families the forward pass implements, by canonical name (ModelConfig.arch).
 SUPPORTED_FAMILIES = (
     "llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
     "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa",
 )
-
-# Element types the core can read today.
-SUPPORTED_DTYPES = (
-    "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1",
-    "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-    # i-quants and MXFP4
-    "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "MXFP4",
-)  # fmt: skip
-
-# (elements per block, bytes per block) by GGML type name.
-BLOCK_SIZES: Mapping[str, tuple[int, int]] = {
-    "F32": (1, 4),
-    "F16": (1, 2),
-    "BF16": (1, 2),
-    "Q8_0": (32, 34),
-    "Q4_0": (32, 18),
-    "Q4_1": (32, 20),
-    "Q5_0": (32, 22),
-    "Q5_1": (32, 24),
-    "Q2_K": (256, 84),
-    "Q3_K": (256, 110),
-    "Q4_K": (256, 144),
-    "Q5_K": (256, 176),
-    "Q6_K": (256, 210),
-    # i-quants and MXFP4
-    "IQ4_NL": (32, 18),
-    "IQ4_XS": (256, 136),
-    "IQ2_XXS": (256, 66),
-    "IQ2_XS": (256, 74),
-    "IQ2_S": (256, 82),
-    "IQ3_XXS": (256, 98),
-    "IQ3_S": (256, 110),
-    "IQ1_S": (256, 50),
-    "IQ1_M": (256, 56),
-    "MXFP4": (32, 17),
-}
-
 
 def unsupported_architecture(
     found: str, where: Path, supported: Sequence[str]
@@ -74,33 +38,6 @@ def unsupported_architecture(
         f"{where}: architecture {shown(found)} is not supported. Supported architectures: "
         f"{', '.join(supported)}."
     )
-
-
-def tensor_nbytes(dtype: str, shape: Sequence[int], name: str = "") -> int:
-    """Bytes a tensor of this type and shape occupies (rows of blocks for quantized types)."""
-    if dtype not in BLOCK_SIZES:
-        raise UnsupportedError(f"tensor {shown(name)}: element type {dtype} is not supported")
-    block, size = BLOCK_SIZES[dtype]
-    n = 1
-    for d in shape:
-        n *= int(d)
-    cols = int(shape[-1]) if shape else 1
-    if cols % block:
-        raise ModelFormatError(
-            f"tensor {shown(name)}: row length {cols} is not a multiple of the {dtype} "
-            f"block size {block}"
-        )
-    return n // block * size
-
-
-def check_dtype(name: str, dtype: str, where: object) -> None:
-    if dtype not in SUPPORTED_DTYPES:
-        raise UnsupportedError(
-            f"{where}: tensor {shown(name)} has element type {clip(dtype)}, which colibri "
-            f"cannot read yet "
-            f"(supported: {', '.join(SUPPORTED_DTYPES)}). Use a GGUF quantized to one of those, "
-            f"or the original Hugging Face checkpoint."
-        )
 
 
 # RoPE scaling variants colibri computes (colibri.rope), and the parameters each needs.
