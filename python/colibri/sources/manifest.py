@@ -108,7 +108,7 @@ class TensorInfo:
 class ModelConfig:
     """Architecture hyper-parameters, normalized across sources and families."""
 
-    arch: str  # family (validate.SUPPORTED_FAMILIES), e.g. "qwen3_moe", "deepseek_v3"
+    arch: str  # family (families.SUPPORTED_FAMILIES), e.g. "qwen3_moe", "deepseek_v3"
     vocab_size: int
     hidden_size: int
     n_layers: int
