@@ -2,11 +2,10 @@
 
 The header is read by :mod:`.gguf_header` (``gguf.GGUFReader`` takes seconds on a large
 vocabulary); tensor bytes stay on disk and are described by extents (absolute file
-offsets). ``general.architecture`` names the family (families/: ``llama`` is a dense
-Llama or Mixtral, ``qwen2moe``, ``qwen3moe``, ``olmoe``, ``deepseek2``, ``deepseek32``,
-``glm-dsa``, ``glm4moe``); conventions follow llama.cpp's converter
-(``convert_hf_to_gguf.py``) and model loader, family by family, so a GGUF computes what
-llama.cpp computes. What every family shares is read here:
+offsets). ``general.architecture`` names the family (``Family.gguf_architectures``,
+families/), which reads its own keys and names its tensors following llama.cpp's
+converter (``convert_hf_to_gguf.py``) and model loader, so a GGUF computes what llama.cpp
+computes. What every architecture shares is read here:
 
 * Stacked expert tensors ``blk.N.ffn_{gate,up,down}_exps.weight`` (GGML ne = [cols, rows,
   n_expert]) become one TensorInfo per expert, ``blk.N.ffn_gate_exps.E``, each with its own
