@@ -185,6 +185,19 @@ void bind_quant(py::module_& m) {
     d["implemented"] = tr.implemented;
     return d;
   }, py::arg("dtype"));
+  q.def("type_names", [](const std::optional<std::string>& role) {
+    if (role && *role != type_role_name(TypeRole::Weight) && *role != type_role_name(TypeRole::Activation) &&
+        *role != type_role_name(TypeRole::ScaledWeight))
+      fail(ErrorKind::InvalidArgument, "unknown type role '" + *role + "' (known: weight, activation, scaled_weight)");
+    std::vector<std::string> v;
+    for (DType t : all_types()) {
+      const TypeTraits& tr = type_traits(t);
+      if (!role || *role == type_role_name(tr.role)) v.push_back(tr.name);
+    }
+    return v;
+  }, py::arg("role") = none,
+     "Every tensor type the core knows, in its table's order (the weight types first); role: "
+     "only those of that role ('weight': stored in model files, 'activation', 'scaled_weight').");
   q.def("row_bytes", [](const std::string& dtype, int64_t n) { return row_bytes(dtype_from_name(dtype), n); },
         py::arg("dtype"), py::arg("n"));
   q.def("quantize", &quantize, py::arg("dtype"), py::arg("x"), py::arg("isa") = none,

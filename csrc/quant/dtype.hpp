@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace colibri {
 
@@ -39,15 +40,28 @@ enum class DType : int {
   F8_E4M3 = 200,
 };
 
+// What a type is for. Python's sources derive their type tables from this one
+// (python/colibri/sources/quant_types.py), so a new weight type is added here only.
+enum class TypeRole : int {
+  Weight,        // weights a model file stores as they are (GGUF, native containers)
+  Activation,    // quantized activations a weight type's dot product consumes (Q8_1, Q8_K)
+  ScaledWeight,  // weights read with a companion block-scale matrix (F8_E4M3)
+};
+
 struct TypeTraits {
   const char* name;
   int64_t block_size;  // elements per block (1 for plain float types)
   int64_t type_size;   // bytes per block
   bool implemented;    // has kernels in this build
+  TypeRole role;
 };
 
 // Throws Error(Unsupported) for an unknown id.
 const TypeTraits& type_traits(DType type);
+// Every type colibri knows, in table order: the weight types first, in the order
+// messages list them.
+std::vector<DType> all_types();
+const char* type_role_name(TypeRole role);  // "weight", "activation", "scaled_weight"
 DType dtype_from_id(int id);
 std::string dtype_name(DType type);
 // The names of the types that have kernels in this build, comma-separated (for errors).

@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['act_type', 'available_isas', 'best_isa', 'dequantize', 'fp8_dequantize', 'fp8_matmul', 'get_rows', 'has_kernels', 'iq_table', 'isa_names', 'matmul', 'matmul_multi', 'pack_lanes', 'quantize', 'row_bytes', 'type_info', 'vec_dot']
+__all__: list[str] = ['act_type', 'available_isas', 'best_isa', 'dequantize', 'fp8_dequantize', 'fp8_matmul', 'get_rows', 'has_kernels', 'iq_table', 'isa_names', 'matmul', 'matmul_multi', 'pack_lanes', 'quantize', 'row_bytes', 'type_info', 'type_names', 'vec_dot']
 def act_type(dtype: str) -> str:
     """
     The activation format the dtype's dot product consumes.
@@ -63,6 +63,10 @@ def row_bytes(dtype: str, n: typing.SupportsInt | typing.SupportsIndex) -> int:
     ...
 def type_info(dtype: str) -> dict[str, typing.Any]:
     ...
+def type_names(role: str | None = None) -> list[str]:
+    """
+    Every tensor type the core knows, in its table's order (the weight types first); role: only those of that role ('weight': stored in model files, 'activation', 'scaled_weight').
+    """
 def vec_dot(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], isa: str | None = None) -> float:
     """
     dot(one weight row, x): x is quantized to the act type with that ISA's quantizer.

@@ -11,8 +11,8 @@ optionally converting matrices to another type (``quant=``, :mod:`.quantize`);
 
 from __future__ import annotations
 
-from .container import ALIGNMENT, CHECKSUM, FORMAT, VERSION, WriteReport, write_container
-from .quantize import QUANT_CHOICES
+from ..sources.native_format import ALIGNMENT, CHECKSUM, FORMAT, QUANT_CHOICES, VERSION
+from .container import WriteReport, write_container
 from .verify import verify_container
 
 __all__ = [

@@ -1,5 +1,6 @@
-"""The native streaming container, version 1: format constants and the writer (the
-verifier is :mod:`colibri.convert.verify`).
+"""The native streaming container, version 1: the writer (the verifier is
+:mod:`colibri.convert.verify`; the format's constants and the reader of manifest.json are
+:mod:`colibri.sources.native_format`, re-exported here).
 
 A container is a directory (``model.colibri/``)::
 
@@ -39,41 +40,35 @@ from ..errors import (
     InvalidRequestError,
     ModelFormatError,
     ModelIOError,
-    ModelNotFoundError,
     UnsupportedError,
 )
 from ..sources.hf_source import Fp8TensorInfo
 from ..sources.manifest import Manifest, ModelConfig, TensorInfo
+from ..sources.native_format import (
+    ALIGNMENT,
+    CHECKSUM,
+    DENSE,
+    EXPERTS,
+    FORMAT,
+    JOURNAL,
+    MANIFEST,
+    PROJECTIONS,
+    TENSOR_ALIGNMENT,
+    TOKENIZER_FILES,
+    VERSION,
+)
 from ..sources.paths import ModelDir
-from ..sources.validate import tensor_nbytes
+from ..sources.quant_types import tensor_nbytes
 from .quantize import check_quant, converted_chunks, target_dtype
 from .source import open_convert_source, tensor_reader
 
-FORMAT = "colibri-container"
-VERSION = 1
-ALIGNMENT = 4096  # offset and size granularity of an expert blob (O_DIRECT-ready)
-TENSOR_ALIGNMENT = 64  # dense tensors in dense.bin; gate/up/down inside a blob
-CHECKSUM = "crc32"
-CHUNK = 16 << 20  # largest single read/write while copying
+__all__ = [  # the format's names are re-exported for callers that import them from here
+    "ALIGNMENT", "CHECKSUM", "CHUNK", "DENSE", "EXPERTS", "FORMAT", "JOURNAL", "MANIFEST",
+    "PROJECTIONS", "TENSOR_ALIGNMENT", "TOKENIZER_FILES", "VERSION", "WriteReport",
+    "crc_range", "round_up", "write_container",
+]  # fmt: skip
 
-MANIFEST = "manifest.json"
-DENSE = "dense.bin"
-EXPERTS = "experts.bin"
-JOURNAL = "convert.journal"
-# Files a Hugging Face tokenizer may need; copied as they are when the source has them.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "tokenizer.model",
-    "vocab.json",
-    "merges.txt",
-    "generation_config.json",
-    "chat_template.jinja",
-    "chat_template.json",
-)
-PROJECTIONS = ("gate", "up", "down")
+CHUNK = 16 << 20  # largest single read/write while copying
 _EXPERT_RE = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.(\d+)$")
 
 Progress = Callable[[int, int], None]
@@ -413,37 +408,6 @@ def _metadata(manifest: Manifest) -> dict[str, Any]:
     if any(isinstance(t, Fp8TensorInfo) for t in manifest.tensors.values()):
         meta.pop("quantization_config", None)
     return meta
-
-
-def read_container_json(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The parsed ``manifest.json`` of the container at ``path``, format and version
-    checked."""
-    d = Path(path)
-    f = d / MANIFEST
-    if not f.is_file():
-        if not d.exists():
-            raise ModelNotFoundError(f"container {str(d)!r} does not exist")
-        hint = (
-            " A conversion into it was interrupted: rerun it to resume."
-            if (d / JOURNAL).exists() else ""
-        )
-        raise ModelFormatError(
-            f"{d} is not a complete colibri container: it has no {MANIFEST}.{hint}"
-        )
-    try:
-        doc = json.loads(f.read_bytes())
-    except (ValueError, RecursionError) as exc:  # RecursionError: nested 100,000 deep
-        raise ModelFormatError(f"{f}: not valid JSON ({str(exc)[:200]})") from exc
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ModelFormatError(f"{f}: not a colibri container manifest (no format {FORMAT!r})")
-    if doc.get("version") != VERSION:
-        raise UnsupportedError(
-            f"{f}: container version {doc.get('version')!r}; this colibri reads version "
-            f"{VERSION}. Convert the model again with this version, or upgrade colibri."
-        )
-    if doc.get("checksum") != CHECKSUM or doc.get("alignment") != ALIGNMENT:
-        raise ModelFormatError(f"{f}: unexpected checksum or alignment")
-    return doc
 
 
 # ---------------------------------------------------------------------------- writer

@@ -35,16 +35,14 @@ import numpy.typing as npt
 from ..errors import ConfigError, ModelFormatError, UnsupportedError
 from ..sources.hf_source import Fp8TensorInfo
 from ..sources.manifest import ModelConfig, TensorInfo
+
+# The --quant choices are the container format's "quant" values (re-exported: the CLI).
+from ..sources.native_format import QUANT_CHOICES as QUANT_CHOICES
+from ..sources.quant_types import BLOCK_SIZES, WEIGHT_TYPES, tensor_nbytes
 from ..sources.safetensors_files import FP8_DTYPE
-from ..sources.validate import BLOCK_SIZES, SUPPORTED_DTYPES, tensor_nbytes
 from .fp8 import decode_e4m3, dequantize_block_fp8
 from .kquant_mix import K_FALLBACK, MIX_BASE, mix_dtype
 
-QUANT_CHOICES = (
-    "keep", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1",
-    "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m", "iq4_xs", "iq3_s", "iq3_xxs",
-    "iq2_s", "iq2_xs", "iq2_xxs", "iq1_m", "iq1_s",
-)  # fmt: skip
 CHUNK_ELEMENTS = 1 << 22  # values converted at a time: 16 MiB as float32
 FALLBACK = "F16"  # a matrix whose row length is not a multiple of the block size
 # Super-block types fall back to a 32-element type first, as llama.cpp's quantizer does
@@ -79,7 +77,7 @@ def target_dtype(t: TensorInfo, quant: str, config: ModelConfig | None = None) -
             return KEEP_FP8_AS
         if len(t.shape) < 2:
             return "F32"  # the core reads norms and biases as F32 only: widen (exact)
-        if t.dtype not in SUPPORTED_DTYPES:
+        if t.dtype not in WEIGHT_TYPES:
             raise UnsupportedError(f"tensor {t.name!r}: element type {t.dtype} cannot be kept")
         return t.dtype
     if not is_matrix(t):

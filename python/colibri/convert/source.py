@@ -10,19 +10,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ModelFormatError, ModelIOError
+from ..sources import open_model_source
 from ..sources.hf_source import load_hf
 from ..sources.manifest import Manifest, TensorInfo
+from ..sources.native_format import JOURNAL, MANIFEST
 from .quantize import Reader
 
 
 def open_convert_source(path: str | os.PathLike[str]) -> Manifest:
     """The manifest of the model at ``path`` for conversion: a GGUF file, a Hugging Face
     directory (FP8 weights reported as ``Fp8TensorInfo``) or a native container."""
-    from ..sources import open_model_source
-
     p = Path(path).expanduser()
     d = p.parent if p.is_file() and p.name == "config.json" else p
-    is_container = (d / "manifest.json").is_file() or (d / "convert.journal").is_file()
+    is_container = (d / MANIFEST).is_file() or (d / JOURNAL).is_file()
     if d.is_dir() and not is_container and (d / "config.json").is_file():
         return load_hf(d, allow_fp8=True)
     return open_model_source(p)

@@ -6,8 +6,10 @@ import os
 from pathlib import Path
 
 from ..errors import ModelFormatError, ModelIOError, ModelNotFoundError, UnsupportedError
+from ..sources.native_format import DENSE, EXPERTS
+from ..sources.native_source import read_container
 from ..sources.paths import shown
-from .container import CHUNK, DENSE, EXPERTS, crc_range
+from .container import CHUNK, crc_range
 
 
 def verify_container(path: str | os.PathLike[str]) -> list[str]:
@@ -16,8 +18,6 @@ def verify_container(path: str | os.PathLike[str]) -> list[str]:
     expert, a damaged dense tensor by name. The manifest is checked against its schema
     first (a malformed one is the one problem reported), and only files inside the
     container's directory are read."""
-    from ..sources.native_source import read_container
-
     d = Path(path)
     try:
         doc, root = read_container(d)

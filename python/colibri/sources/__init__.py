@@ -9,6 +9,7 @@ from ..errors import ModelFormatError, ModelNotFoundError
 from .gguf_source import load_gguf
 from .hf_source import load_hf
 from .manifest import Extent, Manifest, ModelConfig, TensorInfo
+from .native_format import JOURNAL, MANIFEST
 from .native_source import load_native
 from .paths import ModelDir
 from .validate import SUPPORTED_FAMILIES
@@ -41,7 +42,7 @@ def open_model_source(path: str | os.PathLike[str]) -> Manifest:
             f"{p} is neither a GGUF file nor a model directory. Pass a .gguf file or a "
             f"Hugging Face model directory (config.json + *.safetensors)."
         )
-    if (p / "manifest.json").is_file() or (p / "convert.journal").is_file():
+    if (p / MANIFEST).is_file() or (p / JOURNAL).is_file():
         return load_native(p)
     if (p / "config.json").is_file():
         return load_hf(p, allow_fp8=True)

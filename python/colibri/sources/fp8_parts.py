@@ -1,6 +1,6 @@
 """Block scales for a tensor cut from row ranges of a larger FP8 weight: MLA's ``kv_b_proj``
 split into ``attn_k_b`` (each head's ``nope`` rows, transposed at load) and ``attn_v_b``
-(each head's ``v`` rows), see :func:`.hf_deepseek.split_kv_b`.
+(each head's ``v`` rows), see :func:`.units.split_kv_b`.
 
 The parts keep their FP8 codes; only the scale matrix changes shape. A head's rows start
 at source row ``o_h = h * (nope + v)``, which need not be a multiple of the source block

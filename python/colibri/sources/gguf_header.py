@@ -29,6 +29,10 @@ import numpy as np
 from ..errors import ModelFormatError, ModelNotFoundError
 from .paths import shown
 
+# GGML_TYPES: id -> (name, block, bytes) of every GGML type (tests compare it with gguf's).
+from .quant_types import GGML_TYPES as GGML_TYPES
+from .quant_types import ggml_type
+
 GGUF_MAGIC = b"GGUF"
 GGUF_DEFAULT_ALIGNMENT = 32
 GGML_MAX_DIMS = 4
@@ -46,36 +50,9 @@ _NUMPY = {
     _FLOAT32: "f4", _BOOL: "?", _UINT64: "u8", _INT64: "i8", _FLOAT64: "f8",
 }  # fmt: skip
 
-# GGML tensor types: id -> (name, elements per block, bytes per block), as
-# gguf.GGML_QUANT_SIZES (tests/sources/test_gguf_header.py checks that they agree). Ids missing
-# here are looked up in the gguf package, so a type added there is still understood.
-GGML_TYPES: dict[int, tuple[str, int, int]] = {
-    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
-    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40),
-    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
-    13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
-    16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98),
-    19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
-    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
-    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
-    30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66),
-    39: ("MXFP4", 32, 17), 40: ("NVFP4", 64, 36), 41: ("Q1_0", 128, 18),
-}  # fmt: skip
-
-
 def ggml_type_info(type_id: int) -> tuple[str, int, int] | None:
     """(name, elements per block, bytes per block) of a GGML type id; None if unknown."""
-    info = GGML_TYPES.get(type_id)
-    if info is not None:
-        return info
-    try:
-        import gguf
-
-        qt = gguf.GGMLQuantizationType(type_id)
-        block, size = gguf.GGML_QUANT_SIZES[qt]
-    except (ImportError, ValueError, KeyError):
-        return None
-    return (qt.name, int(block), int(size))
+    return ggml_type(type_id)
 
 
 class GGUFHeaderError(ModelFormatError):

@@ -19,15 +19,12 @@ What ``save_pretrained`` writes on disk (transformers 5.2x, checked on tiny mode
 
 * Experts are written one tensor per expert with the hub's names even though transformers 5
   fuses them in memory: ``mlp.experts.{e}.{gate,up,down}_proj.weight`` (Qwen2/3-MoE,
-  OLMoE) and ``block_sparse_moe.experts.{e}.w1/w2/w3.weight`` (Mixtral; w1 = gate, w2 =
-  down, w3 = up). Fused on-disk experts (``mlp.experts.gate_up_proj`` [E, 2*ffn, hidden]
-  with gate first, ``mlp.experts.down_proj`` [E, hidden, ffn]) are split into per-expert
-  extents as well.
-* RoPE settings live in ``rope_parameters`` ({"rope_theta", "rope_type", ...}); older files
-  have top-level ``rope_theta`` and ``rope_scaling``. Both are read.
-* Qwen3-MoE writes ``num_local_experts`` (older files: ``num_experts``); Qwen2-MoE writes
-  ``qkv_bias`` (older files have none: the biases are always there); Mixtral writes
-  ``"head_dim": null``.
+  OLMoE) and ``block_sparse_moe.experts.{e}.w1/w2/w3.weight`` (Mixtral). Fused on-disk
+  experts (``mlp.experts.gate_up_proj`` [E, 2*ffn, hidden] with gate first,
+  ``mlp.experts.down_proj`` [E, hidden, ffn]) are split into per-expert extents as well.
+
+config.json becomes a ModelConfig in hf_config.py; each family module (families/) names
+its tensors (``Family.hf_names``).
 """
 
 from __future__ import annotations
@@ -42,9 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelFormatError, UnsupportedError
-from . import hf_deepseek
-from .fields import as_bool, as_float, as_int, bad
-from .manifest import Extent, Manifest, ModelConfig, QkNorm, TensorInfo
+from .families import Family, hf_family
+from .hf_config import hf_config
+from .manifest import Extent, Manifest, ModelConfig, TensorInfo
 from .paths import ModelDir, clip, shown
 from .safetensors_files import (
     FLOAT_DTYPES,
@@ -53,265 +50,23 @@ from .safetensors_files import (
     read_safetensors_header,
     shard_files,
 )
-from .validate import (
-    SUPPORTED_FAMILIES,
-    check_extents,
-    check_layer_count,
-    file_sizes,
-    order_and_check,
-    split_rows,
-    unsupported_architecture,
-)
+from .units import split_kv_b
+from .validate import check_extents, file_sizes, order_and_check, split_rows
 
 SCALE_SUFFIX = "_scale_inv"  # <weight name>_scale_inv: the FP8 block scales
 _FP8_SCALE_DTYPES = ("F32", "BF16")
 
-# model_type / architectures[0] -> family
-_MODEL_TYPES = {
-    "llama": "llama",
-    "mixtral": "mixtral",
-    "qwen2_moe": "qwen2_moe",
-    "qwen3_moe": "qwen3_moe",
-    "olmoe": "olmoe",
-}
-_ARCH_CLASSES = {
-    "LlamaForCausalLM": "llama",
-    "MixtralForCausalLM": "mixtral",
-    "Qwen2MoeForCausalLM": "qwen2_moe",
-    "Qwen3MoeForCausalLM": "qwen3_moe",
-    "OlmoeForCausalLM": "olmoe",
-}
-
 _L = r"model\.layers\.(\d+)\."
-_RULES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"model\.embed_tokens\.weight"), "token_embd"),
-    (re.compile(r"model\.norm\.weight"), "output_norm"),
-    (re.compile(r"lm_head\.weight"), "output"),
-    (re.compile(_L + r"input_layernorm\.weight"), "blk.{0}.attn_norm"),
-    (re.compile(_L + r"post_attention_layernorm\.weight"), "blk.{0}.ffn_norm"),
-    (re.compile(_L + r"self_attn\.([qkv])_proj\.weight"), "blk.{0}.attn_{1}"),
-    (re.compile(_L + r"self_attn\.([qkv])_proj\.bias"), "blk.{0}.attn_{1}.bias"),
-    (re.compile(_L + r"self_attn\.o_proj\.weight"), "blk.{0}.attn_output"),
-    (re.compile(_L + r"self_attn\.([qk])_norm\.weight"), "blk.{0}.attn_{1}_norm"),
-    (re.compile(_L + r"mlp\.(gate|up|down)_proj\.weight"), "blk.{0}.ffn_{1}"),
-    (re.compile(_L + r"(?:mlp|block_sparse_moe)\.gate\.weight"), "blk.{0}.ffn_gate_inp"),
-    (
-        re.compile(_L + r"mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight"),
-        "blk.{0}.ffn_{2}_exps.{1}",
-    ),
-    (re.compile(_L + r"block_sparse_moe\.experts\.(\d+)\.w1\.weight"), "blk.{0}.ffn_gate_exps.{1}"),
-    (re.compile(_L + r"block_sparse_moe\.experts\.(\d+)\.w2\.weight"), "blk.{0}.ffn_down_exps.{1}"),
-    (re.compile(_L + r"block_sparse_moe\.experts\.(\d+)\.w3\.weight"), "blk.{0}.ffn_up_exps.{1}"),
-    (re.compile(_L + r"mlp\.shared_expert\.(gate|up|down)_proj\.weight"), "blk.{0}.ffn_{1}_shexp"),
-    (re.compile(_L + r"mlp\.shared_expert_gate\.weight"), "blk.{0}.ffn_gate_inp_shexp"),
-]
 _FUSED_GATE_UP = re.compile(_L + r"mlp\.experts\.gate_up_proj(?:\.weight)?")
 _FUSED_DOWN = re.compile(_L + r"mlp\.experts\.down_proj(?:\.weight)?")
 _IGNORED = re.compile(r".*rotary_emb\.inv_freq")
 
 
-# --------------------------------------------------------------------------- config
-
-
-def _family(cfg: Mapping[str, Any], where: Path) -> str:
-    mt = cfg.get("model_type", "")
-    types = {**_MODEL_TYPES, **hf_deepseek.MODEL_TYPES}
-    if isinstance(mt, str) and mt in types:
-        return types[mt]
-    archs = cfg.get("architectures") or []
-    archs = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
-    classes = {**_ARCH_CLASSES, **hf_deepseek.ARCH_CLASSES}
-    for a in archs:
-        if a in classes:
-            return classes[a]
-    found = (mt if isinstance(mt, str) else "") or ", ".join(archs) or "<none>"
-    raise unsupported_architecture(found, where, SUPPORTED_FAMILIES)
-
-
-class _Fields:
-    """Typed reads of config.json keys, named in messages as ``config.json: key``."""
-
-    def __init__(self, cfg: Mapping[str, Any], where: Path) -> None:
-        self.cfg = cfg
-        self.where = where
-
-    def int(self, key: str, default: int | None = None, *, lo: int = 1) -> int:
-        v = self.cfg.get(key)
-        if v is None:
-            if default is None:
-                raise ModelFormatError(f"{self.where}: key {key!r} is missing")
-            return default
-        return as_int(v, key, self.where, lo=lo, floats=True)
-
-    def bool(self, key: str, default: bool = False) -> bool:
-        v = self.cfg.get(key)
-        return default if v is None else as_bool(v, key, self.where)
-
-
-def _rope(cfg: Mapping[str, Any], where: Path) -> tuple[float, dict[str, Any] | None]:
-    """(theta, scaling) from transformers 5's ``rope_parameters`` or the older top-level
-    ``rope_theta`` + ``rope_scaling``; scaling is None for plain RoPE, else a dict with
-    ``rope_type`` (never the old ``type`` key) and the variant's parameters (typed and
-    range-checked with the config, :func:`~.validate.check_rope_scaling`)."""
-    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    if not isinstance(params, dict):
-        raise bad(where, "rope_parameters", params, "an object")
-    if any(isinstance(v, dict) for v in params.values()):
-        raise UnsupportedError(f"{where}: per-layer-type RoPE parameters are not supported")
-    theta = as_float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)), "rope_theta",
-                     where, lo=0.0, lo_open=True)  # fmt: skip
-    kind = params.get("rope_type", params.get("type", "default"))
-    if kind in (None, "default"):
-        return theta, None
-    scaling = {k: v for k, v in params.items() if k not in ("rope_theta", "type")}
-    scaling["rope_type"] = kind
-    if kind in ("llama3", "yarn", "longrope"):
-        scaling.setdefault("original_max_position_embeddings", cfg.get("max_position_embeddings"))
-    return theta, scaling
-
-
-def _unsupported_if(cond: Any, where: Path, what: str) -> None:
-    if cond:
-        raise UnsupportedError(f"{where}: {what} is not supported")
-
-
-def _eos_ids(cfg: Mapping[str, Any], root: ModelDir) -> tuple[int, ...]:
-    ids: list[int] = []
-    sources: list[Any] = [cfg.get("eos_token_id")]
-    gen = root.optional("generation_config.json", "generation config")
-    if gen is not None:
-        try:
-            doc = json.loads(gen.read_bytes())
-            sources.append(doc.get("eos_token_id") if isinstance(doc, dict) else None)
-        except (OSError, ValueError, RecursionError):
-            pass
-    for v in sources:
-        for x in v if isinstance(v, list) else [v]:
-            if isinstance(x, int) and not isinstance(x, bool) and x >= 0 and x not in ids:
-                ids.append(x)
-    return tuple(ids)
-
-
-_HF_LAYER = re.compile(r"^model\.layers\.(\d{1,9})\.")
-
-
-def hf_config(
-    cfg: Mapping[str, Any], d: Path, tensor_names: set[str], root: ModelDir | None = None
-) -> ModelConfig:
-    """Normalize a config.json (plus what the weights show) into a ModelConfig."""
-    fam = _family(cfg, d)
-    where = d / "config.json"
-    f = _Fields(cfg, where)
-    hidden = f.int("hidden_size")
-    n_layers = f.int("num_hidden_layers")
-    n_heads = f.int("num_attention_heads")
-    vocab = f.int("vocab_size")
-    # Before anything loops over the layers: the count must be the layers present (the
-    # DeepSeek / GLM family's multi-token-prediction layers after them included).
-    n_mtp = 0
-    if fam in hf_deepseek.FAMILIES:
-        n_mtp = hf_deepseek.mtp_layer_count(cfg, n_layers, tensor_names, d)
-    check_layer_count(n_layers + n_mtp, tensor_names, "num_hidden_layers", where, _HF_LAYER)
-    n_kv = f.int("num_key_value_heads", n_heads)
-    head_dim = f.int("head_dim", hidden // n_heads)
-    if fam in hf_deepseek.FAMILIES:
-        theta, scaling = _rope(cfg, where)
-        bos = cfg.get("bos_token_id")
-        eps = cfg.get("rms_norm_eps")
-        base: dict[str, Any] = dict(
-            vocab_size=vocab, hidden_size=hidden, n_layers=n_layers, n_heads=n_heads,
-            n_kv_heads=n_kv, head_dim=head_dim,
-            rms_norm_eps=1e-6 if eps is None else as_float(eps, "rms_norm_eps", where, lo=0.0),
-            rope_theta=theta, max_position_embeddings=f.int("max_position_embeddings", 0, lo=0),
-            tie_word_embeddings=cfg.get("tie_word_embeddings") is True
-            or "lm_head.weight" not in tensor_names,
-            rope_scaling=scaling,
-            bos_token_id=bos if isinstance(bos, int) and not isinstance(bos, bool) and bos >= 0
-            else None,
-            eos_token_ids=_eos_ids(cfg, root or ModelDir(d)),
-        )  # fmt: skip
-        return hf_deepseek.family_config(fam, cfg, d, tensor_names, base)
-    _unsupported_if(
-        cfg.get("hidden_act", "silu") != "silu", d, f"hidden_act {shown(cfg.get('hidden_act'))}"
-    )
-    _unsupported_if(cfg.get("mlp_bias"), d, "mlp_bias")
-    _unsupported_if(cfg.get("clip_qkv") is not None, d, "clip_qkv (OLMoE activation clipping)")
-    _unsupported_if(cfg.get("use_sliding_window"), d, "sliding-window attention")
-    _unsupported_if(fam == "mixtral" and cfg.get("sliding_window"), d, "sliding-window attention")
-    _unsupported_if(
-        fam != "qwen2_moe" and cfg.get("attention_bias"),
-        d,
-        "attention_bias on this architecture (it adds an output-projection bias)",
-    )
-    theta, scaling = _rope(cfg, where)
-
-    qk: QkNorm = {"qwen3_moe": "head", "olmoe": "full"}.get(fam, "none")  # type: ignore[assignment]
-    moe_ffn = shared = 0
-    n_exp = top_k = 0
-    norm_topk = False
-    dense = f.int("intermediate_size", 0, lo=0)
-    if fam == "llama":
-        moe_layers = tuple(False for _ in range(n_layers))
-    else:
-        n_exp = as_int(cfg.get("num_experts") or cfg.get("num_local_experts") or 0,
-                       "num_experts", where, lo=0, floats=True)  # fmt: skip
-        top_k = f.int("num_experts_per_tok", 0, lo=0)
-        if n_exp <= 0 or top_k <= 0:
-            raise ModelFormatError(f"{where}: a {fam} model needs experts and top-k > 0")
-        if fam in ("qwen2_moe", "qwen3_moe"):
-            moe_ffn = f.int("moe_intermediate_size")
-            step = f.int("decoder_sparse_step", 1)
-            only_raw = cfg.get("mlp_only_layers") or []
-            if not isinstance(only_raw, list):
-                raise bad(where, "mlp_only_layers", only_raw, "a list of layer indices")
-            only = {as_int(i, "mlp_only_layers", where) for i in only_raw}
-            moe_layers = tuple(i not in only and (i + 1) % step == 0 for i in range(n_layers))
-            norm_topk = f.bool("norm_topk_prob")
-        else:  # mixtral, olmoe: intermediate_size is the expert width, every layer is MoE
-            moe_ffn, dense = dense, 0
-            moe_layers = tuple(True for _ in range(n_layers))
-            norm_topk = True if fam == "mixtral" else f.bool("norm_topk_prob")
-        if fam == "qwen2_moe":
-            shared = f.int("shared_expert_intermediate_size", 0, lo=0)
-        if all(moe_layers):
-            dense = 0
-    tied = f.bool("tie_word_embeddings") or "lm_head.weight" not in tensor_names
-    bias = fam == "qwen2_moe" and "model.layers.0.self_attn.q_proj.bias" in tensor_names
-    bos = cfg.get("bos_token_id")
-    eps = cfg.get("rms_norm_eps")
-    return ModelConfig(
-        arch=fam,
-        vocab_size=vocab,
-        hidden_size=hidden,
-        n_layers=n_layers,
-        n_heads=n_heads,
-        n_kv_heads=n_kv,
-        head_dim=head_dim,
-        intermediate_size=dense,
-        rms_norm_eps=1e-6 if eps is None else as_float(eps, "rms_norm_eps", where, lo=0.0),
-        rope_theta=theta,
-        max_position_embeddings=f.int("max_position_embeddings", 0, lo=0),
-        tie_word_embeddings=tied,
-        rope_scaling=scaling,
-        qk_norm=qk,
-        attention_bias=bias,
-        n_experts=n_exp,
-        n_experts_per_tok=top_k,
-        moe_intermediate_size=moe_ffn,
-        norm_topk_prob=norm_topk,
-        shared_expert_intermediate_size=shared,
-        moe_layers=moe_layers,
-        bos_token_id=bos if isinstance(bos, int) and not isinstance(bos, bool) and bos >= 0
-        else None,
-        eos_token_ids=_eos_ids(cfg, root or ModelDir(d)),
-    )
-
-
 # --------------------------------------------------------------------------- tensors
 
 
-def _canonical(name: str) -> str | None:
-    for pat, fmt in (*_RULES, *hf_deepseek.RULES):
+def _canonical(fam: Family, name: str) -> str | None:
+    for pat, fmt in fam.hf_names:
         m = pat.fullmatch(name)
         if m:
             return fmt.format(*m.groups())
@@ -488,7 +243,7 @@ def _kv_b_parts(
     fp8 = dtype == FP8_DTYPE and block is not None
     if not fp8:
         _info(f"blk.{layer}.attn_kv_b", dtype, shape, ext, where)  # refuses what it cannot read
-    parts = hf_deepseek.split_kv_b(layer, dtype, shape, ext, cfg, ITEMSIZE[dtype], where)
+    parts = split_kv_b(layer, dtype, shape, ext, cfg, ITEMSIZE[dtype], where)
     out: dict[str, TensorInfo] = {}
     for (name, pshape, exts, rows), heads in zip(parts, (cfg.n_heads, 0), strict=True):
         if fp8 and block is not None:
@@ -518,7 +273,7 @@ def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = True) -> Manifest
         raise ModelFormatError(f"{cfg_path}: cannot read config.json ({shown(exc)})") from exc
     if not isinstance(raw_cfg, dict):
         raise ModelFormatError(f"{cfg_path}: config.json is not a JSON object")
-    _family(raw_cfg, d)  # unsupported architectures fail before any weight is looked at
+    fam, _arch = hf_family(raw_cfg, d)  # unsupported ones fail before any weight is read
     block = fp8_block_size(raw_cfg, cfg_path)
     if block is not None and not allow_fp8:
         raise _fp8_refusal(d, block)
@@ -552,10 +307,10 @@ def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = True) -> Manifest
             for t in _split_fused(m.group(1), "down", dtype, shape, ext, where):
                 tensors[t.name] = t
             continue
-        if cfg.is_mla and (m := hf_deepseek.KV_B.fullmatch(name)):
+        if cfg.is_mla and fam.hf_kv_b and (m := fam.hf_kv_b.fullmatch(name)):
             tensors.update(_kv_b_parts(m.group(1), dtype, shape, ext, cfg, found, block, where))
             continue
-        cname = _canonical(name)
+        cname = _canonical(fam, name)
         if cname is None:
             raise UnsupportedError(
                 f"{where}: tensor {shown(name)} is not part of a {cfg.arch} model colibri knows "

@@ -65,14 +65,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-# Element types by GGML name. The core's DType uses GGML's numeric ids for the same names.
-TENSOR_TYPES = (
-    "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1",
-    "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-    # i-quants and MXFP4
-    "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "MXFP4",
-)  # fmt: skip
-
 QkNorm = Literal["none", "head", "full"]
 AttentionKind = Literal["gqa", "mla"]
 # Routing rules (csrc/model/routers/): softmax top-k; sigmoid + bias + group-limited top-k
@@ -93,7 +85,7 @@ class Extent:
 @dataclass(frozen=True)
 class TensorInfo:
     name: str  # canonical name (see the module docstring)
-    dtype: str  # GGML type name, one of TENSOR_TYPES
+    dtype: str  # GGML type name: quant_types.WEIGHT_TYPES, or F8_E4M3 (Fp8TensorInfo)
     shape: tuple[int, ...]  # PyTorch order: (rows, cols) for a matrix, (n,) for a vector
     extents: tuple[Extent, ...]  # bytes in storage order; their lengths sum to nbytes
     # GGUF stores Llama-family Q/K rows permuted for llama.cpp's interleaved RoPE. When
@@ -116,7 +108,7 @@ class TensorInfo:
 class ModelConfig:
     """Architecture hyper-parameters, normalized across sources and families."""
 
-    arch: str  # family (validate.SUPPORTED_FAMILIES), e.g. "qwen3_moe", "deepseek_v3"
+    arch: str  # family (families.SUPPORTED_FAMILIES), e.g. "qwen3_moe", "deepseek_v3"
     vocab_size: int
     hidden_size: int
     n_layers: int

@@ -22,16 +22,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..convert.container import ALIGNMENT as BLOB_ALIGNMENT
-from ..convert.container import DENSE as DENSE_FILE
-from ..convert.container import EXPERTS as EXPERTS_FILE
-from ..convert.container import PROJECTIONS, TENSOR_ALIGNMENT, TOKENIZER_FILES
-from ..convert.quantize import QUANT_CHOICES
 from ..errors import ModelFormatError
 from .fields import as_dict, as_int, as_list, as_str, bad
 from .manifest import ModelConfig
+from .native_format import ALIGNMENT as BLOB_ALIGNMENT
+from .native_format import DENSE as DENSE_FILE
+from .native_format import EXPERTS as EXPERTS_FILE
+from .native_format import PROJECTIONS, QUANT_CHOICES, TENSOR_ALIGNMENT, TOKENIZER_FILES
 from .paths import shown
-from .validate import check_config, check_dtype
+from .quant_types import check_dtype
+from .validate import check_config
 
 SOURCE_KINDS = ("gguf", "hf")
 MAX_OFFSET = 2**62  # byte offsets and lengths; far beyond any file

@@ -22,9 +22,10 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import ModelFormatError
+from .quant_types import BLOCK_SIZES
 
-BLOCK = 32  # elements per MXFP4 block
-GGUF_BLOCK_BYTES = 17
+# Elements per MXFP4 block (32) and bytes per GGUF block (17), from the core's table.
+BLOCK, GGUF_BLOCK_BYTES = BLOCK_SIZES["MXFP4"]
 BLOCKS_SUFFIX, SCALES_SUFFIX = "_blocks", "_scales"
 
 

@@ -21,7 +21,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..convert.container import (
+from ..errors import ModelFormatError
+from .manifest import ExpertBlob, Extent, Manifest, TensorInfo
+from .manifest_schema import ContainerDoc, check_container_doc
+from .native_format import (
     DENSE,
     EXPERTS,
     MANIFEST,
@@ -29,9 +32,6 @@ from ..convert.container import (
     TENSOR_ALIGNMENT,
     read_container_json,
 )
-from ..errors import ModelFormatError
-from .manifest import ExpertBlob, Extent, Manifest, TensorInfo
-from .manifest_schema import ContainerDoc, check_container_doc
 from .paths import ModelDir
 from .validate import check_extents, check_packed, order_and_check
 

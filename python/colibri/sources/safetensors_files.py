@@ -17,14 +17,16 @@ from typing import Any
 from ..errors import ModelFormatError
 from .fields import as_int, bad
 from .paths import ModelDir, shown
+from .quant_types import bytes_per_element
 from .validate import check_packed
 
 __all__ = ["FLOAT_DTYPES", "FP8_DTYPE", "ITEMSIZE", "read_safetensors_header", "shard_files"]
 
-FLOAT_DTYPES = {"F32": 4, "F16": 2, "BF16": 2}  # read as they are: bytes per element
-FP8_DTYPE = "F8_E4M3"  # safetensors' name for torch.float8_e4m3fn
+# Read as they are: bytes per element (safetensors names these types as GGML does).
+FLOAT_DTYPES = {n: bytes_per_element(n) for n in ("F32", "F16", "BF16")}
+FP8_DTYPE = "F8_E4M3"  # safetensors' name for torch.float8_e4m3fn (the core's name too)
 # Bytes per element, for the header's size checks.
-ITEMSIZE = {**FLOAT_DTYPES, FP8_DTYPE: 1}
+ITEMSIZE = {**FLOAT_DTYPES, FP8_DTYPE: bytes_per_element(FP8_DTYPE)}
 _MAX_HEADER = 100 * 1024 * 1024
 
 

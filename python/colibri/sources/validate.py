@@ -1,5 +1,6 @@
 """Checks shared by every model source: the config as data, families, tensor sets,
-shapes and byte extents.
+shapes and byte extents (the tensors a config implies: units.py; the families:
+families/).
 
 A source maps its own names and metadata to canonical ones; this module then checks the
 result, so every source reports the same problems the same way: a config field of the
@@ -19,89 +20,16 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelFormatError, UnsupportedArchitectureError, UnsupportedError
+from ..errors import ModelFormatError, UnsupportedError
+from .families import SUPPORTED_FAMILIES as SUPPORTED_FAMILIES
+from .families import family_of, unsupported_architecture
 from .fields import MAX_DIM, as_bool, as_float, as_int, bad
 from .manifest import Extent, ModelConfig, TensorInfo
-from .paths import clip, shown
-
-# Families the forward pass implements, by canonical name (ModelConfig.arch).
-SUPPORTED_FAMILIES = (
-    "llama", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
-    "deepseek_v2", "deepseek_v3", "deepseek_v32", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa",
-)
-
-# Element types the core can read today.
-SUPPORTED_DTYPES = (
-    "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1",
-    "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-    # i-quants and MXFP4
-    "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "MXFP4",
-)  # fmt: skip
-
-# (elements per block, bytes per block) by GGML type name.
-BLOCK_SIZES: Mapping[str, tuple[int, int]] = {
-    "F32": (1, 4),
-    "F16": (1, 2),
-    "BF16": (1, 2),
-    "Q8_0": (32, 34),
-    "Q4_0": (32, 18),
-    "Q4_1": (32, 20),
-    "Q5_0": (32, 22),
-    "Q5_1": (32, 24),
-    "Q2_K": (256, 84),
-    "Q3_K": (256, 110),
-    "Q4_K": (256, 144),
-    "Q5_K": (256, 176),
-    "Q6_K": (256, 210),
-    # i-quants and MXFP4
-    "IQ4_NL": (32, 18),
-    "IQ4_XS": (256, 136),
-    "IQ2_XXS": (256, 66),
-    "IQ2_XS": (256, 74),
-    "IQ2_S": (256, 82),
-    "IQ3_XXS": (256, 98),
-    "IQ3_S": (256, 110),
-    "IQ1_S": (256, 50),
-    "IQ1_M": (256, 56),
-    "MXFP4": (32, 17),
-}
-
-
-def unsupported_architecture(
-    found: str, where: Path, supported: Sequence[str]
-) -> UnsupportedArchitectureError:
-    return UnsupportedArchitectureError(
-        f"{where}: architecture {shown(found)} is not supported. Supported architectures: "
-        f"{', '.join(supported)}."
-    )
-
-
-def tensor_nbytes(dtype: str, shape: Sequence[int], name: str = "") -> int:
-    """Bytes a tensor of this type and shape occupies (rows of blocks for quantized types)."""
-    if dtype not in BLOCK_SIZES:
-        raise UnsupportedError(f"tensor {shown(name)}: element type {dtype} is not supported")
-    block, size = BLOCK_SIZES[dtype]
-    n = 1
-    for d in shape:
-        n *= int(d)
-    cols = int(shape[-1]) if shape else 1
-    if cols % block:
-        raise ModelFormatError(
-            f"tensor {shown(name)}: row length {cols} is not a multiple of the {dtype} "
-            f"block size {block}"
-        )
-    return n // block * size
-
-
-def check_dtype(name: str, dtype: str, where: object) -> None:
-    if dtype not in SUPPORTED_DTYPES:
-        raise UnsupportedError(
-            f"{where}: tensor {shown(name)} has element type {clip(dtype)}, which colibri "
-            f"cannot read yet "
-            f"(supported: {', '.join(SUPPORTED_DTYPES)}). Use a GGUF quantized to one of those, "
-            f"or the original Hugging Face checkpoint."
-        )
-
+from .paths import shown
+from .quant_types import tensor_nbytes
+from .units import OPTIONAL_SHAPES, optional_shapes
+from .units import expected_shapes as expected_shapes
+from .units import is_full_indexer_layer as is_full_indexer_layer
 
 # RoPE scaling variants colibri computes (colibri.engine.rope), and the parameters each needs.
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
@@ -193,6 +121,13 @@ def check_family_fields(cfg: ModelConfig, where: object) -> None:
     if cfg.router not in _ROUTERS:
         raise UnsupportedError(f"{where}: routing rule {shown(cfg.router)} is not implemented "
                                f"({', '.join(_ROUTERS)})")  # fmt: skip
+    fam = family_of(cfg.arch)
+    if cfg.attention not in fam.attention or cfg.router not in fam.routers:
+        raise UnsupportedError(
+            f"{where}: a {cfg.arch} model with {cfg.attention} attention and the {cfg.router} "
+            f"router is not implemented (the {fam.name} family: {', '.join(fam.attention)} "
+            f"attention; routers {', '.join(fam.routers)})"
+        )
     as_float(cfg.routed_scaling_factor, "routed_scaling_factor", where, lo=0.0, lo_open=True)
     as_float(cfg.attention_scale, "attention_scale", where, lo=0.0)
     n_group = as_int(cfg.n_group, "n_group", where, lo=1)
@@ -327,130 +262,6 @@ def check_expert_count(cfg: ModelConfig, names: Iterable[str], where: object) ->
             f"holds routed-expert tensors for {len(found)} distinct experts. The header is "
             f"corrupt or does not match the weights."
         )
-
-
-def _gqa_shapes(cfg: ModelConfig, b: str) -> dict[str, tuple[int, ...]]:
-    h, hd = cfg.hidden_size, cfg.head_dim
-    q_rows, kv_rows = cfg.n_heads * hd, cfg.n_kv_heads * hd
-    out: dict[str, tuple[int, ...]] = {
-        b + "attn_q": (q_rows, h), b + "attn_k": (kv_rows, h), b + "attn_v": (kv_rows, h),
-    }
-    if cfg.attention_bias:
-        out[b + "attn_q.bias"] = (q_rows,)
-        out[b + "attn_k.bias"] = (kv_rows,)
-        out[b + "attn_v.bias"] = (kv_rows,)
-    out[b + "attn_output"] = (h, q_rows)
-    if cfg.qk_norm == "head":
-        out[b + "attn_q_norm"] = (hd,)
-        out[b + "attn_k_norm"] = (hd,)
-    elif cfg.qk_norm == "full":
-        out[b + "attn_q_norm"] = (q_rows,)
-        out[b + "attn_k_norm"] = (kv_rows,)
-    return out
-
-
-def _mla_shapes(cfg: ModelConfig, b: str, indexer: bool) -> dict[str, tuple[int, ...]]:
-    h, nh = cfg.hidden_size, cfg.n_heads
-    qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
-    out: dict[str, tuple[int, ...]] = {}
-    if cfg.q_lora_rank:
-        out[b + "attn_q_a"] = (cfg.q_lora_rank, h)
-        out[b + "attn_q_a_norm"] = (cfg.q_lora_rank,)
-        out[b + "attn_q_b"] = (nh * qk, cfg.q_lora_rank)
-    else:
-        out[b + "attn_q"] = (nh * qk, h)
-    out[b + "attn_kv_a_mqa"] = (cfg.kv_lora_rank + cfg.qk_rope_head_dim, h)
-    out[b + "attn_kv_a_norm"] = (cfg.kv_lora_rank,)
-    out[b + "attn_k_b"] = (nh * cfg.kv_lora_rank, cfg.qk_nope_head_dim)
-    out[b + "attn_v_b"] = (nh * cfg.v_head_dim, cfg.kv_lora_rank)
-    out[b + "attn_output"] = (h, nh * cfg.v_head_dim)
-    if indexer:
-        ih, idim = cfg.index_n_heads, cfg.index_head_dim
-        out[b + "indexer.attn_q_b"] = (ih * idim, cfg.q_lora_rank)
-        out[b + "indexer.attn_k"] = (idim, h)
-        out[b + "indexer.k_norm"] = (idim,)
-        out[b + "indexer.k_norm.bias"] = (idim,)
-        out[b + "indexer.proj"] = (ih, h)
-    return out
-
-
-def _moe_shapes(cfg: ModelConfig, b: str) -> dict[str, tuple[int, ...]]:
-    h, f = cfg.hidden_size, cfg.moe_intermediate_size
-    out: dict[str, tuple[int, ...]] = {b + "ffn_gate_inp": (cfg.n_experts, h)}
-    if cfg.router_bias:
-        out[b + "exp_probs_b"] = (cfg.n_experts,)
-    for e in range(cfg.n_experts):
-        out[f"{b}ffn_gate_exps.{e}"] = (f, h)
-        out[f"{b}ffn_up_exps.{e}"] = (f, h)
-        out[f"{b}ffn_down_exps.{e}"] = (h, f)
-    s = cfg.shared_expert_intermediate_size
-    if s:
-        if cfg.shared_expert_gated:
-            out[b + "ffn_gate_inp_shexp"] = (1, h)
-        out[b + "ffn_gate_shexp"] = (s, h)
-        out[b + "ffn_up_shexp"] = (s, h)
-        out[b + "ffn_down_shexp"] = (h, s)
-    return out
-
-
-def is_full_indexer_layer(cfg: ModelConfig, layer: int) -> bool:
-    """True when the layer runs its own DSA indexer (MTP layers always do: the
-    multi-token-prediction pass has no earlier layer to share a selection with)."""
-    if not cfg.has_indexer:
-        return False
-    types = cfg.indexer_types
-    return layer >= cfg.n_layers or not types or types[layer] == "full"
-
-
-# nextn tensors of a multi-token-prediction layer: required, then optional copies of the
-# embedding and head (transformers ties them to the main model's and ignores these).
-MTP_REQUIRED = ("nextn.eh_proj", "nextn.enorm", "nextn.hnorm", "nextn.shared_head_norm")
-MTP_OPTIONAL = ("nextn.embed_tokens", "nextn.shared_head_head")
-
-
-def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor the config implies, in canonical order, with its PyTorch-order shape.
-    (Optional tensors, MTP_OPTIONAL, are checked by order_and_check when present.)"""
-    h = cfg.hidden_size
-    out: dict[str, tuple[int, ...]] = {"token_embd": (cfg.vocab_size, h)}
-    for i in range(cfg.n_layers + cfg.n_mtp_layers):
-        b = f"blk.{i}."
-        mtp = i >= cfg.n_layers
-        out[b + "attn_norm"] = (h,)
-        if cfg.is_mla:
-            out.update(_mla_shapes(cfg, b, is_full_indexer_layer(cfg, i)))
-        else:
-            out.update(_gqa_shapes(cfg, b))
-        out[b + "ffn_norm"] = (h,)
-        moe = mtp or (bool(cfg.moe_layers) and cfg.moe_layers[i])
-        if moe:
-            out.update(_moe_shapes(cfg, b))
-        else:
-            f = cfg.intermediate_size
-            out[b + "ffn_gate"] = (f, h)
-            out[b + "ffn_up"] = (f, h)
-            out[b + "ffn_down"] = (h, f)
-        if mtp:
-            out[b + "nextn.eh_proj"] = (h, 2 * h)
-            for n in MTP_REQUIRED[1:]:
-                out[b + n] = (h,)
-    out["output_norm"] = (h,)
-    if not cfg.tie_word_embeddings:
-        out["output"] = (cfg.vocab_size, h)
-    return out
-
-
-def optional_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Tensors a model may carry or not: MTP layers' copies of the embedding and head."""
-    out: dict[str, tuple[int, ...]] = {}
-    for i in range(cfg.n_layers, cfg.n_layers + cfg.n_mtp_layers):
-        for n in MTP_OPTIONAL:
-            out[f"blk.{i}.{n}"] = (cfg.vocab_size, cfg.hidden_size)
-    return out
-
-
-# Tensors a source may carry beyond what the config implies (kept in the manifest).
-OPTIONAL_SHAPES = {"rope_freqs"}
 
 
 def order_and_check(
