@@ -24,7 +24,7 @@ class WaitPolicy:
     
       HYBRID : spin for spin_us microseconds, then sleep
     
-      AUTO : engine only: passive when disk-bound, hybrid when compute-bound
+      AUTO : engine only: passive when disk-bound, else hybrid (passive on Apple Silicon)
     """
     AUTO: typing.ClassVar[WaitPolicy]
     HYBRID: typing.ClassVar[WaitPolicy]

@@ -7,8 +7,6 @@ except the small ``rope_freqs`` tensor that is folded into the spec.
 
 from __future__ import annotations
 
-import platform
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -43,14 +41,12 @@ _WAIT = {
 
 
 def thread_settings(cfg: ThreadConfig) -> _core.ThreadSettings:
+    """The core's copy of `cfg`. A wait policy of "auto" goes through as AUTO: the core
+    decides it (csrc/model/engine.cpp, decide_wait) and reports the choice
+    (``Engine.auto_wait_policy``, ``Engine.thread_settings``)."""
     settings = _core.ThreadSettings()
     settings.n_threads = cfg.team_size()
-    policy = cfg.wait_policy
-    if policy is WaitPolicy.AUTO and sys.platform == "darwin" and platform.machine() == "arm64":
-        # Apple Silicon: CPU and GPU share one power budget, and both seed measurements
-        # there favour sleeping even for pure-CPU decode (docs/tuning.md).
-        policy = WaitPolicy.PASSIVE
-    settings.policy = _WAIT[policy]
+    settings.policy = _WAIT[cfg.wait_policy]
     settings.spin_us = cfg.spin_us
     return settings
 
