@@ -15,7 +15,8 @@ import numpy.typing as npt
 
 from .. import _core
 from ..errors import ModelFormatError, UnsupportedError
-from ..settings.config import ActivationPrecision, EngineConfig, ThreadConfig, WaitPolicy
+from ..settings.config import ActivationPrecision, EngineConfig, ThreadConfig
+from ..settings.table import copy_to_core
 from ..sources import Manifest, ModelConfig, TensorInfo
 from ..sources.fp8_parts import part_scales
 from ..sources.hf_source import Fp8TensorInfo
@@ -32,22 +33,12 @@ _ROUTER = {
     "sigmoid_grouped": _core.RouterKind.sigmoid_grouped,
     "softmax_group_limited": _core.RouterKind.softmax_group_limited,
 }
-_WAIT = {
-    WaitPolicy.SPIN: _core.WaitPolicy.SPIN,
-    WaitPolicy.PASSIVE: _core.WaitPolicy.PASSIVE,
-    WaitPolicy.HYBRID: _core.WaitPolicy.HYBRID,
-    WaitPolicy.AUTO: _core.WaitPolicy.AUTO,
-}
-
-
 def thread_settings(cfg: ThreadConfig) -> _core.ThreadSettings:
-    """The core's copy of `cfg`. A wait policy of "auto" goes through as AUTO: the core
-    decides it (csrc/model/engine.cpp, decide_wait) and reports the choice
-    (``Engine.auto_wait_policy``, ``Engine.thread_settings``)."""
+    """The core's copy of `cfg` (ThreadConfig's declared fields). A wait policy of "auto" goes
+    through as AUTO: the core decides it (csrc/model/engine.cpp, decide_wait) and reports
+    the choice (``Engine.auto_wait_policy``, ``Engine.thread_settings``)."""
     settings = _core.ThreadSettings()
-    settings.n_threads = cfg.team_size()
-    settings.policy = _WAIT[cfg.wait_policy]
-    settings.spin_us = cfg.spin_us
+    copy_to_core(cfg, settings)
     return settings
 
 
