@@ -13,6 +13,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import colibri
@@ -31,6 +32,7 @@ from colibri.settings.config import (
 )
 from colibri.settings.fields import BOOL
 from colibri.settings.table import Settings, flag_settings, settings_of
+from modelfactory import build_tiny_model, prompt_ids
 from realmodel import smollm2_gguf
 
 TUNING = Path(__file__).resolve().parents[1] / "docs" / "tuning.md"
@@ -218,3 +220,38 @@ def test_auto_is_decided_by_the_core_and_reported() -> None:
         assert m.stats().wait_policy == "spin"
         m.set_threads(ThreadConfig(n=2))
         assert m.stats().wait_policy.startswith("auto (")
+
+
+# --- IOConfig.prefetch_min_accuracy: a field added as one declaration plus its use ----------
+
+
+def _governed_decode(src: Path, budget: int, min_accuracy: float) -> tuple[np.ndarray, object]:
+    engine = EngineConfig(ram_budget=budget, cache={"history": False},
+                          io={"workers": 1, "prefetch_min_accuracy": min_accuracy})
+    with colibri.Model.load(src, engine=engine) as m:
+        s = m.session()
+        rows = [s.forward(prompt_ids(12)).copy()]
+        rows += [s.forward([t]).copy() for t in prompt_ids(40, seed=5)]
+        return np.stack(rows), m.stats()
+
+
+def test_prefetch_min_accuracy_sets_when_the_governor_pauses() -> None:
+    """0 never pauses the lookahead; 1 pauses it as soon as one guess in its window was
+    wrong (after the 32 outcomes it needs). The governors only choose which reads start
+    early: the logits are the same bits."""
+    src = build_tiny_model("qwen3_moe").hf_dir
+    probe = colibri.Model.load(src, engine=EngineConfig(cache={"history": False}))
+    mem = probe.stats().memory
+    probe.close()
+    assert mem is not None
+    budget = mem.dense_bytes + mem.kv_bytes + mem.work_bytes + 10 * mem.slot_bytes
+    never, s_never = _governed_decode(src, budget, 0.0)
+    always, s_always = _governed_decode(src, budget, 1.0)
+    assert np.array_equal(never, always)
+    e_never, e_always = s_never.experts, s_always.experts  # type: ignore[attr-defined]
+    assert e_never.prefetch_candidates >= 64 and e_never.prefetch_candidates_used < (
+        e_never.prefetch_candidates)  # enough outcomes, some of them wrong
+    assert e_never.prefetch_switched_off == 0 and e_never.prefetch_suppressed == 0
+    assert s_never.prefetch.startswith("on")  # type: ignore[attr-defined]
+    assert e_always.prefetch_switched_off >= 1 and e_always.prefetch_suppressed > 0
+    assert e_always.prefetch_issued < e_never.prefetch_issued

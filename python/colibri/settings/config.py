@@ -363,6 +363,20 @@ class IOConfig(Settings):
     place, ``busy_seconds`` the time with a read on the device. Only which read runs when
     changes: the same bits either way."""
 
+    prefetch_min_accuracy: Setting[float, float] = Setting(
+        fraction(1.0), default=0.55, kw_only=True, core="prefetch_min_accuracy",
+        doc="pause prefetching while less than this share of its recent guesses were used "
+            "(it resumes 0.1 above); 0 = never pause",
+        flag=Flag("--prefetch-min-accuracy", metavar="P", parse=float))
+    """The prefetch governors' threshold, 0..1 (the lookahead's, and apart the first-layer
+    guess's): each scores its last 128 candidates (predicted experts that were not cached:
+    did the layer route to them?) and, after 32, pauses its reads while the share routed to
+    is below this, resuming at 0.10 more (at most 1). Default 0.55, the break-even measured
+    on the development VM's disk (docs/streaming.md, "Prefetch policy"): a wrong guess costs
+    a read of the device's time and a slot. A drive with bandwidth to spare loses little on
+    a wrong guess and may want less (0 never pauses); a slow or shared one may want more.
+    Only which reads start early changes: the same bits either way."""
+
 
 class EngineConfig(Settings):
     """Everything that shapes how a model runs. Outputs are the same bits under every
