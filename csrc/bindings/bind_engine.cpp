@@ -198,6 +198,7 @@ void bind_engine(py::module_& m) {
       .def_readwrite("direct", &StoreSettings::direct)
       .def_readwrite("prefetch", &StoreSettings::prefetch)
       .def_readwrite("first_layer_guess", &StoreSettings::first_layer_guess)
+      .def_readwrite("prefetch_min_accuracy", &StoreSettings::prefetch_min_accuracy)
       .def_readwrite("policy", &StoreSettings::policy)
       .def_readwrite("pin_fraction", &StoreSettings::pin_fraction)
       .def_readwrite("checksums", &StoreSettings::checksums);

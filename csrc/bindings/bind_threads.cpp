@@ -56,7 +56,7 @@ void bind_threads(py::module_& m) {
       .value("SPIN", WaitPolicy::Spin, "busy-wait (lowest latency; burns a core per thread)")
       .value("PASSIVE", WaitPolicy::Passive, "sleep on a condition variable")
       .value("HYBRID", WaitPolicy::Hybrid, "spin for spin_us microseconds, then sleep")
-      .value("AUTO", WaitPolicy::Auto, "engine only: passive when disk-bound, hybrid when compute-bound");
+      .value("AUTO", WaitPolicy::Auto, "engine only: passive when disk-bound, else hybrid (passive on Apple Silicon)");
 
   py::class_<ThreadSettings>(m, "ThreadSettings",
                              "Team size (caller included), wait policy and hybrid spin time.")

@@ -148,12 +148,27 @@ bool lane_layout_pays(const Tensor& t) {
   return tile && tile->packed_rows && tile->packed_tile;
 }
 
-ThreadSettings resolve_auto(ThreadSettings t) {
-  if (t.policy == WaitPolicy::Auto) t.policy = WaitPolicy::Hybrid;  // compute-bound until shown otherwise
-  return t;
-}
+// Auto's compute-bound policy: a bounded spin (Hybrid), except on Apple Silicon, where CPU
+// and GPU share one power budget and both seed measurements favoured sleeping even for
+// pure-CPU decode (docs/tuning.md).
+#if defined(__APPLE__) && defined(__aarch64__)
+constexpr WaitPolicy kAutoComputeBound = WaitPolicy::Passive;
+#else
+constexpr WaitPolicy kAutoComputeBound = WaitPolicy::Hybrid;
+#endif
 
 }  // namespace
+
+// The wait policy's Auto is decided here and nowhere else: Python passes "auto" through and
+// reads the choice back (Engine::auto_wait_policy, thread_settings). The team starts on the
+// compute-bound policy until choose_wait_policy() sees the forwards wait on the disk.
+WaitChoice decide_wait(const ThreadSettings& requested) {
+  WaitChoice c;
+  c.is_auto = requested.policy == WaitPolicy::Auto;
+  c.base = requested;
+  if (c.is_auto) c.base.policy = kAutoComputeBound;
+  return c;
+}
 
 Engine::Engine(ModelSpec spec, const std::vector<TensorSpec>& tensors,
                const std::vector<std::string>& files, const ThreadSettings& threads,
@@ -161,9 +176,8 @@ Engine::Engine(ModelSpec spec, const std::vector<TensorSpec>& tensors,
     // check_spec runs before any weight is read (the comma operator sequences it).
     : spec_(std::move(spec)), files_(files),
       weights_((check_spec(spec_), resident_tensors(tensors)), files_),
-      pool_(resolve_auto(threads)),
-      auto_wait_(threads.policy == WaitPolicy::Auto),
-      auto_base_(resolve_auto(threads)) {
+      wait_(decide_wait(threads)),
+      pool_(wait_.base) {
   weights_.verify_checksums(pool_);
   lane_bytes_ = weights_.pack_lanes(pool_, lane_layout_pays);
   store_ = std::make_unique<ExpertStore>(spec_.n_layers + spec_.n_mtp_layers, spec_.n_experts,
@@ -287,9 +301,9 @@ std::vector<KvLayerLayout> Engine::kv_layouts() const {
 
 void Engine::configure_threads(const ThreadSettings& settings) {
   std::lock_guard<std::mutex> lock(mu_);
-  pool_.configure(resolve_auto(settings));
-  auto_wait_ = settings.policy == WaitPolicy::Auto;
-  auto_base_ = resolve_auto(settings);
+  const WaitChoice wait = decide_wait(settings);
+  pool_.configure(wait.base);  // may throw (bad settings): nothing changed yet
+  wait_ = wait;
   wait_share_ = 0.0;
 }
 
@@ -298,15 +312,15 @@ void Engine::configure_threads(const ThreadSettings& settings) {
 // is what the seed documents measured), spin a bounded time when it computes. The share is
 // smoothed over forwards and has a dead band, so one slow read does not flip it.
 void Engine::choose_wait_policy(double wait_seconds, double total_seconds) {
-  if (!auto_wait_ || total_seconds <= 0) return;
+  if (!wait_.is_auto || total_seconds <= 0) return;
   constexpr double kSmoothing = 0.3, kDiskBound = 0.20, kComputeBound = 0.10;
   wait_share_ = (1 - kSmoothing) * wait_share_ + kSmoothing * (wait_seconds / total_seconds);
   const WaitPolicy now = pool_.settings().policy;
   WaitPolicy want = now;
   if (wait_share_ > kDiskBound) want = WaitPolicy::Passive;
-  if (wait_share_ < kComputeBound) want = auto_base_.policy;
+  if (wait_share_ < kComputeBound) want = wait_.base.policy;
   if (want != now) {
-    ThreadSettings t = auto_base_;
+    ThreadSettings t = wait_.base;
     t.policy = want;
     pool_.configure(t);
   }

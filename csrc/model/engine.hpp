@@ -98,6 +98,16 @@ struct BatchRow {
   float* hidden_out = nullptr;     // null, or [n][hidden]: every position's state after the final norm
 };
 
+// The wait policy asked for, as the engine runs it: Auto, or a fixed policy. `base` is the
+// policy (with the team size and spin time) the pool runs while the work is compute-bound;
+// under Auto, Engine::choose_wait_policy moves the pool to Passive while it is disk-bound.
+// decide_wait() (engine.cpp) is the one place Auto is resolved.
+struct WaitChoice {
+  bool is_auto = false;
+  ThreadSettings base;
+};
+WaitChoice decide_wait(const ThreadSettings& requested);
+
 class Engine {
  public:
   // Routed experts (blk.{i}.ffn_{gate,up,down}_exps.{e}) are not loaded: they go to the
@@ -112,7 +122,7 @@ class Engine {
   ActPrecision activation_precision() const { return precision_; }
   // The settings in effect: with wait policy Auto, `policy` is the one auto chose last.
   ThreadSettings thread_settings() const;
-  bool auto_wait_policy() const { return auto_wait_; }
+  bool auto_wait_policy() const { return wait_.is_auto; }
   ThreadPoolStats thread_stats() const { return pool_.stats(); }
   void reset_thread_stats();
   std::size_t weight_bytes() const { return weights_.total_bytes(); }
@@ -220,12 +230,11 @@ class Engine {
   bool have_guess_delta_ = false;
   std::unique_ptr<Router> router_;  // the spec's routing rule, shared by the MoE layers
   std::unique_ptr<ExpertStore> store_;
+  WaitChoice wait_;  // before pool_: the pool starts with wait_.base
   ThreadPool pool_;
   Workspace ws_;
   AttentionScratch attn_ws_;
   PhaseSeconds phase_{};
-  bool auto_wait_ = false;
-  ThreadSettings auto_base_;     // n_threads and spin_us under Auto
   double wait_share_ = 0.0;      // smoothed expert-wait share of recent forwards (Auto)
   ActPrecision precision_ = ActPrecision::Int8;
   // One forward at a time per engine (shared pool, workspace, store); also guards the

@@ -160,6 +160,8 @@ void ExpertStore::configure(const StoreSettings& settings) {
   if (settings.cache_bytes < 0) fail(ErrorKind::InvalidArgument, "expert cache bytes must be >= 0");
   if (!(settings.pin_fraction >= 0.0 && settings.pin_fraction <= 1.0))
     fail(ErrorKind::InvalidArgument, "pin_fraction must be in [0, 1]");
+  if (!(settings.prefetch_min_accuracy >= 0.0 && settings.prefetch_min_accuracy <= 1.0))
+    fail(ErrorKind::InvalidArgument, "prefetch_min_accuracy must be in [0, 1]");
   int64_t n_slots = 0;
   if (n_streamed_ > 0) {
     n_slots = std::min<int64_t>(settings.cache_bytes / static_cast<int64_t>(slot_bytes_), n_streamed_);
@@ -203,8 +205,10 @@ void ExpertStore::configure(const StoreSettings& settings) {
   loading_.clear();
   for (auto& p : predicted_) p.clear();
   for (auto& c : candidates_) c.clear();
-  governor_.reset();
-  first_governor_.reset();
+  const double off = settings.prefetch_min_accuracy;
+  governor_ = PrefetchGovernor(PrefetchGovernor::kWindow, PrefetchGovernor::kMinSamples, off,
+                               std::min(1.0, off + PrefetchGovernor::kHysteresis));
+  first_governor_ = governor_;
   set_pins(pins_);
   depth_curve_.clear();
   if ((auto_workers || auto_cap) && n_slots > 0) measure_workers(auto_workers, auto_cap);

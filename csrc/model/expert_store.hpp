@@ -60,6 +60,10 @@ struct StoreSettings {
   bool prefetch = true;     // lookahead: next layer's router on this layer's input
   bool first_layer_guess = true;  // with prefetch: the first MoE layer's experts guessed
                                   // just before its attention (Engine::guess_first_layer)
+  // Both prefetch governors' threshold: a lookahead (or first-layer guess) pauses while
+  // its window's accuracy is below it and resumes at it + PrefetchGovernor::kHysteresis
+  // (at most 1). 0: never pauses.
+  double prefetch_min_accuracy = PrefetchGovernor::kOffBelow;
   CachePolicy policy = CachePolicy::Lfru;
   double pin_fraction = 0.5;  // Pinned: share of the slots learned pins may hold
   ChecksumMode checksums = ChecksumMode::First;

@@ -28,6 +28,8 @@ class PrefetchGovernor {
   static constexpr int kMinSamples = 32;
   static constexpr double kOffBelow = 0.55;
   static constexpr double kOnAt = 0.65;
+  // What StoreSettings::prefetch_min_accuracy keeps between its off and on thresholds.
+  static constexpr double kHysteresis = kOnAt - kOffBelow;
 
   explicit PrefetchGovernor(int window = kWindow, int min_samples = kMinSamples, double off_below = kOffBelow,
                             double on_at = kOnAt);

@@ -309,8 +309,7 @@ def test_run_moe_with_streaming_flags(tiny_models: dict[str, TinyModel], family:
     rec = json.loads(proc.stdout)
     s = rec["settings"]
     assert s["ram_budget"] == 1 << 30 and s["wait_policy"] == "passive"
-    assert s["io"] == {"workers": 2, "direct": False, "prefetch": False, "checksums": "first",
-                       "first_layer_guess": True, "max_in_flight": 0}
+    assert s["io"] == colibri.IOConfig(workers=2, direct=False, prefetch=False).to_dict()
     assert s["cache"]["policy"] == "lru"
     st = rec["stats"]
     if st["experts"] is not None:  # reported once the expert store is wired in

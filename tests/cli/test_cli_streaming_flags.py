@@ -292,9 +292,7 @@ def test_json_record_of_a_moe_run() -> None:
     settings = rec["settings"]
     assert settings["wait_policy"] == "auto"  # as configured; stats.wait_policy: as used
     assert settings["ram_budget"] == 12 * GiB
-    assert settings["io"] == {"workers": 8, "direct": True, "prefetch": False,
-                              "checksums": "first", "first_layer_guess": True,
-                              "max_in_flight": 0}
+    assert settings["io"] == IOConfig(workers=8, prefetch=False).to_dict()
     assert settings["cache"]["policy"] == "pinned"
 
 

@@ -316,7 +316,7 @@ def test_cache_and_io_configs() -> None:
     assert IOConfig.from_dict(io.to_dict()) == io
     assert io.to_dict() == {"workers": 0, "direct": False, "prefetch": False,
                             "checksums": "always", "first_layer_guess": True,
-                            "max_in_flight": 0}
+                            "max_in_flight": 0, "prefetch_min_accuracy": 0.55}
     assert hash(io) == hash(IOConfig(workers=0, direct=False, prefetch=False,
                                      checksums="always"))
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -335,6 +335,9 @@ def test_cache_and_io_configs() -> None:
         (IOConfig, {"checksums": "sometimes"}, "IOConfig.checksums",
          "'first', 'always', 'off'"),
         (IOConfig, {"checksums": False}, "IOConfig.checksums", "'first', 'always', 'off'"),
+        (IOConfig, {"prefetch_min_accuracy": 1.5}, "IOConfig.prefetch_min_accuracy", "0..1"),
+        (IOConfig, {"prefetch_min_accuracy": "0.5"}, "IOConfig.prefetch_min_accuracy",
+         "a number"),
         (CacheConfig, {"policy": "lfu"}, "CacheConfig.policy", "'lru', 'lfru', 'pinned'"),
         (CacheConfig, {"pin_fraction": 0.95}, "CacheConfig.pin_fraction", "0..0.9"),
         (CacheConfig, {"pin_fraction": -0.1}, "CacheConfig.pin_fraction", "0..0.9"),

@@ -24,7 +24,7 @@ class WaitPolicy:
     
       HYBRID : spin for spin_us microseconds, then sleep
     
-      AUTO : engine only: passive when disk-bound, hybrid when compute-bound
+      AUTO : engine only: passive when disk-bound, else hybrid (passive on Apple Silicon)
     """
     AUTO: typing.ClassVar[WaitPolicy]
     HYBRID: typing.ClassVar[WaitPolicy]
@@ -707,6 +707,12 @@ class StoreSettings:
         ...
     @pin_fraction.setter
     def pin_fraction(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def prefetch_min_accuracy(self) -> float:
+        ...
+    @prefetch_min_accuracy.setter
+    def prefetch_min_accuracy(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def workers(self) -> int:

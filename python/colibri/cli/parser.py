@@ -9,7 +9,9 @@ from typing import Any, NoReturn
 
 from ..errors import ConfigError
 from ..sampling import Sampling
-from ..settings.config import EngineConfig, SpecConfig
+from ..settings.config import STREAMING_FLAGS, EngineConfig, SpecConfig
+from ..settings.fields import BOOL
+from ..settings.table import Flag, flag_settings
 
 PROG = "colibri"
 
@@ -25,7 +27,12 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')")
 
 
-# Settings fields -> the flag that sets them, to name flags in ConfigError messages.
+def _flag_display(flag: Flag, is_bool: bool) -> str:
+    return f"{flag.long}/--no-{flag.long[2:]}" if is_bool else flag.long
+
+
+# Settings fields -> the flag that sets them, to name flags in ConfigError messages: the
+# EngineConfig fields from their declarations (settings/table.py), the rest by hand.
 FLAG_OF_FIELD = {
     "Sampling.temperature": "--temperature",
     "Sampling.top_k": "--top-k",
@@ -33,27 +40,12 @@ FLAG_OF_FIELD = {
     "Sampling.min_p": "--min-p",
     "Sampling.repetition_penalty": "--repetition-penalty",
     "Sampling.seed": "--seed",
-    "ThreadConfig.n": "--threads",
-    "ThreadConfig.wait_policy": "--wait-policy",
-    "EngineConfig.context_length": "--context-length",
-    "EngineConfig.prefill_chunk": "--prefill-chunk",
-    "EngineConfig.activation_precision": "--activation-precision",
-    "EngineConfig.ram_budget": "--ram-budget",
-    "IOConfig.workers": "--io-workers",
-    "IOConfig.max_in_flight": "--io-max-in-flight",
-    "IOConfig.direct": "--direct/--no-direct",
-    "IOConfig.prefetch": "--prefetch/--no-prefetch",
-    "IOConfig.first_layer_guess": "--first-layer-guess/--no-first-layer-guess",
-    "CacheConfig.policy": "--cache-policy",
+    **{s.qualname: _flag_display(s.flag, s.check is BOOL)
+       for _, s, _ in flag_settings(EngineConfig) if s.flag is not None},
     "stop_strings": "--stop",
 }
 _FIELD = re.compile(r"^(" + "|".join(re.escape(k) for k in FLAG_OF_FIELD) + r"):")
 
-
-
-def _workers(text: str) -> int | str:
-    """--io-workers: a count or "auto" (range checked by IOConfig)."""
-    return "auto" if text == "auto" else int(text)
 
 def flag_message(exc: ConfigError) -> str:
     """A ConfigError's message with the settings field replaced by its flag."""
@@ -100,45 +92,21 @@ def _cache_flag(g: argparse._ActionsContainer) -> None:
 
 
 def _engine_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("engine")
-    g.add_argument("-t", "--threads", type=int, metavar="N",
-                   help="compute threads (default: the performance cores)")
-    g.add_argument("--wait-policy", choices=("auto", "spin", "passive", "hybrid"),
-                   help="how threads wait between parallel regions (default: auto: passive "
-                        "when disk-bound, spinning when compute-bound)")
-    g.add_argument("-c", "--context-length", type=int, metavar="N",
-                   help="KV-cache positions (default: the model's context, at most 4096)")
-    g.add_argument("--prefill-chunk", type=int, metavar="N",
-                   help="prompt tokens per prefill chunk (default 512; Ctrl-C and the "
-                        "progress line are served between chunks)")
-    g.add_argument("--activation-precision", choices=("int8", "float32"),
-                   help="int8: llama.cpp's arithmetic (default, fastest); float32: "
-                        "transformers' (changes the numbers)")
-
-    s = p.add_argument_group("expert streaming (MoE models)")
-    s.add_argument("--ram-budget", metavar="SIZE",
-                   help="RAM for the whole engine: weights, KV cache, buffers and the expert "
-                        "cache, e.g. 12GiB, 1.5GB, 800M (default: available memory less "
-                        "10%% or 512 MiB)")
-    s.add_argument("--io-workers", type=_workers, metavar="N|auto",
-                   help="threads reading experts from disk, 0 = read on the compute thread, "
-                        "auto = the knee of a read-depth curve measured at load (default: 2)")
-    s.add_argument("--io-max-in-flight", type=_workers, metavar="N|auto",
-                   help="expert reads on the device at once, apart from the workers; 0 = no "
-                        "cap, auto = the best depth of a read-depth curve measured at load "
-                        "(default: 0)")
-    s.add_argument("--direct", action=argparse.BooleanOptionalAction, default=None,
-                   help="read experts with O_DIRECT, bypassing the page cache (default: on; "
-                        "falls back to buffered reads where unsupported)")
-    s.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=None,
-                   help="predict and start reading the next layer's experts early "
-                        "(default: on)")
-    s.add_argument("--first-layer-guess", action=argparse.BooleanOptionalAction, default=None,
-                   help="with --prefetch: also guess the first MoE layer's experts just "
-                        "before its attention runs (default: on)")
-    s.add_argument("--cache-policy", choices=("lru", "lfru", "pinned"),
-                   help="which expert the cache drops: lru, lfru (frequency-aware, the "
-                        "default), pinned (pins learned from earlier runs + LRU)")
+    """One flag per EngineConfig field (sub-configs included) that declares one."""
+    groups = {"engine": p.add_argument_group("engine"),
+              STREAMING_FLAGS: p.add_argument_group(STREAMING_FLAGS)}
+    for _, s, group in flag_settings(EngineConfig):
+        flag = s.flag
+        assert flag is not None
+        text = f"{flag.help or s.doc} (default: {s.flag_default()})".replace("%", "%%")
+        g = groups[group]
+        if s.check is BOOL:
+            g.add_argument(flag.long, action=argparse.BooleanOptionalAction, default=None,
+                           help=text)
+            continue
+        choices = flag.choices or s.check.choices or None
+        g.add_argument(*flag.names, type=flag.parse or str, choices=choices, metavar=flag.metavar,
+                       help=text)
 
 
 def _sampling_flags(p: argparse.ArgumentParser, max_tokens: int) -> None:
@@ -270,24 +238,21 @@ def sampling_from_args(args: argparse.Namespace) -> Sampling:
     return Sampling(**{k: v for k, v in fields.items() if v is not None})
 
 
-def _given(args: argparse.Namespace, fields: dict[str, str]) -> dict[str, Any]:
-    """{field: value} for the flags (attribute names) that were given on the command line;
-    a flag left out keeps the setting's default."""
-    return {f: getattr(args, a) for f, a in fields.items() if getattr(args, a, None) is not None}
-
-
 def engine_from_args(args: argparse.Namespace) -> EngineConfig:
     """The EngineConfig the engine flags ask for (validated: a bad value raises
-    ConfigError naming the settings field; :func:`flag_message` names the flag)."""
-    threads = _given(args, {"n": "threads", "wait_policy": "wait_policy"})
-    io = _given(args, {"workers": "io_workers", "direct": "direct", "prefetch": "prefetch",
-                       "first_layer_guess": "first_layer_guess",
-                       "max_in_flight": "io_max_in_flight"})
-    cache = _given(args, {"policy": "cache_policy"})
-    engine = _given(args, {"context_length": "context_length", "prefill_chunk": "prefill_chunk",
-                           "activation_precision": "activation_precision",
-                           "ram_budget": "ram_budget"})
-    return EngineConfig(threads=threads, io=io, cache=cache, **engine)
+    ConfigError naming the settings field; :func:`flag_message` names the flag). A flag
+    left out keeps its setting's default."""
+    given: dict[str, Any] = {}
+    for path, s, _ in flag_settings(EngineConfig):
+        assert s.flag is not None
+        value = getattr(args, s.flag.long[2:].replace("-", "_"), None)
+        if value is None:
+            continue
+        where = given
+        for name in path:  # a sub-config's field: {"io": {"workers": 8}}
+            where = where.setdefault(name, {})
+        where[s.name] = value
+    return EngineConfig(**given)
 
 
 def stops_from_args(args: argparse.Namespace) -> list[str]:

@@ -7,8 +7,6 @@ except the small ``rope_freqs`` tensor that is folded into the spec.
 
 from __future__ import annotations
 
-import platform
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,7 +15,8 @@ import numpy.typing as npt
 
 from .. import _core
 from ..errors import ModelFormatError, UnsupportedError
-from ..settings.config import ActivationPrecision, EngineConfig, ThreadConfig, WaitPolicy
+from ..settings.config import ActivationPrecision, EngineConfig, ThreadConfig
+from ..settings.table import copy_to_core
 from ..sources import Manifest, ModelConfig, TensorInfo
 from ..sources.fp8_parts import part_scales
 from ..sources.hf_source import Fp8TensorInfo
@@ -34,24 +33,12 @@ _ROUTER = {
     "sigmoid_grouped": _core.RouterKind.sigmoid_grouped,
     "softmax_group_limited": _core.RouterKind.softmax_group_limited,
 }
-_WAIT = {
-    WaitPolicy.SPIN: _core.WaitPolicy.SPIN,
-    WaitPolicy.PASSIVE: _core.WaitPolicy.PASSIVE,
-    WaitPolicy.HYBRID: _core.WaitPolicy.HYBRID,
-    WaitPolicy.AUTO: _core.WaitPolicy.AUTO,
-}
-
-
 def thread_settings(cfg: ThreadConfig) -> _core.ThreadSettings:
+    """The core's copy of `cfg` (ThreadConfig's declared fields). A wait policy of "auto" goes
+    through as AUTO: the core decides it (csrc/model/engine.cpp, decide_wait) and reports
+    the choice (``Engine.auto_wait_policy``, ``Engine.thread_settings``)."""
     settings = _core.ThreadSettings()
-    settings.n_threads = cfg.team_size()
-    policy = cfg.wait_policy
-    if policy is WaitPolicy.AUTO and sys.platform == "darwin" and platform.machine() == "arm64":
-        # Apple Silicon: CPU and GPU share one power budget, and both seed measurements
-        # there favour sleeping even for pure-CPU decode (docs/tuning.md).
-        policy = WaitPolicy.PASSIVE
-    settings.policy = _WAIT[policy]
-    settings.spin_us = cfg.spin_us
+    copy_to_core(cfg, settings)
     return settings
 
 

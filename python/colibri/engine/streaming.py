@@ -21,7 +21,8 @@ import numpy.typing as npt
 
 from .. import _core
 from ..errors import ModelIOError, UnsupportedError
-from ..settings.config import CachePolicy, EngineConfig, default_history_dir
+from ..settings.config import EngineConfig, default_history_dir
+from ..settings.table import copy_to_core
 from ..sources import Manifest, ModelConfig
 from ..sources.validate import is_full_indexer_layer
 from .budget import BudgetPlan, estimate_work_bytes, kv_layers_bytes, plan_budget
@@ -30,16 +31,6 @@ from .stats import ExpertStats, MemoryStats, PhaseTimes
 _EXPERT_RE = re.compile(r"^blk\.(\d+)\.ffn_(gate|up|down)_exps\.(\d+)$")
 _DIRECT_ALIGN = 4096  # csrc/io/direct_reader.hpp: kDirectAlign
 _MERGE_GAP = 64 * 1024  # csrc/model/expert_store.cpp: kMergeGap
-_POLICY = {
-    CachePolicy.LRU: _core.CachePolicy.lru,
-    CachePolicy.LFRU: _core.CachePolicy.lfru,
-    CachePolicy.PINNED: _core.CachePolicy.pinned,
-}
-_CHECKSUMS = {
-    "off": _core.ChecksumMode.off,
-    "first": _core.ChecksumMode.first,
-    "always": _core.ChecksumMode.always,
-}
 
 HISTORY_FORMAT = "colibri-routing-history"
 HISTORY_VERSION = 1
@@ -233,17 +224,12 @@ def plan_store(manifest: Manifest, engine: EngineConfig, core: _core.Engine,
 
 
 def store_settings(engine: EngineConfig, cache_bytes: int) -> _core.StoreSettings:
+    """The core's copy of `engine`'s IOConfig and CacheConfig (their declared fields), with
+    the expert cache's size from the budget."""
     s = _core.StoreSettings()
     s.cache_bytes = cache_bytes
-    s.workers = -1 if engine.io.workers == "auto" else engine.io.workers  # -1: kAutoWorkers
-    mif = engine.io.max_in_flight
-    s.max_in_flight = -1 if mif == "auto" else mif  # -1: kAutoInFlight
-    s.direct = engine.io.direct
-    s.prefetch = engine.io.prefetch
-    s.first_layer_guess = engine.io.first_layer_guess
-    s.policy = _POLICY[engine.cache.policy]
-    s.pin_fraction = engine.cache.pin_fraction
-    s.checksums = _CHECKSUMS[engine.io.checksums]
+    copy_to_core(engine.io, s)
+    copy_to_core(engine.cache, s)
     return s
 
 

@@ -6,37 +6,41 @@ whose message names the field and says what is allowed. Strings are accepted whe
 enum is expected (``wait_policy="spin"``). Objects never change; ``cfg.replace(...)``
 returns a new, validated one. Nothing here reads the environment.
 
+Each field is declared once, as a :class:`~colibri.settings.table.Setting` (its check,
+default, one-line doc, flag and the core's copy); construction, validation, ``to_dict``,
+``from_dict``, ``replace``, ``repr``, the command-line flags and the core's copy are
+derived from it (settings/table.py), and a test checks docs/tuning.md has a row for it.
 The defaults, and why, are documented in ``docs/tuning.md``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError
 from ..sizes import format_bytes, parse_bytes
 from .fields import (
+    BOOL,
     MAX_RAM_BUDGET,
-    _bool,
-    _check_names,
-    _choice,
-    _enum,
-    _fraction,
+    RAM_BUDGET,
+    SIZE,
     _int,
-    _optional_int,
-    _optional_path,
-    _ram_budget,
-    _replace,
-    _size,
-    _sub_config,
+    count_or_auto,
+    enum_of,
+    fraction,
+    int_or_auto,
+    ints,
+    one_of,
+    optional_ints,
+    optional_path,
+    sub_config,
 )
-from .names import checked_init, settings_repr
 from .paths import default_history_dir
-from .spec import DrafterName, SpecConfig, as_spec
+from .spec import SPEC, DrafterName, SpecConfig
+from .table import Flag, Setting, Settings
 
 __all__ = [
     "DEFAULT_CONTEXT_CAP",
@@ -161,9 +165,25 @@ KvCacheTypeName = Literal["auto", "f32", "f16", "bf16", "q8_0"]
 
 # --- settings -----------------------------------------------------------------------------
 
+STREAMING_FLAGS = "expert streaming (MoE models)"
+"""The --help group of the flags of the streaming tier (IOConfig, CacheConfig, ram_budget)."""
 
-@dataclasses.dataclass(frozen=True, init=False)
-class ThreadConfig:
+
+def _team_size(n: int | None) -> int:
+    """ThreadConfig.n resolved: `n`, or the performance-core count when None."""
+    if n is not None:
+        return n
+    from ..hardware import performance_cores
+
+    return min(performance_cores(), MAX_THREADS)
+
+
+def _auto_as_minus_one(value: int | Literal["auto"]) -> int:
+    """The core's code for "auto" (csrc/model/expert_store.hpp: kAutoWorkers, kAutoInFlight)."""
+    return -1 if value == "auto" else value
+
+
+class ThreadConfig(Settings):
     """The compute team: how many threads run a forward pass and how they wait.
 
     ``ThreadConfig(n=None, wait_policy="auto", spin_us=100)`` is the default: one thread
@@ -171,12 +191,20 @@ class ThreadConfig:
     spins (at most ``spin_us`` between regions, under hybrid) when it is compute-bound.
     """
 
-    n: int | None
+    n: Setting[int | None, int | None] = Setting(
+        optional_ints(1, MAX_THREADS, "threads", "one per performance core"), default=None,
+        doc="compute threads", core="n_threads", to_core=_team_size,
+        flag=Flag("-t", "--threads", metavar="N", parse=int,
+                  default_text="the performance cores"))
     """Team size, the calling thread included, 1..MAX_THREADS. ``None`` = the number of
     performance cores this process may use (:func:`colibri.hardware.performance_cores`: physical
     cores, no SMT siblings, no efficiency cores, within the affinity mask and CPU quota)."""
 
-    wait_policy: WaitPolicy
+    wait_policy: Setting[WaitPolicy | WaitPolicyName, WaitPolicy] = Setting(
+        enum_of(WaitPolicy), default=WaitPolicy.AUTO, core="policy",
+        doc="how threads wait between parallel regions",
+        flag=Flag("--wait-policy", choices=("auto", "spin", "passive", "hybrid"),
+                  default_text="auto: passive when disk-bound, spinning when compute-bound"))
     """How threads wait between the parallel regions of one computation (see WaitPolicy);
     between calls every policy sleeps. Default AUTO: the core picks PASSIVE when the run is
     disk-bound (a spinning team takes the cores the I/O workers need: 2.2x slower decode in
@@ -186,143 +214,79 @@ class ThreadConfig:
     compute-bound x86 host; PASSIVE suits GPU offload and shared machines (docs/tuning.md,
     with the seed figures)."""
 
-    spin_us: int
+    spin_us: Setting[int, int] = Setting(
+        ints(0, MAX_SPIN_US, "microseconds"), default=100, core="spin_us",
+        doc="hybrid (and auto while it uses hybrid): how long a waiting thread spins before "
+            "it sleeps")
     """HYBRID only: microseconds a waiting thread spins before it sleeps, 0..MAX_SPIN_US.
     Default 100 µs, the order of a sleep plus wake-up: spinning about as long as blocking
     would cost never costs more than ~2x the best choice made in hindsight, and a wait for
     the disk or the GPU (milliseconds) stops burning the cores the I/O threads and the
     GPU's power budget need. 0 behaves like PASSIVE."""
 
-    @checked_init
-    def __init__(
-        self,
-        n: int | None = None,
-        wait_policy: WaitPolicy | WaitPolicyName = WaitPolicy.AUTO,
-        spin_us: int = 100,
-    ) -> None:
-        object.__setattr__(self, "n", _optional_int(
-            "ThreadConfig.n", n, 1, MAX_THREADS, "threads", "one per performance core"
-        ))
-        object.__setattr__(
-            self, "wait_policy", _enum("ThreadConfig.wait_policy", wait_policy, WaitPolicy)
-        )
-        object.__setattr__(
-            self, "spin_us", _int("ThreadConfig.spin_us", spin_us, 0, MAX_SPIN_US, "microseconds")
-        )
-
-    def __repr__(self) -> str:
-        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
-        return settings_repr(self)
-
-    def replace(self, **changes: Any) -> ThreadConfig:
-        """A copy with `changes` applied and validated."""
-        return _replace(self, changes)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ThreadConfig:
-        """Builds from a mapping of field names (e.g. parsed JSON/TOML); validates."""
-        if not isinstance(d, Mapping):
-            raise ConfigError(f"ThreadConfig: expected a mapping, got {type(d).__name__}")
-        _check_names(cls, d)
-        return cls(**d)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain values (enums as strings); ``from_dict(to_dict())`` round-trips."""
-        return {"n": self.n, "wait_policy": self.wait_policy.value, "spin_us": self.spin_us}
-
     def team_size(self) -> int:
         """The team size to use: ``n``, or the performance-core count when n is None."""
-        if self.n is not None:
-            return self.n
-        from ..hardware import performance_cores
-
-        return min(performance_cores(), MAX_THREADS)
+        return _team_size(self.n)
 
 
-@dataclasses.dataclass(frozen=True, init=False)
-class CacheConfig:
+class CacheConfig(Settings):
     """The RAM-budgeted expert cache: which experts stay when room runs out.
 
     Its size is not set here: it is what ``EngineConfig.ram_budget`` leaves after the
     resident weights, the KV cache and the work buffers (:mod:`colibri.engine.budget`).
     """
 
-    policy: CachePolicy
+    flag_group: ClassVar[str] = STREAMING_FLAGS
+
+    policy: Setting[CachePolicy | Literal["lru", "lfru", "pinned"], CachePolicy] = Setting(
+        enum_of(CachePolicy), default=CachePolicy.LFRU, core="policy",
+        doc="which expert the cache drops: lru, lfru (frequency-aware), pinned (pins learned "
+            "from earlier runs + LRU)",
+        flag=Flag("--cache-policy"))
     """Eviction policy (see :class:`CachePolicy`). Default LFRU: routing is skewed, and a
     frequency-aware LRU keeps the hot experts through bursts of rarely used ones."""
 
-    pin_fraction: float
+    pin_fraction: Setting[float, float] = Setting(
+        fraction(MAX_PIN_FRACTION), default=0.5, core="pin_fraction",
+        doc="pinned only: the share of the cache's slots the learned pins may take")
     """PINNED only: the share of the cache's slots that learned pins may take, 0..0.9
     (MAX_PIN_FRACTION). Default 0.5: half the cache for the experts the history shows to
     be hot, half LRU for what the current prompt needs. 0 pins nothing (plain LRU)."""
 
-    history: bool
+    history: Setting[bool, bool] = Setting(
+        BOOL, default=True,
+        doc="count which experts each token routes to and save the counts when the model is "
+            "closed")
     """Record which experts each token routes to and save the counts per model when the
     model is closed (default True); PINNED learns its pins from them. Only counts are kept
     (experts x layers integers), never tokens or text."""
 
-    history_path: str | None
+    history_path: Setting[str | os.PathLike[str] | None, str | None] = Setting(
+        optional_path("a file per model under ~/.cache/colibri/routing/"), default=None,
+        doc="the routing-history file; None: one file per model under "
+            "~/.cache/colibri/routing/")
     """The routing-history file. ``None`` (default): a file per model under
     :func:`default_history_dir` (``~/.cache/colibri/routing/``). A leading ``~`` is
     expanded when the file is used."""
 
-    preload: bool
+    preload: Setting[bool, bool] = Setting(
+        BOOL, default=False, doc="read every expert at load when the cache can hold them all")
     """Read every expert at load when the cache can hold them all (default False: experts
     are read on first use, so a load is quick and a short run reads only what it routes
     to). True trades load time for no first-use stalls; ignored when they do not fit."""
 
-    @checked_init
-    def __init__(
-        self,
-        policy: CachePolicy | Literal["lru", "lfru", "pinned"] = CachePolicy.LFRU,
-        pin_fraction: float = 0.5,
-        history: bool = True,
-        history_path: str | os.PathLike[str] | None = None,
-        preload: bool = False,
-    ) -> None:
-        object.__setattr__(self, "policy", _enum("CacheConfig.policy", policy, CachePolicy))
-        object.__setattr__(self, "pin_fraction", _fraction(
-            "CacheConfig.pin_fraction", pin_fraction, MAX_PIN_FRACTION
-        ))
-        object.__setattr__(self, "history", _bool("CacheConfig.history", history))
-        object.__setattr__(self, "history_path", _optional_path(
-            "CacheConfig.history_path", history_path, "a file per model under "
-            "~/.cache/colibri/routing/"
-        ))
-        object.__setattr__(self, "preload", _bool("CacheConfig.preload", preload))
 
-    def __repr__(self) -> str:
-        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
-        return settings_repr(self)
-
-    def replace(self, **changes: Any) -> CacheConfig:
-        """A copy with `changes` applied and validated."""
-        return _replace(self, changes)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> CacheConfig:
-        """Builds from a mapping of field names (e.g. parsed JSON/TOML); validates."""
-        if not isinstance(d, Mapping):
-            raise ConfigError(f"CacheConfig: expected a mapping, got {type(d).__name__}")
-        _check_names(cls, d)
-        return cls(**d)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain values (enums as strings); ``from_dict(to_dict())`` round-trips."""
-        return {
-            "policy": self.policy.value,
-            "pin_fraction": self.pin_fraction,
-            "history": self.history,
-            "history_path": self.history_path,
-            "preload": self.preload,
-        }
-
-
-@dataclasses.dataclass(frozen=True, init=False)
-class IOConfig:
+class IOConfig(Settings):
     """How routed experts are read from disk."""
 
-    workers: int | Literal["auto"]
+    flag_group: ClassVar[str] = STREAMING_FLAGS
+
+    workers: Setting[int | Literal["auto"], int | Literal["auto"]] = Setting(
+        int_or_auto(0, MAX_IO_WORKERS, 'threads (or "auto")'), default=2,
+        core="workers", to_core=_auto_as_minus_one,
+        doc="threads reading experts from disk, 0 = read on the compute thread, auto = the "
+            "knee of a read-depth curve measured at load",
+        flag=Flag("--io-workers", metavar="N|auto", parse=count_or_auto))
     """Threads that read experts (= reads in flight), 0..MAX_IO_WORKERS (64), or
     ``"auto"``: at load, time cold reads of the model's own experts into the expert
     cache's slots at 1, 2, 4 and 8 reads in flight (about 0.2 s) and use the knee, the
@@ -334,18 +298,28 @@ class IOConfig:
     0 reads synchronously on the compute thread (no overlap; for debugging and for
     measuring what the overlap buys)."""
 
-    direct: bool
+    direct: Setting[bool, bool] = Setting(
+        BOOL, default=True, core="direct",
+        doc="read experts with O_DIRECT, bypassing the page cache; falls back to buffered "
+            "reads where unsupported",
+        flag=Flag("--direct"))
     """Read with O_DIRECT into aligned buffers (default True): the expert cache is the
     cache, so bypassing the page cache avoids holding every expert twice and keeps the
     process inside its RAM budget. Where the OS or file system refuses O_DIRECT (tmpfs,
     macOS, some network file systems), reads fall back to buffered I/O by themselves."""
 
-    prefetch: bool
+    prefetch: Setting[bool, bool] = Setting(
+        BOOL, default=True, core="prefetch",
+        doc="predict and start reading the next layer's experts early",
+        flag=Flag("--prefetch"))
     """Predict the next layer's experts by applying its router to the current hidden state
     and start reading them early (default True). Cancellable and never blocking; wrong
     guesses cost bandwidth only. Without it every miss is a stall."""
 
-    checksums: Checksums
+    checksums: Setting[Checksums, Checksums] = Setting(
+        one_of("first", "always", "off"), default="first", core="checksums",
+        doc="when a native container's crc32 are verified: first read of each blob (and "
+            "after its file changed), every read, or never")
     """When a native container's crc32 are verified (GGUF and safetensors have none).
     Dense tensors are verified at load unless ``"off"``. Expert blobs: ``"first"``
     (default) on each blob's first read into the cache, and again on the next read of
@@ -355,7 +329,11 @@ class IOConfig:
     catches damage the file system does not see, such as bit rot; one crc32 pass per
     read); ``"off"`` never. Exact guarantees: docs/reliability.md."""
 
-    first_layer_guess: bool
+    first_layer_guess: Setting[bool, bool] = Setting(
+        BOOL, default=True, core="first_layer_guess",
+        doc="with --prefetch: also guess the first MoE layer's experts just before its "
+            "attention runs",
+        flag=Flag("--first-layer-guess"))
     """With ``prefetch``: guess the first MoE layer's experts too (default True). Nothing
     before it has a router to look ahead with, so without this the disk idles from the last
     layer's reads of one token to the first layer's router of the next (the LM head,
@@ -364,7 +342,12 @@ class IOConfig:
     token's attention part, and prefetches the result under its own governor
     (docs/streaming.md, "First-layer guess"). A prefetch only: the same bits either way."""
 
-    max_in_flight: int | Literal["auto"]
+    max_in_flight: Setting[int | Literal["auto"], int | Literal["auto"]] = Setting(
+        int_or_auto(0, MAX_IO_WORKERS, 'reads (0: no cap, or "auto")'), default=0,
+        core="max_in_flight", to_core=_auto_as_minus_one,
+        doc="expert reads on the device at once, apart from the workers; 0 = no cap, auto = "
+            "the best depth of a read-depth curve measured at load",
+        flag=Flag("--io-max-in-flight", metavar="N|auto", parse=count_or_auto))
     """Expert reads on the device at once, apart from ``workers`` (0..MAX_IO_WORKERS;
     default 0 = no cap: each worker has one read on the device and a demand read that no
     worker has started runs on the compute thread beside them, so 2 workers keep 2-3 in
@@ -380,73 +363,53 @@ class IOConfig:
     place, ``busy_seconds`` the time with a read on the device. Only which read runs when
     changes: the same bits either way."""
 
-    @checked_init
-    def __init__(
-        self,
-        workers: int | Literal["auto"] = 2,
-        direct: bool = True,
-        prefetch: bool = True,
-        checksums: Checksums = "first",
-        first_layer_guess: bool = True,
-        max_in_flight: int | Literal["auto"] = 0,
-    ) -> None:
-        object.__setattr__(self, "workers", "auto" if workers == "auto" else _int(
-            "IOConfig.workers", workers, 0, MAX_IO_WORKERS, "threads (or \"auto\")"
-        ))
-        object.__setattr__(self, "max_in_flight", "auto" if max_in_flight == "auto" else _int(
-            "IOConfig.max_in_flight", max_in_flight, 0, MAX_IO_WORKERS,
-            "reads (0: no cap, or \"auto\")"
-        ))
-        object.__setattr__(self, "direct", _bool("IOConfig.direct", direct))
-        object.__setattr__(self, "prefetch", _bool("IOConfig.prefetch", prefetch))
-        object.__setattr__(self, "first_layer_guess",
-                           _bool("IOConfig.first_layer_guess", first_layer_guess))
-        object.__setattr__(self, "checksums", _choice(
-            "IOConfig.checksums", checksums, ("first", "always", "off")
-        ))
-
-    def __repr__(self) -> str:
-        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
-        return settings_repr(self)
-
-    def replace(self, **changes: Any) -> IOConfig:
-        """A copy with `changes` applied and validated."""
-        return _replace(self, changes)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> IOConfig:
-        """Builds from a mapping of field names (e.g. parsed JSON/TOML); validates."""
-        if not isinstance(d, Mapping):
-            raise ConfigError(f"IOConfig: expected a mapping, got {type(d).__name__}")
-        _check_names(cls, d)
-        return cls(**d)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain values; ``from_dict(to_dict())`` round-trips."""
-        return {"workers": self.workers, "direct": self.direct, "prefetch": self.prefetch,
-                "checksums": self.checksums, "first_layer_guess": self.first_layer_guess,
-                "max_in_flight": self.max_in_flight}
+    prefetch_min_accuracy: Setting[float, float] = Setting(
+        fraction(1.0), default=0.55, kw_only=True, core="prefetch_min_accuracy",
+        doc="pause prefetching while less than this share of its recent guesses were used "
+            "(it resumes 0.1 above); 0 = never pause",
+        flag=Flag("--prefetch-min-accuracy", metavar="P", parse=float))
+    """The prefetch governors' threshold, 0..1 (the lookahead's, and apart the first-layer
+    guess's): each scores its last 128 candidates (predicted experts that were not cached:
+    did the layer route to them?) and, after 32, pauses its reads while the share routed to
+    is below this, resuming at 0.10 more (at most 1). Default 0.55, the break-even measured
+    on the development VM's disk (docs/streaming.md, "Prefetch policy"): a wrong guess costs
+    a read of the device's time and a slot. A drive with bandwidth to spare loses little on
+    a wrong guess and may want less (0 never pauses); a slow or shared one may want more.
+    Only which reads start early changes: the same bits either way."""
 
 
-@dataclasses.dataclass(frozen=True, init=False)
-class EngineConfig:
+class EngineConfig(Settings):
     """Everything that shapes how a model runs. Outputs are the same bits under every
     setting here except ``activation_precision``, which picks the arithmetic."""
 
-    threads: ThreadConfig
+    threads: Setting[ThreadConfig | Mapping[str, Any] | None, ThreadConfig] = Setting(
+        sub_config(ThreadConfig), default=None, doc="the compute team")
     """The compute team (size and wait policy). A mapping is accepted and converted."""
 
-    context_length: int | None
+    context_length: Setting[int | None, int | None] = Setting(
+        optional_ints(1, 1 << 30, "positions", "the model's maximum, at most 4096"),
+        default=None, doc="KV-cache positions",
+        flag=Flag("-c", "--context-length", metavar="N", parse=int,
+                  default_text="the model's context, at most 4096"))
     """KV-cache positions per session, >= 1. ``None`` = the model's maximum context capped
     at DEFAULT_CONTEXT_CAP (4096), so a 128k-context model does not reserve a 128k cache
     unless asked to. See :meth:`resolve_context_length`."""
 
-    activation_precision: ActivationPrecision
+    activation_precision: Setting[ActivationPrecision | str, ActivationPrecision] = Setting(
+        enum_of(ActivationPrecision), default=ActivationPrecision.INT8,
+        doc="int8: llama.cpp's arithmetic, fastest; float32: transformers' (changes the "
+            "numbers)",
+        flag=Flag("--activation-precision"))
     """``"int8"`` (default, llama.cpp's arithmetic) or ``"float32"`` (transformers'). Unlike
     the other settings this one changes the numbers (see :class:`ActivationPrecision`);
     the result is still bit-identical across threads and policies for each choice."""
 
-    ram_budget: int | None
+    ram_budget: Setting[int | str | None, int | None] = Setting(
+        RAM_BUDGET, default=None,
+        doc="RAM for the whole engine: weights, KV cache, buffers and the expert cache, e.g. "
+            "12GiB, 1.5GB, 800M",
+        flag=Flag("--ram-budget", metavar="SIZE", group=STREAMING_FLAGS,
+                  default_text="available memory less 10% or 512 MiB"))
     """Bytes of RAM for the whole engine: resident (dense) weights + one session's KV cache
     + work buffers + the expert cache, which gets what is left (:func:`colibri.engine.budget.
     plan_budget`). Given as bytes or a size text (``"12GiB"``, ``"1.5GB"``, ``"800M"``; see
@@ -455,108 +418,45 @@ class EngineConfig:
     minus a safety margin of 10 % or 512 MiB, whichever is larger. A budget too small for
     the resident part raises ConfigError at load, saying the minimum."""
 
-    io: IOConfig
+    io: Setting[IOConfig | Mapping[str, Any] | None, IOConfig] = Setting(
+        sub_config(IOConfig), default=None, doc="how experts are read")
     """Expert reads: workers, O_DIRECT, prefetch, checksums. A mapping is accepted."""
 
-    cache: CacheConfig
+    cache: Setting[CacheConfig | Mapping[str, Any] | None, CacheConfig] = Setting(
+        sub_config(CacheConfig), default=None, doc="the expert cache")
     """The expert cache's policy, routing history and preload. A mapping is accepted."""
 
-    prefill_chunk: int | None
-    """Tokens per prefill chunk, >= 1 (default 512); ``None`` = the whole prompt in one
-    batch. A long prompt runs in chunks so that Ctrl-C and progress callbacks are served
-    between them and the work buffers stay the size of one chunk; the logits are the same
-    bits either way. See docs/tuning.md."""
-    kv_cache_type: KvCacheType
-    """How the KV cache stores keys and values: ``"auto"`` (default: ``"f32"`` on the exact
-    path, float weights or float32 activations; ``"f16"`` otherwise), ``"f32"``, ``"f16"``,
-    ``"bf16"`` or ``"q8_0"``. The budget counts the KV cache at this type. Changes the
-    numbers slightly (not for f32); bit-identical across threads and batching for each."""
-
-    prompt_cache: int
+    prompt_cache: Setting[int | str, int] = Setting(
+        SIZE, default=0, doc="bytes for the prompt cache (0: off)")
     """Bytes for the prompt cache (``Model.prompt_cache``): the KV state of recent
     generations kept so that a later call sharing a token prefix (the next turn of a chat,
     a common system prompt) reuses it instead of prefilling it again. Part of
     ``ram_budget`` (taken before the expert cache). Given like ``ram_budget`` (``"1GiB"``);
     0 (default) turns it off."""
 
-    spec: SpecConfig
+    prefill_chunk: Setting[int | None, int | None] = Setting(
+        optional_ints(1, 1 << 30, "tokens", "the whole prompt in one batch"),
+        default=DEFAULT_PREFILL_CHUNK,
+        doc="prompt tokens per prefill chunk; Ctrl-C and the progress line are served "
+            "between chunks",
+        flag=Flag("--prefill-chunk", metavar="N", parse=int))
+    """Tokens per prefill chunk, >= 1 (default 512); ``None`` = the whole prompt in one
+    batch. A long prompt runs in chunks so that Ctrl-C and progress callbacks are served
+    between them and the work buffers stay the size of one chunk; the logits are the same
+    bits either way. See docs/tuning.md."""
+
+    kv_cache_type: Setting[KvCacheType | KvCacheTypeName, KvCacheType] = Setting(
+        enum_of(KvCacheType), default=KvCacheType.AUTO,
+        doc="how sessions store keys and values")
+    """How the KV cache stores keys and values: ``"auto"`` (default: ``"f32"`` on the exact
+    path, float weights or float32 activations; ``"f16"`` otherwise), ``"f32"``, ``"f16"``,
+    ``"bf16"`` or ``"q8_0"``. The budget counts the KV cache at this type. Changes the
+    numbers slightly (not for f32); bit-identical across threads and batching for each."""
+
+    spec: Setting[SpecConfig | Mapping[str, Any] | DrafterName | None, SpecConfig] = Setting(
+        SPEC, default=None, doc="speculative decoding for every generation of the model")
     """Speculative decoding for every generation of the model (default off); a call's
     ``spec=`` overrides it. Never changes the tokens (see docs/speculative.md)."""
-
-    @checked_init
-    def __init__(
-        self,
-        threads: ThreadConfig | Mapping[str, Any] | None = None,
-        context_length: int | None = None,
-        activation_precision: ActivationPrecision | str = ActivationPrecision.INT8,
-        ram_budget: int | str | None = None,
-        io: IOConfig | Mapping[str, Any] | None = None,
-        cache: CacheConfig | Mapping[str, Any] | None = None,
-        prompt_cache: int | str = 0,
-        prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
-        kv_cache_type: KvCacheType | KvCacheTypeName = KvCacheType.AUTO,
-        spec: SpecConfig | Mapping[str, Any] | DrafterName | None = None,
-    ) -> None:
-        object.__setattr__(self, "threads",
-                           _sub_config("EngineConfig.threads", threads, ThreadConfig))
-        object.__setattr__(
-            self,
-            "activation_precision",
-            _enum("EngineConfig.activation_precision", activation_precision, ActivationPrecision),
-        )
-        object.__setattr__(
-            self,
-            "context_length",
-            _optional_int("EngineConfig.context_length", context_length, 1, 1 << 30, "positions",
-                          "the model's maximum, at most 4096"),
-        )
-        object.__setattr__(self, "ram_budget", _ram_budget(ram_budget))
-        object.__setattr__(self, "io", _sub_config("EngineConfig.io", io, IOConfig))
-        object.__setattr__(self, "cache", _sub_config("EngineConfig.cache", cache, CacheConfig))
-        object.__setattr__(
-            self,
-            "prefill_chunk",
-            _optional_int("EngineConfig.prefill_chunk", prefill_chunk, 1, 1 << 30, "tokens",
-                          "the whole prompt in one batch"),
-        )
-        object.__setattr__(self, "kv_cache_type",
-                           _enum("EngineConfig.kv_cache_type", kv_cache_type, KvCacheType))
-        object.__setattr__(self, "prompt_cache", _size("EngineConfig.prompt_cache", prompt_cache))
-        object.__setattr__(self, "spec", as_spec(spec, "EngineConfig.spec") or SpecConfig())
-
-    def __repr__(self) -> str:
-        """Only what differs from the defaults; ``eval(repr(c)) == c``."""
-        return settings_repr(self, sizes=("ram_budget", "prompt_cache"))
-
-    def replace(self, **changes: Any) -> EngineConfig:
-        """A copy with `changes` applied and validated (``threads``, ``io`` and ``cache``
-        may be mappings; a mapping replaces the whole sub-config, its missing fields at
-        their defaults)."""
-        return _replace(self, changes)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> EngineConfig:
-        """Builds from nested mappings, e.g. ``{"threads": {"n": 4}, "ram_budget": "8GiB",
-        "io": {"workers": 8}, "cache": {"policy": "lru"}}``."""
-        if not isinstance(d, Mapping):
-            raise ConfigError(f"EngineConfig: expected a mapping, got {type(d).__name__}")
-        _check_names(cls, d)
-        return cls(**d)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Nested plain values; ``from_dict(to_dict())`` round-trips."""
-        return {
-            "threads": self.threads.to_dict(),
-            "context_length": self.context_length,
-            "activation_precision": self.activation_precision.value,
-            "ram_budget": self.ram_budget,
-            "io": self.io.to_dict(),
-            "cache": self.cache.to_dict(),
-            "prompt_cache": self.prompt_cache,
-            "prefill_chunk": self.prefill_chunk,
-            "kv_cache_type": self.kv_cache_type.value,
-            "spec": self.spec.to_dict(),
-        }
 
     def resolve_kv_cache_type(self, float_weights: bool) -> str:
         """The KV-cache type to use: ``kv_cache_type`` unless it is ``"auto"``, which gives

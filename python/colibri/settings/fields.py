@@ -1,24 +1,25 @@
 """Field validators of the settings classes (colibri.settings.config): each turns one user-given
 value into the typed value of a field, or raises :class:`colibri.errors.ConfigError` naming
-the field, what was given and what is allowed."""
+the field, what was given and what is allowed. The lower-case factories at the end wrap
+them as the :class:`~colibri.settings.table.Check` a :class:`~colibri.settings.table.Setting`
+declares."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from enum import Enum
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
 from ..errors import ConfigError
 from ..sizes import format_bytes, parse_bytes
-from .names import check_names
+from .table import Check, Settings
 
 MAX_RAM_BUDGET = 1 << 50
 """Largest ``ram_budget`` accepted: 1 PiB. Anything larger is a typo (a unit too many)."""
 
 _E = TypeVar("_E", bound=Enum)
-_C = TypeVar("_C")
+_S = TypeVar("_S", bound=Settings)
 
 
 # --- validation helpers -------------------------------------------------------------------
@@ -61,18 +62,6 @@ def _optional_int(
         raise ConfigError(f"{e} (or None: {none_means})") from None
 
 
-def _check_names(cls: type, names: Mapping[str, object] | set[str]) -> None:
-    """Raises ConfigError for a name that is not a field of dataclass `cls` (suggesting
-    the closest field)."""
-    check_names(cls.__name__, names, [f.name for f in dataclasses.fields(cls)])
-
-
-def _replace(obj: _C, changes: Mapping[str, Any]) -> _C:
-    _check_names(type(obj), set(changes))
-    return dataclasses.replace(obj, **changes)  # type: ignore[type-var]
-
-
-
 def _bool(field: str, value: object) -> bool:
     """A real bool (1, "yes" and None are rejected: a setting is a value, not a presence)."""
     if not isinstance(value, bool):
@@ -110,22 +99,21 @@ def _optional_path(field: str, value: object, none_means: str) -> str | None:
     return value
 
 
-def _sub_config(field: str, value: object, cls: type[_C]) -> _C:
+def _sub_config(field: str, value: object, cls: type[_S]) -> _S:
     """An instance of settings class `cls`, built from a mapping of its fields if needed."""
     if value is None:
         return cls()
     if isinstance(value, cls):
         return value
     if isinstance(value, Mapping):
-        return cast(_C, cls.from_dict(value))  # type: ignore[attr-defined]
+        return cls.from_dict(value)
     raise ConfigError(
         f"{field}: expected a {cls.__name__} or a mapping of its fields, "
         f"got {type(value).__name__}"
     )
 
 
-def _ram_budget(value: object) -> int | None:
-    field = "EngineConfig.ram_budget"
+def _ram_budget(field: str, value: object) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, str)):
@@ -161,3 +149,51 @@ def _size(field: str, value: object) -> int:
         raise ConfigError(f"{field}: {value!r} is out of range; allowed 0.."
                           f"{format_bytes(MAX_RAM_BUDGET)}")
     return n
+
+
+# --- the checks the settings classes declare -----------------------------------------------
+
+
+def ints(lo: int, hi: int, unit: str = "") -> Check[int]:
+    return Check(lambda field, value: _int(field, value, lo, hi, unit))
+
+
+def optional_ints(lo: int, hi: int, unit: str, none_means: str) -> Check[int | None]:
+    return Check(lambda field, value: _optional_int(field, value, lo, hi, unit, none_means))
+
+
+def int_or_auto(lo: int, hi: int, unit: str) -> Check[int | Literal["auto"]]:
+    """``"auto"``, or an int within [lo, hi]."""
+    return Check(lambda field, value: "auto" if value == "auto"
+                 else _int(field, value, lo, hi, unit))
+
+
+def enum_of(enum: type[_E]) -> Check[_E]:
+    return Check(lambda field, value: _enum(field, value, enum),
+                 choices=tuple(str(m.value) for m in enum))
+
+
+def one_of(*allowed: str) -> Check[Any]:
+    return Check(lambda field, value: _choice(field, value, allowed), choices=allowed)
+
+
+def fraction(hi: float) -> Check[float]:
+    return Check(lambda field, value: _fraction(field, value, hi))
+
+
+def optional_path(none_means: str) -> Check[str | None]:
+    return Check(lambda field, value: _optional_path(field, value, none_means))
+
+
+def sub_config(cls: type[_S]) -> Check[_S]:
+    return Check(lambda field, value: _sub_config(field, value, cls), config=cls)
+
+
+def count_or_auto(text: str) -> int | str:
+    """A flag's ``N|auto`` text: "auto" or an int (the range is the setting's check)."""
+    return "auto" if text == "auto" else int(text)
+
+
+BOOL: Check[bool] = Check(_bool)
+RAM_BUDGET: Check[int | None] = Check(_ram_budget, size=True)
+SIZE: Check[int] = Check(_size, size=True)

@@ -44,21 +44,20 @@ def checked_init(init: _F) -> _F:
     positional values or a value given twice raise ConfigError (naming the setting and the
     closest valid one) instead of Python's bare TypeError. The signature is kept for
     type checkers, IDEs and ``help()``."""
-    params = [
-        p.name for p in list(inspect.signature(init).parameters.values())[1:]
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-    ]  # fmt: skip
+    signature = list(inspect.signature(init).parameters.values())[1:]
+    positional = [p.name for p in signature if p.kind == p.POSITIONAL_OR_KEYWORD]
+    params = positional + [p.name for p in signature if p.kind == p.KEYWORD_ONLY]
 
     @functools.wraps(init)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> None:
         owner = type(self).__name__
-        if len(args) > len(params):
+        if len(args) > len(positional):
             raise ConfigError(
-                f"{owner}: takes at most {len(params)} settings by position "
-                f"({', '.join(params)}), got {len(args)}; pass them by name"
+                f"{owner}: takes at most {len(positional)} settings by position "
+                f"({', '.join(positional)}), got {len(args)}; pass them by name"
             )
         check_names(owner, kwargs, params)
-        for name in params[: len(args)]:
+        for name in positional[: len(args)]:
             if name in kwargs:
                 raise ConfigError(
                     f"{owner}: setting {name!r} given twice (by position and by name)"
