@@ -26,43 +26,9 @@ from colibri import cli
 from colibri.errors import ModelFormatError, ModelNotFoundError
 from colibri.models import hub
 from colibri.sources import open_model_source
+from support.cli_run import TIMEOUT, _env, assert_one_line_error, colibri_cli
 from support.modelfactory import TinyModel
 from support.realmodel import smollm2_gguf
-
-PYTHONPATH = os.pathsep.join(str(Path(p).parent) for p in colibri.__path__)
-TIMEOUT = 240
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = PYTHONPATH
-    env.update(extra)
-    return env
-
-
-def colibri_cli(
-    *args: str, input: str | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "colibri", *args],
-        input=input if input is not None else "",
-        capture_output=True,
-        text=True,
-        env=env or _env(),
-        timeout=TIMEOUT,
-    )
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
-    assert proc.returncode == code, proc.stderr
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("colibri: error: "), lines[0]
-    assert "Traceback" not in proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
-
 
 # --- usage and errors ---------------------------------------------------------------------
 

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli import _env, assert_one_line_error, colibri_cli
 
 import colibri as co
 from colibri import cli
 from colibri.errors import ModelFormatError
 from colibri.models import hub
+from support.cli_run import _env, assert_one_line_error, colibri_cli
 from support.modelfactory import TinyModel
 from support.realmodel import smollm2_gguf
 

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli import _env
 
+from support.cli_run import _env
 from support.realmodel import smollm2_gguf
 
 REPO = Path(__file__).resolve().parents[2]

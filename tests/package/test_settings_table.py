@@ -32,8 +32,8 @@ from colibri.settings.config import (
 )
 from colibri.settings.fields import BOOL
 from colibri.settings.table import Settings, flag_settings, settings_of
-from modelfactory import build_tiny_model, prompt_ids
-from realmodel import smollm2_gguf
+from support.modelfactory import build_tiny_model, prompt_ids
+from support.realmodel import smollm2_gguf
 
 TUNING = Path(__file__).resolve().parents[2] / "docs" / "tuning.md"
 DOCUMENTED = (EngineConfig, ThreadConfig, IOConfig, CacheConfig)  # docs/tuning.md's table

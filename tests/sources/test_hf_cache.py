@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_cli import _env, colibri_cli
 
 import colibri as co
 from colibri.errors import ModelNotFoundError
+from support.cli_run import _env, colibri_cli
 from support.modelfactory import TinyModel
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
