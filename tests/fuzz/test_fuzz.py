@@ -9,20 +9,23 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+import colibri
+
 from . import harness
 from .campaign import Audit, print_table, run_format, strace_works
-from .formats import FORMATS
 from .seeds import build_seeds
 
 SHORT = 300  # mutants per format in the default suite (about 10 s each here)
 LONG = 20_000
 FILE_FORMATS = ("gguf", "safetensors", "native")
 REGRESSIONS = Path(__file__).parent / "regressions"
+TESTS_DIR = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -71,12 +74,13 @@ def test_long_campaign(fmt: str, seeds: Path, tmp_path: Path,
 
 
 def _replay(case: Path, work: Path) -> harness.Outcome:
-    meta = json.loads((case / "MUTANT.json").read_text())
-    model_dir = work / "m"
-    shutil.copytree(case, model_dir, symlinks=True, ignore=shutil.ignore_patterns("MUTANT.json"))
-    entry = model_dir if meta["entry"] == "." else model_dir / meta["entry"]
-    return harness.run_in_child(FORMATS[meta["format"]].action, (entry, meta["i"]),
-                                timeout=60.0, mem_cap=harness.vm_size_bytes() + 2**31)  # fmt: skip
+    """The case replayed in a fresh interpreter (fuzz/replay.py says why not from here)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(TESTS_DIR), *(str(Path(p).parent) for p in colibri.__path__)]))
+    proc = subprocess.run([sys.executable, "-m", "fuzz.replay", str(case), str(work)],
+                          cwd=TESTS_DIR, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return harness.Outcome(**json.loads(proc.stdout.splitlines()[-1]))
 
 
 # File-format crashers are directories holding MUTANT.json; other fuzzers keep their own
