@@ -183,28 +183,16 @@ void Engine::resolve_layers() {
   output_ = s.tie_word_embeddings ? token_embd_ : req("output");
   check_shape(output_, s.vocab_size, d);
 
-  if (std::any_of(s.moe_layers.begin(), s.moe_layers.end(), [](uint8_t b) { return b; }) || s.n_mtp_layers > 0) {
-    RouterSpec rs;
-    rs.kind = s.router;
-    rs.n_experts = s.n_experts;
-    rs.top_k = s.n_experts_per_tok;
-    rs.norm_topk_prob = s.norm_topk_prob;
-    rs.scaling = s.routed_scaling_factor;
-    rs.n_group = s.n_group;
-    rs.topk_group = s.topk_group;
-    router_ = make_router(rs);
-  }
   layers_.resize(static_cast<std::size_t>(s.n_layers));
   for (int64_t i = 0; i < s.n_layers; ++i)
     resolve_layer(layers_[static_cast<std::size_t>(i)], i, !s.moe_layers.empty() && s.moe_layers[static_cast<std::size_t>(i)]);
   int64_t next = -1;
   for (int64_t i = s.n_layers - 1; i >= 0; --i) {
     LayerWeights& L = layers_[static_cast<std::size_t>(i)];
-    L.next_moe = next;
-    if (L.is_moe) next = i;
+    if (next >= 0) L.ffn.next_moe = &layers_[static_cast<std::size_t>(next)].ffn;
+    if (L.ffn.is_moe) next = i;
   }
   first_moe_ = next;
-  guess_delta_.assign(static_cast<std::size_t>(s.hidden_size), 0.0f);
   mtp_.resize(static_cast<std::size_t>(s.n_mtp_layers));
   for (int64_t j = 0; j < s.n_mtp_layers; ++j) {
     const int64_t i = s.n_layers + j;
@@ -235,41 +223,13 @@ void Engine::resolve_layer(LayerWeights& L, int64_t i, bool moe) {
   const ModelSpec& s = spec_;
   const int64_t d = s.hidden_size;
   auto req = [&](const std::string& name) { return &weights_.get(name); };
-  auto opt = [&](const std::string& name) { return weights_.find(name); };
   const std::string p = "blk." + std::to_string(i) + ".";
   L.attn_norm = req(p + "attn_norm");
   check_shape(L.attn_norm, 1, d);
   L.attention = make_attention(s, weights_, i);
   L.ffn_norm = req(p + "ffn_norm");
   check_shape(L.ffn_norm, 1, d);
-  L.is_moe = moe;
-  if (!L.is_moe) {
-    const int64_t f = s.intermediate_size;
-    L.dense = {req(p + "ffn_gate"), req(p + "ffn_up"), req(p + "ffn_down")};
-    check_shape(L.dense.gate, f, d);
-    check_shape(L.dense.up, f, d);
-    check_shape(L.dense.down, d, f);
-    return;
-  }
-  L.router = req(p + "ffn_gate_inp");
-  check_shape(L.router, s.n_experts, d);
-  L.route = router_.get();
-  L.router_bias = opt(p + "exp_probs_b");
-  if (L.router_bias) {
-    if (s.router != RouterKind::SigmoidGroupedTopK)
-      fail(ErrorKind::Format, "tensor '" + L.router_bias->name +
-                                  "' (a selection bias) is only used by the sigmoid grouped router");
-    check_shape(L.router_bias, 1, s.n_experts);
-  }
-  if (s.shared_expert_intermediate_size > 0) {
-    const int64_t sf = s.shared_expert_intermediate_size;
-    L.shared = {req(p + "ffn_gate_shexp"), req(p + "ffn_up_shexp"), req(p + "ffn_down_shexp")};
-    check_shape(L.shared.gate, sf, d);
-    check_shape(L.shared.up, sf, d);
-    check_shape(L.shared.down, d, sf);
-    L.shared_gate = opt(p + "ffn_gate_inp_shexp");
-    if (L.shared_gate) check_shape(L.shared_gate, 1, d);
-  }
+  L.ffn = ffn_.resolve(weights_, i, moe);
 }
 
 KvLayerLayout Engine::mtp_kv_layout(int64_t j) const {
@@ -370,8 +330,8 @@ void Engine::mm(const Tensor& w, const float* x, int64_t n, float* y) {
 }
 
 void Engine::decoder_layer(const LayerWeights& L, int64_t layer, const std::vector<AttnSegment>& segs,
-                           int64_t kv_layer, int64_t n, AttentionContext& actx, int32_t* routing_out,
-                           const std::function<void()>& between) {
+                           int64_t kv_layer, int64_t n, AttentionContext& actx, FfnContext& fctx,
+                           int32_t* routing_out, const std::function<void()>& between) {
   const ModelSpec& s = spec_;
   const int64_t d = s.hidden_size;
   auto t0 = std::chrono::steady_clock::now();
@@ -383,23 +343,13 @@ void Engine::decoder_layer(const LayerWeights& L, int64_t layer, const std::vect
   L.attention->forward_segments(actx, ws_.h.data(), segs, kv_layer, d, ws_.proj.data());
   store_->pump_prefetch();
   add_inplace(ws_.x.data(), ws_.proj.data(), n * d);
-  if (layer == first_moe_) remember_first_input(n);
+  if (layer == first_moe_) ffn_.remember_first_input(ws_.x.data(), n);
   for (int64_t t = 0; t < n; ++t)
     rms_norm_row(ws_.x.data() + t * d, L.ffn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
   phase_[kAttention] += seconds_since(t0);
   between();
-  if (L.is_moe) {
-    try {
-      moe_block(L, layer, n, routing_out);  // leaves the FFN output in ws_.ffn_out
-    } catch (...) {
-      store_->abort();  // every read waited for or cancelled: the model keeps serving
-      throw;
-    }
-  } else {
-    t0 = std::chrono::steady_clock::now();
-    ffn_block(L, n);
-    phase_[kDense] += seconds_since(t0);
-  }
+  ws_.ffn_out.resize(static_cast<std::size_t>(n * d));
+  ffn_.forward(fctx, L.ffn, ws_.h.data(), n, routing_out, ws_.ffn_out.data());
   add_inplace(ws_.x.data(), ws_.ffn_out.data(), n * d);
 }
 

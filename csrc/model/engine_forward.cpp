@@ -107,6 +107,7 @@ void Engine::forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* 
     }
   }
   AttentionContext actx{pool_, ws_.matmul, precision_, attn_ws_};
+  FfnContext fctx{pool_, ws_.matmul, precision_, *store_, phase_};
   // The routing of every row in one array (the MoE block writes it by row), split below.
   const bool want_routing =
       k > 0 && std::any_of(rows.begin(), rows.end(), [](const BatchRow& r) { return r.routing_out != nullptr; });
@@ -126,8 +127,10 @@ void Engine::forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* 
   };
   for (int64_t li = 0; li < s.n_layers; ++li) {
     stop_if_cancelled();
-    if (li == first_moe_) guess_first_layer(n);  // its reads start before its attention
-    decoder_layer(layers_[static_cast<std::size_t>(li)], li, segs, li, n, actx, routing, stop_if_cancelled);
+    const LayerWeights& L = layers_[static_cast<std::size_t>(li)];
+    // The first MoE layer's expert reads start before its attention.
+    if (li == first_moe_) ffn_.guess_first_layer(fctx, *L.ffn_norm, L.ffn, ws_.x.data(), n);
+    decoder_layer(L, li, segs, li, n, actx, fctx, routing, stop_if_cancelled);
   }
   {
     int64_t row = 0;  // every position's state after the final norm, as transformers' hidden_states[-1]

@@ -56,7 +56,8 @@ void Engine::mtp_forward(int64_t j, KvCache& kv, int64_t slot0, const float* hid
   }
   mm(*M.eh_proj, ws_.mtp_cat.data(), n, ws_.x.data());
   AttentionContext actx{pool_, ws_.matmul, precision_, attn_ws_};
-  decoder_layer(M.block, s.n_layers + j, {AttnSegment{&kv, slot0, n}}, 0, n, actx, nullptr, stop_if_cancelled);
+  FfnContext fctx{pool_, ws_.matmul, precision_, *store_, phase_};
+  decoder_layer(M.block, s.n_layers + j, {AttnSegment{&kv, slot0, n}}, 0, n, actx, fctx, nullptr, stop_if_cancelled);
 
   const auto t0 = std::chrono::steady_clock::now();
   const float* last = ws_.x.data() + (n - 1) * d;
