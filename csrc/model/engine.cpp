@@ -1,15 +1,12 @@
+// The engine's load (the spec checked, resident weights read and resolved per layer, the
+// routed experts handed to the store) and its configuration and counters. The forward
+// passes are in model/engine_forward.cpp.
 #include "model/engine.hpp"
 
 #include <algorithm>
-#include <chrono>
-#include <cstring>
 #include <regex>
 
-#include "common/clock.hpp"
 #include "common/errors.hpp"
-#include "model/forward_stats.hpp"
-#include "model/kv_cache.hpp"
-#include "model/ops.hpp"
 #include "quant/dot_tiles.hpp"
 
 namespace colibri {
@@ -323,34 +320,6 @@ void Engine::reset_thread_stats() {
 void Engine::set_activation_precision(ActPrecision precision) {
   std::lock_guard<std::mutex> lock(mu_);
   precision_ = precision;
-}
-
-void Engine::mm(const Tensor& w, const float* x, int64_t n, float* y) {
-  matmul(pool_, w.view(), x, n, y, ws_.matmul, precision_);
-}
-
-void Engine::decoder_layer(const LayerWeights& L, int64_t layer, const std::vector<AttnSegment>& segs,
-                           int64_t kv_layer, int64_t n, AttentionContext& actx, FfnContext& fctx,
-                           int32_t* routing_out, const std::function<void()>& between) {
-  const ModelSpec& s = spec_;
-  const int64_t d = s.hidden_size;
-  auto t0 = std::chrono::steady_clock::now();
-  for (int64_t t = 0; t < n; ++t)
-    rms_norm_row(ws_.x.data() + t * d, L.attn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
-  // Lookahead reads for this layer still queued in the store: issue what idle I/O capacity
-  // allows now, so the disk works through the attention too.
-  store_->pump_prefetch();
-  L.attention->forward_segments(actx, ws_.h.data(), segs, kv_layer, d, ws_.proj.data());
-  store_->pump_prefetch();
-  add_inplace(ws_.x.data(), ws_.proj.data(), n * d);
-  if (layer == first_moe_) ffn_.remember_first_input(ws_.x.data(), n);
-  for (int64_t t = 0; t < n; ++t)
-    rms_norm_row(ws_.x.data() + t * d, L.ffn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
-  phase_[kAttention] += seconds_since(t0);
-  between();
-  ws_.ffn_out.resize(static_cast<std::size_t>(n * d));
-  ffn_.forward(fctx, L.ffn, ws_.h.data(), n, routing_out, ws_.ffn_out.data());
-  add_inplace(ws_.x.data(), ws_.ffn_out.data(), n * d);
 }
 
 }  // namespace colibri

@@ -40,8 +40,8 @@ struct LayerWeights {
 
 // A multi-token-prediction layer: a decoder layer (always MoE) plus the projection that
 // joins the next token's embedding with the trunk's hidden state. Not run by forward():
-// mtp_forward() runs it (model/mtp.cpp, driven by a session's MtpState); its experts are in
-// the store as layer n_layers + i.
+// mtp_forward() runs it (model/engine_forward.cpp, driven by a session's MtpState,
+// model/mtp.hpp); its experts are in the store as layer n_layers + i.
 struct MtpLayerWeights {
   LayerWeights block;
   const Tensor* eh_proj = nullptr;           // (hidden, 2 * hidden): [enorm(e) | hnorm(h)]
@@ -162,10 +162,10 @@ class Engine {
   void resolve_layer(LayerWeights& L, int64_t layer, bool moe);
   // One decoder layer on ws_.x (n rows: the segments' tokens one after the other):
   // attention of each segment with layer kv_layer of its own cache, then the FFN over all
-  // rows; `layer` is the store's layer (its experts). `between` runs between the two (the
-  // cancel check).
-  void decoder_layer(const LayerWeights& L, int64_t layer, const std::vector<AttnSegment>& segs,
-                     int64_t kv_layer, int64_t n, AttentionContext& actx, FfnContext& fctx, int32_t* routing_out,
+  // rows (its experts are the store's layer L.ffn.layer). `between` runs between the two
+  // (the cancel check).
+  void decoder_layer(const LayerWeights& L, const std::vector<AttnSegment>& segs, int64_t kv_layer, int64_t n,
+                     AttentionContext& actx, FfnContext& fctx, int32_t* routing_out,
                      const std::function<void()>& between);
   void forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* cancelled, struct ForwardStats* stats_out);
   void lm_head(const std::vector<BatchRow>& rows);

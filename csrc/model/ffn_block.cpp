@@ -224,7 +224,6 @@ void FfnBlock::routed_experts(FfnContext& ctx, const FfnWeights& W, const float*
   xe_.resize(static_cast<std::size_t>(n * d));
   ye_.resize(static_cast<std::size_t>(n * d));
   std::vector<int64_t> slots;
-  std::vector<int32_t> inflight;  // requested, not computed yet, in request order
   std::size_t next_request = 0, next_compute = 0;
   bool predicted = false;
   while (next_compute < distinct.size()) {

@@ -32,7 +32,7 @@ struct ExpertWeights {
 
 // One layer's feed-forward weights. Routed experts are not here: the store streams them.
 struct FfnWeights {
-  int64_t layer = -1;                     // the store's layer of its experts (MTP: n_layers + j)
+  int64_t layer = -1;                     // its layer, n_layers + j for MTP layer j (the store's)
   bool is_moe = false;
   ExpertWeights dense;                    // !is_moe
   const Tensor* router = nullptr;         // is_moe: (n_experts, hidden)
