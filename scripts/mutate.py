@@ -45,13 +45,13 @@ MUTATIONS: dict[str, list[tuple[str, ...]]] = {
     "rope-missing-2": [("python/colibri/engine/rope.py",
                         "exponents = np.arange(0, dim, 2, dtype=np.int64)",
                         "exponents = np.arange(0, dim // 2, dtype=np.int64)")],
-    "gate-up-swapped": [("csrc/model/moe.cpp", "const WeightView w[2] = {e.gate, e.up};",
+    "gate-up-swapped": [("csrc/model/ffn_block.cpp", "const WeightView w[2] = {e.gate, e.up};",
                          "const WeightView w[2] = {e.up, e.gate};")],
-    "expert-weights-reversed": [("csrc/model/moe.cpp",
+    "expert-weights-reversed": [("csrc/model/ffn_block.cpp",
                                  "weight[static_cast<std::size_t>(t * k + j)], d);",
                                  "weight[static_cast<std::size_t>(t * k + (k - 1 - j))], d);")],
-    "no-shared-expert-gate": [("csrc/model/moe.cpp", "if (L.shared_gate) {",
-                               "if (false && L.shared_gate) {")],
+    "no-shared-expert-gate": [("csrc/model/ffn_block.cpp", "if (W.shared_gate) {",
+                               "if (false && W.shared_gate) {")],
     # item 2: a convention shared by colibri's GGUF reader and tests/support/modelfactory.py's
     # writer
     # (apply as reader+writer, e.g. gguf-reader-gate-up+writer-gate-up)

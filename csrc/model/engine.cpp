@@ -1,15 +1,12 @@
+// The engine's load (the spec checked, resident weights read and resolved per layer, the
+// routed experts handed to the store) and its configuration and counters. The forward
+// passes are in model/engine_forward.cpp.
 #include "model/engine.hpp"
 
 #include <algorithm>
-#include <chrono>
-#include <cstring>
 #include <regex>
 
-#include "common/clock.hpp"
 #include "common/errors.hpp"
-#include "model/forward_stats.hpp"
-#include "model/kv_cache.hpp"
-#include "model/ops.hpp"
 #include "quant/dot_tiles.hpp"
 
 namespace colibri {
@@ -197,28 +194,16 @@ void Engine::resolve_layers() {
   output_ = s.tie_word_embeddings ? token_embd_ : req("output");
   check_shape(output_, s.vocab_size, d);
 
-  if (std::any_of(s.moe_layers.begin(), s.moe_layers.end(), [](uint8_t b) { return b; }) || s.n_mtp_layers > 0) {
-    RouterSpec rs;
-    rs.kind = s.router;
-    rs.n_experts = s.n_experts;
-    rs.top_k = s.n_experts_per_tok;
-    rs.norm_topk_prob = s.norm_topk_prob;
-    rs.scaling = s.routed_scaling_factor;
-    rs.n_group = s.n_group;
-    rs.topk_group = s.topk_group;
-    router_ = make_router(rs);
-  }
   layers_.resize(static_cast<std::size_t>(s.n_layers));
   for (int64_t i = 0; i < s.n_layers; ++i)
     resolve_layer(layers_[static_cast<std::size_t>(i)], i, !s.moe_layers.empty() && s.moe_layers[static_cast<std::size_t>(i)]);
   int64_t next = -1;
   for (int64_t i = s.n_layers - 1; i >= 0; --i) {
     LayerWeights& L = layers_[static_cast<std::size_t>(i)];
-    L.next_moe = next;
-    if (L.is_moe) next = i;
+    if (next >= 0) L.ffn.next_moe = &layers_[static_cast<std::size_t>(next)].ffn;
+    if (L.ffn.is_moe) next = i;
   }
   first_moe_ = next;
-  guess_delta_.assign(static_cast<std::size_t>(s.hidden_size), 0.0f);
   mtp_.resize(static_cast<std::size_t>(s.n_mtp_layers));
   for (int64_t j = 0; j < s.n_mtp_layers; ++j) {
     const int64_t i = s.n_layers + j;
@@ -249,41 +234,13 @@ void Engine::resolve_layer(LayerWeights& L, int64_t i, bool moe) {
   const ModelSpec& s = spec_;
   const int64_t d = s.hidden_size;
   auto req = [&](const std::string& name) { return &weights_.get(name); };
-  auto opt = [&](const std::string& name) { return weights_.find(name); };
   const std::string p = "blk." + std::to_string(i) + ".";
   L.attn_norm = req(p + "attn_norm");
   check_shape(L.attn_norm, 1, d);
   L.attention = make_attention(s, weights_, i);
   L.ffn_norm = req(p + "ffn_norm");
   check_shape(L.ffn_norm, 1, d);
-  L.is_moe = moe;
-  if (!L.is_moe) {
-    const int64_t f = s.intermediate_size;
-    L.dense = {req(p + "ffn_gate"), req(p + "ffn_up"), req(p + "ffn_down")};
-    check_shape(L.dense.gate, f, d);
-    check_shape(L.dense.up, f, d);
-    check_shape(L.dense.down, d, f);
-    return;
-  }
-  L.router = req(p + "ffn_gate_inp");
-  check_shape(L.router, s.n_experts, d);
-  L.route = router_.get();
-  L.router_bias = opt(p + "exp_probs_b");
-  if (L.router_bias) {
-    if (s.router != RouterKind::SigmoidGroupedTopK)
-      fail(ErrorKind::Format, "tensor '" + L.router_bias->name +
-                                  "' (a selection bias) is only used by the sigmoid grouped router");
-    check_shape(L.router_bias, 1, s.n_experts);
-  }
-  if (s.shared_expert_intermediate_size > 0) {
-    const int64_t sf = s.shared_expert_intermediate_size;
-    L.shared = {req(p + "ffn_gate_shexp"), req(p + "ffn_up_shexp"), req(p + "ffn_down_shexp")};
-    check_shape(L.shared.gate, sf, d);
-    check_shape(L.shared.up, sf, d);
-    check_shape(L.shared.down, d, sf);
-    L.shared_gate = opt(p + "ffn_gate_inp_shexp");
-    if (L.shared_gate) check_shape(L.shared_gate, 1, d);
-  }
+  L.ffn = ffn_.resolve(weights_, i, moe);
 }
 
 KvLayerLayout Engine::mtp_kv_layout(int64_t j) const {
@@ -377,44 +334,6 @@ void Engine::reset_thread_stats() {
 void Engine::set_activation_precision(ActPrecision precision) {
   std::lock_guard<std::mutex> lock(mu_);
   precision_ = precision;
-}
-
-void Engine::mm(const Tensor& w, const float* x, int64_t n, float* y) {
-  matmul(pool_, w.view(), x, n, y, ws_.matmul, precision_);
-}
-
-void Engine::decoder_layer(const LayerWeights& L, int64_t layer, const std::vector<AttnSegment>& segs,
-                           int64_t kv_layer, int64_t n, AttentionContext& actx, int32_t* routing_out,
-                           const std::function<void()>& between) {
-  const ModelSpec& s = spec_;
-  const int64_t d = s.hidden_size;
-  auto t0 = std::chrono::steady_clock::now();
-  for (int64_t t = 0; t < n; ++t)
-    rms_norm_row(ws_.x.data() + t * d, L.attn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
-  // Lookahead reads for this layer still queued in the store: issue what idle I/O capacity
-  // allows now, so the disk works through the attention too.
-  store_->pump_prefetch();
-  L.attention->forward_segments(actx, ws_.h.data(), segs, kv_layer, d, ws_.proj.data());
-  store_->pump_prefetch();
-  add_inplace(ws_.x.data(), ws_.proj.data(), n * d);
-  if (layer == first_moe_) remember_first_input(n);
-  for (int64_t t = 0; t < n; ++t)
-    rms_norm_row(ws_.x.data() + t * d, L.ffn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
-  phase_[kAttention] += seconds_since(t0);
-  between();
-  if (L.is_moe) {
-    try {
-      moe_block(L, layer, n, routing_out);  // leaves the FFN output in ws_.ffn_out
-    } catch (...) {
-      store_->abort();  // every read waited for or cancelled: the model keeps serving
-      throw;
-    }
-  } else {
-    t0 = std::chrono::steady_clock::now();
-    ffn_block(L, n);
-    phase_[kDense] += seconds_since(t0);
-  }
-  add_inplace(ws_.x.data(), ws_.ffn_out.data(), n * d);
 }
 
 }  // namespace colibri

@@ -2,7 +2,6 @@
 // shared work buffers. Sessions (model/session.hpp) hold the per-conversation state (KV
 // cache) and call into the engine; one forward runs at a time per engine.
 #pragma once
-#include <array>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -12,21 +11,15 @@
 #include "io/file_reader.hpp"
 #include "model/attention_layer.hpp"
 #include "model/expert_store.hpp"
+#include "model/ffn_block.hpp"
 #include "model/kv_cache.hpp"
 #include "model/matmul.hpp"
 #include "model/model_spec.hpp"
+#include "model/phases.hpp"
 #include "model/weights.hpp"
 #include "threadpool/threadpool.hpp"
 
 namespace colibri {
-
-struct ExpertWeights {
-  const Tensor* gate = nullptr;
-  const Tensor* up = nullptr;
-  const Tensor* down = nullptr;
-
-  ExpertViews views() const { return ExpertViews{gate->view(), up->view(), down->view()}; }
-};
 
 // The native container's blob of one expert (gate, up and down in one aligned range) and
 // its checksum; other sources have none and their experts are read tensor by tensor.
@@ -38,28 +31,17 @@ struct ExpertBlob {
   uint32_t crc32 = 0;
 };
 
-// Wall-clock time per phase of the forward pass, cumulative since load.
-enum Phase : int { kAttention = 0, kDense, kRouter, kExpertMatmul, kExpertWait, kLmHead, kPhases };
-using PhaseSeconds = std::array<double, kPhases>;
-
 struct LayerWeights {
   const Tensor* attn_norm = nullptr;
   std::unique_ptr<AttentionLayer> attention;  // this layer's attention kind, its weights inside
   const Tensor* ffn_norm = nullptr;
-  bool is_moe = false;
-  ExpertWeights dense;                 // !is_moe
-  const Tensor* router = nullptr;      // is_moe: (n_experts, hidden); experts are streamed
-  const Tensor* router_bias = nullptr; // is_moe, optional: (n_experts,) selection bias
-  const Router* route = nullptr;       // is_moe: the routing rule (owned by the engine)
-  int64_t next_moe = -1;               // is_moe: the next MoE layer (lookahead), -1 if none
-  ExpertWeights shared;                // shared expert, when the spec has one
-  const Tensor* shared_gate = nullptr; // (1, hidden) sigmoid gate of the shared expert
+  FfnWeights ffn;                      // dense or MoE (model/ffn_block.hpp)
 };
 
 // A multi-token-prediction layer: a decoder layer (always MoE) plus the projection that
 // joins the next token's embedding with the trunk's hidden state. Not run by forward():
-// mtp_forward() runs it (model/mtp.cpp, driven by a session's MtpState); its experts are in
-// the store as layer n_layers + i.
+// mtp_forward() runs it (model/engine_forward.cpp, driven by a session's MtpState,
+// model/mtp.hpp); its experts are in the store as layer n_layers + i.
 struct MtpLayerWeights {
   LayerWeights block;
   const Tensor* eh_proj = nullptr;           // (hidden, 2 * hidden): [enorm(e) | hnorm(h)]
@@ -72,11 +54,9 @@ struct MtpLayerWeights {
 
 // Reusable float buffers for one forward call, grown on demand.
 struct Workspace {
-  std::vector<float> x, h, proj, gate, up, ffn_out, router, slot_out, xe, ye, logits;
+  std::vector<float> x, h, proj, ffn_out;  // residual stream, normed, attention out, FFN out
   std::vector<float> logits_rows;  // a batch's lm_head rows before they go to each row
   std::vector<int32_t> routing;    // a batch's routing, [rows][n_layers][top_k]
-  std::vector<float> next_router;  // the lookahead: next MoE layer's router on this input
-  std::vector<float> shared_out;   // the shared expert's output, [n][hidden]
   std::vector<float> mtp_cat;      // MTP: [enorm(embedding) | hnorm(hidden)] per row
   ScratchBuffer matmul;
 };
@@ -192,24 +172,13 @@ class Engine {
   void resolve_layer(LayerWeights& L, int64_t layer, bool moe);
   // One decoder layer on ws_.x (n rows: the segments' tokens one after the other):
   // attention of each segment with layer kv_layer of its own cache, then the FFN over all
-  // rows; `layer` is the store's layer (its experts). `between` runs between the two (the
-  // cancel check).
-  void decoder_layer(const LayerWeights& L, int64_t layer, const std::vector<AttnSegment>& segs,
-                     int64_t kv_layer, int64_t n, AttentionContext& actx, int32_t* routing_out,
+  // rows (its experts are the store's layer L.ffn.layer). `between` runs between the two
+  // (the cancel check).
+  void decoder_layer(const LayerWeights& L, const std::vector<AttnSegment>& segs, int64_t kv_layer, int64_t n,
+                     AttentionContext& actx, FfnContext& fctx, int32_t* routing_out,
                      const std::function<void()>& between);
-  void ffn_block(const LayerWeights& L, int64_t n);
   void forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* cancelled, struct ForwardStats* stats_out);
   void lm_head(const std::vector<BatchRow>& rows);
-  void moe_block(const LayerWeights& L, int64_t layer, int64_t n, int32_t* routing_out);
-  void routed_experts(const LayerWeights& L, int64_t layer, int64_t n, const std::vector<int32_t>& sel,
-                      bool* shared_pending);
-  void shared_expert(const LayerWeights& L, int64_t n);
-  void predict_next(const LayerWeights& L, int64_t n);
-  // The first-layer guess (moe.cpp): before the first MoE layer's attention, its experts
-  // for each row, from the residual stream there plus the previous forward's attention part.
-  void guess_first_layer(int64_t n);
-  void remember_first_input(int64_t n);
-  void expert_ffn(const ExpertViews& e, const float* x, int64_t n, int64_t ffn, float* out);
   void choose_wait_policy(double wait_seconds, double total_seconds);
   void mm(const Tensor& w, const float* x, int64_t n, float* y);
 
@@ -223,17 +192,12 @@ class Engine {
   std::vector<LayerWeights> layers_;
   std::vector<MtpLayerWeights> mtp_;
   int64_t first_moe_ = -1;  // the first MoE layer (the first-layer guess's target)
-  // The first-layer guess's context part: what the first MoE layer's attention added to the
-  // residual stream of the latest forward's last row (its FFN input minus its input);
-  // guess_base_ keeps that input of the current forward's last row.
-  std::vector<float> guess_delta_, guess_base_, guess_h_;
-  bool have_guess_delta_ = false;
-  std::unique_ptr<Router> router_;  // the spec's routing rule, shared by the MoE layers
   std::unique_ptr<ExpertStore> store_;
   WaitChoice wait_;  // before pool_: the pool starts with wait_.base
   ThreadPool pool_;
   Workspace ws_;
   AttentionScratch attn_ws_;
+  FfnBlock ffn_{spec_};  // the FFN of every layer, its routing rule and MoE prefetch state
   PhaseSeconds phase_{};
   double wait_share_ = 0.0;      // smoothed expert-wait share of recent forwards (Auto)
   ActPrecision precision_ = ActPrecision::Int8;

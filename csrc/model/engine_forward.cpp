@@ -1,4 +1,8 @@
-// The forward pass: one or several sequences (continuous batching) through every layer.
+// The forward passes: one or several sequences (continuous batching) through every layer
+// of the trunk (forward_batch), and an MTP layer over its own cache (mtp_forward). Each
+// layer is the same decoder_layer: the engine norms the residual stream, runs the layer's
+// attention unit (model/attention_layer.hpp) and its FFN (model/ffn_block.hpp), and adds
+// their outputs back.
 //
 // A batch's rows are the tokens of all its sequences one after the other. Everything that
 // is per row (embedding, norms, the matmuls' per-row kernels, the router, each token's
@@ -107,6 +111,7 @@ void Engine::forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* 
     }
   }
   AttentionContext actx{pool_, ws_.matmul, precision_, attn_ws_};
+  FfnContext fctx{pool_, ws_.matmul, precision_, *store_, phase_};
   // The routing of every row in one array (the MoE block writes it by row), split below.
   const bool want_routing =
       k > 0 && std::any_of(rows.begin(), rows.end(), [](const BatchRow& r) { return r.routing_out != nullptr; });
@@ -126,8 +131,10 @@ void Engine::forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* 
   };
   for (int64_t li = 0; li < s.n_layers; ++li) {
     stop_if_cancelled();
-    if (li == first_moe_) guess_first_layer(n);  // its reads start before its attention
-    decoder_layer(layers_[static_cast<std::size_t>(li)], li, segs, li, n, actx, routing, stop_if_cancelled);
+    const LayerWeights& L = layers_[static_cast<std::size_t>(li)];
+    // The first MoE layer's expert reads start before its attention.
+    if (li == first_moe_) ffn_.guess_first_layer(fctx, *L.ffn_norm, L.ffn, ws_.x.data(), n);
+    decoder_layer(L, segs, li, n, actx, fctx, routing, stop_if_cancelled);
   }
   {
     int64_t row = 0;  // every position's state after the final norm, as transformers' hidden_states[-1]
@@ -150,6 +157,30 @@ void Engine::forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* 
     }
   }
   choose_wait_policy(phase_[kExpertWait] - wait_before, seconds_since(t_start));
+}
+
+void Engine::decoder_layer(const LayerWeights& L, const std::vector<AttnSegment>& segs, int64_t kv_layer, int64_t n,
+                           AttentionContext& actx, FfnContext& fctx, int32_t* routing_out,
+                           const std::function<void()>& between) {
+  const ModelSpec& s = spec_;
+  const int64_t d = s.hidden_size;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t t = 0; t < n; ++t)
+    rms_norm_row(ws_.x.data() + t * d, L.attn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
+  // Lookahead reads for this layer still queued in the store: issue what idle I/O capacity
+  // allows now, so the disk works through the attention too.
+  store_->pump_prefetch();
+  L.attention->forward_segments(actx, ws_.h.data(), segs, kv_layer, d, ws_.proj.data());
+  store_->pump_prefetch();
+  add_inplace(ws_.x.data(), ws_.proj.data(), n * d);
+  if (L.ffn.layer == first_moe_) ffn_.remember_first_input(ws_.x.data(), n);
+  for (int64_t t = 0; t < n; ++t)
+    rms_norm_row(ws_.x.data() + t * d, L.ffn_norm->f32(), d, s.rms_norm_eps, ws_.h.data() + t * d);
+  phase_[kAttention] += seconds_since(t0);
+  between();
+  ws_.ffn_out.resize(static_cast<std::size_t>(n * d));
+  ffn_.forward(fctx, L.ffn, ws_.h.data(), n, routing_out, ws_.ffn_out.data());
+  add_inplace(ws_.x.data(), ws_.ffn_out.data(), n * d);
 }
 
 // The rows that want logits (each row's last position, or all of its positions) through
@@ -183,6 +214,66 @@ void Engine::lm_head(const std::vector<BatchRow>& rows) {
     }
   }
   phase_[kLmHead] += seconds_since(t0);
+}
+
+void Engine::mtp_forward(int64_t j, KvCache& kv, int64_t slot0, const float* hidden, const int32_t* ids,
+                         int64_t n, float* logits_out, float* hidden_out, const CancelCheck* cancelled,
+                         ForwardStats* stats_out) {
+  const ModelSpec& s = spec_;
+  if (j < 0 || j >= static_cast<int64_t>(mtp_.size()))
+    fail(ErrorKind::InvalidArgument, "the model has no MTP layer " + std::to_string(j));
+  if (n <= 0) fail(ErrorKind::InvalidArgument, "an MTP forward needs at least one row");
+  for (int64_t t = 0; t < n; ++t)
+    if (ids[t] < 0 || ids[t] >= s.vocab_size)
+      fail(ErrorKind::TokenOutOfRange, "token id " + std::to_string(ids[t]) + " is outside the vocabulary");
+  if (slot0 < 0 || slot0 + n > kv.context_length())
+    fail(ErrorKind::ContextOverflow, "the MTP forward runs past the context length");
+  const MtpLayerWeights& M = mtp_[static_cast<std::size_t>(j)];
+  kv.reserve(slot0 + n);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!store_->empty() && store_->slots() == 0)
+    fail(ErrorKind::InvalidArgument, "the expert cache is not configured (Engine.configure_store)");
+  // The expert and phase counters of the MTP forward go to the session's figures (not its
+  // forward count: that counts trunk forwards).
+  const CounterDeltaScope delta(stats_out, *store_, phase_, /*count_forward=*/false);
+  const std::function<void()> stop_if_cancelled = [&] {
+    if (cancelled && *cancelled && (*cancelled)()) {
+      store_->abort();
+      fail(ErrorKind::Cancelled, "the forward was interrupted");
+    }
+  };
+  stop_if_cancelled();
+  ThreadPool::ComputeScope scope(pool_);
+  attn_ws_.dsa_keys.clear();
+  const int64_t d = s.hidden_size;
+  const auto nd = static_cast<std::size_t>(n * d);
+  ws_.x.resize(nd);
+  ws_.h.resize(nd);
+  ws_.proj.resize(nd);
+  ws_.mtp_cat.resize(2 * nd);
+  // [enorm(embedding of the next token) | hnorm(hidden state)] per row, the order of
+  // DeepSeek-V3's and transformers' MtpLayer.
+  get_rows(M.embed->view(), ids, n, ws_.h.data());
+  for (int64_t t = 0; t < n; ++t) {
+    float* row = ws_.mtp_cat.data() + t * 2 * d;
+    rms_norm_row(ws_.h.data() + t * d, M.enorm->f32(), d, s.rms_norm_eps, row);
+    rms_norm_row(hidden + t * d, M.hnorm->f32(), d, s.rms_norm_eps, row + d);
+  }
+  mm(*M.eh_proj, ws_.mtp_cat.data(), n, ws_.x.data());
+  AttentionContext actx{pool_, ws_.matmul, precision_, attn_ws_};
+  FfnContext fctx{pool_, ws_.matmul, precision_, *store_, phase_};
+  decoder_layer(M.block, {AttnSegment{&kv, slot0, n}}, 0, n, actx, fctx, nullptr, stop_if_cancelled);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const float* last = ws_.x.data() + (n - 1) * d;
+  rms_norm_row(last, M.shared_head_norm->f32(), d, s.rms_norm_eps, ws_.h.data());
+  if (hidden_out) std::memcpy(hidden_out, ws_.h.data(), static_cast<std::size_t>(d) * sizeof(float));
+  if (logits_out) mm(*M.head, ws_.h.data(), 1, logits_out);
+  phase_[kLmHead] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Engine::mm(const Tensor& w, const float* x, int64_t n, float* y) {
+  matmul(pool_, w.view(), x, n, y, ws_.matmul, precision_);
 }
 
 }  // namespace colibri

@@ -1,70 +1,13 @@
-// The MTP layer's forward (Engine::mtp_forward) and a session's MTP state (model/mtp.hpp).
+// A session's MTP state (model/mtp.hpp); the MTP layer's forward is
+// Engine::mtp_forward (model/engine_forward.cpp).
 #include "model/mtp.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
-#include <functional>
 
 #include "common/errors.hpp"
-#include "model/ops.hpp"
 
 namespace colibri {
-
-void Engine::mtp_forward(int64_t j, KvCache& kv, int64_t slot0, const float* hidden, const int32_t* ids,
-                         int64_t n, float* logits_out, float* hidden_out, const CancelCheck* cancelled,
-                         ForwardStats* stats_out) {
-  const ModelSpec& s = spec_;
-  if (j < 0 || j >= static_cast<int64_t>(mtp_.size()))
-    fail(ErrorKind::InvalidArgument, "the model has no MTP layer " + std::to_string(j));
-  if (n <= 0) fail(ErrorKind::InvalidArgument, "an MTP forward needs at least one row");
-  for (int64_t t = 0; t < n; ++t)
-    if (ids[t] < 0 || ids[t] >= s.vocab_size)
-      fail(ErrorKind::TokenOutOfRange, "token id " + std::to_string(ids[t]) + " is outside the vocabulary");
-  if (slot0 < 0 || slot0 + n > kv.context_length())
-    fail(ErrorKind::ContextOverflow, "the MTP forward runs past the context length");
-  const MtpLayerWeights& M = mtp_[static_cast<std::size_t>(j)];
-  kv.reserve(slot0 + n);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!store_->empty() && store_->slots() == 0)
-    fail(ErrorKind::InvalidArgument, "the expert cache is not configured (Engine.configure_store)");
-  // The expert and phase counters of the MTP forward go to the session's figures (not its
-  // forward count: that counts trunk forwards).
-  const CounterDeltaScope delta(stats_out, *store_, phase_, /*count_forward=*/false);
-  const std::function<void()> stop_if_cancelled = [&] {
-    if (cancelled && *cancelled && (*cancelled)()) {
-      store_->abort();
-      fail(ErrorKind::Cancelled, "the forward was interrupted");
-    }
-  };
-  stop_if_cancelled();
-  ThreadPool::ComputeScope scope(pool_);
-  attn_ws_.dsa_keys.clear();
-  const int64_t d = s.hidden_size;
-  const auto nd = static_cast<std::size_t>(n * d);
-  ws_.x.resize(nd);
-  ws_.h.resize(nd);
-  ws_.proj.resize(nd);
-  ws_.mtp_cat.resize(2 * nd);
-  // [enorm(embedding of the next token) | hnorm(hidden state)] per row, the order of
-  // DeepSeek-V3's and transformers' MtpLayer.
-  get_rows(M.embed->view(), ids, n, ws_.h.data());
-  for (int64_t t = 0; t < n; ++t) {
-    float* row = ws_.mtp_cat.data() + t * 2 * d;
-    rms_norm_row(ws_.h.data() + t * d, M.enorm->f32(), d, s.rms_norm_eps, row);
-    rms_norm_row(hidden + t * d, M.hnorm->f32(), d, s.rms_norm_eps, row + d);
-  }
-  mm(*M.eh_proj, ws_.mtp_cat.data(), n, ws_.x.data());
-  AttentionContext actx{pool_, ws_.matmul, precision_, attn_ws_};
-  decoder_layer(M.block, s.n_layers + j, {AttnSegment{&kv, slot0, n}}, 0, n, actx, nullptr, stop_if_cancelled);
-
-  const auto t0 = std::chrono::steady_clock::now();
-  const float* last = ws_.x.data() + (n - 1) * d;
-  rms_norm_row(last, M.shared_head_norm->f32(), d, s.rms_norm_eps, ws_.h.data());
-  if (hidden_out) std::memcpy(hidden_out, ws_.h.data(), static_cast<std::size_t>(d) * sizeof(float));
-  if (logits_out) mm(*M.head, ws_.h.data(), 1, logits_out);
-  phase_[kLmHead] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 MtpState::MtpState(const Engine& engine, int64_t context_length, DType kv_type)
     : d_(engine.spec().hidden_size), vocab_(engine.spec().vocab_size) {

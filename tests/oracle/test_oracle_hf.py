@@ -30,10 +30,11 @@ RMSNorm eps 0                                         0 / 25    29      every -s
                                                                         llama, olmoe, mixtral
 RoPE inverse frequencies without the factor 2 in      20 / 25   36      every family
   the exponent (rope.py)
-gate and up swapped in SwiGLU (moe.cpp expert_ffn)    20 / 25   39      every family
+gate and up swapped in SwiGLU                         20 / 25   39      every family
+  (ffn_block.cpp expert_ffn)
 routed weights applied to the experts in reverse      16 / 25   29      every MoE family
-  slot order (moe.cpp moe_block)
-shared-expert sigmoid gate dropped (moe.cpp)          4 / 25    8       qwen2_moe, qwen2_moe-small
+  slot order (ffn_block.cpp moe_block)
+shared-expert sigmoid gate dropped (ffn_block.cpp)    4 / 25    8       qwen2_moe, qwen2_moe-small
 ====================================================  ========  ======  =====================
 
 A wrong epsilon is the mutation that slipped through before; the others were already caught

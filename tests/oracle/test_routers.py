@@ -1,8 +1,8 @@
 """The routing rules (csrc/model/routers/), each against transformers' own router module
 fed the same logits (an identity router weight turns its input into its logits), with
 ties broken deterministically, and bad specs refused. The MoE block and the lookahead
-prefetch call these same objects (moe.cpp), so a prediction applies the next layer's full
-rule, its bias and groups included.
+prefetch call these same objects (ffn_block.cpp), so a prediction applies the next layer's
+full rule, its bias and groups included.
 """
 
 from __future__ import annotations
