@@ -153,3 +153,24 @@ def test_cli_doctor_json_and_table(tmp_path: Path) -> None:
     assert record["disk_bound_gb_per_s"] > 0
     assert record["system"]["path"] == str(tmp_path.resolve())
     assert "huge pages      transparent:" in table and "reads in flight" not in table
+
+
+def test_cli_doctor_without_a_model_prints_the_settings(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """``colibri doctor`` in a directory without a model file (issue 38, item 7): the
+    machine's settings and exit 0, with a line saying how to measure a disk; a PATH given
+    explicitly without a model file is still an error."""
+    (tmp_path / "notes.txt").write_text("hi")
+    monkeypatch.chdir(tmp_path)
+    assert main(["doctor"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("colibri doctor\n") and "huge pages      transparent:" in out
+    assert "reads in flight" not in out
+    assert "no model file here" in err and "colibri doctor MODEL" in err
+    assert main(["doctor", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["system"]["path"] == str(tmp_path.resolve())
+    assert record.get("reads") is None and record.get("disk_bound_gb_per_s") is None
+    assert main(["doctor", str(tmp_path)]) == 1
+    assert "no model data file" in capsys.readouterr().err

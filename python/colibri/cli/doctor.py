@@ -10,6 +10,7 @@ from typing import Any, TextIO
 from ..engine.doctor import (
     DEFAULT_DEPTHS,
     MIB,
+    has_model_data,
     measure_reads,
     model_data_file,
     probe_system,
@@ -29,8 +30,10 @@ def add_doctor_parser(sub: Any, debug_flag: Any) -> None:
                     "(a model file or directory: its largest data file) through colibri's "
                     "own read path at several reads in flight, into huge-page and 4 KiB-page "
                     "buffers. The best huge-page figure is the disk bound of streaming.")
-    doctor.add_argument("path", nargs="?", default=".", metavar="PATH",
-                        help="a model file or directory on the disk to check (default: .)")
+    doctor.add_argument("path", nargs="?", default=None, metavar="PATH",
+                        help="a model file or directory on the disk to check (default: the "
+                             "current directory; without a model file there, the settings "
+                             "only)")
     doctor.add_argument("--no-measure", action="store_true",
                         help="only print the settings; read nothing")
     doctor.add_argument("--depths", type=int, nargs="+", default=list(DEFAULT_DEPTHS),
@@ -46,10 +49,17 @@ def add_doctor_parser(sub: Any, debug_flag: Any) -> None:
 def cmd_doctor(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.read_mib < 1 or args.block_kib < 4:
         raise ConfigError("--read-mib must be >= 1 and --block-kib >= 4")
-    system = probe_system(args.path)
+    path = "." if args.path is None else args.path
+    system = probe_system(path)
     reads = None
-    if not args.no_measure:
-        file = model_data_file(args.path)
+    measure = not args.no_measure
+    if measure and args.path is None and not has_model_data(path):
+        # Asked about the machine, not a model: its settings, and how to measure a disk.
+        err.write("colibri doctor: no model file here, so no reads were measured; pass one "
+                  "(colibri doctor MODEL) to measure the disk it is on\n")
+        measure = False
+    if measure:
+        file = model_data_file(path)
         if not args.json:
             err.write(f"measuring reads of {file} ...\n")
             err.flush()

@@ -40,6 +40,7 @@ __all__ = [
     "ReadReport",
     "ReadRow",
     "SystemReport",
+    "has_model_data",
     "measure_reads",
     "model_data_file",
     "probe_block_device",
@@ -235,6 +236,17 @@ def probe_system(
     )
 
 
+def _data_files(directory: Path) -> list[Path]:
+    return [f for f in directory.iterdir()
+            if f.suffix in MODEL_DATA_SUFFIXES and f.is_file() and not f.is_symlink()]
+
+
+def has_model_data(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a file, or a directory holding a model data file to measure."""
+    p = Path(path)
+    return p.is_file() or (p.is_dir() and bool(_data_files(p)))
+
+
 def model_data_file(path: str | os.PathLike[str]) -> Path:
     """The file the doctor reads: `path` itself, or the largest model data file in the
     directory `path` (not following symlinks out of it)."""
@@ -243,8 +255,7 @@ def model_data_file(path: str | os.PathLike[str]) -> Path:
         return p
     if not p.is_dir():
         raise InvalidRequestError(f"{p}: no such file or directory")
-    files = [f for f in p.iterdir()
-             if f.suffix in MODEL_DATA_SUFFIXES and f.is_file() and not f.is_symlink()]
+    files = _data_files(p)
     if not files:
         raise InvalidRequestError(
             f"{p}: no model data file ({', '.join(MODEL_DATA_SUFFIXES)}) to measure; "
