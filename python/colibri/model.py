@@ -52,6 +52,24 @@ if TYPE_CHECKING:
 __all__ = ["Model", "ModelStats"]
 
 
+def _token_ids(prompt: object) -> list[int]:
+    """A prompt given as token ids, checked: a flat sequence of integers. A conversation
+    passed here instead of to ``messages=`` is named as such."""
+    first = prompt[0] if isinstance(prompt, Sequence) and len(prompt) else None
+    if isinstance(prompt, Mapping) or isinstance(first, Mapping):
+        raise InvalidRequestError(
+            "the prompt is a conversation: pass it as messages=[{'role': ..., 'content': "
+            "...}] (or use model.chat(...)); prompt= takes a str or a list of token ids")
+    if not isinstance(prompt, (Sequence, np.ndarray)) or isinstance(prompt, (bytes, bytearray)):
+        raise InvalidRequestError(
+            f"prompt must be a str or a list of token ids, not {type(prompt).__name__}")
+    ids = np.asarray(prompt)
+    if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+        raise InvalidRequestError(
+            "prompt token ids must be a flat list of integers; for text pass a str")
+    return [int(t) for t in ids]
+
+
 class Model(Displayable):
     """A loaded model. Use :meth:`load`; close it (or use ``with``) to free its memory."""
 
@@ -199,7 +217,7 @@ class Model(Displayable):
                 raise InvalidRequestError("the prompt is empty; give some text or messages")
             ids = self.tokenizer.encode(prompt, add_special_tokens=True, special=True)
         else:
-            ids = [int(t) for t in np.asarray(prompt, dtype=np.int64).reshape(-1)]
+            ids = _token_ids(prompt)
         if not ids:
             raise InvalidRequestError("the prompt encodes to no tokens")
         return ids

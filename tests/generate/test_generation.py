@@ -132,6 +132,13 @@ def test_keyboard_interrupt_stops_between_tokens_and_model_stays_usable(
         ({"prompt": "hi", "sampling": {"temprature": 1}}, ConfigError, "temprature"),
         ({"prompt": "hi", "sampling": "greedy"}, InvalidRequestError, "Sampling"),
         ({"prompt": "hi", "stop": [""]}, InvalidRequestError, "stop"),
+        # A conversation or a number where a prompt goes (issue 38, item 8).
+        ({"prompt": [{"role": "user", "content": "hi"}]}, InvalidRequestError, "messages="),
+        ({"prompt": {"role": "user", "content": "hi"}}, InvalidRequestError, "messages="),
+        ({"prompt": 123}, InvalidRequestError, "str or a list of token ids, not int"),
+        ({"prompt": [1.5, 2.0]}, InvalidRequestError, "flat list of integers"),
+        ({"prompt": [[1, 2]]}, InvalidRequestError, "flat list of integers"),
+        ({"prompt": b"hi"}, InvalidRequestError, "not bytes"),
     ],
 )
 def test_bad_requests(model: co.Model, kwargs: dict[str, object], error: type, match: str) -> None:
