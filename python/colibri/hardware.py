@@ -348,7 +348,7 @@ def available_memory(root: str | os.PathLike[str] = "/") -> int:
     if probe.available is None:
         raise ConfigError(
             "EngineConfig.ram_budget: the available memory could not be determined ("
-            + "; ".join(probe.notes) + "); set ram_budget explicitly, e.g. \"8GiB\""
+            + "; ".join(probe.notes) + "); set EngineConfig.ram_budget explicitly, e.g. \"8GiB\""
         )
     return probe.available
 
@@ -392,7 +392,7 @@ def probe_available_memory(
         total = (physical_memory or _physical_memory)()
         if total is not None and total > 0:
             notes.append("using total physical memory, which counts memory other "
-                         "processes hold; set ram_budget to be exact")
+                         "processes hold; set EngineConfig.ram_budget to be exact")
             best = (total, "physical memory")
         else:
             notes.append("physical memory unknown")

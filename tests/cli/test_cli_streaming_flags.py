@@ -128,6 +128,21 @@ def test_budget_errors_from_the_load_name_the_flag() -> None:
         "argument --cache-policy:")
 
 
+def test_budget_advice_names_flags_not_fields() -> None:
+    """The fix a budget error suggests is given in the CLI's words (issue 38, item 10): the
+    real message of a budget too small for the resident part."""
+    from colibri.engine.budget import plan_budget
+
+    with pytest.raises(ConfigError) as info:
+        plan_budget(budget=1000, available=None, dense_bytes=96 << 20, kv_bytes=90 << 20,
+                    work_bytes=18 << 20, slot_bytes=0, total_experts=0, min_slots=0)
+    assert "EngineConfig.context_length" in str(info.value)  # Python's words
+    msg = flag_message(info.value)
+    assert msg.startswith("argument --ram-budget: 1000 B cannot hold the resident part")
+    assert msg.endswith("raise --ram-budget or lower --context-length"), msg
+    assert "EngineConfig" not in msg and "_" not in msg.split("bytes)")[-1]
+
+
 def test_help_lists_the_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["run", "--help"]) == 0
     out = capsys.readouterr().out

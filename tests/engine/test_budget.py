@@ -124,7 +124,7 @@ def test_too_small_budget_says_the_minimum_and_what_takes_the_space() -> None:
         "EngineConfig.ram_budget: 2.0 GiB cannot hold the resident part and the smallest "
         "expert cache: dense weights 3.1 GiB + KV cache 384 MiB + work buffers 100 MiB; "
         "the minimum is 3.7 GiB (the resident part plus room for 8 experts of 12.5 MiB; "
-        "3940968038 bytes); raise ram_budget or lower context_length"
+        "3940968038 bytes); raise EngineConfig.ram_budget or lower EngineConfig.context_length"
     )
 
 
@@ -137,7 +137,7 @@ def test_too_little_available_memory_names_the_margin() -> None:
     msg = str(info.value)
     for needle in ("the default budget, 2.5 GiB (available memory 3.0 GiB less a safety "
                    "margin of 512 MiB)", "the minimum is 3.7 GiB",
-                   "set ram_budget explicitly"):
+                   "set EngineConfig.ram_budget explicitly"):
         assert needle in msg, msg
 
 

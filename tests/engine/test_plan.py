@@ -413,7 +413,7 @@ def test_nothing_readable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert r.available is None and r.method == ""
     monkeypatch.setattr(plan, "_physical_memory", no_physical)
     with pytest.raises(ConfigError, match=r"EngineConfig\.ram_budget: the available memory "
-                                          r"could not be determined .* set ram_budget"):
+                       r"could not be determined .* set EngineConfig\.ram_budget"):
         available_memory(empty)
 
 

@@ -44,13 +44,16 @@ FLAG_OF_FIELD = {
        for _, s, _ in flag_settings(EngineConfig) if s.flag is not None},
     "stop_strings": "--stop",
 }
-_FIELD = re.compile(r"^(" + "|".join(re.escape(k) for k in FLAG_OF_FIELD) + r"):")
+_FIELDS = "|".join(re.escape(k) for k in sorted(FLAG_OF_FIELD, key=len, reverse=True))
+_FIELD = re.compile(r"^(" + _FIELDS + r"):")
+_FIELD_IN_TEXT = re.compile(r"\b(" + _FIELDS + r")\b")
 
 
 def flag_message(exc: ConfigError) -> str:
-    """A ConfigError's message with the settings field replaced by its flag."""
-    msg = str(exc)
-    return _FIELD.sub(lambda m: f"argument {FLAG_OF_FIELD[m.group(1)]}:", msg, count=1)
+    """A ConfigError's message in the CLI's words: the settings field it starts with becomes
+    "argument --flag:", and every other field it names becomes that field's flag."""
+    msg = _FIELD.sub(lambda m: f"argument {FLAG_OF_FIELD[m.group(1)]}:", str(exc), count=1)
+    return _FIELD_IN_TEXT.sub(lambda m: FLAG_OF_FIELD[m.group(1)], msg)
 
 
 def _non_negative_int(text: str) -> int:

@@ -230,11 +230,12 @@ def _too_small(budget: int, available: int | None, dense: int, kv: int, work: in
     need = f"the minimum is {up(minimum)} ({room}{minimum} bytes)"
     if available is None:
         return (f"EngineConfig.ram_budget: {down(budget)} cannot hold {what}; {need}; "
-                "raise ram_budget or lower context_length")
+                "raise EngineConfig.ram_budget or lower EngineConfig.context_length")
     return (f"EngineConfig.ram_budget: the default budget, {down(budget)} (available memory "
             f"{down(available)} less a safety margin of {up(available - budget)}), cannot "
-            f"hold {what}; {need}; free memory, lower context_length, or set ram_budget "
-            "explicitly (an explicit budget is used as given, margin or not)")
+            f"hold {what}; {need}; free memory, lower EngineConfig.context_length, or set "
+            "EngineConfig.ram_budget explicitly (an explicit budget is used as given, margin "
+            "or not)")
 
 
 KV_TYPE_BYTES: dict[str, tuple[int, int]] = {
