@@ -64,8 +64,19 @@ def test_stats_reprs_are_short_and_readable() -> None:
                     work_bytes=87_031_808, cache_bytes=8 << 30, cache_slots=655,
                     slot_bytes=13_107_200, cached_experts=600, pinned_experts=120,
                     total_experts=6144, expert_bytes=61_096_000_000)
-    _check(m, "12.0 GiB = dense 3.1 GiB + KV 768 MiB + work 83.0 MiB + expert cache 8.0 GiB",
-           "655 slots of 12.5 MiB", "120 pinned", "56.9 GiB on disk")
+    _check(m, "11.9 GiB of a 12.0 GiB budget: dense 3.1 GiB + KV 768 MiB + work 83.0 MiB + "
+              "expert cache 8.0 GiB", "655 slots of 12.5 MiB", "120 pinned", "56.9 GiB on disk")
+    # A small dense model under the default budget (issue 38, item 3): what it takes and
+    # the budget, told apart.
+    small = MemoryStats(budget=int(19.9 * (1 << 30)), dense_bytes=96_570_000,
+                        kv_bytes=90 << 20, work_bytes=18_980_000, cache_bytes=0, cache_slots=0,
+                        slot_bytes=0, cached_experts=0, pinned_experts=0, total_experts=0,
+                        expert_bytes=0)
+    _check(small, "200 MiB of a 19.9 GiB budget: dense 92.1 MiB + KV 90.0 MiB + work "
+                  "18.1 MiB + expert cache 0 B")
+    first = ExpertStats(hits=10, misses=6, first_candidates=8,
+                        first_candidates_used=3)
+    _check(first, "8 uncached experts guessed (37.5% routed to); 0 read: 0 used, 0 wasted")
 
 
 def test_model_session_generation_reprs() -> None:

@@ -133,9 +133,12 @@ class ExpertStats(Displayable):
                                      f"{self.prefetch_throttled} no idle I/O, "
                                      f"{self.prefetch_suppressed} governor off"))
         if self.first_issued or self.first_candidates:
-            rows.append(("first layer", f"{self.first_issued} guessed reads, "
-                                        f"{self.first_used} used, {self.first_wasted} wasted "
-                                        f"(accuracy {percent(self.first_guess_accuracy)})"))
+            # The accuracy is over every uncached guess, read or not (the governor decides
+            # by it even while it holds the reads back), so the row says both counts.
+            rows.append(("first layer", f"{self.first_candidates} uncached experts guessed "
+                                        f"({percent(self.first_guess_accuracy)} routed to); "
+                                        f"{self.first_issued} read: {self.first_used} used, "
+                                        f"{self.first_wasted} wasted"))
         rows.append(("evictions", str(self.evictions)))
         if self.read_errors or self.checksum_failures:
             rows.append(("errors", f"{self.read_errors} read errors, "
@@ -211,14 +214,20 @@ class MemoryStats(Displayable):
     def to_dict(self) -> dict[str, int | str]:
         return asdict(self)
 
+    @property
+    def planned_bytes(self) -> int:
+        """What the parts take: at most the budget (a dense model leaves the rest unused)."""
+        return (self.dense_bytes + self.session_kv_bytes + self.work_bytes
+                + self.prompt_cache_bytes + self.cache_bytes)
+
     def summary(self) -> str:
-        """One line: the budget and its parts."""
+        """One line: what the parts take, of how large a budget, and the parts."""
         prompts = (f" + prompt cache {size(self.prompt_cache_bytes)}"
                    if self.prompt_cache_bytes else "")
         mtp = f" + MTP KV {size(self.mtp_kv_bytes)}" if self.mtp_kv_bytes else ""
-        return (f"{size(self.budget)} = dense {size(self.dense_bytes)} + KV "
-                f"{size(self.kv_bytes)}{mtp} + work {size(self.work_bytes)}{prompts} + expert "
-                f"cache {size(self.cache_bytes)}")
+        return (f"{size(self.planned_bytes)} of a {size(self.budget)} budget: dense "
+                f"{size(self.dense_bytes)} + KV {size(self.kv_bytes)}{mtp} + work "
+                f"{size(self.work_bytes)}{prompts} + expert cache {size(self.cache_bytes)}")
 
     def _display_rows(self) -> list[tuple[str, str]]:
         rows = [("budget", self.summary())]
