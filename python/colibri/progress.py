@@ -19,7 +19,8 @@ def _isatty(out: TextIO | None) -> bool:
 
 class Progress:
     """Progress of one step on `out` (None: silent). ``update(done, total)`` with byte
-    counts (``unit="B"``: shown in MB) or item counts (``unit=""``)."""
+    counts (``unit="B"``: shown in MiB, as every size colibri prints) or item counts
+    (``unit=""``)."""
 
     def __init__(self, out: TextIO | None, label: str, unit: str = "B") -> None:
         self.out, self.label, self.unit = out, label, unit
@@ -30,7 +31,7 @@ class Progress:
 
     def _amount(self, done: int, total: int) -> str:
         if self.unit == "B":
-            return f"{done / 1e6:.1f}/{total / 1e6:.1f} MB"
+            return f"{done / 2**20:.1f}/{total / 2**20:.1f} MiB"
         return f"{done}/{total}"
 
     def update(self, done: int, total: int) -> None:
@@ -58,7 +59,9 @@ class Progress:
             if tqdm is not None:
                 self._bar = tqdm(
                     total=total, desc=self.label, file=self.out, leave=True,
-                    unit=self.unit or "it", unit_scale=bool(self.unit), unit_divisor=1000,
+                    # "iB" with divisor 1024 makes tqdm write KiB/MiB/GiB.
+                    unit=("iB" if self.unit == "B" else self.unit) or "it",
+                    unit_scale=bool(self.unit), unit_divisor=1024,
                     dynamic_ncols=True,
                 )  # fmt: skip
             else:
