@@ -559,6 +559,15 @@ def test_convert_verify_and_run_a_container(
     assert "layer 0 expert 1: checksum mismatch" in bad.stdout
 
 
+def test_verify_takes_a_named_model_as_run_does(tmp_path: Path) -> None:
+    """``colibri verify NAME`` resolves the name as run and info do (issue 38, item 10):
+    smollm2 is a GGUF, which has no checksums, so verify says it is not a container (it
+    used to answer that the name does not exist)."""
+    proc = colibri_cli("verify", "smollm2", "--cache-dir", str(tmp_path / "cache"))
+    assert_one_line_error(proc, 1, "problem")
+    assert smollm2_gguf().name in proc.stdout and "not a complete colibri container" in proc.stdout
+
+
 def test_convert_of_a_missing_source_is_one_line(tmp_path: Path) -> None:
     proc = colibri_cli("convert", str(tmp_path / "nope.gguf"), str(tmp_path / "out"))
     assert_one_line_error(proc, 1, "does not exist")

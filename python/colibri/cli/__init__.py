@@ -56,7 +56,7 @@ def _dispatch(args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO)
     if args.command == "verify":
         from .convert import cmd_verify
 
-        return cmd_verify(args, out)
+        return cmd_verify(args, out, err)
     from ..models.resolve import resolve_model_spec
     from ..sources import open_model_source
     from .info import model_info, print_info

@@ -15,6 +15,7 @@ from typing import TextIO
 from ..convert import verify_container, write_container
 from ..convert.quantize import QUANT_CHOICES
 from ..errors import ModelFormatError
+from ..models.resolve import resolve_model_spec
 from ..progress import Progress
 
 QUANT_HELP = (
@@ -53,13 +54,15 @@ def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-def cmd_verify(args: argparse.Namespace, out: TextIO) -> int:
-    problems = verify_container(args.container)
+def cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    # A named model resolves as for run and info (built or fetched on first use).
+    container = resolve_model_spec(args.container, cache_dir=args.cache_dir, log=err).path
+    problems = verify_container(container)
     if problems:
         # One line per problem on stdout, then the error line (exit 1) from main.
         for p in problems:
             out.write(p + "\n")
         out.flush()
-        raise ModelFormatError(f"{args.container}: {len(problems)} problem(s) found")
-    out.write(f"{args.container}: every checksum matches\n")
+        raise ModelFormatError(f"{container}: {len(problems)} problem(s) found")
+    out.write(f"{container}: every checksum matches\n")
     return 0

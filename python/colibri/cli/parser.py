@@ -217,7 +217,10 @@ def build_parser(version: str) -> Parser:
                             description="Re-read a container and check every blob's and "
                                         "tensor's checksum; problems are listed one per line "
                                         "(a damaged expert by layer and expert).")
-    verify.add_argument("container", metavar="CONTAINER", help="the container directory")
+    verify.add_argument("container", metavar="CONTAINER",
+                        help="the container directory, or a named model that is one "
+                             "(smollm2-moe-demo), as run and info take it")
+    _cache_flag(verify)
     _debug_flag(verify, argparse.SUPPRESS)
     from .doctor import add_doctor_parser
 
