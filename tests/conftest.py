@@ -91,7 +91,7 @@ ALLOWED_SKIPS = (
         "dependency; llama.cpp's file layouts are checked on every run by "
         "tests/sources/test_gguf_fixtures.py (files written by its own converter and quantizer)."),
     AllowedSkip(
-        "tests/test_*deepseek.py::test_llama_cpp_*", "could not import 'llama_cpp'",
+        "tests/*/test_*deepseek.py::test_llama_cpp_*", "could not import 'llama_cpp'",
         "Running the same DeepSeek/GLM GGUF in llama.cpp needs llama-cpp-python (the bench "
         "extra); the files themselves come from llama.cpp's converter (unpacked from the sdist "
         "scripts/fetch_test_data.py downloads) and are checked against transformers on every "
@@ -100,7 +100,7 @@ ALLOWED_SKIPS = (
         "tests/server/test_serve_ray.py::*", "Ray Serve is not installed",
         "Ray is the optional ray extra (colibri[ray], a large install), not a test "
         "dependency; these slow tests run where it is installed (docs/testing.md). The "
-        "server the replicas run is tested on every run by tests/test_server_*.py."),
+        "server the replicas run is tested on every run by tests/server/test_server_*.py."),
     AllowedSkip(
         "tests/bench_tools/test_bench_helpers.py::test_disk_bandwidth_small_file",
         "O_DIRECT not supported",
@@ -196,7 +196,7 @@ def deepseek_model(request: pytest.FixtureRequest,
 @pytest.fixture(scope="session")
 def smollm2_server() -> Iterator[object]:
     """``colibri serve`` on the SmolLM2 GGUF in a subprocess (server_helpers.ServerProcess),
-    shared by the tests/test_server_*.py modules: served as "smollm2", API key
+    shared by the tests/server/test_server_*.py modules: served as "smollm2", API key
     SERVER_KEY, a 512-token context, three queue places."""
     from support.realmodel import smollm2_gguf
     from support.server_helpers import SERVER_CTX, SERVER_KEY, ServerProcess

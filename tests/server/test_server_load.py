@@ -173,6 +173,26 @@ def test_serve_flags_are_checked_before_loading(tmp_path: Path) -> None:
     assert main(["serve", str(tmp_path / "none.gguf"), "--port", "0"]) == 1  # no such model
 
 
+def test_a_port_in_use_is_refused_before_loading(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A taken port is the command's one-line error, before any model is read (issue 38,
+    item 10: it was uvicorn's, after the load): the model path here does not exist, so
+    reaching the load would fail differently."""
+    import socket
+
+    from colibri.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", str(tmp_path / "none.gguf"), "--host", "127.0.0.1",
+                     "--port", str(port)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"colibri: error: argument --port: cannot listen on 127.0.0.1:{port}")
+    assert "pick another --port" in err and len(err.splitlines()) == 1
+
+
 # --- 8 concurrent clients x 20 requests (slow) ------------------------------------------
 
 LONG_QUESTIONS = [*QUESTIONS, "Explain in two sentences why the sky is blue.",

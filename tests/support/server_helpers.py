@@ -1,4 +1,4 @@
-"""Starting ``colibri serve`` in a subprocess for the server tests (tests/test_server_*.py).
+"""Starting ``colibri serve`` in a subprocess for the server tests (tests/server/test_server_*.py).
 
 The server listens on 127.0.0.1 on a port the OS picks (``--port 0``); its "serving ...
 at http://127.0.0.1:PORT/v1" line on stderr says which. Its stderr is drained by a thread

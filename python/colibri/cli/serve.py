@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
+import socket
 from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any, TextIO
@@ -123,6 +125,9 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
             "max_running": args.parallel, "timeout": timeout,
             "drain_timeout": args.shutdown_timeout, "kv_budget": kv_budget,
             "prefix_sharing": not args.no_prefix_sharing}, err)
+    # The port is taken before the model loads (seconds to minutes): one in use is this
+    # command's error now, not uvicorn's after the load.
+    sock = _listen(args.host, args.port)
     engine: EngineConfig = engine_from_args(args)
     if args.prompt_cache is not None:
         engine = engine.replace(prompt_cache=args.prompt_cache)
@@ -169,5 +174,23 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
                             log_level="warning" if args.quiet else "info",
                             access_log=not args.quiet,
                             timeout_graceful_shutdown=int(max(1, args.shutdown_timeout)))
-    Server(config).run()
+    Server(config).run(sockets=[sock])
     return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port), or a one-line UsageError saying why not. It listens
+    only once the server starts, so clients are refused (not left waiting) while the model
+    loads."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        return sock
+    except OSError as exc:
+        sock.close()
+        reason = exc.strerror or str(exc)
+        hint = "; pick another --port (0: any free one)" if exc.errno == errno.EADDRINUSE else ""
+        raise UsageError(f"argument --port: cannot listen on {host}:{port}: {reason}{hint}"
+                         ) from None
