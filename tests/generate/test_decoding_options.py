@@ -67,6 +67,23 @@ def test_a_bad_processor_is_a_clear_error(model: co.Model) -> None:
         model.generate("Hi", max_token=2)  # type: ignore[call-arg]
 
 
+def test_unknown_option_lists_each_option_once() -> None:
+    """The unknown-option error names every option once, progress where the call takes it
+    (issue 38, item 2: five names were listed twice and progress not at all)."""
+    from colibri.generate.request import parse_request
+
+    with pytest.raises(InvalidRequestError) as info:
+        parse_request({"progres": print}, where="generate")
+    msg = str(info.value)
+    assert "did you mean 'progress'" in msg
+    listed = msg.split("the options are: ")[1].split(", ")
+    assert len(listed) == len(set(listed)) == 10 and listed[0] == "max_tokens"
+    assert "progress" in listed and "spec" in listed
+    with pytest.raises(InvalidRequestError) as info:
+        parse_request({"progress": print}, where="agenerate")  # async calls take no progress
+    assert "progress" not in str(info.value).split("the options are: ")[1]
+
+
 def test_min_tokens_holds_off_eos(model: co.Model) -> None:
     # As a raw completion this question ends at once: EOS is the most likely first token.
     prompt = "Why is the sky blue?"

@@ -60,7 +60,12 @@ class CallOptions(GenerateOptions, total=False):
     truncate: bool
 
 
-_CALL_NAMES = tuple(CallOptions.__annotations__) + tuple(GenerateOptions.__annotations__)
+# CallOptions' annotations include the inherited GenerateOptions ones: each name once,
+# the common ones first.
+_CALL_NAMES = tuple(dict.fromkeys(["max_tokens", "sampling", "stop", "truncate",
+                                   *CallOptions.__annotations__]))
+# The calls that take ``progress=`` beside their options (it is named in their error too).
+_WITH_PROGRESS = ("generate", "stream", "Session.stream")
 
 
 def closest_name(name: str, allowed: Sequence[str]) -> str:
@@ -127,9 +132,10 @@ def parse_request(options: Mapping[str, Any], *, where: str = "generate") -> Req
     """The Request for keyword `options` (names of :class:`CallOptions`)."""
     for name in options:
         if name not in _CALL_NAMES:
+            names = _CALL_NAMES + (("progress",) if where in _WITH_PROGRESS else ())
             raise InvalidRequestError(
-                f"{where}() got an unknown option {name!r}{closest_name(name, _CALL_NAMES)}; "
-                f"the options are: {', '.join(_CALL_NAMES)}"
+                f"{where}() got an unknown option {name!r}{closest_name(name, names)}; "
+                f"the options are: {', '.join(names)}"
             )
     stop = options.get("stop", ())
     stops = (stop,) if isinstance(stop, str) else tuple(stop)
