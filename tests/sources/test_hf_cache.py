@@ -15,7 +15,7 @@ import pytest
 
 import colibri as co
 from colibri.errors import ModelNotFoundError
-from support.cli_run import _env, colibri_cli
+from support.cli_run import _env, assert_one_line_error, colibri_cli
 from support.modelfactory import TinyModel
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -85,6 +85,7 @@ def test_not_in_the_cache_is_a_clear_error(hf_cache: Path) -> None:
         co.Model.load("tiny-org/absent", hf_cache_dir=hf_cache)
     msg = str(info.value)
     assert "'tiny-org/absent'" in msg and str(hf_cache) in msg and "download=True" in msg
+    assert "hf download tiny-org/absent" in msg  # huggingface_hub 1.x+ has no huggingface-cli
     with pytest.raises(ModelNotFoundError, match="revision 'v9'"):
         co.Model.load("tiny-org/tiny-llama", revision="v9", hf_cache_dir=hf_cache)
     # A missing path that looks like a file is reported as a path, not looked up.
@@ -106,3 +107,19 @@ def test_the_cli_takes_repository_ids(hf_cache: Path) -> None:
     proc = colibri_cli("info", "--json", "tiny-org/tiny-llama", env=env)
     assert proc.returncode == 0, proc.stderr
     assert '"source": "hf"' in proc.stdout
+
+
+def test_the_cli_names_its_own_download_option_and_a_network_failure(hf_cache: Path) -> None:
+    """On the command line the advice is --download, not Python's download=True; with
+    --download and no Hub to reach, the error says the download failed and why (issue 38,
+    item 4), instead of repeating "download it first"."""
+    env = _env(HF_HUB_CACHE=str(hf_cache), HF_HUB_OFFLINE="0",
+               HF_ENDPOINT="http://127.0.0.1:9")  # the discard port: connection refused
+    absent = colibri_cli("info", "tiny-org/absent", env=env)
+    line = assert_one_line_error(absent, 1, "not in the local Hugging Face cache",
+                                 "hf download tiny-org/absent", "pass --download")
+    assert "download=True" not in line
+    failed = colibri_cli("info", "tiny-org/absent", "--download", env=env)
+    line = assert_one_line_error(failed, 1, "could not download 'tiny-org/absent' from the "
+                                 "Hugging Face Hub", "check the network")
+    assert "download it first" not in line

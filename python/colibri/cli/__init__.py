@@ -61,7 +61,8 @@ def _dispatch(args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO)
     from ..sources import open_model_source
     from .info import model_info, print_info
 
-    resolved = resolve_model_spec(args.model, cache_dir=args.cache_dir, log=err)
+    resolved = resolve_model_spec(args.model, cache_dir=args.cache_dir, log=err,
+                                  download=args.download, download_option="--download")
     info = model_info(open_model_source(resolved.path))
     if args.json:
         out.write(json.dumps(info) + "\n")

@@ -25,7 +25,8 @@ def load_model(args: argparse.Namespace, err: TextIO, *, quiet: bool = False) ->
     local cache, or the default) the way ``Model.load`` does and loads it with the engine
     flags. Download/build progress goes to `err` unless `quiet`."""
     engine = engine_from_args(args)
-    resolved = resolve_model_spec(args.model, cache_dir=args.cache_dir,
+    resolved = resolve_model_spec(args.model, cache_dir=args.cache_dir, download=args.download,
+                                  download_option="--download",
                                   log=None if quiet else err)
     t0 = time.perf_counter()
     model = Model.load(resolved.path, engine=engine, progress=False)

@@ -41,7 +41,8 @@ def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ..models.resolve import resolve_model_spec
 
     quant = str(getattr(args, "quant", "keep") or "keep")
-    resolved = resolve_model_spec(args.source, cache_dir=args.cache_dir, log=err)
+    resolved = resolve_model_spec(args.source, cache_dir=args.cache_dir, log=err,
+                                  download=args.download, download_option="--download")
     t0 = time.perf_counter()
     progress = Progress(None if args.quiet else err, f"colibri: converting ({quant})")
     report = write_container(resolved.path, args.dest, quant=quant, progress=progress.update)
@@ -56,7 +57,8 @@ def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def cmd_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # A named model resolves as for run and info (built or fetched on first use).
-    container = resolve_model_spec(args.container, cache_dir=args.cache_dir, log=err).path
+    container = resolve_model_spec(args.container, cache_dir=args.cache_dir, log=err,
+                                   download=args.download, download_option="--download").path
     problems = verify_container(container)
     if problems:
         # One line per problem on stdout, then the error line (exit 1) from main.

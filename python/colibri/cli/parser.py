@@ -92,6 +92,9 @@ def _cache_flag(g: argparse._ActionsContainer) -> None:
     g.add_argument("--cache-dir", metavar="DIR",
                    help="where named models are downloaded or built (default: "
                         "$XDG_CACHE_HOME/colibri/models or ~/.cache/colibri/models)")
+    g.add_argument("--download", action="store_true",
+                   help="a Hugging Face repository id (org/name) missing from the local "
+                        "Hugging Face cache is downloaded into it (default: the cache only)")
 
 
 def _engine_flags(p: argparse.ArgumentParser) -> None:

@@ -87,6 +87,7 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
         ) from exc
     from ..errors import ColibriError
     from ..model import Model
+    from ..models.resolve import resolve_model_spec
     from ..settings.config import EngineConfig
     from ..sizes import format_bytes, parse_bytes
 
@@ -131,8 +132,12 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
     engine: EngineConfig = engine_from_args(args)
     if args.prompt_cache is not None:
         engine = engine.replace(prompt_cache=args.prompt_cache)
+    # Resolved here first so that a missing model's error gives the CLI's options; the load
+    # then finds it at once (a named model is in the cache by now).
+    resolve_model_spec(args.model, cache_dir=args.cache_dir, download=args.download,
+                       download_option="--download", log=None if args.quiet else err)
     model = Model.load(args.model, engine=engine, cache_dir=args.cache_dir,
-                       progress=not args.quiet)
+                       download=args.download, progress=not args.quiet)
     # Without --served-model-name, the name the model was given on the command line
     # ("smollm2") is accepted as well as its resolved name ("smollm2-135m-instruct").
     aliases = [args.model] if args.served_model_name is None else []

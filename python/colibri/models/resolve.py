@@ -65,11 +65,14 @@ def resolve_hf_snapshot(
     revision: str | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     download: bool = False,
+    download_option: str = "download=True",
 ) -> Path:
     """The path of ``repo_id``'s snapshot in the Hugging Face cache (``cache_dir``, or
     huggingface_hub's default, ``$HF_HUB_CACHE``), or of the one file in it matching
     ``filename``. Raises ModelNotFoundError when it is not there (or huggingface_hub is
-    not installed)."""
+    not installed), naming `download_option` (the caller's way to allow a download:
+    ``download=True`` in Python, ``--download`` on the command line); with `download`, a
+    failed download says why (the network, the repository)."""
     try:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
@@ -90,12 +93,20 @@ def resolve_hf_snapshot(
         )  # fmt: skip
     except LocalEntryNotFoundError as exc:
         rev = f" at revision {revision!r}" if revision else ""
+        if download:  # the download itself failed: say why, not "download it"
+            cause = exc.__cause__ if exc.__cause__ is not None else exc
+            raise ModelNotFoundError(
+                f"could not download {repo_id!r}{rev} from the Hugging Face Hub into "
+                f"{where_cache}: {type(cause).__name__}: {_first_line(cause)}; check the "
+                "network (or HF_ENDPOINT / HF_HUB_OFFLINE), or download it elsewhere and "
+                "pass its directory"
+            ) from exc
         raise ModelNotFoundError(
             f"{repo_id!r}{rev} is not a file or directory, and as a Hugging Face repository "
             f"id it is not in the local Hugging Face cache ({where_cache}); "
-            "download it first (huggingface-cli download "
-            f"{repo_id}{' --include ' + repr(filename) if filename else ''}), or pass "
-            "download=True to let huggingface_hub fetch it"
+            f"download it first (hf download {repo_id}"
+            f"{' --include ' + repr(filename) if filename else ''}), or pass "
+            f"{download_option} to let huggingface_hub fetch it"
         ) from exc
     except (OSError, ValueError) as exc:  # a bad revision, a broken cache entry
         raise ModelNotFoundError(
@@ -107,6 +118,10 @@ def resolve_hf_snapshot(
     return path
 
 
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
 def resolve_model_spec(
     spec: str | os.PathLike[str] | None,
     *,
@@ -115,6 +130,7 @@ def resolve_model_spec(
     cache_dir: str | os.PathLike[str] | None = None,
     hf_cache_dir: str | os.PathLike[str] | None = None,
     download: bool = False,
+    download_option: str = "download=True",
     log: TextIO | None = None,
 ) -> ResolvedModel:
     """The file or directory to load for `spec` (see the module docstring for the rule).
@@ -131,7 +147,8 @@ def resolve_model_spec(
         return resolve_model(text, cache_dir, log=log)
     if looks_like_repo_id(text) and path.suffix.lower() not in _FILE_SUFFIXES:
         snapshot = resolve_hf_snapshot(text, filename=filename, revision=revision,
-                                       cache_dir=hf_cache_dir, download=download)
+                                       cache_dir=hf_cache_dir, download=download,
+                                       download_option=download_option)
         return ResolvedModel(snapshot, text)
     raise ModelNotFoundError(not_found_message(text, cache_dir))
 
