@@ -82,8 +82,8 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
         from ..server import create_app
     except ImportError as exc:
         raise UnsupportedError(
-            f"colibri serve needs the server extra ({exc.name} is missing): "
-            "pip install 'colibri[server]'"
+            f"colibri serve needs FastAPI and uvicorn, part of colibri's install, but "
+            f"{exc.name} is missing here: pip install fastapi uvicorn"
         ) from exc
     from ..errors import ColibriError
     from ..model import Model
