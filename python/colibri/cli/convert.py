@@ -42,7 +42,8 @@ def cmd_convert(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     quant = str(getattr(args, "quant", "keep") or "keep")
     resolved = resolve_model_spec(args.source, cache_dir=args.cache_dir, log=err,
-                                  download=args.download, download_option="--download")
+                                  download=bool(getattr(args, "download", False)),
+                                  download_option="--download")
     t0 = time.perf_counter()
     progress = Progress(None if args.quiet else err, f"colibri: converting ({quant})")
     report = write_container(resolved.path, args.dest, quant=quant, progress=progress.update)
