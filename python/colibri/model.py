@@ -75,6 +75,7 @@ class Model(Displayable):
 
     def __init__(self, handle: EngineHandle) -> None:
         self._runner = Runner(handle)
+        self._chat_template: ChatTemplate | None = None  # set by the user, else the model's
 
     @property
     def runner(self) -> Runner:
@@ -197,7 +198,23 @@ class Model(Displayable):
 
     @property
     def chat_template(self) -> ChatTemplate:
+        """The chat template the templated calls use: the model's own (ChatML when it ships
+        none), or the one assigned here (Jinja source or a ChatTemplate; None restores
+        the model's). Conversations with tools use it when it renders tools, else
+        colibri's tool template for ChatML (colibri.chat.tool_templates)."""
+        if self._chat_template is not None:
+            return self._chat_template
         return ChatTemplate.for_tokenizer(self.tokenizer)
+
+    @chat_template.setter
+    def chat_template(self, template: ChatTemplate | str | None) -> None:
+        if isinstance(template, str):
+            tok = self.tokenizer
+            template = ChatTemplate(template, bos_token=tok.bos_token, eos_token=tok.eos_token)
+        elif template is not None and not isinstance(template, ChatTemplate):
+            raise InvalidRequestError(f"chat_template must be a str (Jinja source), a "
+                                      f"ChatTemplate or None, not {type(template).__name__}")
+        self._chat_template = template
 
     def encode_prompt(
         self,

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidRequestError
+from .tool_templates import has_tool_turns, template_for_tools
 
 if TYPE_CHECKING:
     from .template import ChatTemplate
@@ -44,12 +45,23 @@ def render_conversation(template: ChatTemplate, messages: str | Messages, *,
                         tools: Tools | None = None, add_generation_prompt: bool = True,
                         **variables: Any) -> str:
     """The text `template` makes of `messages` (a str is one user message): what
-    ``Model.apply_chat_template`` returns and templated generations prefill. ``tools`` to a
-    template that ignores them raise InvalidRequestError rather than being dropped."""
-    if tools is not None and "tools" not in template.source:
-        raise InvalidRequestError(
-            f"the model's {template.name} does not render tools; describe them in a system "
-            "message instead, or pass a model whose template supports tool use"
-        )
-    return template.render(as_messages(messages), add_generation_prompt=add_generation_prompt,
+    ``Model.apply_chat_template`` returns and templated generations prefill.
+
+    A conversation with ``tools``, or with tool calls or results in it, goes through
+    :func:`~colibri.chat.tool_templates.template_for_tools`: `template` when it renders
+    tools, else colibri's shipped tool template for its family (ChatML). ``tools`` that no
+    template would render raise InvalidRequestError rather than being dropped."""
+    msgs = as_messages(messages)
+    if tools is not None or has_tool_turns(msgs):
+        chosen = template_for_tools(template)
+        if chosen is not None:
+            template = chosen
+        elif tools is not None:
+            raise InvalidRequestError(
+                f"the model's {template.name} does not render tools, and colibri ships no "
+                "tool template for its format (it has one for ChatML templates): set "
+                "model.chat_template to a Jinja template that renders them (docs/api.md), "
+                "or describe the tools in a system message"
+            )
+    return template.render(msgs, add_generation_prompt=add_generation_prompt,
                            tools=tools, **variables)

@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..chat.template import ChatTemplate
+from ..chat.tool_templates import template_for_tools
 from ..model import Model
 from . import routes_anthropic, routes_openai
 from .errors import ApiError
@@ -96,7 +97,9 @@ def create_app(
     may also name it by one of `aliases`).
 
     ``api_key``: required from clients when set. ``chat_template``: Jinja source replacing
-    the model's own template (e.g. one that renders tools). ``max_running``: requests
+    the model's own template (e.g. one that renders tools; a request with tools to a
+    ChatML template that renders none is rendered with colibri's own tool template,
+    colibri.chat.tool_templates). ``max_running``: requests
     generating at once, batched into shared forwards (continuous batching,
     docs/serving.md); ``max_queue``: requests that may wait for a slot beyond them; more
     get 429 with ``Retry-After: retry_after``. ``kv_budget``: bytes of KV state the
@@ -118,7 +121,7 @@ def create_app(
                              eos_token=model.tokenizer.eos_token, name="--chat-template")
                 if chat_template is not None else model.chat_template)
     st = ServerState(model, scheduler, template, model_name or model.name, api_key, metrics,
-                     aliases=frozenset(aliases))
+                     aliases=frozenset(aliases), tool_template=template_for_tools(template))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

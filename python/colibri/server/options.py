@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..chat.template import ChatTemplate
+from ..chat.tool_templates import has_tool_turns
 from ..errors import ColibriError
 from ..generate.request import parse_request
 from ..generate.samples import sample_seeds
@@ -177,12 +178,30 @@ def chat_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     return out
 
 
+def pick_template(template: ChatTemplate, tool_template: ChatTemplate | None,
+                  messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                  ) -> ChatTemplate:
+    """The template a request is rendered with: `template` (the model's, or
+    --chat-template's) for a plain conversation; `tool_template`
+    (colibri.chat.tool_templates.template_for_tools: `template` itself when it renders
+    tools, else colibri's shipped one for its family) for one with tools, or with tool
+    calls or results in it. A 400 when tools are given and there is no such template."""
+    if tools is None and not has_tool_turns(messages):
+        return template
+    if tool_template is not None:
+        return tool_template
+    if tools is None:
+        return template  # tool turns without tools: written as the template can
+    raise ApiError(400, f"the {template.name} does not render tools, and colibri ships no "
+                        "tool template for its format (it has one for ChatML templates); "
+                        "start the server with --chat-template FILE naming a template that "
+                        "renders them (docs/serving.md, Tool calls)", param="tools")
+
+
 def render_chat(model: Model, template: ChatTemplate, messages: list[dict[str, Any]],
                 tools: list[dict[str, Any]] | None) -> list[int]:
-    if tools is not None and "tools" not in template.source:
-        raise ApiError(400, f"the model's {template.name} does not render tools; this model "
-                            "cannot be given tools (start the server with --chat-template "
-                            "naming a template that renders them)", param="tools")
+    """The prompt's ids: `messages` and `tools` through `template` (:func:`pick_template`'s
+    choice)."""
     try:
         text = template.render(messages, add_generation_prompt=True, tools=tools)
     except ColibriError as exc:
@@ -190,7 +209,10 @@ def render_chat(model: Model, template: ChatTemplate, messages: list[dict[str, A
     return model.tokenizer.encode(text, add_special_tokens=False, special=True)
 
 
-def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest) -> Plan:
+def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest,
+              tool_template: ChatTemplate | None = None) -> Plan:
+    """The Plan of a chat request, rendered with :func:`pick_template`'s choice of
+    `template` and `tool_template`."""
     if req.audio is not None or req.modalities not in (None, ["text"]):
         raise _refuse("audio", "colibri generates text only")
     if req.prediction is not None:
@@ -201,6 +223,8 @@ def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest) 
         raise ApiError(400, "tool_choice needs tools", param="tool_choice")
     if choice == "none":
         tools = None  # the template then shows no tools and nothing is parsed
+    messages = chat_messages(req.messages)
+    template = pick_template(template, tool_template, messages, tools)
     fmt = template_format(template.source) if tools is not None else None
     response_format: Any = None
     if req.response_format is not None and req.response_format.type != "text":
@@ -216,7 +240,7 @@ def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest) 
                            param="response_format")
         only = None if choice == "required" else choice.function.name  # type: ignore[union-attr]
         response_format = forced_call_grammar(tools, only, fmt)
-    ids = render_chat(model, template, chat_messages(req.messages), tools)
+    ids = render_chat(model, template, messages, tools)
     k = (req.top_logprobs or 0) if req.logprobs else None
     if req.top_logprobs and not req.logprobs:
         raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")

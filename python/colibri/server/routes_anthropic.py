@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from ..errors import ColibriError
 from .errors import ApiError, from_colibri
-from .options import Plan, plan, render_chat, sampling
+from .options import Plan, pick_template, plan, render_chat, sampling
 from .runner import answer, new_id, run_sample
 from .scheduler import Ticket
 from .sse import DeferredJSON, EventStream, event
@@ -27,7 +27,7 @@ from .tools import (
     CallSplitter,
     ToolCall,
     forced_call_grammar,
-    parse_calls,
+    split_answer,
     template_format,
 )
 from .wire import CountTokensRequest, MessagesRequest, SamplingFields
@@ -93,7 +93,9 @@ def _tools(req: CountTokensRequest) -> list[dict[str, Any]] | None:
 def _plan(st: ServerState, req: MessagesRequest) -> Plan:
     tools = _tools(req)
     choice = (req.tool_choice or {}).get("type", "auto")
-    fmt = template_format(st.template.source) if tools is not None else None
+    messages = _conversation(req)
+    template = pick_template(st.template, st.tool_template, messages, tools)
+    fmt = template_format(template.source) if tools is not None else None
     forced = None
     if tools is not None and choice in ("any", "tool"):
         if fmt not in FORCED_FORMATS:
@@ -102,7 +104,7 @@ def _plan(st: ServerState, req: MessagesRequest) -> Plan:
                                 "calls); this one's is not")
         forced = forced_call_grammar(tools, (req.tool_choice or {}).get("name")
                                      if choice == "tool" else None, fmt)
-    ids = render_chat(st.model, st.template, _conversation(req), tools)
+    ids = render_chat(st.model, template, messages, tools)
     fields = SamplingFields(model=req.model, temperature=req.temperature, top_p=req.top_p,
                             top_k=req.top_k, stop=req.stop_sequences, max_tokens=req.max_tokens)
     return plan(st.model, fields, ids, sampling(fields), max_tokens=req.max_tokens,
@@ -146,7 +148,9 @@ async def count_tokens(req: CountTokensRequest, request: Request) -> dict[str, i
     """The prompt's tokens as /v1/messages would prefill them (nothing is generated)."""
     st = state(request)
     st.check_model(req.model)
-    ids = render_chat(st.model, st.template, _conversation(req), _tools(req))
+    messages, tools = _conversation(req), _tools(req)
+    template = pick_template(st.template, st.tool_template, messages, tools)
+    ids = render_chat(st.model, template, messages, tools)
     return {"input_tokens": len(ids)}
 
 
@@ -159,9 +163,10 @@ async def _body(st: ServerState, p: Plan, ticket: Ticket) -> dict[str, Any]:
     async with ticket:
         s = await run_sample(ticket, p, 0)
     reason, seq = _stop(st, p, s.token_ids, s.text, s.finish_reason)
-    text, calls = (parse_calls(s.text, "toolu_", p.tool_format, p.tools)
-                   if p.tool_format is not None else (s.text, []))
-    if calls:
+    text, calls, dropped = (split_answer(s.text, p.tool_format, p.tools, "toolu_",
+                                         cut=s.finish_reason == "length")
+                            if p.tool_format is not None else (s.text, [], False))
+    if calls and not dropped:  # a call max_tokens cut is dropped: stop_reason max_tokens
         reason, seq = "tool_use", None
     return {"id": new_id("msg_"), "type": "message", "role": "assistant",
             "model": st.model_name, "content": _blocks(text, calls), "stop_reason": reason,
@@ -199,7 +204,8 @@ async def _events(st: ServerState, p: Plan, ticket: Ticket) -> AsyncIterator[str
     except (ApiError, ColibriError) as exc:
         yield event("error", from_colibri(exc).anthropic_body())
         return
-    rest, calls = splitter.finish("toolu_") if splitter is not None else ("", [])
+    rest, calls = (splitter.finish("toolu_", cut=finish == "length") if splitter is not None
+                   else ("", []))
     if rest or (not open_text and not calls):
         if not open_text:
             yield event("content_block_start", {"type": "content_block_start", "index": index,
@@ -221,7 +227,7 @@ async def _events(st: ServerState, p: Plan, ticket: Ticket) -> AsyncIterator[str
         yield event("content_block_stop", {"type": "content_block_stop", "index": index})
         index += 1
     reason, seq = _stop(st, p, token_ids, "".join(pieces), finish)
-    if calls:
+    if calls and not (splitter is not None and splitter.dropped):
         reason, seq = "tool_use", None
     yield event("message_delta", {"type": "message_delta",
                                   "delta": {"stop_reason": reason, "stop_sequence": seq},

@@ -25,7 +25,7 @@ from .runner import (
 from .scheduler import Ticket
 from .sse import DONE, DeferredJSON, EventStream, data
 from .state import ServerState, state
-from .tools import CallSplitter, parse_calls
+from .tools import CallSplitter, split_answer
 from .wire import ChatCompletionRequest, CompletionRequest
 
 router = APIRouter()
@@ -63,7 +63,7 @@ def _respond(ticket: Ticket, stream: bool, frames: AsyncIterator[str] | None,
 async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
     st = state(request)
     st.check_model(req.model)
-    p = chat_plan(st.model, st.template, req)
+    p = chat_plan(st.model, st.template, req, st.tool_template)
     ticket = st.scheduler.admit(positions=p.positions)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     frames = _chat_frames(st, p, ticket, include_usage) if req.stream else None
@@ -71,13 +71,18 @@ async def chat_completions(req: ChatCompletionRequest, request: Request) -> Resp
 
 
 def _message(p: Plan, text: str, finish: str) -> tuple[dict[str, Any], str]:
+    """The assistant's message and finish reason: parsed calls go to ``tool_calls``
+    (finish "tool_calls"); a call max_tokens cut is dropped, and the finish stays
+    "length" (tools.split_answer)."""
     msg: dict[str, Any] = {"role": "assistant", "content": text}
     if p.tool_format is not None:
-        content, calls = parse_calls(text, "call_", p.tool_format, p.tools)
-        if calls:
+        content, calls, dropped = split_answer(text, p.tool_format, p.tools, "call_",
+                                               cut=finish == "length")
+        if calls or dropped:
             msg["content"] = content or None
+        if calls:
             msg["tool_calls"] = [c.openai() for c in calls]
-            finish = "tool_calls"
+            finish = "length" if dropped else "tool_calls"
     return msg, finish
 
 
@@ -128,13 +133,13 @@ async def _chat_frames(st: ServerState, p: Plan, ticket: Ticket,
                     if chunk.finish_reason is not None:
                         finish = chunk.finish_reason
                 if splitter is not None:
-                    rest, calls = splitter.finish()
+                    rest, calls = splitter.finish(cut=finish == "length")
                     if rest:
                         yield frame(i, {"content": rest})
                     if calls:
                         yield frame(i, {"tool_calls": [c.openai(j)
                                                        for j, c in enumerate(calls)]})
-                        finish = "tool_calls"
+                        finish = "length" if splitter.dropped else "tool_calls"
                 yield frame(i, {}, finish)
     except (ApiError, ColibriError) as exc:
         yield data(error_frame(exc))

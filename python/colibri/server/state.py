@@ -1,5 +1,5 @@
-"""What the routes share: the model, its scheduler, the chat template in use, the served
-name and the API key (``request.app.state.colibri``)."""
+"""What the routes share: the model, its scheduler, the chat templates in use (plain and
+with tools), the served name and the API key (``request.app.state.colibri``)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ class ServerState:
     metrics: Metrics = field(default_factory=Metrics)
     created: int = field(default_factory=lambda: int(time.time()))
     aliases: frozenset[str] = frozenset()  # other names clients may send (not listed)
+    # What conversations with tools are rendered with (options.pick_template): `template`
+    # when it renders tools, else colibri's shipped one for its family, else None.
+    tool_template: ChatTemplate | None = None
 
     def check_model(self, name: str) -> None:
         """404 for a model this server does not serve."""

@@ -4,6 +4,14 @@ one call, in the format the template asks for, to one of the allowed functions, 
 arguments matching the function's parameters schema. The parser of the same format
 (colibri.server.tool_formats) reads it back.
 
+The schema is followed as llama.cpp's JSON-schema grammars follow it, which is stricter
+than a JSON Schema validator on one point: an object that lists ``properties`` and says
+nothing of ``additionalProperties`` gets no other keys (the model cannot add junk
+arguments); ``additionalProperties: true`` or a schema allows them. The rest is JSON Schema
+as llguidance implements it (required keys, types, ``enum``/``const``, string
+``minLength``/``maxLength``/``pattern``, number bounds, array sizes, ``anyOf``, ``$ref``).
+The JSON is compact (``{"a": 1, "b": [2, 3]}``): no token goes to whitespace.
+
 The markers are spelled as text: a model whose vocabulary has them as single tokens may
 still write them that way, or in pieces; the decoded text, and so the parse, is the same.
 """
@@ -24,8 +32,46 @@ def _lit(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+# llguidance's options for a %json schema: compact JSON, as the templates' tojson writes it.
+_COMPACT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+# Keywords beside "properties" that may admit keys the properties do not list: such an
+# object is left as its schema says.
+_OPEN_KEYS = ("additionalProperties", "patternProperties", "unevaluatedProperties", "allOf",
+              "anyOf", "oneOf", "$ref", "if", "dependentSchemas")
+
+
+def closed(schema: Any) -> Any:
+    """A copy of `schema` in which every object that lists ``properties`` (all its
+    ``required`` keys among them) and nothing that could admit other keys
+    (:data:`_OPEN_KEYS`) gets ``additionalProperties: false``. Only subschemas whose
+    values must match them are visited: not the branches of ``allOf`` (closing them
+    would make their intersection empty), nor ``not``, ``if`` and ``dependentSchemas``."""
+    if isinstance(schema, list):
+        return [closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in ("properties", "patternProperties", "$defs",
+                   "definitions") and isinstance(value, dict):
+            out[key] = {k: closed(v) for k, v in value.items()}
+        elif key in ("items", "prefixItems", "anyOf", "oneOf", "additionalProperties",
+                     "contains"):
+            out[key] = closed(value)
+        else:
+            out[key] = value
+    props = schema.get("properties")
+    if (isinstance(props, dict) and not any(k in schema for k in _OPEN_KEYS)
+            and all(k in props for k in schema.get("required") or ())):
+        out["additionalProperties"] = False
+    return out
+
+
 def _json(schema: dict[str, Any]) -> str:
-    return "%json " + json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+    """llguidance's ``%json`` of `schema` (:func:`closed`, compact)."""
+    options = {**_COMPACT, **(schema.get("x-guidance") or {})}
+    body = {**closed(schema), "x-guidance": options}
+    return "%json " + json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
 def _params(f: dict[str, Any]) -> dict[str, Any]:
@@ -60,15 +106,15 @@ def _json_calls(opening: str, closing: str, head: Callable[[dict[str, Any]], str
 
 
 def _glm_value(schema: dict[str, Any]) -> str:
-    """GLM's value of a parameter: bare text for a string (its enum, or up to its
-    maxLength), JSON otherwise."""
+    """GLM's value of a parameter: bare text for a string (its enum, or between its
+    minLength and maxLength), JSON otherwise."""
     kind = schema.get("type")
     if kind == "string" or (kind is None and "enum" in schema
                             and all(isinstance(e, str) for e in schema["enum"])):
         if "enum" in schema:
             return " | ".join(_lit(e) for e in schema["enum"])
-        most = schema.get("maxLength")
-        return f"/[^<]{{0,{int(most)}}}/" if most is not None else "/[^<]*/"
+        least, most = int(schema.get("minLength") or 0), schema.get("maxLength")
+        return f"/[^<]{{{least},{'' if most is None else int(most)}}}/"
     return _json(schema)
 
 

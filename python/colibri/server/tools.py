@@ -1,7 +1,9 @@
 """Tool calls: which format a chat template writes them in (colibri.server.tool_formats:
 Hermes/Qwen, GLM-4.5/4.6, DeepSeek-V3/R1, DeepSeek-V3.1, Kimi-K2), parsing them back out of
-the text (:func:`parse_calls`, and :class:`CallSplitter` for a stream), and the grammar that
-forces one (``tool_choice="required"`` or a named function: colibri.server.tool_grammars).
+the text (:func:`parse_calls`, and :class:`CallSplitter` for a stream; :func:`split_answer`
+also drops a call that max_tokens cut), and the grammar that forces one
+(``tool_choice="required"`` or a named function: colibri.server.tool_grammars). Which
+template renders the tools: colibri.chat.tool_templates.
 
 A template that renders tools in a format not in the table (Llama 3.1's bare JSON,
 Mistral's ``[TOOL_CALLS]``, Qwen3-Coder's XML ``<function=...>``) still gets the tools in
@@ -19,7 +21,8 @@ from .errors import ApiError
 from .tool_formats import FORMATS, ToolCall, template_format
 from .tool_grammars import BUILDERS, forced_grammar_text
 
-__all__ = ["CallSplitter", "ToolCall", "forced_call_grammar", "parse_calls", "template_format"]
+__all__ = ["CallSplitter", "ToolCall", "drop_partial_call", "forced_call_grammar", "parse_calls",
+           "split_answer", "template_format"]
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 FORCED_FORMATS = tuple(BUILDERS)  # formats forced_call_grammar writes (all of them)
@@ -35,6 +38,28 @@ def parse_calls(text: str, id_prefix: str = "call_", fmt: str = "hermes",
     return FORMATS[fmt].parse(text, id_prefix, tools)
 
 
+def drop_partial_call(text: str, fmt: str = "hermes") -> tuple[str, bool]:
+    """For an answer that max_tokens cut: (the text before the first call marker left in
+    it, stripped; whether anything was dropped). What follows that marker is a call the
+    parser could not read, cut before its end: it is not content."""
+    found = [i for i in (text.find(o) for o in FORMATS[fmt].opens) if i >= 0]
+    if not found:
+        return text, False
+    return text[:min(found)].strip(), True
+
+
+def split_answer(text: str, fmt: str, tools: Sequence[dict[str, Any]] | None,
+                 id_prefix: str = "call_", cut: bool = False,
+                 ) -> tuple[str, list[ToolCall], bool]:
+    """(content, calls, dropped) of a whole answer: :func:`parse_calls`, then, when
+    `cut` (max_tokens ended it), :func:`drop_partial_call` on what is left."""
+    content, calls = parse_calls(text, id_prefix, fmt, tools)
+    dropped = False
+    if cut:
+        content, dropped = drop_partial_call(content, fmt)
+    return content, calls, dropped
+
+
 class CallSplitter:
     """For a stream: :meth:`feed` returns the text that is surely content (everything
     before the format's first call marker, holding back a partial marker); :meth:`finish`
@@ -46,6 +71,7 @@ class CallSplitter:
         self._tools = tools
         self._held = ""
         self._in_call = False
+        self.dropped = False
 
     def feed(self, text: str) -> str:
         if self._in_call:
@@ -65,11 +91,18 @@ class CallSplitter:
         self._held = buf[len(buf) - keep:] if keep else ""
         return buf[:len(buf) - keep]
 
-    def finish(self, id_prefix: str = "call_") -> tuple[str, list[ToolCall]]:
+    def finish(self, id_prefix: str = "call_", cut: bool = False,
+               ) -> tuple[str, list[ToolCall]]:
+        """(the rest of the content, the calls). `cut`: max_tokens ended the answer, so a
+        call left unparsed is dropped (:func:`drop_partial_call`; :attr:`dropped` says
+        whether one was)."""
         held, self._held = self._held, ""
         if not self._in_call:
             return held, []
-        return self._format.parse(held, id_prefix, self._tools)
+        rest, calls = self._format.parse(held, id_prefix, self._tools)
+        if cut:
+            rest, self.dropped = drop_partial_call(rest, self._format.name)
+        return rest, calls
 
 
 def forced_call_grammar(tools: Sequence[dict[str, Any]], only: str | None,
