@@ -34,9 +34,9 @@ std::atomic<uint64_t> g_read_sink{0};
 // pass, so the team does not park between them). Returns seconds per iteration.
 std::vector<double> bench_matmul(const std::string& dtype, const ByteArray& w, int64_t rows, int64_t cols,
                                  const FloatArray& x, const py::object& threads, int iters,
-                                 const std::optional<std::string>& isa, bool lanes) {
+                                 const std::optional<std::string>& isa, bool lanes, const std::string& act) {
   const WeightView wv = bindings::weight_view(dtype, w, rows, cols, lanes);
-  const TypeKernels& k = bindings::pick(wv.type, isa);
+  const TypeKernels& k = bindings::pick(wv.type, isa, bindings::precision_from_name(act));
   const auto [n, xc] = bindings::rows_cols(x);
   if (xc != cols) fail(ErrorKind::InvalidArgument, "bench_matmul: x has the wrong number of columns");
   PoolArg pool(threads);
@@ -114,9 +114,9 @@ void bind_bench_quant(py::module_& m) {
   const auto none = py::none();
   m.def("bench_matmul", &bench_matmul, py::arg("dtype"), py::arg("w"), py::arg("rows"), py::arg("cols"),
         py::arg("x"), py::arg("threads") = 1, py::arg("iters") = 10, py::arg("isa") = none,
-        py::arg("lanes") = false,
+        py::arg("lanes") = false, py::arg("act") = "int8",
         "Seconds per matmul (as colibri._core.quant.matmul), iters of them inside one ComputeScope. "
-        "threads: a team size or a colibri._bench.ThreadPool.");
+        "threads: a team size or a colibri._bench.ThreadPool; act: the activation precision.");
   m.def("bench_sequence", &bench_sequence, py::arg("weights"), py::arg("threads") = 1, py::arg("iters") = 10,
         "weights: [(dtype, bytes, rows, cols)]; seconds per pass of one-token matmuls over all of "
         "them in order (a decode step's weight traffic), iters passes in one ComputeScope.");

@@ -56,13 +56,24 @@ py::array_t<float> dequantize(const std::string& dtype, const ByteArray& data, i
   return out;
 }
 
-float vec_dot(const std::string& dtype, const ByteArray& w, const FloatArray& x, const std::optional<std::string>& isa) {
+float vec_dot(const std::string& dtype, const ByteArray& w, const FloatArray& x, const std::optional<std::string>& isa,
+              const std::string& precision) {
   const DType type = dtype_from_name(dtype);
   const TypeKernels& k = pick(type, isa);
   if (!k.vec_dot) fail(ErrorKind::Unsupported, dtype + " is an activation format, not a weight type");
   if (x.ndim() != 1) fail(ErrorKind::InvalidArgument, "vec_dot: x must be 1-D");
   const int64_t n = x.shape(0);
   check_bytes(w, type, 1, n);
+  if (precision_from_name(precision) == ActPrecision::Float32 && k.act_type != DType::F32) {
+    // The float-activation path at this ISA: its in-register dot, or dequantize + F32 dot.
+    const VecDotFn f32 = pick(DType::F32, isa).vec_dot;
+    const VecDotFn fused = float_act_fused_dot(type, f32);
+    std::vector<float> row(static_cast<std::size_t>(n));
+    py::gil_scoped_release nogil;
+    if (fused) return fused(n, w.data(), x.data());
+    k.dequantize_row(w.data(), row.data(), n);
+    return f32(n, row.data(), x.data());
+  }
   std::vector<unsigned char> act(row_bytes(k.act_type, n) + 64);
   py::gil_scoped_release nogil;
   k.quantize_act(x.data(), act.data(), n);
@@ -88,20 +99,11 @@ py::array_t<uint8_t> pack_lanes_py(const std::string& dtype, const ByteArray& da
   return out;
 }
 
-ActPrecision precision_from_name(const std::string& act) {
-  if (act == "int8") return ActPrecision::Int8;
-  if (act == "float32") return ActPrecision::Float32;
-  fail(ErrorKind::InvalidArgument, "unknown activation precision '" + act + "' (known: int8, float32)");
-}
-
 py::array_t<float> matmul(const std::string& dtype, const ByteArray& w, int64_t rows, int64_t cols,
                           const FloatArray& x, const py::object& threads, const std::optional<std::string>& isa,
                           const std::string& act, bool lanes) {
   const WeightView wv = weight_view(dtype, w, rows, cols, lanes);
-  const ActPrecision precision = precision_from_name(act);
-  if (isa && precision != ActPrecision::Int8)
-    fail(ErrorKind::InvalidArgument, "matmul: an explicit isa needs act='int8'");
-  const TypeKernels& k = isa ? pick(wv.type, isa) : kernels(wv.type, precision);
+  const TypeKernels& k = pick(wv.type, isa, precision_from_name(act));
   const auto [n, xc] = rows_cols(x);
   if (xc != cols)
     fail(ErrorKind::InvalidArgument, "matmul: x has " + std::to_string(xc) + " columns, W has " + std::to_string(cols));
@@ -206,7 +208,9 @@ void bind_quant(py::module_& m) {
   q.def("dequantize", &dequantize, py::arg("dtype"), py::arg("data"), py::arg("rows"), py::arg("cols"),
         py::arg("isa") = none, "uint8 bytes -> float32 [rows, cols]; isa=None: the best ISA.");
   q.def("vec_dot", &vec_dot, py::arg("dtype"), py::arg("w"), py::arg("x"), py::arg("isa") = none,
-        "dot(one weight row, x): x is quantized to the act type with that ISA's quantizer.");
+        py::arg("act") = "int8",
+        "dot(one weight row, x): act 'int8' quantizes x to the act type with that ISA's quantizer; "
+        "'float32' is the float-activation path at that ISA.");
   q.def("matmul", &matmul, py::arg("dtype"), py::arg("w"), py::arg("rows"), py::arg("cols"), py::arg("x"),
         py::arg("threads") = 1, py::arg("isa") = none, py::arg("act") = "int8", py::arg("lanes") = false,
         "y[n, rows] = x[n, cols] W^T. threads: a team size or a _core.ThreadPool. act: 'int8' "

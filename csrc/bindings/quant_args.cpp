@@ -25,6 +25,18 @@ const TypeKernels& pick(DType type, const std::optional<std::string>& isa) {
   return *k;
 }
 
+ActPrecision precision_from_name(const std::string& act) {
+  if (act == "int8") return ActPrecision::Int8;
+  if (act == "float32") return ActPrecision::Float32;
+  fail(ErrorKind::InvalidArgument, "unknown activation precision '" + act + "' (known: int8, float32)");
+}
+
+const TypeKernels& pick(DType type, const std::optional<std::string>& isa, ActPrecision precision) {
+  if (isa && precision != ActPrecision::Int8)
+    fail(ErrorKind::InvalidArgument, "an explicit isa needs act='int8'");
+  return isa ? pick(type, isa) : kernels(type, precision);
+}
+
 PoolArg::PoolArg(const py::object& threads) {
   // isinstance finds the ThreadPool type the calling extension registered: in colibri._bench
   // a colibri._core.ThreadPool is not one (its code is the other extension's copy).

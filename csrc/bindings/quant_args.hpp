@@ -14,6 +14,7 @@
 
 #include "model/matmul.hpp"
 #include "quant/dtype.hpp"
+#include "quant/float_act.hpp"
 #include "quant/kernels.hpp"
 #include "threadpool/threadpool.hpp"
 
@@ -29,6 +30,13 @@ Isa isa_from_name(const std::string& name);
 
 // Kernels for a type at an ISA (None: the best available).
 const TypeKernels& pick(DType type, const std::optional<std::string>& isa);
+
+// "int8" or "float32" (EngineConfig.activation_precision's names); InvalidArgument otherwise.
+ActPrecision precision_from_name(const std::string& act);
+
+// Kernels for a type: at an ISA (int8 activations only) or, without one, the best
+// available for the activation precision.
+const TypeKernels& pick(DType type, const std::optional<std::string>& isa, ActPrecision precision);
 
 // The pool argument: a ThreadPool of the calling extension (each extension registers its
 // own ThreadPool type), or an int (a team of that size made for the call).

@@ -136,5 +136,7 @@ const DotTile* kquant_avx512_tiles();
 const DotTile* iq_avx2_tiles();
 const DotTile* iq_avx512_tiles();
 #endif
+// The float-activation kernels' tiles (quant/float_act.cpp; every ISA).
+const DotTile* float_act_tiles();
 
 }  // namespace colibri

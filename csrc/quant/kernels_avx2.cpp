@@ -23,6 +23,7 @@
 #include "quant/block32_dot_x86.hpp"
 #include "quant/blocks.hpp"
 #include "quant/dot_tiles.hpp"
+#include "quant/float_act.hpp"
 #include "quant/fp16.hpp"
 #include "quant/group_prefetch.hpp"
 #include "quant/reference.hpp"
@@ -221,6 +222,100 @@ float vec_dot_f32(int64_t n, const void* w, const void* x) {
       [a](int64_t i) { return a[i]; });
 }
 
+// F32 prefill tile: one row x T tokens a pass, each (row, token) pair with dot_float's four
+// accumulators, its 8-wide loop and its scalar tail, so a pair equals vec_dot_f32 bit for
+// bit. 3 tokens hold 12 of the 16 registers and load 4 vectors per 3 FMAs (vec_dot: 2 per
+// FMA), which is what the float-activation path (quant/float_act.cpp) spends a prefill on.
+template <int T>
+void f32_block(int64_t n, const float* w, const float* x, std::size_t xs, float* out, std::size_t os) {
+  __m256 acc[T][4];
+  for (int t = 0; t < T; ++t)
+    for (int k = 0; k < 4; ++k) acc[t][k] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; ++k) {
+      const __m256 wv = _mm256_loadu_ps(w + i + 8 * k);
+      for (int t = 0; t < T; ++t) acc[t][k] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * xs + i + 8 * k), acc[t][k]);
+    }
+  for (; i + 8 <= n; i += 8)
+    for (int t = 0; t < T; ++t) acc[t][0] = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + t * xs + i), acc[t][0]);
+  for (int t = 0; t < T; ++t) {
+    const float* xt = x + t * xs;
+    float sum = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3])));
+    for (int64_t j = i; j < n; ++j) sum += w[j] * xt[j];
+    out[t * os] = sum;
+  }
+}
+
+void f32_tile(int64_t n, const void* w, std::size_t w_stride, int64_t nrows, const void* act,
+              std::size_t act_stride, int64_t ntok, float* out, std::size_t out_stride) {
+  const auto* xf = static_cast<const float*>(act);
+  const std::size_t xs = act_stride / sizeof(float);
+  for (int64_t r = 0; r < nrows; ++r) {
+    const float* wr = static_cast<const float*>(w) + r * (w_stride / sizeof(float));
+    int64_t t = 0;
+    for (; t + 3 <= ntok; t += 3) f32_block<3>(n, wr, xf + t * xs, xs, out + t * out_stride + r, out_stride);
+    if (ntok - t == 2) f32_block<2>(n, wr, xf + t * xs, xs, out + t * out_stride + r, out_stride);
+    if (ntok - t == 1) f32_block<1>(n, wr, xf + t * xs, xs, out + t * out_stride + r, out_stride);
+  }
+}
+
+// ---- float-activation dots (quant/float_act.hpp) -----------------------------------------
+// dot_float over weights dequantized 8 at a time in registers, with the operations of
+// dequantize_row_* above, so each equals vec_dot_f32 of the dequantized row bit for bit.
+// The 32-element types only (rows are whole blocks: no scalar tail).
+
+// Elements [o, o + 8) of a Q4 block (o a multiple of 8): low nibbles below 16, high above.
+inline __m128i q4_eight(const uint8_t* qs, int64_t o) {
+  const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + o % 16));
+  return _mm_and_si128(o >= 16 ? _mm_srli_epi16(q, 4) : q, _mm_set1_epi8(0x0F));
+}
+
+inline float q4_one(const uint8_t* qs, int64_t o) { return static_cast<float>(o >= 16 ? qs[o - 16] >> 4 : qs[o] & 0x0F); }
+
+float float_act_dot_q4_0(int64_t n, const void* w, const void* x) {
+  const BlockQ4_0* b = static_cast<const BlockQ4_0*>(w);
+  return dot_float(
+      n, static_cast<const float*>(x),
+      [b](int64_t i) {
+        const BlockQ4_0& blk = b[i / kQK];
+        const __m128i q = _mm_sub_epi8(q4_eight(blk.qs, i % kQK), _mm_set1_epi8(8));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_set1_ps(half_at(&blk.d)));
+      },
+      [b](int64_t i) { return (q4_one(b[i / kQK].qs, i % kQK) - 8.0f) * half_at(&b[i / kQK].d); });
+}
+
+float float_act_dot_q4_1(int64_t n, const void* w, const void* x) {
+  const BlockQ4_1* b = static_cast<const BlockQ4_1*>(w);
+  return dot_float(
+      n, static_cast<const float*>(x),
+      [b](int64_t i) {
+        const BlockQ4_1& blk = b[i / kQK];
+        const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q4_eight(blk.qs, i % kQK)));
+        return _mm256_add_ps(_mm256_mul_ps(f, _mm256_set1_ps(half_at(&blk.d))), _mm256_set1_ps(half_at(&blk.m)));
+      },
+      [b](int64_t i) { return q4_one(b[i / kQK].qs, i % kQK) * half_at(&b[i / kQK].d) + half_at(&b[i / kQK].m); });
+}
+
+float float_act_dot_q8_0(int64_t n, const void* w, const void* x) {
+  const BlockQ8_0* b = static_cast<const BlockQ8_0*>(w);
+  return dot_float(
+      n, static_cast<const float*>(x),
+      [b](int64_t i) {
+        const BlockQ8_0& blk = b[i / kQK];
+        const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk.qs + i % kQK));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), _mm256_set1_ps(half_at(&blk.d)));
+      },
+      [b](int64_t i) { return static_cast<float>(b[i / kQK].qs[i % kQK]) * half_at(&b[i / kQK].d); });
+}
+
+const FloatActDot kFloatActDots[] = {
+    {DType::Q4_0, vec_dot_f32, float_act_dot_q4_0},
+    {DType::Q4_1, vec_dot_f32, float_act_dot_q4_1},
+    {DType::Q8_0, vec_dot_f32, float_act_dot_q8_0},
+    {DType::F32, nullptr, nullptr},
+};
+
 float vec_dot_f16(int64_t n, const void* w, const void* x) {
   const uint16_t* a = static_cast<const uint16_t*>(w);
   return dot_float(
@@ -339,6 +434,7 @@ const TypeKernels kAvx2[] = {
 // 4 tokens, as for Q5_0 / Q5_1 (8 accumulators; Q4_1's offsets add 8 xmm registers).
 constexpr int kTileRows = 2, kTileTokens = 4;
 const DotTile kTiles[] = {
+    {vec_dot_f32, f32_tile},
     {vec_dot<Q4_0>, dot_tiles::run<Q4_0, kTileRows, kTileTokens, row_groups::kBlock>},
     {vec_dot<Q4_1>, dot_tiles::run<Q4_1, kTileRows, kTileTokens, row_groups::kBlock>},
     {vec_dot<Q8_0>, dot_tiles::run<Q8_0, kTileRows, kTileTokens, row_groups::kBlock>},
@@ -348,6 +444,8 @@ const DotTile kTiles[] = {
 }  // namespace
 
 const DotTile* basic_avx2_tiles() { return kTiles; }
+
+const FloatActDot* float_act_dots_avx2() { return kFloatActDots; }
 
 const TypeKernels* avx2_kernels(DType type) {
   for (const TypeKernels& k : kAvx2)

@@ -25,6 +25,7 @@
 #include "common/unroll.hpp"
 #include "quant/blocks.hpp"
 #include "quant/dot_tiles.hpp"
+#include "quant/float_act.hpp"
 #include "quant/fp16.hpp"
 #include "quant/group_prefetch.hpp"
 #include "quant/lane_pack.hpp"
@@ -202,6 +203,111 @@ float vec_dot_f32(int64_t n, const void* w, const void* x) {
   return dot_float(n, static_cast<const float*>(x),
                    [a](int64_t i, __mmask16 m) { return _mm512_maskz_loadu_ps(m, a + i); });
 }
+
+// F32 prefill tile: R rows x T tokens a pass, each (row, token) pair with dot_float's four
+// accumulators and its order of operations, so a pair equals vec_dot_f32 bit for bit. 2 x 3
+// pairs hold 24 of the 32 registers and load 5 vectors per 6 FMAs (vec_dot: 2 per FMA),
+// which is what the float-activation path (quant/float_act.cpp) spends a prefill on.
+template <int R, int T>
+void f32_block(int64_t n, const float* w, std::size_t ws, const float* x, std::size_t xs, float* out,
+               std::size_t os) {
+  __m512 acc[R][T][4];
+  COLIBRI_UNROLL
+  for (int r = 0; r < R; ++r)
+    COLIBRI_UNROLL
+    for (int t = 0; t < T; ++t)
+      COLIBRI_UNROLL
+      for (int k = 0; k < 4; ++k) acc[r][t][k] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64)
+    COLIBRI_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      __m512 wv[R], xv[T];
+      COLIBRI_UNROLL
+      for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_ps(w + r * ws + i + 16 * k);
+      COLIBRI_UNROLL
+      for (int t = 0; t < T; ++t) xv[t] = _mm512_loadu_ps(x + t * xs + i + 16 * k);
+      COLIBRI_UNROLL
+      for (int r = 0; r < R; ++r)
+        COLIBRI_UNROLL
+        for (int t = 0; t < T; ++t) acc[r][t][k] = _mm512_fmadd_ps(wv[r], xv[t], acc[r][t][k]);
+    }
+  for (; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1);
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t)
+        acc[r][t][0] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w + r * ws + i),
+                                       _mm512_maskz_loadu_ps(m, x + t * xs + i), acc[r][t][0]);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t)
+      out[t * os + r] = hsum512(_mm512_add_ps(_mm512_add_ps(acc[r][t][0], acc[r][t][1]),
+                                              _mm512_add_ps(acc[r][t][2], acc[r][t][3])));
+}
+
+template <int R>
+void f32_row_block(int64_t n, const float* w, std::size_t ws, const float* x, std::size_t xs, int64_t ntok,
+                   float* out, std::size_t os) {
+  int64_t t = 0;
+  for (; t + 3 <= ntok; t += 3) f32_block<R, 3>(n, w, ws, x + t * xs, xs, out + t * os, os);
+  if (ntok - t == 2) f32_block<R, 2>(n, w, ws, x + t * xs, xs, out + t * os, os);
+  if (ntok - t == 1) f32_block<R, 1>(n, w, ws, x + t * xs, xs, out + t * os, os);
+}
+
+void f32_tile(int64_t n, const void* w, std::size_t w_stride, int64_t nrows, const void* act,
+              std::size_t act_stride, int64_t ntok, float* out, std::size_t out_stride) {
+  const auto* wf = static_cast<const float*>(w);
+  const auto* xf = static_cast<const float*>(act);
+  const std::size_t ws = w_stride / sizeof(float), xs = act_stride / sizeof(float);
+  int64_t r = 0;
+  for (; r + 2 <= nrows; r += 2) f32_row_block<2>(n, wf + r * ws, ws, xf, xs, ntok, out + r, out_stride);
+  if (r < nrows) f32_row_block<1>(n, wf + r * ws, ws, xf, xs, ntok, out + r, out_stride);
+}
+
+// ---- float-activation dots (quant/float_act.hpp) -----------------------------------------
+// dot_float over weights dequantized 16 at a time in registers, with the operations of
+// dequantize_row_* above, so each equals vec_dot_f32 of the dequantized row bit for bit.
+// The 32-element types only (rows are whole blocks, so every load is a full 16).
+
+// Elements [16h, 16h + 16) of a Q4 block: the low nibbles of qs for h = 0, the high for 1.
+inline __m128i q4_half(const uint8_t* qs, int64_t h) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm_and_si128(h ? _mm_srli_epi16(q, 4) : q, _mm_set1_epi8(0x0F));
+}
+
+float float_act_dot_q4_0(int64_t n, const void* w, const void* x) {
+  const BlockQ4_0* b = static_cast<const BlockQ4_0*>(w);
+  return dot_float(n, static_cast<const float*>(x), [b](int64_t i, __mmask16) {
+    const BlockQ4_0& blk = b[i / kQK];
+    const __m128i q = _mm_sub_epi8(q4_half(blk.qs, (i % kQK) / 16), _mm_set1_epi8(8));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(half_at(&blk.d)));
+  });
+}
+
+float float_act_dot_q4_1(int64_t n, const void* w, const void* x) {
+  const BlockQ4_1* b = static_cast<const BlockQ4_1*>(w);
+  return dot_float(n, static_cast<const float*>(x), [b](int64_t i, __mmask16) {
+    const BlockQ4_1& blk = b[i / kQK];
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q4_half(blk.qs, (i % kQK) / 16)));
+    return _mm512_add_ps(_mm512_mul_ps(f, _mm512_set1_ps(half_at(&blk.d))), _mm512_set1_ps(half_at(&blk.m)));
+  });
+}
+
+float float_act_dot_q8_0(int64_t n, const void* w, const void* x) {
+  const BlockQ8_0* b = static_cast<const BlockQ8_0*>(w);
+  return dot_float(n, static_cast<const float*>(x), [b](int64_t i, __mmask16) {
+    const BlockQ8_0& blk = b[i / kQK];
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs + i % kQK));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(half_at(&blk.d)));
+  });
+}
+
+const FloatActDot kFloatActDots[] = {
+    {DType::Q4_0, vec_dot_f32, float_act_dot_q4_0},
+    {DType::Q4_1, vec_dot_f32, float_act_dot_q4_1},
+    {DType::Q8_0, vec_dot_f32, float_act_dot_q8_0},
+    {DType::F32, nullptr, nullptr},
+};
 
 float vec_dot_f16(int64_t n, const void* w, const void* x) {
   const uint16_t* a = static_cast<const uint16_t*>(w);
@@ -672,6 +778,7 @@ const TypeKernels kAvx512[] = {
 // (16 accumulators of the 32 registers); Q4_1 and Q8_0 groups of 8 rows against up to 16
 // tokens a pass (lanes::tiles).
 const DotTile kTiles[] = {
+    {vec_dot_f32, f32_tile},
     {vec_dot<Q4_0>, dot_tiles::run<Q4_0, 4, 4, row_groups::kBlock>},
     {lanes::vec_dot<lanes::Q4_1>, lanes::tiles<lanes::Q4_1>, lanes::kTileWeightBytes,
      lanes::vec_dot_rows<lanes::Q4_1, true>, lanes::tiles<lanes::Q4_1, true>},
@@ -683,6 +790,8 @@ const DotTile kTiles[] = {
 }  // namespace
 
 const DotTile* basic_avx512_tiles() { return kTiles; }
+
+const FloatActDot* float_act_dots_avx512() { return kFloatActDots; }
 
 const TypeKernels* avx512_kernels(DType type) {
   for (const TypeKernels& k : kAvx512)

@@ -24,9 +24,9 @@ def bench_attention(q: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], 
     """
     Seconds per colibri._core.attention.run() with the best kernels (or those of isa), iters runs inside one ComputeScope after one warm-up run.
     """
-def bench_matmul(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], threads: typing.Any = 1, iters: typing.SupportsInt | typing.SupportsIndex = 10, isa: str | None = None, lanes: bool = False) -> list[float]:
+def bench_matmul(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], threads: typing.Any = 1, iters: typing.SupportsInt | typing.SupportsIndex = 10, isa: str | None = None, lanes: bool = False, act: str = 'int8') -> list[float]:
     """
-    Seconds per matmul (as colibri._core.quant.matmul), iters of them inside one ComputeScope. threads: a team size or a colibri._bench.ThreadPool.
+    Seconds per matmul (as colibri._core.quant.matmul), iters of them inside one ComputeScope. threads: a team size or a colibri._bench.ThreadPool; act: the activation precision.
     """
 def bench_sequence(weights: collections.abc.Sequence[tuple[str, typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], typing.SupportsInt | typing.SupportsIndex, typing.SupportsInt | typing.SupportsIndex]], threads: typing.Any = 1, iters: typing.SupportsInt | typing.SupportsIndex = 10) -> list[float]:
     """

@@ -196,7 +196,7 @@ SETTINGS_KEYS = {"max_tokens", "stop", "sampling", "threads", "wait_policy", "co
 def test_run_smollm2_streams_text_and_summary() -> None:
     path = smollm2_gguf()
     proc = colibri_cli("run", "--model", str(path), "--max-tokens", "8", "-t", "2",
-                       "What is the capital of France?")
+                       "Why is the sky blue?")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip()
     (summary,) = proc.stderr.splitlines()
@@ -230,7 +230,7 @@ def test_run_json_record(tmp_path: Path) -> None:
     assert set(s) == SETTINGS_KEYS
     assert (s["max_tokens"], s["wait_policy"], s["context_length"]) == (8, "passive", 512)
     assert s["sampling"]["seed"] == 3 and s["sampling"]["temperature"] == 0.0
-    assert s["stop"] == [] and s["threads"] >= 1 and s["activation_precision"] == "int8"
+    assert s["stop"] == [] and s["threads"] >= 1 and s["activation_precision"] == "float32"
     assert s["ram_budget"] is None and s["io"]["workers"] == 2 and s["cache"]["policy"] == "lfru"
     # A dense model has no expert figures.
     st = rec["stats"]
@@ -253,16 +253,23 @@ def test_run_stop_string() -> None:
     assert rec["settings"]["stop"] == ["\n"]
 
 
-def test_run_float32_activations_answers_like_transformers() -> None:
-    # transformers answers this with "The capital of France is Paris." (docs: REFERENCES).
+def test_run_default_answers_like_transformers() -> None:
+    # transformers answers this with "The capital of France is Paris." (docs: REFERENCES);
+    # the default ("auto") runs the small model with float32 activations, which does too.
     path = smollm2_gguf()
-    proc = colibri_cli("run", "-m", str(path), "-n", "16", "--activation-precision", "float32",
-                       "--json", "What is the capital of France?")
+    proc = colibri_cli("run", "-m", str(path), "-n", "16", "--json",
+                       "What is the capital of France?")
     assert proc.returncode == 0, proc.stderr
     rec = json.loads(proc.stdout)
     assert rec["settings"]["activation_precision"] == "float32"
     assert rec["text"] == "The capital of France is Paris."
     assert rec["finish_reason"] == "stop"  # the end-of-turn token
+    # int8 (llama.cpp's arithmetic, the same bits as llama.cpp here) answers otherwise.
+    proc = colibri_cli("run", "-m", str(path), "-n", "16", "--activation-precision", "int8",
+                       "--json", "What is the capital of France?")
+    rec = json.loads(proc.stdout)
+    assert rec["settings"]["activation_precision"] == "int8"
+    assert "Paris" not in rec["text"]
 
 
 @pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])

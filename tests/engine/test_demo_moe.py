@@ -147,7 +147,7 @@ def test_logits_bit_identical_to_dense(
         b = moe.session().forward(ids, all_logits=True)
     finally:
         for m in models:
-            m.set_activation_precision("int8")
+            m.set_activation_precision("auto")
     assert np.array_equal(a, b)
 
 
@@ -220,7 +220,7 @@ def test_random_router(models: tuple[colibri.Model, colibri.Model], tmp_path: Pa
             got = moe.generate(messages=messages, max_tokens=MAX_TOKENS)
             assert got.token_ids == want.token_ids, (prompt, got.text, want.text)
     finally:
-        dense.set_activation_precision("int8")
+        dense.set_activation_precision("auto")
 
 
 # --- on a tiny model: exact arithmetic, options, errors --------------------------------------
@@ -362,7 +362,7 @@ def test_smollm2_halves_equal_dense(models: tuple[colibri.Model, colibri.Model],
         got = moe.generate(messages=messages, max_tokens=MAX_TOKENS)
         assert got.token_ids == want.token_ids, (got.text, want.text)
     finally:
-        dense.set_activation_precision("int8")
+        dense.set_activation_precision("auto")
 
 
 def test_errors(tiny_models: dict[str, TinyModel], tmp_path: Path) -> None:

@@ -108,13 +108,17 @@ def test_kv_bytes_at_the_chosen_type(kv_type: str, per_value: float) -> None:
 
 def test_auto_type_follows_the_exact_path(tiny_models: dict[str, TinyModel]) -> None:
     # Quantized weights with int8 activations: f16. Float weights, or float32 activations: f32.
-    q = colibri.Model.load(smollm2_gguf(), engine=EngineConfig(context_length=64))
+    q = colibri.Model.load(smollm2_gguf(), engine=EngineConfig(
+        context_length=64, activation_precision="int8"))
     assert q.kv_cache_type == "f16" and q.session().kv_cache_type == "f16"
     q.set_activation_precision("float32")
     assert q.kv_cache_type == "f32" and q.session().kv_cache_type == "f32"
     assert q.stats().memory.kv_bytes == kv_bytes(30, 3, 64, 64, "f32")  # type: ignore[union-attr]
     q.set_activation_precision("int8")
     assert q.stats().memory.kv_bytes == kv_bytes(30, 3, 64, 64, "f16")  # type: ignore[union-attr]
+    # "auto" resolves for the model: float32 for SmolLM2's 98 MB of weights, so f32 again.
+    q.set_activation_precision("auto")
+    assert q.engine_config.activation_precision.value == "float32" and q.kv_cache_type == "f32"
     f = colibri.Model.load(tiny_models["llama"].hf_dir, engine=EngineConfig(context_length=64))
     assert f.kv_cache_type == "f32"
 

@@ -127,7 +127,7 @@ def test_from_dict_and_round_trip() -> None:
     assert e.threads == ThreadConfig(n=4, wait_policy=WaitPolicy.SPIN, spin_us=0)
     assert e.context_length == 2048
     assert e.to_dict() == {"threads": {"n": 4, "wait_policy": "spin", "spin_us": 0},
-                           "context_length": 2048, "activation_precision": "int8",
+                           "context_length": 2048, "activation_precision": "auto",
                            "ram_budget": None, "io": IOConfig().to_dict(),
                            "cache": CacheConfig().to_dict(), "prefill_chunk": 512,
                            "kv_cache_type": "auto", "prompt_cache": 0,
@@ -183,12 +183,19 @@ def test_repr_reads_like_a_spec() -> None:
 
 
 def test_activation_precision() -> None:
-    assert EngineConfig().activation_precision is ActivationPrecision.INT8
+    assert EngineConfig().activation_precision is ActivationPrecision.AUTO
     assert EngineConfig(activation_precision="float32").activation_precision is (
         ActivationPrecision.FLOAT32
     )
-    with pytest.raises(ConfigError, match=r"activation_precision.*'int8', 'float32'"):
+    with pytest.raises(ConfigError, match=r"activation_precision.*'auto', 'int8', 'float32'"):
         EngineConfig(activation_precision="fp16")
+    # "auto": float32 up to 1 GiB of weights, int8 above; an explicit choice stays.
+    auto = EngineConfig()
+    assert auto.resolve_activation_precision(1 << 30) is ActivationPrecision.FLOAT32
+    assert auto.resolve_activation_precision((1 << 30) + 1) is ActivationPrecision.INT8
+    for explicit in ("int8", "float32"):
+        e = EngineConfig(activation_precision=explicit)
+        assert e.resolve_activation_precision(1) is e.resolve_activation_precision(1 << 40)
 
 
 # --- the streaming tier: ram_budget, io, cache ----------------------------------------------

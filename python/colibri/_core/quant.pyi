@@ -67,7 +67,7 @@ def type_names(role: str | None = None) -> list[str]:
     """
     Every tensor type the core knows, in its table's order (the weight types first); role: only those of that role ('weight': stored in model files, 'activation', 'scaled_weight').
     """
-def vec_dot(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], isa: str | None = None) -> float:
+def vec_dot(dtype: str, w: typing.Annotated[numpy.typing.ArrayLike, numpy.uint8], x: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], isa: str | None = None, act: str = 'int8') -> float:
     """
-    dot(one weight row, x): x is quantized to the act type with that ISA's quantizer.
+    dot(one weight row, x): act 'int8' quantizes x to the act type with that ISA's quantizer; 'float32' is the float-activation path at that ISA.
     """

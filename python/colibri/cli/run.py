@@ -255,7 +255,7 @@ def run_record(
             "threads": threads.team_size(),
             "wait_policy": threads.wait_policy.value,
             "context_length": model.context_length,
-            "activation_precision": engine.activation_precision.value,
+            "activation_precision": model.engine_config.activation_precision.value,
             "ram_budget": engine.ram_budget,
             "io": engine.io.to_dict(),
             "cache": engine.cache.to_dict(),

@@ -34,6 +34,7 @@ from .streaming import (
     plan_store,
     session_kv_type,
     store_settings,
+    with_resolved_precision,
 )
 
 __all__ = ["EngineHandle", "load_engine"]
@@ -80,7 +81,8 @@ class EngineHandle:
         """Switches the arithmetic; under ``kv_cache_type="auto"`` new sessions get the KV
         type of the new precision and the budget is re-split for it (ConfigError, changing
         nothing, if it no longer fits)."""
-        cfg = self.engine_config.replace(activation_precision=precision)
+        cfg = with_resolved_precision(
+            self.manifest, self.engine_config.replace(activation_precision=precision))
         core = self.core
         kv_type = session_kv_type(self.manifest, cfg)
         if kv_type != self.kv_type and self.plan is not None:
@@ -110,6 +112,7 @@ def load_engine(path: Path, engine: EngineConfig | None) -> EngineHandle:
     logits")."""
     engine = engine if engine is not None else EngineConfig()
     manifest = open_model_source(path)
+    engine = with_resolved_precision(manifest, engine)  # "auto" -> what this model gets
     context_length = resolved_context_length(manifest.config, engine)
     check_resident_fits(manifest, engine, context_length)  # before reading any weight
     core = _core.Engine(

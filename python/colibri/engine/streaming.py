@@ -139,10 +139,17 @@ def float_weights(manifest: Manifest) -> bool:
     return all(t.dtype in _FLOAT_TYPES for t in manifest.tensors.values() if len(t.shape) >= 2)
 
 
+def with_resolved_precision(manifest: Manifest, engine: EngineConfig) -> EngineConfig:
+    """`engine` with ``activation_precision="auto"`` resolved for this model's size."""
+    weight_bytes = sum(t.nbytes for t in manifest.tensors.values())
+    return engine.replace(activation_precision=engine.resolve_activation_precision(weight_bytes))
+
+
 def session_kv_type(manifest: Manifest, engine: EngineConfig) -> str:
     """The KV-cache type sessions get under `engine` (``"auto"`` resolved for this model).
     Raises UnsupportedError for q8_0 when a cached row (a head; MLA's latent row) is not
     whole blocks of 32 values."""
+    engine = with_resolved_precision(manifest, engine)
     kv_type = engine.resolve_kv_cache_type(float_weights(manifest))
     c = manifest.config
     if kv_type == "q8_0":

@@ -128,17 +128,28 @@ Checksums = Literal["first", "always", "off"]
 after its file changed), every read, or never (IOConfig.checksums; docs/reliability.md)."""
 
 
+# "auto" picks float32 activations for models whose weights are at most this many bytes:
+# models of up to ~1.5B parameters at 4-5 bits, where the int8 rounding's noise flips
+# answers (SmolLM2 answers "What is the capital of France?" wrongly with int8) and a token
+# costs little either way; int8 above it (docs/tuning.md, "Activation precision").
+AUTO_FLOAT32_MAX_WEIGHT_BYTES = 1 << 30
+
+
 class ActivationPrecision(str, Enum):
-    """How activations meet quantized weights (Q8_0, Q4_0, Q4_1) in matrix products.
+    """How activations meet quantized weights (every block type) in matrix products.
     Float weights (F32, F16, BF16) always meet float32 activations."""
 
+    AUTO = "auto"
+    """``float32`` for a model whose weights take at most 1 GiB, ``int8`` for larger ones.
+    Resolved at load (:meth:`EngineConfig.resolve_activation_precision`): the loaded
+    model's ``engine_config`` holds the choice."""
     INT8 = "int8"
     """Round each activation row to 8-bit blocks and use integer dot products (AVX-512
     VNNI / AVX2), as llama.cpp does. The fastest; logits differ from an F32 evaluation of
     the dequantized weights by the activation rounding (~1-4 % relative on SmolLM2)."""
     FLOAT32 = "float32"
     """Dequantize each weight row and use float dot products, as transformers does with a
-    GGUF. Matches it to float rounding; slower."""
+    GGUF. Matches it to float rounding; slower (docs/tuning.md)."""
 
 class KvCacheType(str, Enum):
     """How a session's KV cache stores keys and values (``EngineConfig.kv_cache_type``)."""
@@ -396,13 +407,15 @@ class EngineConfig(Settings):
     unless asked to. See :meth:`resolve_context_length`."""
 
     activation_precision: Setting[ActivationPrecision | str, ActivationPrecision] = Setting(
-        enum_of(ActivationPrecision), default=ActivationPrecision.INT8,
+        enum_of(ActivationPrecision), default=ActivationPrecision.AUTO,
         doc="int8: llama.cpp's arithmetic, fastest; float32: transformers' (changes the "
-            "numbers)",
+            "numbers); auto: float32 for models of at most 1 GiB of weights, else int8",
         flag=Flag("--activation-precision"))
-    """``"int8"`` (default, llama.cpp's arithmetic) or ``"float32"`` (transformers'). Unlike
-    the other settings this one changes the numbers (see :class:`ActivationPrecision`);
-    the result is still bit-identical across threads and policies for each choice."""
+    """``"auto"`` (default: ``"float32"`` for models of at most 1 GiB of weights,
+    ``"int8"`` above), ``"int8"`` (llama.cpp's arithmetic) or ``"float32"``
+    (transformers'). Unlike the other settings this one changes the numbers (see
+    :class:`ActivationPrecision`); the result is still bit-identical across threads and
+    policies for each choice."""
 
     ram_budget: Setting[int | str | None, int | None] = Setting(
         RAM_BUDGET, default=None,
@@ -458,10 +471,19 @@ class EngineConfig(Settings):
     """Speculative decoding for every generation of the model (default off); a call's
     ``spec=`` overrides it. Never changes the tokens (see docs/speculative.md)."""
 
+    def resolve_activation_precision(self, weight_bytes: int) -> ActivationPrecision:
+        """``activation_precision`` unless it is ``"auto"``, which gives ``float32`` for a
+        model of at most AUTO_FLOAT32_MAX_WEIGHT_BYTES of weights and ``int8`` above."""
+        if self.activation_precision is not ActivationPrecision.AUTO:
+            return self.activation_precision
+        small = weight_bytes <= AUTO_FLOAT32_MAX_WEIGHT_BYTES
+        return ActivationPrecision.FLOAT32 if small else ActivationPrecision.INT8
+
     def resolve_kv_cache_type(self, float_weights: bool) -> str:
         """The KV-cache type to use: ``kv_cache_type`` unless it is ``"auto"``, which gives
         ``"f32"`` on the exact path (`float_weights`: every matrix of the model is F32, F16
-        or BF16; or float32 activations) and ``"f16"`` otherwise."""
+        or BF16; or float32 activations) and ``"f16"`` otherwise. Call it on a config whose
+        ``activation_precision`` is resolved (not ``"auto"``)."""
         if self.kv_cache_type is not KvCacheType.AUTO:
             return str(self.kv_cache_type.value)
         exact = float_weights or self.activation_precision is ActivationPrecision.FLOAT32
