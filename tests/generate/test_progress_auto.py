@@ -84,6 +84,10 @@ def test_a_notebook_without_ipywidgets_gets_the_text_bar_and_no_warning(
         with bar:
             assert bar.shown
     assert "colibri: loading x" in err.getvalue()
+    # With ipywidgets, tqdm's notebook widget (for the default stream only).
+    monkeypatch.setattr(progress.importlib.util, "find_spec", lambda name, *a: object())
+    assert progress._bar_class(None).__module__ == "tqdm.notebook"
+    assert progress._bar_class(Terminal()).__module__ == "tqdm.std"
 
 
 # --- the delay ------------------------------------------------------------------------------
