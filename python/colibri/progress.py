@@ -14,8 +14,10 @@ a log, CI or a server.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import threading
+import time
 from types import TracebackType
 from typing import Any, TextIO
 
@@ -155,6 +157,7 @@ class DelayedBar:
         self.desc, self.total, self.unit, self.out = desc, total, unit, out
         self.delay = PROGRESS_DELAY if delay is None else delay
         self.done = 0
+        self._t0 = 0.0  # when the step started (time.time(), tqdm's clock)
         self._bar: Any = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -170,6 +173,7 @@ class DelayedBar:
         thread draws it, so it appears (and its clock ticks) while the step runs in native
         code, before the first update."""
         if self._thread is None and not self._stop.is_set():
+            self._t0 = time.time()
             self._thread = threading.Thread(target=self._tick, name="colibri-progress",
                                             daemon=True)
             self._thread.start()
@@ -196,10 +200,12 @@ class DelayedBar:
             if self.total is None:
                 options["bar_format"] = "{desc}: {elapsed}"
             if self.out is not None or kind.__module__ == "tqdm.std":
-                options["file"] = self.out if self.out is not None else sys.stderr
+                options["file"] = out = self.out if self.out is not None else sys.stderr
+                if _columns(out) == 0:  # a terminal that reports no width: tqdm would draw ""
+                    options.update(ncols=80, nrows=24, dynamic_ncols=False)
             self._bar = kind(**options)
-        else:
-            self._bar.refresh()
+            self._bar.start_t = self._t0  # its clock counts from the step's start
+        self._bar.refresh()
 
     def _guard(self, draw: Any) -> None:
         try:
@@ -244,6 +250,14 @@ class DelayedBar:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+
+def _columns(out: TextIO) -> int | None:
+    """The width of the terminal `out` writes to (None: not known)."""
+    try:
+        return os.get_terminal_size(out.fileno()).columns
+    except (AttributeError, ValueError, OSError):  # no fileno, not a terminal, closed
+        return None
 
 
 def delayed_bar(progress: bool | None, desc: str, total: int | None = None, *,

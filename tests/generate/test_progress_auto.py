@@ -222,3 +222,21 @@ def test_a_server_prints_no_bar(model: co.Model, monkeypatch: pytest.MonkeyPatch
             r = client.post(path, json={"model": "m", "max_tokens": 2, **body})
             assert r.status_code == 200, r.text
     assert bars == [] and "prefill" not in err.getvalue()
+
+
+def test_a_terminal_that_reports_no_width_still_gets_a_bar() -> None:
+    """A pseudo-terminal nobody sized (0 x 0, as under `script` or some CI runners): tqdm
+    alone would draw an empty string there."""
+    import os
+    import select
+
+    master, slave = os.openpty()
+    with os.fdopen(slave, "w") as out, os.fdopen(master, "rb", buffering=0) as screen:
+        assert os.get_terminal_size(slave).columns == 0
+        with progress.DelayedBar("prefill", 10, unit="tok", out=out, delay=0.0) as bar:
+            deadline = time.monotonic() + 30
+            while not bar.shown and time.monotonic() < deadline:
+                time.sleep(0.01)
+            out.flush()
+            ready, _, _ = select.select([screen], [], [], 5.0)  # never blocks on no output
+            assert ready and b"prefill:   0%" in screen.read(4096)
