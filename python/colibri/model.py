@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import numpy as np
 
 from . import _core
+from .chat.fit import FittedPrompt, fit_conversation, fit_tokens
 from .chat.messages import Messages, Tools, as_messages, render_conversation
 from .chat.template import ChatTemplate
 from .display import Displayable, model_rows
@@ -36,9 +37,10 @@ from .generate.prompt_cache import PromptCache
 from .generate.request import Request, parse_request
 from .generate.runner import Runner
 from .generate.samples import check_sample_count, generate_n
-from .generate.session import Progress, Session
+from .generate.session import ProgressOption, Session, prefill_progress, with_bar
 from .generate.totals import ModelStats
 from .models.resolve import resolve_model_spec
+from .progress import delayed_bar
 from .sampling import Sampling
 from .settings.config import ActivationPrecision, EngineConfig, ThreadConfig
 from .sources import Manifest, ModelConfig
@@ -115,7 +117,7 @@ class Model(Displayable):
         cache_dir: str | os.PathLike[str] | None = None,
         hf_cache_dir: str | os.PathLike[str] | None = None,
         download: bool = False,
-        progress: bool = True,
+        progress: bool | None = None,
     ) -> Model:
         """Loads a model: a GGUF file, a Hugging Face checkpoint directory, a native
         container, a named model (``"smollm2"``, ``"smollm2-moe-demo"``: the names
@@ -125,13 +127,22 @@ class Model(Displayable):
         huggingface_hub fetch what is missing). See :mod:`colibri.models.resolve`.
 
         Resident (dense) weights are read now; routed experts are read on demand into the
-        expert cache, sized by ``engine.ram_budget`` (see :mod:`colibri.engine.budget`). Fetch
-        progress goes to stderr unless ``progress=False``."""
+        expert cache, sized by ``engine.ram_budget`` (see :mod:`colibri.engine.budget`).
+
+        ``progress``: None ("auto") writes what a fetch does to stderr and, where stderr is
+        a terminal or in a Jupyter kernel, shows a bar once the load has run a second;
+        True shows that bar anywhere; False prints nothing."""
         resolved = resolve_model_spec(
             model, filename=filename, revision=revision, cache_dir=cache_dir,
-            hf_cache_dir=hf_cache_dir, download=download, log=sys.stderr if progress else None,
+            hf_cache_dir=hf_cache_dir, download=download,
+            log=None if progress is False else sys.stderr,
         )  # fmt: skip
-        handle = load_engine(resolved.path, engine)
+        bar = delayed_bar(progress, f"colibri: loading {resolved.name or resolved.path.name}")
+        if bar is None:
+            handle = load_engine(resolved.path, engine)
+        else:
+            with bar:
+                handle = load_engine(resolved.path, engine)
         handle.name = resolved.name or resolved.path.name
         return cls(handle)
 
@@ -248,7 +259,7 @@ class Model(Displayable):
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
         truncate: bool = False,
-        progress: Progress | None = None,
+        progress: ProgressOption = None,
         **options: Unpack[GenerateOptions],
     ) -> Generation:
         """Generates text in a fresh session and returns it whole.
@@ -263,13 +274,17 @@ class Model(Displayable):
         ``sampling``: a :class:`Sampling` (or a mapping of its fields); the default is
         greedy; ``Sampling(logprobs=True, top_logprobs=k, prompt_logprobs=k)`` adds
         log-probabilities. ``stop``: strings that end the text (not included).
-        ``truncate``: keep the end of a prompt longer than the context instead of raising
-        :class:`~colibri.errors.ContextOverflowError`. Further options
+        ``truncate``: fit a prompt longer than the context instead of raising
+        :class:`~colibri.errors.ContextOverflowError`: a raw one keeps its end, a
+        conversation its system message and last turn (:meth:`fit_prompt`). Further options
         (:class:`~colibri.generate.request.GenerateOptions`): ``stop_token_ids``, ``min_tokens``,
         ``logits_processors`` (callables ``(token_ids, logits) -> logits``, in order, before
         sampling) and ``response_format`` (a JSON schema, regex, choice list or grammar:
-        :mod:`colibri.generate.structured`). ``progress(done, total)`` is called after each prefill
-        chunk of the prompt (Session.forward).
+        :mod:`colibri.generate.structured`). ``progress``: None ("auto") shows a bar on stderr
+        (Jupyter's widget in a notebook) once the prefill has run a second, where stderr is
+        a terminal or in a Jupyter kernel, never in a pipe or a log; True anywhere; False
+        never; a callable ``progress(done, total)`` is called after each prefill chunk
+        instead (Session.forward).
 
         Returns a :class:`Generation`: ``text``, ``token_ids``, ``finish_reason`` ("stop":
         EOS, a stop string or token, or a complete structured text; "length"),
@@ -279,8 +294,10 @@ class Model(Displayable):
         request, ids = self._prepare(prompt, messages, {
             "max_tokens": max_tokens, "sampling": sampling, "stop": stop, "truncate": truncate,
             **options}, "generate")  # fmt: skip
+        callback, bar = prefill_progress(progress, len(ids))
         result: dict[str, Any] = {}
-        return collect(self._runner.start(ids, request, result, progress)[1], result, ids)
+        return collect(with_bar(self._runner.start(ids, request, result, callback)[1], bar),
+                       result, ids)
 
     def stream(
         self,
@@ -291,7 +308,7 @@ class Model(Displayable):
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
         truncate: bool = False,
-        progress: Progress | None = None,
+        progress: ProgressOption = None,
         **options: Unpack[GenerateOptions],
     ) -> Generator[Chunk, None, None]:
         """Like :meth:`generate` (same arguments, same rule for raw and templated
@@ -301,13 +318,52 @@ class Model(Displayable):
         request, ids = self._prepare(prompt, messages, {
             "max_tokens": max_tokens, "sampling": sampling, "stop": stop, "truncate": truncate,
             **options}, "stream")  # fmt: skip
-        return self._runner.start(ids, request, {}, progress)[1]
+        callback, bar = prefill_progress(progress, len(ids))
+        return with_bar(self._runner.start(ids, request, {}, callback)[1], bar)
 
     def _prepare(self, prompt: str | Sequence[int] | None, messages: Messages | None,
                  options: Mapping[str, Any], where: str) -> tuple[Request, list[int]]:
         """The call's options validated, and its prompt's ids fitted to the context."""
         request = parse_request(options, where=where)
-        return request, self._runner.fit(self.encode_prompt(prompt, messages=messages), request)
+        ids = self.encode_prompt(prompt, messages=messages)
+        if request.truncate and len(ids) >= self.context_length:
+            ids = self.fit_prompt(prompt, messages=messages, max_tokens=request.max_tokens).ids
+        return request, self._runner.fit(ids, request)
+
+    def fit_prompt(
+        self,
+        prompt: str | Sequence[int] | None = None,
+        *,
+        messages: str | Messages | None = None,
+        tools: Tools | None = None,
+        max_tokens: int = 256,
+    ) -> FittedPrompt:
+        """The token ids a call with ``truncate=True`` prefills, and what was cut to fit
+        them (a :class:`~colibri.chat.fit.FittedPrompt`). A prompt shorter than the context
+        is whole; a longer one is cut to leave room for ``max_tokens`` (for at most half
+        the context): a raw prompt (a str or ids) keeps its end; a conversation
+        (``messages``, rendered with the chat template and ``tools``) keeps its system
+        message and its last user message, drops whole turns before that, oldest first,
+        then cuts the middle of the last user message, and keeps the end of the rendered
+        prompt only when its fixed part alone is too long (docs/api.md)."""
+        room = self._runner.truncated_length(parse_request({"max_tokens": max_tokens}).max_tokens)
+        context = self.context_length
+        if messages is None:
+            ids = self.encode_prompt(prompt)
+            return FittedPrompt(ids) if len(ids) < context else fit_tokens(ids, room)
+        if prompt is not None:
+            raise InvalidRequestError("pass exactly one of prompt= or messages=")
+
+        def render(msgs: list[dict[str, Any]]) -> list[int]:
+            return self.apply_chat_template(msgs, tools=tools, tokenize=True)
+
+        conversation = as_messages(messages)
+        ids = render(conversation)
+        if not ids:
+            raise InvalidRequestError("the prompt encodes to no tokens")
+        if len(ids) < context:
+            return FittedPrompt(ids)
+        return fit_conversation(conversation, render, self.tokenizer, room)
 
     async def agenerate(
         self,
@@ -427,9 +483,7 @@ class Model(Displayable):
         (a str is one user message; ``system`` adds a system message first; ``tools`` are
         passed to the template). Same options as :meth:`generate`. The templated form of
         ``generate(prompt)``, which is a raw completion."""
-        ids = self.apply_chat_template(as_messages(messages, system), tools=tools,
-                                       tokenize=True)
-        return self.generate(ids, **options)
+        return self.generate(self._chat_ids(messages, system, tools, options), **options)
 
     def stream_chat(
         self,
@@ -440,9 +494,17 @@ class Model(Displayable):
         **options: Unpack[CallOptions],
     ) -> Generator[Chunk, None, None]:
         """:meth:`chat`, yielding chunks as :meth:`stream` does."""
-        ids = self.apply_chat_template(as_messages(messages, system), tools=tools,
-                                       tokenize=True)
-        return self.stream(ids, **options)
+        return self.stream(self._chat_ids(messages, system, tools, options), **options)
+
+    def _chat_ids(self, messages: str | Messages, system: str | None, tools: Tools | None,
+                  options: Mapping[str, Any]) -> list[int]:
+        """:meth:`chat`'s prompt ids: the conversation fitted by its turns under
+        ``truncate=True`` (the ids then fit, so generate's own truncation does nothing)."""
+        conversation = as_messages(messages, system)
+        if options.get("truncate") is True:
+            return self.fit_prompt(messages=conversation, tools=tools,
+                                   max_tokens=options.get("max_tokens", 256)).ids
+        return self.apply_chat_template(conversation, tools=tools, tokenize=True)
 
     def stats(self) -> ModelStats:
         """The model's figures now: generations, tokens and time since load, the streaming

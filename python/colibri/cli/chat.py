@@ -15,6 +15,7 @@ from ..errors import ColibriError
 from ..generate.prefix_share import common_prefix
 from ..generate.session import Session
 from ..model import Model
+from ..progress import delayed_bar
 from .common import Loaded, load_model
 from .parser import sampling_from_args, spec_from_args, stops_from_args
 
@@ -47,18 +48,23 @@ def _fit(model: Model, history: list[dict[str, Any]], max_tokens: int,
 
 
 def _answer(session: Session, ids: list[int], args: argparse.Namespace, out: TextIO,
-            sampling: Any, stops: list[str]) -> tuple[str, bool]:
-    """Streams the answer to `ids`; returns (text, interrupted)."""
+            err: TextIO, sampling: Any, stops: list[str]) -> tuple[str, bool]:
+    """Streams the answer to `ids`; returns (text, interrupted). A prefill that runs over
+    a second shows a bar on `err` when it is a terminal, erased before the answer."""
     common = common_prefix(session.token_ids, ids)
     if common == len(ids):
         common -= 1  # forward at least one token to get logits
     if session.n_tokens > common:
         session.rollback(session.n_tokens - common)
     pieces: list[str] = []
+    bar = delayed_bar(None, "colibri: prompt", len(ids) - common, unit="tok", out=err)
     stream = session.stream(ids[common:], max_tokens=args.max_tokens, sampling=sampling,
-                            stop=stops, spec=spec_from_args(args))
+                            stop=stops, spec=spec_from_args(args),
+                            progress=False if bar is None else bar.start())
     try:
         for chunk in stream:
+            if bar is not None:
+                bar.close()  # the prefill is over
             if chunk.text:
                 pieces.append(chunk.text)
                 out.write(chunk.text)
@@ -66,6 +72,9 @@ def _answer(session: Session, ids: list[int], args: argparse.Namespace, out: Tex
     except KeyboardInterrupt:
         stream.close()  # ends the generator: its bookkeeping (stats) runs now
         return "".join(pieces), True
+    finally:
+        if bar is not None:
+            bar.close()
     return "".join(pieces), False
 
 
@@ -129,7 +138,7 @@ def _converse(loaded: Loaded, args: argparse.Namespace, sampling: Any, stops: li
             history.pop()
             continue
         try:
-            answer, interrupted = _answer(session, ids, args, out, sampling, stops)
+            answer, interrupted = _answer(session, ids, args, out, err, sampling, stops)
         except ColibriError as exc:
             err.write(f"\ncolibri: error: {exc}\n")
             history.pop()

@@ -169,8 +169,9 @@ def build_parser(version: str) -> Parser:
                           "chat template (without --raw PROMPT is one user message rendered "
                           "with the model's chat template)")
     run.add_argument("--truncate", action="store_true",
-                     help="keep the end of a prompt longer than the context (default: refuse "
-                          "it)")
+                     help="fit a prompt longer than the context (default: refuse it): a chat "
+                          "prompt keeps its system message and both ends of the message, a "
+                          "--raw one its end")
     run.add_argument("--json", action="store_true",
                      help="print one JSON record (see docs/cli.md) instead of the text")
     run.add_argument("-q", "--quiet", action="store_true",

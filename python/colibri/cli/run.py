@@ -7,9 +7,11 @@ import json
 import time
 from typing import Any, TextIO
 
+from ..chat.fit import FittedPrompt
 from ..engine.stats import ExpertStats, MemoryStats, PhaseTimes
 from ..errors import ContextOverflowError
 from ..generate.generation import GenerationStats
+from ..progress import PROGRESS_DELAY
 from ..sampling import Sampling
 from ..settings.config import format_bytes
 from .common import Loaded, load_model
@@ -24,19 +26,21 @@ from .parser import (
 RUN_SCHEMA = "colibri.run/1"
 
 PROGRESS_MIN_TOKENS = 2048
-"""Prompts at least this long show a prefill progress line (on a terminal only)."""
+"""Prompts at least this long show a prefill progress line from their first chunk (on a
+terminal only); shorter ones once their prefill has run PROGRESS_DELAY seconds."""
 
 
 class PrefillProgress:
     """``progress(done, total)`` for Session.forward that keeps one status line on a
     terminal: ``colibri: prompt 1536/4030 tokens (38%), 95 tok/s, 26 s left``. It writes
-    nothing when `err` is not a terminal or the prompt is short; :meth:`clear` erases the
-    line before the answer is printed."""
+    nothing when `err` is not a terminal, or for a short prompt whose prefill is quick;
+    :meth:`clear` erases the line before the answer is printed."""
 
     def __init__(self, err: TextIO, total: int, min_tokens: int | None = None) -> None:
         isatty = getattr(err, "isatty", None)
         least = PROGRESS_MIN_TOKENS if min_tokens is None else min_tokens
-        self.enabled = total >= least and callable(isatty) and bool(isatty())
+        self.enabled = callable(isatty) and bool(isatty())
+        self._long = total >= least
         self._err = err
         self._t0 = time.perf_counter()
         self._shown = False
@@ -46,6 +50,8 @@ class PrefillProgress:
             self.clear()
             return
         elapsed = time.perf_counter() - self._t0
+        if not (self._long or self._shown or elapsed >= PROGRESS_DELAY):
+            return
         rate = done / elapsed if elapsed > 0 else 0.0
         left = f", {(total - done) / rate:.0f} s left" if rate > 0 else ""
         self._err.write(f"\r\x1b[Kcolibri: prompt {done}/{total} tokens "
@@ -207,13 +213,15 @@ def run_record(
     loaded: Loaded,
     args: argparse.Namespace,
     prompt: str,
-    prompt_ids: list[int],
+    prompt_ids: FittedPrompt | list[int],
     text: str,
     token_ids: list[int],
     finish: str,
     stats: GenerationStats,
 ) -> dict[str, Any]:
-    """The record ``colibri run --json`` prints (schema in docs/cli.md)."""
+    """The record ``colibri run --json`` prints (schema in docs/cli.md); `prompt_ids` are
+    the ids prefilled (and what --truncate cut to fit them)."""
+    fitted = prompt_ids if isinstance(prompt_ids, FittedPrompt) else FittedPrompt(prompt_ids)
     model = loaded.model
     threads = model.threads
     engine = model.engine_config
@@ -234,7 +242,8 @@ def run_record(
             "mode": "raw" if args.raw else "chat",
             "text": prompt,
             "system": args.system,
-            "token_ids": prompt_ids,
+            "token_ids": fitted.ids,
+            "truncated": fitted.to_dict() if fitted.truncated else None,
         },
         "text": text,
         "token_ids": token_ids,
@@ -279,30 +288,48 @@ def cmd_run(args: argparse.Namespace, stdin: TextIO, out: TextIO, err: TextIO) -
         loaded.model.close()  # saves the routing history (what --cache-policy pinned learns)
 
 
-def _prompt_ids(loaded: Loaded, args: argparse.Namespace, prompt: str) -> list[int]:
+def _prompt_ids(loaded: Loaded, args: argparse.Namespace, prompt: str) -> FittedPrompt:
+    """The prompt's ids as they will be prefilled: with --truncate, fitted to the context
+    (Model.fit_prompt: a chat prompt keeps its system message and the template's turns,
+    losing the middle of the user message; a raw one keeps its end)."""
     model = loaded.model
-    if args.raw:
-        ids = model.encode_prompt(prompt)
-    else:
-        messages = [{"role": "user", "content": prompt}]
-        if args.system is not None:
-            messages.insert(0, {"role": "system", "content": args.system})
-        ids = model.encode_prompt(messages=messages)
+    messages = [{"role": "user", "content": prompt}]
+    if args.system is not None:
+        messages.insert(0, {"role": "system", "content": args.system})
+    ids = model.encode_prompt(prompt) if args.raw else model.encode_prompt(messages=messages)
     ctx = model.context_length
-    if len(ids) >= ctx and not args.truncate:
+    if len(ids) < ctx:
+        return FittedPrompt(ids)
+    if not args.truncate:
         limit = model.config.max_position_embeddings
+        how = "keep its end" if args.raw else "cut the middle of the message"
         raise ContextOverflowError(
             f"the prompt has {len(ids)} tokens but the context holds {ctx} (and at least one "
-            "more is needed to answer); shorten it, pass --truncate to keep its end, or raise "
+            f"more is needed to answer); shorten it, pass --truncate to {how}, or raise "
             f"--context-length (this model allows up to {limit})"
         )
-    return ids
+    if args.raw:
+        return model.fit_prompt(ids, max_tokens=args.max_tokens)
+    return model.fit_prompt(messages=messages, max_tokens=args.max_tokens)
+
+
+def truncation_line(fitted: FittedPrompt, context: int) -> str:
+    """``colibri: --truncate: cut 1,200 tokens from the middle of the message to fit the
+    context of 4096 tokens`` (what --truncate did, on stderr before the answer)."""
+    where = ("the middle of the message" if fitted.cut_from == "middle"
+             else "the start of the prompt")
+    return (f"colibri: --truncate: cut {fitted.cut_tokens:,} tokens from {where} to fit the "
+            f"context of {context} tokens")
 
 
 def _generate(loaded: Loaded, args: argparse.Namespace, prompt: str, sampling: Sampling,
               stops: list[str], out: TextIO, err: TextIO) -> int:
     model = loaded.model
-    ids = _prompt_ids(loaded, args, prompt)
+    fitted = _prompt_ids(loaded, args, prompt)
+    ids = fitted.ids
+    if fitted.truncated and not args.quiet and not args.json:
+        err.write(truncation_line(fitted, model.context_length) + "\n")
+        err.flush()
     mode = "raw" if args.raw else "chat template"
     pieces: list[str] = []
     token_ids: list[int] = []
@@ -310,7 +337,8 @@ def _generate(loaded: Loaded, args: argparse.Namespace, prompt: str, sampling: S
     progress = PrefillProgress(err, len(ids)) if not args.quiet else None
     try:
         for chunk in model.stream(ids, max_tokens=args.max_tokens, sampling=sampling, stop=stops,
-                                  truncate=args.truncate, progress=progress,
+                                  truncate=args.truncate,
+                                  progress=False if progress is None else progress,
                                   spec=spec_from_args(args)):
             if chunk.token_id is not None:
                 token_ids.append(chunk.token_id)
@@ -336,7 +364,7 @@ def _generate(loaded: Loaded, args: argparse.Namespace, prompt: str, sampling: S
     assert stats is not None  # the stream has ended, so its record exists
     text = "".join(pieces)
     if args.json:
-        record = run_record(loaded, args, prompt, ids, text, token_ids, finish, stats)
+        record = run_record(loaded, args, prompt, fitted, text, token_ids, finish, stats)
         out.write(json.dumps(record, ensure_ascii=False) + "\n")
     else:
         if not text.endswith("\n"):

@@ -136,8 +136,9 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
     # then finds it at once (a named model is in the cache by now).
     resolve_model_spec(args.model, cache_dir=args.cache_dir, download=args.download,
                        download_option="--download", log=None if args.quiet else err)
+    # progress=False: what a fetch does was written just above; a server draws no bars.
     model = Model.load(args.model, engine=engine, cache_dir=args.cache_dir,
-                       download=args.download, progress=not args.quiet)
+                       download=args.download, progress=False)
     # Without --served-model-name, the name the model was given on the command line
     # ("smollm2") is accepted as well as its resolved name ("smollm2-135m-instruct").
     aliases = [args.model] if args.served_model_name is None else []

@@ -85,7 +85,8 @@ class Request:
     ``min_tokens``: EOS and ``stop_token_ids`` are
     banned until this many tokens are generated. ``logits_processors``: user callables (see
     :data:`LogitsProcessor`). ``response_format``: constrained decoding (see
-    :mod:`colibri.generate.structured`). ``truncate``: keep the end of a prompt that does not fit.
+    :mod:`colibri.generate.structured`). ``truncate``: cut a prompt that does not fit the
+    context (Model.fit_prompt says how).
     ``spec``: speculative decoding for this call (a :class:`~colibri.SpecConfig`, a mapping
     of its fields or a drafter name; None: the model's ``EngineConfig.spec``).
     """

@@ -90,10 +90,16 @@ class Runner:
             raise ContextOverflowError(
                 f"the prompt has {len(ids)} tokens but the context holds {context} (and at "
                 "least one more is needed to answer); shorten it, pass truncate=True to keep "
-                "its end, or raise EngineConfig.context_length"
+                "its end (a conversation keeps its system message and last turn), or raise "
+                "EngineConfig.context_length"
             )
-        keep = context - max(1, min(request.max_tokens, context // 2))
-        return ids[-keep:]
+        return ids[-self.truncated_length(request.max_tokens):]
+
+    def truncated_length(self, max_tokens: int) -> int:
+        """How long a prompt that does not fit the context is cut to: room is left for
+        `max_tokens`, but for at most half the context (and at least one token)."""
+        context = self.handle.context_length
+        return context - max(1, min(max_tokens, context // 2))
 
     def start(self, ids: list[int], request: Request, result: dict[str, Any],
               progress: Progress | None = None,

@@ -24,6 +24,7 @@ from .. import _core
 from ..engine.stats import ExpertStats, PhaseTimes
 from ..engine.streaming import session_stats
 from ..errors import InvalidRequestError, TokenOutOfRangeError
+from ..progress import DelayedBar, delayed_bar
 from ..sampling import Sampler, Sampling
 from .aio import agenerate_stream, astream_stream
 from .generation import Chunk, Generation, collect
@@ -38,6 +39,48 @@ Progress = Callable[[int, int], object]
 """``progress(done, total)``: called after each prefill chunk with the tokens forwarded so
 far and the total, in the calling thread; an exception it raises stops the forward (the
 session is then unchanged)."""
+
+ProgressOption = Progress | bool | None
+"""What ``progress=`` takes: a :data:`Progress` callable; True: a bar on stderr (or
+Jupyter's widget) once the prefill has run a second; False: nothing; None: "auto", that bar
+only where stderr is a terminal or in a Jupyter kernel (colibri.progress.interactive)."""
+
+
+def prefill_progress(progress: ProgressOption, n_tokens: int, *, auto: bool = True,
+                     ) -> tuple[Progress | None, DelayedBar | None]:
+    """The callback a prefill of `n_tokens` reports to, and the bar to start and close
+    around it (None when `progress` is a callable or nothing is shown). `auto`: whether
+    None means "auto" (generate/stream) or nothing (Session.forward, the low-level call a
+    decode loop makes per token)."""
+    if progress is None and not auto:
+        return None, None
+    if progress is None or isinstance(progress, bool):
+        bar = delayed_bar(progress, "prefill", n_tokens, unit="tok")
+        return bar, bar
+    if not callable(progress):
+        raise InvalidRequestError(
+            "progress must be a callable(done, total), True, False or None, not "
+            f"{type(progress).__name__}"
+        )
+    return progress, None
+
+
+def with_bar(chunks: Generator[Chunk, None, None], bar: DelayedBar | None,
+             ) -> Generator[Chunk, None, None]:
+    """`chunks` with `bar` started when the first is asked for (when the prefill starts)
+    and closed when they end, however they end."""
+    if bar is None:
+        return chunks
+    return _with_bar(chunks, bar)
+
+
+def _with_bar(chunks: Generator[Chunk, None, None], bar: DelayedBar,
+              ) -> Generator[Chunk, None, None]:
+    bar.start()
+    try:
+        yield from chunks
+    finally:
+        bar.close()
 
 
 class Session:
@@ -131,20 +174,26 @@ class Session:
         token_ids: Sequence[int] | npt.ArrayLike,
         *,
         all_logits: bool = False,
-        progress: Progress | None = None,
+        progress: ProgressOption = None,
     ) -> npt.NDArray[np.float32]:
         """Appends tokens and returns logits: ``[vocab]`` for the last position, or
         ``[n, vocab]`` for every position when ``all_logits``.
 
         A long prompt runs in chunks of ``EngineConfig.prefill_chunk`` tokens (the same bits
-        as one batch); ``progress(done, total)`` is called after each. Ctrl-C stops the
-        forward within one layer: KeyboardInterrupt is raised and the session is as before.
+        as one batch); ``progress(done, total)`` is called after each. ``progress=True``
+        shows a bar once the forward has run a second; None (the default here: a decode
+        loop calls this per token) shows nothing. Ctrl-C stops the forward within one
+        layer: KeyboardInterrupt is raised and the session is as before.
         """
         ids = self._check_ids(token_ids)
-        if progress is not None and not callable(progress):
-            raise InvalidRequestError(
-                f"progress must be a callable(done, total), not {type(progress).__name__}"
-            )
+        callback, bar = prefill_progress(progress, len(ids), auto=False)
+        if bar is None:
+            return self._forward(ids, all_logits, callback)
+        with bar:
+            return self._forward(ids, all_logits, callback)
+
+    def _forward(self, ids: npt.NDArray[np.int32], all_logits: bool,
+                 progress: Progress | None) -> npt.NDArray[np.float32]:
         batcher = self._runner.batcher
         if batcher is not None:  # a server's continuous batching (colibri.generate.batching)
             return batcher.forward(self, ids, all_logits, progress)
@@ -184,13 +233,14 @@ class Session:
         max_tokens: int = 256,
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
-        progress: Progress | None = None,
+        progress: ProgressOption = None,
         **options: Unpack[GenerateOptions],
     ) -> Generation:
         """Continues from the session's state: forwards ``prompt_ids`` (may be empty) and
         generates. The generated tokens stay in the session (the last one's KV entry is
-        written by the next forward). ``progress`` as in :meth:`forward`, for the prompt;
-        further options as :meth:`Model.generate`."""
+        written by the next forward). ``progress`` for the prompt as in
+        :meth:`Model.generate` (default "auto": a bar on a terminal or in Jupyter once the
+        prefill has run a second); further options as :meth:`Model.generate`."""
         ids = [int(t) for t in prompt_ids]
         result: dict[str, Any] = {}
         return collect(self.stream(ids, max_tokens=max_tokens, sampling=sampling, stop=stop,
@@ -203,7 +253,7 @@ class Session:
         max_tokens: int = 256,
         sampling: Sampling | Mapping[str, Any] | None = None,
         stop: str | Sequence[str] = (),
-        progress: Progress | None = None,
+        progress: ProgressOption = None,
         _result: dict[str, Any] | None = None,
         **options: Unpack[GenerateOptions],
     ) -> Generator[Chunk, None, None]:
@@ -213,10 +263,11 @@ class Session:
             self._check_ids(ids)
         request = parse_request({"max_tokens": max_tokens, "sampling": sampling, "stop": stop,
                                  **options}, where="Session.stream")
-        return self._runner.stream(
+        callback, bar = prefill_progress(progress, len(ids)) if ids else (None, None)
+        return with_bar(self._runner.stream(
             self, ids, request, {} if _result is None else _result, history=self.token_ids,
-            progress=progress,
-        )  # fmt: skip
+            progress=callback,
+        ), bar)  # fmt: skip
 
     async def agenerate(
         self,
@@ -232,7 +283,7 @@ class Session:
         ids = [int(t) for t in prompt_ids]
         result: dict[str, Any] = {}
         gen = self.stream(ids, max_tokens=max_tokens, sampling=sampling, stop=stop,
-                          _result=result, **options)
+                          progress=False, _result=result, **options)
         return await agenerate_stream(gen, self, result, ids)
 
     def astream(
@@ -246,7 +297,7 @@ class Session:
     ) -> AsyncGenerator[Chunk, None]:
         """:meth:`stream` for asyncio: ``async for chunk in session.astream(ids)``."""
         gen = self.stream(prompt_ids, max_tokens=max_tokens, sampling=sampling, stop=stop,
-                          **options)
+                          progress=False, **options)
         return astream_stream(gen, self)
 
     def reset(self) -> None:
