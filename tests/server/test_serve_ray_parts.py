@@ -156,3 +156,30 @@ def test_missing_ray_says_which_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(UnsupportedError, match=r"pip install 'colibri\[ray\]'"):
         require_ray()
+
+
+def test_serve_ray_passes_download_to_the_replicas(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `colibri serve --ray --download ID`: every replica loads with download=True (each
+    # machine fetches into its own cache). Ray is faked: the deployment stops at serve.run,
+    # after the replicas' spec is built.
+    import types
+
+    import colibri.server.ray as ray_pkg
+    from colibri.cli import main
+
+    built: list[ReplicaSpec] = []
+
+    class Deployed(Exception):
+        pass
+
+    def fake_run(*_a: object, **_k: object) -> None:
+        raise Deployed
+
+    fake_serve = types.SimpleNamespace(start=lambda **_k: None, run=fake_run)
+    monkeypatch.setattr(ray_pkg, "require_ray", lambda: fake_serve)
+    monkeypatch.setattr(ray_pkg, "build_app", lambda spec, config: built.append(spec))
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(is_initialized=lambda: True))
+    for flags, want in (([], False), (["--download"], True)):
+        # main() reports the fake's exception as an internal error (rc 1) once it has built.
+        assert main(["serve", "--ray", "--port", "1", "org/some-model", *flags]) != 0
+        assert built[-1].model == "org/some-model" and built[-1].download is want

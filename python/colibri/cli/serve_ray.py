@@ -74,7 +74,7 @@ def cmd_serve_ray(args: argparse.Namespace, server: dict[str, Any], err: TextIO)
     # A path that exists here is made absolute: replicas run in other directories (and
     # on other machines, where the same path must hold the same files).
     model = os.path.abspath(args.model) if Path(args.model).exists() else args.model
-    spec = ReplicaSpec(model, engine, args.cache_dir, server)
+    spec = ReplicaSpec(model, engine, args.cache_dir, server, download=args.download)
     ray_api: Any = ray
     started_here = not ray_api.is_initialized()
     if started_here:

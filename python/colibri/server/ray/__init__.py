@@ -18,6 +18,7 @@ deployment is built, so ``import colibri.server.ray`` works without it.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any
 
@@ -88,7 +89,7 @@ def build_app(spec: ReplicaSpec, config: RayServeConfig | None = None) -> Any:
     running = int(server.get("max_running", 4))
     queue = int(server.get("max_queue", 16))
     if config.placement == "numa" and not spec.numa:
-        spec = ReplicaSpec(spec.model, spec.engine, spec.cache_dir, spec.server, numa=True)
+        spec = dataclasses.replace(spec, numa=True)
     options: dict[str, Any] = {
         "name": "ColibriReplica",
         "max_ongoing_requests": config.max_ongoing_requests or max(1, running + queue),

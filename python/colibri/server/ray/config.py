@@ -26,7 +26,8 @@ NUMA_RESOURCE = "colibri_numa"
 
 @dataclasses.dataclass(frozen=True)
 class ReplicaSpec:
-    """What one replica loads and serves: ``Model.load(model, engine, cache_dir=...)``
+    """What one replica loads and serves: ``Model.load(model, engine, cache_dir=...,
+    download=...)``
     then ``colibri.server.create_app(model, **server)``. The model path must name the
     same files on every machine (each machine reads its own copy from its own disk)."""
 
@@ -35,6 +36,7 @@ class ReplicaSpec:
     cache_dir: str | None = None
     server: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     numa: bool = False  # claim one NUMA node of the machine and pin to its CPUs
+    download: bool = False  # fetch a Hugging Face repository id missing from the cache
 
     def __post_init__(self) -> None:
         if "close_model" in self.server:

@@ -41,7 +41,7 @@ class ColibriReplica:
 
         self.numa: NumaClaim | None = claim_numa_node() if spec.numa else None
         self.model = Model.load(spec.model, engine=spec.engine, cache_dir=spec.cache_dir,
-                                progress=False)
+                                download=spec.download, progress=False)
         self.app = create_app(self.model, **dict(spec.server), close_model=True)
         self.lifespan = asgi_bridge.Lifespan(self.app)
         self._started = asyncio.Lock()
