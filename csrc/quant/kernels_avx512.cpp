@@ -212,12 +212,9 @@ template <int R, int T>
 void f32_block(int64_t n, const float* w, std::size_t ws, const float* x, std::size_t xs, float* out,
                std::size_t os) {
   __m512 acc[R][T][4];
-  COLIBRI_UNROLL
-  for (int r = 0; r < R; ++r)
-    COLIBRI_UNROLL
-    for (int t = 0; t < T; ++t)
-      COLIBRI_UNROLL
-      for (int k = 0; k < 4; ++k) acc[r][t][k] = _mm512_setzero_ps();
+  for (auto& row : acc)
+    for (auto& pair : row)
+      for (__m512& a : pair) a = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 64 <= n; i += 64)
     COLIBRI_UNROLL

@@ -66,7 +66,7 @@ baseline = status("VmRSS")
 path, budget, preload = sys.argv[1], int(sys.argv[2]) or None, sys.argv[3] == "1"
 m = co.Model.load(path, engine=co.EngineConfig(
     threads=co.ThreadConfig(n=int(sys.argv[4])), ram_budget=budget, context_length=1024,
-    io=IOConfig(workers=4, direct=True, prefetch=True),
+    activation_precision="int8", io=IOConfig(workers=4, direct=True, prefetch=True),
     cache=CacheConfig(policy="lru", history=False, preload=preload),
 ))
 rng = np.random.default_rng(0)

@@ -134,10 +134,11 @@ def test_bad_files_are_refused_clearly(model: co.Model, tmp_path: Path,
         co.Session.load(tmp_path / "tiny.session", co.Model.load(other))
     assert co.Session.load(tmp_path / "tiny.session", co.Model.load(tiny)).n_tokens == 3
 
-    f32 = co.Model.load(smollm2_gguf(), engine=co.EngineConfig(
-        context_length=256, activation_precision="float32"))
-    with pytest.raises(InvalidRequestError, match="activation_precision 'int8'"):
-        co.Session.load(good, f32)
+    # `good` was saved under the default ("auto": float32 for SmolLM2): an int8 model refuses it.
+    int8 = co.Model.load(smollm2_gguf(), engine=co.EngineConfig(
+        context_length=256, activation_precision="int8"))
+    with pytest.raises(InvalidRequestError, match="activation_precision 'float32'"):
+        co.Session.load(good, int8)
     small = co.Model.load(smollm2_gguf(), engine=co.EngineConfig(context_length=1))
     with pytest.raises(ContextOverflowError, match="raise EngineConfig.context_length"):
         co.Session.load(good, small)

@@ -122,13 +122,15 @@ def test_iquant_moe_streams_bit_identically(files: dict[str, Path], kind: str) -
     r = gguf.GGUFReader(files[kind])
     arch = str(r.fields["general.architecture"].contents())
     top_k = int(r.fields[f"{arch}.expert_used_count"].contents())
-    with colibri.Model.load(files[kind], engine=colibri.EngineConfig(context_length=128)) as m:
+    with colibri.Model.load(files[kind], engine=colibri.EngineConfig(
+            context_length=128, activation_precision="int8")) as m:
         resident = np.asarray(m.session().forward(IDS, all_logits=True))
     budget = budget_for_slots(files[kind], top_k, threads=2, context_length=128,
                               precision="int8")
     for direct in (True, False):
         cfg = colibri.EngineConfig(context_length=128, ram_budget=budget, threads={"n": 2},
-                                   io={"workers": 2, "direct": direct, "prefetch": True})
+                                   io={"workers": 2, "direct": direct, "prefetch": True},
+                                   activation_precision="int8")
         with colibri.Model.load(files[kind], engine=cfg) as m:
             streamed = np.asarray(m.session().forward(IDS, all_logits=True))
             mem = m.stats().memory

@@ -94,6 +94,7 @@ def test_matches_llama_cpp_like_q4_0_does(
     assert corr >= 0.995 and agree >= 0.9, report
     # two threads: the same bits
     with colibri.Model.load(
-        files[mix], engine=colibri.EngineConfig(context_length=128, threads={"n": 2})
+        files[mix], engine=colibri.EngineConfig(context_length=128, threads={"n": 2},
+                                                activation_precision="int8")
     ) as m:
         assert m.session().forward(IDS, all_logits=True).tobytes() == ours.tobytes()

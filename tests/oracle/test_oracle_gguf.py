@@ -117,8 +117,8 @@ def test_quantized_matches_ggml_arithmetic(tiny_model: TinyModel, qtype: str) ->
     oracle = transformers_model_ggml(tiny_model, qtype)
     # The oracle keeps keys and values in float32: so does colibri here (the default KV
     # type with int8 activations is f16, which rounds them; test_kv_types.py measures it).
-    model = colibri.Model.load(tiny_model.gguf[qtype],
-                               engine=colibri.EngineConfig(context_length=128, kv_cache_type="f32"))
+    model = colibri.Model.load(tiny_model.gguf[qtype], engine=colibri.EngineConfig(
+        context_length=128, kv_cache_type="f32", activation_precision="int8"))
     errs, agree = [], []
     for seed in range(8):
         ids = prompt_ids(n=12, seed=100 + seed)

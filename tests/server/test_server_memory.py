@@ -38,9 +38,11 @@ def _body(content: str, n: int, stream: bool = False) -> dict[str, object]:
 @pytest.fixture(scope="module")
 def kv_server() -> Iterator[ServerProcess]:
     """Two slots, but a KV budget for about one request of LONG tokens (a position of
-    SmolLM2's cache is 30 layers x keys and values x 192 values, about 23 KB at q8_0)."""
+    SmolLM2's cache is 30 layers x keys and values x 192 values, 46 KB in the f32 cache of
+    its default float32 activations: the first request reserves ~7.1 MB, the short ones
+    ~2 MB each, so 8 MiB holds the first but not the first and another)."""
     s = ServerProcess(smollm2_gguf(), "-c", str(SERVER_CTX), "--parallel", "2",
-                      "--kv-budget", "4MiB", "--max-queue", "1",
+                      "--kv-budget", "8MiB", "--max-queue", "1",
                       "--served-model-name", "smollm2", "-q")
     yield s
     s.stop()
@@ -50,7 +52,7 @@ def test_kv_budget_queues_a_request_until_the_running_one_ends(
         kv_server: ServerProcess, smollm2_oracle: co.Model) -> None:
     url = kv_server.base + "/chat/completions"
     m0 = _metrics(kv_server)
-    assert metric(m0, "colibri_kv_budget_bytes") == 4 << 20
+    assert metric(m0, "colibri_kv_budget_bytes") == 8 << 20
     waits0 = metric(m0, "colibri_kv_waits_total")
 
     def streamed(content: str) -> str:
@@ -70,7 +72,7 @@ def test_kv_budget_queues_a_request_until_the_running_one_ends(
                  "two queued requests")
         m = _metrics(kv_server)
         assert metric(m, "colibri_running_requests") == 1
-        assert metric(m, "colibri_kv_reserved_bytes") <= 4 << 20
+        assert metric(m, "colibri_kv_reserved_bytes") <= 8 << 20
         # 1 running + 2 queued = the 2 slots + 1 queue place: the next one gets 429.
         refused = httpx.post(url, json=_body("Hi", 4), timeout=60)
         assert refused.status_code == 429
