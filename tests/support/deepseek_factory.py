@@ -339,6 +339,23 @@ def build_tiny(variant: str, root: Path | None = None, with_gguf: bool = True) -
     return tiny
 
 
+def config_variant(tiny: TinyDeepseek, dst: Path, **changes: object) -> Path:
+    """The checkpoint with config.json changed (a value of None removes the key); weights
+    copied: a symlink out of a model's directory is refused."""
+    dst.mkdir()
+    for f in tiny.hf_dir.iterdir():
+        if f.name != "config.json":
+            shutil.copy(f, dst / f.name)
+    cfg = json.loads((tiny.hf_dir / "config.json").read_text())
+    for k, v in changes.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
 @functools.cache
 def transformers_model(hf_dir: str) -> torch.nn.Module:
     model = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
