@@ -44,27 +44,6 @@ class AllowedSkip:
 
 ALLOWED_SKIPS = (
     AllowedSkip(
-        "tests/*", "could not import 'llama_cpp'",
-        "llama-cpp-python is the bench extra (a 6-minute source build), not a test "
-        "dependency, so CI does not have it: the tests that run llama.cpp itself (its "
-        "quantizer writing K-quant and i-quant mixes, its forward on the same file) run "
-        "where it is installed (`pip install .[bench]`; results in docs/testing.md). On "
-        "every run the same layouts are checked against gguf.quants and against files "
-        "written by llama.cpp's converter (tests/sources/test_gguf_fixtures.py)."),
-    AllowedSkip(
-        "tests/*", "needs llama-cpp-python",
-        "As above (tests/support/llamacpp_quant.py: files re-quantized by llama.cpp)."),
-    AllowedSkip(
-        "tests/kernels/test_kquants.py::test_quantize_bytes_match_llama_cpp*",
-        "gguf.quants has no K-quant",
-        "The K-quant quantizers are compared byte for byte with ggml's own (libggml from "
-        "llama-cpp-python, the bench extra); without it the same test still checks Q5_0/Q5_1 "
-        "against gguf.quants, and the K-quant dequantization and dot kernels are checked "
-        "against gguf.quants and the scalar reference on every run."),
-    AllowedSkip(
-        "tests/*", "llama-cpp-python is not installed",
-        "As above (tests/support/iquant_fixtures.py)."),
-    AllowedSkip(
         "tests/oracle/test_iquants_real.py::*", "for the ",
         "The fixture is parametrized over a llama.cpp-written and a colibri-written file; "
         "a check that applies to one writer skips the other parameter."),
@@ -85,17 +64,6 @@ ALLOWED_SKIPS = (
         "Same as above for the pool-level CPU ratios: when most spinning computations lost "
         "their cores (counted by the pool), the figures measure the scheduler. The sleep "
         "counters in the same tests are asserted before the ratio."),
-    AllowedSkip(
-        "tests/bench_tools/test_synthetic_moe.py::test_llama_cpp_*", "could not import 'llama_cpp'",
-        "llama-cpp-python is the bench extra (a 6-minute source build), not a test "
-        "dependency; llama.cpp's file layouts are checked on every run by "
-        "tests/sources/test_gguf_fixtures.py (files written by its own converter and quantizer)."),
-    AllowedSkip(
-        "tests/*/test_*deepseek.py::test_llama_cpp_*", "could not import 'llama_cpp'",
-        "Running the same DeepSeek/GLM GGUF in llama.cpp needs llama-cpp-python (the bench "
-        "extra); the files themselves come from llama.cpp's converter (unpacked from the sdist "
-        "scripts/fetch_test_data.py downloads) and are checked against transformers on every "
-        "run by the other tests of test_gguf_deepseek.py and test_synthetic_deepseek.py."),
     AllowedSkip(
         "tests/server/test_serve_ray.py::*", "Ray Serve is not installed",
         "Ray is the optional ray extra (colibri[ray], a large install), not a test "
