@@ -11,7 +11,12 @@ silently skipped proves nothing. Every skip must match an entry of ``ALLOWED_SKI
 test's name and the start of its reason), each with why it is allowed; any other skip,
 including one at collection (a module-level ``importorskip``), is turned into a failure
 that names the reason. External data is fetched by scripts/fetch_test_data.py before the
-run (scripts/test.sh), so nothing here depends on the network.
+run (scripts/test.sh), so nothing here depends on the network; a targeted run without it
+stops at the first test that needs it, naming the command (support/fetched_data.py).
+llama-cpp-python (the version pyproject's bench extra pins) is installed by scripts/test.sh
+too: a test that needs it and does not find it fails, as no llama.cpp reason is on the list.
+
+The terminal summary ends with the kernel ISAs the run exercised (support/isa_report.py).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import pytest
 
 from support.deepseek_factory import VARIANTS as DEEPSEEK_VARIANTS
 from support.deepseek_factory import TinyDeepseek, build_tiny
+from support.fetched_data import MissingTestData
+from support.isa_report import IsaTally
 from support.modelfactory import FAMILIES, TinyModel, build_tiny_model
 from support.smollm2_reference import reference  # noqa: F401 (a fixture: transformers on SmolLM2)
 
@@ -77,6 +84,9 @@ ALLOWED_SKIPS = (
 )
 
 
+_ISA_TALLY = IsaTally()
+
+
 def allowed(nodeid: str, reason: str) -> AllowedSkip | None:
     for a in ALLOWED_SKIPS:
         if fnmatch.fnmatch(nodeid, a.test) and reason.startswith(a.reason):
@@ -96,12 +106,27 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, None]:
     outcome = yield
     rep: pytest.TestReport = outcome.get_result()
+    if call.excinfo is not None and call.excinfo.errisinstance(MissingTestData):
+        # One clear stop instead of every test of the module failing alike.
+        item.session.shouldstop = f"test data missing: {call.excinfo.value}"
+        rep.longrepr = str(call.excinfo.value)
     if rep.skipped and not hasattr(rep, "wasxfail"):
         reason = _reason(rep.longrepr)
         if allowed(rep.nodeid, reason) is None:
             rep.outcome = "failed"
             rep.longrepr = (f"unexpected skip ({reason}); skips must be on the allow-list in "
                             "tests/conftest.py (ALLOWED_SKIPS)")
+    _ISA_TALLY.record(item, rep)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Which kernel ISAs this run's kernel tests ran on (a host without AVX-512 VNNI runs
+    fewer: docs/testing.md)."""
+    from colibri import _core
+
+    terminalreporter.section("kernel ISAs exercised")
+    for line in _ISA_TALLY.lines(_core.quant.available_isas(), _core.quant.isa_names()):
+        terminalreporter.write_line(line)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
