@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # System packages (Debian/Ubuntu names): zlib headers (the core links zlib for the crc32
 # of container blobs), and an aarch64 cross compiler with qemu's user-mode emulator so the
-# NEON kernels are built and checked on every run (tests/kernels/test_quant.py).
+# NEON kernels are built and checked on every run (the test_neon_kernels_under_qemu tests
+# in tests/kernels/).
 need=()
 [ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
 command -v aarch64-linux-gnu-g++ >/dev/null || need+=(g++-aarch64-linux-gnu)

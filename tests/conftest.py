@@ -122,9 +122,12 @@ def pytest_runtest_makereport(
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Which kernel ISAs this run's kernel tests ran on (a host without AVX-512 VNNI runs
     fewer: docs/testing.md)."""
-    from colibri import _core
-
     terminalreporter.section("kernel ISAs exercised")
+    try:
+        from colibri import _core
+    except ImportError as e:  # the run's own errors say more
+        terminalreporter.write_line(f"  colibri._core did not import: {e}")
+        return
     for line in _ISA_TALLY.lines(_core.quant.available_isas(), _core.quant.isa_names()):
         terminalreporter.write_line(line)
 
