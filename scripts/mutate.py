@@ -79,6 +79,11 @@ MUTATIONS: dict[str, list[tuple[str, ...]]] = {
         "csrc/model/expert_store.cpp", "    start_read(s, k, true);",
         "    start_read(s, k / n_experts_ >= 4 ? k - k % n_experts_ + (k + 1) % n_experts_ : k,"
         " true);")],
+    # issue 40: the DSA indexer keeps one key fewer / one more than index_topk
+    "dsa-topk-minus-1": [("csrc/model/dsa_indexer.cpp", "topk = s.index_topk;",
+                          "topk = s.index_topk - 1;")],
+    "dsa-topk-plus-1": [("csrc/model/dsa_indexer.cpp", "topk = s.index_topk;",
+                         "topk = s.index_topk + 1;")],
 }
 
 

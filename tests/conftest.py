@@ -11,7 +11,12 @@ silently skipped proves nothing. Every skip must match an entry of ``ALLOWED_SKI
 test's name and the start of its reason), each with why it is allowed; any other skip,
 including one at collection (a module-level ``importorskip``), is turned into a failure
 that names the reason. External data is fetched by scripts/fetch_test_data.py before the
-run (scripts/test.sh), so nothing here depends on the network.
+run (scripts/test.sh), so nothing here depends on the network; a targeted run without it
+stops at the first test that needs it, naming the command (support/fetched_data.py).
+llama-cpp-python (the version pyproject's bench extra pins) is installed by scripts/test.sh
+too: a test that needs it and does not find it fails, as no llama.cpp reason is on the list.
+
+The terminal summary ends with the kernel ISAs the run exercised (support/isa_report.py).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import pytest
 
 from support.deepseek_factory import VARIANTS as DEEPSEEK_VARIANTS
 from support.deepseek_factory import TinyDeepseek, build_tiny
+from support.fetched_data import MissingTestData
+from support.isa_report import IsaTally
 from support.modelfactory import FAMILIES, TinyModel, build_tiny_model
 from support.smollm2_reference import reference  # noqa: F401 (a fixture: transformers on SmolLM2)
 
@@ -43,27 +50,6 @@ class AllowedSkip:
 
 
 ALLOWED_SKIPS = (
-    AllowedSkip(
-        "tests/*", "could not import 'llama_cpp'",
-        "llama-cpp-python is the bench extra (a 6-minute source build), not a test "
-        "dependency, so CI does not have it: the tests that run llama.cpp itself (its "
-        "quantizer writing K-quant and i-quant mixes, its forward on the same file) run "
-        "where it is installed (`pip install .[bench]`; results in docs/testing.md). On "
-        "every run the same layouts are checked against gguf.quants and against files "
-        "written by llama.cpp's converter (tests/sources/test_gguf_fixtures.py)."),
-    AllowedSkip(
-        "tests/*", "needs llama-cpp-python",
-        "As above (tests/support/llamacpp_quant.py: files re-quantized by llama.cpp)."),
-    AllowedSkip(
-        "tests/kernels/test_kquants.py::test_quantize_bytes_match_llama_cpp*",
-        "gguf.quants has no K-quant",
-        "The K-quant quantizers are compared byte for byte with ggml's own (libggml from "
-        "llama-cpp-python, the bench extra); without it the same test still checks Q5_0/Q5_1 "
-        "against gguf.quants, and the K-quant dequantization and dot kernels are checked "
-        "against gguf.quants and the scalar reference on every run."),
-    AllowedSkip(
-        "tests/*", "llama-cpp-python is not installed",
-        "As above (tests/support/iquant_fixtures.py)."),
     AllowedSkip(
         "tests/oracle/test_iquants_real.py::*", "for the ",
         "The fixture is parametrized over a llama.cpp-written and a colibri-written file; "
@@ -86,17 +72,6 @@ ALLOWED_SKIPS = (
         "their cores (counted by the pool), the figures measure the scheduler. The sleep "
         "counters in the same tests are asserted before the ratio."),
     AllowedSkip(
-        "tests/bench_tools/test_synthetic_moe.py::test_llama_cpp_*", "could not import 'llama_cpp'",
-        "llama-cpp-python is the bench extra (a 6-minute source build), not a test "
-        "dependency; llama.cpp's file layouts are checked on every run by "
-        "tests/sources/test_gguf_fixtures.py (files written by its own converter and quantizer)."),
-    AllowedSkip(
-        "tests/*/test_*deepseek.py::test_llama_cpp_*", "could not import 'llama_cpp'",
-        "Running the same DeepSeek/GLM GGUF in llama.cpp needs llama-cpp-python (the bench "
-        "extra); the files themselves come from llama.cpp's converter (unpacked from the sdist "
-        "scripts/fetch_test_data.py downloads) and are checked against transformers on every "
-        "run by the other tests of test_gguf_deepseek.py and test_synthetic_deepseek.py."),
-    AllowedSkip(
         "tests/server/test_serve_ray.py::*", "Ray Serve is not installed",
         "Ray is the optional ray extra (colibri[ray], a large install), not a test "
         "dependency; these slow tests run where it is installed (docs/testing.md). The "
@@ -107,6 +82,9 @@ ALLOWED_SKIPS = (
         "The temporary directory is on a file system that refuses O_DIRECT (tmpfs); the "
         "core's own O_DIRECT fallback is tested in test_io.py."),
 )
+
+
+_ISA_TALLY = IsaTally()
 
 
 def allowed(nodeid: str, reason: str) -> AllowedSkip | None:
@@ -128,12 +106,30 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, None]:
     outcome = yield
     rep: pytest.TestReport = outcome.get_result()
+    if call.excinfo is not None and call.excinfo.errisinstance(MissingTestData):
+        # One clear stop instead of every test of the module failing alike.
+        item.session.shouldstop = f"test data missing: {call.excinfo.value}"
+        rep.longrepr = str(call.excinfo.value)
     if rep.skipped and not hasattr(rep, "wasxfail"):
         reason = _reason(rep.longrepr)
         if allowed(rep.nodeid, reason) is None:
             rep.outcome = "failed"
             rep.longrepr = (f"unexpected skip ({reason}); skips must be on the allow-list in "
                             "tests/conftest.py (ALLOWED_SKIPS)")
+    _ISA_TALLY.record(item, rep)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Which kernel ISAs this run's kernel tests ran on (a host without AVX-512 VNNI runs
+    fewer: docs/testing.md)."""
+    terminalreporter.section("kernel ISAs exercised")
+    try:
+        from colibri import _core
+    except ImportError as e:  # the run's own errors say more
+        terminalreporter.write_line(f"  colibri._core did not import: {e}")
+        return
+    for line in _ISA_TALLY.lines(_core.quant.available_isas(), _core.quant.isa_names()):
+        terminalreporter.write_line(line)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

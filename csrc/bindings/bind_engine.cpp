@@ -264,6 +264,9 @@ void bind_engine(py::module_& m) {
       .def("store_stats", &Engine::store_stats, py::call_guard<py::gil_scoped_release>())
       .def("reset_store_stats", &Engine::reset_store_stats, py::call_guard<py::gil_scoped_release>())
       .def("phase_seconds", &Engine::phase_seconds, py::call_guard<py::gil_scoped_release>())
+      .def("last_dsa_selection", &Engine::last_dsa_selection, py::call_guard<py::gil_scoped_release>(),
+           "Test hook: (keys, offsets) of the last forward's last full DSA indexer layer; query "
+           "t attended to keys[offsets[t]:offsets[t + 1]] (positions). Both empty without one.")
       .def("start_io_trace", &Engine::start_io_trace, py::arg("max_records"),
            py::call_guard<py::gil_scoped_release>(),
            "Trace the expert reads that finish from now on (ReadPool.start_trace).")

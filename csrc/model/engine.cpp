@@ -324,6 +324,12 @@ PhaseSeconds Engine::phase_seconds() const {
   return phase_;
 }
 
+std::pair<std::vector<int32_t>, std::vector<int64_t>> Engine::last_dsa_selection() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (attn_ws_.dsa_keys.empty()) return {};  // no indexer ran (the offsets may be stale)
+  return {attn_ws_.dsa_keys, attn_ws_.dsa_offsets};
+}
+
 ThreadSettings Engine::thread_settings() const { return pool_.settings(); }
 
 void Engine::reset_thread_stats() {

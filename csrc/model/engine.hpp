@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/file_reader.hpp"
@@ -127,6 +128,10 @@ class Engine {
   void start_io_trace(std::size_t max_records) { store_->start_io_trace(max_records); }
   std::vector<ReadTraceRecord> io_trace() const { return store_->io_trace(); }
   PhaseSeconds phase_seconds() const;
+  // Test hook: the DSA key selection (model/dsa_indexer.hpp) of the last forward's last
+  // full indexer layer, in the attention kernels' sparse form: the queries' keys are
+  // keys[offsets[t] .. offsets[t + 1]). Empty for a model without the indexer.
+  std::pair<std::vector<int32_t>, std::vector<int64_t>> last_dsa_selection() const;
 
   // Forward of n tokens at positions [pos0, pos0 + n) with the given KV cache (owned by a
   // session). Writes logits of the last position, or of every position when all_logits;

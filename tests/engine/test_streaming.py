@@ -122,7 +122,7 @@ def _tiny_k(d: Path) -> Path:
 
 
 def _llama_quantized(d: Path, mix: str) -> Path:
-    from support.llamacpp_quant import quantize_gguf  # skips without llama-cpp-python
+    from support.llamacpp_quant import quantize_gguf  # needs llama-cpp-python
 
     return quantize_gguf(_tiny_k(d), mix, d / f"tiny-k-{mix}.gguf")
 

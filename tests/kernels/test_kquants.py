@@ -468,7 +468,6 @@ int main() {
 """
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("march", ["armv8-a", "armv8.2-a+dotprod"])
 def test_neon_kernels_under_qemu(tmp_path: Path, march: str) -> None:
     cxx, qemu = shutil.which("aarch64-linux-gnu-g++"), shutil.which("qemu-aarch64")

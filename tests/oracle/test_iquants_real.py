@@ -22,6 +22,8 @@ tolerance of colibri's.
 
 from __future__ import annotations
 
+from typing import Any
+
 import gguf
 import numpy as np
 import pytest
@@ -110,20 +112,30 @@ COLIBRI_TYPES = ["IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M", "IQ3_XXS"]
 WEIGHT_ERROR = {"IQ2_XXS": 0.38, "IQ2_XS": 0.33, "IQ1_S": 0.52, "IQ1_M": 0.48, "IQ3_XXS": 0.205}
 
 
-# The default run keeps IQ4_XS (llama.cpp's) and IQ2_XXS (colibri's); the other colibri
-# types are `-m slow`: quantizing SmolLM2's 30 ffn_down tensors to IQ1_S / IQ1_M takes about
-# 6 minutes on the 2-core machine (cached in build/iquant_fixtures/ after), then each file's
-# tests take about 3 minutes (transformers' float32 reference included; results in
-# docs/testing.md).
+# The default run keeps IQ4_XS (llama.cpp's) and IQ2_XXS (colibri's, without transformers'
+# reference: REFERENCE_FILES below); the other colibri types are `-m slow`: quantizing
+# SmolLM2's 30 ffn_down tensors to IQ1_S / IQ1_M takes about 6 minutes on the 2-core
+# machine (cached in build/iquant_fixtures/ after), then each file's tests take about 3
+# minutes (transformers' float32 reference included; results in docs/testing.md).
 SLOW_TYPES = {"IQ2_XS", "IQ1_S", "IQ1_M", "IQ3_XXS"}
 
 
-@pytest.fixture(
-    scope="module",
-    params=["IQ4_XS by llama.cpp"]
-    + [pytest.param(f"{t} by colibri", marks=[pytest.mark.slow] if t in SLOW_TYPES else [])
-       for t in COLIBRI_TYPES],
-)
+def _files(slow: set[str]) -> list[Any]:
+    return ["IQ4_XS by llama.cpp"] + [
+        pytest.param(f"{t} by colibri", marks=[pytest.mark.slow] if t in slow else [])
+        for t in COLIBRI_TYPES
+    ]
+
+
+# transformers' float32 reference (loading the GGUF into transformers, its forward over the
+# text and a 30-token generate: about 1.5 minutes a file on the 2-core machine) is computed
+# in the default run for llama.cpp's file only: the two tests that need it take the
+# colibri-written files with `-m slow`. (Same order as the fixture's own parameters, so the
+# module-scoped fixtures are shared.)
+REFERENCE_FILES = _files(set(COLIBRI_TYPES))
+
+
+@pytest.fixture(scope="module", params=_files(SLOW_TYPES))
 def iq4_xs_file(request: pytest.FixtureRequest) -> str:
     """The GGUF under test (named for the first one; the fixtures below follow it)."""
     if request.param.startswith("IQ4_XS"):
@@ -214,6 +226,7 @@ def test_our_quantizers_reproduce_llama_cpp_bytes(iq4_xs_file: str) -> None:
     assert checked > 60000
 
 
+@pytest.mark.parametrize("iq4_xs_file", REFERENCE_FILES, indirect=True, scope="module")
 def test_float32_activations_equal_transformers(
     iq4_xs_file: str,
     tokens: list[int],
@@ -261,6 +274,7 @@ def colibri_logits(iq4_xs_file: str, tokens: list[int]) -> np.ndarray:
     return ours.forward(tokens, all_logits=True)
 
 
+@pytest.mark.parametrize("iq4_xs_file", REFERENCE_FILES, indirect=True, scope="module")
 def test_default_settings_kld_vs_llama_cpp(
     iq4_xs_file: str,
     reference: np.ndarray,

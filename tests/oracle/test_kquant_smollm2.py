@@ -61,6 +61,15 @@ TYPES = {
     "Q5_K_M": {"F32", "Q8_0", "Q5_1", "Q6_K", "Q5_K"},
     "Q6_K": {"F32", "Q8_0", "Q6_K"},
 }
+# The float32 and KLD comparisons need transformers' reference on the file (loading a
+# GGUF into transformers, its forward and a 30-token generate: 1-1.5 minutes per mix on the
+# 2-core machine, recomputed in every CI run from a clean clone). The default run compares
+# Q3_K_M, the mix with the most types (Q4_K, Q5_K, Q4_0, Q5_0, Q5_1, Q8_0); the other four
+# run with `-m slow` (last results in docs/testing.md). Every mix is still written by
+# llama.cpp and checked for its types in the default run.
+DEFAULT_MIX = "Q3_K_M"
+REFERENCE_MIXES = [m if m == DEFAULT_MIX else pytest.param(m, marks=pytest.mark.slow)
+                   for m in MIXES]  # fmt: skip
 N_TEXT = 520  # tokens of real text for the argmax and KLD comparisons (>= 512)
 N_NEW = 30
 QUESTION = "What is the capital of France?"
@@ -155,7 +164,7 @@ def test_file_is_the_expected_mix(mix: str) -> None:
     assert set(types) == TYPES[mix], types
 
 
-@pytest.mark.parametrize("mix", MIXES)
+@pytest.mark.parametrize("mix", REFERENCE_MIXES)
 def test_float32_activations_match_transformers(mix: str) -> None:
     ref = reference(mix)
     ids = [int(i) for i in ref["ids"]]
@@ -189,7 +198,7 @@ def assert_teacher_forced_argmax(got: np.ndarray, want: np.ndarray, what: str) -
     )
 
 
-@pytest.mark.parametrize("mix", MIXES)
+@pytest.mark.parametrize("mix", REFERENCE_MIXES)
 def test_default_kld_within_llama_cpp(mix: str) -> None:
     llama_cpp = pytest.importorskip("llama_cpp")
 

@@ -11,7 +11,6 @@ decoded token by token, and the same greedy 20-token continuation.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from support.deepseek_factory import (
     N_LAYERS,
     VARIANTS,
     TinyDeepseek,
+    config_variant,
     prompt_ids,
     transformers_model,
 )
@@ -142,23 +142,6 @@ def test_selection_bias_is_in_the_checkpoint(deepseek_models: dict[str, TinyDeep
     assert float(gate.e_score_correction_bias.abs().min()) > 0
 
 
-def _variant_copy(tiny: TinyDeepseek, dst: Path, **changes: object) -> Path:
-    """The checkpoint with config.json changed (weights copied: a symlink out of a model's
-    directory is refused)."""
-    dst.mkdir()
-    for f in tiny.hf_dir.iterdir():
-        if f.name != "config.json":
-            shutil.copy(f, dst / f.name)
-    cfg = json.loads((tiny.hf_dir / "config.json").read_text())
-    for k, v in changes.items():
-        if v is None:
-            cfg.pop(k, None)
-        else:
-            cfg[k] = v
-    (dst / "config.json").write_text(json.dumps(cfg))
-    return dst
-
-
 @pytest.mark.parametrize("variant", ["deepseek_v32", "glm_moe_dsa"])
 def test_indexer_really_drops_keys(deepseek_models: dict[str, TinyDeepseek], variant: str,
                                    tmp_path: Path) -> None:
@@ -168,7 +151,7 @@ def test_indexer_really_drops_keys(deepseek_models: dict[str, TinyDeepseek], var
     tiny = deepseek_models[variant]
     ids = prompt_ids(N_PROMPT)
     ref = reference_logits(transformers_model(str(tiny.hf_dir)), ids)
-    dense = _variant_copy(tiny, tmp_path / "all-keys", index_topk=1000)
+    dense = config_variant(tiny, tmp_path / "all-keys", index_topk=1000)
     got = load(dense).session().forward(ids, all_logits=True)
     assert float(np.abs(got - ref).max()) > 100 * 1e-4 * float(np.abs(ref).max())
     ref_dense = reference_logits(transformers_model(str(dense)), ids)
@@ -181,7 +164,7 @@ def test_kimi_k2_model_type_is_deepseek_v3(deepseek_models: dict[str, TinyDeepse
                                            tmp_path: Path) -> None:
     """Kimi-K2 ships model_type "kimi_k2" with the DeepseekV3ForCausalLM architecture."""
     tiny = deepseek_models["kimi_k2"]
-    kimi = _variant_copy(tiny, tmp_path / "kimi", model_type="kimi_k2")
+    kimi = config_variant(tiny, tmp_path / "kimi", model_type="kimi_k2")
     m = load(kimi)
     assert m.config.arch == "deepseek_v3" and m.config.n_group == 1 and m.config.n_experts == 64
     ids = prompt_ids(N_PROMPT)
@@ -255,7 +238,7 @@ BAD_CONFIGS = [
 def test_unsupported_routing_or_indexer_is_named(deepseek_models: dict[str, TinyDeepseek],
                                                  tmp_path: Path, variant: str,
                                                  change: dict[str, object], message: str) -> None:
-    bad = _variant_copy(deepseek_models[variant], tmp_path / "bad", **change)
+    bad = config_variant(deepseek_models[variant], tmp_path / "bad", **change)
     with pytest.raises(colibri.errors.UnsupportedError, match=message):
         load(bad)
 
@@ -293,7 +276,7 @@ def test_undeclared_mtp_layers_are_refused(deepseek_models: dict[str, TinyDeepse
                                            tmp_path: Path, declared: int | None) -> None:
     """Tensors of a layer after num_hidden_layers are an MTP layer only when config.json
     declares it (num_nextn_predict_layers); otherwise the checkpoint does not match."""
-    bad = _variant_copy(deepseek_models["deepseek_v3"], tmp_path / "bad",
+    bad = config_variant(deepseek_models["deepseek_v3"], tmp_path / "bad",
                         num_nextn_predict_layers=declared)  # fmt: skip
     with pytest.raises(colibri.errors.ModelFormatError, match="multi-token-prediction"):
         load(bad)

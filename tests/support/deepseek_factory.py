@@ -50,6 +50,8 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 
+from support.fetched_data import missing
+
 FACTORY_VERSION = "2"
 REPO = Path(__file__).resolve().parents[2]
 VOCAB = 256
@@ -214,14 +216,12 @@ def llama_cpp_dir() -> Path | None:
 
 
 def require_llama_cpp() -> Path:
-    """llama_cpp_dir(), or FileNotFoundError saying how to get it (tests fail, not skip)."""
+    """llama_cpp_dir(), or MissingTestData saying how to get it (the run stops, nothing
+    skips; COLIBRI_LLAMA_CPP may also name an unpacked llama.cpp tree)."""
     root = llama_cpp_dir()
     if root is None:
-        raise FileNotFoundError(
-            "llama.cpp's convert_hf_to_gguf.py is not available: run scripts/fetch_test_data.py "
-            "(it downloads the llama-cpp-python sdist into build/test-data/sdist) or set "
-            "COLIBRI_LLAMA_CPP to an unpacked llama.cpp tree"
-        )
+        missing("llama.cpp's convert_hf_to_gguf.py (the llama-cpp-python sdist)",
+                REPO / "build" / "test-data" / "sdist")
     return root
 
 
@@ -337,6 +337,23 @@ def build_tiny(variant: str, root: Path | None = None, with_gguf: bool = True) -
                 convert_with_llama_cpp(tiny.hf_dir, part, t)
                 os.replace(part, p)
     return tiny
+
+
+def config_variant(tiny: TinyDeepseek, dst: Path, **changes: object) -> Path:
+    """The checkpoint with config.json changed (a value of None removes the key); weights
+    copied: a symlink out of a model's directory is refused."""
+    dst.mkdir()
+    for f in tiny.hf_dir.iterdir():
+        if f.name != "config.json":
+            shutil.copy(f, dst / f.name)
+    cfg = json.loads((tiny.hf_dir / "config.json").read_text())
+    for k, v in changes.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
 
 
 @functools.cache

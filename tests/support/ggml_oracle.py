@@ -3,7 +3,8 @@
 llama-cpp-python ships ggml's base library (``llama_cpp/lib/libggml-base.so``), which
 exports ``quantize_row_<type>_ref`` and ``dequantize_row_<type>`` for every block type.
 They are the independent oracle for the K-quant quantizers, which ``gguf.quants`` does not
-implement. Tests that need it skip when llama-cpp-python is not installed.
+implement. Tests that need it fail without llama-cpp-python (scripts/test.sh installs it;
+their skip is not on tests/conftest.py's allow-list).
 """
 
 from __future__ import annotations

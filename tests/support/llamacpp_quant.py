@@ -4,7 +4,8 @@ The SmolLM2 Q4_1 GGUF (tests/support/realmodel.py) re-quantized into llama.cpp's
 any other GGUF the same way, cached under ``build/test-models/llamacpp-<version>/``. The
 files are real llama.cpp output: their type choices (SmolLM2's 576-wide rows fall back to
 Q5_0 / Q5_1 / Q4_0 / Q8_0 for many tensors), layouts and quantized bytes are llama.cpp's.
-Tests that need them skip without llama-cpp-python (scripts/test.sh does not install it).
+scripts/test.sh installs llama-cpp-python; without it these tests fail (their skip is not
+on tests/conftest.py's allow-list).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ FTYPES = {"Q2_K": 10, "Q3_K_M": 12, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}
 
 def llama_cpp() -> object:
     return pytest.importorskip(
-        "llama_cpp", reason="needs llama-cpp-python (not in scripts/test.sh)"
+        "llama_cpp", reason="needs llama-cpp-python (scripts/test.sh installs it)"
     )
 
 

@@ -50,7 +50,7 @@ def colibri_logits(path: Path, precision: str = "int8") -> np.ndarray:
 
 
 def llama_logits(path: Path) -> np.ndarray:
-    """llama.cpp's logits at every position of IDS (skips without llama-cpp-python)."""
+    """llama.cpp's logits at every position of IDS (fails without llama-cpp-python)."""
     llama_cpp = pytest.importorskip("llama_cpp")
 
     llm = llama_cpp.Llama(str(path), n_ctx=128, n_threads=2, logits_all=True, verbose=False)

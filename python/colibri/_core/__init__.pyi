@@ -829,6 +829,10 @@ class Engine:
         """
         The expert reads traced so far (ReadPool.trace's columns).
         """
+    def last_dsa_selection(self) -> tuple[list[int], list[int]]:
+        """
+        Test hook: (keys, offsets) of the last forward's last full DSA indexer layer; query t attended to keys[offsets[t]:offsets[t + 1]] (positions). Both empty without one.
+        """
     def phase_seconds(self) -> typing.Annotated[list[float], "FixedSize(6)"]:
         ...
     def preload_experts(self) -> None:
