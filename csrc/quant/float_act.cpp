@@ -7,8 +7,8 @@
 // A one-token product pays a dequantized row per dot. A prefill tile (several tokens)
 // dequantizes its rows once and dots each with every token: the same dequantize and F32
 // vec_dot per (row, token) pair, so a prefill equals token-by-token decode bit for bit
-// (matmul.hpp's contract), without dequantizing a row once per token (13x slower prefill on
-// SmolLM2 before; docs/tuning.md).
+// (matmul.hpp's contract), without dequantizing a row once per token. Q4_0, Q4_1 and Q8_0
+// one-token dots dequantize in registers (kernels_<isa>.cpp's float_act_dot_*).
 #include <vector>
 
 #include "quant/dot_tiles.hpp"
