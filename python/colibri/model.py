@@ -189,8 +189,14 @@ class Model(Displayable):
         """Switches between int8 and float32 activations; takes effect from the next call.
         Under ``kv_cache_type="auto"`` sessions opened from now on get the KV type of the
         new precision (f32 for float32), and the budget is re-split for it (ConfigError,
-        changing nothing, if it no longer fits); existing sessions keep theirs."""
-        self._handle.set_activation_precision(precision)
+        changing nothing, if it no longer fits); existing sessions keep theirs. The prompt
+        cache is emptied when the arithmetic or the KV type changes: its entries were
+        computed under the old one."""
+        handle = self._handle
+        before = (handle.engine_config.activation_precision, handle.kv_type)
+        handle.set_activation_precision(precision)
+        if (handle.engine_config.activation_precision, handle.kv_type) != before:
+            self.runner.prompt_cache.invalidate()
 
     @property
     def kv_cache_type(self) -> str:

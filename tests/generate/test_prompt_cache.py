@@ -121,3 +121,33 @@ def test_the_cache_is_part_of_the_ram_budget(tiny_models: dict[str, TinyModel]) 
     assert mb.prompt_cache_bytes == 4 * mem.slot_bytes
     assert mb.cache_slots == ma.cache_slots - 4  # the expert cache gave up the room
     assert "prompt cache" in repr(mb)
+
+
+def test_changing_the_arithmetic_empties_the_cache(plain: co.Model) -> None:
+    # Issue 35, item 8: entries computed under one activation precision (and KV type) must
+    # not serve a call under another: a shared prefix then failed ("KV copy: the caches
+    # differ"), an extended one silently reused the old numbers.
+    cached = _load(prompt_cache="256MiB", activation_precision="int8")
+    system = [{"role": "system", "content": "You are a terse geography tutor. " * 4}]
+    peru = [*system, {"role": "user", "content": "Capital of Peru?"}]
+    chile = [*system, {"role": "user", "content": "Capital of Chile?"}]
+    cached.generate(messages=peru, max_tokens=8)
+    assert cached.prompt_cache.stats().entries == 1
+    cached.set_activation_precision("float32")  # f32 KV from now on, f16 before
+    assert cached.prompt_cache.stats().entries == 0
+    plain.set_activation_precision("float32")
+    try:
+        for msgs in (chile, peru, [*peru, {"role": "assistant", "content": "Lima."},
+                                   {"role": "user", "content": "And of Chile?"}]):
+            a = cached.generate(messages=msgs, max_tokens=8, sampling=LP)
+            b = plain.generate(messages=msgs, max_tokens=8, sampling=LP)
+            assert a.token_ids == b.token_ids and a.logprobs == b.logprobs  # bit for bit
+        # A generation that began before a switch is not kept when it ends.
+        stream = cached.stream(messages=chile, max_tokens=4)
+        next(stream)
+        entries = cached.prompt_cache.stats().entries
+        cached.set_activation_precision("int8")
+        list(stream)
+        assert cached.prompt_cache.stats().entries == 0 < entries
+    finally:
+        plain.set_activation_precision("auto")

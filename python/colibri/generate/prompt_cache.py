@@ -15,6 +15,10 @@ the same tokens reuses it instead of prefilling it again.
   prompt_cache_bytes``).
 - **Eviction**: least recently used first; an entry larger than the whole cache is not
   kept.
+- **Numerics**: entries hold state computed under one activation precision and KV type.
+  ``Model.set_activation_precision`` calls :meth:`PromptCache.invalidate`, which drops
+  them and starts a new epoch; a generation that began in an older epoch is not kept
+  when it ends (its state mixes the two arithmetics).
 
 - **Running prompts** (``share_running``, on by default): under a step batcher (the
   server with several slots), a generation whose prompt shares a long prefix with one
@@ -87,6 +91,9 @@ class PromptCache:
         self._counts = [0, 0, 0, 0, 0, 0]
         self.share_running = True  # copy prefixes from running generations too
         self.running = RunningPrompts()
+        # Bumped whenever what changes the numbers changes (invalidate()); entries and
+        # puts carry the epoch their state was computed in.
+        self.epoch = 0
 
     @property
     def sharing(self) -> bool:
@@ -108,6 +115,14 @@ class PromptCache:
         with self._lock:
             self._entries.clear()
             self._counts = [0, 0, 0, 0, 0, 0]
+
+    def invalidate(self) -> None:
+        """Drops every entry (counted as evictions) and starts a new epoch: called when
+        the arithmetic changes, so that no later call reuses state computed before."""
+        with self._lock:
+            self._counts[3] += len(self._entries)
+            self._entries.clear()
+            self.epoch += 1
 
     def count_share(self, tokens: int) -> None:
         """A call copied `tokens` prompt tokens from a running generation."""
@@ -172,13 +187,16 @@ class PromptCache:
         read positions it does not hold. Called with the lock held."""
         self._entries = [e for e in self._entries if e.session.n_tokens == len(e.tokens)]
 
-    def put(self, session: Session) -> None:
-        """Keeps `session`'s state (called when a generation ends)."""
+    def put(self, session: Session, epoch: int) -> None:
+        """Keeps `session`'s state (called when a generation ends; `epoch`: the cache's
+        epoch when that generation began)."""
         tokens = session.token_ids
         if not self.enabled or not tokens or session.n_tokens != len(tokens):
             return  # empty, or inconsistent (an interrupted call): not reusable
         nbytes = session.kv_bytes
         with self._lock:
+            if epoch != self.epoch:
+                return  # begun under the arithmetic before the last invalidate()
             # Entries this one extends hold nothing it does not.
             self._entries = [e for e in self._entries
                              if common_prefix(e.tokens, tokens) < len(e.tokens)]

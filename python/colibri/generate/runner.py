@@ -161,6 +161,7 @@ class Runner:
         # The session's own counters, not the engine's: another thread's generation on
         # this model must not mix into this one's figures (docs/api.md, threads).
         experts0, phases0 = session.forward_stats()
+        epoch = self.prompt_cache.epoch
 
         def done(stats: GenerationStats, generated: list[int], finish: FinishReason | None) -> None:
             experts1, phases1 = session.forward_stats()
@@ -172,7 +173,7 @@ class Runner:
             # back after this, which would leave a cache entry that no longer holds its
             # tokens.
             if to_cache and finish is not None and self.prompt_cache.enabled:
-                self.prompt_cache.put(session)
+                self.prompt_cache.put(session, epoch)
             result.update(stats=stats, generated=generated, finish=finish)
             if decoder is not None:
                 result.update(logprobs=decoder.logprobs, prompt_logprobs=decoder.prompt_logprobs)
