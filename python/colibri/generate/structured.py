@@ -246,13 +246,21 @@ class Constraint:
         llg = _llg()
         self._n = n_vocab
         self._matcher = llg.LLMatcher(_lltokenizer(tokenizer, n_vocab), fmt.grammar(), log_level=0)
-        self._check()
+        # The first mask here, not on the mask thread: a grammar that validates but cannot
+        # start (a schema that is only a $ref to itself) fails now, as the request's error.
+        first: concurrent.futures.Future[bytes] = concurrent.futures.Future()
+        first.set_result(self._matcher.compute_bitmask())
+        if self._matcher.is_error():
+            raise InvalidRequestError(
+                f"response_format: the grammar cannot start any output (llguidance: "
+                f"{self._matcher.get_error().splitlines()[0]}); a JSON schema that only "
+                f"refers to itself does this")
         # The matcher may not be touched while a mask is computed: compute_bitmask holds
         # it (mutably borrowed, the GIL released) on the mask thread, and any other call
         # meanwhile raises "Already mutably borrowed". So whether it has stopped is read
         # once per token, before the next mask starts, and remembered.
         self._stopped = bool(self._matcher.is_stopped())
-        self._pending = _MASKS.submit(self._matcher.compute_bitmask)
+        self._pending = first
 
     def _check(self) -> None:
         if self._matcher.is_error():

@@ -244,8 +244,9 @@ class Sampling:
                             lo=0.0, lo_open=True, hi=1.0))
         put("min_p", _float("Sampling.min_p", min_p, "a number in [0, 1] (0 = off)",
                             lo=0.0, hi=1.0))
+        # Bounded: logits are divided or multiplied by it, and 1e-308 made them infinite.
         put("repetition_penalty", _float("Sampling.repetition_penalty", repetition_penalty,
-                                         "a finite number > 0 (1 = off)", lo=0.0, lo_open=True))
+                                         "a number in [0.001, 1000] (1 = off)", lo=1e-3, hi=1e3))
         put("presence_penalty", _float("Sampling.presence_penalty", presence_penalty,
                                        "a finite number (0 = off)"))
         put("frequency_penalty", _float("Sampling.frequency_penalty", frequency_penalty,

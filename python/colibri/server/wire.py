@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .wire_checks import check_anthropic_blocks, check_body, check_tool_calls
 
 
 class Wire(BaseModel):
@@ -56,6 +58,11 @@ class ChatMessage(Wire):
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
 
+    @field_validator("tool_calls")
+    @classmethod
+    def _tool_calls(cls, v: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        return check_tool_calls(v)
+
 
 class JsonSchemaSpec(Wire):
     name: str | None = None
@@ -70,32 +77,38 @@ class ResponseFormat(Wire):
 
 
 class SamplingFields(Wire):
-    """What chat and legacy completions share."""
+    """What chat and legacy completions share. Counts are strict integers (``true`` is
+    not 1)."""
 
     model: str
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    seed: int | None = Field(default=None, ge=0)
+    seed: int | None = Field(default=None, ge=0, strict=True)
     stop: str | list[str] | None = None
-    n: int = Field(default=1, ge=1)
+    n: int = Field(default=1, ge=1, strict=True)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, ge=0, strict=True)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     logit_bias: dict[str, float] | None = None
     # Not OpenAI's, but vLLM's and llama.cpp's names for colibri's other Sampling fields.
-    top_k: int | None = Field(default=None, ge=0)
+    top_k: int | None = Field(default=None, ge=0, strict=True)
     min_p: float | None = Field(default=None, ge=0, le=1)
-    repetition_penalty: float | None = Field(default=None, gt=0)
-    min_tokens: int | None = Field(default=None, ge=0)
+    repetition_penalty: float | None = Field(default=None, ge=1e-3, le=1e3)
+    min_tokens: int | None = Field(default=None, ge=0, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _body(cls, data: Any) -> Any:
+        return check_body(data)
 
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=0)
+    max_completion_tokens: int | None = Field(default=None, ge=0, strict=True)
     logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    top_logprobs: int | None = Field(default=None, ge=0, le=20, strict=True)
     response_format: ResponseFormat | None = None
     tools: list[ToolDef] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
@@ -108,9 +121,9 @@ class ChatCompletionRequest(SamplingFields):
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[int] | list[list[int]]
-    logprobs: int | None = Field(default=None, ge=0, le=20)
+    logprobs: int | None = Field(default=None, ge=0, le=20, strict=True)
     echo: bool = False
-    best_of: int | None = Field(default=None, ge=1)
+    best_of: int | None = Field(default=None, ge=1, strict=True)
     suffix: str | None = None
 
 
@@ -120,6 +133,11 @@ class CompletionRequest(SamplingFields):
 class AnthropicMessage(Wire):
     role: Literal["user", "assistant"]
     content: str | list[dict[str, Any]]
+
+    @field_validator("content")
+    @classmethod
+    def _blocks(cls, v: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+        return check_anthropic_blocks(v)  # type: ignore[no-any-return]
 
 
 class AnthropicTool(Wire):
@@ -137,12 +155,22 @@ class CountTokensRequest(Wire):
     tools: list[AnthropicTool] | None = None
     tool_choice: dict[str, Any] | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _body(cls, data: Any) -> Any:
+        return check_body(data)
+
+    @field_validator("system")
+    @classmethod
+    def _system(cls, v: str | list[dict[str, Any]] | None) -> str | list[dict[str, Any]] | None:
+        return check_anthropic_blocks(v, "system")  # type: ignore[no-any-return]
+
 
 class MessagesRequest(CountTokensRequest):
-    max_tokens: int = Field(ge=1)
+    max_tokens: int = Field(ge=1, strict=True)
     temperature: float | None = Field(default=None, ge=0, le=1)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=0)
+    top_k: int | None = Field(default=None, ge=0, strict=True)
     stop_sequences: list[str] | None = None
     stream: bool = False
     metadata: dict[str, Any] | None = None
