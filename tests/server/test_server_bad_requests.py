@@ -122,3 +122,33 @@ def test_the_python_api_refuses_the_same(client: TestClient) -> None:
     model = co.Model.load(smollm2_gguf(), engine=co.EngineConfig(context_length=256))
     with pytest.raises(co.errors.InvalidRequestError, match="cannot start any output"):
         model.generate("Hi", max_tokens=2, response_format=co.JsonSchema({"$ref": "#"}))
+
+
+def test_a_body_over_the_limit_is_413_before_it_is_read() -> None:
+    # Issue 35, item 3: a 20 MB message blocked the loop for 20 s, 100 MB aborted the
+    # server. A declared length over the limit and a chunked body past it are both 413s
+    # in the route's shape; /health answers meanwhile; a body under the limit is served.
+    model = co.Model.load(smollm2_gguf(), engine=co.EngineConfig(context_length=256))
+    app = create_app(model, model_name="smollm2", close_model=True, max_body_bytes=64 << 10)
+    big = json.dumps({"model": "smollm2", "max_tokens": 1,
+                      "messages": [{"role": "user", "content": "x" * (80 << 10)}]})
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.post("/v1/chat/completions", content=big,
+                   headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+        assert "64.0 KiB" in r.json()["error"]["message"]
+        r = c.post("/v1/messages", content=big, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large"
+
+        def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+            data = big.encode()
+            for i in range(0, len(data), 8 << 10):
+                yield data[i : i + (8 << 10)]
+
+        r = c.post("/v1/chat/completions", content=chunks(),
+                   headers={"content-type": "application/json"})
+        assert r.status_code == 413
+        assert c.get("/health").status_code == 200
+        ok = c.post("/v1/chat/completions", json={"model": "smollm2", "max_tokens": 1,
+                                                  "messages": HI})
+        assert ok.status_code == 200

@@ -58,6 +58,9 @@ def add_serve_parser(sub: Any, engine_flags: Callable[[argparse.ArgumentParser],
                         "max_tokens positions); a request that does not fit waits in the "
                         "queue (default: what --ram-budget holds beside the expert cache; "
                         "more is taken from the expert cache)")
+    g.add_argument("--max-body-bytes", metavar="SIZE", default="8MiB",
+                   help="largest request body; a larger one gets 413 before it is read "
+                        "whole (default 8MiB)")
     g.add_argument("--prompt-cache", metavar="SIZE",
                    help="keep the KV state of recent requests (e.g. 512MiB) so a chat's "
                         "next turn prefills only its new tokens, and requests running at "
@@ -112,6 +115,12 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
             raise UsageError(f"argument --kv-budget: {exc}") from None
         if kv_budget < 1:
             raise UsageError("argument --kv-budget: must be at least 1 byte")
+    try:
+        max_body = parse_bytes(args.max_body_bytes)
+    except (ValueError, ColibriError) as exc:
+        raise UsageError(f"argument --max-body-bytes: {exc}") from None
+    if max_body < 1:
+        raise UsageError("argument --max-body-bytes: must be at least 1 byte")
     api_key = args.api_key if args.api_key is not None else os.environ.get("COLIBRI_API_KEY")
     timeout = args.request_timeout if args.request_timeout > 0 else None
     if args.ray:
@@ -125,6 +134,7 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
             "chat_template": template, "max_queue": args.max_queue,
             "max_running": args.parallel, "timeout": timeout,
             "drain_timeout": args.shutdown_timeout, "kv_budget": kv_budget,
+            "max_body_bytes": max_body,
             "prefix_sharing": not args.no_prefix_sharing}, err)
     # The port is taken before the model loads (seconds to minutes): one in use is this
     # command's error now, not uvicorn's after the load.
@@ -147,7 +157,8 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
                      chat_template=template, max_queue=args.max_queue,
                      max_running=args.parallel, timeout=timeout,
                      close_model=True, drain_timeout=args.shutdown_timeout,
-                     kv_budget=kv_budget, prefix_sharing=not args.no_prefix_sharing)
+                     kv_budget=kv_budget, prefix_sharing=not args.no_prefix_sharing,
+                     max_body_bytes=max_body)
     scheduler = app.state.colibri.scheduler
     name = app.state.colibri.model_name
 

@@ -24,6 +24,7 @@ from ..chat.template import ChatTemplate
 from ..chat.tool_templates import template_for_tools
 from ..model import Model
 from . import routes_anthropic, routes_openai
+from .body_limit import DEFAULT_MAX_BODY_BYTES, LimitBody
 from .errors import ApiError
 from .memory import slot_kv_budget
 from .metrics import Metrics, render
@@ -92,6 +93,7 @@ def create_app(
     drain_timeout: float = 30.0,
     kv_budget: int | None = None,
     prefix_sharing: bool = True,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """The server for `model`, served as `model_name` (default ``model.name``; requests
     may also name it by one of `aliases`).
@@ -108,7 +110,9 @@ def create_app(
     reservation does not fit waits in the queue. ``prefix_sharing``: with the prompt cache
     on (``EngineConfig.prompt_cache``), requests running at the same time share their
     common prompt prefix (prefilled once: colibri.generate.prefix_share). ``timeout``:
-    seconds a request may take, queue wait included (None: no limit). At shutdown new
+    seconds a request may take, queue wait included (None: no limit). ``max_body_bytes``:
+    larger request bodies get 413 before they are read whole (server/body_limit.py). At
+    shutdown new
     requests get 503, running
     and queued ones finish (up to ``drain_timeout`` s), and the model is closed if
     ``close_model``."""
@@ -175,5 +179,6 @@ def create_app(
         return _error(request, ApiError(500, f"internal error ({type(exc).__name__}: {exc})",
                                         code="internal_error"))
 
+    app.add_middleware(LimitBody, max_bytes=max_body_bytes)
     app.add_middleware(_CountRequests, metrics=metrics)
     return app

@@ -28,11 +28,11 @@ from ..errors import (
 )
 
 _OPENAI_TYPE = {400: "invalid_request_error", 401: "authentication_error",
-                404: "not_found_error", 408: "timeout_error", 429: "rate_limit_error",
-                503: "overloaded_error"}
+                404: "not_found_error", 408: "timeout_error", 413: "invalid_request_error",
+                429: "rate_limit_error", 503: "overloaded_error"}
 _ANTHROPIC_TYPE = {400: "invalid_request_error", 401: "authentication_error",
-                   404: "not_found_error", 408: "timeout_error", 429: "rate_limit_error",
-                   503: "overloaded_error"}
+                   404: "not_found_error", 408: "timeout_error", 413: "request_too_large",
+                   429: "rate_limit_error", 503: "overloaded_error"}
 
 
 class ApiError(Exception):
