@@ -8,6 +8,7 @@ scheduler. Stop reasons: ``end_turn`` (the model's end-of-turn token), ``stop_se
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -135,7 +136,7 @@ def _usage(p: Plan, output: int) -> dict[str, int]:
 async def messages(req: MessagesRequest, request: Request) -> Response:
     st = state(request)
     st.check_model(req.model)
-    p = _plan(st, req)
+    p = await asyncio.to_thread(_plan, st, req)  # off the loop (routes_openai.chat_completions)
     ticket = st.scheduler.admit(positions=p.positions)
     if req.stream:
         return EventStream(_events(st, p, ticket), on_close=ticket.release)
@@ -148,10 +149,12 @@ async def count_tokens(req: CountTokensRequest, request: Request) -> dict[str, i
     """The prompt's tokens as /v1/messages would prefill them (nothing is generated)."""
     st = state(request)
     st.check_model(req.model)
-    messages, tools = _conversation(req), _tools(req)
-    template = pick_template(st.template, st.tool_template, messages, tools)
-    ids = render_chat(st.model, template, messages, tools)
-    return {"input_tokens": len(ids)}
+    def count() -> int:
+        messages, tools = _conversation(req), _tools(req)
+        template = pick_template(st.template, st.tool_template, messages, tools)
+        return len(render_chat(st.model, template, messages, tools))
+
+    return {"input_tokens": await asyncio.to_thread(count)}
 
 
 def _blocks(text: str, calls: list[ToolCall]) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -63,7 +64,9 @@ def _respond(ticket: Ticket, stream: bool, frames: AsyncIterator[str] | None,
 async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
     st = state(request)
     st.check_model(req.model)
-    p = chat_plan(st.model, st.template, req, st.tool_template)
+    # Off the event loop: rendering, tokenizing and compiling a grammar cost time that
+    # grows with the request (issue 35); /health and other clients keep being answered.
+    p = await asyncio.to_thread(chat_plan, st.model, st.template, req, st.tool_template)
     ticket = st.scheduler.admit(positions=p.positions)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     frames = _chat_frames(st, p, ticket, include_usage) if req.stream else None
@@ -185,7 +188,7 @@ def _completion_plan(st: ServerState, req: CompletionRequest) -> Plan:
 async def completions(req: CompletionRequest, request: Request) -> Response:
     st = state(request)
     st.check_model(req.model)
-    p = _completion_plan(st, req)
+    p = await asyncio.to_thread(_completion_plan, st, req)  # off the loop, as for chat
     ticket = st.scheduler.admit(positions=p.positions)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     frames = _completion_frames(st, p, ticket, include_usage) if req.stream else None

@@ -14,6 +14,18 @@ from .vocab import SPECIAL_TYPES, TokenType, VocabData
 _ASCII_SPACE = " \t\n\v\f\r"  # C isspace(), what llama.cpp strips around lstrip/rstrip tokens
 
 
+
+# Texts from this many characters are encoded through encode_batch, which releases the GIL
+# while the Rust code runs (encode holds it: a 6 MB prompt froze every other Python
+# thread, the server's event loop included, for seconds). The ids are the same.
+_RELEASE_GIL_FROM = 1 << 16
+
+
+def _encode_one(enc: Any, text: str, add_special_tokens: bool) -> Any:
+    if len(text) >= _RELEASE_GIL_FROM:
+        return enc.encode_batch([text], add_special_tokens=add_special_tokens)[0]
+    return enc.encode(text, add_special_tokens=add_special_tokens)
+
 class Tokenizer:
     """Text <-> token ids for one model.
 
@@ -188,7 +200,7 @@ class Tokenizer:
         d = self._d
         if d.hf_full is not None:
             enc = d.hf_full if special else d.hf_plain
-            return list(enc.encode(text, add_special_tokens=add_special_tokens).ids)
+            return list(_encode_one(enc, text, add_special_tokens).ids)
         out: list[int] = []
         if add_special_tokens and d.add_bos and d.bos_id is not None:
             out.append(d.bos_id)
@@ -202,7 +214,7 @@ class Tokenizer:
                 if d.add_space_prefix and prev_special:
                     frag = " " + frag
                 frag = frag.replace(" ", "\u2581")
-            out.extend(d.fragment_encoder.encode(frag, add_special_tokens=False).ids)
+            out.extend(_encode_one(d.fragment_encoder, frag, False).ids)
             prev_special = False
         if add_special_tokens and d.add_eos and d.eos_id is not None:
             out.append(d.eos_id)
