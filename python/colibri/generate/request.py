@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from .structured import ResponseFormat
 
 __all__ = [
+    "MAX_STOP_LENGTH",
+    "MAX_STOP_STRINGS",
     "CallOptions",
     "GenerateOptions",
     "LogitsProcessor",
@@ -31,6 +33,11 @@ __all__ = [
     "closest_name",
     "parse_request",
 ]
+
+MAX_STOP_STRINGS = 64
+"""Most stop strings one call may give (OpenAI's API allows 4)."""
+MAX_STOP_LENGTH = 1000
+"""Most characters in one stop string."""
 
 LogitsProcessor = Callable[[npt.NDArray[np.int32], npt.NDArray[np.float32]],
                            npt.NDArray[np.floating[Any]]]
@@ -142,6 +149,14 @@ def parse_request(options: Mapping[str, Any], *, where: str = "generate") -> Req
     stops = (stop,) if isinstance(stop, str) else tuple(stop)
     if not all(isinstance(x, str) and x for x in stops):
         raise InvalidRequestError("stop must be a non-empty string or a list of them")
+    if len(stops) > MAX_STOP_STRINGS:
+        raise InvalidRequestError(
+            f"stop holds {len(stops)} strings; at most {MAX_STOP_STRINGS} are allowed")
+    longest = max(stops, key=len, default="")
+    if len(longest) > MAX_STOP_LENGTH:
+        raise InvalidRequestError(
+            f"a stop string has {len(longest)} characters; at most {MAX_STOP_LENGTH} are "
+            "allowed")
     ids = options.get("stop_token_ids", ()) or ()
     if isinstance(ids, (int, np.integer)):
         ids = (ids,)

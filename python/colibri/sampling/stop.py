@@ -70,14 +70,13 @@ class StopChecker:
     ) -> None:
         if isinstance(stop_strings, str):
             stop_strings = (stop_strings,)
-        strings: list[str] = []
+        strings: dict[str, None] = {}  # in order, each once
         for s in stop_strings:
             if not isinstance(s, str) or not s:
                 raise ConfigError(
                     f"stop_strings: {s!r} is not allowed; use non-empty strings"
                 )
-            if s not in strings:
-                strings.append(s)
+            strings[s] = None
         if isinstance(eos_ids, (int, np.integer)):
             eos_ids = (int(eos_ids),)
         ids: set[int] = set()
@@ -98,14 +97,17 @@ class StopChecker:
         self.stop_strings: tuple[str, ...] = tuple(strings)
         self.eos_ids: frozenset[int] = frozenset(ids)
         self.max_tokens: int | None = None if max_tokens is None else int(max_tokens)
-        # Every proper prefix of a stop string: the suffixes of the text that must wait.
-        self._prefixes = frozenset(s[:i] for s in strings for i in range(1, len(s)))
-        self._longest_prefix = max((len(s) - 1 for s in strings), default=0)
+        # Each string's KMP failure table: the text is read once, a character at a time,
+        # so a token costs O(its characters x the strings), however long the text so far
+        # and however long the strings.
+        self._fail = [_failure(s) for s in strings]
         self.reset()
 
     def reset(self) -> None:
         """Starts over for a new generation (same settings)."""
         self._held = ""
+        # Per string: the length of the longest suffix of the text so far that begins it.
+        self._state = [0] * len(self.stop_strings)
         self._n_tokens = 0
         self._finish: FinishReason | None = "length" if self.max_tokens == 0 else None
         self._stop_string: str | None = None
@@ -146,7 +148,8 @@ class StopChecker:
         if int(token_id) in self.eos_ids:
             return self._finish_with("stop", self.flush())
         buf = self._held + text
-        match = self._find_stop(buf)
+        matched = self._advance(text)
+        match = self._find_stop(buf) if matched else None
         if match is not None:
             at, s = match
             self._held = ""
@@ -155,7 +158,7 @@ class StopChecker:
         if self.max_tokens is not None and self._n_tokens >= self.max_tokens:
             self._held = ""
             return self._finish_with("length", buf)
-        keep = self._held_back(buf)
+        keep = max(self._state, default=0)  # never more than buf: see _advance
         self._held = buf[len(buf) - keep:]
         return StopStatus(buf[: len(buf) - keep], None)
 
@@ -163,6 +166,7 @@ class StopChecker:
         """Returns and clears the held-back text: call it when generation ends for a
         reason the checker does not see (context full, cancelled)."""
         out, self._held = self._held, ""
+        self._state = [0] * len(self.stop_strings)
         return out
 
     def _finish_with(self, reason: FinishReason, text: str, s: str | None = None) -> StopStatus:
@@ -178,13 +182,39 @@ class StopChecker:
                 best = (at, s)
         return best
 
-    def _held_back(self, buf: str) -> int:
-        """Length of the longest suffix of `buf` that is a proper prefix of a stop string."""
-        for n in range(min(len(buf), self._longest_prefix), 0, -1):
-            if buf[-n:] in self._prefixes:
-                return n
-        return 0
+    def _advance(self, text: str) -> bool:
+        """Reads `text` into each string's match state; True when a stop string ends in it.
+        Without a match, the longest state is the longest suffix of the text so far that
+        is a proper prefix of a stop string: it lies within the held text and `text` (a
+        longer one would have been held before), so it is what must wait."""
+        matched = False
+        for k, (s, fail) in enumerate(zip(self.stop_strings, self._fail, strict=True)):
+            q = self._state[k]
+            for c in text:
+                while q and s[q] != c:
+                    q = fail[q - 1]
+                if s[q] == c:
+                    q += 1
+                if q == len(s):
+                    matched = True
+                    q = fail[q - 1]
+            self._state[k] = q
+        return matched
 
     def __repr__(self) -> str:
         return (f"StopChecker(stop_strings={list(self.stop_strings)!r}, "
                 f"eos_ids={sorted(self.eos_ids)!r}, max_tokens={self.max_tokens!r})")
+
+
+def _failure(s: str) -> list[int]:
+    """KMP's table: ``[i]`` is the length of the longest proper prefix of ``s[:i + 1]``
+    that is also its suffix."""
+    fail = [0] * len(s)
+    q = 0
+    for i in range(1, len(s)):
+        while q and s[i] != s[q]:
+            q = fail[q - 1]
+        if s[i] == s[q]:
+            q += 1
+        fail[i] = q
+    return fail

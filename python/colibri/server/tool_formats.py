@@ -21,15 +21,18 @@ The formats were read off the templates themselves (llama.cpp's copies, build/te
 templates: what each renders for an assistant's tool calls) and checked against llama.cpp's
 parsers (common/chat*.cpp); tests/server/test_server_tool_formats.py renders calls through each
 template and parses them back. A call that does not parse (bad JSON, no name, a missing
-closing tag in the middle of the text) stays in the text.
+closing tag in the middle of the text, JSON nested deeper than :data:`MAX_JSON_DEPTH`) stays
+in the text. The model's text is untrusted: each format's scanner reads it in linear time
+(str.find and regexes without nested repetition; tests/server/test_tool_parsers_linear.py).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,22 +58,42 @@ class ToolCall:
         return {"type": "tool_use", "id": self.id, "name": self.name, "input": self.arguments}
 
 
+def deepseek_marker(words: str) -> str:
+    """DeepSeek's spelling of a marker: ``deepseek_marker("tool sep")`` is
+    ``<`` U+FF5C ``tool`` U+2581 ``sep`` U+FF5C ``>``."""
+    return "<\uff5c" + words.replace(" ", "\u2581") + "\uff5c>"
+
+
+_DS_CALLS, _DS_CALLS_END = deepseek_marker("tool calls begin"), deepseek_marker("tool calls end")
+_DS_CALL, _DS_CALL_END = deepseek_marker("tool call begin"), deepseek_marker("tool call end")
+_DS_SEP = deepseek_marker("tool sep")
+_KIMI_CALLS, _KIMI_CALLS_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+_KIMI_CALL, _KIMI_ARGS, _KIMI_CALL_END = ("<|tool_call_begin|>", "<|tool_call_argument_begin|>",
+                                          "<|tool_call_end|>")
+
+
 Tools = Sequence[dict[str, Any]] | None
-# (a call's regex match, the request's tools) -> (name, arguments, the model's call id)
-Reader = Callable[[re.Match[str], Tools], tuple[str, dict[str, Any], str | None] | None]
+# One call found in the text: (where it starts, where it ends, what its reader needs).
+Found = tuple[int, int, tuple[Any, ...]]
+# All the calls of a text, left to right, none overlapping; each must run in linear time
+# (the text is the model's output: untrusted).
+Scanner = Callable[[str], Iterator[Found]]
+# (a call's fields, the request's tools) -> (name, arguments, the model's call id)
+Reader = Callable[[tuple[Any, ...], Tools], tuple[str, dict[str, Any], str | None] | None]
 
 
 @dataclass(frozen=True)
 class CallFormat:
     """How one family writes tool calls: ``markers`` (all in a template's source: that
     template asks for this format), ``opens`` (the texts that begin the calls: a stream
-    holds back what follows), ``call`` (one call), ``read`` (its name and arguments),
-    ``section`` (the wrapper around all calls, dropped once a call inside parsed)."""
+    holds back what follows), ``scan`` (finds the calls), ``read`` (a call's name and
+    arguments), ``section`` (the wrapper around all calls, dropped once a call inside
+    parsed)."""
 
     name: str
     markers: tuple[str, ...]
     opens: tuple[str, ...]
-    call: re.Pattern[str]
+    scan: Scanner
     read: Reader
     section: tuple[str, ...] = ()
     absent: tuple[str, ...] = ()  # none of these in the template's source
@@ -85,13 +108,13 @@ class CallFormat:
         calls: list[ToolCall] = []
         kept: list[str] = []
         pos = 0
-        for m in self.call.finditer(text):
-            got = self.read(m, tools)
+        for start, end, fields in self.scan(text):
+            got = self.read(fields, tools)
             if got is None:
                 continue
             name, args, call_id = got
-            kept.append(text[pos:m.start()])
-            pos = m.end()
+            kept.append(text[pos:start])
+            pos = end
             calls.append(ToolCall(name, args, call_id or f"{id_prefix}{uuid.uuid4().hex[:24]}"))
         kept.append(text[pos:])
         rest = "".join(kept)
@@ -101,16 +124,251 @@ class CallFormat:
         return rest.strip(), calls
 
 
-def _object(body: str) -> dict[str, Any] | None:
+MAX_JSON_DEPTH = 128
+"""JSON in a call nested deeper than this is not read (the call stays text): json.loads
+would recurse once per level."""
+
+# A JSON string (its closing quote optional, so a match never fails and never
+# backtracks) or a bracket: what _too_deep counts.
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.DOTALL)
+
+
+def _too_deep(text: str) -> bool:
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return False
+    depth = 0
+    for m in _JSON_TOKEN.finditer(text):
+        c = text[m.start()]
+        if c in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return True
+        elif c in "]}":
+            depth -= 1
+    return False
+
+
+_UNREAD = object()
+
+
+def _json(text: str) -> Any:
+    """The JSON value of `text`, or _UNREAD when it is not JSON or nests too deep."""
+    if _too_deep(text):
+        return _UNREAD
     try:
-        obj = json.loads(body)
-    except ValueError:
-        return None
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return _UNREAD
+
+
+def _object(body: str) -> dict[str, Any] | None:
+    obj = _json(body)
     return obj if isinstance(obj, dict) else None
 
 
-def _read_hermes(m: re.Match[str], tools: Tools) -> tuple[str, dict[str, Any], None] | None:
-    obj = _object(m.group(1))
+# --- scanning: str.find, and regexes without nested repetition, each position read a
+# bounded number of times.
+
+_WS = re.compile(r"\s*")
+_NAME_RUN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+_WORD_RUN = re.compile(r"\w*")
+_DIGITS = re.compile(r"\d+")
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    m = _WS.match(text, pos)
+    return m.end() if m else pos
+
+
+def _name_at(text: str, pos: int) -> tuple[str, int] | None:
+    m = _NAME_RUN.match(text, pos)
+    return None if m is None else (m.group(), m.end())
+
+
+def _body_to(text: str, a: int, end_marker: str) -> tuple[str, int]:
+    """What ``\\s*(.*?)\\s*(?:END|\\Z)`` reads from `a`: (the body up to the first
+    `end_marker`, or the end of the text, stripped; where the call ends)."""
+    a = _skip_ws(text, a)
+    c = text.find(end_marker, a)
+    if c < 0:
+        return text[a:].rstrip(), len(text)
+    return text[a:c].rstrip(), c + len(end_marker)
+
+
+class _Good:
+    """The positions of `marker` in a text whose next text (after whitespace) is one
+    of `then` (or the end of the text, when `or_end`), found once; :meth:`first` is
+    the first at or after a position."""
+
+    def __init__(self, text: str, marker: str, then: tuple[str, ...], or_end: bool) -> None:
+        self._at: list[int] = []
+        i = text.find(marker)
+        while i >= 0:
+            j = _skip_ws(text, i + len(marker))
+            if (or_end and j == len(text)) or any(text.startswith(t, j) for t in then):
+                self._at.append(i)
+            i = text.find(marker, i + 1)
+
+    def first(self, pos: int) -> int:
+        k = bisect.bisect_left(self._at, pos)
+        return self._at[k] if k < len(self._at) else -1
+
+
+def _scan_starts(text: str, open_: str, at: Callable[[int], Found | None]) -> Iterator[Found]:
+    """What ``finditer`` does with a pattern that begins with `open_`: the call at each
+    `open_` not inside an earlier call."""
+    i = text.find(open_)
+    while i >= 0:
+        found = at(i)
+        if found is None:
+            i = text.find(open_, i + 1)
+        else:
+            yield found
+            i = text.find(open_, max(found[1], i + 1))
+
+
+def _scan_hermes(text: str) -> Iterator[Found]:
+    # <tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)
+    def at(i: int) -> Found:
+        body, end = _body_to(text, i + len("<tool_call>"), "</tool_call>")
+        return i, end, (body,)
+    return _scan_starts(text, "<tool_call>", at)
+
+
+_KEY, _KEY_END, _VALUE, _VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
+_GLM_CALL, _GLM_CALL_END = "<tool_call>", "</tool_call>"
+
+
+def _scan_glm(text: str) -> Iterator[Found]:
+    """``<tool_call>[ \\t]*NAME\\s*(<arg_key>K</arg_key>\\s*<arg_value>V</arg_value>\\s*)*``
+    then ``</tool_call>`` or the end of the text. A key ends at the first ``</arg_key>``
+    followed by ``<arg_value>``; a value at the first ``</arg_value>`` followed by a key,
+    the call's end or the end of the text (what the lazy regex found first). A pair's
+    outcome depends only on where it starts: remembered, so a pair is read once."""
+    key_ends = _Good(text, _KEY_END, (_VALUE,), or_end=False)
+    value_ends = _Good(text, _VALUE_END, (_KEY, _GLM_CALL_END), or_end=True)
+    pairs: dict[int, tuple[str, str, int] | None] = {}  # pair start -> (k, v, next) or None
+    ends: dict[int, int] = {}  # pair start -> where its call ends, -1: it does not
+
+    def pair(p: int) -> tuple[str, str, int] | None:
+        if p not in pairs:
+            ke = key_ends.first(p + len(_KEY))
+            ve = -1 if ke < 0 else value_ends.first(
+                _skip_ws(text, ke + len(_KEY_END)) + len(_VALUE))
+            if ve < 0:
+                pairs[p] = None
+            else:
+                vs = _skip_ws(text, ke + len(_KEY_END)) + len(_VALUE)
+                pairs[p] = (text[p + len(_KEY):ke], text[vs:ve],
+                            _skip_ws(text, ve + len(_VALUE_END)))
+        return pairs[p]
+
+    def call_end(q: int) -> int:
+        """Where the call whose pairs (or end) begin at `q` ends, or -1."""
+        chain: list[int] = []
+        while text.startswith(_KEY, q) and q not in ends:
+            chain.append(q)
+            got = pair(q)
+            if got is None:
+                q = -1
+                break
+            q = got[2]
+        if q < 0:
+            end = -1
+        elif q in ends:
+            end = ends[q]
+        elif text.startswith(_GLM_CALL_END, q):
+            end = q + len(_GLM_CALL_END)
+        else:
+            end = len(text) if q == len(text) else -1
+        for p in chain:
+            ends[p] = end
+        return end
+
+    def at(i: int) -> Found | None:
+        j = i + len(_GLM_CALL)
+        while j < len(text) and text[j] in " \t":
+            j += 1
+        named = _name_at(text, j)
+        if named is None:
+            return None
+        name, q = named[0], _skip_ws(text, named[1])
+        end = call_end(q)
+        if end < 0:
+            return None
+        args: list[tuple[str, str]] = []
+        while text.startswith(_KEY, q) and (got := pair(q)) is not None:
+            args.append((got[0], got[1]))
+            q = got[2]
+        return i, end, (name, args)
+    return _scan_starts(text, _GLM_CALL, at)
+
+
+def _scan_kimi(text: str) -> Iterator[Found]:
+    # CALL\s*(?:functions\.)?(NAME)(?::(\d+))?\s*ARGS\s*(.*?)\s*(?:END|\Z)
+    def at(i: int) -> Found | None:
+        named = _name_at(text, _skip_ws(text, i + len(_KIMI_CALL)))
+        if named is None:
+            return None
+        name, j = named
+        if name.startswith("functions.") and _name_at(name, len("functions.")):
+            name = name[len("functions."):]  # else "functions." is (part of) the name
+        index = None
+        if text.startswith(":", j) and (d := _DIGITS.match(text, j + 1)):
+            index, j = d.group(), d.end()
+        j = _skip_ws(text, j)
+        if not text.startswith(_KIMI_ARGS, j):
+            return None
+        body, end = _body_to(text, j + len(_KIMI_ARGS), _KIMI_CALL_END)
+        return i, end, (name, index, body)
+    return _scan_starts(text, _KIMI_CALL, at)
+
+
+def _scan_deepseek_v3(text: str) -> Iterator[Found]:
+    # CALL\s*(?:\w+\s*)?SEP\s*(NAME)\s*```(?:json)?\s*(.*?)\s*```\s*(?:END|\Z)
+    fences = _Good(text, "```", (_DS_CALL_END,), or_end=True)
+
+    def at(i: int) -> Found | None:
+        j = _skip_ws(text, i + len(_DS_CALL))
+        word = _WORD_RUN.match(text, j)
+        j = _skip_ws(text, word.end()) if word else j
+        if not text.startswith(_DS_SEP, j):
+            return None
+        named = _name_at(text, _skip_ws(text, j + len(_DS_SEP)))
+        if named is None:
+            return None
+        j = _skip_ws(text, named[1])
+        if not text.startswith("```", j):
+            return None
+        j += 3
+        if text.startswith("json", j):
+            j += 4
+        a = _skip_ws(text, j)
+        close = fences.first(a)
+        if close < 0:
+            return None
+        end = _skip_ws(text, close + 3)
+        end = min(len(text), end + len(_DS_CALL_END)) if end < len(text) else end
+        return i, end, (named[0], text[a:close].rstrip())
+    return _scan_starts(text, _DS_CALL, at)
+
+
+def _scan_deepseek_v31(text: str) -> Iterator[Found]:
+    # CALL\s*(NAME)\s*SEP\s*(.*?)\s*(?:END|\Z)
+    def at(i: int) -> Found | None:
+        named = _name_at(text, _skip_ws(text, i + len(_DS_CALL)))
+        if named is None:
+            return None
+        j = _skip_ws(text, named[1])
+        if not text.startswith(_DS_SEP, j):
+            return None
+        body, end = _body_to(text, j + len(_DS_SEP), _DS_CALL_END)
+        return i, end, (named[0], body)
+    return _scan_starts(text, _DS_CALL, at)
+
+
+def _read_hermes(f: tuple[Any, ...], tools: Tools) -> tuple[str, dict[str, Any], None] | None:
+    obj = _object(f[0])
     if obj is None or not isinstance(obj.get("name"), str):
         return None
     args = obj.get("arguments", obj.get("parameters", {}))
@@ -121,18 +379,16 @@ def _read_hermes(m: re.Match[str], tools: Tools) -> tuple[str, dict[str, Any], N
     return obj["name"], args, None
 
 
-def _read_json_args(name_group: int, args_group: int) -> Reader:
-    def read(m: re.Match[str], tools: Tools) -> tuple[str, dict[str, Any], None] | None:
-        args = _object(m.group(args_group))
-        return None if args is None else (m.group(name_group), args, None)
-    return read
+def _read_name_args(f: tuple[Any, ...], tools: Tools) -> tuple[str, dict[str, Any], None] | None:
+    args = _object(f[1])
+    return None if args is None else (f[0], args, None)
 
 
-def _read_kimi(m: re.Match[str], tools: Tools) -> tuple[str, dict[str, Any], str] | None:
-    args = _object(m.group(3))
+def _read_kimi(f: tuple[Any, ...], tools: Tools) -> tuple[str, dict[str, Any], str] | None:
+    args = _object(f[2])
     if args is None:
         return None
-    name, index = m.group(1), m.group(2) or "0"
+    name, index = f[0], f[1] or "0"
     return name, args, f"functions.{name}:{index}"  # the id Kimi's template writes back
 
 
@@ -145,72 +401,37 @@ def _param_types(tools: Tools, name: str) -> dict[str, Any]:
     return {}
 
 
-_GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
-
-
-def _read_glm(m: re.Match[str], tools: Tools) -> tuple[str, dict[str, Any], None] | None:
+def _read_glm(f: tuple[Any, ...], tools: Tools) -> tuple[str, dict[str, Any], None] | None:
     """GLM writes a string value as it is and any other value as JSON (its template:
     ``v | tojson if v is not string else v``): a value is JSON unless the function's
     schema says the parameter is a string, or it does not parse as JSON."""
-    name = m.group(1)
+    name, pairs = f
     types = _param_types(tools, name)
     args: dict[str, Any] = {}
-    for key, value in _GLM_ARG.findall(m.group(2)):
+    for key, value in pairs:
         key = key.strip()
         kind = types.get(key)
         if kind == "string" or (isinstance(kind, list) and kind == ["string"]):
             args[key] = value
             continue
-        try:
-            args[key] = json.loads(value)
-        except ValueError:
-            args[key] = value
+        got = _json(value)
+        args[key] = value if got is _UNREAD else got
     return name, args, None
 
 
-_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
-
-
-def deepseek_marker(words: str) -> str:
-    """DeepSeek's spelling of a marker: ``deepseek_marker("tool sep")`` is
-    ``<`` U+FF5C ``tool`` U+2581 ``sep`` U+FF5C ``>``."""
-    return "<\uff5c" + words.replace(" ", "\u2581") + "\uff5c>"
-
-
-_DS_CALLS, _DS_CALLS_END = deepseek_marker("tool calls begin"), deepseek_marker("tool calls end")
-_DS_CALL, _DS_CALL_END = deepseek_marker("tool call begin"), deepseek_marker("tool call end")
-_DS_SEP = deepseek_marker("tool sep")
-_KIMI_CALLS, _KIMI_CALLS_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
-_KIMI_CALL, _KIMI_ARGS, _KIMI_CALL_END = ("<|tool_call_begin|>", "<|tool_call_argument_begin|>",
-                                          "<|tool_call_end|>")
-_e = re.escape
-
 FORMATS: dict[str, CallFormat] = {f.name: f for f in (
-    CallFormat(
-        "glm", markers=("<tool_call>", "<arg_key>"), opens=("<tool_call>",),
-        call=re.compile(rf"<tool_call>[ \t]*({_NAME})[ \t]*\n?\s*"
-                        r"((?:<arg_key>.*?</arg_key>\s*<arg_value>.*?</arg_value>\s*)*)"
-                        r"(?:</tool_call>|\Z)", re.DOTALL),
-        read=_read_glm),
-    CallFormat(
-        "kimi_k2", markers=(_KIMI_CALLS, _KIMI_CALL), opens=(_KIMI_CALLS, _KIMI_CALL),
-        call=re.compile(rf"{_e(_KIMI_CALL)}\s*(?:functions\.)?({_NAME}?)(?::(\d+))?\s*"
-                        rf"{_e(_KIMI_ARGS)}\s*(.*?)\s*(?:{_e(_KIMI_CALL_END)}|\Z)", re.DOTALL),
-        read=_read_kimi, section=(_KIMI_CALLS, _KIMI_CALLS_END)),
-    CallFormat(
-        "deepseek_v3", markers=(_DS_SEP, "```json"), opens=(_DS_CALLS, _DS_CALL),
-        call=re.compile(rf"{_e(_DS_CALL)}\s*(?:\w+\s*)?{_e(_DS_SEP)}\s*({_NAME})\s*"
-                        rf"```(?:json)?\s*(.*?)\s*```\s*(?:{_e(_DS_CALL_END)}|\Z)", re.DOTALL),
-        read=_read_json_args(1, 2), section=(_DS_CALLS, _DS_CALLS_END)),
-    CallFormat(
-        "deepseek_v31", markers=(_DS_SEP,), opens=(_DS_CALLS, _DS_CALL),
-        call=re.compile(rf"{_e(_DS_CALL)}\s*({_NAME})\s*{_e(_DS_SEP)}\s*(.*?)\s*"
-                        rf"(?:{_e(_DS_CALL_END)}|\Z)", re.DOTALL),
-        read=_read_json_args(1, 2), section=(_DS_CALLS, _DS_CALLS_END)),
-    CallFormat(
-        "hermes", markers=("<tool_call>",), absent=("<function=",), opens=("<tool_call>",),
-        call=re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.DOTALL),
-        read=_read_hermes),
+    CallFormat("glm", markers=("<tool_call>", "<arg_key>"), opens=("<tool_call>",),
+               scan=_scan_glm, read=_read_glm),
+    CallFormat("kimi_k2", markers=(_KIMI_CALLS, _KIMI_CALL), opens=(_KIMI_CALLS, _KIMI_CALL),
+               scan=_scan_kimi, read=_read_kimi, section=(_KIMI_CALLS, _KIMI_CALLS_END)),
+    CallFormat("deepseek_v3", markers=(_DS_SEP, "```json"), opens=(_DS_CALLS, _DS_CALL),
+               scan=_scan_deepseek_v3, read=_read_name_args,
+               section=(_DS_CALLS, _DS_CALLS_END)),
+    CallFormat("deepseek_v31", markers=(_DS_SEP,), opens=(_DS_CALLS, _DS_CALL),
+               scan=_scan_deepseek_v31, read=_read_name_args,
+               section=(_DS_CALLS, _DS_CALLS_END)),
+    CallFormat("hermes", markers=("<tool_call>",), absent=("<function=",),
+               opens=("<tool_call>",), scan=_scan_hermes, read=_read_hermes),
 )}
 
 

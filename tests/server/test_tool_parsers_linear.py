@@ -1,0 +1,143 @@
+"""The tool-call parsers (colibri.server.tool_formats) on hostile text: the model's output
+is untrusted, and the parsers run in the server. Each format's parse takes time linear in
+the text (GLM's parser was an exponentially backtracking regex: 16 argument pairs and one
+trailing character took 7.6 s, 18 took 44.7 s), a seeded fuzz of each format's markers and
+junk never raises and never takes long, and JSON nested past the depth bound is text,
+never a RecursionError."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+
+import pytest
+
+from colibri.server.tool_formats import FORMATS, MAX_JSON_DEPTH, ToolCall, deepseek_marker
+from colibri.server.tools import CallSplitter, parse_calls
+
+PAIR = "<arg_key>a</arg_key><arg_value>b</arg_value>"
+DS = {w: deepseek_marker(w) for w in ("tool calls begin", "tool calls end", "tool call begin",
+                                      "tool call end", "tool sep")}
+KIMI = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+        "<|tool_call_argument_begin|>", "<|tool_call_end|>")
+JUNK = ("x", " ", "\n", "\t", "f", "functions.", "get.weather-2", ":", "0", "{", "}", "[", "]",
+        '"', "\\", ",", '{"a": 1}', '"name": "f"', '"arguments": {}', "json", "`", "```", "<",
+        ">", "/", "</", "\u00e9", "\u2581", "\uff5c", "<|", "|>")
+MARKERS: dict[str, tuple[str, ...]] = {
+    "glm": ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+            "</arg_value>"),
+    "hermes": ("<tool_call>", "</tool_call>", '{"name": "f", "arguments": {"a": [1]}}'),
+    "kimi_k2": KIMI,
+    "deepseek_v3": (*DS.values(), "function", "```json\n", "\n```"),
+    "deepseek_v31": tuple(DS.values()),
+}
+
+
+def _seconds(f: Callable[[], object], repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+@pytest.mark.parametrize("pairs", [16, 18, 24, 32, 40])
+def test_glm_pairs_then_text_is_fast(pairs: int) -> None:
+    text = "<tool_call>f\n" + PAIR * pairs + "x"
+    took = _seconds(lambda: parse_calls(text, "call_", "glm"))
+    assert took < 0.1, f"{pairs} pairs: {took:.3f} s"
+    assert parse_calls(text, "call_", "glm") == (text, [])  # not a call: it stays text
+
+
+def test_glm_time_grows_linearly() -> None:
+    def run(n: int) -> float:
+        text = "<tool_call>f\n" + PAIR * n + "x"
+        return _seconds(lambda: parse_calls(text, "call_", "glm"))
+    small, big = run(2_000), run(8_000)
+    assert big < 10 * small + 0.05, f"2,000 pairs {small:.4f} s, 8,000 pairs {big:.4f} s"
+    assert big < 1.0
+
+
+# Texts that made a backtracking or rescanning parser slow: long whitespace runs before a
+# missing end, many starts that fail late, many fences none of which closes.
+HOSTILE: dict[str, list[str]] = {
+    "glm": ["<tool_call>f <arg_key>" * 20_000 + "</arg_key>",
+            "<tool_call>f\n<arg_key>a</arg_key><arg_value><tool_call>g\n" * 20_000 + "x",
+            "<tool_call>f\n" + "<arg_key>a</arg_key>" * 20_000 + "x"],
+    "hermes": ["<tool_call>" + " " * 200_000 + "x", "<tool_call>" * 50_000],
+    "kimi_k2": [KIMI[2] + "f" + KIMI[3] + " " * 200_000 + "x", (KIMI[2] + "f:1 ") * 30_000],
+    "deepseek_v3": [(DS["tool call begin"] + DS["tool sep"] + "f```json {} ```x") * 20_000,
+                    DS["tool call begin"] + DS["tool sep"] + "f```" + "``` x" * 50_000],
+    "deepseek_v31": [DS["tool call begin"] + "f" + DS["tool sep"] + " " * 200_000 + "x",
+                     (DS["tool call begin"] + "f ") * 30_000],
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_hostile_texts_parse_quickly(fmt: str) -> None:
+    for text in HOSTILE[fmt]:
+        took = _seconds(lambda t=text: parse_calls(t, "call_", fmt), repeat=1)  # type: ignore[misc]
+        assert took < 1.0, f"{fmt}: {len(text)} characters took {took:.2f} s"
+
+
+def _check(rest: object, calls: object) -> None:
+    assert isinstance(rest, str) and isinstance(calls, list)
+    assert all(isinstance(c, ToolCall) and isinstance(c.arguments, dict) for c in calls)
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_fuzzed_markers_and_junk(fmt: str) -> None:
+    """Seeded mixes of the format's markers and junk: every parse returns (text, calls),
+    whole and streamed, each within a time bound."""
+    rng = random.Random(f"tool-fuzz-{fmt}")
+    pieces = MARKERS[fmt] + JUNK
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}}}]
+    worst = 0.0
+    for case in range(3_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 40)))
+        if case % 50 == 0:  # now and then a long one
+            text *= rng.randint(50, 400)
+        t = time.perf_counter()
+        _check(*parse_calls(text, "call_", fmt, tools if case % 2 else None))
+        splitter = CallSplitter(fmt, tools)
+        shown = "".join(splitter.feed(text[i:i + 7]) for i in range(0, len(text), 7))
+        rest, calls = splitter.finish(cut=bool(case % 3))
+        _check(shown + rest, calls)
+        worst = max(worst, time.perf_counter() - t)
+    assert worst < 0.5, f"{fmt}: the slowest case took {worst:.3f} s"
+
+
+DEEP = "[" * 100_000
+
+
+@pytest.mark.parametrize(("fmt", "text"), [
+    ("hermes", "<tool_call>" + DEEP),
+    ("hermes", '<tool_call>{"name": "f", "arguments": ' + DEEP + "]" * 100_000 + "}</tool_call>"),
+    ("hermes", '<tool_call>{"name": "f", "arguments": "' + DEEP + '"}</tool_call>'),
+    ("glm", "<tool_call>f\n<arg_key>b</arg_key><arg_value>" + DEEP + "</arg_value></tool_call>"),
+    ("kimi_k2", KIMI[2] + "functions.f:0" + KIMI[3] + '{"a": ' + DEEP + KIMI[4]),
+    ("deepseek_v3", DS["tool call begin"] + "function" + DS["tool sep"] + "f\n```json\n"
+     + '{"a": ' + DEEP + "\n```" + DS["tool call end"]),
+    ("deepseek_v31", DS["tool call begin"] + "f" + DS["tool sep"] + '{"a": ' + DEEP
+     + DS["tool call end"]),
+])
+def test_deeply_nested_json_is_text(fmt: str, text: str) -> None:
+    rest, calls = parse_calls(text, "call_", fmt)
+    if fmt == "glm":  # a value that is not JSON is kept as its text
+        assert calls[0].arguments == {"b": DEEP}
+    else:
+        assert calls == [] and rest == text.strip()
+
+
+def test_json_at_the_depth_bound_still_parses() -> None:
+    args = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    text = '<tool_call>{"name": "f", "arguments": {"a": ' + args[2:-2] + "}}</tool_call>"
+    _, calls = parse_calls(text, "call_", "hermes")
+    assert len(calls) == 1
+    # Brackets inside a string do not count.
+    text = '<tool_call>{"name": "f", "arguments": {"a": "' + DEEP + '"}}</tool_call>'
+    _, calls = parse_calls(text, "call_", "hermes")
+    assert calls[0].arguments == {"a": DEEP}
