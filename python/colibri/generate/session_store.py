@@ -12,7 +12,11 @@ logits, the same draws). The format (version 1)::
     payload              the KV state, then the float32 logits
     checksum   32 bytes  SHA-256 of everything before it
 
-The file refuses to load into another model: the header carries a fingerprint of the
+Every state with tokens carries its logits (a save after a rollback recomputes them), and
+a load always checks the restored state against them (`_verify`). The file is untrusted
+input: anyone can edit it and recompute the checksum, so the header is checked field by
+field (colibri.generate.session_header) and the load raises only colibri.errors
+exceptions. The file refuses to load into another model: the header carries a fingerprint of the
 model (its normalized config, every tensor's name, type, shape and extents, the files'
 sizes, and a SHA-256 of the first and last MiB of each file), checked before anything is
 read into the session. A corrupt or truncated file fails its checksum; a newer version is
@@ -33,8 +37,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import ContextOverflowError, InvalidRequestError, ModelFormatError, ModelIOError
-from ..sampling import Sampler, Sampling
+from ..errors import (
+    ContextOverflowError,
+    InvalidRequestError,
+    ModelFormatError,
+    ModelIOError,
+    NumericalError,
+)
+from ..sampling import Sampler
+from .session_header import parse_header, sampler_from
 
 if TYPE_CHECKING:
     from ..engine.handle import EngineHandle
@@ -80,12 +91,6 @@ def _sampler_state(sampler: Sampler) -> dict[str, Any]:
     return {"sampling": sampler.sampling.to_dict(), "rng": sampler.rng.bit_generator.state}
 
 
-def _sampler_from(doc: dict[str, Any]) -> Sampler:
-    sampler = Sampler(Sampling.from_dict(doc["sampling"]))
-    sampler.rng.bit_generator.state = doc["rng"]
-    return sampler
-
-
 def save_session(session: Session, path: str | os.PathLike[str], *,
                  sampler: Sampler | None = None) -> None:
     """Writes `session` (and `sampler`'s state) to `path`, atomically."""
@@ -95,6 +100,11 @@ def save_session(session: Session, path: str | os.PathLike[str], *,
     if n != len(session.token_ids):
         raise InvalidRequestError("the session is inconsistent (interrupted mid-call?); "
                                   "reset it or roll it back before saving")
+    if n and core.last_logits is None:
+        # After a rollback the core holds no logits: recompute them (the same bits, and
+        # the last KV entry rewritten with the same values), so that every saved state
+        # carries the logits its load is checked against.
+        session._refresh_logits()
     kv = core.export_kv(n)
     logits = core.last_logits
     logits_bytes = b"" if logits is None else np.ascontiguousarray(logits, np.float32).tobytes()
@@ -131,7 +141,8 @@ def save_session(session: Session, path: str | os.PathLike[str], *,
         raise ModelIOError(f"cannot save the session to {target}: {exc}") from exc
 
 
-def _read(path: Path) -> tuple[dict[str, Any], bytes, bytes]:
+def _read(path: Path) -> tuple[bytes, bytes]:
+    """The header's JSON bytes and the payload, once the magic, sizes and checksum pass."""
     try:
         data = path.read_bytes()
     except FileNotFoundError as exc:
@@ -149,76 +160,80 @@ def _read(path: Path) -> tuple[dict[str, Any], bytes, bytes]:
     start = len(MAGIC) + 8
     if hlen > _MAX_HEADER or start + hlen > len(data) - 32:
         raise ModelFormatError(f"{path}: the session header size {hlen} is impossible")
-    try:
-        header = json.loads(data[start:start + hlen])
-    except ValueError as exc:
-        raise ModelFormatError(f"{path}: the session header is not JSON ({exc})") from exc
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise ModelFormatError(f"{path}: not a {FORMAT} file")
-    version = header.get("version")
-    if version != VERSION:
-        raise ModelFormatError(f"{path}: session format version {version!r}; this colibri "
-                               f"reads version {VERSION} (saved by another release?)")
-    payload = data[start + hlen:-32]
-    try:
-        kv_len, lg_len = int(header["kv_bytes"]), int(header["logits_bytes"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelFormatError(f"{path}: malformed session header ({exc!r})") from exc
-    if kv_len < 0 or lg_len < 0 or kv_len + lg_len != len(payload):
-        raise ModelFormatError(f"{path}: the payload does not match the header's sizes")
-    return header, payload[:kv_len], payload[kv_len:]
+    return data[start:start + hlen], data[start + hlen:-32]
 
 
 def load_session(path: str | os.PathLike[str], owner: HasRunner | Runner) -> Session:
-    """Restores a session saved by :func:`save_session` into `owner`'s model."""
+    """Restores a session saved by :func:`save_session` into `owner`'s model. The file is
+    untrusted: its header is checked field by field (colibri.generate.session_header),
+    every size against the model, and the restored state must reproduce the saved logits;
+    anything else raises a colibri.errors exception."""
     from .runner import runner_of
 
     runner = runner_of(owner)
     model = runner.handle
     p = Path(path).expanduser()
-    header, kv, logits_bytes = _read(p)
-    saved = header.get("model", {})
-    if saved.get("fingerprint") != model_fingerprint(model):
+    raw, payload = _read(p)
+    vocab = model.config.vocab_size
+    header = parse_header(raw, str(p), fmt=FORMAT, version=VERSION)
+    if header.kv_bytes + header.logits_bytes != len(payload):
+        raise ModelFormatError(f"{p}: the payload does not match the header's sizes")
+    if header.fingerprint != model_fingerprint(model):
         raise InvalidRequestError(
-            f"{p} was saved from another model ({saved.get('name')!r}, "
-            f"{saved.get('architecture')!r}); this is {model.name!r}: load it with the model "
+            f"{p} was saved from another model ({header.model_name!r}, "
+            f"{header.architecture!r}); this is {model.name!r}: load it with the model "
             "it was saved from"
         )
     precision = model.engine_config.activation_precision.value
-    if header.get("activation_precision") != precision:
+    if header.activation_precision != precision:
         raise InvalidRequestError(
-            f"{p} was computed with activation_precision {header.get('activation_precision')!r} "
+            f"{p} was computed with activation_precision {header.activation_precision!r} "
             f"and this model runs {precision!r}: set_activation_precision("
-            f"{header.get('activation_precision')!r}) first, so that the cached state and new "
+            f"{header.activation_precision!r}) first, so that the cached state and new "
             "tokens agree"
         )
-    ids = header.get("token_ids")
-    n = header.get("n_tokens")
-    if not isinstance(ids, list) or n != len(ids):
-        raise ModelFormatError(f"{p}: malformed token list")
+    ids = header.token_ids
+    n = len(ids)
     if n > model.context_length:
         raise ContextOverflowError(f"{p} holds {n} tokens but this model's sessions hold "
                                    f"{model.context_length}; raise EngineConfig.context_length")
-    vocab = model.config.vocab_size
-    if not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
+    if any(t >= vocab for t in ids):
         raise ModelFormatError(f"{p}: a saved token id is outside the vocabulary [0, {vocab})")
-    if logits_bytes and (len(logits_bytes) != 4 * vocab or not ids):
+    if n and not header.logits_bytes:
+        raise ModelFormatError(
+            f"{p} holds {n} tokens but no logits to verify them against (a file saved "
+            "after a rollback by an earlier release): load it there, forward a token and "
+            "save it again")
+    if header.logits_bytes != (4 * vocab if n else 0):
         raise ModelFormatError(f"{p}: the saved logits are not one row of {vocab}")
+    sampler = None if header.sampler is None else sampler_from(header.sampler, str(p))
     session = runner.session()
-    if header.get("kv_type") != session._core.kv_type:
-        raise InvalidRequestError(f"{p} holds a {header.get('kv_type')!r} KV cache; this "
+    if header.kv_type != session._core.kv_type:
+        raise InvalidRequestError(f"{p} holds a {header.kv_type!r} KV cache; this "
                                   f"model's sessions use {session._core.kv_type!r}")
+    kv, logits_bytes = payload[:header.kv_bytes], payload[header.kv_bytes:]
     session._core.import_kv(kv, ids)
-    if logits_bytes:
-        # The core keeps the logits it computed: recompute the last token's (the same bits,
-        # the forward is deterministic) and check them against the saved ones, a last
-        # proof that the state and the model agree.
-        session._refresh_logits()
-        saved_logits = np.frombuffer(logits_bytes, dtype=np.float32)
-        if not np.array_equal(session.last_logits(), saved_logits):
-            raise InvalidRequestError(
-                f"{p}: the restored state does not reproduce the saved logits (another model "
-                "build or KV cache type?); it cannot be continued exactly")
-    if header.get("sampler") is not None:
-        session.sampler = _sampler_from(header["sampler"])
+    if n:
+        _verify(session, logits_bytes, p)
+    if sampler is not None:
+        session.sampler = sampler
     return session
+
+
+def _verify(session: Session, logits_bytes: bytes, p: Path) -> None:
+    """The last check of a restored state: roll back the last token and forward it again
+    (the forward is deterministic, so an intact state gives the saved logits bit for bit).
+    Its attention reads every position's keys and values in every layer, so an edit of the
+    KV bytes, the last token or the logits shows; the session is reset on failure."""
+    saved = np.frombuffer(logits_bytes, dtype=np.float32)
+    try:
+        session._refresh_logits()
+        same = np.array_equal(session.last_logits(), saved)
+    except NumericalError:
+        same = False
+    if not same:
+        session.reset()
+        raise InvalidRequestError(
+            f"{p}: the restored state does not reproduce the saved logits (the file was "
+            "edited, or another model build or KV cache type?); it cannot be continued "
+            "exactly")
