@@ -122,7 +122,9 @@ class Session:
     def load(cls, path: str | os.PathLike[str], model: HasRunner | Runner) -> Session:
         """A session of `model` restored from a file written by :meth:`save` (its
         ``sampler`` attribute holds the saved Sampler, if any). Refuses a file saved from
-        another model, a corrupt or truncated one, or one from a newer format."""
+        another model, a corrupt, truncated or malformed one, one from a newer format, or
+        one whose restored state does not reproduce its saved logits (only colibri.errors
+        exceptions: the file is untrusted input)."""
         from .session_store import load_session
 
         return load_session(path, model)
