@@ -113,7 +113,9 @@ class Session:
     def save(self, path: str | os.PathLike[str], *, sampler: Sampler | None = None) -> None:
         """Writes the session to `path`: its tokens, its KV cache at its type, its last
         logits, and `sampler`'s settings and random state if given. Versioned and
-        checksummed, written atomically (colibri.generate.session_store)."""
+        checksummed, written atomically (colibri.generate.session_store). After a
+        rollback the last token is forwarded again first (the same bits), so that the
+        file holds the logits its load is checked against; the session keeps them."""
         from .session_store import save_session
 
         save_session(self, path, sampler=sampler)
