@@ -28,6 +28,7 @@ from .body_limit import DEFAULT_MAX_BODY_BYTES, LimitBody
 from .errors import ApiError
 from .memory import slot_kv_budget
 from .metrics import Metrics, render
+from .prompt_size import PromptLimits
 from .scheduler import Scheduler
 from .state import ServerState, state
 
@@ -94,6 +95,7 @@ def create_app(
     kv_budget: int | None = None,
     prefix_sharing: bool = True,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    prompt_limits: PromptLimits | None = None,
 ) -> FastAPI:
     """The server for `model`, served as `model_name` (default ``model.name``; requests
     may also name it by one of `aliases`).
@@ -111,7 +113,9 @@ def create_app(
     on (``EngineConfig.prompt_cache``), requests running at the same time share their
     common prompt prefix (prefilled once: colibri.generate.prefix_share). ``timeout``:
     seconds a request may take, queue wait included (None: no limit). ``max_body_bytes``:
-    larger request bodies get 413 before they are read whole (server/body_limit.py). At
+    larger request bodies get 413 before they are read whole (server/body_limit.py).
+    ``prompt_limits``: the message count and text length checked before a prompt is rendered
+    or tokenized (server/prompt_size.py). At
     shutdown new
     requests get 503, running
     and queued ones finish (up to ``drain_timeout`` s), and the model is closed if
@@ -125,7 +129,8 @@ def create_app(
                              eos_token=model.tokenizer.eos_token, name="--chat-template")
                 if chat_template is not None else model.chat_template)
     st = ServerState(model, scheduler, template, model_name or model.name, api_key, metrics,
-                     aliases=frozenset(aliases), tool_template=template_for_tools(template))
+                     aliases=frozenset(aliases), tool_template=template_for_tools(template),
+                     prompt_limits=prompt_limits or PromptLimits())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

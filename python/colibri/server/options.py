@@ -22,6 +22,7 @@ from ..generate.request import parse_request
 from ..generate.samples import sample_seeds
 from ..sampling import Sampling
 from .errors import ApiError, from_colibri
+from .prompt_size import PromptLimits, check_conversation
 from .tools import FORCED_FORMATS, forced_call_grammar, template_format
 from .wire import ChatCompletionRequest, ChatMessage, SamplingFields
 
@@ -210,9 +211,10 @@ def render_chat(model: Model, template: ChatTemplate, messages: list[dict[str, A
 
 
 def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest,
-              tool_template: ChatTemplate | None = None) -> Plan:
+              tool_template: ChatTemplate | None = None,
+              limits: PromptLimits | None = None) -> Plan:
     """The Plan of a chat request, rendered with :func:`pick_template`'s choice of
-    `template` and `tool_template`."""
+    `template` and `tool_template`; `limits` are checked before anything is rendered."""
     if req.audio is not None or req.modalities not in (None, ["text"]):
         raise _refuse("audio", "colibri generates text only")
     if req.prediction is not None:
@@ -224,6 +226,7 @@ def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest,
     if choice == "none":
         tools = None  # the template then shows no tools and nothing is parsed
     messages = chat_messages(req.messages)
+    check_conversation(model, limits or PromptLimits(), messages, tools)
     template = pick_template(template, tool_template, messages, tools)
     fmt = template_format(template.source) if tools is not None else None
     response_format: Any = None

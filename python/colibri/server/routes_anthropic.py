@@ -19,6 +19,7 @@ from starlette.responses import Response
 from ..errors import ColibriError
 from .errors import ApiError, from_colibri
 from .options import Plan, pick_template, plan, render_chat, sampling
+from .prompt_size import check_conversation
 from .runner import answer, new_id, run_sample
 from .scheduler import Ticket
 from .sse import DeferredJSON, EventStream, event
@@ -95,6 +96,7 @@ def _plan(st: ServerState, req: MessagesRequest) -> Plan:
     tools = _tools(req)
     choice = (req.tool_choice or {}).get("type", "auto")
     messages = _conversation(req)
+    check_conversation(st.model, st.prompt_limits, messages, tools)
     template = pick_template(st.template, st.tool_template, messages, tools)
     fmt = template_format(template.source) if tools is not None else None
     forced = None
@@ -151,6 +153,7 @@ async def count_tokens(req: CountTokensRequest, request: Request) -> dict[str, i
     st.check_model(req.model)
     def count() -> int:
         messages, tools = _conversation(req), _tools(req)
+        check_conversation(st.model, st.prompt_limits, messages, tools)
         template = pick_template(st.template, st.tool_template, messages, tools)
         return len(render_chat(st.model, template, messages, tools))
 

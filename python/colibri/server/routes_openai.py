@@ -13,6 +13,7 @@ from starlette.responses import Response
 from ..errors import ColibriError
 from .errors import ApiError
 from .options import Plan, chat_plan, plan, sampling
+from .prompt_size import check_chars
 from .runner import (
     answer,
     chat_logprob,
@@ -66,7 +67,8 @@ async def chat_completions(req: ChatCompletionRequest, request: Request) -> Resp
     st.check_model(req.model)
     # Off the event loop: rendering, tokenizing and compiling a grammar cost time that
     # grows with the request (issue 35); /health and other clients keep being answered.
-    p = await asyncio.to_thread(chat_plan, st.model, st.template, req, st.tool_template)
+    p = await asyncio.to_thread(chat_plan, st.model, st.template, req, st.tool_template,
+                                st.prompt_limits)
     ticket = st.scheduler.admit(positions=p.positions)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     frames = _chat_frames(st, p, ticket, include_usage) if req.stream else None
@@ -163,6 +165,8 @@ def _prompt_ids(st: ServerState, req: CompletionRequest) -> list[int]:
             raise ApiError(400, "one prompt per request: a list of several prompts is not "
                                 "supported (send them as separate requests)", param="prompt")
         prompt = prompt[0]
+    if isinstance(prompt, str):
+        check_chars(st.model, len(prompt), "prompt")
     try:
         return st.model.encode_prompt(prompt)  # type: ignore[arg-type]
     except ColibriError as exc:

@@ -13,6 +13,7 @@ from ..chat.template import ChatTemplate
 from ..model import Model
 from .errors import ApiError
 from .metrics import Metrics
+from .prompt_size import PromptLimits
 from .scheduler import Scheduler
 
 
@@ -29,6 +30,7 @@ class ServerState:
     # What conversations with tools are rendered with (options.pick_template): `template`
     # when it renders tools, else colibri's shipped one for its family, else None.
     tool_template: ChatTemplate | None = None
+    prompt_limits: PromptLimits = field(default_factory=PromptLimits)
 
     def check_model(self, name: str) -> None:
         """404 for a model this server does not serve."""
