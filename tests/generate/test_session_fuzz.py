@@ -20,6 +20,7 @@ from colibri.errors import ColibriError, InvalidRequestError, ModelFormatError
 from support.modelfactory import TinyModel, prompt_ids
 
 CASES = 600  # under a second on the tiny model
+LONG_CASES = 50_000  # -m slow
 _MAGIC = b"COLIBRI-SESSION\n"
 _START = 24  # the magic (16 bytes), then the header's length (8)
 
@@ -118,30 +119,44 @@ def _saved(model: co.Model, path: Path, *, rolled_back: bool) -> bytes:
     return path.read_bytes()
 
 
-def test_mutated_session_files_load_exactly_or_raise_colibri_errors(
-        tiny: co.Model, tmp_path: Path) -> None:
-    rng = random.Random(35_7)
+def _campaign(model: co.Model, tmp_path: Path, seed: int, cases: int) -> dict[str, int]:
+    """`cases` mutants (half of a plain save, half of one after a rollback): each load
+    raises a colibri error or generates what the original generates."""
+    rng = random.Random(seed)
     path = tmp_path / "m.session"
     outcomes = {"loaded": 0, "refused": 0}
     for rolled_back in (False, True):
-        original = _saved(tiny, tmp_path / "orig.session", rolled_back=rolled_back)
-        expected = co.Session.load(tmp_path / "orig.session", tiny).generate(
+        original = _saved(model, tmp_path / "orig.session", rolled_back=rolled_back)
+        expected = co.Session.load(tmp_path / "orig.session", model).generate(
             [], max_tokens=4).token_ids
-        for case in range(CASES // 2):
+        for case in range(cases // 2):
             path.write_bytes(_mutant(rng, original))
             try:
-                loaded = co.Session.load(path, tiny)
+                loaded = co.Session.load(path, model)
             except ColibriError:
                 outcomes["refused"] += 1
                 continue
             except BaseException as exc:  # the defect under test: name the case
-                raise AssertionError(f"case {case} (rolled back: {rolled_back}) raised "
-                                     f"{exc!r}, not a colibri error") from exc
+                raise AssertionError(f"seed {seed}, case {case} (rolled back: {rolled_back}) "
+                                     f"raised {exc!r}, not a colibri error") from exc
             outcomes["loaded"] += 1
             got = loaded.generate([], max_tokens=4).token_ids
-            assert got == expected, f"case {case} (rolled back: {rolled_back}) loaded and " \
-                                    f"generated {got}, not {expected}"
-    assert outcomes["refused"] > CASES // 2 and outcomes["loaded"] > 0, outcomes
+            assert got == expected, f"seed {seed}, case {case} (rolled back: {rolled_back}) " \
+                                    f"loaded and generated {got}, not {expected}"
+    assert outcomes["refused"] > cases // 2 and outcomes["loaded"] > 0, outcomes
+    return outcomes
+
+
+def test_mutated_session_files_load_exactly_or_raise_colibri_errors(
+        tiny: co.Model, tmp_path: Path) -> None:
+    _campaign(tiny, tmp_path, 35_7, CASES)
+
+
+@pytest.mark.slow
+def test_long_session_file_campaign(tiny: co.Model, tmp_path: Path) -> None:
+    """The long campaign recorded in docs/reliability.md (Hostile requests and sessions)."""
+    for seed in range(1, 11):
+        print(f"seed {seed}: {_campaign(tiny, tmp_path, seed, LONG_CASES // 10)}")
 
 
 def test_a_state_saved_after_a_rollback_is_verified(tiny: co.Model, tmp_path: Path) -> None:
