@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .wire_checks import check_anthropic_blocks, check_body, check_tool_calls
 
+MAX_LOGIT_BIAS = 4096
+"""Most ``logit_bias`` entries one request may send (a banned-token list of hundreds fits)."""
 
 class Wire(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
@@ -91,7 +93,7 @@ class SamplingFields(Wire):
     max_tokens: int | None = Field(default=None, ge=0, strict=True)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[str, float] | None = Field(default=None, max_length=MAX_LOGIT_BIAS)
     # Not OpenAI's, but vLLM's and llama.cpp's names for colibri's other Sampling fields.
     top_k: int | None = Field(default=None, ge=0, strict=True)
     min_p: float | None = Field(default=None, ge=0, le=1)

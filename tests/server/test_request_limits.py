@@ -1,7 +1,7 @@
-"""Issue 35, item 3: a request's message count and text length are checked before its
-prompt is rendered or tokenized. Run in-process against the real SmolLM2 with a 512-token
-context; the tokenizer's encode is wrapped to record what reaches it, so a test can show
-that a refused request never got there."""
+"""Issue 35: the server's request limits. Item 3: a request's message count and text
+length are checked before its prompt is rendered or tokenized. Run in-process against the
+real SmolLM2 with a 512-token context; the tokenizer's encode is wrapped to record what
+reaches it, so a test can show that a refused request never got there."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 import colibri as co
 from colibri.server import create_app
 from colibri.server.prompt_size import PromptLimits, longest_token_bytes, text_chars
+from colibri.server.wire import MAX_LOGIT_BIAS
 from support.realmodel import smollm2_gguf
 
 CONTEXT = 512
@@ -122,3 +123,15 @@ def test_prompt_limits_validate() -> None:
         PromptLimits(max_messages=0)
     with pytest.raises(ValueError):
         PromptLimits(max_messages=True)
+
+
+def test_logit_bias_entries_are_bounded(served: tuple[TestClient, co.Model, list[int]]) -> None:
+    c, _, _ = served
+    body = {"model": "smollm2", "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
+    ok = c.post("/v1/chat/completions",
+                json={**body, "logit_bias": {str(i): -1.0 for i in range(MAX_LOGIT_BIAS)}})
+    assert ok.status_code == 200, ok.text
+    r = c.post("/v1/chat/completions",
+               json={**body, "logit_bias": {str(i): -1.0 for i in range(MAX_LOGIT_BIAS + 1)}})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "logit_bias"
