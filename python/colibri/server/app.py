@@ -94,6 +94,7 @@ def create_app(
     kv_budget: int | None = None,
     prefix_sharing: bool = True,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    special_tokens_in_content: bool = False,
 ) -> FastAPI:
     """The server for `model`, served as `model_name` (default ``model.name``; requests
     may also name it by one of `aliases`).
@@ -111,7 +112,10 @@ def create_app(
     on (``EngineConfig.prompt_cache``), requests running at the same time share their
     common prompt prefix (prefilled once: colibri.generate.prefix_share). ``timeout``:
     seconds a request may take, queue wait included (None: no limit). ``max_body_bytes``:
-    larger request bodies get 413 before they are read whole (server/body_limit.py). At
+    larger request bodies get 413 before they are read whole (server/body_limit.py).
+    ``special_tokens_in_content`` (sets ``model.special_tokens_in_content``; trusted
+    clients only): control-token text in messages and tools is matched as control tokens
+    instead of encoded as plain text (docs/serving.md). At
     shutdown new
     requests get 503, running
     and queued ones finish (up to ``drain_timeout`` s), and the model is closed if
@@ -121,6 +125,7 @@ def create_app(
                           timeout=timeout, retry_after=retry_after)
     scheduler.kv_budget = slot_kv_budget(model, max_running, kv_budget)
     model.prompt_cache.share_running = prefix_sharing
+    model.special_tokens_in_content = special_tokens_in_content
     template = (ChatTemplate(chat_template, bos_token=model.tokenizer.bos_token,
                              eos_token=model.tokenizer.eos_token, name="--chat-template")
                 if chat_template is not None else model.chat_template)
