@@ -19,7 +19,7 @@ import numpy as np
 from . import _core
 from .chat.fit import FittedPrompt, fit_conversation, fit_tokens
 from .chat.messages import Messages, Tools, as_messages, render_conversation
-from .chat.plain_content import encode_chat
+from .chat.plain_content import chat_text, encode_chat
 from .chat.template import ChatTemplate
 from .display import Displayable, model_rows
 from .engine.handle import EngineHandle, load_engine
@@ -461,13 +461,11 @@ class Model(Displayable):
         (default True) ends with the assistant's turn header. ``variables`` are further
         template variables (``enable_thinking=False``, ``documents=[...]``...)."""
         template = self.chat_template
-        if tokenize:
-            return encode_chat(self.tokenizer, lambda plain: render_conversation(
+        return (encode_chat if tokenize else chat_text)(
+            self.tokenizer, lambda plain: render_conversation(
                 template, plain(messages), tools=plain(tools),
                 add_generation_prompt=add_generation_prompt, **plain(variables)),
-                special_tokens_in_content=self.special_tokens_in_content)
-        return render_conversation(template, messages, tools=tools,
-                                   add_generation_prompt=add_generation_prompt, **variables)
+            special_tokens_in_content=self.special_tokens_in_content)
 
     def count_tokens(
         self,

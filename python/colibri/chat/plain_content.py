@@ -7,11 +7,13 @@ would open a real system turn. :func:`encode_chat` keeps them apart:
 
 1. every string the caller passes (message contents and text parts, tool calls' names and
    arguments, tool results, tool definitions, documents, other template variables, and
-   the keys of mappings) has each control token's text replaced by a sentinel: private-use
-   characters with a nonce drawn for this render (drawn again in the rare case that it
-   occurs in the input), so no caller can write one;
+   the keys of mappings) has each control token's text replaced by a sentinel: a nonce
+   drawn for this render (drawn again in the rare case that it occurs in the input), so no
+   caller can write one, and the token's index;
 2. the template renders the masked values (trimming, splitting or quoting them as it
-   likes: the sentinels are ordinary characters to it);
+   likes). A sentinel is lowercase letters and digits, which JSON (``tojson``, ASCII or
+   not), Python's ``repr`` and HTML escaping leave as they are; a template that escapes
+   the text gets the token's text back unescaped;
 3. the rendered text is split around the control tokens it holds (the template's own),
    and the text between them is encoded with the sentinels put back as the literal text
    they stand for, encoded as plain text.
@@ -36,15 +38,14 @@ from typing import Any, TypeVar
 
 from ..tokenizers import Tokenizer
 
-__all__ = ["PlainContent", "encode_chat"]
+__all__ = ["PlainContent", "chat_text", "encode_chat"]
 
 T = TypeVar("T")
 
-# Sentinel: _OPEN + nonce + the control token's index (decimal) + _CLOSE. Private-use
-# characters, so that no tokenizer or template gives them a meaning.
-_OPEN, _CLOSE = "\U000f0000", "\U000f0001"
-_NONCE_CHARS = 12
-_NONCE_BASE = 0xF0100  # nonce characters: U+F0100..U+F01FF
+# Sentinel: nonce (a prefix and 128 random bits in hex) + the control token's index
+# (decimal) + _CLOSE. Matched without regard to case when put back (a template may
+# upper-case a text).
+_PREFIX, _CLOSE = "colibriplain", "z"
 _ANCHOR = 3
 
 
@@ -68,9 +69,8 @@ class PlainContent:
         self._draw()
 
     def _draw(self) -> None:
-        self._nonce = _OPEN + "".join(
-            chr(_NONCE_BASE + secrets.randbelow(256)) for _ in range(_NONCE_CHARS))
-        self._sentinel = re.compile(re.escape(self._nonce) + r"(\d+)" + re.escape(_CLOSE))
+        self._nonce = _PREFIX + secrets.token_hex(16)
+        self._sentinel = re.compile(re.escape(self._nonce) + r"(\d+)" + _CLOSE, re.IGNORECASE)
 
     @property
     def used(self) -> bool:
@@ -120,16 +120,24 @@ class PlainContent:
         template's text, each sentinel encoded as the plain text of its token. Text
         without sentinels is encoded whole, as ``encode(special=True)`` does."""
         tok = self._tok
-        if not self._used or self._nonce not in text:
+        if not self._used or not self._sentinel.search(text):
             return tok.encode(text, add_special_tokens=False, special=True)
         ids: list[int] = []
         for piece in tok.split_special(text):
             if isinstance(piece, int):
                 ids.append(piece)
             else:
-                plain = self._sentinel.sub(lambda m: self._controls[int(m[1])][0], piece)
-                ids.extend(tok.encode(plain, add_special_tokens=False, special=False))
+                ids.extend(tok.encode(self.text(piece), add_special_tokens=False, special=False))
         return ids
+
+    def text(self, rendered: str) -> str:
+        """`rendered` with each sentinel put back as the text of its token: the text
+        :meth:`encode` gives the ids of."""
+        if not self._used:
+            return rendered
+        controls = self._controls
+        return self._sentinel.sub(
+            lambda m: controls[int(m[1])][0] if int(m[1]) < len(controls) else m[0], rendered)
 
 
 def encode_chat(tokenizer: Tokenizer, render: Callable[[Callable[[Any], Any]], str], *,
@@ -144,3 +152,15 @@ def encode_chat(tokenizer: Tokenizer, render: Callable[[Callable[[Any], Any]], s
         return tokenizer.encode(text, add_special_tokens=False, special=True)
     plain = PlainContent(tokenizer)
     return plain.encode(render(plain.mask))
+
+
+def chat_text(tokenizer: Tokenizer, render: Callable[[Callable[[Any], Any]], str], *,
+              special_tokens_in_content: bool = False) -> str:
+    """The text :func:`encode_chat` gives the ids of (the same arguments): the template
+    rendered from the masked values, with the control tokens' text put back. It differs
+    from rendering the values as they are only where a template looks for control-token
+    text inside them (or escapes it), and there it is what the model is given."""
+    if special_tokens_in_content:
+        return render(lambda value: value)
+    plain = PlainContent(tokenizer)
+    return plain.text(render(plain.mask))

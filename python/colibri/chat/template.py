@@ -40,7 +40,7 @@ from ..errors import InvalidRequestError, ModelFormatError
 from .deadline import Deadline, DeadlinePassed
 from .limits import DEFAULT_LIMITS, LimitedEnvironment, LimitExceeded, TemplateLimits, check_text
 from .limits import render as render_limited
-from .plain_content import encode_chat
+from .plain_content import chat_text, encode_chat
 
 if TYPE_CHECKING:
     from ..tokenizers import Tokenizer
@@ -427,9 +427,7 @@ def apply_chat_template(
     ``special_tokens_in_content=True`` (trusted input only: control tokens matched in it too).
     """
     template = ChatTemplate.for_tokenizer(tokenizer)
-    if not tokenize:
-        return template.render(messages, add_generation_prompt=add_generation_prompt, **variables)
-    return encode_chat(tokenizer, lambda plain: template.render(
+    return (encode_chat if tokenize else chat_text)(tokenizer, lambda plain: template.render(
         plain(messages), add_generation_prompt=add_generation_prompt, **plain(variables)),
         special_tokens_in_content=special_tokens_in_content)
 
