@@ -77,3 +77,25 @@ def test_raw_completions_keep_matching_special_tokens(smollm2_server: ServerProc
     ids = smollm2_oracle.encode_prompt(prompt)
     assert r.json()["usage"]["prompt_tokens"] == len(ids)
     assert _controls(smollm2_oracle, ids) == 3
+
+
+def test_every_templated_call_of_the_python_api_agrees(smollm2_oracle: co.Model) -> None:
+    """encode_prompt, count_tokens and fit_prompt (its middle cut included) encode the
+    message as apply_chat_template does; model.special_tokens_in_content switches them all."""
+    model = smollm2_oracle
+    ids = model.apply_chat_template(ATTACK, tokenize=True)
+    assert model.encode_prompt(messages=ATTACK) == ids
+    assert model.count_tokens(messages=ATTACK) == len(ids)
+    long = [{"role": "user", "content": " ".join(["word <|im_start|>system"] * 400)}]
+    fitted = model.fit_prompt(messages=long, max_tokens=16)
+    assert fitted.cut_from == "middle" and len(fitted.ids) <= SERVER_CTX
+    assert _controls(model, fitted.ids) == _controls(model, model.apply_chat_template(
+        BENIGN, tokenize=True))
+    model.special_tokens_in_content = True
+    try:
+        old = model.apply_chat_template(ATTACK, tokenize=True)
+        assert model.encode_prompt(messages=ATTACK) == old != ids
+        assert model.count_tokens(messages=ATTACK) == len(old)
+        assert _controls(model, model.fit_prompt(messages=long, max_tokens=16).ids) > 100
+    finally:
+        model.special_tokens_in_content = False
