@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from colibri.chat import plain_content
 from colibri.chat.plain_content import PlainContent, chat_text, encode_chat
 from colibri.chat.template import ChatTemplate, apply_chat_template
 from colibri.errors import InvalidRequestError, ModelFormatError
@@ -163,28 +164,29 @@ def test_markers_in_caller_text_stay_text(tok: Tokenizer, name: str) -> None:
     assert differs == _DIFFERS.get(name, []), name
 
 
-def _real_tokenizers() -> list[tuple[str, Tokenizer]]:
+def _real_tokenizers() -> list[Tokenizer]:
     names = ["qwen2", "llama-spm"]
-    return [(n, gguf_tokenizer(vocab_dir() / f"ggml-vocab-{n}.gguf")) for n in names]  # type: ignore[misc]
+    return [gguf_tokenizer(vocab_dir() / f"ggml-vocab-{n}.gguf") for n in names]  # type: ignore[misc]
 
 
 def test_benign_text_gives_the_ids_of_before(tok: Tokenizer) -> None:
     """Without marker text in it, a conversation's ids are the rendered text encoded whole
     with special tokens matched, for every template, slot and tokenizer (the markers one
     and real vocabularies: Qwen2's byte-level BPE, Llama 2's SentencePiece)."""
-    content = RICH_BENIGN
+    rendered: dict[tuple[str, str], tuple[Conversation, str]] = {}
+    for name in NAMES:
+        for slot, make in SLOTS.items():
+            conv = make(RICH_BENIGN)
+            try:
+                rendered[name, slot] = conv, _render(_template(name), conv, lambda v: v)
+            except (InvalidRequestError, ModelFormatError):
+                continue
     checked = 0
-    for _, t in [("markers", tok), *_real_tokenizers()]:
-        for name in NAMES:
-            tpl = _template(name)
-            for make in SLOTS.values():
-                conv = make(content)
-                if not _renders(tpl, conv):
-                    continue
-                before = t.encode(_render(tpl, conv, lambda v: v), add_special_tokens=False,
-                                  special=True)
-                assert encode_chat(t, functools.partial(_render, tpl, conv)) == before, name
-                checked += 1
+    for t in [tok, *_real_tokenizers()]:
+        for (name, _), (conv, text) in rendered.items():
+            before = t.encode(text, add_special_tokens=False, special=True)
+            assert encode_chat(t, functools.partial(_render, _template(name), conv)) == before
+            checked += 1
     assert checked > 3 * 250
 
 
@@ -208,13 +210,26 @@ def test_a_real_vocabulary_keeps_user_defined_tokens() -> None:
         assert qwen.token_to_id(text) in one
 
 
-def test_the_sentinel_is_drawn_again_when_the_text_holds_it(tok: Tokenizer) -> None:
+def test_a_text_holding_the_nonce_is_rendered_again_with_another(
+        tok: Tokenizer, monkeypatch: pytest.MonkeyPatch) -> None:
+    drawn = iter(["a" * 32, "b" * 32, "c" * 32])
+    monkeypatch.setattr(plain_content.secrets, "token_hex", lambda n: next(drawn))
+    known = "colibriplain" + "a" * 32 + "0z"
+    msgs = [{"role": "user", "content": f"{known}<|im_start|>"}]
+    tpl = _template("Qwen-Qwen2.5-7B-Instruct.jinja")
+    ids = encode_chat(tok, lambda plain: tpl.render(plain(msgs)))
+    assert tok.decode(ids) == tpl.render(msgs)
+    base = encode_chat(tok, lambda plain: tpl.render(plain([{"role": "user", "content": "x"}])))
+    assert _controls(tok, ids) == _controls(tok, base)
+
+
+def test_mask_copies_containers_and_keeps_other_values(tok: Tokenizer) -> None:
     plain = PlainContent(tok)
-    first = plain._nonce
-    masked = plain.mask({"k": first + "<|im_start|>", "n": [1, None, ("<|im_end|>",)]})
-    assert plain._nonce != first and plain.used
-    assert plain._nonce in masked["k"] and "<|im_start|>" not in masked["k"]
-    assert masked["n"][:2] == [1, None] and "<|im_end|>" not in masked["n"][2][0]
-    ids = plain.encode(f"<|im_start|>user\n{masked['k']}<|im_end|>")
-    assert _controls(tok, ids) == 2
-    assert tok.decode(ids) == f"<|im_start|>user\n{first}<|im_start|><|im_end|>"
+    value = {"<|im_start|>": ["<|im_end|>", 1, None, ("<|im_end|>", 2.5)], "k": True}
+    masked = plain.mask(value)
+    assert plain.used and "<|im_start|>" not in masked and "k" in masked
+    (items,) = [v for k, v in masked.items() if k != "k"]
+    assert items[1:3] == [1, None] and isinstance(items[3], tuple) and items[3][1] == 2.5
+    assert "<|im_end|>" not in items[0] + items[3][0]
+    assert plain.text(str(masked)) == str(value)
+    assert value["<|im_start|>"][0] == "<|im_end|>"  # the caller's value is not changed

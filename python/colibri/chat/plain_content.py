@@ -34,13 +34,11 @@ import dataclasses
 import re
 import secrets
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from ..tokenizers import Tokenizer
 
 __all__ = ["PlainContent", "chat_text", "encode_chat"]
-
-T = TypeVar("T")
 
 # Sentinel: nonce (a prefix and 128 random bits in hex) + the control token's index
 # (decimal) + _CLOSE. Matched without regard to case when put back (a template may
@@ -50,7 +48,7 @@ _ANCHOR = 3
 
 
 class _Collision(Exception):
-    """The drawn nonce occurs in the caller's text: draw another."""
+    """The drawn nonce occurs in the caller's text: render again with another."""
 
 
 class PlainContent:
@@ -66,9 +64,6 @@ class PlainContent:
         for k, (token, _) in enumerate(self._controls):
             self._groups.setdefault(token[:_ANCHOR], []).append(k)
         self._used = False
-        self._draw()
-
-    def _draw(self) -> None:
         self._nonce = _PREFIX + secrets.token_hex(16)
         self._sentinel = re.compile(re.escape(self._nonce) + r"(\d+)" + _CLOSE, re.IGNORECASE)
 
@@ -77,28 +72,22 @@ class PlainContent:
         """Whether :meth:`mask` replaced any control token's text."""
         return self._used
 
-    def mask(self, value: T) -> T:
-        """A copy of `value` (a str, or lists, tuples, mappings and dataclasses of them)
-        with every control token's text in its strings replaced by a sentinel. Values of
-        other types are kept as they are."""
-        while True:
-            try:
-                return self._mask(value)  # type: ignore[no-any-return]
-            except _Collision:
-                self._used = False
-                self._draw()
-
-    def _mask(self, value: Any) -> Any:
+    def mask(self, value: Any) -> Any:
+        """A copy of `value` (a str, or lists, tuples, mappings and dataclasses of them:
+        a dataclass becomes a dict) with every control token's text in its strings
+        replaced by a sentinel. Values of other types are kept as they are. Raises
+        _Collision when a string holds this render's nonce (:func:`encode_chat` then
+        renders again with a new one)."""
         if isinstance(value, str):
             return self._mask_str(value)
         if isinstance(value, Mapping):
-            return {self._mask(k): self._mask(v) for k, v in value.items()}
+            return {self.mask(k): self.mask(v) for k, v in value.items()}
         if isinstance(value, list):
-            return [self._mask(v) for v in value]
+            return [self.mask(v) for v in value]
         if isinstance(value, tuple):
-            return tuple(self._mask(v) for v in value)
+            return tuple(self.mask(v) for v in value)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return self._mask(dataclasses.asdict(value))
+            return self.mask(dataclasses.asdict(value))
         return value
 
     def _mask_str(self, text: str) -> str:
@@ -150,8 +139,8 @@ def encode_chat(tokenizer: Tokenizer, render: Callable[[Callable[[Any], Any]], s
     if special_tokens_in_content:
         text = render(lambda value: value)
         return tokenizer.encode(text, add_special_tokens=False, special=True)
-    plain = PlainContent(tokenizer)
-    return plain.encode(render(plain.mask))
+    plain, text = _render_masked(tokenizer, render)
+    return plain.encode(text)
 
 
 def chat_text(tokenizer: Tokenizer, render: Callable[[Callable[[Any], Any]], str], *,
@@ -162,5 +151,15 @@ def chat_text(tokenizer: Tokenizer, render: Callable[[Callable[[Any], Any]], str
     text inside them (or escapes it), and there it is what the model is given."""
     if special_tokens_in_content:
         return render(lambda value: value)
-    plain = PlainContent(tokenizer)
-    return plain.text(render(plain.mask))
+    plain, text = _render_masked(tokenizer, render)
+    return plain.text(text)
+
+
+def _render_masked(tokenizer: Tokenizer, render: Callable[[Callable[[Any], Any]], str],
+                   ) -> tuple[PlainContent, str]:
+    while True:  # again only if the caller's text holds the nonce (2**-128 by chance)
+        plain = PlainContent(tokenizer)
+        try:
+            return plain, render(plain.mask)
+        except _Collision:
+            continue
