@@ -204,7 +204,13 @@ def test_a_real_vocabulary_keeps_user_defined_tokens() -> None:
                                tokenize=True)
     assert ids.count(start) == base.count(start) < old.count(start)
     assert qwen.decode(ids) == apply_chat_template(qwen, msgs)
+    controls = dict(qwen.control_tokens)
+    assert controls["<|im_start|>"] == start
     user_defined = [t for t, i in qwen._specials_user]
+    assert user_defined and not set(user_defined) & set(controls)
+    text = f"a{user_defined[0]}b<|im_end|>c"
+    pieces = qwen.split_special(text)
+    assert pieces == ["a", qwen.token_to_id(user_defined[0]), "b", controls["<|im_end|>"], "c"]
     for text in user_defined[:5]:
         one = apply_chat_template(qwen, [{"role": "user", "content": text}], tokenize=True)
         assert qwen.token_to_id(text) in one
