@@ -19,6 +19,7 @@ import numpy as np
 from . import _core
 from .chat.fit import FittedPrompt, fit_conversation, fit_tokens
 from .chat.messages import Messages, Tools, as_messages, render_conversation
+from .chat.plain_content import chat_text, encode_chat
 from .chat.template import ChatTemplate
 from .display import Displayable, model_rows
 from .engine.handle import EngineHandle, load_engine
@@ -78,6 +79,11 @@ class Model(Displayable):
     def __init__(self, handle: EngineHandle) -> None:
         self._runner = Runner(handle)
         self._chat_template: ChatTemplate | None = None  # set by the user, else the model's
+        self.special_tokens_in_content = False
+        """True (trusted callers only): control-token text in messages, tools and template
+        variables is matched as control tokens, as the rendered template's own is; False
+        (the default): it is encoded as plain text (docs/api.md, "Special tokens in
+        messages"). A raw ``prompt`` str always matches special tokens."""
 
     @property
     def runner(self) -> Runner:
@@ -244,8 +250,10 @@ class Model(Displayable):
         if (prompt is None) == (messages is None):
             raise InvalidRequestError("pass exactly one of prompt= or messages=")
         if messages is not None:
-            text = self.chat_template.render(messages, add_generation_prompt=True)
-            ids = self.tokenizer.encode(text, add_special_tokens=False, special=True)
+            template = self.chat_template
+            ids = encode_chat(self.tokenizer, lambda plain: template.render(
+                plain(messages), add_generation_prompt=True),
+                special_tokens_in_content=self.special_tokens_in_content)
         elif isinstance(prompt, str):
             if not prompt:
                 raise InvalidRequestError("the prompt is empty; give some text or messages")
@@ -369,7 +377,8 @@ class Model(Displayable):
             raise InvalidRequestError("the prompt encodes to no tokens")
         if len(ids) < context:
             return FittedPrompt(ids)
-        return fit_conversation(conversation, render, self.tokenizer, room)
+        return fit_conversation(conversation, render, self.tokenizer, room,
+                                special_tokens_in_content=self.special_tokens_in_content)
 
     async def agenerate(
         self,
@@ -441,8 +450,9 @@ class Model(Displayable):
         **variables: Any,
     ) -> str | list[int]:
         """The model's chat template applied to ``messages`` (a str is one user message):
-        the prompt text, or with ``tokenize=True`` its token ids (special tokens matched, no
-        BOS added: the template writes what the model wants), exactly what
+        the prompt text, or with ``tokenize=True`` its token ids (the template's control
+        tokens matched, the caller's text plain unless :attr:`special_tokens_in_content`;
+        no BOS added: the template writes what the model wants), exactly what
         ``generate(messages=...)`` and :meth:`chat` prefill.
 
         ``tools``: tool definitions (OpenAI's ``[{"type": "function", "function": {...}}]``)
@@ -450,11 +460,12 @@ class Model(Displayable):
         InvalidRequestError rather than silently dropping them. ``add_generation_prompt``
         (default True) ends with the assistant's turn header. ``variables`` are further
         template variables (``enable_thinking=False``, ``documents=[...]``...)."""
-        text = render_conversation(self.chat_template, messages, tools=tools,
-                                   add_generation_prompt=add_generation_prompt, **variables)
-        if tokenize:
-            return self.tokenizer.encode(text, add_special_tokens=False, special=True)
-        return text
+        template = self.chat_template
+        return (encode_chat if tokenize else chat_text)(
+            self.tokenizer, lambda plain: render_conversation(
+                template, plain(messages), tools=plain(tools),
+                add_generation_prompt=add_generation_prompt, **plain(variables)),
+            special_tokens_in_content=self.special_tokens_in_content)
 
     def count_tokens(
         self,

@@ -79,11 +79,17 @@ def test_smollm2_template_matches_transformers(
     tpl = ChatTemplate.for_tokenizer(smol)
     assert not tpl.is_fallback
     assert tpl.render(messages, add_generation_prompt=gen) == expected
-    ids = apply_chat_template(smol, messages, add_generation_prompt=gen, tokenize=True)
+    # transformers matches control tokens in the messages' text too: colibri does so only
+    # when asked (special_tokens_in_content=True); by default that text is plain text
+    # (tests/chat/test_content_injection.py), the same ids where it holds none.
+    ids = apply_chat_template(smol, messages, add_generation_prompt=gen, tokenize=True,
+                              special_tokens_in_content=True)
     ref_ids = smol_ref.apply_chat_template(messages, tokenize=True, add_generation_prompt=gen)
     if not isinstance(ref_ids, list):
         ref_ids = ref_ids["input_ids"]
     assert ids == list(ref_ids)
+    plain = apply_chat_template(smol, messages, add_generation_prompt=gen, tokenize=True)
+    assert (plain == ids) == ("<|im_end|>" not in str(messages))
 
 
 @pytest.mark.parametrize("name", ["qwen2", "phi-3", "command-r"])

@@ -63,9 +63,12 @@ def fit_tokens(ids: list[int], room: int) -> FittedPrompt:
 
 def fit_conversation(messages: Sequence[Mapping[str, Any]],
                      render: Callable[[list[dict[str, Any]]], list[int]],
-                     tokenizer: Tokenizer, room: int) -> FittedPrompt:
+                     tokenizer: Tokenizer, room: int, *,
+                     special_tokens_in_content: bool = False) -> FittedPrompt:
     """`messages` rendered to ids (`render`: through the chat template, generation prompt
-    included) in at most `room` tokens, by the rules in the module docstring."""
+    included) in at most `room` tokens, by the rules in the module docstring.
+    `special_tokens_in_content`: whether `render` matches control tokens in message text
+    (colibri.chat.plain_content); the cut counts the message's tokens the same way."""
     msgs = [dict(m) for m in messages]
     full = render(msgs)
     if len(full) <= room:
@@ -97,7 +100,7 @@ def fit_conversation(messages: Sequence[Mapping[str, Any]],
     if fits_at is not None:
         return FittedPrompt(fits_at, dropped_messages=len(msgs) - len(without(lo)))
     kept = without(len(starts))  # the system messages, then the last user message on
-    cut = _cut_middle(kept, first, render, tokenizer, room)
+    cut = _cut_middle(kept, first, render, tokenizer, room, special_tokens_in_content)
     if cut is not None:
         ids, n_cut = cut
         return FittedPrompt(ids, len(msgs) - len(kept), n_cut, "middle")
@@ -107,13 +110,13 @@ def fit_conversation(messages: Sequence[Mapping[str, Any]],
 
 def _cut_middle(msgs: list[dict[str, Any]], index: int,
                 render: Callable[[list[dict[str, Any]]], list[int]], tokenizer: Tokenizer,
-                room: int) -> tuple[list[int], int] | None:
+                room: int, special: bool) -> tuple[list[int], int] | None:
     """`msgs` rendered in `room` tokens with the middle of message `index` (the last user
     message) cut out, and how many of its tokens went; None when its text is not a plain
     string or no cut of it fits."""
     if not isinstance(msgs[index].get("content"), str):
         return None
-    content = tokenizer.encode(msgs[index]["content"], add_special_tokens=False, special=True)
+    content = tokenizer.encode(msgs[index]["content"], add_special_tokens=False, special=special)
     over = len(render(msgs)) - room
     keep = len(content) - over - len(tokenizer.encode(CUT_MARK, add_special_tokens=False))
     for _ in range(_CUT_TRIES):
@@ -125,8 +128,8 @@ def _cut_middle(msgs: list[dict[str, Any]], index: int,
         text = first + CUT_MARK + rest
         ids = render([*msgs[:index], {**msgs[index], "content": text}, *msgs[index + 1:]])
         if len(ids) <= room:
-            kept = (len(tokenizer.encode(first, add_special_tokens=False, special=True))
-                    + len(tokenizer.encode(rest, add_special_tokens=False, special=True)))
+            kept = (len(tokenizer.encode(first, add_special_tokens=False, special=special))
+                    + len(tokenizer.encode(rest, add_special_tokens=False, special=special)))
             return ids, len(content) - kept
         keep -= len(ids) - room
     return None

@@ -40,6 +40,7 @@ from ..errors import InvalidRequestError, ModelFormatError
 from .deadline import Deadline, DeadlinePassed
 from .limits import DEFAULT_LIMITS, LimitedEnvironment, LimitExceeded, TemplateLimits, check_text
 from .limits import render as render_limited
+from .plain_content import chat_text, encode_chat
 
 if TYPE_CHECKING:
     from ..tokenizers import Tokenizer
@@ -392,6 +393,7 @@ def apply_chat_template(
     *,
     add_generation_prompt: bool = ...,
     tokenize: Literal[False] = ...,
+    special_tokens_in_content: bool = ...,
     **variables: Any,
 ) -> str: ...
 
@@ -403,6 +405,7 @@ def apply_chat_template(
     *,
     add_generation_prompt: bool = ...,
     tokenize: Literal[True],
+    special_tokens_in_content: bool = ...,
     **variables: Any,
 ) -> list[int]: ...
 
@@ -413,19 +416,20 @@ def apply_chat_template(
     *,
     add_generation_prompt: bool = True,
     tokenize: bool = False,
+    special_tokens_in_content: bool = False,
     **variables: Any,
 ) -> str | list[int]:
     """Render ``messages`` with the tokenizer's model template (ChatML when it has none).
 
-    With ``tokenize=True`` the ids of the prompt (special tokens matched, no bos added: the
-    template writes the ones the model wants).
+    With ``tokenize=True`` the ids of the prompt (no bos added: the template writes the ones
+    the model wants): the template's control tokens matched, and the text of the messages
+    and variables encoded as plain text (colibri.chat.plain_content), unless
+    ``special_tokens_in_content=True`` (trusted input only: control tokens matched in it too).
     """
-    text = ChatTemplate.for_tokenizer(tokenizer).render(
-        messages, add_generation_prompt=add_generation_prompt, **variables
-    )
-    if tokenize:
-        return tokenizer.encode(text, add_special_tokens=False, special=True)
-    return text
+    template = ChatTemplate.for_tokenizer(tokenizer)
+    return (encode_chat if tokenize else chat_text)(tokenizer, lambda plain: template.render(
+        plain(messages), add_generation_prompt=add_generation_prompt, **plain(variables)),
+        special_tokens_in_content=special_tokens_in_content)
 
 
 __all__ = [

@@ -68,6 +68,10 @@ def add_serve_parser(sub: Any, engine_flags: Callable[[argparse.ArgumentParser],
     g.add_argument("--no-prefix-sharing", action="store_true",
                    help="with --prompt-cache: reuse only the prefixes of finished requests, "
                         "not those of requests running at the same time")
+    g.add_argument("--allow-special-tokens-in-content", action="store_true",
+                   help="match control tokens (<|im_start|>...) written in messages and "
+                        "tools as those tokens, as before colibri encoded them as plain "
+                        "text; for trusted clients only (docs/serving.md)")
     g.add_argument("-q", "--quiet", action="store_true",
                    help="no download progress and no access log on stderr")
     from .serve_ray import add_ray_flags
@@ -135,6 +139,7 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
             "max_running": args.parallel, "timeout": timeout,
             "drain_timeout": args.shutdown_timeout, "kv_budget": kv_budget,
             "max_body_bytes": max_body,
+            "special_tokens_in_content": args.allow_special_tokens_in_content,
             "prefix_sharing": not args.no_prefix_sharing}, err)
     # The port is taken before the model loads (seconds to minutes): one in use is this
     # command's error now, not uvicorn's after the load.
@@ -158,7 +163,8 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
                      max_running=args.parallel, timeout=timeout,
                      close_model=True, drain_timeout=args.shutdown_timeout,
                      kv_budget=kv_budget, prefix_sharing=not args.no_prefix_sharing,
-                     max_body_bytes=max_body)
+                     max_body_bytes=max_body,
+                     special_tokens_in_content=args.allow_special_tokens_in_content)
     scheduler = app.state.colibri.scheduler
     name = app.state.colibri.model_name
 

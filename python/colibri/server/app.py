@@ -96,6 +96,7 @@ def create_app(
     prefix_sharing: bool = True,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     prompt_limits: PromptLimits | None = None,
+    special_tokens_in_content: bool = False,
 ) -> FastAPI:
     """The server for `model`, served as `model_name` (default ``model.name``; requests
     may also name it by one of `aliases`).
@@ -115,7 +116,10 @@ def create_app(
     seconds a request may take, queue wait included (None: no limit). ``max_body_bytes``:
     larger request bodies get 413 before they are read whole (server/body_limit.py).
     ``prompt_limits``: the message count and text length checked before a prompt is rendered
-    or tokenized (server/prompt_size.py). At
+    or tokenized (server/prompt_size.py).
+    ``special_tokens_in_content`` (sets ``model.special_tokens_in_content``; trusted
+    clients only): control-token text in messages and tools is matched as control tokens
+    instead of encoded as plain text (docs/serving.md). At
     shutdown new
     requests get 503, running
     and queued ones finish (up to ``drain_timeout`` s), and the model is closed if
@@ -125,6 +129,7 @@ def create_app(
                           timeout=timeout, retry_after=retry_after)
     scheduler.kv_budget = slot_kv_budget(model, max_running, kv_budget)
     model.prompt_cache.share_running = prefix_sharing
+    model.special_tokens_in_content = special_tokens_in_content
     template = (ChatTemplate(chat_template, bos_token=model.tokenizer.bos_token,
                              eos_token=model.tokenizer.eos_token, name="--chat-template")
                 if chat_template is not None else model.chat_template)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..chat.plain_content import encode_chat
 from ..chat.template import ChatTemplate
 from ..chat.tool_templates import has_tool_turns
 from ..errors import ColibriError
@@ -202,12 +203,14 @@ def pick_template(template: ChatTemplate, tool_template: ChatTemplate | None,
 def render_chat(model: Model, template: ChatTemplate, messages: list[dict[str, Any]],
                 tools: list[dict[str, Any]] | None) -> list[int]:
     """The prompt's ids: `messages` and `tools` through `template` (:func:`pick_template`'s
-    choice)."""
+    choice), the caller's text encoded as plain text unless the model's
+    ``special_tokens_in_content`` (``colibri serve --allow-special-tokens-in-content``)."""
     try:
-        text = template.render(messages, add_generation_prompt=True, tools=tools)
+        return encode_chat(model.tokenizer, lambda plain: template.render(
+            plain(messages), add_generation_prompt=True, tools=plain(tools)),
+            special_tokens_in_content=model.special_tokens_in_content)
     except ColibriError as exc:
         raise from_colibri(exc) from exc
-    return model.tokenizer.encode(text, add_special_tokens=False, special=True)
 
 
 def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest,

@@ -220,6 +220,20 @@ class Tokenizer:
             out.append(d.eos_id)
         return out
 
+    @property
+    def control_tokens(self) -> list[tuple[str, int]]:
+        """The special tokens only ``encode(special=True)`` matches in text (control,
+        unknown, unused; not user-defined ones, which both modes match): (text, id) pairs,
+        longest text first."""
+        user = {tid for _, tid in self._specials_user}
+        return [(tok, tid) for tok, tid in self._specials_all if tid not in user]
+
+    def split_special(self, text: str) -> list[str | int]:
+        """`text` split around the special tokens ``encode(special=True)`` matches: their
+        ids, and the text between them (what :meth:`encode` then encodes piece by
+        piece)."""
+        return self._partition(text, True)
+
     def _partition(self, text: str, special: bool) -> list[str | int]:
         """Split text around special tokens, longest token first, as llama.cpp does."""
         frags: list[str | int] = [text] if text else []
