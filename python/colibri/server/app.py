@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..chat.template import ChatTemplate
 from ..chat.tool_templates import template_for_tools
+from ..generate.grammar_limits import GrammarLimits
 from ..model import Model
 from . import routes_anthropic, routes_openai
 from .body_limit import DEFAULT_MAX_BODY_BYTES, LimitBody
@@ -94,6 +95,7 @@ def create_app(
     kv_budget: int | None = None,
     prefix_sharing: bool = True,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    grammar_limits: GrammarLimits | None = None,
 ) -> FastAPI:
     """The server for `model`, served as `model_name` (default ``model.name``; requests
     may also name it by one of `aliases`).
@@ -111,7 +113,9 @@ def create_app(
     on (``EngineConfig.prompt_cache``), requests running at the same time share their
     common prompt prefix (prefilled once: colibri.generate.prefix_share). ``timeout``:
     seconds a request may take, queue wait included (None: no limit). ``max_body_bytes``:
-    larger request bodies get 413 before they are read whole (server/body_limit.py). At
+    larger request bodies get 413 before they are read whole (server/body_limit.py).
+    ``grammar_limits``: what a request's response format and tools may hold (default
+    :class:`~colibri.generate.grammar_limits.GrammarLimits`'s; past them, a 400). At
     shutdown new
     requests get 503, running
     and queued ones finish (up to ``drain_timeout`` s), and the model is closed if
@@ -125,7 +129,8 @@ def create_app(
                              eos_token=model.tokenizer.eos_token, name="--chat-template")
                 if chat_template is not None else model.chat_template)
     st = ServerState(model, scheduler, template, model_name or model.name, api_key, metrics,
-                     aliases=frozenset(aliases), tool_template=template_for_tools(template))
+                     aliases=frozenset(aliases), tool_template=template_for_tools(template),
+                     grammar_limits=grammar_limits or GrammarLimits())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

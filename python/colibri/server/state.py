@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from ..chat.template import ChatTemplate
+from ..generate.grammar_limits import GrammarLimits
 from ..model import Model
 from .errors import ApiError
 from .metrics import Metrics
@@ -29,6 +30,8 @@ class ServerState:
     # What conversations with tools are rendered with (options.pick_template): `template`
     # when it renders tools, else colibri's shipped one for its family, else None.
     tool_template: ChatTemplate | None = None
+    # What a request's structured output and tools may hold (docs/serving.md, Limits).
+    grammar_limits: GrammarLimits = field(default_factory=GrammarLimits)
 
     def check_model(self, name: str) -> None:
         """404 for a model this server does not serve."""
