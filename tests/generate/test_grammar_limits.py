@@ -224,3 +224,16 @@ def test_parse_limits() -> None:
     for bad in ("max_enum=3", "max_enum_values", "max_enum_values=x", "max_choices=0"):
         with pytest.raises(InvalidRequestError):
             parse_limits(bad)
+
+
+def test_a_matcher_failing_mid_generation_is_the_requests_error(tok: Tokenizer) -> None:
+    # Within every limit, yet llguidance's lexer runs out of expressions after a few
+    # tokens: the request's error (a 400, or an invalid_request_error frame once a
+    # stream has started), never InternalError ("the model failed", a 500).
+    c = Constraint(Regex(r"(\w{1,100}){1,100}"), tok, VOCAB)
+    with pytest.raises(InvalidRequestError, match="llguidance's limits during generation"):
+        for t in tok.encode("Alertstationhello", add_special_tokens=False):
+            c.allowed()
+            c.advance(t)
+        c.allowed()
+    c.close()

@@ -226,8 +226,13 @@ def schema_text(schema: Any, limits: GrammarLimits,
         except ValueError as exc:
             raise InvalidRequestError(f"{what} is not valid JSON: {exc}") from None
     check_schema(schema, limits, what)
-    # The walk bounded the depth, so this cannot recurse too far.
-    text = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+    try:  # the walk bounded the depth: only a max_schema_depth in the hundreds gets here
+        text = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+    except RecursionError:
+        raise InvalidRequestError(f"{what} is nested too deep to write as JSON; lower "
+                                  f"GrammarLimits.max_schema_depth") from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequestError(f"{what} is not JSON: {exc}") from None
     _check_bytes(len(text.encode("utf-8", "surrogatepass")), limits, what)
     return text
 

@@ -132,6 +132,11 @@ def forced_call_grammar(tools: Sequence[dict[str, Any]], only: str | None,
                                 "tools", param="tool_choice")
     try:
         check_tools([f.get("parameters") or {} for f in funcs], limits)
+        text = forced_grammar_text(fmt, funcs)  # recursive: only after the depth check
     except ColibriError as exc:
         raise ApiError(400, str(exc), param="tools") from exc
-    return ForcedCallGrammar(forced_grammar_text(fmt, funcs), limits=limits)
+    except RecursionError:  # a max_schema_depth raised past Python's recursion limit
+        raise ApiError(400, "tools: a parameter schema is nested too deep to build its "
+                            "grammar; lower GrammarLimits.max_schema_depth",
+                       param="tools") from None
+    return ForcedCallGrammar(text, limits=limits)
