@@ -22,6 +22,13 @@ The text always parses when the generation ends with finish reason ``"stop"``: t
 constraint only lets EOS through when the text is complete, and generation ends by itself
 once nothing more may follow. With ``"length"`` (max_tokens reached first) it is a
 prefix of a valid text.
+
+Bounded (issue 35, item 4): every format is held to its
+:class:`~colibri.generate.grammar_limits.GrammarLimits` before llguidance sees it, and
+:func:`compile_format` compiles it and computes its first mask within a wall-clock limit,
+so whatever a grammar can show before its first token is an InvalidRequestError then
+(the server compiles while it plans a request, before a stream's 200). A matcher that
+fails later (llguidance's lexer out of states) is the request's error too.
 """
 
 from __future__ import annotations
