@@ -134,3 +134,11 @@ def test_the_python_api_never_raises_recursion_error(model: co.Model) -> None:
         model.generate("Hi", max_tokens=2, response_format=co.JsonSchema(deep))
     with pytest.raises(co.errors.InvalidRequestError, match="nested deeper than 64"):
         model.apply_chat_template(HI, tools=[tool(deep)])
+
+
+def test_serve_refuses_a_bad_grammar_limit_before_loading() -> None:
+    from support.cli_run import assert_one_line_error, colibri_cli
+
+    proc = colibri_cli("serve", "no-such-model", "--port", "0", "--grammar-limits",
+                       "max_enums=5")
+    assert_one_line_error(proc, 2, "--grammar-limits", "max_enum_values")
