@@ -61,6 +61,10 @@ def add_serve_parser(sub: Any, engine_flags: Callable[[argparse.ArgumentParser],
     g.add_argument("--max-body-bytes", metavar="SIZE", default="8MiB",
                    help="largest request body; a larger one gets 413 before it is read "
                         "whole (default 8MiB)")
+    g.add_argument("--grammar-limits", metavar="KEY=VALUE,...", default="",
+                   help="raise or lower what a request's response_format and tools may hold "
+                        "(max_enum_values=50000,compile_seconds=30; the keys and defaults: "
+                        "docs/serving.md, Limits)")
     g.add_argument("--prompt-cache", metavar="SIZE",
                    help="keep the KV state of recent requests (e.g. 512MiB) so a chat's "
                         "next turn prefills only its new tokens, and requests running at "
@@ -93,6 +97,7 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
             f"{exc.name} is missing here: pip install fastapi uvicorn"
         ) from exc
     from ..errors import ColibriError
+    from ..generate.grammar_limits import parse_limits
     from ..model import Model
     from ..models.resolve import resolve_model_spec
     from ..settings.config import EngineConfig
@@ -125,6 +130,10 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
         raise UsageError(f"argument --max-body-bytes: {exc}") from None
     if max_body < 1:
         raise UsageError("argument --max-body-bytes: must be at least 1 byte")
+    try:
+        grammar_limits = parse_limits(args.grammar_limits)
+    except ColibriError as exc:
+        raise UsageError(f"argument --grammar-limits: {exc}") from None
     api_key = args.api_key if args.api_key is not None else os.environ.get("COLIBRI_API_KEY")
     timeout = args.request_timeout if args.request_timeout > 0 else None
     if args.ray:
@@ -138,7 +147,7 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
             "chat_template": template, "max_queue": args.max_queue,
             "max_running": args.parallel, "timeout": timeout,
             "drain_timeout": args.shutdown_timeout, "kv_budget": kv_budget,
-            "max_body_bytes": max_body,
+            "max_body_bytes": max_body, "grammar_limits": grammar_limits,
             "special_tokens_in_content": args.allow_special_tokens_in_content,
             "prefix_sharing": not args.no_prefix_sharing}, err)
     # The port is taken before the model loads (seconds to minutes): one in use is this
@@ -163,7 +172,7 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
                      max_running=args.parallel, timeout=timeout,
                      close_model=True, drain_timeout=args.shutdown_timeout,
                      kv_budget=kv_budget, prefix_sharing=not args.no_prefix_sharing,
-                     max_body_bytes=max_body,
+                     max_body_bytes=max_body, grammar_limits=grammar_limits,
                      special_tokens_in_content=args.allow_special_tokens_in_content)
     scheduler = app.state.colibri.scheduler
     name = app.state.colibri.model_name

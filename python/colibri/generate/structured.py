@@ -22,6 +22,13 @@ The text always parses when the generation ends with finish reason ``"stop"``: t
 constraint only lets EOS through when the text is complete, and generation ends by itself
 once nothing more may follow. With ``"length"`` (max_tokens reached first) it is a
 prefix of a valid text.
+
+Bounded (issue 35, item 4): every format is held to its
+:class:`~colibri.generate.grammar_limits.GrammarLimits` before llguidance sees it, and
+:func:`compile_format` compiles it and computes its first mask within a wall-clock limit,
+so whatever a grammar can show before its first token is an InvalidRequestError then
+(the server compiles while it plans a request, before a stream's 200). A matcher that
+fails later (llguidance's lexer out of states) is the request's error too.
 """
 
 from __future__ import annotations
@@ -31,24 +38,34 @@ import json
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import InternalError, InvalidRequestError, UnsupportedError
+from .grammar_limits import (
+    GrammarLimits,
+    check_choices,
+    check_grammar_text,
+    check_regex,
+    schema_text,
+)
 
 if TYPE_CHECKING:
     from ..tokenizers import Tokenizer
 
 __all__ = [
     "Choice",
+    "Compiled",
     "Constraint",
     "Grammar",
+    "GrammarLimits",
     "JsonSchema",
     "Regex",
     "ResponseFormat",
+    "compile_format",
     "response_format",
 ]
 
@@ -63,25 +80,42 @@ def _llg() -> Any:
     return llguidance
 
 
+def _parser_limits() -> Any:
+    """llguidance's own limits (its defaults bound the fuel of each lexer and parser step),
+    with short errors: a verbose one dumps the grammar and the parser state."""
+    return _llg().LLParserLimits(verbose_errors=False)
+
+
+def _first_line(err: str) -> str:
+    return (err.strip().splitlines() or [""])[0][:500]
+
+
 def _validated(grammar: str, what: str) -> str:
-    err = _llg().LLMatcher.validate_grammar(grammar, None)
+    err = _llg().LLMatcher.validate_grammar(grammar, None, limits=_parser_limits())
     if err and not err.startswith("WARNING"):
-        raise InvalidRequestError(f"response_format: the {what} is not valid: {err.strip()}")
+        raise InvalidRequestError(f"response_format: the {what} is not valid: "
+                                  f"{_first_line(err)}")
     return grammar
+
+
+def _limits(limits: GrammarLimits | None) -> GrammarLimits:
+    return GrammarLimits() if limits is None else limits
 
 
 @dataclass(frozen=True)
 class JsonSchema:
     """Output a JSON value matching ``schema`` (a JSON Schema as a dict or JSON text;
     None: any JSON object). ``whitespace="compact"`` (default) writes ``{"a": 1, "b": [2,
-    3]}``; ``"flexible"`` lets the model put newlines and indentation between tokens."""
+    3]}``; ``"flexible"`` lets the model put newlines and indentation between tokens.
+    ``limits``: what the schema may hold (:class:`GrammarLimits`; None: the defaults)."""
 
     schema: Mapping[str, Any] | str | None = None
     whitespace: Literal["compact", "flexible"] = "compact"
+    limits: GrammarLimits | None = None
 
     def grammar(self) -> str:
         schema: Any = {"type": "object"} if self.schema is None else self.schema
-        text = schema if isinstance(schema, str) else json.dumps(schema)
+        text = schema_text(schema, _limits(self.limits))
         opts: dict[str, Any] = (
             {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
             if self.whitespace == "compact" else {"whitespace_flexible": True}
@@ -90,7 +124,7 @@ class JsonSchema:
             g = _llg().LLMatcher.grammar_from_json_schema(text, overrides=opts)
         except ValueError as exc:
             raise InvalidRequestError(f"response_format: the JSON schema is not valid: "
-                                      f"{exc}") from exc
+                                      f"{_first_line(str(exc))}") from exc
         return _validated(g, "JSON schema")
 
 
@@ -100,8 +134,12 @@ class Regex:
     syntax: no look-around or back-references)."""
 
     pattern: str
+    limits: GrammarLimits | None = None
 
     def grammar(self) -> str:
+        if not isinstance(self.pattern, str):
+            raise InvalidRequestError("response_format: a regex pattern must be a string")
+        check_regex(self.pattern, _limits(self.limits))
         return _validated(_llg().LLMatcher.grammar_from_regex(self.pattern), "regular expression")
 
 
@@ -110,11 +148,13 @@ class Choice:
     """Output exactly one of ``options``."""
 
     options: Sequence[str]
+    limits: GrammarLimits | None = None
 
     def grammar(self) -> str:
         opts = list(self.options)
         if not opts or not all(isinstance(o, str) and o for o in opts):
             raise InvalidRequestError("response_format: a choice needs non-empty strings")
+        check_choices(opts, _limits(self.limits))
         lark = "start: " + " | ".join(json.dumps(o) for o in opts)
         return _validated(_llg().LLMatcher.grammar_from_lark(lark), "choice list")
 
@@ -127,31 +167,60 @@ class Grammar:
 
     text: str
     syntax: Literal["lark", "gbnf"] = "lark"
+    limits: GrammarLimits | None = None
+
+    def check_limits(self) -> None:
+        """The text within ``limits.max_grammar_bytes`` (before it is converted or read)."""
+        check_grammar_text(self.text, _limits(self.limits))
 
     def grammar(self) -> str:
         llg = _llg()
+        if not isinstance(self.text, str):
+            raise InvalidRequestError("response_format: a grammar must be a string")
+        self.check_limits()
         text = self.text
         if self.syntax == "gbnf":
             try:
                 from llguidance.gbnf_to_lark import gbnf_to_lark
 
                 text = gbnf_to_lark(text)
+            except RecursionError:
+                raise InvalidRequestError("response_format: the GBNF grammar is nested too "
+                                          "deep to convert") from None
             except Exception as exc:  # the converter raises plain Exceptions
                 raise InvalidRequestError(f"response_format: the GBNF grammar is not valid: "
                                           f"{exc}") from exc
         return _validated(llg.LLMatcher.grammar_from_lark(text), f"{self.syntax} grammar")
 
 
-ResponseFormat = JsonSchema | Regex | Choice | Grammar
+@dataclass(frozen=True, eq=False)
+class Compiled:
+    """A format compiled for one tokenizer (:func:`compile_format`): the matcher after its
+    first mask, copied by each generation that uses it, so a server compiles a request's
+    grammar once, before it answers, and the generations start from it."""
+
+    source: JsonSchema | Regex | Choice | Grammar
+    tokenizer: Tokenizer
+    n_vocab: int
+    text: str  # llguidance's grammar
+    matcher: Any = field(repr=False)  # never advanced: each generation takes a deep_copy
+    first_mask: bytes = field(repr=False)
+
+    def grammar(self) -> str:
+        return self.text
 
 
-def response_format(value: object) -> ResponseFormat:
+ResponseFormat = JsonSchema | Regex | Choice | Grammar | Compiled
+
+
+def response_format(value: object, limits: GrammarLimits | None = None) -> ResponseFormat:
     """A :data:`ResponseFormat` from one, or from an OpenAI-style mapping:
     ``{"type": "json_object"}``, ``{"type": "json_schema", "json_schema": {"schema":
     {...}}}`` (``{"type": "json_object", "schema": {...}}`` as llama-cpp-python writes it),
     ``{"type": "regex", "pattern": ...}``, ``{"type": "choice", "choices": [...]}``,
-    ``{"type": "grammar", "grammar": ..., "syntax": "lark" | "gbnf"}``."""
-    if isinstance(value, (JsonSchema, Regex, Choice, Grammar)):
+    ``{"type": "grammar", "grammar": ..., "syntax": "lark" | "gbnf"}``. `limits`: those
+    of a format made from a mapping (None: the defaults)."""
+    if isinstance(value, (JsonSchema, Regex, Choice, Grammar, Compiled)):
         return value
     if not isinstance(value, Mapping):
         raise InvalidRequestError(
@@ -161,29 +230,32 @@ def response_format(value: object) -> ResponseFormat:
         )
     kind = value.get("type")
     if kind == "json_object":
-        return JsonSchema(value.get("schema"))
+        return JsonSchema(value.get("schema"), limits=limits)
     if kind == "json_schema":
         spec = value.get("json_schema", {})
         schema = spec.get("schema") if isinstance(spec, Mapping) else None
         if schema is None:
             raise InvalidRequestError("response_format: json_schema needs {'schema': {...}}")
-        return JsonSchema(schema)
+        return JsonSchema(schema, limits=limits)
     if kind == "regex":
         pattern = value.get("pattern", value.get("regex"))
         if not isinstance(pattern, str):
             raise InvalidRequestError("response_format: regex needs a 'pattern' string")
-        return Regex(pattern)
+        return Regex(pattern, limits)
     if kind == "choice":
-        return Choice(tuple(value.get("choices", ())))
+        choices = value.get("choices", ())
+        if not isinstance(choices, list | tuple):
+            raise InvalidRequestError("response_format: choice needs a 'choices' list")
+        return Choice(tuple(choices), limits)
     if kind in ("grammar", "lark", "gbnf"):
         text = value.get("grammar")
         if not isinstance(text, str):
             raise InvalidRequestError("response_format: grammar needs a 'grammar' string")
         syntax = "gbnf" if kind == "gbnf" else value.get("syntax", "lark")
         if syntax == "lark":
-            return Grammar(text, "lark")
+            return Grammar(text, "lark", limits)
         if syntax == "gbnf":
-            return Grammar(text, "gbnf")
+            return Grammar(text, "gbnf", limits)
         raise InvalidRequestError(f"response_format: syntax {syntax!r}: use 'lark' or 'gbnf'")
     raise InvalidRequestError(
         f"response_format: unknown type {kind!r}; use 'json_object', 'json_schema', 'regex', "
@@ -236,6 +308,52 @@ def _lltokenizer(tokenizer: Tokenizer, n_vocab: int) -> Any:
 
 
 _MASKS = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="colibri-mask")
+# Compiles run here, so a caller can stop waiting at GrammarLimits.compile_seconds.
+# llguidance cannot be interrupted: a compile past the limit runs on (its fuel limits end
+# it) and holds one of these threads meanwhile, so a flood of them waits, not piles up.
+_COMPILES = concurrent.futures.ThreadPoolExecutor(max_workers=2,
+                                                  thread_name_prefix="colibri-grammar")
+
+
+def _compile(fmt: JsonSchema | Regex | Choice | Grammar, tokenizer: Tokenizer,
+             n_vocab: int) -> Compiled:
+    text = fmt.grammar()
+    llg = _llg()
+    matcher = llg.LLMatcher(_lltokenizer(tokenizer, n_vocab), text, log_level=0,
+                            limits=_parser_limits())
+    first = matcher.compute_bitmask()
+    if matcher.is_error():
+        err = _first_line(matcher.get_error())
+        why = ("a JSON schema that only refers to itself does this"
+               if "NoExtensionBias" in err else "simplify it")
+        raise InvalidRequestError(
+            f"response_format: the grammar cannot start any output (llguidance: {err}); "
+            f"{why}")
+    return Compiled(fmt, tokenizer, n_vocab, text, matcher, first)
+
+
+def compile_format(fmt: ResponseFormat, tokenizer: Tokenizer, n_vocab: int) -> Compiled:
+    """`fmt` compiled for `tokenizer` and its first mask computed, within its
+    :class:`GrammarLimits` (checked before llguidance sees anything; the compile and the
+    first mask within ``compile_seconds`` of wall-clock time): every error a grammar can
+    show before its first token, as :class:`~colibri.errors.InvalidRequestError`."""
+    if isinstance(fmt, Compiled):
+        if fmt.tokenizer is tokenizer and fmt.n_vocab == n_vocab:
+            return fmt
+        fmt = fmt.source
+    limits = _limits(fmt.limits)
+    job = _COMPILES.submit(_compile, fmt, tokenizer, n_vocab)
+    try:
+        return job.result(timeout=limits.compile_seconds)
+    except concurrent.futures.TimeoutError:
+        raise InvalidRequestError(
+            f"response_format: compiling the grammar took longer than "
+            f"{limits.compile_seconds:g} s; simplify it, or raise "
+            f"GrammarLimits.compile_seconds (colibri serve --grammar-limits "
+            f"compile_seconds=S)") from None
+    except RecursionError:
+        raise InvalidRequestError("response_format: the grammar is nested too deep to "
+                                  "compile") from None
 
 
 class Constraint:
@@ -243,18 +361,14 @@ class Constraint:
     a worker thread (:meth:`advance` starts it, :meth:`allowed` waits for it)."""
 
     def __init__(self, fmt: ResponseFormat, tokenizer: Tokenizer, n_vocab: int) -> None:
-        llg = _llg()
         self._n = n_vocab
-        self._matcher = llg.LLMatcher(_lltokenizer(tokenizer, n_vocab), fmt.grammar(), log_level=0)
-        # The first mask here, not on the mask thread: a grammar that validates but cannot
-        # start (a schema that is only a $ref to itself) fails now, as the request's error.
+        # Compiled (and its first mask computed) now unless the caller did, so a grammar
+        # that validates but cannot start (a schema that is only a $ref to itself) fails
+        # here, as the request's error.
+        compiled = compile_format(fmt, tokenizer, n_vocab)
+        self._matcher = compiled.matcher.deep_copy()
         first: concurrent.futures.Future[bytes] = concurrent.futures.Future()
-        first.set_result(self._matcher.compute_bitmask())
-        if self._matcher.is_error():
-            raise InvalidRequestError(
-                f"response_format: the grammar cannot start any output (llguidance: "
-                f"{self._matcher.get_error().splitlines()[0]}); a JSON schema that only "
-                f"refers to itself does this")
+        first.set_result(compiled.first_mask)
         # The matcher may not be touched while a mask is computed: compute_bitmask holds
         # it (mutably borrowed, the GIL released) on the mask thread, and any other call
         # meanwhile raises "Already mutably borrowed". So whether it has stopped is read
@@ -263,9 +377,12 @@ class Constraint:
         self._pending = first
 
     def _check(self) -> None:
+        # Past the first mask, an error is the grammar's: llguidance's fuel or lexer-state
+        # limits (a regex whose states multiply as the text grows), not the model's.
         if self._matcher.is_error():
-            raise InternalError(f"structured output: the matcher failed: "
-                                f"{self._matcher.get_error()}")
+            raise InvalidRequestError(
+                f"response_format: the grammar went past llguidance's limits during "
+                f"generation ({_first_line(self._matcher.get_error())}); simplify it")
 
     @property
     def done(self) -> bool:

@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..chat.template import ChatTemplate
 from ..chat.tool_templates import template_for_tools
+from ..generate.grammar_limits import GrammarLimits
 from ..model import Model
 from . import routes_anthropic, routes_openai
 from .body_limit import DEFAULT_MAX_BODY_BYTES, LimitBody
@@ -97,6 +98,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     prompt_limits: PromptLimits | None = None,
     special_tokens_in_content: bool = False,
+    grammar_limits: GrammarLimits | None = None,
 ) -> FastAPI:
     """The server for `model`, served as `model_name` (default ``model.name``; requests
     may also name it by one of `aliases`).
@@ -116,7 +118,9 @@ def create_app(
     seconds a request may take, queue wait included (None: no limit). ``max_body_bytes``:
     larger request bodies get 413 before they are read whole (server/body_limit.py).
     ``prompt_limits``: the message count and text length checked before a prompt is rendered
-    or tokenized (server/prompt_size.py).
+    or tokenized (server/prompt_size.py). ``grammar_limits``: what a request's response
+    format and tools may hold (default
+    :class:`~colibri.generate.grammar_limits.GrammarLimits`'s; past them, a 400).
     ``special_tokens_in_content`` (sets ``model.special_tokens_in_content``; trusted
     clients only): control-token text in messages and tools is matched as control tokens
     instead of encoded as plain text (docs/serving.md). At
@@ -135,7 +139,8 @@ def create_app(
                 if chat_template is not None else model.chat_template)
     st = ServerState(model, scheduler, template, model_name or model.name, api_key, metrics,
                      aliases=frozenset(aliases), tool_template=template_for_tools(template),
-                     prompt_limits=prompt_limits or PromptLimits())
+                     prompt_limits=prompt_limits or PromptLimits(),
+                     grammar_limits=grammar_limits or GrammarLimits())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

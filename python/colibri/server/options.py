@@ -19,8 +19,11 @@ from ..chat.plain_content import encode_chat
 from ..chat.template import ChatTemplate
 from ..chat.tool_templates import has_tool_turns
 from ..errors import ColibriError
+from ..generate.grammar_limits import GrammarLimits, check_tools
 from ..generate.request import parse_request
 from ..generate.samples import sample_seeds
+from ..generate.structured import compile_format
+from ..generate.structured import response_format as as_format
 from ..sampling import Sampling
 from .errors import ApiError, from_colibri
 from .prompt_size import PromptLimits, check_conversation
@@ -100,8 +103,11 @@ def sampling(req: SamplingFields, *, logprobs: bool = False, top_logprobs: int =
 def plan(model: Model, req: SamplingFields, prompt_ids: list[int], sampling_: Sampling, *,
          max_tokens: int | None, response_format: Any = None,
          logprobs: int | None = None, tool_format: str | None = None,
-         tools: list[dict[str, Any]] | None = None) -> Plan:
-    """The Plan of a request whose prompt is `prompt_ids`; every option validated."""
+         tools: list[dict[str, Any]] | None = None,
+         limits: GrammarLimits | None = None) -> Plan:
+    """The Plan of a request whose prompt is `prompt_ids`; every option validated, and
+    `response_format` compiled within `limits` (None: the defaults), so a grammar that
+    cannot be used is a 400 before a stream's 200."""
     if req.n > MAX_N:
         raise ApiError(400, f"n must be at most {MAX_N} (got {req.n})", param="n")
     room = model.context_length - len(prompt_ids)
@@ -120,10 +126,11 @@ def plan(model: Model, req: SamplingFields, prompt_ids: list[int], sampling_: Sa
                                "sampling": sampling_, "stop": stops}
     if req.min_tokens:
         options["min_tokens"] = req.min_tokens
-    if response_format is not None:
-        options["response_format"] = response_format
     try:
-        parse_request(options, where="serve")  # compiles the response format too
+        if response_format is not None:
+            options["response_format"] = compile_format(
+                as_format(response_format, limits), model.tokenizer, model.config.vocab_size)
+        parse_request(options, where="serve")
     except ColibriError as exc:
         raise from_colibri(exc) from exc
     seeds = [req.seed] if req.n == 1 else sample_seeds(req.seed, req.n)
@@ -213,23 +220,39 @@ def render_chat(model: Model, template: ChatTemplate, messages: list[dict[str, A
         raise from_colibri(exc) from exc
 
 
+def checked_tools(tools: list[dict[str, Any]] | None, limits: GrammarLimits | None,
+                  ) -> list[dict[str, Any]] | None:
+    """`tools` (OpenAI's function tools) within the tool limits: their count, and each
+    one's parameters as a schema (a 400 past them)."""
+    if tools:
+        try:
+            check_tools([(t.get("function") or {}).get("parameters") or {} for t in tools],
+                        GrammarLimits() if limits is None else limits)
+        except ColibriError as exc:
+            raise ApiError(400, str(exc), param="tools") from exc
+    return tools
+
+
 def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest,
               tool_template: ChatTemplate | None = None,
-              limits: PromptLimits | None = None) -> Plan:
+              limits: GrammarLimits | None = None,
+              prompt_limits: PromptLimits | None = None) -> Plan:
     """The Plan of a chat request, rendered with :func:`pick_template`'s choice of
-    `template` and `tool_template`; `limits` are checked before anything is rendered."""
+    `template` and `tool_template`: its size within `prompt_limits` (checked before anything
+    is rendered), its tools and response format within `limits`."""
     if req.audio is not None or req.modalities not in (None, ["text"]):
         raise _refuse("audio", "colibri generates text only")
     if req.prediction is not None:
         raise _refuse("prediction", "predicted outputs are not implemented")
-    tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+    tools = checked_tools([t.model_dump(exclude_none=True) for t in req.tools]
+                          if req.tools else None, limits)
     choice = req.tool_choice
     if tools is None and choice not in (None, "none", "auto"):
         raise ApiError(400, "tool_choice needs tools", param="tool_choice")
     if choice == "none":
         tools = None  # the template then shows no tools and nothing is parsed
     messages = chat_messages(req.messages)
-    check_conversation(model, limits or PromptLimits(), messages, tools)
+    check_conversation(model, prompt_limits or PromptLimits(), messages, tools)
     template = pick_template(template, tool_template, messages, tools)
     fmt = template_format(template.source) if tools is not None else None
     response_format: Any = None
@@ -245,7 +268,7 @@ def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest,
             raise ApiError(400, "response_format cannot be combined with a forced tool_choice",
                            param="response_format")
         only = None if choice == "required" else choice.function.name  # type: ignore[union-attr]
-        response_format = forced_call_grammar(tools, only, fmt)
+        response_format = forced_call_grammar(tools, only, fmt, limits)
     ids = render_chat(model, template, messages, tools)
     k = (req.top_logprobs or 0) if req.logprobs else None
     if req.top_logprobs and not req.logprobs:
@@ -254,4 +277,4 @@ def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest,
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None \
         else req.max_tokens
     return plan(model, req, ids, s, max_tokens=max_tokens, response_format=response_format,
-                logprobs=k, tool_format=fmt, tools=tools)
+                logprobs=k, tool_format=fmt, tools=tools, limits=limits)

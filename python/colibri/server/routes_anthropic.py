@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from ..errors import ColibriError
 from .errors import ApiError, from_colibri
-from .options import Plan, pick_template, plan, render_chat, sampling
+from .options import Plan, checked_tools, pick_template, plan, render_chat, sampling
 from .prompt_size import check_conversation
 from .runner import answer, new_id, run_sample
 from .scheduler import Ticket
@@ -93,7 +93,7 @@ def _tools(req: CountTokensRequest) -> list[dict[str, Any]] | None:
 
 
 def _plan(st: ServerState, req: MessagesRequest) -> Plan:
-    tools = _tools(req)
+    tools = checked_tools(_tools(req), st.grammar_limits)
     choice = (req.tool_choice or {}).get("type", "auto")
     messages = _conversation(req)
     check_conversation(st.model, st.prompt_limits, messages, tools)
@@ -106,12 +106,13 @@ def _plan(st: ServerState, req: MessagesRequest) -> Plan:
                                 "tool-call format colibri parses (docs/serving.md, Tool "
                                 "calls); this one's is not")
         forced = forced_call_grammar(tools, (req.tool_choice or {}).get("name")
-                                     if choice == "tool" else None, fmt)
+                                     if choice == "tool" else None, fmt, st.grammar_limits)
     ids = render_chat(st.model, template, messages, tools)
     fields = SamplingFields(model=req.model, temperature=req.temperature, top_p=req.top_p,
                             top_k=req.top_k, stop=req.stop_sequences, max_tokens=req.max_tokens)
     return plan(st.model, fields, ids, sampling(fields), max_tokens=req.max_tokens,
-                response_format=forced, tool_format=fmt, tools=tools)
+                response_format=forced, tool_format=fmt, tools=tools,
+                limits=st.grammar_limits)
 
 
 def _stop(st: ServerState, p: Plan, token_ids: list[int], text: str,

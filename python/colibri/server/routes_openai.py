@@ -68,7 +68,7 @@ async def chat_completions(req: ChatCompletionRequest, request: Request) -> Resp
     # Off the event loop: rendering, tokenizing and compiling a grammar cost time that
     # grows with the request (issue 35); /health and other clients keep being answered.
     p = await asyncio.to_thread(chat_plan, st.model, st.template, req, st.tool_template,
-                                st.prompt_limits)
+                                st.grammar_limits, st.prompt_limits)
     ticket = st.scheduler.admit(positions=p.positions)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     frames = _chat_frames(st, p, ticket, include_usage) if req.stream else None
@@ -185,7 +185,7 @@ def _completion_plan(st: ServerState, req: CompletionRequest) -> Plan:
     k = req.logprobs
     s = sampling(req, logprobs=k is not None, top_logprobs=k or 0)
     return plan(st.model, req, ids, s, max_tokens=16 if req.max_tokens is None
-                else req.max_tokens, logprobs=k)
+                else req.max_tokens, logprobs=k, limits=st.grammar_limits)
 
 
 @router.post("/v1/completions")

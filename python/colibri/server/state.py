@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 
 from ..chat.template import ChatTemplate
+from ..generate.grammar_limits import GrammarLimits
 from ..model import Model
 from .errors import ApiError
 from .metrics import Metrics
@@ -31,6 +32,8 @@ class ServerState:
     # when it renders tools, else colibri's shipped one for its family, else None.
     tool_template: ChatTemplate | None = None
     prompt_limits: PromptLimits = field(default_factory=PromptLimits)
+    # What a request's structured output and tools may hold (docs/serving.md, Limits).
+    grammar_limits: GrammarLimits = field(default_factory=GrammarLimits)
 
     def check_model(self, name: str) -> None:
         """404 for a model this server does not serve."""

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import ColibriError
+from ..generate.grammar_limits import GrammarLimits, check_tools
 from ..generate.structured import Grammar
 from .errors import ApiError
 from .tool_formats import FORMATS, ToolCall, template_format
@@ -105,15 +107,36 @@ class CallSplitter:
         return rest, calls
 
 
+class ForcedCallGrammar(Grammar):
+    """A forced call's grammar: built from tool schemas that :func:`check_tools` has
+    held to the tool limits, so its text is not held to ``max_grammar_bytes`` (meant
+    for grammars a client writes)."""
+
+    def check_limits(self) -> None:
+        pass
+
+
 def forced_call_grammar(tools: Sequence[dict[str, Any]], only: str | None,
-                        fmt: str = "hermes") -> Grammar:
+                        fmt: str = "hermes", limits: GrammarLimits | None = None) -> Grammar:
     """A Lark grammar (llguidance's ``%json``) that admits exactly one call in format
     `fmt` (colibri.server.tool_grammars) to `only` (a named tool_choice) or to any of
-    `tools` ("required"), its arguments matching the function's JSON schema."""
+    `tools` ("required"), its arguments matching the function's JSON schema. The tools
+    are checked against `limits` first (None: the defaults; a 400 past them), so the
+    schema walks that build the grammar never go deeper than ``max_schema_depth``."""
+    limits = GrammarLimits() if limits is None else limits
     funcs = [t["function"] for t in tools]
     if only is not None:
         funcs = [f for f in funcs if f["name"] == only]
         if not funcs:
             raise ApiError(400, f"tool_choice names the function {only!r}, which is not in "
                                 "tools", param="tool_choice")
-    return Grammar(forced_grammar_text(fmt, funcs))
+    try:
+        check_tools([f.get("parameters") or {} for f in funcs], limits)
+        text = forced_grammar_text(fmt, funcs)  # recursive: only after the depth check
+    except ColibriError as exc:
+        raise ApiError(400, str(exc), param="tools") from exc
+    except RecursionError:  # a max_schema_depth raised past Python's recursion limit
+        raise ApiError(400, "tools: a parameter schema is nested too deep to build its "
+                            "grammar; lower GrammarLimits.max_schema_depth",
+                       param="tools") from None
+    return ForcedCallGrammar(text, limits=limits)
