@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidRequestError
+from .nesting import check_nesting
 from .tool_templates import has_tool_turns, template_for_tools
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def render_conversation(template: ChatTemplate, messages: str | Messages, *,
     tools, else colibri's shipped tool template for its family (ChatML). ``tools`` that no
     template would render raise InvalidRequestError rather than being dropped."""
     msgs = as_messages(messages)
-    _check_tools_depth(tools)
+    check_nesting(tools, "tools")
     if tools is not None or has_tool_turns(msgs):
         chosen = template_for_tools(template)
         if chosen is not None:
@@ -66,27 +67,3 @@ def render_conversation(template: ChatTemplate, messages: str | Messages, *,
             )
     return template.render(msgs, add_generation_prompt=add_generation_prompt,
                            tools=tools, **variables)
-
-
-MAX_TOOLS_DEPTH = 64
-"""Deepest nesting of arrays and objects in ``tools`` (as the server's bodies,
-server/wire_checks.MAX_DEPTH, and GrammarLimits.max_schema_depth): the templates'
-``tojson`` recurses, and a few hundred levels raised RecursionError (issue 35, item 4)."""
-
-
-def _check_tools_depth(tools: Tools | None) -> None:
-    """InvalidRequestError for ``tools`` nested deeper than MAX_TOOLS_DEPTH (an iterative
-    walk: it never recurses itself)."""
-    stack: list[tuple[Any, int]] = [(tools, 0)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, Mapping):
-            items: Any = value.values()
-        elif isinstance(value, list | tuple):
-            items = value
-        else:
-            continue
-        if depth >= MAX_TOOLS_DEPTH:
-            raise InvalidRequestError(f"tools are nested deeper than {MAX_TOOLS_DEPTH} levels "
-                                      f"of arrays and objects; flatten their parameters")
-        stack.extend((item, depth + 1) for item in items)

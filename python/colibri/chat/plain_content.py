@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..tokenizers import Tokenizer
+from .nesting import check_nesting
 
 __all__ = ["PlainContent", "chat_text", "encode_chat"]
 
@@ -77,17 +78,22 @@ class PlainContent:
         a dataclass becomes a dict) with every control token's text in its strings
         replaced by a sentinel. Values of other types are kept as they are. Raises
         _Collision when a string holds this render's nonce (:func:`encode_chat` then
-        renders again with a new one)."""
+        renders again with a new one), InvalidRequestError when `value` nests deeper than
+        chat.nesting.MAX_NESTING (checked first: the copy recurses)."""
+        check_nesting(value, "values given to the chat template")
+        return self._mask(value)
+
+    def _mask(self, value: Any) -> Any:
         if isinstance(value, str):
             return self._mask_str(value)
         if isinstance(value, Mapping):
-            return {self.mask(k): self.mask(v) for k, v in value.items()}
+            return {self._mask(k): self._mask(v) for k, v in value.items()}
         if isinstance(value, list):
-            return [self.mask(v) for v in value]
+            return [self._mask(v) for v in value]
         if isinstance(value, tuple):
-            return tuple(self.mask(v) for v in value)
+            return tuple(self._mask(v) for v in value)
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return self.mask(dataclasses.asdict(value))
+            return self._mask(dataclasses.asdict(value))
         return value
 
     def _mask_str(self, text: str) -> str:
