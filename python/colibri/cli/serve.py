@@ -231,7 +231,10 @@ def _listen(host: str, port: int) -> socket.socket:
     only once the server starts, so clients are refused (not left waiting) while the model
     loads."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say TCP, and
+    # without it every kept-alive response waited 40 ms for the client's delayed ACK
+    # (Nagle: uvicorn writes the headers and the body separately).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
