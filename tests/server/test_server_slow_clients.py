@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from support.cli_run import colibri_cli
 from support.realmodel import smollm2_gguf
 from support.server_helpers import SERVER_KEY, ServerProcess
 
@@ -197,7 +198,7 @@ def test_clients_that_keep_up_are_not_cut(server: ServerProcess) -> None:
 def test_a_connection_past_the_cap_gets_503_at_once(server: ServerProcess) -> None:
     held = [_connect(server) for _ in range(MAX_CONNECTIONS)]
     try:
-        time.sleep(0.2)  # the server has accepted them all
+        time.sleep(0.1)  # the server has accepted them all (they live 1 s)
         with _connect(server) as extra:
             response = _read_until_closed(extra, SLACK)
         assert _status(response) == 503, response
@@ -223,3 +224,18 @@ def test_kept_alive_responses_are_not_held_for_the_delayed_ack(server: ServerPro
             assert _status(_read_response(sock)) == 200
             times.append(time.perf_counter() - t0)
     assert sorted(times)[10] < 0.02, times
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--header-timeout", "-1", "must be a number of seconds >= 0"),
+    ("--body-timeout", "nan", "must be a number of seconds >= 0"),
+    ("--keep-alive-timeout", "inf", "must be a number of seconds >= 0"),
+    ("--max-connections", "-2", "must be >= 0"),
+    ("--max-body-bytes", "0", "must be at least 1 byte"),
+    ("--kv-budget", "lots", "--kv-budget"),
+])
+def test_bad_limits_are_usage_errors_before_the_model_loads(
+        flag: str, value: str, message: str) -> None:
+    r = colibri_cli("serve", "no-such-model", flag, value)
+    assert r.returncode == 2, r.stderr
+    assert f"argument {flag}: " in r.stderr and message in r.stderr, r.stderr
