@@ -65,6 +65,19 @@ def add_serve_parser(sub: Any, engine_flags: Callable[[argparse.ArgumentParser],
                    help="raise or lower what a request's response_format and tools may hold "
                         "(max_enum_values=50000,compile_seconds=30; the keys and defaults: "
                         "docs/serving.md, Limits)")
+    g.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="a connection must send its request line and headers within this "
+                        "many seconds of opening (or of the first byte of a later request), "
+                        "else it gets 408 and is closed; 0: no limit (default 10)")
+    g.add_argument("--body-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="a request body must arrive within this many seconds of its "
+                        "headers, else 408; 0: no limit (default 30)")
+    g.add_argument("--keep-alive-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="an idle connection is closed this many seconds after its last "
+                        "response; 0: after each response (default 5)")
+    g.add_argument("--max-connections", type=int, default=512, metavar="N",
+                   help="open connections at most; one more gets 503 and is closed at "
+                        "once; 0: no cap (default 512)")
     g.add_argument("--prompt-cache", metavar="SIZE",
                    help="keep the KV state of recent requests (e.g. 512MiB) so a chat's "
                         "next turn prefills only its new tokens, and requests running at "
@@ -91,6 +104,7 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
         import uvicorn
 
         from ..server import create_app
+        from ..server.connections import timed_h11_protocol
     except ImportError as exc:
         raise UnsupportedError(
             f"colibri serve needs FastAPI and uvicorn, part of colibri's install, but "
@@ -101,7 +115,7 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
     from ..model import Model
     from ..models.resolve import resolve_model_spec
     from ..settings.config import EngineConfig
-    from ..sizes import format_bytes, parse_bytes
+    from ..sizes import format_bytes
 
     if not 0 <= args.port <= 65535:
         raise UsageError(f"argument --port: {args.port} is not a port (0..65535)")
@@ -116,20 +130,13 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
         except OSError as exc:
             raise UsageError(f"argument --chat-template: cannot read {args.chat_template}: "
                              f"{exc.strerror}") from None
-    kv_budget = None
-    if args.kv_budget is not None:
-        try:
-            kv_budget = parse_bytes(args.kv_budget)
-        except (ValueError, ColibriError) as exc:
-            raise UsageError(f"argument --kv-budget: {exc}") from None
-        if kv_budget < 1:
-            raise UsageError("argument --kv-budget: must be at least 1 byte")
-    try:
-        max_body = parse_bytes(args.max_body_bytes)
-    except (ValueError, ColibriError) as exc:
-        raise UsageError(f"argument --max-body-bytes: {exc}") from None
-    if max_body < 1:
-        raise UsageError("argument --max-body-bytes: must be at least 1 byte")
+    kv_budget = None if args.kv_budget is None else _size("--kv-budget", args.kv_budget)
+    max_body = _size("--max-body-bytes", args.max_body_bytes)
+    header_timeout = _seconds("--header-timeout", args.header_timeout)
+    body_timeout = _seconds("--body-timeout", args.body_timeout)
+    keep_alive = _seconds("--keep-alive-timeout", args.keep_alive_timeout) or 0.0
+    if args.max_connections < 0:
+        raise UsageError("argument --max-connections: must be >= 0")
     try:
         grammar_limits = parse_limits(args.grammar_limits)
     except ColibriError as exc:
@@ -147,7 +154,8 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
             "chat_template": template, "max_queue": args.max_queue,
             "max_running": args.parallel, "timeout": timeout,
             "drain_timeout": args.shutdown_timeout, "kv_budget": kv_budget,
-            "max_body_bytes": max_body, "grammar_limits": grammar_limits,
+            "max_body_bytes": max_body, "body_timeout": body_timeout,
+            "grammar_limits": grammar_limits,
             "special_tokens_in_content": args.allow_special_tokens_in_content,
             "prefix_sharing": not args.no_prefix_sharing}, err)
     # The port is taken before the model loads (seconds to minutes): one in use is this
@@ -172,7 +180,8 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
                      max_running=args.parallel, timeout=timeout,
                      close_model=True, drain_timeout=args.shutdown_timeout,
                      kv_budget=kv_budget, prefix_sharing=not args.no_prefix_sharing,
-                     max_body_bytes=max_body, grammar_limits=grammar_limits,
+                     max_body_bytes=max_body, body_timeout=body_timeout,
+                     grammar_limits=grammar_limits,
                      special_tokens_in_content=args.allow_special_tokens_in_content)
     scheduler = app.state.colibri.scheduler
     name = app.state.colibri.model_name
@@ -205,9 +214,34 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
     config = uvicorn.Config(app, host=args.host, port=args.port,
                             log_level="warning" if args.quiet else "info",
                             access_log=not args.quiet,
-                            timeout_graceful_shutdown=int(max(1, args.shutdown_timeout)))
+                            timeout_graceful_shutdown=int(max(1, args.shutdown_timeout)),
+                            # Slow clients (issue 35, item 9): server/connections.py.
+                            http=timed_h11_protocol(header_timeout, args.max_connections or None),
+                            # uvicorn types it int; it only passes it to call_later.
+                            timeout_keep_alive=keep_alive)  # type: ignore[arg-type]
     Server(config).run(sockets=[sock])
     return 0
+
+
+def _size(flag: str, text: str) -> int:
+    """A SIZE flag's value in bytes (at least 1), or a UsageError naming the flag."""
+    from ..errors import ColibriError
+    from ..sizes import parse_bytes
+
+    try:
+        n = parse_bytes(text)
+    except (ValueError, ColibriError) as exc:
+        raise UsageError(f"argument {flag}: {exc}") from None
+    if n < 1:
+        raise UsageError(f"argument {flag}: must be at least 1 byte")
+    return n
+
+
+def _seconds(flag: str, value: float) -> float | None:
+    """A SECONDS flag's value; 0 means no limit (None). Negative, NaN: a UsageError."""
+    if not value >= 0 or value == float("inf"):
+        raise UsageError(f"argument {flag}: must be a number of seconds >= 0")
+    return value or None
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -215,7 +249,10 @@ def _listen(host: str, port: int) -> socket.socket:
     only once the server starts, so clients are refused (not left waiting) while the model
     loads."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say TCP, and
+    # without it every kept-alive response waited 40 ms for the client's delayed ACK
+    # (Nagle: uvicorn writes the headers and the body separately).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

@@ -25,7 +25,7 @@ from ..chat.tool_templates import template_for_tools
 from ..generate.grammar_limits import GrammarLimits
 from ..model import Model
 from . import routes_anthropic, routes_openai
-from .body_limit import DEFAULT_MAX_BODY_BYTES, LimitBody
+from .body_limit import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, LimitBody
 from .errors import ApiError
 from .memory import slot_kv_budget
 from .metrics import Metrics, render
@@ -96,6 +96,7 @@ def create_app(
     kv_budget: int | None = None,
     prefix_sharing: bool = True,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout: float | None = DEFAULT_BODY_TIMEOUT,
     prompt_limits: PromptLimits | None = None,
     special_tokens_in_content: bool = False,
     grammar_limits: GrammarLimits | None = None,
@@ -116,7 +117,8 @@ def create_app(
     on (``EngineConfig.prompt_cache``), requests running at the same time share their
     common prompt prefix (prefilled once: colibri.generate.prefix_share). ``timeout``:
     seconds a request may take, queue wait included (None: no limit). ``max_body_bytes``:
-    larger request bodies get 413 before they are read whole (server/body_limit.py).
+    larger request bodies get 413 before they are read whole; ``body_timeout``: seconds the
+    body may take to arrive, else 408 (None: no limit; server/body_limit.py).
     ``prompt_limits``: the message count and text length checked before a prompt is rendered
     or tokenized (server/prompt_size.py). ``grammar_limits``: what a request's response
     format and tools may hold (default
@@ -194,6 +196,6 @@ def create_app(
         return _error(request, ApiError(500, f"internal error ({type(exc).__name__}: {exc})",
                                         code="internal_error"))
 
-    app.add_middleware(LimitBody, max_bytes=max_body_bytes)
+    app.add_middleware(LimitBody, max_bytes=max_body_bytes, timeout=body_timeout)
     app.add_middleware(_CountRequests, metrics=metrics)
     return app

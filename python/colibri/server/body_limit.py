@@ -4,30 +4,43 @@ shape before it is parsed or tokenized. A declared ``Content-Length`` over the l
 refused at once; a chunked body is counted as it arrives and refused at the first chunk
 past the limit (the middleware reads the body, at most the limit, then hands it on).
 Issue 35: a 20 MB message blocked the event loop for 20 s and a 100 MB one aborted the
-server."""
+server.
+
+The body must also arrive within ``timeout`` seconds of the request's headers
+(``create_app(body_timeout=...)``, ``colibri serve --body-timeout``), else the request is
+answered 408 in the same shape and its connection closed: a client sending its body a
+byte at a time holds a connection no longer than that (issue 35, item 9)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..sizes import format_bytes
 from .errors import ApiError
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "LimitBody"]
+__all__ = ["DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_BYTES", "LimitBody"]
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 """8 MiB: a 128k-token prompt is about 0.5 MB of text; the rest is headroom for tools,
 schemas and JSON escapes."""
 
+DEFAULT_BODY_TIMEOUT = 30.0
+"""Seconds: 8 MiB at about 2.2 Mbit/s; a client slower than that is refused."""
+
 
 class LimitBody:
-    """ASGI middleware refusing bodies over `max_bytes` with a 413."""
+    """ASGI middleware refusing bodies over `max_bytes` with a 413, and bodies that take
+    longer than `timeout` seconds (None: no limit) to arrive with a 408."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int,
+                 timeout: float | None = DEFAULT_BODY_TIMEOUT) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -35,20 +48,28 @@ class LimitBody:
             return
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await self._refuse(scope, send)
+                await self._refuse(scope, send, self._too_large())
                 return
         # Read the whole body here, counting, before the app sees any of it (the app's
         # own body parsing would turn an exception into its own 400); then replay it.
         chunks: list[bytes] = []
         seen = 0
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(
+                    receive(), None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                await self._refuse(scope, send, ApiError(
+                    408, f"the request body did not arrive within {self.timeout:g} s "
+                         f"(--body-timeout)", code="timeout"))
+                return
             if message["type"] != "http.request":  # the client went away
                 return
             chunk = message.get("body", b"")
             seen += len(chunk)
             if seen > self.max_bytes:
-                await self._refuse(scope, send)
+                await self._refuse(scope, send, self._too_large())
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -64,13 +85,18 @@ class LimitBody:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, scope: Scope, send: Send) -> None:
-        err = ApiError(413, f"the request body is larger than the server's limit of "
-                            f"{format_bytes(self.max_bytes)} (--max-body-bytes)",
-                       code="request_too_large")
+    def _too_large(self) -> ApiError:
+        return ApiError(413, f"the request body is larger than the server's limit of "
+                             f"{format_bytes(self.max_bytes)} (--max-body-bytes)",
+                        code="request_too_large")
+
+    @staticmethod
+    async def _refuse(scope: Scope, send: Send, err: ApiError) -> None:
+        """`err` in the route's API shape, closing the connection (the rest of the body is
+        not read)."""
         anthropic = str(scope.get("path", "")).startswith("/v1/messages")
         body = json.dumps(err.anthropic_body() if anthropic else err.openai_body()).encode()
-        await send({"type": "http.response.start", "status": 413,
+        await send({"type": "http.response.start", "status": err.status,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})
