@@ -233,6 +233,7 @@ def test_kept_alive_responses_are_not_held_for_the_delayed_ack(server: ServerPro
     ("--max-connections", "-2", "must be >= 0"),
     ("--max-body-bytes", "0", "must be at least 1 byte"),
     ("--kv-budget", "lots", "--kv-budget"),
+    ("--max-messages", "0", "must be at least 1"),
 ])
 def test_bad_limits_are_usage_errors_before_the_model_loads(
         flag: str, value: str, message: str) -> None:

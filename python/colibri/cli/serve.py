@@ -61,6 +61,9 @@ def add_serve_parser(sub: Any, engine_flags: Callable[[argparse.ArgumentParser],
     g.add_argument("--max-body-bytes", metavar="SIZE", default="8MiB",
                    help="largest request body; a larger one gets 413 before it is read "
                         "whole (default 8MiB)")
+    g.add_argument("--max-messages", type=int, default=10_000, metavar="N",
+                   help="most messages one request may hold; more get 400 before the "
+                        "prompt is rendered (default 10000)")
     g.add_argument("--grammar-limits", metavar="KEY=VALUE,...", default="",
                    help="raise or lower what a request's response_format and tools may hold "
                         "(max_enum_values=50000,compile_seconds=30; the keys and defaults: "
@@ -114,6 +117,7 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
     from ..generate.grammar_limits import parse_limits
     from ..model import Model
     from ..models.resolve import resolve_model_spec
+    from ..server.prompt_size import PromptLimits
     from ..settings.config import EngineConfig
     from ..sizes import format_bytes
 
@@ -137,6 +141,9 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
     keep_alive = _seconds("--keep-alive-timeout", args.keep_alive_timeout) or 0.0
     if args.max_connections < 0:
         raise UsageError("argument --max-connections: must be >= 0")
+    if args.max_messages < 1:
+        raise UsageError("argument --max-messages: must be at least 1")
+    prompt_limits = PromptLimits(max_messages=args.max_messages)
     try:
         grammar_limits = parse_limits(args.grammar_limits)
     except ColibriError as exc:
@@ -155,7 +162,7 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
             "max_running": args.parallel, "timeout": timeout,
             "drain_timeout": args.shutdown_timeout, "kv_budget": kv_budget,
             "max_body_bytes": max_body, "body_timeout": body_timeout,
-            "grammar_limits": grammar_limits,
+            "grammar_limits": grammar_limits, "prompt_limits": prompt_limits,
             "special_tokens_in_content": args.allow_special_tokens_in_content,
             "prefix_sharing": not args.no_prefix_sharing}, err)
     # The port is taken before the model loads (seconds to minutes): one in use is this
@@ -181,7 +188,7 @@ def cmd_serve(args: argparse.Namespace, err: TextIO) -> int:
                      close_model=True, drain_timeout=args.shutdown_timeout,
                      kv_budget=kv_budget, prefix_sharing=not args.no_prefix_sharing,
                      max_body_bytes=max_body, body_timeout=body_timeout,
-                     grammar_limits=grammar_limits,
+                     grammar_limits=grammar_limits, prompt_limits=prompt_limits,
                      special_tokens_in_content=args.allow_special_tokens_in_content)
     scheduler = app.state.colibri.scheduler
     name = app.state.colibri.model_name
