@@ -25,6 +25,14 @@ struct Ops {
   static __m256i madd_acc(__m256i acc, __m256i p, __m256i s) { return _mm256_dpwssd_epi32(acc, p, s); }
   // Sum of u[i] * s[i] over each group of 4 bytes, in one vpdpbusd.
   static __m256i dot_u8_i8(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+  // q8 with byte j negated where bit j of `bits`' 32-bit lane k is set: one masked subtract
+  // from zero.
+  static __m256i negate_where(__m256i q8, __m256i bits, int k) {
+    alignas(32) uint32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), bits);
+    return _mm256_mask_sub_epi8(q8, lanes[k], _mm256_setzero_si256(), q8);
+  }
+  static constexpr bool kEvenSignsByTable = false;  // negate_where is faster (iquants_grid_x86.hpp)
 };
 
 constexpr int kTileRowsIq4nl = 4, kTileRowsIq4xs = 2, kTileTokens = 4;  // prefill tiles (32 ymm)
