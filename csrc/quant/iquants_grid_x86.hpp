@@ -8,11 +8,12 @@
 // hardware gather measured slower), the activations get the weights' signs, and unsigned grid
 // x signed activation pairs (vpmaddubsw) are weighted by the sub-block scale. Signs and scales
 // are prepared for a whole super-block (8 sub-blocks) at once with vector ops and applied by
-// Ops::negate_where (a byte mask built by compare on AVX2, one masked subtract on AVX-512):
+// Ops::pair_dot (AVX2: a byte mask built by compare, then two ymm multiply-adds; AVX-512:
+// one masked subtract and one zmm multiply-add for both sub-blocks):
 // the 8th sign of a 7-bit group (IQ2_XXS, IQ2_XS, IQ3_XXS) is the parity of the other 7, the
 // rule behind kKsignsIq2xs. IQ2_XXS on AVX2 instead loads 8 sign bytes per 8 weights from a
 // 128-entry table (Ops::kEvenSignsByTable), measured faster there. Two 32-weight sub-blocks
-// per step, into two accumulators, keep the multiply-accumulate chains short.
+// per step (two accumulators on AVX2) keep the multiply-accumulate chains short.
 #pragma once
 
 namespace colibri {
@@ -81,13 +82,6 @@ inline __m256i grid_rows8(const uint32_t* grid, const uint8_t* idx) {
                           static_cast<int>(grid[idx[1]]), static_cast<int>(grid[idx[0]]));
 }
 
-// acc + (unsigned grid magnitudes g . activations q8 with sub-block k's signs) per pair,
-// times its scale.
-inline __m256i even_signed_dot(__m256i acc, __m256i g, const int8_t* q8, const EvenSigns& es, int k) {
-  const __m256i q = Ops::negate_where(load256(q8), es.bits, k);
-  return Ops::madd_acc(acc, _mm256_maddubs_epi16(g, q), es.scale(k));
-}
-
 float vec_dot_iq2_xxs(int64_t n, const void* w, const void* a) {
   const BlockIQ2_XXS* x = static_cast<const BlockIQ2_XXS*>(w);
   const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
@@ -114,11 +108,13 @@ float vec_dot_iq2_xxs(int64_t n, const void* w, const void* a) {
       const __m256 lo = _mm256_castsi256_ps(load256(q)), hi = _mm256_castsi256_ps(load256(q + 32));
       const __m256i odd = _mm256_castps_si256(_mm256_shuffle_ps(lo, hi, 0xdd));  // words 1 3 9 11 | 5 7 13 15
       const EvenSigns es(_mm256_permute4x64_epi64(odd, 0xd8));
+      Ops::Acc acc = Ops::acc_zero();
 #pragma GCC unroll 4
       for (int k = 0; k < 8; k += 2) {
-        acc0 = even_signed_dot(acc0, grid_rows4(iq::kIq2xxsGrid, q + 8 * k), y[i].qs + 32 * k, es, k);
-        acc1 = even_signed_dot(acc1, grid_rows4(iq::kIq2xxsGrid, q + 8 * k + 8), y[i].qs + 32 * k + 32, es, k + 1);
+        acc = Ops::pair_dot(acc, grid_rows4(iq::kIq2xxsGrid, q + 8 * k), grid_rows4(iq::kIq2xxsGrid, q + 8 * k + 8),
+                            y[i].qs + 32 * k, es.bits, k, es.scale(k), es.scale(k + 1));
       }
+      acc0 = Ops::acc_fold(acc);
     }
     sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(_mm256_add_epi32(acc0, acc1)));
   }
@@ -133,13 +129,13 @@ float vec_dot_iq3_xxs(int64_t n, const void* w, const void* a) {
     // 8 grid indices per 32 weights, then (qs + 64) one sign / scale word per 32.
     const uint8_t* q = x[i].qs;
     const EvenSigns es(load256(x[i].qs + kQKK / 4));
-    __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+    Ops::Acc acc = Ops::acc_zero();
 #pragma GCC unroll 4
     for (int k = 0; k < 8; k += 2) {
-      acc0 = even_signed_dot(acc0, grid_rows8(iq::kIq3xxsGrid, q + 8 * k), y[i].qs + 32 * k, es, k);
-      acc1 = even_signed_dot(acc1, grid_rows8(iq::kIq3xxsGrid, q + 8 * k + 8), y[i].qs + 32 * k + 32, es, k + 1);
+      acc = Ops::pair_dot(acc, grid_rows8(iq::kIq3xxsGrid, q + 8 * k), grid_rows8(iq::kIq3xxsGrid, q + 8 * k + 8),
+                          y[i].qs + 32 * k, es.bits, k, es.scale(k), es.scale(k + 1));
     }
-    sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(_mm256_add_epi32(acc0, acc1)));
+    sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(Ops::acc_fold(acc)));
   }
   return 0.25f * sum;
 }
@@ -148,7 +144,7 @@ float vec_dot_iq3_xxs(int64_t n, const void* w, const void* a) {
 // The indices of a super-block are assembled with vector ops into an array first (a
 // scalar assembly costs 3-4 operations per index), the signs are 32 bits per sub-block (IQ2_S,
 // IQ3_S: stored as such; IQ2_XS: 7 per 8 weights plus the even-parity 8th) applied by
-// Ops::negate_where, and the scales are picked per sub-block by one byte shuffle from a
+// Ops::pair_dot, and the scales are picked per sub-block by one byte shuffle from a
 // table of the super-block's 16 (or 8) odd scales.
 
 // Per 16 weights the odd scale 2 s + 1 of 4-bit scale nibbles: 8 scale bytes (low nibble:
@@ -179,11 +175,6 @@ inline __m256i grid_rows8(const uint32_t* grid, const uint16_t* idx) {
                           static_cast<int>(grid[idx[1]]), static_cast<int>(grid[idx[0]]));
 }
 
-// acc + (unsigned g . q8 negated by lane k of `signs`) per pair, times the int16 scales ls.
-inline __m256i signed_dot(__m256i acc, __m256i g, const int8_t* q8, __m256i signs, int k, __m256i ls) {
-  return Ops::madd_acc(acc, _mm256_maddubs_epi16(g, Ops::negate_where(load256(q8), signs, k)), ls);
-}
-
 float vec_dot_iq2_xs(int64_t n, const void* w, const void* a) {
   const BlockIQ2_XS* x = static_cast<const BlockIQ2_XS*>(w);
   const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
@@ -198,14 +189,13 @@ float vec_dot_iq2_xs(int64_t n, const void* w, const void* a) {
     const __m256i sign7 = _mm256_packus_epi16(_mm256_srli_epi16(w0, 9), _mm256_srli_epi16(w1, 9));
     const __m256i signs = with_even_parity(_mm256_permute4x64_epi64(sign7, 0xd8));  // group g in byte g
     const __m256i ls = odd_scale_bytes(x[i].scales, 8);
-    __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+    Ops::Acc acc = Ops::acc_zero();
 #pragma GCC unroll 4
     for (int k = 0; k < 8; k += 2) {
-      acc0 = signed_dot(acc0, grid_rows4(iq::kIq2xsGrid, idx + 4 * k), y[i].qs + 32 * k, signs, k, pick_scales(ls, 2 * k, 2 * k + 1));
-      acc1 = signed_dot(acc1, grid_rows4(iq::kIq2xsGrid, idx + 4 * k + 4), y[i].qs + 32 * k + 32, signs, k + 1,
-                        pick_scales(ls, 2 * k + 2, 2 * k + 3));
+      acc = Ops::pair_dot(acc, grid_rows4(iq::kIq2xsGrid, idx + 4 * k), grid_rows4(iq::kIq2xsGrid, idx + 4 * k + 4), y[i].qs + 32 * k, signs, k,
+                          pick_scales(ls, 2 * k, 2 * k + 1), pick_scales(ls, 2 * k + 2, 2 * k + 3));
     }
-    sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(_mm256_add_epi32(acc0, acc1)));
+    sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(Ops::acc_fold(acc)));
   }
   return 0.125f * sum;
 }
@@ -230,14 +220,13 @@ float vec_dot_iq2_s(int64_t n, const void* w, const void* a) {
     }
     const __m256i signs = load256(x[i].qs + kQKK / 8);
     const __m256i ls = odd_scale_bytes(x[i].scales, 8);
-    __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+    Ops::Acc acc = Ops::acc_zero();
 #pragma GCC unroll 4
     for (int k = 0; k < 8; k += 2) {
-      acc0 = signed_dot(acc0, grid_rows4(iq::kIq2sGrid, idx + 4 * k), y[i].qs + 32 * k, signs, k, pick_scales(ls, 2 * k, 2 * k + 1));
-      acc1 = signed_dot(acc1, grid_rows4(iq::kIq2sGrid, idx + 4 * k + 4), y[i].qs + 32 * k + 32, signs, k + 1,
-                        pick_scales(ls, 2 * k + 2, 2 * k + 3));
+      acc = Ops::pair_dot(acc, grid_rows4(iq::kIq2sGrid, idx + 4 * k), grid_rows4(iq::kIq2sGrid, idx + 4 * k + 4), y[i].qs + 32 * k, signs, k,
+                          pick_scales(ls, 2 * k, 2 * k + 1), pick_scales(ls, 2 * k + 2, 2 * k + 3));
     }
-    sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(_mm256_add_epi32(acc0, acc1)));
+    sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(Ops::acc_fold(acc)));
   }
   return 0.125f * sum;
 }
@@ -259,14 +248,13 @@ float vec_dot_iq3_s(int64_t n, const void* w, const void* a) {
     }
     const __m256i signs = load256(x[i].signs);
     const __m256i ls = odd_scale_bytes(x[i].scales, 4);  // byte k: sub-block k's scale
-    __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+    Ops::Acc acc = Ops::acc_zero();
 #pragma GCC unroll 4
     for (int k = 0; k < 8; k += 2) {
-      acc0 = signed_dot(acc0, grid_rows8(iq::kIq3sGrid, idx + 8 * k), y[i].qs + 32 * k, signs, k, pick_scales(ls, k, k));
-      acc1 = signed_dot(acc1, grid_rows8(iq::kIq3sGrid, idx + 8 * k + 8), y[i].qs + 32 * k + 32, signs, k + 1,
-                        pick_scales(ls, k + 1, k + 1));
+      acc = Ops::pair_dot(acc, grid_rows8(iq::kIq3sGrid, idx + 8 * k), grid_rows8(iq::kIq3sGrid, idx + 8 * k + 8), y[i].qs + 32 * k, signs, k,
+                          pick_scales(ls, k, k), pick_scales(ls, k + 1, k + 1));
     }
-    sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(_mm256_add_epi32(acc0, acc1)));
+    sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(Ops::acc_fold(acc)));
   }
   return sum;
 }

@@ -15,7 +15,7 @@
 // here: maddubs products stay below int16 saturation (|grid| <= 62 unsigned times
 // |q8| <= 127, two per lane, <= 15748; IQ4's |value| <= 127 times |q8| <= 127, two per lane,
 // <= 32258) and every int32 sum is bounded by 256 of those times a 6-bit scale. It also
-// supplies negate_where(q8, bits, k) (activations negated by 32 sign bits) and
+// supplies Acc / acc_zero / acc_fold / pair_dot (two sub-blocks of a grid type) and
 // kEvenSignsByTable (iquants_grid_x86.hpp).
 #pragma once
 #include <immintrin.h>
