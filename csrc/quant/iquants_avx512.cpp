@@ -1,11 +1,12 @@
 // AVX-512 kernels of the i-quants and MXFP4, compiled with the AVX-512 F/BW/VL/DQ + VNNI
 // flags and run only where dispatch.cpp found them: the templates of iquants_x86.hpp with
-// VNNI's fused multiply-accumulates on ymm (vpdpwssd / vpdpbusd, from AVX512-VL). Their
-// integer results equal AVX2's (iquants_x86.hpp: no product or sum there saturates or
+// VNNI's fused multiply-accumulates on ymm (vpdpwssd / vpdpbusd, from AVX512-VL), and for the
+// grid types (iquants_grid_x86.hpp) two sub-blocks per zmm with masked sign application.
+// Their integer results equal AVX2's (iquants_x86.hpp: no product or sum there saturates or
 // overflows), so these kernels compute exactly what the AVX2 ones do, which are
 // bit-identical to the scalar reference for the Q8_K types. The prefill tiles take more
-// rows (32 vector registers). NOT RUN on the development host (AVX2 only): correct by that
-// construction and checked against scalar by tests/kernels/test_iquants.py where the CPU has AVX-512.
+// rows (32 vector registers). Checked against scalar by tests/kernels/test_iquants.py where
+// the CPU has AVX-512.
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)

@@ -1,19 +1,19 @@
-// Matrix-vector kernels of the grid i-quants with 2- and 3-bit magnitudes (IQ2_XXS, IQ2_XS,
-// IQ2_S, IQ3_XXS, IQ3_S) for x86: included only by iquants_x86.hpp, after its helpers
-// (internal linkage, compiled once per ISA with that ISA's Ops). The same exact integer per
-// super-block as the scalar reference (quant/iquants_ref.cpp), then the same float step:
-// bit-identical to it.
+// Matrix-vector kernels of the grid i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S,
+// IQ1_M) for x86: included only by iquants_x86.hpp, after its helpers (internal linkage,
+// compiled once per ISA with that ISA's Ops). The same exact integer per super-block as the
+// scalar reference (quant/iquants_ref.cpp), then the same float step: bit-identical to it.
 //
 // Per 32 weights: the grid rows are gathered with scalar table loads into one vector (a
 // hardware gather measured slower), the activations get the weights' signs, and unsigned grid
-// x signed activation pairs (vpmaddubsw) are weighted by the sub-block scale. Signs and scales
-// are prepared for a whole super-block (8 sub-blocks) at once with vector ops and applied by
-// Ops::pair_dot (AVX2: a byte mask built by compare, then two ymm multiply-adds; AVX-512:
-// one masked subtract and one zmm multiply-add for both sub-blocks):
-// the 8th sign of a 7-bit group (IQ2_XXS, IQ2_XS, IQ3_XXS) is the parity of the other 7, the
-// rule behind kKsignsIq2xs. IQ2_XXS on AVX2 instead loads 8 sign bytes per 8 weights from a
-// 128-entry table (Ops::kEvenSignsByTable), measured faster there. Two 32-weight sub-blocks
-// per step (two accumulators on AVX2) keep the multiply-accumulate chains short.
+// x signed activation pairs (vpmaddubsw) are weighted by the sub-block scale. Grid indices,
+// signs and scales are prepared for a whole super-block (8 sub-blocks) at once with vector
+// ops; for IQ2_* / IQ3_* the signs are applied by Ops::pair_dot (AVX2: a byte mask built by
+// compare, then two ymm multiply-adds; AVX-512: one masked subtract and one zmm
+// multiply-add for both sub-blocks). The 8th sign of a 7-bit group (IQ2_XXS, IQ2_XS,
+// IQ3_XXS) is the parity of the other 7, the rule behind kKsignsIq2xs. IQ2_XXS on AVX2
+// instead loads 8 sign bytes per 8 weights from a 128-entry table (Ops::kEvenSignsByTable),
+// measured faster there. Two 32-weight sub-blocks per step (two accumulators on AVX2) keep
+// the multiply-accumulate chains short.
 #pragma once
 
 namespace colibri {
@@ -255,6 +255,110 @@ float vec_dot_iq3_s(int64_t n, const void* w, const void* a) {
                           pick_scales(ls, k, k), pick_scales(ls, k + 1, k + 1));
     }
     sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(Ops::acc_fold(acc)));
+  }
+  return sum;
+}
+
+// ---- IQ1_M, IQ1_S: {-1, 0, 1} grids ---------------------------------------------------------
+// IQ1_M: per 8 weights an 11-bit index into the {-1, 0, 1} grid and a delta sign, 3-bit scales
+// per 16. The grid value g and the delta +-1/8 are one signed byte 8 g +- 1 (|.| <= 9), so one
+// dot per sub-block gives C = 8 A + D for the reference's A (grid) and D (delta) sums; with
+// |C| < 2^24, 0.125f * C is the reference's A + 0.125f * D exactly (both are C / 8, a float).
+float vec_dot_iq1_m(int64_t n, const void* w, const void* a) {
+  const BlockIQ1_M* x = static_cast<const BlockIQ1_M*>(w);
+  const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
+  const __m128i m7 = _mm_set1_epi8(7), m8 = _mm_set1_epi8(8), m15 = _mm_set1_epi8(15);
+  const __m256i eight = _mm256_set1_epi8(8);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    // Group g (0..31): nibble g % 2 of qh[g / 2] = 3 index bits | delta sign << 3.
+    const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qh));
+    const __m128i lo = _mm_and_si128(qh, m15), hi = _mm_and_si128(_mm_srli_epi16(qh, 4), m15);
+    const __m128i nib[2] = {_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi)};
+    alignas(32) uint16_t idx[32];
+    __m128i delta[2];  // per group +1 / -1
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qs + 16 * h)));
+      const __m256i top = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(nib[h], m7)), 8);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(idx + 16 * h), _mm256_or_si256(q, top));
+      delta[h] = _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(nib[h], m8), m8), _mm_set1_epi8(1));
+    }
+    // 3-bit scale (lane 2 k + half) = bits 3 m .. 3 m + 2 of scale word j, lane = 4 j + m:
+    // shifted to the top by a multiply, then down.
+    uint64_t sc8;
+    std::memcpy(&sc8, x[i].scales, sizeof sc8);
+    const __m256i words = _mm256_shuffle_epi8(_mm256_set1_epi64x(static_cast<long long>(sc8)),
+                                              _mm256_set_epi64x(0x0706070607060706, 0x0504050405040504,
+                                                                0x0302030203020302, 0x0100010001000100));
+    const __m256i s3 = _mm256_srli_epi16(
+        _mm256_mullo_epi16(words, _mm256_set_epi16(16, 128, 1024, 8192, 16, 128, 1024, 8192, 16, 128, 1024, 8192, 16, 128, 1024, 8192)), 13);
+    const __m256i s16 = _mm256_or_si256(_mm256_add_epi16(s3, s3), _mm256_set1_epi16(1));
+    const __m128i s8 = _mm_packus_epi16(_mm256_castsi256_si128(s16), _mm256_extracti128_si256(s16, 1));
+    const __m256i ls = _mm256_set_m128i(s8, s8);
+    __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m256i dh = _mm256_set_m128i(delta[k / 4], delta[k / 4]);
+      const __m256i spread = _mm256_add_epi8(_mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0),
+                                             _mm256_set1_epi8(static_cast<char>(4 * (k & 3))));
+      const __m256i g = grid_rows4(iq::kIq1sGrid, idx + 4 * k);
+      const __m256i wv = _mm256_add_epi8(_mm256_sign_epi8(eight, g), _mm256_shuffle_epi8(dh, spread));
+      const __m256i p = dot_i8_pairs(wv, load256(y[i].qs + 32 * k));
+      if (k & 1) {
+        acc1 = Ops::madd_acc(acc1, p, pick_scales(ls, 2 * k, 2 * k + 1));
+      } else {
+        acc0 = Ops::madd_acc(acc0, p, pick_scales(ls, 2 * k, 2 * k + 1));
+      }
+    }
+    sum += fp16_to_fp32(iq::iq1m_scale_bits(x[i].scales)) * y[i].d *
+           (0.125f * static_cast<float>(hsum_epi32(_mm256_add_epi32(acc0, acc1))));
+  }
+  return sum;
+}
+
+// IQ1_S: as IQ1_M's kernel, with a scale and a delta sign per 32 weights (qh bits 12..15).
+// The reference adds the delta through the activations' block sums (bsums); here it is in
+// the same dot (8 g +- 1): equal for every Q8_K block whose bsums are its sums, as the
+// quantizers write them.
+float vec_dot_iq1_s(int64_t n, const void* w, const void* a) {
+  const BlockIQ1_S* x = static_cast<const BlockIQ1_S*>(w);
+  const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
+  const __m256i eight = _mm256_set1_epi8(8);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    // Index g (0..31) = qs[g] | bits 3 (g % 4) .. +2 of qh[g / 4] << 8: each qh word copied to
+    // 4 lanes, the 3 bits shifted to the top by a multiply, then down.
+    alignas(32) uint16_t idx[32];
+    for (int h = 0; h < 2; ++h) {
+      uint64_t qh4;
+      std::memcpy(&qh4, x[i].qh + 4 * h, sizeof qh4);
+      const __m256i words = _mm256_shuffle_epi8(_mm256_set1_epi64x(static_cast<long long>(qh4)),
+                                                _mm256_set_epi64x(0x0706070607060706, 0x0504050405040504,
+                                                                  0x0302030203020302, 0x0100010001000100));
+      const __m256i top = _mm256_srli_epi16(
+          _mm256_mullo_epi16(words, _mm256_set_epi16(16, 128, 1024, 8192, 16, 128, 1024, 8192, 16, 128, 1024, 8192, 16, 128, 1024, 8192)), 13);
+      const __m256i q = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qs + 16 * h)));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(idx + 16 * h), _mm256_or_si256(q, _mm256_slli_epi16(top, 8)));
+    }
+    // Sub-block k: scale byte k, delta byte k (+1 / -1), each in both 128-bit halves.
+    const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qh));
+    const __m128i s = _mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7));
+    const __m128i ls8 = _mm_packus_epi16(_mm_or_si128(_mm_add_epi16(s, s), _mm_set1_epi16(1)), _mm_setzero_si128());
+    const __m128i d8 = _mm_packs_epi16(_mm_or_si128(_mm_srai_epi16(qh, 15), _mm_set1_epi16(1)), _mm_setzero_si128());
+    const __m256i ls = _mm256_set_m128i(ls8, ls8), deltas = _mm256_set_m128i(d8, d8);
+    __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m256i g = grid_rows4(iq::kIq1sGrid, idx + 4 * k);
+      const __m256i delta = _mm256_shuffle_epi8(deltas, _mm256_set1_epi8(static_cast<char>(k)));
+      const __m256i p = dot_i8_pairs(_mm256_add_epi8(_mm256_sign_epi8(eight, g), delta), load256(y[i].qs + 32 * k));
+      if (k & 1) {
+        acc1 = Ops::madd_acc(acc1, p, pick_scales(ls, k, k));
+      } else {
+        acc0 = Ops::madd_acc(acc0, p, pick_scales(ls, k, k));
+      }
+    }
+    sum += dd(x[i].d, y[i]) * (0.125f * static_cast<float>(hsum_epi32(_mm256_add_epi32(acc0, acc1))));
   }
   return sum;
 }

@@ -7,7 +7,7 @@
 //  - Q8_0 types (IQ4_NL, MXFP4): exact integer sums per 32-block, float accumulation in 8
 //    lanes (agrees with the reference to rounding, like Q4_0).
 //  - dequantize_row: the reference's (it is not on the matmul's hot path).
-// The grid types with 2- and 3-bit magnitudes (IQ2_*, IQ3_*) are in iquants_grid_x86.hpp.
+// The grid types (IQ2_*, IQ3_*, IQ1_*) are in iquants_grid_x86.hpp.
 // Ops supplies the two integer multiply-accumulates: madd_acc(acc, p, s) = acc + pairwise
 // int16 products p s (vpmaddwd + vpaddd on AVX2, vpdpwssd on AVX-512 VNNI) and
 // dot_u8_i8(u, s) = sums of 4 u8 x i8 products (vpmaddubsw + vpmaddwd, or vpdpbusd). The
@@ -60,10 +60,6 @@ inline float hsum_ps(__m256 v) {
 inline __m256i signs4(uint64_t s0, uint64_t s1, uint64_t s2, uint64_t s3) {
   return _mm256_set_epi64x(static_cast<long long>(s3), static_cast<long long>(s2), static_cast<long long>(s1),
                            static_cast<long long>(s0));
-}
-
-inline __m256i ls_halves(int lo, int hi) {
-  return _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(hi)), _mm_set1_epi16(static_cast<short>(lo)));
 }
 
 // 16 bytes of packed nibbles -> 32 table values: low nibbles first (elements 0..15).
@@ -147,65 +143,6 @@ float vec_dot_iq4_xs(int64_t n, const void* w, const void* a) {
 
 namespace colibri {
 namespace {
-
-// acc + {-1, 0, 1} grid values times activations, summed per pair, weighted by ls.
-inline __m256i ternary_dot(__m256i acc, __m256i g, __m256i q8, __m256i ls) {
-  return Ops::madd_acc(acc, _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(q8, g)), ls);
-}
-
-float vec_dot_iq1_s(int64_t n, const void* w, const void* a) {
-  const BlockIQ1_S* x = static_cast<const BlockIQ1_S*>(w);
-  const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
-  const uint64_t* grid = iq::kIq1sGrid;
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    __m256i acc = _mm256_setzero_si256();
-    int32_t sumd = 0;
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint8_t* q = x[i].qs + 4 * ib;
-      const unsigned qh = x[i].qh[ib];
-      const __m256i g = _mm256_set_epi64x(static_cast<long long>(grid[q[3] | (((qh >> 9) & 7u) << 8)]),
-                                          static_cast<long long>(grid[q[2] | (((qh >> 6) & 7u) << 8)]),
-                                          static_cast<long long>(grid[q[1] | (((qh >> 3) & 7u) << 8)]),
-                                          static_cast<long long>(grid[q[0] | ((qh & 7u) << 8)]));
-      const int ls = 2 * ((qh >> 12) & 7) + 1;
-      acc = ternary_dot(acc, g, load256(y[i].qs + 32 * ib), _mm256_set1_epi16(static_cast<short>(ls)));
-      sumd += ls * (qh & 0x8000 ? -1 : 1) * (y[i].bsums[2 * ib] + y[i].bsums[2 * ib + 1]);
-    }
-    sum += dd(x[i].d, y[i]) * (static_cast<float>(hsum_epi32(acc)) + 0.125f * static_cast<float>(sumd));
-  }
-  return sum;
-}
-
-float vec_dot_iq1_m(int64_t n, const void* w, const void* a) {
-  const BlockIQ1_M* x = static_cast<const BlockIQ1_M*>(w);
-  const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
-  const uint64_t* grid = iq::kIq1sGrid;
-  constexpr uint64_t kPlus = 0x0101010101010101ull, kMinus = 0xffffffffffffffffull;
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    uint16_t sc[4];
-    std::memcpy(sc, x[i].scales, sizeof sc);
-    __m256i acc = _mm256_setzero_si256(), accd = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint8_t* q = x[i].qs + 4 * ib;
-      const unsigned h0 = x[i].qh[2 * ib], h1 = x[i].qh[2 * ib + 1];
-      const __m256i g = _mm256_set_epi64x(static_cast<long long>(grid[q[3] | ((h1 << 4) & 0x700)]),
-                                          static_cast<long long>(grid[q[2] | ((h1 << 8) & 0x700)]),
-                                          static_cast<long long>(grid[q[1] | ((h0 << 4) & 0x700)]),
-                                          static_cast<long long>(grid[q[0] | ((h0 << 8) & 0x700)]));
-      const __m256i delta = signs4(h0 & 0x08 ? kMinus : kPlus, h0 & 0x80 ? kMinus : kPlus, h1 & 0x08 ? kMinus : kPlus,
-                                   h1 & 0x80 ? kMinus : kPlus);
-      const __m256i ls = ls_halves(2 * ((sc[ib / 2] >> (6 * (ib % 2))) & 7) + 1, 2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7) + 1);
-      const __m256i q8 = load256(y[i].qs + 32 * ib);
-      acc = ternary_dot(acc, g, q8, ls);
-      accd = ternary_dot(accd, delta, q8, ls);
-    }
-    sum += fp16_to_fp32(iq::iq1m_scale_bits(x[i].scales)) * y[i].d *
-           (static_cast<float>(hsum_epi32(acc)) + 0.125f * static_cast<float>(hsum_epi32(accd)));
-  }
-  return sum;
-}
 
 // ---- Prefill tiles (dot_tiles.hpp) --------------------------------------------------------
 // R rows x T tokens in one pass: each row's nibbles are looked up once per block instead of
