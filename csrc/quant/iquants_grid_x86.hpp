@@ -96,7 +96,8 @@ float vec_dot_iq2_xxs(int64_t n, const void* w, const void* a) {
       for (int k = 0; k < 8; ++k) {
         const uint32_t sg = load_u32(q + 8 * k + 4);
         const __m256i s = signs4(sv[sg & 127], sv[(sg >> 7) & 127], sv[(sg >> 14) & 127], sv[(sg >> 21) & 127]);
-        const __m256i p = _mm256_maddubs_epi16(grid_rows4(iq::kIq2xxsGrid, q + 8 * k), _mm256_sign_epi8(load256(y[i].qs + 32 * k), s));
+        const __m256i p = _mm256_maddubs_epi16(grid_rows4(iq::kIq2xxsGrid, q + 8 * k),
+                                               _mm256_sign_epi8(load256(y[i].qs + 32 * k), s));
         const __m256i ls = _mm256_set1_epi16(static_cast<short>(2 * (sg >> 28) + 1));
         if (k & 1) {
           acc1 = Ops::madd_acc(acc1, p, ls);
@@ -160,7 +161,8 @@ inline __m256i odd_scale_bytes(const uint8_t* scales, int nbytes) {
 
 // Scale bytes picked into int16 lanes: lanes 0..7 get byte `lo`, lanes 8..15 byte `hi`.
 inline __m256i pick_scales(__m256i table, int lo, int hi) {
-  const __m256i ctrl = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(0xff00 | hi)), _mm_set1_epi16(static_cast<short>(0xff00 | lo)));
+  const __m256i ctrl = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(0xff00 | hi)),
+                                        _mm_set1_epi16(static_cast<short>(0xff00 | lo)));
   return _mm256_shuffle_epi8(table, ctrl);
 }
 
@@ -192,7 +194,8 @@ float vec_dot_iq2_xs(int64_t n, const void* w, const void* a) {
     Ops::Acc acc = Ops::acc_zero();
 #pragma GCC unroll 4
     for (int k = 0; k < 8; k += 2) {
-      acc = Ops::pair_dot(acc, grid_rows4(iq::kIq2xsGrid, idx + 4 * k), grid_rows4(iq::kIq2xsGrid, idx + 4 * k + 4), y[i].qs + 32 * k, signs, k,
+      const __m256i g0 = grid_rows4(iq::kIq2xsGrid, idx + 4 * k), g1 = grid_rows4(iq::kIq2xsGrid, idx + 4 * k + 4);
+      acc = Ops::pair_dot(acc, g0, g1, y[i].qs + 32 * k, signs, k,
                           pick_scales(ls, 2 * k, 2 * k + 1), pick_scales(ls, 2 * k + 2, 2 * k + 3));
     }
     sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(Ops::acc_fold(acc)));
@@ -215,15 +218,18 @@ float vec_dot_iq2_s(int64_t n, const void* w, const void* a) {
                                              _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
                                                                0x0101010101010101, 0));
       const __m256i qh16 = _mm256_and_si256(qh, _mm256_set1_epi16(0xff));
-      const __m256i hi = _mm256_mullo_epi16(qh16, _mm256_set_epi16(4, 16, 64, 256, 4, 16, 64, 256, 4, 16, 64, 256, 4, 16, 64, 256));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(idx + 16 * h), _mm256_or_si256(lo, _mm256_and_si256(hi, _mm256_set1_epi16(0x300))));
+      const __m256i hi =
+          _mm256_mullo_epi16(qh16, _mm256_set_epi16(4, 16, 64, 256, 4, 16, 64, 256, 4, 16, 64, 256, 4, 16, 64, 256));
+      const __m256i top = _mm256_and_si256(hi, _mm256_set1_epi16(0x300));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(idx + 16 * h), _mm256_or_si256(lo, top));
     }
     const __m256i signs = load256(x[i].qs + kQKK / 8);
     const __m256i ls = odd_scale_bytes(x[i].scales, 8);
     Ops::Acc acc = Ops::acc_zero();
 #pragma GCC unroll 4
     for (int k = 0; k < 8; k += 2) {
-      acc = Ops::pair_dot(acc, grid_rows4(iq::kIq2sGrid, idx + 4 * k), grid_rows4(iq::kIq2sGrid, idx + 4 * k + 4), y[i].qs + 32 * k, signs, k,
+      const __m256i g0 = grid_rows4(iq::kIq2sGrid, idx + 4 * k), g1 = grid_rows4(iq::kIq2sGrid, idx + 4 * k + 4);
+      acc = Ops::pair_dot(acc, g0, g1, y[i].qs + 32 * k, signs, k,
                           pick_scales(ls, 2 * k, 2 * k + 1), pick_scales(ls, 2 * k + 2, 2 * k + 3));
     }
     sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(Ops::acc_fold(acc)));
@@ -244,14 +250,16 @@ float vec_dot_iq3_s(int64_t n, const void* w, const void* a) {
       uint16_t qh2;
       std::memcpy(&qh2, x[i].qh + 2 * h, 2);
       const __m256i m = _mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16(static_cast<short>(qh2)), bit), bit);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(idx + 16 * h), _mm256_or_si256(lo, _mm256_and_si256(m, _mm256_set1_epi16(0x100))));
+      const __m256i top = _mm256_and_si256(m, _mm256_set1_epi16(0x100));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(idx + 16 * h), _mm256_or_si256(lo, top));
     }
     const __m256i signs = load256(x[i].signs);
     const __m256i ls = odd_scale_bytes(x[i].scales, 4);  // byte k: sub-block k's scale
     Ops::Acc acc = Ops::acc_zero();
 #pragma GCC unroll 4
     for (int k = 0; k < 8; k += 2) {
-      acc = Ops::pair_dot(acc, grid_rows8(iq::kIq3sGrid, idx + 8 * k), grid_rows8(iq::kIq3sGrid, idx + 8 * k + 8), y[i].qs + 32 * k, signs, k,
+      const __m256i g0 = grid_rows8(iq::kIq3sGrid, idx + 8 * k), g1 = grid_rows8(iq::kIq3sGrid, idx + 8 * k + 8);
+      acc = Ops::pair_dot(acc, g0, g1, y[i].qs + 32 * k, signs, k,
                           pick_scales(ls, k, k), pick_scales(ls, k + 1, k + 1));
     }
     sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(Ops::acc_fold(acc)));
@@ -260,6 +268,12 @@ float vec_dot_iq3_s(int64_t n, const void* w, const void* a) {
 }
 
 // ---- IQ1_M, IQ1_S: {-1, 0, 1} grids ---------------------------------------------------------
+
+// Multipliers moving bits 3 m .. 3 m + 2 of a 16-bit lane (m = lane % 4) to bits 13..15 (a
+// function, not a global: no AVX instruction may run at load time).
+inline __m256i shift3x4() {
+  return _mm256_set_epi16(16, 128, 1024, 8192, 16, 128, 1024, 8192, 16, 128, 1024, 8192, 16, 128, 1024, 8192);
+}
 // IQ1_M: per 8 weights an 11-bit index into the {-1, 0, 1} grid and a delta sign, 3-bit scales
 // per 16. The grid value g and the delta +-1/8 are one signed byte 8 g +- 1 (|.| <= 9), so one
 // dot per sub-block gives C = 8 A + D for the reference's A (grid) and D (delta) sums; with
@@ -291,7 +305,7 @@ float vec_dot_iq1_m(int64_t n, const void* w, const void* a) {
                                               _mm256_set_epi64x(0x0706070607060706, 0x0504050405040504,
                                                                 0x0302030203020302, 0x0100010001000100));
     const __m256i s3 = _mm256_srli_epi16(
-        _mm256_mullo_epi16(words, _mm256_set_epi16(16, 128, 1024, 8192, 16, 128, 1024, 8192, 16, 128, 1024, 8192, 16, 128, 1024, 8192)), 13);
+        _mm256_mullo_epi16(words, shift3x4()), 13);
     const __m256i s16 = _mm256_or_si256(_mm256_add_epi16(s3, s3), _mm256_set1_epi16(1));
     const __m128i s8 = _mm_packus_epi16(_mm256_castsi256_si128(s16), _mm256_extracti128_si256(s16, 1));
     const __m256i ls = _mm256_set_m128i(s8, s8);
@@ -316,14 +330,13 @@ float vec_dot_iq1_m(int64_t n, const void* w, const void* a) {
   return sum;
 }
 
-// IQ1_S: as IQ1_M's kernel, with a scale and a delta sign per 32 weights (qh bits 12..15).
-// The reference adds the delta through the activations' block sums (bsums); here it is in
-// the same dot (8 g +- 1): equal for every Q8_K block whose bsums are its sums, as the
-// quantizers write them.
+// IQ1_S: an 11-bit grid index per 8 weights, a scale and a delta sign per 32 (qh bits
+// 12..15). The grid part is a {-1, 0, 1} dot (activations negated or zeroed by the grid,
+// summed pairwise); the delta part goes through the activations' 16-element block sums as in
+// the reference, 8 sub-blocks at once.
 float vec_dot_iq1_s(int64_t n, const void* w, const void* a) {
   const BlockIQ1_S* x = static_cast<const BlockIQ1_S*>(w);
   const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
-  const __m256i eight = _mm256_set1_epi8(8);
   float sum = 0.0f;
   for (int64_t i = 0; i < n / kQKK; ++i) {
     // Index g (0..31) = qs[g] | bits 3 (g % 4) .. +2 of qh[g / 4] << 8: each qh word copied to
@@ -336,29 +349,38 @@ float vec_dot_iq1_s(int64_t n, const void* w, const void* a) {
                                                 _mm256_set_epi64x(0x0706070607060706, 0x0504050405040504,
                                                                   0x0302030203020302, 0x0100010001000100));
       const __m256i top = _mm256_srli_epi16(
-          _mm256_mullo_epi16(words, _mm256_set_epi16(16, 128, 1024, 8192, 16, 128, 1024, 8192, 16, 128, 1024, 8192, 16, 128, 1024, 8192)), 13);
+          _mm256_mullo_epi16(words, shift3x4()), 13);
       const __m256i q = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qs + 16 * h)));
       _mm256_store_si256(reinterpret_cast<__m256i*>(idx + 16 * h), _mm256_or_si256(q, _mm256_slli_epi16(top, 8)));
     }
-    // Sub-block k: scale byte k, delta byte k (+1 / -1), each in both 128-bit halves.
+    // Sub-block k: odd scale 2 s + 1 (int16 lane k, and byte k in both 128-bit halves).
     const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qh));
     const __m128i s = _mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7));
-    const __m128i ls8 = _mm_packus_epi16(_mm_or_si128(_mm_add_epi16(s, s), _mm_set1_epi16(1)), _mm_setzero_si128());
-    const __m128i d8 = _mm_packs_epi16(_mm_or_si128(_mm_srai_epi16(qh, 15), _mm_set1_epi16(1)), _mm_setzero_si128());
-    const __m256i ls = _mm256_set_m128i(ls8, ls8), deltas = _mm256_set_m128i(d8, d8);
+    const __m128i ls16 = _mm_or_si128(_mm_add_epi16(s, s), _mm_set1_epi16(1));
+    const __m128i ls8 = _mm_packus_epi16(ls16, _mm_setzero_si128());
+    const __m256i ls = _mm256_set_m128i(ls8, ls8);
+    // The delta term as the reference's: sum over k of +-ls_k (sign: qh bit 15) times the
+    // activations' block sums 2 k and 2 k + 1 (|each| <= 16 x 127: their sum fits int16).
+    const __m128i signed_ls = _mm_sign_epi16(ls16, _mm_or_si128(_mm_srai_epi16(qh, 15), _mm_set1_epi16(1)));
+    const __m128i bsums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y[i].bsums)),
+                                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(y[i].bsums + 8)));
+    const __m128i dsum = _mm_madd_epi16(signed_ls, bsums);
+    __m128i t4 = _mm_add_epi32(dsum, _mm_shuffle_epi32(dsum, 0x4e));
+    t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0xb1));
+    const int32_t sumd = _mm_cvtsi128_si32(t4);
     __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
       const __m256i g = grid_rows4(iq::kIq1sGrid, idx + 4 * k);
-      const __m256i delta = _mm256_shuffle_epi8(deltas, _mm256_set1_epi8(static_cast<char>(k)));
-      const __m256i p = dot_i8_pairs(_mm256_add_epi8(_mm256_sign_epi8(eight, g), delta), load256(y[i].qs + 32 * k));
+      const __m256i p = _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(load256(y[i].qs + 32 * k), g));
       if (k & 1) {
         acc1 = Ops::madd_acc(acc1, p, pick_scales(ls, k, k));
       } else {
         acc0 = Ops::madd_acc(acc0, p, pick_scales(ls, k, k));
       }
     }
-    sum += dd(x[i].d, y[i]) * (0.125f * static_cast<float>(hsum_epi32(_mm256_add_epi32(acc0, acc1))));
+    const float isum = static_cast<float>(hsum_epi32(_mm256_add_epi32(acc0, acc1)));
+    sum += dd(x[i].d, y[i]) * (isum + 0.125f * static_cast<float>(sumd));
   }
   return sum;
 }
