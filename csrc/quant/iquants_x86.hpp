@@ -7,13 +7,16 @@
 //  - Q8_0 types (IQ4_NL, MXFP4): exact integer sums per 32-block, float accumulation in 8
 //    lanes (agrees with the reference to rounding, like Q4_0).
 //  - dequantize_row: the reference's (it is not on the matmul's hot path).
+// The grid types (IQ2_*, IQ3_*, IQ1_*) are in iquants_grid_x86.hpp.
 // Ops supplies the two integer multiply-accumulates: madd_acc(acc, p, s) = acc + pairwise
 // int16 products p s (vpmaddwd + vpaddd on AVX2, vpdpwssd on AVX-512 VNNI) and
 // dot_u8_i8(u, s) = sums of 4 u8 x i8 products (vpmaddubsw + vpmaddwd, or vpdpbusd). The
 // two forms give the same integers whenever nothing saturates or overflows, which holds
 // here: maddubs products stay below int16 saturation (|grid| <= 62 unsigned times
 // |q8| <= 127, two per lane, <= 15748; IQ4's |value| <= 127 times |q8| <= 127, two per lane,
-// <= 32258) and every int32 sum is bounded by 256 of those times a 6-bit scale.
+// <= 32258) and every int32 sum is bounded by 256 of those times a 6-bit scale. It also
+// supplies Acc / acc_zero / acc_fold / pair_dot (two sub-blocks of a grid type) and
+// kEvenSignsByTable (iquants_grid_x86.hpp).
 #pragma once
 #include <immintrin.h>
 
@@ -30,8 +33,6 @@
 
 namespace colibri {
 namespace {
-
-using iq::kSigns8;
 
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
@@ -55,23 +56,10 @@ inline float hsum_ps(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// Sign words for a 7-bit ksigns index (the 8th sign is implied).
-inline uint64_t ksign_word(uint32_t k) { return kSigns8.v[iq::kKsignsIq2xs[k & 127]]; }
-
 // 4 sign words -> 32 bytes of +1 / -1.
 inline __m256i signs4(uint64_t s0, uint64_t s1, uint64_t s2, uint64_t s3) {
   return _mm256_set_epi64x(static_cast<long long>(s3), static_cast<long long>(s2), static_cast<long long>(s1),
                            static_cast<long long>(s0));
-}
-
-// acc + 32 unsigned magnitudes g times 32 activations q8 with signs s, weighted per 16-lane
-// half by `ls` (int16 lanes), as 8 int32 partial sums.
-inline __m256i grid_dot(__m256i acc, __m256i g, __m256i q8, __m256i s, __m256i ls) {
-  return Ops::madd_acc(acc, _mm256_maddubs_epi16(g, _mm256_sign_epi8(q8, s)), ls);
-}
-
-inline __m256i ls_halves(int lo, int hi) {
-  return _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(hi)), _mm_set1_epi16(static_cast<short>(lo)));
 }
 
 // 16 bytes of packed nibbles -> 32 table values: low nibbles first (elements 0..15).
@@ -128,7 +116,8 @@ float vec_dot_mxfp4(int64_t n, const void* w, const void* a) { return dot_4bit_t
 
 // ---- Q8_K types: one exact integer per super-block --------------------------------------
 
-inline float dd(uint16_t d_half, const BlockQ8K& y) { return fp16_to_fp32(d_half) * y.d; }
+// _cvtsh_ss converts exactly like fp16_to_fp32 (NaN payloads included), in one instruction.
+inline float dd(uint16_t d_half, const BlockQ8K& y) { return _cvtsh_ss(d_half) * y.d; }
 
 float vec_dot_iq4_xs(int64_t n, const void* w, const void* a) {
   const BlockIQ4_XS* x = static_cast<const BlockIQ4_XS*>(w);
@@ -147,174 +136,13 @@ float vec_dot_iq4_xs(int64_t n, const void* w, const void* a) {
   return sum;
 }
 
-float vec_dot_iq2_xxs(int64_t n, const void* w, const void* a) {
-  const BlockIQ2_XXS* x = static_cast<const BlockIQ2_XXS*>(w);
-  const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
-  const uint64_t* grid = iq::kIq2xxsGrid;
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    __m256i acc = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint32_t idx = load_u32(x[i].qs + 4 * ib), sg = load_u32(x[i].qs + 4 * ib + 2);
-      const __m256i g = _mm256_set_epi64x(static_cast<long long>(grid[idx >> 24]), static_cast<long long>(grid[(idx >> 16) & 255]),
-                                          static_cast<long long>(grid[(idx >> 8) & 255]), static_cast<long long>(grid[idx & 255]));
-      const __m256i s = signs4(ksign_word(sg), ksign_word(sg >> 7), ksign_word(sg >> 14), ksign_word(sg >> 21));
-      const int ls = static_cast<int>(2 * (sg >> 28) + 1);
-      acc = grid_dot(acc, g, load256(y[i].qs + 32 * ib), s, _mm256_set1_epi16(static_cast<short>(ls)));
-    }
-    sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(acc));
-  }
-  return 0.125f * sum;
-}
+}  // namespace
+}  // namespace colibri
 
-float vec_dot_iq2_xs(int64_t n, const void* w, const void* a) {
-  const BlockIQ2_XS* x = static_cast<const BlockIQ2_XS*>(w);
-  const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
-  const uint64_t* grid = iq::kIq2xsGrid;
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    __m256i acc = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint16_t* q = x[i].qs + 4 * ib;
-      const __m256i g = _mm256_set_epi64x(static_cast<long long>(grid[q[3] & 511]), static_cast<long long>(grid[q[2] & 511]),
-                                          static_cast<long long>(grid[q[1] & 511]), static_cast<long long>(grid[q[0] & 511]));
-      const __m256i s = signs4(ksign_word(q[0] >> 9), ksign_word(q[1] >> 9), ksign_word(q[2] >> 9), ksign_word(q[3] >> 9));
-      const __m256i ls = ls_halves(2 * (x[i].scales[ib] & 15) + 1, 2 * (x[i].scales[ib] >> 4) + 1);
-      acc = grid_dot(acc, g, load256(y[i].qs + 32 * ib), s, ls);
-    }
-    sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(acc));
-  }
-  return 0.125f * sum;
-}
+#include "quant/iquants_grid_x86.hpp"
 
-float vec_dot_iq2_s(int64_t n, const void* w, const void* a) {
-  const BlockIQ2_S* x = static_cast<const BlockIQ2_S*>(w);
-  const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
-  const uint64_t* grid = iq::kIq2sGrid;
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    const uint8_t* signs = x[i].qs + kQKK / 8;
-    __m256i acc = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint8_t* qs = x[i].qs + 4 * ib;
-      const unsigned qh = x[i].qh[ib];
-      const __m256i g = _mm256_set_epi64x(static_cast<long long>(grid[qs[3] | ((qh << 2) & 0x300)]),
-                                          static_cast<long long>(grid[qs[2] | ((qh << 4) & 0x300)]),
-                                          static_cast<long long>(grid[qs[1] | ((qh << 6) & 0x300)]),
-                                          static_cast<long long>(grid[qs[0] | ((qh << 8) & 0x300)]));
-      const uint8_t* sb = signs + 4 * ib;
-      const __m256i s = signs4(kSigns8.v[sb[0]], kSigns8.v[sb[1]], kSigns8.v[sb[2]], kSigns8.v[sb[3]]);
-      const __m256i ls = ls_halves(2 * (x[i].scales[ib] & 15) + 1, 2 * (x[i].scales[ib] >> 4) + 1);
-      acc = grid_dot(acc, g, load256(y[i].qs + 32 * ib), s, ls);
-    }
-    sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(acc));
-  }
-  return 0.125f * sum;
-}
-
-float vec_dot_iq3_xxs(int64_t n, const void* w, const void* a) {
-  const BlockIQ3_XXS* x = static_cast<const BlockIQ3_XXS*>(w);
-  const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
-  const uint32_t* grid = iq::kIq3xxsGrid;
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    __m256i acc = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint8_t* q = x[i].qs + 8 * ib;
-      const uint32_t sg = load_u32(x[i].qs + kQKK / 4 + 4 * ib);
-      const __m256i g = _mm256_set_epi32(static_cast<int>(grid[q[7]]), static_cast<int>(grid[q[6]]), static_cast<int>(grid[q[5]]),
-                                         static_cast<int>(grid[q[4]]), static_cast<int>(grid[q[3]]), static_cast<int>(grid[q[2]]),
-                                         static_cast<int>(grid[q[1]]), static_cast<int>(grid[q[0]]));
-      const __m256i s = signs4(ksign_word(sg), ksign_word(sg >> 7), ksign_word(sg >> 14), ksign_word(sg >> 21));
-      const int ls = static_cast<int>(2 * (sg >> 28) + 1);
-      acc = grid_dot(acc, g, load256(y[i].qs + 32 * ib), s, _mm256_set1_epi16(static_cast<short>(ls)));
-    }
-    sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(acc));
-  }
-  return 0.25f * sum;
-}
-
-float vec_dot_iq3_s(int64_t n, const void* w, const void* a) {
-  const BlockIQ3_S* x = static_cast<const BlockIQ3_S*>(w);
-  const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
-  const uint32_t* grid = iq::kIq3sGrid;
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    __m256i acc = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint8_t* q = x[i].qs + 8 * ib;
-      const unsigned h = x[i].qh[ib];
-      int g32[8];
-      for (int k = 0; k < 8; ++k) g32[k] = static_cast<int>(grid[q[k] | (((h >> k) & 1u) << 8)]);
-      const __m256i g = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g32));
-      const uint8_t* sb = x[i].signs + 4 * ib;
-      const __m256i s = signs4(kSigns8.v[sb[0]], kSigns8.v[sb[1]], kSigns8.v[sb[2]], kSigns8.v[sb[3]]);
-      const int ls = 2 * ((x[i].scales[ib / 2] >> 4 * (ib % 2)) & 15) + 1;
-      acc = grid_dot(acc, g, load256(y[i].qs + 32 * ib), s, _mm256_set1_epi16(static_cast<short>(ls)));
-    }
-    sum += dd(x[i].d, y[i]) * static_cast<float>(hsum_epi32(acc));
-  }
-  return sum;
-}
-
-// acc + {-1, 0, 1} grid values times activations, summed per pair, weighted by ls.
-inline __m256i ternary_dot(__m256i acc, __m256i g, __m256i q8, __m256i ls) {
-  return Ops::madd_acc(acc, _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(q8, g)), ls);
-}
-
-float vec_dot_iq1_s(int64_t n, const void* w, const void* a) {
-  const BlockIQ1_S* x = static_cast<const BlockIQ1_S*>(w);
-  const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
-  const uint64_t* grid = iq::kIq1sGrid;
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    __m256i acc = _mm256_setzero_si256();
-    int32_t sumd = 0;
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint8_t* q = x[i].qs + 4 * ib;
-      const unsigned qh = x[i].qh[ib];
-      const __m256i g = _mm256_set_epi64x(static_cast<long long>(grid[q[3] | (((qh >> 9) & 7u) << 8)]),
-                                          static_cast<long long>(grid[q[2] | (((qh >> 6) & 7u) << 8)]),
-                                          static_cast<long long>(grid[q[1] | (((qh >> 3) & 7u) << 8)]),
-                                          static_cast<long long>(grid[q[0] | ((qh & 7u) << 8)]));
-      const int ls = 2 * ((qh >> 12) & 7) + 1;
-      acc = ternary_dot(acc, g, load256(y[i].qs + 32 * ib), _mm256_set1_epi16(static_cast<short>(ls)));
-      sumd += ls * (qh & 0x8000 ? -1 : 1) * (y[i].bsums[2 * ib] + y[i].bsums[2 * ib + 1]);
-    }
-    sum += dd(x[i].d, y[i]) * (static_cast<float>(hsum_epi32(acc)) + 0.125f * static_cast<float>(sumd));
-  }
-  return sum;
-}
-
-float vec_dot_iq1_m(int64_t n, const void* w, const void* a) {
-  const BlockIQ1_M* x = static_cast<const BlockIQ1_M*>(w);
-  const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
-  const uint64_t* grid = iq::kIq1sGrid;
-  constexpr uint64_t kPlus = 0x0101010101010101ull, kMinus = 0xffffffffffffffffull;
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    uint16_t sc[4];
-    std::memcpy(sc, x[i].scales, sizeof sc);
-    __m256i acc = _mm256_setzero_si256(), accd = _mm256_setzero_si256();
-    for (int ib = 0; ib < 8; ++ib) {
-      const uint8_t* q = x[i].qs + 4 * ib;
-      const unsigned h0 = x[i].qh[2 * ib], h1 = x[i].qh[2 * ib + 1];
-      const __m256i g = _mm256_set_epi64x(static_cast<long long>(grid[q[3] | ((h1 << 4) & 0x700)]),
-                                          static_cast<long long>(grid[q[2] | ((h1 << 8) & 0x700)]),
-                                          static_cast<long long>(grid[q[1] | ((h0 << 4) & 0x700)]),
-                                          static_cast<long long>(grid[q[0] | ((h0 << 8) & 0x700)]));
-      const __m256i delta = signs4(h0 & 0x08 ? kMinus : kPlus, h0 & 0x80 ? kMinus : kPlus, h1 & 0x08 ? kMinus : kPlus,
-                                   h1 & 0x80 ? kMinus : kPlus);
-      const __m256i ls = ls_halves(2 * ((sc[ib / 2] >> (6 * (ib % 2))) & 7) + 1, 2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7) + 1);
-      const __m256i q8 = load256(y[i].qs + 32 * ib);
-      acc = ternary_dot(acc, g, q8, ls);
-      accd = ternary_dot(accd, delta, q8, ls);
-    }
-    sum += fp16_to_fp32(iq::iq1m_scale_bits(x[i].scales)) * y[i].d *
-           (static_cast<float>(hsum_epi32(acc)) + 0.125f * static_cast<float>(hsum_epi32(accd)));
-  }
-  return sum;
-}
+namespace colibri {
+namespace {
 
 // ---- Prefill tiles (dot_tiles.hpp) --------------------------------------------------------
 // R rows x T tokens in one pass: each row's nibbles are looked up once per block instead of
