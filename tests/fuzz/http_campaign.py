@@ -248,11 +248,13 @@ def _stalls(url: str) -> int:
 
 
 def run(url: str, seed: int, start: int, n: int, *, pid: int | None = None,
-        alive: Any = None, show: bool = False, watch_loop: bool = False) -> Summary:
+        alive: Any = None, show: bool = False, watch_loop: bool = False,
+        progress: Any = None) -> Summary:
     """Cases start..start+n-1 of campaign `seed` against the server at `url`. `alive()`
     says whether the server process still runs (checked after every request);
     `watch_loop` reads the loop monitor after each request to name the cases that stalled
-    it (``stalled_by``)."""
+    it (``stalled_by``). `progress(summary)` is called every 250 cases (a long campaign
+    writes its figures so far)."""
     s = Summary(seed=seed, start=start)
     prober = Prober(url)
     prober.start()
@@ -311,6 +313,9 @@ def run(url: str, seed: int, start: int, n: int, *, pid: int | None = None,
                         s.failures.append(f)
                 if alive is not None and not alive():
                     break
+                if progress is not None and s.n % 250 == 0:
+                    s.seconds = time.monotonic() - t0
+                    progress(s)
     finally:
         prober.stop.set()
         prober.join(15)
@@ -334,7 +339,7 @@ def run(url: str, seed: int, start: int, n: int, *, pid: int | None = None,
 
 
 def run_with_server(seed: int, start: int, n: int, *, show: bool = False,
-                    watch_loop: bool = False) -> Summary:
+                    watch_loop: bool = False, progress: Any = None) -> Summary:
     """`run` against a fresh ``colibri serve`` on the SmolLM2 GGUF (stopped after)."""
     from support.realmodel import smollm2_gguf
     from support.server_helpers import ServerProcess
@@ -343,7 +348,7 @@ def run_with_server(seed: int, start: int, n: int, *, show: bool = False,
     try:
         summary = run(server.url, seed, start, n, pid=server.proc.pid,
                       alive=lambda: server.proc.poll() is None, show=show,
-                      watch_loop=watch_loop)
+                      watch_loop=watch_loop, progress=progress)
     finally:
         code = server.stop()
     if code != 0:
@@ -363,12 +368,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="read the loop monitor after each request (names stalling cases)")
     ap.add_argument("--json", type=Path, help="write the summary here")
     args = ap.parse_args(argv)
+
+    def progress(s: Summary) -> None:
+        if args.json:
+            args.json.write_text(json.dumps(s.to_json(), indent=1))
+
     if args.url:
         summary = run(args.url.rstrip("/"), args.seed, args.start, args.n, pid=args.pid,
-                      show=args.show, watch_loop=args.watch_loop)
+                      show=args.show, watch_loop=args.watch_loop, progress=progress)
     else:
         summary = run_with_server(args.seed, args.start, args.n, show=args.show,
-                                  watch_loop=args.watch_loop)
+                                  watch_loop=args.watch_loop, progress=progress)
     print(summary.report())
     if args.json:
         args.json.write_text(json.dumps(summary.to_json(), indent=1))

@@ -16,12 +16,20 @@ PEAK_RSS_MB = 1024
 Python objects, so 1 GiB leaves room without hiding a leak."""
 
 
+FREEZE_S = 2.0
+"""What the gate calls a frozen loop: a /health probe or a loop-monitor wake-up this
+late. Issue 35's freezes were 6-41 s. The 100 ms budget is reported, not asserted: on
+this shared 2-core host valid requests alone (no mutation) delay /health past 100 ms a
+few times in a hundred requests (docs/reliability.md, "Hostile requests")."""
+
+
 def _check(s: Summary) -> None:
     report = s.report()
     print(report)
     assert not s.failures, report
     assert s.probes > 0 and s.probe_failures == 0, report
     assert s.peak_rss_mb < PEAK_RSS_MB, report
+    assert s.probe_max_ms < FREEZE_S * 1000 and s.loop_max_lag_ms < FREEZE_S * 1000, report
     # Both kinds of answer came up: the campaign reaches past the validation.
     assert {200, 400}.issubset(s.statuses), report
 
