@@ -55,9 +55,11 @@ _SERVER_ERROR_TYPES = {"server_error", "api_error", "internal_error"}
 # failure text (problem and request) holds all of the substrings.
 KNOWN: list[tuple[tuple[str, ...], str]] = [
     # tool_grammars.closed() hashes each `required` entry of a tool's parameters: a dict
-    # there is a TypeError (500) when the forced-call grammar is built. Schema checks are
-    # s6-grammar's part (server/tool_grammars.py); found by seed 2, case 186.
-    (("TypeError: unhashable type", '"required":['), "s6-grammar (tool_grammars.py)"),
+    # there is a TypeError (500) when the forced-call grammar is built (seed 2, case 186).
+    # Schema checks are s6-grammar's part (server/tool_grammars.py, grammar_limits.py);
+    # NOT yet fixed there at s6-grammar 3133067: reported to the lead, who removes this
+    # entry once a fix is merged.
+    (("TypeError: unhashable type", '"required":['), "open, s6-grammar's area"),
 ]
 
 
