@@ -27,6 +27,7 @@ from .mutators import EDGE_FLOATS, EDGE_INTS
 
 MODEL = "smollm2"
 MAX_BODY = 9 << 20  # just past the server's default limit (8 MiB): bigger adds nothing
+CUT = MAX_BODY + 1000  # what a bigger body is cut to
 OPENAI_ROUTES = ("/v1/chat/completions", "/v1/completions")
 ANTHROPIC_ROUTES = ("/v1/messages", "/v1/messages/count_tokens")
 
@@ -221,7 +222,7 @@ def _nest(rng: random.Random, value: Any) -> Raw:
     (a Python structure that deep would hit the recursion limit here, not there)."""
     depth = rng.choice((65, 200, 1_000, 20_000))
     opening, closing = ("[", "]") if rng.random() < 0.5 else ('{"a":', "}")
-    return Raw(opening * depth + encode(value).decode() + closing * depth)
+    return Raw(opening * depth + encode(value, CUT).decode() + closing * depth)
 
 
 def mutate_doc(rng: random.Random, doc: Any) -> tuple[Any, str]:
@@ -250,7 +251,8 @@ def mutate_doc(rng: random.Random, doc: Any) -> tuple[Any, str]:
         return doc, f"added {k}={_brief(parent[k])} beside {path}"
     if op == 2 and isinstance(current, list) and current:
         times = rng.choice((2, 50, 5_000))
-        times = max(2, min(times, 2 * MAX_BODY // max(1, len(encode(current)))))
+        size = len(encode(current, CUT))
+        times = max(2, min(times, 2 * MAX_BODY // max(1, size)))
         parent[key] = current * times
         return doc, f"repeated the list at {path} x{times}"
     if op == 3:
@@ -265,31 +267,47 @@ def _brief(v: Any) -> str:
     return r if len(r) <= 60 else f"{r[:50]}...({len(r)} chars)"
 
 
-def encode(doc: Any) -> bytes:
-    """JSON text of `doc`, Raw values spliced in as they are (iterative: deep nesting)."""
+def encode(doc: Any, limit: int | None = None) -> bytes:
+    """JSON text of `doc`, Raw values spliced in as they are (iterative: deep nesting).
+    With `limit`, the text may stop anywhere past `limit` characters (a repeated list
+    whose items share a grown value can expand to gigabytes)."""
     out: list[str] = []
+    size = 0
     stack: list[Any] = [doc]
-    while stack:
+    while stack and (limit is None or size <= limit):
         v = stack.pop()
         if isinstance(v, _Tok):
-            out.append(v.text)
+            text = v.text
         elif isinstance(v, Raw):
-            out.append(str(v))
+            text = str(v)
+        elif isinstance(v, dict | list) and _flat(v):  # the same text, without a token
+            text = json.dumps(v, separators=(",", ":"))  # per item (memory)
         elif isinstance(v, dict):
             items: list[Any] = [_Tok("{")]
             for i, (k, x) in enumerate(v.items()):
                 items += [_Tok(("," if i else "") + json.dumps(str(k)) + ":"), x]
             items.append(_Tok("}"))
             stack.extend(reversed(items))
+            continue
         elif isinstance(v, list):
             items = [_Tok("[")]
             for i, x in enumerate(v):
                 items += ([_Tok(",")] if i else []) + [x]
             items.append(_Tok("]"))
             stack.extend(reversed(items))
+            continue
         else:
-            out.append(json.dumps(v))
+            text = json.dumps(v)
+        out.append(text)
+        size += len(text)
     return "".join(out).encode()
+
+
+def _flat(v: dict[Any, Any] | list[Any]) -> bool:
+    """Whether `v` holds only plain scalars (no container, no Raw text)."""
+    items = v.values() if isinstance(v, dict) else v
+    return all(x is None or type(x) in (bool, int, float, str) for x in items) and (
+        not isinstance(v, dict) or all(type(k) is str for k in v))
 
 
 @dataclass
@@ -349,11 +367,11 @@ def make_case(seed: int, i: int) -> Case:
     case.body = encode(doc)
     for _ in range(rng.choice((1, 1, 1, 2, 3))):
         mutant, what = mutate_doc(rng, doc)
-        body = encode(mutant)
+        body = encode(mutant, CUT)
         if len(body) > MAX_BODY:  # kept once: past the server's limit it is a 413 anyway
             if len(case.body) > MAX_BODY:
                 continue
-            body = body[:MAX_BODY + 1000]
+            body = body[:CUT]
             what += f" (sent cut to {len(body)} bytes)"
         doc, case.body = mutant, body
         case.what.append(what)
