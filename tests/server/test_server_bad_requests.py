@@ -6,6 +6,7 @@ any token is generated)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,7 @@ from fastapi.testclient import TestClient
 
 import colibri as co
 from colibri.server import create_app
-from colibri.server.wire_checks import MAX_DEPTH
+from colibri.server.wire_checks import MAX_DEPTH, MAX_VALUES
 from support.realmodel import smollm2_gguf
 
 HI = [{"role": "user", "content": "Hi"}]
@@ -148,3 +149,46 @@ def test_a_body_over_the_limit_is_413_before_it_is_read() -> None:
         ok = c.post("/v1/chat/completions", json={"model": "smollm2", "max_tokens": 1,
                                                   "messages": HI})
         assert ok.status_code == 200
+
+
+# Found by the hostile-request campaign (tests/fuzz/http_campaign.py, docs/reliability.md
+# "Hostile requests").
+
+
+@pytest.mark.parametrize(("method", "path", "anthropic"), [
+    ("POST", "/v1/models", False), ("GET", "/v1/chat/completions", False),
+    ("DELETE", "/v1/messages", True)])
+def test_a_wrong_method_is_a_client_error(client: TestClient, method: str, path: str,
+                                          anthropic: bool) -> None:
+    # Seed 1, cases 58, 102, 110: a 405 came back typed "server_error" (the type of an
+    # unlisted status), blaming the server for the client's method.
+    r = client.request(method, path)
+    assert r.status_code == 405, r.text
+    body = r.json()
+    assert body["error"]["type"] == "invalid_request_error"
+    assert (body.get("type") == "error") == anthropic
+
+
+@pytest.mark.parametrize("field", ["tools", "stop", "messages"])
+def test_a_body_of_too_many_values_is_refused_at_once(client: TestClient, field: str) -> None:
+    # Seed 3, cases 207, 300, 475: lists of 10,000 wrong items cost 70-160 ms of
+    # validation on the event loop (one error each, 1.5 s for 100,000); an 8 MiB body
+    # holds 4 million. Now refused before validation, whatever the items.
+    body: dict[str, Any] = {"model": "smollm2", "max_tokens": 2, "messages": HI}
+    body[field] = [0] * 4_000_000 if field != "messages" else HI * (MAX_VALUES // 2)
+    t0 = time.monotonic()
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400, r.text[:300]
+    assert f"more than {MAX_VALUES:,} JSON values" in r.json()["error"]["message"]
+    assert time.monotonic() - t0 < 10  # the JSON parsing of 8 MB; was minutes
+
+
+def test_token_id_prompts_are_not_counted_but_must_be_integers(client: TestClient) -> None:
+    ids = client.post("/v1/completions", json={"model": "smollm2", "max_tokens": 1,
+                                               "prompt": [1] * (MAX_VALUES + 100)})
+    assert ids.status_code == 400  # longer than the 512-token context: not the count
+    assert "JSON values" not in ids.text
+    mixed = client.post("/v1/completions", json={"model": "smollm2", "max_tokens": 1,
+                                                 "prompt": [1, "a"] * 100_000})
+    assert mixed.status_code == 400
+    assert "integers only" in mixed.json()["error"]["message"]

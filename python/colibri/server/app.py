@@ -146,7 +146,8 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
+        async with metrics.loop.running():  # the stall monitor (server/loop_monitor.py)
+            yield
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(scheduler.drain(), drain_timeout)
         scheduler.close()

@@ -35,6 +35,12 @@ _ANTHROPIC_TYPE = {400: "invalid_request_error", 401: "authentication_error",
                    429: "rate_limit_error", 503: "overloaded_error"}
 
 
+def _fallback(status: int, server_type: str) -> str:
+    """The type of a status the tables do not name: any other 4xx (405 for a wrong method,
+    415...) is the request's fault, never the server's."""
+    return "invalid_request_error" if 400 <= status < 500 else server_type
+
+
 class ApiError(Exception):
     """An error answered to the client: a status, a message, and optionally the parameter
     at fault, a machine-readable code and extra headers (``Retry-After``)."""
@@ -50,12 +56,14 @@ class ApiError(Exception):
 
     def openai_body(self) -> dict[str, Any]:
         return {"error": {"message": self.message,
-                          "type": _OPENAI_TYPE.get(self.status, "server_error"),
+                          "type": _OPENAI_TYPE.get(self.status, _fallback(self.status,
+                                                                          "server_error")),
                           "param": self.param, "code": self.code}}
 
     def anthropic_body(self) -> dict[str, Any]:
-        return {"type": "error", "error": {"type": _ANTHROPIC_TYPE.get(self.status, "api_error"),
-                                           "message": self.message}}
+        return {"type": "error", "error": {
+            "type": _ANTHROPIC_TYPE.get(self.status, _fallback(self.status, "api_error")),
+            "message": self.message}}
 
 
 class QueueFull(ApiError):

@@ -16,6 +16,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from .loop_monitor import LoopMonitor
+
 if TYPE_CHECKING:
     from ..model import Model
     from .scheduler import Scheduler
@@ -64,6 +66,7 @@ class Metrics:
         self.timeouts_total = 0
         self.kv_waits_total = 0  # requests that waited for KV room with a slot free
         self.ttft = Histogram(TTFT_BUCKETS)
+        self.loop = LoopMonitor()  # run by the app's lifespan
 
     def count_request(self, route: str, status: int) -> None:
         self.requests[(route, status)] += 1
@@ -168,6 +171,12 @@ def render(metrics: Metrics, scheduler: Scheduler, model: Model) -> str:
     if stats.memory is not None:
         _metric(out, "colibri_ram_budget_bytes", "gauge", "The engine's RAM budget.",
                 stats.memory.budget)
+    _metric(out, "colibri_event_loop_lag_max_seconds", "gauge",
+            f"The latest the event loop woke a {m.loop.interval * 1000:g} ms timer since start "
+            "(work run on the loop delays every request, /health included).",
+            float(m.loop.max_lag))
+    _metric(out, "colibri_event_loop_stalls_total", "counter",
+            f"Event-loop wake-ups later than {m.loop.stall * 1000:g} ms.", m.loop.stalls)
     _metric(out, "colibri_process_resident_memory_bytes", "gauge",
             "Resident set size of the server process.", rss_bytes())
     return "\n".join(out) + "\n"

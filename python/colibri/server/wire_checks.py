@@ -12,20 +12,33 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "check_anthropic_blocks", "check_body", "check_tool_calls"]
+__all__ = ["MAX_DEPTH", "MAX_VALUES", "check_anthropic_blocks", "check_body",
+           "check_tool_calls"]
 
 MAX_DEPTH = 64
 """Deepest nesting of arrays and objects a request may hold (tool parameter schemas and
 response_format schemas included): real schemas stay far below it; deeper ones made the
 template, the grammar compiler and the tool-call parser recurse without bound."""
 
+MAX_VALUES = 20_000
+"""Most JSON values (objects, arrays, strings, numbers...) a request may hold, a legacy
+completion's token-id prompt not counted. The body is parsed and validated on the
+server's event loop, and validation costs up to ~15 us a value (more when each one is an
+error: a list of 100,000 wrong items took 1.5 s), so an 8 MiB body of small values would
+hold the loop for seconds; 20,000 covers conversations of thousands of turns and
+hundreds of tools (the hostile-request campaign, tests/fuzz/http_campaign.py)."""
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def check_body(body: Any) -> Any:
     """`body` unchanged, or ValueError: a string with a lone UTF-16 surrogate (JSON's
-    ``\\ud800`` escape; no tokenizer can encode it) or nesting deeper than MAX_DEPTH."""
+    ``\\ud800`` escape; no tokenizer can encode it), nesting deeper than MAX_DEPTH or more
+    than MAX_VALUES values."""
     stack: list[tuple[Any, int, str]] = [(body, 0, "body")]
+    if isinstance(body, dict) and _token_ids(body.get("prompt")):
+        stack = [(v, 1, f"body.{k}") for k, v in body.items() if k != "prompt"]
+    seen = len(stack)
     while stack:
         value, depth, where = stack.pop()
         if isinstance(value, str):
@@ -42,11 +55,26 @@ def check_body(body: Any) -> Any:
         if depth >= MAX_DEPTH:
             raise ValueError(f"{where}: nested deeper than {MAX_DEPTH} levels of arrays and "
                              f"objects; flatten it")
+        seen += len(value)  # counted before they are walked: a huge list is refused at once
+        if seen > MAX_VALUES:
+            raise ValueError(f"the request holds more than {MAX_VALUES:,} JSON values "
+                             f"(objects, arrays, strings, numbers); split it")
         for key, item in items:
             if isinstance(key, str) and _SURROGATE.search(key):
                 raise ValueError(f"{where}: a key holds a lone UTF-16 surrogate")
             stack.append((item, depth + 1, f"{where}.{key}"))
     return body
+
+
+def _token_ids(prompt: Any) -> bool:
+    """Whether `prompt` is a list of token ids (integers only: no value to check)."""
+    if not isinstance(prompt, list) or not prompt or type(prompt[0]) is not int:
+        return False
+    if not all(type(t) is int for t in prompt):
+        # A mixed list would be tried against each of the prompt's types, with an error
+        # for every item that fails each one: refused here at once.
+        raise ValueError("prompt: a list of token ids must hold integers only")
+    return True
 
 
 def check_tool_calls(calls: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
