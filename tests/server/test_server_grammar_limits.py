@@ -142,3 +142,30 @@ def test_serve_refuses_a_bad_grammar_limit_before_loading() -> None:
     proc = colibri_cli("serve", "no-such-model", "--port", "0", "--grammar-limits",
                        "max_enums=5")
     assert_one_line_error(proc, 2, "--grammar-limits", "max_enum_values")
+
+
+MALFORMED_TOOLS = {  # found by tests/fuzz/http_campaign.py (seed 2): each was a 500
+    "required a number": {"type": "object", "properties": {"city": {"type": "string"}},
+                          "required": 7},
+    "required of objects": {"type": "object", "properties": {"city": {"type": "string"}},
+                            "required": [{"x": "city"}]},
+    "properties a list": {"type": "object", "properties": ["city"]},
+    "a property schema a number": {"type": "object", "properties": {"city": 3}},
+    "anyOf an object": {"anyOf": {"type": "string"}},
+    "minLength negative": {"type": "object",
+                           "properties": {"city": {"type": "string", "minLength": -1}}},
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_TOOLS))
+def test_malformed_tool_schemas_with_a_forced_call_are_400s(client: TestClient,
+                                                            case: str) -> None:
+    """A forced call's grammar is built by walking the tool's schema: a keyword of the
+    wrong JSON type is a 400 naming it, on both APIs, never a TypeError's 500."""
+    params = MALFORMED_TOOLS[case]
+    openai_refused(client, {"tools": [tool(params)], "tool_choice": "required"}, None)
+    r = client.post("/v1/messages", json={
+        "model": "smollm2", "max_tokens": 2, "messages": HI,
+        "tools": [{"name": "f", "input_schema": params}], "tool_choice": {"type": "any"}})
+    assert r.status_code == 400, r.text[:500]
+    assert r.json()["error"]["type"] == "invalid_request_error"

@@ -32,6 +32,33 @@ DEFAULT_BODY_TIMEOUT = 30.0
 """Seconds: 8 MiB at about 2.2 Mbit/s; a client slower than that is refused."""
 
 
+DRAIN_BYTES = 64 << 20
+DRAIN_SECONDS = 2.0
+
+
+async def _drain(receive: Receive) -> None:
+    """Read and drop what the client is still sending, at most DRAIN_BYTES for at most
+    DRAIN_SECONDS, before a refusal closes the connection. Closing a socket with unread
+    bytes makes the kernel reset the connection, and a client still uploading then often
+    sees the reset before the 413 (tests/fuzz/http_campaign.py found it); a client that
+    sends more than this, or slower, may still see a reset."""
+    deadline = time.monotonic() + DRAIN_SECONDS
+    seen = 0
+    while seen < DRAIN_BYTES:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        try:
+            message = await asyncio.wait_for(receive(), left)
+        except asyncio.TimeoutError:
+            return
+        if message["type"] != "http.request":
+            return
+        seen += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
+
+
 class LimitBody:
     """ASGI middleware refusing bodies over `max_bytes` with a 413, and bodies that take
     longer than `timeout` seconds (None: no limit) to arrive with a 408."""
@@ -48,6 +75,7 @@ class LimitBody:
             return
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                await _drain(receive)
                 await self._refuse(scope, send, self._too_large())
                 return
         # Read the whole body here, counting, before the app sees any of it (the app's
@@ -69,6 +97,8 @@ class LimitBody:
             chunk = message.get("body", b"")
             seen += len(chunk)
             if seen > self.max_bytes:
+                if message.get("more_body", False):
+                    await _drain(receive)
                 await self._refuse(scope, send, self._too_large())
                 return
             chunks.append(chunk)

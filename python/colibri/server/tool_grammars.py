@@ -22,6 +22,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..errors import InvalidRequestError
 from .tool_formats import deepseek_marker
 
 Funcs = Sequence[dict[str, Any]]  # the OpenAI "function" objects allowed
@@ -105,15 +106,21 @@ def _json_calls(opening: str, closing: str, head: Callable[[dict[str, Any]], str
     return build
 
 
+_MAX_BARE_LENGTH = 100_000  # as GrammarLimits.max_regex_size
+
+
 def _glm_value(schema: dict[str, Any]) -> str:
     """GLM's value of a parameter: bare text for a string (its enum, or between its
     minLength and maxLength), JSON otherwise."""
     kind = schema.get("type")
-    if kind == "string" or (kind is None and "enum" in schema
-                            and all(isinstance(e, str) for e in schema["enum"])):
+    strings = "enum" in schema and all(isinstance(e, str) for e in schema["enum"])
+    if (kind == "string" and ("enum" not in schema or strings)) or (kind is None and strings):
         if "enum" in schema:
             return " | ".join(_lit(e) for e in schema["enum"])
         least, most = int(schema.get("minLength") or 0), schema.get("maxLength")
+        if max(least, most or 0) > _MAX_BARE_LENGTH:  # a counted regex: its states grow
+            raise InvalidRequestError(f"a string parameter's minLength/maxLength over "
+                                      f"{_MAX_BARE_LENGTH:,} cannot be forced in GLM's format")
         return f"/[^<]{{{least},{'' if most is None else int(most)}}}/"
     return _json(schema)
 

@@ -22,6 +22,7 @@ from ..generate.structured import Grammar
 from .errors import ApiError
 from .tool_formats import FORMATS, ToolCall, template_format
 from .tool_grammars import BUILDERS, forced_grammar_text
+from .tool_schema_shape import check_schema_shape
 
 __all__ = ["CallSplitter", "ToolCall", "drop_partial_call", "forced_call_grammar", "parse_calls",
            "split_answer", "template_format"]
@@ -132,6 +133,8 @@ def forced_call_grammar(tools: Sequence[dict[str, Any]], only: str | None,
                                 "tools", param="tool_choice")
     try:
         check_tools([f.get("parameters") or {} for f in funcs], limits)
+        for f in funcs:  # the builders walk the schemas: their keywords' types first
+            check_schema_shape(f.get("parameters") or {}, f"tools: {f['name']}.parameters")
         text = forced_grammar_text(fmt, funcs)  # recursive: only after the depth check
     except ColibriError as exc:
         raise ApiError(400, str(exc), param="tools") from exc
