@@ -64,8 +64,11 @@ def openai_refused(c: TestClient, body: dict[str, Any], limit: str | None) -> No
 
 
 SCHEMAS = {
-    "a million-value enum": ({"enum": [f"v{i}" for i in range(1_000_000)]},
-                             "max_enum_values"),
+    # A million values are refused earlier, by the body's value count
+    # (wire_checks.MAX_VALUES, 20,000); one over max_enum_values reaches the grammar check.
+    "a million-value enum": ({"enum": [f"v{i}" for i in range(1_000_000)]}, None),
+    "an enum one value over the limit": ({"enum": [f"v{i}" for i in range(10_001)]},
+                                         "max_enum_values"),
     "a ten-megabyte enum value": ({"enum": ["x" * 10_000_000]}, "max_schema_bytes"),
     "an exploding pattern": ({"type": "string", "pattern": "(a{1000}b{1000}){1000}"},
                              "max_regex_size"),
@@ -84,7 +87,7 @@ def test_hostile_response_formats_are_400s(client: TestClient, case: str) -> Non
 def test_hostile_tools_are_400s(client: TestClient) -> None:
     plain = tool({"type": "object", "properties": {"a": {"type": "string"}}})
     openai_refused(client, {"tools": [plain] * 129}, "max_tools")
-    wide = tool({"type": "object", "properties": {"a": {"enum": list(range(20_000))}}})
+    wide = tool({"type": "object", "properties": {"a": {"enum": list(range(10_001))}}})
     openai_refused(client, {"tools": [wide]}, "max_enum_values")
     forced = {"tools": [tool({"type": "object", "properties": {"a": {
         "type": "string", "pattern": "((a{1000}){1000}){1000}"}}})], "tool_choice": "required"}
