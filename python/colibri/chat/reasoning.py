@@ -19,8 +19,17 @@ output is split: markers the user wrote are prompt text.
 
 from __future__ import annotations
 
-__all__ = ["THINK_CLOSE", "THINK_OPEN", "ReasoningSplitter", "prompt_opens_reasoning",
-           "split_reasoning", "template_reasons"]
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from ..tokenizers import Tokenizer
+    from .template import ChatTemplate
+
+__all__ = ["THINK_CLOSE", "THINK_OPEN", "ReasoningSplitter", "asplit_chunks",
+           "prompt_opens_reasoning", "reasoning_mode", "split_chunks", "split_reasoning",
+           "split_result", "template_reasons"]
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
@@ -36,6 +45,18 @@ def prompt_opens_reasoning(prompt_tail: str) -> bool:
     """True when the rendered prompt (its last few tokens' text are enough) ends in an
     open ``<think>``: the model's output starts inside the block."""
     return prompt_tail.rstrip().endswith(THINK_OPEN)
+
+
+PROMPT_TAIL_TOKENS = 8
+"""The prompt's last tokens read to see whether it ends in an open ``<think>``."""
+
+
+def reasoning_mode(template: ChatTemplate, tokenizer: Tokenizer, ids: list[int]) -> bool | None:
+    """None when `template` writes no reasoning blocks (the output is not split); else
+    whether the prompt `ids` it rendered opened the block (the output starts inside it)."""
+    if not template_reasons(template.source):
+        return None
+    return prompt_opens_reasoning(tokenizer.decode(ids[-PROMPT_TAIL_TOKENS:]))
 
 
 def _held_prefix(text: str, marker: str) -> int:
@@ -122,3 +143,43 @@ def split_reasoning(text: str, opened: bool = False) -> tuple[str, str]:
     r1, a1 = s.feed(text)
     r2, a2 = s.finish()
     return r1 + r2, a1 + a2
+
+
+# The Python API's results (colibri.generate's Chunk and Generation, which this floor does
+# not import: any frozen dataclass with ``text``, ``reasoning`` and ``finish_reason``).
+T = TypeVar("T")
+
+
+def split_result(result: T, opened: bool | None) -> T:
+    """A whole generation with its text split into ``reasoning`` and ``text`` (the answer);
+    as it is when `opened` is None (the template writes no reasoning blocks)."""
+    if opened is None:
+        return result
+    reasoning, answer = split_reasoning(result.text, opened)  # type: ignore[attr-defined]
+    return replace(result, text=answer, reasoning=reasoning)  # type: ignore[type-var]
+
+
+def _split_chunk(s: ReasoningSplitter, chunk: T) -> T:
+    reasoning, answer = s.feed(chunk.text)  # type: ignore[attr-defined]
+    if chunk.finish_reason is not None:  # type: ignore[attr-defined]
+        held_reasoning, held = s.finish()
+        reasoning, answer = reasoning + held_reasoning, answer + held
+    return replace(chunk, text=answer, reasoning=reasoning)  # type: ignore[type-var]
+
+
+def split_chunks(chunks: Iterator[T], opened: bool | None) -> Iterator[T]:
+    """A stream's chunks with each one's text split as :func:`split_result` splits the
+    whole (held-back text comes out on the last chunk, the one with a finish reason)."""
+    if opened is None:
+        yield from chunks
+        return
+    s = ReasoningSplitter(opened)
+    for chunk in chunks:
+        yield _split_chunk(s, chunk)
+
+
+async def asplit_chunks(chunks: AsyncIterator[T], opened: bool | None) -> AsyncIterator[T]:
+    """:func:`split_chunks` of an asyncio stream."""
+    s = ReasoningSplitter(opened) if opened is not None else None
+    async for chunk in chunks:
+        yield chunk if s is None else _split_chunk(s, chunk)

@@ -8,12 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..chat.reasoning import (
-    ReasoningSplitter,
-    prompt_opens_reasoning,
-    split_reasoning,
-    template_reasons,
-)
+from ..chat.reasoning import ReasoningSplitter, split_reasoning
+from ..chat.reasoning import reasoning_mode as _mode
 from ..chat.template import ChatTemplate
 
 if TYPE_CHECKING:
@@ -23,16 +19,10 @@ if TYPE_CHECKING:
 
 __all__ = ["reasoning_mode", "reasoning_splitter", "split_output", "thinking_variables"]
 
-PROMPT_TAIL_TOKENS = 8
-"""The prompt's last tokens read to see whether it ends in an open ``<think>``."""
-
-
 def reasoning_mode(model: Model, template: ChatTemplate, ids: list[int]) -> bool | None:
     """None when `template` writes no reasoning blocks (the output is not split); else
     whether the prompt `ids` opened the block (the output starts inside it)."""
-    if not template_reasons(template.source):
-        return None
-    return prompt_opens_reasoning(model.tokenizer.decode(ids[-PROMPT_TAIL_TOKENS:]))
+    return _mode(template, model.tokenizer, ids)
 
 
 def reasoning_splitter(p: Plan) -> ReasoningSplitter | None:
