@@ -20,6 +20,8 @@ from support.realmodel import smollm2_gguf
 # ChatML; an assistant's reasoning_content is written back in a <think> block, and
 # enable_thinking=true opens the block in the prompt (as DeepSeek-R1's template does).
 TEMPLATE = (
+    "{%- if tools -%}<|im_start|>system\nTools: {{ tools | tojson }}; call one as "
+    "<tool_call>{\"name\": N, \"arguments\": A}</tool_call><|im_end|>\n{%- endif -%}"
     "{%- for m in messages -%}<|im_start|>{{ m.role }}\n"
     "{%- if m.reasoning_content is defined and m.reasoning_content -%}"
     "<think>{{ m.reasoning_content }}</think>{%- endif -%}"
@@ -120,6 +122,32 @@ def test_users_markers_are_not_reasoning(client: TestClient, forced: list[str]) 
     msg = _chat(client, messages=[{"role": "user", "content": "<think>secret</think> hi"}],
                 )["choices"][0]["message"]
     assert "reasoning_content" not in msg and msg["content"]
+
+
+CALL = r'<tool_call>\{"name": "f", "arguments": \{"a": 1\}\}</tool_call>'
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer"}}}}}]
+
+
+def test_tool_calls_are_parsed_from_the_answer_only(client: TestClient,
+                                                     forced: list[str]) -> None:
+    forced.append(rf"<think>maybe {CALL}</think>\n\n{CALL}")
+    out = _chat(client, tools=TOOLS)["choices"][0]
+    assert out["finish_reason"] == "tool_calls"
+    assert [json.loads(c["function"]["arguments"]) for c in out["message"]["tool_calls"]] \
+        == [{"a": 1}]
+    assert "<tool_call>" in out["message"]["reasoning_content"]
+    forced[0] = rf"<think>maybe {CALL}</think>\n\nno call"
+    msg = _chat(client, tools=TOOLS)["choices"][0]["message"]
+    assert "tool_calls" not in msg and msg["content"] == "no call"
+    forced[0] = rf"<think>maybe {CALL}</think>\n\n{CALL}"
+    frames = _frames(client, "/v1/chat/completions", {
+        "model": "smollm2", "temperature": 0, "max_tokens": 60, "stream": True,
+        "tools": TOOLS, "messages": [{"role": "user", "content": "Say hi"}]})
+    deltas = [f["choices"][0]["delta"] for f in frames if f["choices"]]
+    assert sum(len(d.get("tool_calls", [])) for d in deltas) == 1
+    assert "<tool_call>" in "".join(d.get("reasoning_content", "") for d in deltas)
+    assert "<tool_call>" not in "".join(d.get("content") or "" for d in deltas)
 
 
 def test_template_kwargs_are_checked(client: TestClient) -> None:
