@@ -195,3 +195,11 @@ def test_anthropic_thinking_control_and_history(client: TestClient, forced: list
         "model": "smollm2", "max_tokens": 60, "messages": history,
         "thinking": {"type": "enabled", "budget_tokens": 50}})
     assert [b["type"] for b in r.json()["content"]] == ["thinking", "text"]
+
+
+def test_anthropic_thinking_is_checked(client: TestClient) -> None:
+    for bad in ({"type": "maybe"}, {"type": "enabled", "budget_tokens": 0}, "on"):
+        r = client.post("/v1/messages", json={
+            "model": "smollm2", "max_tokens": 4, "thinking": bad,
+            "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 400, r.text
