@@ -20,6 +20,7 @@ from . import _core
 from .chat.fit import FittedPrompt, fit_conversation, fit_tokens
 from .chat.messages import Messages, Tools, as_messages, render_conversation
 from .chat.plain_content import chat_text, encode_chat
+from .chat.reasoning import asplit_chunks, reasoning_mode, split_chunks, split_result
 from .chat.template import ChatTemplate
 from .display import Displayable, model_rows
 from .engine.handle import EngineHandle, load_engine
@@ -310,8 +311,9 @@ class Model(Displayable):
             **options}, "generate")  # fmt: skip
         callback, bar = prefill_progress(progress, len(ids))
         result: dict[str, Any] = {}
-        return collect(with_bar(self._runner.start(ids, request, result, callback)[1], bar),
-                       result, ids)
+        return split_result(collect(with_bar(self._runner.start(ids, request, result,
+                                                                callback)[1], bar),
+                                    result, ids), self._reasoning(ids, messages))
 
     def stream(
         self,
@@ -333,7 +335,8 @@ class Model(Displayable):
             "max_tokens": max_tokens, "sampling": sampling, "stop": stop, "truncate": truncate,
             **options}, "stream")  # fmt: skip
         callback, bar = prefill_progress(progress, len(ids))
-        return with_bar(self._runner.start(ids, request, {}, callback)[1], bar)
+        return split_chunks(with_bar(self._runner.start(ids, request, {}, callback)[1], bar),
+                            self._reasoning(ids, messages))  # type: ignore[return-value]
 
     def _prepare(self, prompt: str | Sequence[int] | None, messages: Messages | None,
                  options: Mapping[str, Any], where: str) -> tuple[Request, list[int]]:
@@ -391,7 +394,8 @@ class Model(Displayable):
         worker thread. Cancelling the awaiting task stops between tokens (see
         :mod:`colibri.generate.aio`)."""
         request, ids = self._prepare(prompt, messages, options, "agenerate")
-        return await agenerate_ids(self._runner, ids, request)
+        return split_result(await agenerate_ids(self._runner, ids, request),
+                            self._reasoning(ids, messages))
 
     def astream(
         self,
@@ -402,7 +406,8 @@ class Model(Displayable):
     ) -> AsyncGenerator[Chunk, None]:
         """:meth:`stream` for asyncio: ``async for chunk in model.astream(...)``."""
         request, ids = self._prepare(prompt, messages, options, "astream")
-        return astream_ids(self._runner, ids, request)
+        return asplit_chunks(astream_ids(self._runner, ids, request),  # type: ignore[return-value]
+                             self._reasoning(ids, messages))
 
     def _apump(self, prompt_ids: Sequence[int], options: Mapping[str, Any],
                ) -> AsyncGenerator[Chunk, None]:
@@ -429,7 +434,8 @@ class Model(Displayable):
         prefill is in no sample's record."""
         check_sample_count(n)
         request, ids = self._prepare(prompt, messages, options, "generate_n")
-        return generate_n(self._runner, ids, request, n)
+        opened = self._reasoning(ids, messages)
+        return [split_result(g, opened) for g in generate_n(self._runner, ids, request, n)]
 
     @overload
     def apply_chat_template(self, messages: str | Messages, *, tools: Tools | None = ...,
@@ -500,7 +506,8 @@ class Model(Displayable):
         (a str is one user message; ``system`` adds a system message first; ``tools`` are
         passed to the template). Same options as :meth:`generate`. The templated form of
         ``generate(prompt)``, which is a raw completion."""
-        return self.generate(self._chat_ids(messages, system, tools, options), **options)
+        ids = self._chat_ids(messages, system, tools, options)
+        return split_result(self.generate(ids, **options), self._reasoning(ids, True))
 
     def stream_chat(
         self,
@@ -511,7 +518,13 @@ class Model(Displayable):
         **options: Unpack[CallOptions],
     ) -> Generator[Chunk, None, None]:
         """:meth:`chat`, yielding chunks as :meth:`stream` does."""
-        return self.stream(self._chat_ids(messages, system, tools, options), **options)
+        ids = self._chat_ids(messages, system, tools, options)
+        return split_chunks(self.stream(ids, **options),  # type: ignore[return-value]
+                            self._reasoning(ids, True))
+
+    def _reasoning(self, ids: list[int], templated: object) -> bool | None:
+        """colibri.chat.reasoning's mode for a templated generation of `ids`."""
+        return reasoning_mode(self.chat_template, self.tokenizer, ids) if templated else None
 
     def _chat_ids(self, messages: str | Messages, system: str | None, tools: Tools | None,
                   options: Mapping[str, Any]) -> list[int]:

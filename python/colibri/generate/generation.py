@@ -128,6 +128,9 @@ class Chunk:
     token_id: int | None  # None for the final chunk that only flushes held text
     finish_reason: FinishReason | None = None  # set on the last chunk
     logprobs: Logprob | None = None  # with Sampling(logprobs=True): this token's record
+    # A templated generation whose template writes <think> blocks: the reasoning this step
+    # made visible (``text`` is then the answer's part; colibri.chat.reasoning).
+    reasoning: str = ""
 
 
 @dataclass(frozen=True, repr=False)
@@ -143,10 +146,15 @@ class Generation(Displayable):
     logprobs: list[Logprob] | None = None
     # With Sampling(prompt_logprobs=k): one per prompt token (None: nothing before it).
     prompt_logprobs: list[Logprob | None] | None = None
+    # A templated generation whose template writes <think> blocks: the reasoning, and
+    # ``text`` the answer after it (colibri.chat.reasoning); "" otherwise.
+    reasoning: str = ""
 
     def _display_rows(self) -> list[tuple[str, str]]:
         text = self.text if len(self.text) <= 60 else self.text[:57] + "..."
+        thought = [("reasoning", f"{len(self.reasoning)} chars")] if self.reasoning else []
         return [
+            *thought,
             ("text", repr(text)),
             ("tokens", f"{len(self.token_ids)} generated after {len(self.prompt_ids)} prompt"),
             ("finish", str(self.finish_reason)),

@@ -27,6 +27,7 @@ from ..generate.structured import response_format as as_format
 from ..sampling import Sampling
 from .errors import ApiError, from_colibri
 from .prompt_size import PromptLimits, check_conversation
+from .reasoning import reasoning_mode
 from .tools import FORCED_FORMATS, forced_call_grammar, template_format
 from .wire import ChatCompletionRequest, ChatMessage, SamplingFields
 
@@ -50,6 +51,9 @@ class Plan:
     tool_format: str | None = None  # a tool_formats.FORMATS name: parse calls out of the text
     stop: tuple[str, ...] = ()
     tools: list[dict[str, Any]] | None = None  # the request's (argument types for parsing)
+    # None: the output is not split into reasoning and answer (server/reasoning.py); else
+    # whether the prompt opened the reasoning block.
+    reasoning: bool | None = None
 
     @property
     def positions(self) -> int:
@@ -208,13 +212,16 @@ def pick_template(template: ChatTemplate, tool_template: ChatTemplate | None,
 
 
 def render_chat(model: Model, template: ChatTemplate, messages: list[dict[str, Any]],
-                tools: list[dict[str, Any]] | None) -> list[int]:
+                tools: list[dict[str, Any]] | None,
+                variables: dict[str, Any] | None = None) -> list[int]:
     """The prompt's ids: `messages` and `tools` through `template` (:func:`pick_template`'s
-    choice), the caller's text encoded as plain text unless the model's
-    ``special_tokens_in_content`` (``colibri serve --allow-special-tokens-in-content``)."""
+    choice), with further template `variables` (``chat_template_kwargs``), the caller's text
+    encoded as plain text unless the model's ``special_tokens_in_content`` (``colibri serve
+    --allow-special-tokens-in-content``)."""
     try:
         return encode_chat(model.tokenizer, lambda plain: template.render(
-            plain(messages), add_generation_prompt=True, tools=plain(tools)),
+            plain(messages), add_generation_prompt=True, tools=plain(tools),
+            **{k: plain(v) for k, v in (variables or {}).items()}),
             special_tokens_in_content=model.special_tokens_in_content)
     except ColibriError as exc:
         raise from_colibri(exc) from exc
@@ -269,12 +276,14 @@ def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest,
                            param="response_format")
         only = None if choice == "required" else choice.function.name  # type: ignore[union-attr]
         response_format = forced_call_grammar(tools, only, fmt, limits)
-    ids = render_chat(model, template, messages, tools)
+    ids = render_chat(model, template, messages, tools, req.chat_template_kwargs)
     k = (req.top_logprobs or 0) if req.logprobs else None
     if req.top_logprobs and not req.logprobs:
         raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
     s = sampling(req, logprobs=req.logprobs, top_logprobs=k or 0)
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None \
         else req.max_tokens
-    return plan(model, req, ids, s, max_tokens=max_tokens, response_format=response_format,
-                logprobs=k, tool_format=fmt, tools=tools, limits=limits)
+    p = plan(model, req, ids, s, max_tokens=max_tokens, response_format=response_format,
+             logprobs=k, tool_format=fmt, tools=tools, limits=limits)
+    p.reasoning = reasoning_mode(model, template, ids)
+    return p

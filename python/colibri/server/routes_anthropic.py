@@ -20,6 +20,7 @@ from ..errors import ColibriError
 from .errors import ApiError, from_colibri
 from .options import Plan, checked_tools, pick_template, plan, render_chat, sampling
 from .prompt_size import check_conversation
+from .reasoning import reasoning_mode, reasoning_splitter, split_output, thinking_variables
 from .runner import answer, new_id, run_sample
 from .scheduler import Ticket
 from .sse import DeferredJSON, EventStream, event
@@ -56,11 +57,17 @@ def _conversation(req: CountTokensRequest) -> list[dict[str, Any]]:
         if isinstance(m.content, str):
             msgs.append({"role": m.role, "content": m.content})
             continue
-        texts, calls = [], []
+        texts, calls, thoughts = [], [], []
         for b in m.content:
             kind = b.get("type")
             if kind == "text":
                 texts.append(str(b.get("text", "")))
+            elif kind == "thinking" and m.role == "assistant":
+                # Sent back as the message's reasoning_content: the templates that keep
+                # past reasoning (Qwen3, GLM, MiniMax...) read it there, the others drop it.
+                thoughts.append(str(b.get("thinking", "")))
+            elif kind == "redacted_thinking" and m.role == "assistant":
+                continue  # colibri never writes these; there is no text to render
             elif kind == "tool_use" and m.role == "assistant":
                 calls.append({"id": b.get("id"), "type": "function",
                               "function": {"name": b.get("name"),
@@ -72,12 +79,14 @@ def _conversation(req: CountTokensRequest) -> list[dict[str, Any]]:
                              else _text(content, f"messages[{i}] tool_result")})
             else:
                 raise ApiError(400, f"messages[{i}]: content blocks of type {kind!r} are not "
-                                    "supported (text, tool_use, tool_result are)",
-                               param="messages")
-        if texts or calls:
+                                    "supported (text, tool_use, tool_result, and thinking "
+                                    "in an assistant's message are)", param="messages")
+        if texts or calls or thoughts:
             msg: dict[str, Any] = {"role": m.role, "content": "".join(texts)}
             if calls:
                 msg["tool_calls"] = calls
+            if thoughts:
+                msg["reasoning_content"] = "".join(thoughts)
             msgs.append(msg)
     return msgs
 
@@ -107,12 +116,13 @@ def _plan(st: ServerState, req: MessagesRequest) -> Plan:
                                 "calls); this one's is not")
         forced = forced_call_grammar(tools, (req.tool_choice or {}).get("name")
                                      if choice == "tool" else None, fmt, st.grammar_limits)
-    ids = render_chat(st.model, template, messages, tools)
+    ids = render_chat(st.model, template, messages, tools, thinking_variables(req.thinking))
     fields = SamplingFields(model=req.model, temperature=req.temperature, top_p=req.top_p,
                             top_k=req.top_k, stop=req.stop_sequences, max_tokens=req.max_tokens)
-    return plan(st.model, fields, ids, sampling(fields), max_tokens=req.max_tokens,
-                response_format=forced, tool_format=fmt, tools=tools,
-                limits=st.grammar_limits)
+    p = plan(st.model, fields, ids, sampling(fields), max_tokens=req.max_tokens,
+             response_format=forced, tool_format=fmt, tools=tools, limits=st.grammar_limits)
+    p.reasoning = reasoning_mode(st.model, template, ids)
+    return p
 
 
 def _stop(st: ServerState, p: Plan, token_ids: list[int], text: str,
@@ -156,13 +166,22 @@ async def count_tokens(req: CountTokensRequest, request: Request) -> dict[str, i
         messages, tools = _conversation(req), _tools(req)
         check_conversation(st.model, st.prompt_limits, messages, tools)
         template = pick_template(st.template, st.tool_template, messages, tools)
-        return len(render_chat(st.model, template, messages, tools))
+        return len(render_chat(st.model, template, messages, tools,
+                               thinking_variables(req.thinking)))
 
     return {"input_tokens": await asyncio.to_thread(count)}
 
 
-def _blocks(text: str, calls: list[ToolCall]) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text or not calls else []
+# Anthropic signs its thinking blocks so they can be checked when sent back; colibri has
+# nothing to sign with and checks nothing: the field is there, empty (docs/serving.md).
+SIGNATURE = ""
+
+
+def _blocks(reasoning: str, text: str, calls: list[ToolCall]) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = ([{"type": "thinking", "thinking": reasoning,
+                                      "signature": SIGNATURE}] if reasoning else [])
+    if text or not calls:
+        blocks.append({"type": "text", "text": text})
     return blocks + [c.anthropic() for c in calls]
 
 
@@ -170,14 +189,33 @@ async def _body(st: ServerState, p: Plan, ticket: Ticket) -> dict[str, Any]:
     async with ticket:
         s = await run_sample(ticket, p, 0)
     reason, seq = _stop(st, p, s.token_ids, s.text, s.finish_reason)
-    text, calls, dropped = (split_answer(s.text, p.tool_format, p.tools, "toolu_",
+    reasoning, text = split_output(p, s.text)
+    text, calls, dropped = (split_answer(text, p.tool_format, p.tools, "toolu_",
                                          cut=s.finish_reason == "length")
-                            if p.tool_format is not None else (s.text, [], False))
+                            if p.tool_format is not None else (text, [], False))
     if calls and not dropped:  # a call max_tokens cut is dropped: stop_reason max_tokens
         reason, seq = "tool_use", None
     return {"id": new_id("msg_"), "type": "message", "role": "assistant",
-            "model": st.model_name, "content": _blocks(text, calls), "stop_reason": reason,
-            "stop_sequence": seq, "usage": _usage(p, len(s.token_ids))}
+            "model": st.model_name, "content": _blocks(reasoning, text, calls),
+            "stop_reason": reason, "stop_sequence": seq, "usage": _usage(p, len(s.token_ids))}
+
+
+def _thinking_delta(index: int, reasoning: str, started: bool) -> list[str]:
+    """A thinking block's delta, after its start when it is the first."""
+    start = [] if started else [event("content_block_start", {
+        "type": "content_block_start", "index": index,
+        "content_block": {"type": "thinking", "thinking": "", "signature": ""}})]
+    return [*start, event("content_block_delta", {
+        "type": "content_block_delta", "index": index,
+        "delta": {"type": "thinking_delta", "thinking": reasoning}})]
+
+
+def _thinking_stop(index: int) -> str:
+    """A thinking block's end: its (empty, see SIGNATURE) signature, then its stop."""
+    return (event("content_block_delta", {"type": "content_block_delta", "index": index,
+                                          "delta": {"type": "signature_delta",
+                                                    "signature": SIGNATURE}})
+            + event("content_block_stop", {"type": "content_block_stop", "index": index}))
 
 
 async def _events(st: ServerState, p: Plan, ticket: Ticket) -> AsyncIterator[str]:
@@ -189,7 +227,8 @@ async def _events(st: ServerState, p: Plan, ticket: Ticket) -> AsyncIterator[str
     finish = "length"
     splitter = (CallSplitter(p.tool_format, p.tools) if p.tool_format is not None
                 else None)
-    index, open_text = 0, False
+    thinking = reasoning_splitter(p)
+    index, open_text, open_thinking = 0, False, False
     try:
         async with ticket:
             async for chunk in ticket.stream(p.prompt_ids, p.sample_options(0)):
@@ -198,7 +237,16 @@ async def _events(st: ServerState, p: Plan, ticket: Ticket) -> AsyncIterator[str
                 if chunk.finish_reason is not None:
                     finish = chunk.finish_reason
                 pieces.append(chunk.text)
-                text = splitter.feed(chunk.text) if splitter is not None else chunk.text
+                reasoning, text = (thinking.feed(chunk.text) if thinking is not None
+                                   else ("", chunk.text))
+                if reasoning:
+                    for e in _thinking_delta(index, reasoning, open_thinking):
+                        yield e
+                    open_thinking = True
+                text = splitter.feed(text) if splitter is not None else text
+                if text and open_thinking:
+                    yield _thinking_stop(index)
+                    index, open_thinking = index + 1, False
                 if text:
                     if not open_text:
                         yield event("content_block_start", {
@@ -211,8 +259,18 @@ async def _events(st: ServerState, p: Plan, ticket: Ticket) -> AsyncIterator[str
     except (ApiError, ColibriError) as exc:
         yield event("error", from_colibri(exc).anthropic_body())
         return
+    held_reasoning, held = thinking.finish() if thinking is not None else ("", "")
+    if held_reasoning:
+        for e in _thinking_delta(index, held_reasoning, open_thinking):
+            yield e
+        open_thinking = True
+    if open_thinking:
+        yield _thinking_stop(index)
+        index += 1
+    held = splitter.feed(held) if splitter is not None else held
     rest, calls = (splitter.finish("toolu_", cut=finish == "length") if splitter is not None
                    else ("", []))
+    rest = held + rest
     if rest or (not open_text and not calls):
         if not open_text:
             yield event("content_block_start", {"type": "content_block_start", "index": index,

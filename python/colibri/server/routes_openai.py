@@ -14,6 +14,7 @@ from ..errors import ColibriError
 from .errors import ApiError
 from .options import Plan, chat_plan, plan, sampling
 from .prompt_size import check_chars
+from .reasoning import reasoning_splitter, split_output
 from .runner import (
     answer,
     chat_logprob,
@@ -76,10 +77,14 @@ async def chat_completions(req: ChatCompletionRequest, request: Request) -> Resp
 
 
 def _message(p: Plan, text: str, finish: str) -> tuple[dict[str, Any], str]:
-    """The assistant's message and finish reason: parsed calls go to ``tool_calls``
-    (finish "tool_calls"); a call max_tokens cut is dropped, and the finish stays
-    "length" (tools.split_answer)."""
+    """The assistant's message and finish reason: reasoning goes to ``reasoning_content``
+    (server/reasoning.py); calls parsed out of the answer to ``tool_calls`` (finish
+    "tool_calls"); a call max_tokens cut is dropped, and the finish stays "length"
+    (tools.split_answer)."""
+    reasoning, text = split_output(p, text)
     msg: dict[str, Any] = {"role": "assistant", "content": text}
+    if reasoning:
+        msg["reasoning_content"] = reasoning
     if p.tool_format is not None:
         content, calls, dropped = split_answer(text, p.tool_format, p.tools, "call_",
                                                cut=finish == "length")
@@ -126,19 +131,31 @@ async def _chat_frames(st: ServerState, p: Plan, ticket: Ticket,
                 yield frame(i, {"role": "assistant", "content": ""})
                 splitter = (CallSplitter(p.tool_format, p.tools)
                             if p.tool_format is not None else None)
+                thinking = reasoning_splitter(p)
                 finish = "length"
                 async for chunk in ticket.stream(p.prompt_ids, p.sample_options(i)):
                     if chunk.token_id is not None:
                         completion += 1
-                    text = splitter.feed(chunk.text) if splitter is not None else chunk.text
+                    reasoning, text = (thinking.feed(chunk.text) if thinking is not None
+                                       else ("", chunk.text))
+                    text = splitter.feed(text) if splitter is not None else text
                     lps = ({"content": [chat_logprob(chunk.logprobs, tok)]}
                            if chunk.logprobs is not None else None)
+                    if reasoning:
+                        yield frame(i, {"reasoning_content": reasoning})
                     if text or lps is not None:
                         yield frame(i, {"content": text}, logprobs=lps)
                     if chunk.finish_reason is not None:
                         finish = chunk.finish_reason
+                held = thinking.finish() if thinking is not None else ("", "")
+                if held[0]:
+                    yield frame(i, {"reasoning_content": held[0]})
+                if splitter is None and held[1]:
+                    yield frame(i, {"content": held[1]})
                 if splitter is not None:
+                    held_text = splitter.feed(held[1])
                     rest, calls = splitter.finish(cut=finish == "length")
+                    rest = held_text + rest
                     if rest:
                         yield frame(i, {"content": rest})
                     if calls:

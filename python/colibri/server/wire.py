@@ -10,6 +10,7 @@ are not served (``echo``, ``best_of`` > 1, ``suffix``, ``audio``...) are refused
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -18,6 +19,29 @@ from .wire_checks import check_anthropic_blocks, check_body, check_tool_calls
 
 MAX_LOGIT_BIAS = 4096
 """Most ``logit_bias`` entries one request may send (a banned-token list of hundreds fits)."""
+
+MAX_TEMPLATE_KWARGS_CHARS = 4096
+"""Most characters ``chat_template_kwargs`` may take as JSON (``{"enable_thinking": false}``
+and the like are a few dozen)."""
+
+# Names the server itself gives the template: a request's kwargs may not replace them.
+_RESERVED_TEMPLATE_NAMES = frozenset({"messages", "tools", "documents", "add_generation_prompt",
+                                      "bos_token", "eos_token"})
+
+
+def check_template_kwargs(v: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``chat_template_kwargs``: a JSON object of at most MAX_TEMPLATE_KWARGS_CHARS whose
+    keys are not the server's own template variables."""
+    if v is None:
+        return v
+    if len(json.dumps(v, ensure_ascii=False)) > MAX_TEMPLATE_KWARGS_CHARS:
+        raise ValueError(f"chat_template_kwargs: at most {MAX_TEMPLATE_KWARGS_CHARS} "
+                         "characters of JSON")
+    clash = sorted(_RESERVED_TEMPLATE_NAMES & v.keys())
+    if clash:
+        raise ValueError(f"chat_template_kwargs may not set {', '.join(clash)} (the server "
+                         "passes those itself)")
+    return v
 
 class Wire(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
@@ -115,10 +139,17 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[ToolDef] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    # vLLM's name: further variables for the chat template ({"enable_thinking": false}).
+    chat_template_kwargs: dict[str, Any] | None = None
     # Refused when set (options.refuse_unsupported): they would change the answer.
     audio: dict[str, Any] | None = None
     modalities: list[str] | None = None
     prediction: dict[str, Any] | None = None
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_kwargs(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_template_kwargs(v)
 
 
 class CompletionRequest(SamplingFields):
@@ -148,6 +179,14 @@ class AnthropicTool(Wire):
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
 
 
+class AnthropicThinking(Wire):
+    """``thinking``: reasoning on or off (the template's ``enable_thinking``). The budget is
+    accepted and not enforced yet (docs/serving.md, Reasoning)."""
+
+    type: Literal["enabled", "disabled"]
+    budget_tokens: int | None = Field(default=None, ge=1, strict=True)
+
+
 class CountTokensRequest(Wire):
     """``POST /v1/messages/count_tokens``: what the prompt of a message request takes."""
 
@@ -156,6 +195,7 @@ class CountTokensRequest(Wire):
     system: str | list[dict[str, Any]] | None = None
     tools: list[AnthropicTool] | None = None
     tool_choice: dict[str, Any] | None = None
+    thinking: AnthropicThinking | None = None
 
     @model_validator(mode="before")
     @classmethod
