@@ -15,6 +15,7 @@
 
 #include "common/errors.hpp"
 #include "model/engine.hpp"
+#include "model/ops.hpp"
 
 namespace py = pybind11;
 
@@ -90,6 +91,24 @@ void bind_engine(py::module_& m) {
       "One routing rule (csrc/model/routers/) on router logits [tokens, experts]: (experts, weights),"
       " each [tokens, top_k], best first. The MoE layers and the lookahead prefetch run the same code.");
 
+  py::enum_<FfnActivation>(m, "FfnActivation")
+      .value("silu", FfnActivation::Silu)
+      .value("swiglu_oai", FfnActivation::SwigluOai);
+
+  m.def(
+      "swiglu_oai",
+      [](py::array_t<float, py::array::c_style | py::array::forcecast> gate,
+         py::array_t<float, py::array::c_style | py::array::forcecast> up, float limit, float alpha) {
+        if (gate.ndim() != 1 || up.ndim() != 1 || gate.shape(0) != up.shape(0))
+          fail(ErrorKind::InvalidArgument, "swiglu_oai: gate and up must be vectors of one length");
+        py::array_t<float> out(gate.shape(0));
+        std::copy(gate.data(), gate.data() + gate.shape(0), out.mutable_data());
+        swiglu_oai_mul(out.mutable_data(), up.data(), gate.shape(0), limit, alpha);
+        return out;
+      },
+      py::arg("gate"), py::arg("up"), py::arg("limit"), py::arg("alpha"),
+      "gpt-oss's clamped SwiGLU over two vectors, as the FFN blocks run it.");
+
   py::class_<Extent>(m, "Extent")
       .def(py::init([](int32_t file, uint64_t offset, uint64_t length) { return Extent{file, offset, length}; }),
            py::arg("file"), py::arg("offset"), py::arg("length"))
@@ -155,6 +174,11 @@ void bind_engine(py::module_& m) {
       .def_readwrite("topk_group", &ModelSpec::topk_group)
       .def_readwrite("shared_expert_intermediate_size", &ModelSpec::shared_expert_intermediate_size)
       .def_readwrite("moe_layers", &ModelSpec::moe_layers)
+      .def_readwrite("router_logit_bias", &ModelSpec::router_logit_bias)
+      .def_readwrite("expert_bias", &ModelSpec::expert_bias)
+      .def_readwrite("activation", &ModelSpec::activation)
+      .def_readwrite("swiglu_limit", &ModelSpec::swiglu_limit)
+      .def_readwrite("swiglu_alpha", &ModelSpec::swiglu_alpha)
       .def_readwrite("tie_word_embeddings", &ModelSpec::tie_word_embeddings)
       .def_readwrite("context_length", &ModelSpec::context_length)
       .def_readwrite("rope_interleaved", &ModelSpec::rope_interleaved)

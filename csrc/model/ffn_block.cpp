@@ -26,10 +26,24 @@ constexpr int64_t kPrefetchMaxTokens = 8;  // lookahead only for decode-sized ba
 // (~1 us) against ~4 ns an element for the caller alone, while the workers would idle.
 constexpr int64_t kParallelSiluElems = 4096;
 
+// gpt-oss's router bias: part of the logits (a Linear with bias), so the rule selects
+// and weighs with it.
+void add_router_logit_bias(const FfnWeights& W, float* logits, int64_t n, int64_t ne) {
+  if (W.router_logit_bias == nullptr) return;
+  const float* b = W.router_logit_bias->f32();
+  for (int64_t t = 0; t < n; ++t) add_inplace(logits + t * ne, b, ne);
+}
+
+// Adds bias[c] to every row's column c of x [n, width].
+void add_row_bias(float* x, const float* bias, int64_t n, int64_t width) {
+  for (int64_t t = 0; t < n; ++t) add_inplace(x + t * width, bias, width);
+}
+
 // The distinct experts that layer W's routing rule (bias and groups included) picks for
 // n rows of router logits (n x ne), in first-chosen order: what a prefetch asks for.
 // The rule may rewrite the logits in place (route() takes them mutable).
 std::vector<int32_t> distinct_routed(const FfnWeights& W, float* logits, int64_t n, int64_t ne, int64_t k) {
+  add_router_logit_bias(W, logits, n, ne);
   const float* bias = W.router_bias ? W.router_bias->f32() : nullptr;
   std::vector<int32_t> chosen(static_cast<std::size_t>(k)), picked;
   std::vector<float> unused(static_cast<std::size_t>(k));
@@ -60,6 +74,8 @@ FfnBlock::FfnBlock(const ModelSpec& spec) : spec_(spec) {
     rs.topk_group = s.topk_group;
     router_ = make_router(rs);
   }
+  if (s.activation == FfnActivation::SwigluOai && !(s.swiglu_limit > 0.0f && std::isfinite(s.swiglu_alpha)))
+    fail(ErrorKind::InvalidArgument, "the clamped SwiGLU needs a limit > 0 and a finite alpha");
   guess_delta_.assign(static_cast<std::size_t>(s.hidden_size), 0.0f);
 }
 
@@ -90,6 +106,21 @@ FfnWeights FfnBlock::resolve(const WeightStore& weights, int64_t i, bool moe) co
                                   "' (a selection bias) is only used by the sigmoid grouped router");
     check_shape(W.router_bias, 1, s.n_experts);
   }
+  if (s.router_logit_bias) {
+    W.router_logit_bias = req(p + "ffn_gate_inp.bias");
+    check_shape(W.router_logit_bias, 1, s.n_experts);
+    W.router_logit_bias->f32();  // refuses any other type now, not at the first forward
+  }
+  if (s.expert_bias) {
+    const int64_t f = s.moe_intermediate_size;
+    W.gate_exps_bias = req(p + "ffn_gate_exps.bias");
+    W.up_exps_bias = req(p + "ffn_up_exps.bias");
+    W.down_exps_bias = req(p + "ffn_down_exps.bias");
+    check_shape(W.gate_exps_bias, s.n_experts, f);
+    check_shape(W.up_exps_bias, s.n_experts, f);
+    check_shape(W.down_exps_bias, s.n_experts, d);
+    for (const Tensor* b : {W.gate_exps_bias, W.up_exps_bias, W.down_exps_bias}) b->f32();
+  }
   if (s.shared_expert_intermediate_size > 0) {
     const int64_t sf = s.shared_expert_intermediate_size;
     W.shared = {req(p + "ffn_gate_shexp"), req(p + "ffn_up_shexp"), req(p + "ffn_down_shexp")};
@@ -118,21 +149,38 @@ void FfnBlock::forward(FfnContext& ctx, const FfnWeights& W, const float* h, int
   }
 }
 
-void FfnBlock::expert_ffn(FfnContext& ctx, const ExpertViews& e, const float* x, int64_t n, int64_t ffn, float* out) {
+void FfnBlock::expert_ffn(FfnContext& ctx, const ExpertViews& e, const float* x, int64_t n, int64_t ffn, float* out,
+                          const ExpertBiases& bias) {
   gate_.resize(static_cast<std::size_t>(n * ffn));
   up_.resize(static_cast<std::size_t>(n * ffn));
   const WeightView w[2] = {e.gate, e.up};
   float* const gate_up[2] = {gate_.data(), up_.data()};
   matmul_multi(ctx.pool, w, gate_up, 2, x, n, ctx.matmul, ctx.precision);
+  if (bias.gate) add_row_bias(gate_.data(), bias.gate, n, ffn);
+  if (bias.up) add_row_bias(up_.data(), bias.up, n, ffn);
+  activate(ctx, n * ffn);
+  matmul(ctx.pool, e.down, gate_.data(), n, out, ctx.matmul, ctx.precision);
+  if (bias.down) add_row_bias(out, bias.down, n, spec_.hidden_size);
+}
+
+// gate_ = act(gate_, up_) over the first `elems` values, elementwise: the same bits in any
+// split over the team.
+void FfnBlock::activate(FfnContext& ctx, int64_t elems) {
   float* gate = gate_.data();
   const float* up = up_.data();
-  const int64_t elems = n * ffn;
-  if (elems >= kParallelSiluElems && ctx.pool.size() > 1)  // elementwise: the same bits in any split
+  const bool oai = spec_.activation == FfnActivation::SwigluOai;
+  const float limit = spec_.swiglu_limit, alpha = spec_.swiglu_alpha;
+  auto run = [=](int64_t b, int64_t e) {
+    if (oai)
+      swiglu_oai_mul(gate + b, up + b, e - b, limit, alpha);
+    else
+      silu_mul(gate + b, up + b, e - b);
+  };
+  if (elems >= kParallelSiluElems && ctx.pool.size() > 1)
     ctx.pool.parallel_for(elems, (elems + 2 * ctx.pool.size() - 1) / (2 * ctx.pool.size()),
-                          [gate, up](int64_t b, int64_t e, int) { silu_mul(gate + b, up + b, e - b); });
+                          [&run](int64_t b, int64_t e, int) { run(b, e); });
   else
-    silu_mul(gate, up, elems);
-  matmul(ctx.pool, e.down, gate_.data(), n, out, ctx.matmul, ctx.precision);
+    run(0, elems);
 }
 
 // The shared expert's FFN over every token, into shared_out_ (its gate and the sum come
@@ -263,7 +311,13 @@ void FfnBlock::routed_experts(FfnContext& ctx, const FfnWeights& W, const float*
     for (int64_t r = 0; r < m; ++r)
       std::memcpy(xe_.data() + r * d, h + (slots[static_cast<std::size_t>(r)] / k) * d,
                   static_cast<std::size_t>(d) * sizeof(float));
-    expert_ffn(ctx, w, xe_.data(), m, s.moe_intermediate_size, ye_.data());
+    ExpertBiases eb;
+    if (W.gate_exps_bias) {
+      eb.gate = W.gate_exps_bias->f32() + static_cast<int64_t>(e) * s.moe_intermediate_size;
+      eb.up = W.up_exps_bias->f32() + static_cast<int64_t>(e) * s.moe_intermediate_size;
+      eb.down = W.down_exps_bias->f32() + static_cast<int64_t>(e) * d;
+    }
+    expert_ffn(ctx, w, xe_.data(), m, s.moe_intermediate_size, ye_.data(), eb);
     for (int64_t r = 0; r < m; ++r)
       std::memcpy(slot_out_.data() + slots[static_cast<std::size_t>(r)] * d, ye_.data() + r * d,
                   static_cast<std::size_t>(d) * sizeof(float));
@@ -280,6 +334,7 @@ void FfnBlock::moe_block(FfnContext& ctx, const FfnWeights& W, const float* h, i
   auto t0 = std::chrono::steady_clock::now();
   router_logits_.resize(static_cast<std::size_t>(n * ne));
   mm(ctx, *W.router, h, n, router_logits_.data());
+  add_router_logit_bias(W, router_logits_.data(), n, ne);
 
   // Route with the layer's rule. The choice and weights for token t are
   // (sel[t*k + j], weight[t*k + j]), best first.

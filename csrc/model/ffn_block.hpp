@@ -37,10 +37,23 @@ struct FfnWeights {
   ExpertWeights dense;                    // !is_moe
   const Tensor* router = nullptr;         // is_moe: (n_experts, hidden)
   const Tensor* router_bias = nullptr;    // is_moe, optional: (n_experts,) selection bias
+  const Tensor* router_logit_bias = nullptr;  // spec.router_logit_bias: (n_experts,) added to the logits
+  // spec.expert_bias: per-expert biases, (n_experts, moe_ffn) for gate and up and
+  // (n_experts, hidden) for down, resident (the store streams only the matrices).
+  const Tensor* gate_exps_bias = nullptr;
+  const Tensor* up_exps_bias = nullptr;
+  const Tensor* down_exps_bias = nullptr;
   const Router* route = nullptr;          // is_moe: the routing rule (owned by the FfnBlock)
   const FfnWeights* next_moe = nullptr;   // is_moe: the next MoE layer's (lookahead), null if none
   ExpertWeights shared;                   // shared expert, when the spec has one
   const Tensor* shared_gate = nullptr;    // (1, hidden) sigmoid gate of the shared expert
+};
+
+// One expert's biases (rows of FfnWeights' *_exps_bias), null when the model has none.
+struct ExpertBiases {
+  const float* gate = nullptr;
+  const float* up = nullptr;
+  const float* down = nullptr;
 };
 
 // What the unit may use during a forward: the compute team, the quantized-activation
@@ -82,7 +95,9 @@ class FfnBlock {
                       bool* shared_pending);
   void shared_expert(FfnContext& ctx, const FfnWeights& W, const float* h, int64_t n);
   void predict_next(FfnContext& ctx, const FfnWeights& W, const float* h, int64_t n);
-  void expert_ffn(FfnContext& ctx, const ExpertViews& e, const float* x, int64_t n, int64_t ffn, float* out);
+  void expert_ffn(FfnContext& ctx, const ExpertViews& e, const float* x, int64_t n, int64_t ffn, float* out,
+                  const ExpertBiases& bias = {});
+  void activate(FfnContext& ctx, int64_t elems);
 
   const ModelSpec& spec_;
   std::unique_ptr<Router> router_;  // the spec's routing rule, shared by the MoE layers

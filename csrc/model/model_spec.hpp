@@ -17,6 +17,13 @@ enum class QkNorm : int {
   Full = 2,     // RMSNorm over the whole projection, all heads at once (OLMoE)
 };
 
+// The gated activation of every SwiGLU FFN (dense, routed and shared experts).
+enum class FfnActivation : int {
+  Silu = 0,       // silu(gate) * up
+  SwigluOai = 1,  // gpt-oss: g = min(gate, limit), u = clamp(up, -limit, limit),
+                  // (u + 1) * g * sigmoid(alpha * g)
+};
+
 // Which attention unit a layer runs (model/attention_layer.hpp: make_attention).
 enum class AttentionKind : int {
   Gqa = 0,  // grouped-query attention (multi-head and multi-query are its edge cases;
@@ -55,6 +62,15 @@ struct ModelSpec {
   int64_t topk_group = 1;              // groups kept per token
   int64_t shared_expert_intermediate_size = 0;
   std::vector<uint8_t> moe_layers;  // per layer: 1 when the FFN is the MoE block
+  // gpt-oss FFN pieces: blk.{i}.ffn_gate_inp.bias added to the router logits before the
+  // rule (selection and weights); per-expert biases blk.{i}.ffn_{gate,up,down}_exps.bias
+  // ((n_experts, width) each, resident) added after each expert's projections; the
+  // activation and its clamp.
+  bool router_logit_bias = false;
+  bool expert_bias = false;
+  FfnActivation activation = FfnActivation::Silu;
+  float swiglu_limit = 7.0f;
+  float swiglu_alpha = 1.702f;
   bool tie_word_embeddings = false;
   int64_t context_length = 0;       // KV-cache positions per session
 

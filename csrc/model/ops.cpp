@@ -1,5 +1,6 @@
 #include "model/ops.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace colibri {
@@ -68,6 +69,14 @@ void silu_mul(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void swiglu_oai_mul(float* gate, const float* up, int64_t n, float limit, float alpha) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::min(std::max(up[i], -limit), limit);
+    gate[i] = (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
   }
 }
 

@@ -33,6 +33,10 @@ float dot_lanes8(const float* a, const float* b, int64_t n);
 // gate[i] = silu(gate[i]) * up[i]
 void silu_mul(float* gate, const float* up, int64_t n);
 
+// gpt-oss's clamped SwiGLU: g = min(gate[i], limit), u = clamp(up[i], -limit, limit),
+// gate[i] = (u + 1) * g * sigmoid(alpha * g)
+void swiglu_oai_mul(float* gate, const float* up, int64_t n, float limit, float alpha);
+
 // In-place softmax over n values (max-subtracted, float accumulation).
 void softmax(float* x, int64_t n);
 

@@ -11,7 +11,7 @@ import typing
 from . import quant
 from . import io
 from . import attention
-__all__: list[str] = ['ActPrecision', 'AttentionKind', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'ModelSpec', 'QkNorm', 'RouterKind', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'attention', 'forward_batch', 'io', 'quant', 'route']
+__all__: list[str] = ['ActPrecision', 'AttentionKind', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'FfnActivation', 'ModelSpec', 'QkNorm', 'RouterKind', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'attention', 'forward_batch', 'io', 'quant', 'route', 'swiglu_oai']
 class WaitPolicy:
     """
     How the compute team waits between parallel regions of a computation.
@@ -349,6 +349,51 @@ class RouterKind:
     @property
     def value(self) -> int:
         ...
+class FfnActivation:
+    """
+    Members:
+    
+      silu
+    
+      swiglu_oai
+    """
+    __members__: typing.ClassVar[dict[str, FfnActivation]]
+    silu: typing.ClassVar[FfnActivation]
+    swiglu_oai: typing.ClassVar[FfnActivation]
+    @typing.overload
+    def __eq__(self, other: FfnActivation) -> bool:
+        ...
+    @typing.overload
+    def __eq__(self, other: typing.Any) -> bool:
+        ...
+    def __getstate__(self) -> int:
+        ...
+    def __hash__(self) -> int:
+        ...
+    def __index__(self) -> int:
+        ...
+    def __init__(self, value: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __int__(self) -> int:
+        ...
+    @typing.overload
+    def __ne__(self, other: FfnActivation) -> bool:
+        ...
+    @typing.overload
+    def __ne__(self, other: typing.Any) -> bool:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def __setstate__(self, state: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def __str__(self) -> str:
+        ...
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def value(self) -> int:
+        ...
 class Extent:
     def __init__(self, file: typing.SupportsInt | typing.SupportsIndex, offset: typing.SupportsInt | typing.SupportsIndex, length: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
@@ -380,14 +425,17 @@ class TensorSpec:
     def shape(self) -> list[int]:
         ...
 class ModelSpec:
+    activation: FfnActivation
     arch: str
     attention_bias: bool
     attention_kind: AttentionKind
+    expert_bias: bool
     index_rope_interleaved: bool
     norm_topk_prob: bool
     qk_norm: QkNorm
     rope_interleaved: bool
     router: RouterKind
+    router_logit_bias: bool
     tie_word_embeddings: bool
     def __init__(self) -> None:
         ...
@@ -558,6 +606,18 @@ class ModelSpec:
         ...
     @shared_expert_intermediate_size.setter
     def shared_expert_intermediate_size(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def swiglu_alpha(self) -> float:
+        ...
+    @swiglu_alpha.setter
+    def swiglu_alpha(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def swiglu_limit(self) -> float:
+        ...
+    @swiglu_limit.setter
+    def swiglu_limit(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def topk_group(self) -> int:
@@ -1034,4 +1094,8 @@ def forward_batch(sessions: collections.abc.Sequence[Session], ids: collections.
 def route(kind: RouterKind, logits: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], top_k: typing.SupportsInt | typing.SupportsIndex, norm_topk_prob: bool = False, scaling: typing.SupportsFloat | typing.SupportsIndex = 1.0, n_group: typing.SupportsInt | typing.SupportsIndex = 1, topk_group: typing.SupportsInt | typing.SupportsIndex = 1, bias: typing.Annotated[numpy.typing.ArrayLike, numpy.float32] | None = None) -> tuple[numpy.typing.NDArray[numpy.int32], numpy.typing.NDArray[numpy.float32]]:
     """
     One routing rule (csrc/model/routers/) on router logits [tokens, experts]: (experts, weights), each [tokens, top_k], best first. The MoE layers and the lookahead prefetch run the same code.
+    """
+def swiglu_oai(gate: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], up: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], limit: typing.SupportsFloat | typing.SupportsIndex, alpha: typing.SupportsFloat | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    gpt-oss's clamped SwiGLU over two vectors, as the FFN blocks run it.
     """

@@ -33,6 +33,13 @@ _ROUTER = {
     "sigmoid_grouped": _core.RouterKind.sigmoid_grouped,
     "softmax_group_limited": _core.RouterKind.softmax_group_limited,
 }
+_ACTIVATION = {"silu": _core.FfnActivation.silu, "swiglu_oai": _core.FfnActivation.swiglu_oai}
+# Whether this build's attention unit has gpt-oss's sinks, sliding windows and output bias
+# (branch s8-attn adds them to ModelSpec). Until it does, a model that needs them is
+# refused here rather than run without them.
+ATTENTION_FEATURES = hasattr(_core.ModelSpec(), "attention_sinks")
+
+
 def thread_settings(cfg: ThreadConfig) -> _core.ThreadSettings:
     """The core's copy of `cfg` (ThreadConfig's declared fields). A wait policy of "auto" goes
     through as AUTO: the core decides it (csrc/model/engine.cpp, decide_wait) and reports
@@ -123,6 +130,7 @@ def model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
     spec.n_group = cfg.n_group
     spec.topk_group = cfg.topk_group
     spec.n_mtp_layers = cfg.n_mtp_layers
+    _ffn_fields(cfg, spec)
     if cfg.is_mla:
         spec.attention_kind = _core.AttentionKind.mla
         spec.q_lora_rank = cfg.q_lora_rank
@@ -139,6 +147,21 @@ def model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
                              for i in range(cfg.n_layers)]  # fmt: skip
         spec.index_rope_interleaved = cfg.index_rope_interleaved
     return spec
+
+
+def _ffn_fields(cfg: ModelConfig, spec: _core.ModelSpec) -> None:
+    """The gpt-oss FFN pieces (router logit bias, expert biases, clamped SwiGLU)."""
+    spec.router_logit_bias = cfg.router_logit_bias
+    spec.expert_bias = cfg.expert_bias
+    spec.activation = _ACTIVATION[cfg.activation]
+    spec.swiglu_limit = cfg.swiglu_limit
+    spec.swiglu_alpha = cfg.swiglu_alpha
+    needs = cfg.attention_sinks or cfg.attention_out_bias or any(cfg.sliding_layers)
+    if needs and not ATTENTION_FEATURES:
+        raise UnsupportedError(
+            f"a {cfg.arch} model needs attention sinks, sliding windows or an output-projection "
+            f"bias, which this build's attention unit does not implement"
+        )
 
 
 def _tensor_spec(t: TensorInfo, checksums: bool, files: Sequence[Path]) -> _core.TensorSpec:

@@ -278,7 +278,6 @@ def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = True) -> Manifest
     if block is not None and not allow_fp8:
         raise _fp8_refusal(d, block)
     files = shard_files(d, root)
-    sizes = file_sizes(files)
     found: dict[str, tuple[str, tuple[int, ...], Extent]] = {}
     for fi, f in enumerate(files):
         for name, (dtype, shape, off, length) in read_safetensors_header(f).items():
@@ -288,9 +287,16 @@ def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = True) -> Manifest
     cfg = hf_config(raw_cfg, d, set(found), root)
 
     tensors: dict[str, TensorInfo] = {}
+    consumed: frozenset[str] = frozenset()
+    if fam.hf_experts is not None:  # experts re-laid out into a side file (gpt-oss)
+        side_tensors, consumed, side = fam.hf_experts(found, files, cfg, d)
+        tensors.update(side_tensors)
+        if side is not None:
+            files.append(side)
+    sizes = file_sizes(files)
     for name, (dtype, shape, ext) in found.items():
         where = files[ext.file]
-        if _IGNORED.fullmatch(name):
+        if _IGNORED.fullmatch(name) or name in consumed:
             continue
         base = name[: -len(SCALE_SUFFIX)] if name.endswith(SCALE_SUFFIX) else ""
         if base in found and found[base][0] == FP8_DTYPE:

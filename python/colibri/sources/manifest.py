@@ -30,6 +30,12 @@ blk.{i}.ffn_gate_shexp / _up    (shared_ffn, hidden)          shared expert (Qwe
 blk.{i}.ffn_down_shexp          (hidden, shared_ffn)
 blk.{i}.ffn_gate_inp_shexp      (1, hidden)                   sigmoid gate of the shared expert
 blk.{i}.exp_probs_b             (n_experts,)                  selection bias (sigmoid router)
+blk.{i}.ffn_gate_inp.bias       (n_experts,)                  router logit bias (gpt-oss)
+blk.{i}.ffn_gate_exps.bias      (n_experts, expert_ffn)       per-expert biases (gpt-oss),
+blk.{i}.ffn_up_exps.bias        (n_experts, expert_ffn)       resident
+blk.{i}.ffn_down_exps.bias      (n_experts, hidden)
+blk.{i}.attn_sinks              (heads,)                      attention sinks (gpt-oss)
+blk.{i}.attn_output.bias        (hidden,)                     output-projection bias
 ==============================  ==============================================================
 
 Multi-head latent attention (``attention == "mla"``; llama.cpp's names, ``qk = nope + rope``):
@@ -71,6 +77,8 @@ AttentionKind = Literal["gqa", "mla"]
 # (DeepSeek-V3 "noaux_tc"); softmax with group-limited greedy selection (DeepSeek-V2).
 RouterKind = Literal["softmax", "sigmoid_grouped", "softmax_group_limited"]
 IndexerType = Literal["full", "shared"]
+# The gated activation of every SwiGLU FFN: silu(gate) * up, or gpt-oss's clamped variant.
+Activation = Literal["silu", "swiglu_oai"]
 
 
 @dataclass(frozen=True)
@@ -163,6 +171,24 @@ class ModelConfig:
     indexer_types: tuple[IndexerType, ...] = ()
     index_rope_interleaved: bool = False
     n_mtp_layers: int = 0  # multi-token-prediction layers after the trunk (not run)
+    # gpt-oss FFN pieces (csrc/model/ffn_block.cpp): blk.{i}.ffn_gate_inp.bias added to the
+    # router logits (selection and weights; not exp_probs_b, the sigmoid router's
+    # selection-only bias); per-expert biases blk.{i}.ffn_{gate,up,down}_exps.bias; the
+    # activation, "swiglu_oai": g = min(gate, limit), u = clamp(up, -limit, limit),
+    # (u + 1) * g * sigmoid(alpha * g).
+    router_logit_bias: bool = False
+    expert_bias: bool = False
+    activation: Activation = "silu"
+    swiglu_limit: float = 7.0
+    swiglu_alpha: float = 1.702
+    # gpt-oss attention pieces (the GQA unit's, branch s8-attn): per-head sinks
+    # (blk.{i}.attn_sinks), a sliding window (key j visible to query p iff j <= p and
+    # p - j < sliding_window) on the layers whose sliding_layers entry is 1, an
+    # output-projection bias (blk.{i}.attn_output.bias).
+    attention_sinks: bool = False
+    sliding_window: int = 0
+    sliding_layers: tuple[int, ...] = ()
+    attention_out_bias: bool = False
 
     @property
     def is_mla(self) -> bool:

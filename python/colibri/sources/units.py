@@ -1,7 +1,8 @@
 """The canonical tensors of each unit the core implements (csrc/model/): grouped-query or
 latent (MLA) attention, the DSA indexer, a dense or routed (MoE) FFN, multi-token-prediction
 layers. A config selects units by its fields (``attention``, ``qk_norm``,
-``attention_bias``, ``moe_layers``, ``shared_expert_*``, ``router_bias``, ``index_*``,
+``attention_bias``, ``moe_layers``, ``shared_expert_*``, ``router_bias``,
+``router_logit_bias``, ``expert_bias``, ``attention_sinks``, ``attention_out_bias``, ``index_*``,
 ``n_mtp_layers``), whatever its family, and :func:`expected_shapes` lists the tensors they
 need; validate.order_and_check holds a model to them. A family that needs a new unit adds
 its tensors here (and the unit to the core); one built from these units adds nothing.
@@ -29,6 +30,10 @@ def _gqa_shapes(cfg: ModelConfig, b: str) -> dict[str, tuple[int, ...]]:
         out[b + "attn_k.bias"] = (kv_rows,)
         out[b + "attn_v.bias"] = (kv_rows,)
     out[b + "attn_output"] = (h, q_rows)
+    if cfg.attention_out_bias:
+        out[b + "attn_output.bias"] = (h,)
+    if cfg.attention_sinks:
+        out[b + "attn_sinks"] = (cfg.n_heads,)
     if cfg.qk_norm == "head":
         out[b + "attn_q_norm"] = (hd,)
         out[b + "attn_k_norm"] = (hd,)
@@ -68,6 +73,12 @@ def _moe_shapes(cfg: ModelConfig, b: str) -> dict[str, tuple[int, ...]]:
     out: dict[str, tuple[int, ...]] = {b + "ffn_gate_inp": (cfg.n_experts, h)}
     if cfg.router_bias:
         out[b + "exp_probs_b"] = (cfg.n_experts,)
+    if cfg.router_logit_bias:
+        out[b + "ffn_gate_inp.bias"] = (cfg.n_experts,)
+    if cfg.expert_bias:
+        out[b + "ffn_gate_exps.bias"] = (cfg.n_experts, f)
+        out[b + "ffn_up_exps.bias"] = (cfg.n_experts, f)
+        out[b + "ffn_down_exps.bias"] = (cfg.n_experts, h)
     for e in range(cfg.n_experts):
         out[f"{b}ffn_gate_exps.{e}"] = (f, h)
         out[f"{b}ffn_up_exps.{e}"] = (f, h)

@@ -108,6 +108,23 @@ _ROUTERS = ("softmax", "sigmoid_grouped", "softmax_group_limited")
 _INDEXER_TYPES = ("full", "shared")
 
 
+_ACTIVATIONS = ("silu", "swiglu_oai")
+
+
+def check_ffn_fields(cfg: ModelConfig, where: object) -> None:
+    """The gpt-oss FFN fields: biases on or off, a known activation, and for the clamped
+    SwiGLU a finite limit > 0 and a finite alpha."""
+    for name in ("router_logit_bias", "expert_bias"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise bad(where, name, getattr(cfg, name), "true or false")
+    if cfg.activation not in _ACTIVATIONS:
+        raise UnsupportedError(f"{where}: activation {shown(cfg.activation)} is not "
+                               f"implemented ({', '.join(_ACTIVATIONS)})")  # fmt: skip
+    if cfg.activation == "swiglu_oai":
+        as_float(cfg.swiglu_limit, "swiglu_limit", where, lo=0.0, lo_open=True)
+        as_float(cfg.swiglu_alpha, "swiglu_alpha", where)
+
+
 def check_family_fields(cfg: ModelConfig, where: object) -> None:
     """The fields of the DeepSeek / GLM family (routing rule, MLA, DSA, MTP; defaults for
     every other family) as data, with the same care as the rest of the config."""
@@ -135,6 +152,7 @@ def check_family_fields(cfg: ModelConfig, where: object) -> None:
     if any(cfg.moe_layers) and cfg.n_experts % n_group:
         raise ModelFormatError(f"{where}: n_group {n_group} does not divide n_experts "
                                f"{cfg.n_experts}")  # fmt: skip
+    check_ffn_fields(cfg, where)
     rot = as_int(cfg.rotary_dim, "rotary_dim", where, lo=0, hi=cfg.head_dim)
     if rot % 2:
         raise bad(where, "rotary_dim", rot, "even (RoPE rotates pairs of dimensions)")

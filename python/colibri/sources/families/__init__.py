@@ -15,7 +15,7 @@ from typing import Any
 
 from ...errors import UnsupportedArchitectureError
 from ..paths import shown
-from . import deepseek, glm, llama, olmoe, qwen_moe
+from . import deepseek, glm, gpt_oss, llama, olmoe, qwen_moe
 from .spec import Family, GGUFInput, HFInput
 
 FAMILIES: tuple[Family, ...] = (
@@ -24,6 +24,7 @@ FAMILIES: tuple[Family, ...] = (
     olmoe.FAMILY,
     deepseek.FAMILY,
     glm.FAMILY,
+    gpt_oss.FAMILY,
 )
 
 # Families the forward pass implements, by canonical name (ModelConfig.arch).

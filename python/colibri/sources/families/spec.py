@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fields import ConfigFields, GGUFFields
-from ..manifest import AttentionKind, ModelConfig, RouterKind, TensorInfo
+from ..manifest import AttentionKind, Extent, ModelConfig, RouterKind, TensorInfo
 
 # A Hugging Face tensor name (fullmatch) -> the canonical name, a format string of the
 # pattern's groups ("blk.{0}.attn_{1}").
@@ -91,3 +91,11 @@ class Family:
     # MLA's kv_b_proj in HF checkpoints (one per layer, group 1 the layer): split into
     # attn_k_b / attn_v_b (units.split_kv_b).
     hf_kv_b: re.Pattern[str] | None = None
+    # Routed experts a Hugging Face checkpoint stores in a layout the engine cannot read
+    # through extents (gpt-oss's fused, transposed, interleaved ones): (stored tensors,
+    # files, config, dir) -> (canonical expert tensors, the stored names they replace, a
+    # side file they point into, index len(files); None when they need none).
+    hf_experts: Callable[
+        [Mapping[str, tuple[str, tuple[int, ...], Extent]], Sequence[Path], ModelConfig, Path],
+        tuple[dict[str, TensorInfo], frozenset[str], Path | None],
+    ] | None = None

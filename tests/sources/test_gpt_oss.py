@@ -1,0 +1,193 @@
+"""gpt-oss's FFN side and loading: the clamped SwiGLU against a scalar reference, its
+routing (top-k of the biased logits, softmax over the k) against transformers', the fused
+float experts re-laid out for the engine, the whole MoE stack against transformers with
+attention neutralized, and bad input.
+
+The full oracle (sinks, sliding windows and the o_proj bias included) is
+tests/oracle/test_oracle_gpt_oss.py; it needs the attention unit's gpt-oss pieces. Here
+every o_proj weight and bias is zero (support/gpt_oss_factory.py), so attention adds exactly
+nothing to the residual stream and a build without those pieces computes the same logits:
+``ATTENTION_FEATURES`` is patched on for that reason only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import colibri
+from colibri import _core
+from colibri.engine import core_spec
+from colibri.errors import ModelFormatError, UnsupportedError
+from colibri.sources import load_hf
+from colibri.sources.validate import check_config
+from support.gpt_oss_factory import LIMIT, VOCAB, build_gpt_oss, clamp_shares
+from support.modelfactory import prompt_ids, reference_greedy, reference_logits
+
+RTOL = 1e-4  # of max |logit|, issue 33's bound for the gpt-oss oracle
+N_PROMPT, N_GREEDY = 12, 20
+
+
+@pytest.fixture(autouse=True)
+def _side_files_in_tmp(tmp_path_factory: pytest.TempPathFactory,
+                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # The experts' side files (sources/fused_experts.py) go under XDG_CACHE_HOME.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg"))
+
+
+@pytest.fixture(scope="module")
+def neutral(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.Module]:
+    return build_gpt_oss(tmp_path_factory.mktemp("gpt-oss-neutral"), neutral_attention=True)
+
+
+def _close(got: np.ndarray, ref: np.ndarray, what: str) -> None:
+    assert got.shape == ref.shape, (what, got.shape, ref.shape)
+    err, tol = float(np.abs(got - ref).max()), RTOL * float(np.abs(ref).max())
+    assert err <= tol, f"{what}: max |delta| {err:.3g} > {tol:.3g}"
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def test_swiglu_oai_matches_the_scalar_formula() -> None:
+    rng = np.random.default_rng(0)
+    gate = rng.normal(0, 3, 4096).astype(np.float32)
+    up = rng.normal(0, 3, 4096).astype(np.float32)
+    limit, alpha = 2.0, 1.702
+    got = _core.swiglu_oai(gate, up, limit, alpha)
+    g = np.minimum(gate.astype(np.float64), limit)
+    u = np.clip(up.astype(np.float64), -limit, limit)
+    want = (u + 1) * g / (1 + np.exp(-alpha * g))
+    assert (gate > limit).any() and (np.abs(up) > limit).any()  # both clamps act
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_routing_is_softmax_over_the_top_k_of_the_biased_logits() -> None:
+    rng = np.random.default_rng(1)
+    logits = rng.normal(0, 2, (64, 8)).astype(np.float32)
+    bias = rng.normal(0, 1, 8).astype(np.float32)
+    experts, weights = _core.route(_core.RouterKind.softmax_topk, logits + bias, 2,
+                                   norm_topk_prob=True)  # fmt: skip
+    top, idx = torch.topk(torch.from_numpy(logits + bias), 2, dim=-1)
+    np.testing.assert_array_equal(experts, idx.numpy())
+    np.testing.assert_allclose(weights, torch.softmax(top, dim=1).numpy(), rtol=1e-6, atol=1e-7)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def test_config_and_relaid_out_experts(neutral: tuple[Path, torch.nn.Module]) -> None:
+    d, model = neutral
+    m = load_hf(d)
+    cfg = m.config
+    assert (cfg.arch, cfg.activation, cfg.swiglu_limit) == ("gpt_oss", "swiglu_oai", LIMIT)
+    assert cfg.sliding_layers == (1, 0, 1, 0) and cfg.sliding_window == 4
+    assert cfg.attention_sinks and cfg.attention_bias and cfg.attention_out_bias
+    assert cfg.router_logit_bias and cfg.expert_bias and cfg.norm_topk_prob
+    assert cfg.rope_scaling is not None and cfg.rope_scaling["truncate"] is False
+
+    def read(name: str) -> np.ndarray:
+        t = m.tensors[name]
+        (e,) = t.extents
+        raw = np.fromfile(m.files[e.file], dtype=np.float32, count=e.length // 4, offset=e.offset)
+        return raw.reshape(t.shape)
+
+    experts = model.model.layers[1].mlp.experts
+    gu, gub = experts.gate_up_proj[3].numpy(), experts.gate_up_proj_bias.numpy()
+    np.testing.assert_array_equal(read("blk.1.ffn_gate_exps.3"), gu[:, ::2].T)
+    np.testing.assert_array_equal(read("blk.1.ffn_up_exps.3"), gu[:, 1::2].T)
+    np.testing.assert_array_equal(read("blk.1.ffn_down_exps.3"), experts.down_proj[3].numpy().T)
+    np.testing.assert_array_equal(read("blk.1.ffn_gate_exps.bias"), gub[:, ::2])
+    np.testing.assert_array_equal(read("blk.1.ffn_up_exps.bias"), gub[:, 1::2])
+    np.testing.assert_array_equal(read("blk.1.ffn_down_exps.bias"), experts.down_proj_bias.numpy())
+    side = m.files[-1]
+    before = side.stat().st_mtime_ns
+    assert load_hf(d).files[-1] == side and side.stat().st_mtime_ns == before  # reused
+
+
+# --------------------------------------------------------------------------- the MoE stack
+
+
+def _load(d: Path, monkeypatch: pytest.MonkeyPatch) -> colibri.Model:
+    monkeypatch.setattr(core_spec, "ATTENTION_FEATURES", True)  # see the module docstring
+    return colibri.Model.load(d, engine=colibri.EngineConfig(context_length=64))
+
+
+def test_moe_stack_matches_transformers(
+    neutral: tuple[Path, torch.nn.Module], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d, model = neutral
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    gate_share, up_share = clamp_shares(model, ids)
+    assert 0.05 < gate_share < 0.95 and 0.05 < up_share < 0.95, (gate_share, up_share)
+    ref = reference_logits(model, ids)
+    m = _load(d, monkeypatch)
+    _close(m.session().forward(ids, all_logits=True), ref, "prefill")
+    s = m.session()
+    half = N_PROMPT // 2
+    _close(s.forward(ids[:half], all_logits=True), ref[:half], "prefill half")
+    for pos in range(half, N_PROMPT):
+        _close(s.forward([ids[pos]]), ref[pos], f"decode position {pos}")
+    ref_tokens, _ = reference_greedy(model, ids, N_GREEDY)
+    s = m.session()
+    logits = s.forward(ids)
+    got: list[int] = []
+    for _ in range(N_GREEDY):
+        got.append(int(np.argmax(logits)))
+        logits = s.forward([got[-1]])
+    assert got == ref_tokens
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _rewrite(d: Path, name: str, value: torch.Tensor) -> None:
+    f = d / "model.safetensors"
+    sd = load_file(f)
+    sd[name] = value
+    save_file(sd, f, metadata={"format": "pt"})
+
+
+def test_expert_bias_of_the_wrong_shape_is_refused(tmp_path: Path) -> None:
+    d, _ = build_gpt_oss(tmp_path / "m", neutral_attention=True)
+    _rewrite(d, "model.layers.2.mlp.experts.gate_up_proj_bias", torch.zeros(8, 30))
+    with pytest.raises(ModelFormatError, match=r"gate_up_proj_bias.*\(8, 30\).*\(8, 32\)"):
+        load_hf(d)
+
+
+def test_router_bias_of_the_wrong_shape_is_refused(tmp_path: Path) -> None:
+    d, _ = build_gpt_oss(tmp_path / "m", neutral_attention=True)
+    _rewrite(d, "model.layers.0.mlp.router.bias", torch.zeros(7))
+    with pytest.raises(ModelFormatError, match=r"ffn_gate_inp\.bias.*\(7,\).*\(8,\)"):
+        load_hf(d)
+
+
+def test_unknown_activation_and_bad_limits_are_refused(
+    neutral: tuple[Path, torch.nn.Module], tmp_path: Path
+) -> None:
+    cfg = load_hf(neutral[0]).config
+    with pytest.raises(UnsupportedError, match="activation 'gelu' is not implemented"):
+        check_config(dataclasses.replace(cfg, activation="gelu"), "here")  # type: ignore[arg-type]
+    for limit in (0.0, -1.0, float("inf")):
+        with pytest.raises(ModelFormatError, match="swiglu_limit"):
+            check_config(dataclasses.replace(cfg, swiglu_limit=limit), "here")
+    d, _ = build_gpt_oss(tmp_path / "m", neutral_attention=True)
+    raw = json.loads((d / "config.json").read_text())
+    raw["swiglu_limit"] = "7"
+    (d / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ModelFormatError, match="swiglu_limit"):
+        load_hf(d)
+
+
+def test_mxfp4_experts_are_refused_clearly(tmp_path: Path) -> None:
+    d, _ = build_gpt_oss(tmp_path / "m", neutral_attention=True)
+    _rewrite(d, "model.layers.0.mlp.experts.down_proj_blocks",
+             torch.zeros(8, 32, 1, 16, dtype=torch.uint8))  # fmt: skip
+    with pytest.raises(UnsupportedError, match="MXFP4 expert weights"):
+        load_hf(d)

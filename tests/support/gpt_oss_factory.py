@@ -1,0 +1,90 @@
+"""Tiny random gpt-oss checkpoints (transformers' GptOssForCausalLM, float32) for the oracle
+tests: 4 layers alternating sliding (window 4) and full attention, 8 experts top-2, YaRN
+RoPE, every bias and the sinks set to non-trivial values, and a SwiGLU clamp small enough
+to act on a good share of the values (``clamp_shares`` measures it).
+
+``neutral_attention`` zeroes every o_proj weight and bias: attention then adds exactly
+nothing to the residual stream, so sinks and windows cannot change a logit, which lets the
+FFN pieces be checked against transformers on a build whose attention unit lacks them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+
+VOCAB = 128
+LIMIT = 0.7  # swiglu_limit: the gate/up values of these models are ~N(0, 1)
+
+
+def gpt_oss_config(**over: Any) -> transformers.GptOssConfig:
+    args: dict[str, Any] = dict(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=16, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=8,
+        num_experts_per_tok=2, sliding_window=4, max_position_embeddings=64,
+        layer_types=["sliding_attention", "full_attention"] * 2, swiglu_limit=LIMIT,
+        rms_norm_eps=1e-5, tie_word_embeddings=False, attention_bias=True,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
+                         "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                         "original_max_position_embeddings": 16},
+    )  # fmt: skip
+    args.update(over)
+    return transformers.GptOssConfig(**args)
+
+
+@torch.no_grad()
+def build_gpt_oss(
+    out: Path, *, seed: int = 0, neutral_attention: bool = False, **over: Any
+) -> tuple[Path, torch.nn.Module]:
+    """Write the checkpoint to ``out`` (save_pretrained) and return it with the model."""
+    torch.manual_seed(seed)
+    model = transformers.GptOssForCausalLM(gpt_oss_config(**over)).float().eval()
+    for name, p in model.named_parameters():
+        if name.endswith("norm.weight"):
+            p.copy_(1.0 + 0.1 * torch.randn_like(p))
+        elif name.endswith("embed_tokens.weight"):
+            p.normal_(0.0, 1.0)
+        elif name.endswith("sinks"):
+            p.normal_(0.0, 1.0)
+        elif "bias" in name:
+            p.normal_(0.0, 0.3)
+        elif "experts" in name:  # [E, in, out]: entries ~ 1/sqrt(in) make gate/up ~N(0, 1)
+            p.normal_(0.0, 1.0 / np.sqrt(p.shape[1]))
+        else:
+            p.normal_(0.0, 0.15)
+    if neutral_attention:
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.self_attn.o_proj.bias.zero_()
+    model.save_pretrained(out, safe_serialization=True)
+    model.requires_grad_(False)
+    return out, model
+
+
+@torch.no_grad()
+def clamp_shares(model: torch.nn.Module, ids: list[int]) -> tuple[float, float]:
+    """(share of gate values above the limit, share of up values outside +-limit) over
+    every expert evaluation of one forward of ``ids``."""
+    seen: list[torch.Tensor] = []
+    for layer in model.model.layers:
+        experts = layer.mlp.experts
+        original = experts._apply_gate
+
+        def record(gate_up: torch.Tensor, _orig: Any = original) -> torch.Tensor:
+            seen.append(gate_up.detach().clone())
+            return _orig(gate_up)
+
+        experts._apply_gate = record
+    try:
+        model(input_ids=torch.tensor([ids]), use_cache=False)
+    finally:
+        for layer in model.model.layers:
+            del layer.mlp.experts._apply_gate
+    gu = torch.cat([s.reshape(-1, s.shape[-1]) for s in seen])
+    limit = model.config.swiglu_limit
+    gate, up = gu[:, ::2], gu[:, 1::2]
+    return float((gate > limit).float().mean()), float((up.abs() > limit).float().mean())
