@@ -4,7 +4,8 @@ over a 12-token prompt and a 20-token continuation, sinks ~N(0, 1), every bias n
 YaRN RoPE, and a SwiGLU clamp (0.7) that acts on a good share of the gate and up values.
 
 Every logit at every position within 1e-4 of the largest (issue 33's bound), for one
-prefill and for a prefill followed by token-by-token decode; the same greedy 20 tokens.
+prefill and for a prefill followed by token-by-token decode; the same greedy 20 tokens;
+and the same for llama.cpp's converter's F32 GGUF of such a model.
 
 It needs both halves of gpt-oss: the FFN pieces and loading (branch s8-gptoss) and the
 attention unit's sinks, windows and o_proj bias (branch s8-attn); on a build without the
@@ -22,6 +23,7 @@ import torch
 
 import colibri
 from colibri.engine import core_spec
+from support.deepseek_factory import convert_with_llama_cpp
 from support.gpt_oss_factory import VOCAB, build_gpt_oss, clamp_shares
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
 
@@ -76,6 +78,26 @@ def test_prefill_and_decode_match_transformers(tiny: tuple[Path, torch.nn.Module
     _close(s.forward(ids[:half], all_logits=True), ref[:half], "prefill half")
     for pos in range(half, N_PROMPT):
         _close(s.forward([ids[pos]]), ref[pos], f"decode position {pos}")
+
+
+def test_llama_cpp_gguf_matches_transformers(tmp_path: Path) -> None:
+    """The model through llama.cpp's converter (F32). llama.cpp fixes the clamp at 7.0 and
+    computes YaRN's correction range truncated (its files carry neither), so this model has
+    that limit, experts scaled for the clamp to act, and ``truncate`` true."""
+    rope = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
+            "beta_slow": 1.0, "truncate": True, "original_max_position_embeddings": 16}
+    d, model = build_gpt_oss(tmp_path / "hf", swiglu_limit=7.0, expert_scale=10.0,
+                             rope_parameters=rope)  # fmt: skip
+    out = tmp_path / "gpt-oss.f32.gguf"
+    convert_with_llama_cpp(d, out, "f32")
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    ref = reference_logits(model, ids)
+    s = _load(out).session()
+    _close(s.forward(ids, all_logits=True), ref, "gguf prefill")
+    s.reset()
+    s.forward(ids[: N_PROMPT // 2])
+    for pos in range(N_PROMPT // 2, N_PROMPT):
+        _close(s.forward([ids[pos]]), ref[pos], f"gguf decode position {pos}")
 
 
 def test_greedy_continuation_matches_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:

@@ -1,7 +1,8 @@
 """gpt-oss's FFN side and loading: the clamped SwiGLU against a scalar reference, its
 routing (top-k of the biased logits, softmax over the k) against transformers', the fused
 float experts re-laid out for the engine, the whole MoE stack against transformers with
-attention neutralized, and bad input.
+attention neutralized (from the checkpoint, and from llama.cpp's converter's GGUF of it),
+and bad input.
 
 The full oracle (sinks, sliding windows and the o_proj bias included) is
 tests/oracle/test_oracle_gpt_oss.py; it needs the attention unit's gpt-oss pieces. Here
@@ -12,6 +13,7 @@ nothing to the residual stream and a build without those pieces computes the sam
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from pathlib import Path
@@ -27,6 +29,7 @@ from colibri.engine import core_spec
 from colibri.errors import ModelFormatError, UnsupportedError
 from colibri.sources import load_hf
 from colibri.sources.validate import check_config
+from support.deepseek_factory import convert_with_llama_cpp
 from support.gpt_oss_factory import LIMIT, VOCAB, build_gpt_oss, clamp_shares
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
 
@@ -111,6 +114,30 @@ def test_config_and_relaid_out_experts(neutral: tuple[Path, torch.nn.Module]) ->
     assert load_hf(d).files[-1] == side and side.stat().st_mtime_ns == before  # reused
 
 
+def test_bf16_experts_are_moved_exactly(
+    neutral: tuple[Path, torch.nn.Module], tmp_path: Path
+) -> None:
+    """BF16 (the float release's dtype): matrices keep their 16 bits, biases are widened
+    to F32 exactly."""
+    _, model = neutral
+    d = tmp_path / "bf16"
+    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
+    m = load_hf(d)
+    experts = model.model.layers[2].mlp.experts
+    gu = experts.gate_up_proj[5].to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    t = m.tensors["blk.2.ffn_up_exps.5"]
+    (e,) = t.extents
+    assert t.dtype == "BF16"
+    got = np.fromfile(m.files[e.file], dtype="<u2", count=e.length // 2, offset=e.offset)
+    np.testing.assert_array_equal(got.reshape(t.shape), gu[:, 1::2].T)
+    b = m.tensors["blk.2.ffn_down_exps.bias"]
+    (e,) = b.extents
+    assert b.dtype == "F32"
+    got_b = np.fromfile(m.files[e.file], dtype="<f4", count=e.length // 4, offset=e.offset)
+    want_b = experts.down_proj_bias.to(torch.bfloat16).float().numpy()
+    np.testing.assert_array_equal(got_b.reshape(b.shape), want_b)
+
+
 # --------------------------------------------------------------------------- the MoE stack
 
 
@@ -142,6 +169,27 @@ def test_moe_stack_matches_transformers(
         got.append(int(np.argmax(logits)))
         logits = s.forward([got[-1]])
     assert got == ref_tokens
+
+
+def test_llama_cpp_gguf_matches_transformers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same MoE stack through llama.cpp's converter (F32): its names, its de-interleaved
+    and transposed experts, its metadata; llama.cpp fixes the clamp at 7.0 (its files do not
+    carry it), so this model has that limit and experts scaled for the clamp to act."""
+    d, model = build_gpt_oss(tmp_path / "hf", neutral_attention=True, swiglu_limit=7.0,
+                             expert_scale=10.0)  # fmt: skip
+    out = tmp_path / "gpt-oss.f32.gguf"
+    convert_with_llama_cpp(d, out, "f32")
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    gate_share, up_share = clamp_shares(model, ids)
+    assert 0.05 < gate_share < 0.95 and 0.05 < up_share < 0.95, (gate_share, up_share)
+    m = _load(out, monkeypatch)
+    cfg = m.config
+    assert (cfg.arch, cfg.swiglu_limit, cfg.sliding_window, cfg.sliding_layers) == (
+        "gpt_oss", 7.0, 4, (1, 0, 1, 0))
+    assert cfg.attention_sinks and cfg.attention_out_bias and cfg.expert_bias
+    _close(m.session().forward(ids, all_logits=True), reference_logits(model, ids), "gguf")
 
 
 # --------------------------------------------------------------------------- bad input

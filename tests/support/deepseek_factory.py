@@ -235,6 +235,7 @@ sys.path.insert(1, root + "/gguf-py")
 import gguf
 import conversion.deepseek  # architecture modules register their classes on import
 import conversion.glm
+import conversion.gpt_oss
 from conversion import base
 
 def placeholder_vocab(self):

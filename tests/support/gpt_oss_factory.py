@@ -38,9 +38,12 @@ def gpt_oss_config(**over: Any) -> transformers.GptOssConfig:
 
 @torch.no_grad()
 def build_gpt_oss(
-    out: Path, *, seed: int = 0, neutral_attention: bool = False, **over: Any
+    out: Path, *, seed: int = 0, neutral_attention: bool = False, expert_scale: float = 1.0,
+    **over: Any,
 ) -> tuple[Path, torch.nn.Module]:
-    """Write the checkpoint to ``out`` (save_pretrained) and return it with the model."""
+    """Write the checkpoint to ``out`` (save_pretrained) and return it with the model.
+    ``expert_scale`` multiplies the expert matrices (gate/up values ~N(0, scale^2)): with
+    llama.cpp's fixed limit 7.0, a scale of 10 keeps the clamp acting."""
     torch.manual_seed(seed)
     model = transformers.GptOssForCausalLM(gpt_oss_config(**over)).float().eval()
     for name, p in model.named_parameters():
@@ -53,7 +56,7 @@ def build_gpt_oss(
         elif "bias" in name:
             p.normal_(0.0, 0.3)
         elif "experts" in name:  # [E, in, out]: entries ~ 1/sqrt(in) make gate/up ~N(0, 1)
-            p.normal_(0.0, 1.0 / np.sqrt(p.shape[1]))
+            p.normal_(0.0, expert_scale / np.sqrt(p.shape[1]))
         else:
             p.normal_(0.0, 0.15)
     if neutral_attention:

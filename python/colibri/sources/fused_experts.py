@@ -46,7 +46,10 @@ Found = Mapping[str, tuple[str, tuple[int, ...], Extent]]
 _FUSED = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(gate_up_proj|down_proj)(_bias)?")
 _MXFP4 = re.compile(r"model\.layers\.\d+\.mlp\.experts\.\w+_(blocks|scales)")
 _ITEM = {"F32": 4, "BF16": 2, "F16": 2}
-_MOVE: dict[str, np.dtype[Any]] = {"F32": np.dtype("<f4"), "BF16": np.dtype("<u2"), "F16": np.dtype("<u2")}
+# How the elements are moved: F32 as floats, BF16 / F16 as their 16 bits (exact either way).
+_MOVE: dict[str, np.dtype[Any]] = {
+    "F32": np.dtype("<f4"), "BF16": np.dtype("<u2"), "F16": np.dtype("<u2"),
+}
 
 
 def relayout_dir() -> Path:

@@ -15,7 +15,8 @@ top-k router with a bias in its logits; experts with biases and a clamped SwiGLU
 * Attention: ``layer_types`` ("sliding_attention" / "full_attention") become
   ``sliding_layers``; config.json's ``attention_bias`` covers q, k, v and o. GGUF files carry
   ``attention.sliding_window``; llama.cpp makes layers 0, 2, 4, ... the sliding ones (its
-  SWA pattern 2), as transformers' default ``layer_types`` does.
+  SWA pattern 2), as transformers' default ``layer_types`` does; it names the FFN norm
+  ``post_attention_norm``.
 * Experts in Hugging Face float checkpoints are stored fused, transposed and with gate and
   up interleaved (``gate_up_proj`` [E, hidden, 2 * ffn], gate = [..., ::2]); they are
   re-laid out once into a side file (sources/fused_experts.py). MXFP4 checkpoints as
@@ -34,7 +35,7 @@ from ..fields import bad
 from ..fused_experts import gpt_oss_experts
 from ..manifest import ModelConfig
 from .common import DECODER_NAMES, LAYER, hf_expert_counts
-from .spec import Family, GGUFInput, HFInput, NameRule
+from .spec import Family, GGUFInput, HFInput, NameRule, plain_gguf_name
 
 ARCH = "gpt_oss"
 # llama.cpp's graph for LLM_ARCH_OPENAI_MOE (ggml_swiglu_oai): not in its GGUF files.
@@ -96,6 +97,12 @@ def _hf_config(inp: HFInput) -> ModelConfig:
     )
 
 
+def _gguf_name(arch: str, name: str, shape: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
+    cname, shape = plain_gguf_name(arch, name, shape)
+    # llama.cpp names gpt-oss's FFN norm after transformers' post_attention_layernorm.
+    return re.sub(r"^(blk\.\d+\.)post_attention_norm$", r"\1ffn_norm", cname), shape
+
+
 def _gguf_config(inp: GGUFInput) -> ModelConfig:
     a, meta, tensors, base = inp.arch, inp.meta, inp.tensors, inp.base
     n_layers = base["n_layers"]
@@ -137,5 +144,6 @@ FAMILY = Family(
     hf_config=_hf_config,
     gguf_architectures=("gpt-oss",),
     gguf_config=_gguf_config,
+    gguf_name=_gguf_name,
     hf_experts=gpt_oss_experts,
 )
