@@ -30,7 +30,13 @@ from colibri.errors import ModelFormatError, UnsupportedError
 from colibri.sources import load_hf
 from colibri.sources.validate import check_config
 from support.deepseek_factory import convert_with_llama_cpp
-from support.gpt_oss_factory import LIMIT, VOCAB, build_gpt_oss, clamp_shares
+from support.gpt_oss_factory import (
+    LIMIT,
+    VOCAB,
+    build_gpt_oss,
+    clamp_shares,
+    write_mxfp4_pair,
+)
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
 
 RTOL = 1e-4  # of max |logit|, issue 33's bound for the gpt-oss oracle
@@ -233,9 +239,43 @@ def test_unknown_activation_and_bad_limits_are_refused(
         load_hf(d)
 
 
-def test_mxfp4_experts_are_refused_clearly(tmp_path: Path) -> None:
-    d, _ = build_gpt_oss(tmp_path / "m", neutral_attention=True)
-    _rewrite(d, "model.layers.0.mlp.experts.down_proj_blocks",
-             torch.zeros(8, 32, 1, 16, dtype=torch.uint8))  # fmt: skip
-    with pytest.raises(UnsupportedError, match="MXFP4 expert weights"):
-        load_hf(d)
+def test_mxfp4_scales_that_do_not_match_their_blocks_are_refused(tmp_path: Path) -> None:
+    d, _ = build_gpt_oss(tmp_path / "f", neutral_attention=True, intermediate_size=32)
+    mx = tmp_path / "mx"
+    write_mxfp4_pair(d, mx, tmp_path / "deq")
+    _rewrite(mx, "model.layers.1.mlp.experts.down_proj_scales",
+             torch.zeros(8, 32, 2, dtype=torch.uint8))  # fmt: skip
+    with pytest.raises(ModelFormatError, match="scales shape .* does not match blocks"):
+        load_hf(mx)
+
+
+# --------------------------------------------------------------------------- MXFP4
+
+
+def test_mxfp4_checkpoint_runs_as_its_dequantized_float(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MXFP4 experts as released (``*_blocks`` / ``*_scales``) against the float32
+    checkpoint of their exact dequantization, both with float32 activations: the core's
+    MXFP4 rows decode to those very floats, so only summation order may differ (measured:
+    not at all, 0.0; bound: the float oracles' 1e-5, tests/oracle/test_oracle_hf.py); and
+    that float checkpoint against transformers. (With int8 activations the two differ by
+    about 4e-3 of the largest logit: the activations' rounding, as in llama.cpp.)"""
+    d, model = build_gpt_oss(tmp_path / "f", neutral_attention=True, intermediate_size=32)
+    mx, deq = tmp_path / "mx", tmp_path / "deq"
+    values = write_mxfp4_pair(d, mx, deq)
+    m = load_hf(mx)
+    assert m.tensors["blk.0.ffn_gate_exps.0"].dtype == "MXFP4"
+    monkeypatch.setattr(core_spec, "ATTENTION_FEATURES", True)  # see the module docstring
+    engine = colibri.EngineConfig(context_length=64, activation_precision="float32")
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    got = colibri.Model.load(mx, engine=engine).session().forward(ids, all_logits=True)
+    want = colibri.Model.load(deq, engine=engine).session().forward(ids, all_logits=True)
+    err = float(np.abs(got - want).max())
+    assert err <= 1e-5 * float(np.abs(want).max()), err
+    with torch.no_grad():
+        for i, layer in enumerate(model.model.layers):
+            for part in ("gate_up_proj", "down_proj"):
+                key = f"model.layers.{i}.mlp.experts.{part}"
+                getattr(layer.mlp.experts, part).copy_(torch.from_numpy(values[key]))
+    _close(want, reference_logits(model, ids), "dequantized float vs transformers")

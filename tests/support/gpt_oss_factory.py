@@ -91,3 +91,57 @@ def clamp_shares(model: torch.nn.Module, ids: list[int]) -> tuple[float, float]:
     limit = model.config.swiglu_limit
     gate, up = gu[:, ::2], gu[:, 1::2]
     return float((gate > limit).float().mean()), float((up.abs() > limit).float().mean())
+
+
+# --------------------------------------------------------------------------- MXFP4
+
+# e2m1 code -> value (OCP Microscaling Formats v1.0, FP4 E2M1)
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                 -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], np.float32)  # fmt: skip
+
+
+def quantize_mxfp4(w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows ``w [..., rows, cols]`` (cols % 32 == 0) as gpt-oss stores MXFP4: blocks
+    [..., rows, cols / 32, 16] (element 2k in the low nibble of byte k), scales
+    [..., rows, cols / 32] (E8M0, bias 127), and the dequantized float32 values."""
+    *prefix, rows, cols = w.shape
+    x = w.astype(np.float64).reshape(*prefix, rows, cols // 32, 32)
+    amax = np.abs(x).max(axis=-1, keepdims=True)
+    exp = np.ceil(np.log2(np.maximum(amax, 1e-30) / 6.0))  # |x| / 2^exp <= 6
+    scaled = x / 2.0**exp
+    codes = np.abs(scaled[..., None] - E2M1.astype(np.float64)).argmin(axis=-1).astype(np.uint8)
+    blocks = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    scales = (exp[..., 0] + 127).astype(np.uint8)
+    deq = (E2M1[codes].astype(np.float64) * 2.0**exp).astype(np.float32)
+    return blocks, scales, deq.reshape(w.shape)
+
+
+def write_mxfp4_pair(hf_dir: Path, mx_dir: Path, deq_dir: Path) -> dict[str, np.ndarray]:
+    """From a float gpt-oss checkpoint: the same model with MXFP4 experts as released
+    (``*_blocks`` / ``*_scales``, quantization_config mxfp4) in ``mx_dir``, and its exact
+    float32 dequantization in ``deq_dir``. Returns the dequantized expert tensors."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    sd = load_file(hf_dir / "model.safetensors")
+    mx, deq = dict(sd), dict(sd)
+    out: dict[str, np.ndarray] = {}
+    for name in [n for n in sd if n.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+        rows = sd[name].numpy().transpose(0, 2, 1)  # [E, out, in]: MXFP4 keeps rows = outputs
+        blocks, scales, values = quantize_mxfp4(rows)
+        del mx[name]
+        mx[name + "_blocks"] = torch.from_numpy(blocks)
+        mx[name + "_scales"] = torch.from_numpy(scales)
+        out[name] = values.transpose(0, 2, 1).copy()
+        deq[name] = torch.from_numpy(out[name])
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    for d, tensors, extra in ((mx_dir, mx, {"quantization_config": {"quant_method": "mxfp4"}}),
+                              (deq_dir, deq, {})):  # fmt: skip
+        d.mkdir(parents=True)
+        save_file(tensors, d / "model.safetensors", metadata={"format": "pt"})
+        (d / "config.json").write_text(json.dumps({**cfg, **extra}))
+        if (hf_dir / "generation_config.json").is_file():
+            shutil.copy(hf_dir / "generation_config.json", d)
+    return out

@@ -18,9 +18,10 @@ top-k router with a bias in its logits; experts with biases and a clamped SwiGLU
   SWA pattern 2), as transformers' default ``layer_types`` does; it names the FFN norm
   ``post_attention_norm``.
 * Experts in Hugging Face float checkpoints are stored fused, transposed and with gate and
-  up interleaved (``gate_up_proj`` [E, hidden, 2 * ffn], gate = [..., ::2]); they are
-  re-laid out once into a side file (sources/fused_experts.py). MXFP4 checkpoints as
-  released (``*_blocks`` / ``*_scales``) are not run directly yet.
+  up interleaved (``gate_up_proj`` [E, hidden, 2 * ffn], gate = [..., ::2]), and the MXFP4
+  checkpoints as released (``*_blocks`` / ``*_scales``) in an order of their own; both are
+  re-laid out once into a side file (sources/fused_experts.py), MXFP4 as GGUF MXFP4 blocks
+  holding the very same codes and exponents.
 * RoPE: YaRN from ``rope_parameters`` (``truncate`` false in the released config; a GGUF
   carries no such key and runs llama.cpp's truncated correction range).
 """
