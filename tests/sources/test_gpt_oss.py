@@ -29,6 +29,7 @@ from colibri.engine import core_spec
 from colibri.errors import ModelFormatError, UnsupportedError
 from colibri.sources import load_hf
 from colibri.sources.validate import check_config
+from support import streaming_helpers as sh
 from support.deepseek_factory import convert_with_llama_cpp
 from support.gpt_oss_factory import (
     LIMIT,
@@ -279,3 +280,25 @@ def test_mxfp4_checkpoint_runs_as_its_dequantized_float(
                 key = f"model.layers.{i}.mlp.experts.{part}"
                 getattr(layer.mlp.experts, part).copy_(torch.from_numpy(values[key]))
     _close(want, reference_logits(model, ids), "dequantized float vs transformers")
+
+
+def test_mxfp4_streams_bit_identically_to_resident(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The side file's experts through an expert cache of 3 slots (8 experts, top-2):
+    the same logits, bit for bit, as with every expert resident."""
+    d, _ = build_gpt_oss(tmp_path / "f", neutral_attention=True, intermediate_size=32)
+    mx = tmp_path / "mx"
+    write_mxfp4_pair(d, mx, tmp_path / "deq")
+    monkeypatch.setattr(core_spec, "ATTENTION_FEATURES", True)  # see the module docstring
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    for precision in ("float32", "int8"):
+        resident = colibri.Model.load(mx, engine=sh.engine(precision=precision,
+                                                           context_length=64))  # fmt: skip
+        want = sh.run_trace(resident, ids)
+        budget = sh.budget_for_slots(mx, 3, precision=precision, context_length=64)
+        streamed = colibri.Model.load(mx, engine=sh.engine(budget=budget, precision=precision,
+                                                           context_length=64))  # fmt: skip
+        stats = streamed.stats().memory
+        assert stats is not None and stats.cache_slots == 3
+        sh.assert_same_trace(sh.run_trace(streamed, ids, want.decode_ids), want, precision)

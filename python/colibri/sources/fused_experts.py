@@ -28,7 +28,7 @@ are outputs here, gate and up rows interleaved) and ``down_proj_blocks`` / ``_sc
 [E, hidden, ffn / 32, (16)]. Their codes and exponents are GGUF MXFP4 blocks in another
 order (sources/mxfp4_hf.py), so the side file holds each expert's gate, up and down rows as
 GGUF MXFP4 (17 bytes per 32 weights, every code and exponent kept), which the core runs;
-the side file is then as large as the MXFP4 experts (gpt-oss-20b about 12 GB, -120b about
+the side file is then as large as the MXFP4 experts (gpt-oss-20b about 10 GB, -120b about
 61 GB).
 """
 
