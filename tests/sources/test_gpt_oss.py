@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 
 import colibri
 from colibri import _core
+from colibri.convert import write_container
 from colibri.engine import core_spec
 from colibri.errors import ModelFormatError, UnsupportedError
 from colibri.sources import load_hf
@@ -302,3 +303,21 @@ def test_mxfp4_streams_bit_identically_to_resident(
         stats = streamed.stats().memory
         assert stats is not None and stats.cache_slots == 3
         sh.assert_same_trace(sh.run_trace(streamed, ids, want.decode_ids), want, precision)
+
+
+def test_native_container_keeps_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``colibri convert`` (quant keep) of the MXFP4 checkpoint: the config round-trips
+    (sliding_layers as a tuple, the activation and its clamp) and the logits are the same
+    bits."""
+    d, _ = build_gpt_oss(tmp_path / "f", neutral_attention=True, intermediate_size=32)
+    mx = tmp_path / "mx"
+    write_mxfp4_pair(d, mx, tmp_path / "deq")
+    out = tmp_path / "gpt-oss.colibri"
+    write_container(mx, out)
+    monkeypatch.setattr(core_spec, "ATTENTION_FEATURES", True)  # see the module docstring
+    engine = colibri.EngineConfig(context_length=64, activation_precision="float32")
+    a, b = colibri.Model.load(mx, engine=engine), colibri.Model.load(out, engine=engine)
+    assert b.config == a.config and b.config.sliding_layers == (1, 0, 1, 0)
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    np.testing.assert_array_equal(b.session().forward(ids, all_logits=True),
+                                  a.session().forward(ids, all_logits=True))  # fmt: skip
