@@ -98,7 +98,7 @@ def test_config_and_relaid_out_experts(neutral: tuple[Path, torch.nn.Module]) ->
     m = load_hf(d)
     cfg = m.config
     assert (cfg.arch, cfg.activation, cfg.swiglu_limit) == ("gpt_oss", "swiglu_oai", LIMIT)
-    assert cfg.sliding_layers == (1, 0, 1, 0) and cfg.sliding_window == 4
+    assert cfg.sliding_layers == (True, False, True, False) and cfg.sliding_window == 4
     assert cfg.attention_sinks and cfg.attention_bias and cfg.attention_out_bias
     assert cfg.router_logit_bias and cfg.expert_bias and cfg.norm_topk_prob
     assert cfg.rope_scaling is not None and cfg.rope_scaling["truncate"] is False
@@ -195,7 +195,7 @@ def test_llama_cpp_gguf_matches_transformers(
     m = _load(out, monkeypatch)
     cfg = m.config
     assert (cfg.arch, cfg.swiglu_limit, cfg.sliding_window, cfg.sliding_layers) == (
-        "gpt_oss", 7.0, 4, (1, 0, 1, 0))
+        "gpt_oss", 7.0, 4, (True, False, True, False))
     assert cfg.attention_sinks and cfg.attention_out_bias and cfg.expert_bias
     _close(m.session().forward(ids, all_logits=True), reference_logits(model, ids), "gguf")
 
@@ -317,7 +317,7 @@ def test_native_container_keeps_the_model(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(core_spec, "ATTENTION_FEATURES", True)  # see the module docstring
     engine = colibri.EngineConfig(context_length=64, activation_precision="float32")
     a, b = colibri.Model.load(mx, engine=engine), colibri.Model.load(out, engine=engine)
-    assert b.config == a.config and b.config.sliding_layers == (1, 0, 1, 0)
+    assert b.config == a.config and b.config.sliding_layers == (True, False, True, False)
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
     np.testing.assert_array_equal(b.session().forward(ids, all_logits=True),
                                   a.session().forward(ids, all_logits=True))  # fmt: skip

@@ -1,11 +1,11 @@
 """The canonical tensors of each unit the core implements (csrc/model/): grouped-query or
 latent (MLA) attention, the DSA indexer, a dense or routed (MoE) FFN, multi-token-prediction
 layers. A config selects units by its fields (``attention``, ``qk_norm``,
-``attention_bias``, ``moe_layers``, ``shared_expert_*``, ``router_bias``,
-``router_logit_bias``, ``expert_bias``, ``attention_sinks``, ``attention_out_bias``, ``index_*``,
-``n_mtp_layers``), whatever its family, and :func:`expected_shapes` lists the tensors they
-need; validate.order_and_check holds a model to them. A family that needs a new unit adds
-its tensors here (and the unit to the core); one built from these units adds nothing.
+``attention_bias``, ``attention_sinks``, ``attention_out_bias``, ``moe_layers``,
+``shared_expert_*``, ``router_bias``, ``index_*``, ``n_mtp_layers``), whatever its family,
+and :func:`expected_shapes` lists the tensors they need; validate.order_and_check holds a
+model to them. A family that needs a new unit adds its tensors here (and the unit to the
+core); one built from these units adds nothing.
 
 Also here: how MLA's ``kv_b_proj`` of a Hugging Face checkpoint becomes the absorbed
 ``attn_k_b`` / ``attn_v_b`` (:func:`split_kv_b`).

@@ -50,13 +50,13 @@ _NAMES: list[NameRule] = [
     (re.compile(LAYER + r"mlp\.router\.weight"), "blk.{0}.ffn_gate_inp"),
     (re.compile(LAYER + r"mlp\.router\.bias"), "blk.{0}.ffn_gate_inp.bias"),
 ]
-_LAYER_TYPES = {"sliding_attention": 1, "full_attention": 0}
+_LAYER_TYPES = {"sliding_attention": True, "full_attention": False}
 
 
-def _sliding_layers(cfg: Any, n_layers: int, where: object) -> tuple[int, ...]:
+def _sliding_layers(cfg: Any, n_layers: int, where: object) -> tuple[bool, ...]:
     types = cfg.get("layer_types")
     if types is None:  # transformers' default: layers 0, 2, 4, ... slide
-        return tuple(1 if i % 2 == 0 else 0 for i in range(n_layers))
+        return tuple(i % 2 == 0 for i in range(n_layers))
     if not isinstance(types, list) or len(types) != n_layers or any(
         t not in _LAYER_TYPES for t in types
     ):
@@ -120,7 +120,7 @@ def _gguf_config(inp: GGUFInput) -> ModelConfig:
         attention_out_bias="blk.0.attn_output.bias" in tensors,
         attention_sinks="blk.0.attn_sinks" in tensors,
         sliding_window=window,
-        sliding_layers=tuple(1 if window and i % 2 == 0 else 0 for i in range(n_layers)),
+        sliding_layers=tuple(bool(window) and i % 2 == 0 for i in range(n_layers)),
         n_experts=meta.int(f"{a}.expert_count", 0, lo=0),
         n_experts_per_tok=meta.int(f"{a}.expert_used_count", 0, lo=0),
         moe_intermediate_size=tensors["blk.0.ffn_gate_exps.0"].shape[0],
