@@ -425,17 +425,17 @@ class TensorSpec:
     def shape(self) -> list[int]:
         ...
 class ModelSpec:
-    activation: FfnActivation
     arch: str
     attention_bias: bool
     attention_kind: AttentionKind
-    expert_bias: bool
     index_rope_interleaved: bool
     norm_topk_prob: bool
     qk_norm: QkNorm
     rope_interleaved: bool
     router: RouterKind
     router_logit_bias: bool
+    activation: FfnActivation  # (gpt-oss FFN fields grouped here, off stubgen's order)
+    expert_bias: bool
     tie_word_embeddings: bool
     def __init__(self) -> None:
         ...
