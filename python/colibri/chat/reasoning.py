@@ -7,14 +7,9 @@ template with thinking on may open the block itself at the end of the prompt (De
 writes its assistant header then ``<think>\\n``): the output then starts inside it
 (:func:`prompt_opens_reasoning`, read off the rendered prompt's tail).
 
-:class:`ReasoningSplitter` splits the model's output, fed in pieces as they are generated, into
-(reasoning, answer) deltas, in time linear in the output: only one block, at the start of the
-output (after whitespace), is reasoning; markers later in the answer stay answer text, as in
-the families' own parsers. It holds back at most a possible marker prefix (under 8 characters)
-and whitespace at the start of the output. Whitespace at the start of the reasoning and right
-after ``</think>`` is dropped (the templates write ``<think>\\n`` and ``</think>\\n\\n``). A
-block the output never closes (max_tokens cut it) is all reasoning: nothing is lost. Only the
-output is split: markers the user wrote are prompt text.
+:class:`ReasoningSplitter` (colibri.sampling.think_block, re-exported here) splits the output
+into reasoning and answer as it is generated; this module adds what depends on chat
+templates and on the Python API's results.
 """
 
 from __future__ import annotations
@@ -23,32 +18,27 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, TypeVar
 
+from ..sampling.think_block import (
+    PROMPT_TAIL_TOKENS,
+    THINK_CLOSE,
+    THINK_OPEN,
+    ReasoningSplitter,
+    prompt_opens_reasoning,
+    split_reasoning,
+)
+
 if TYPE_CHECKING:
     from ..tokenizers import Tokenizer
     from .template import ChatTemplate
 
-__all__ = ["THINK_CLOSE", "THINK_OPEN", "ReasoningSplitter", "asplit_chunks",
-           "prompt_opens_reasoning", "reasoning_mode", "split_chunks", "split_reasoning",
-           "split_result", "template_reasons"]
-
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-
-_BEFORE, _INSIDE, _AFTER = 0, 1, 2
+__all__ = ["PROMPT_TAIL_TOKENS", "THINK_CLOSE", "THINK_OPEN", "ReasoningSplitter",
+           "asplit_chunks", "prompt_opens_reasoning", "reasoning_mode", "split_chunks",
+           "split_reasoning", "split_result", "template_reasons"]
 
 
 def template_reasons(source: str) -> bool:
     """True when a chat template's source writes reasoning blocks (both markers)."""
     return THINK_OPEN in source and THINK_CLOSE in source
-
-
-def prompt_opens_reasoning(prompt_tail: str) -> bool:
-    """True when the rendered prompt (its last few tokens' text are enough) ends in an
-    open ``<think>``: the model's output starts inside the block."""
-    return prompt_tail.rstrip().endswith(THINK_OPEN)
-
-
-PROMPT_TAIL_TOKENS = 8
-"""The prompt's last tokens read to see whether it ends in an open ``<think>``."""
 
 
 def reasoning_mode(template: ChatTemplate, tokenizer: Tokenizer, ids: list[int]) -> bool | None:
@@ -57,92 +47,6 @@ def reasoning_mode(template: ChatTemplate, tokenizer: Tokenizer, ids: list[int])
     if not template_reasons(template.source):
         return None
     return prompt_opens_reasoning(tokenizer.decode(ids[-PROMPT_TAIL_TOKENS:]))
-
-
-def _held_prefix(text: str, marker: str) -> int:
-    """The length of the longest end of `text` that is a start of `marker` (shorter than
-    the marker: a whole one is found by str.find first)."""
-    for k in range(min(len(marker) - 1, len(text)), 0, -1):
-        if marker.startswith(text[-k:]):
-            return k
-    return 0
-
-
-class ReasoningSplitter:
-    """Splits an output fed piece by piece: :meth:`feed` returns each piece's
-    ``(reasoning, answer)`` deltas, :meth:`finish` what is held back at the end. ``opened``:
-    the prompt opened the block (:func:`prompt_opens_reasoning`)."""
-
-    def __init__(self, opened: bool = False) -> None:
-        self._state = _INSIDE if opened else _BEFORE
-        self._skip_ws = opened  # drop whitespace at the start of the reasoning / the answer
-        self._held = ""  # a possible marker prefix (bounded by the marker's length)
-        self._lead: list[str] = []  # whitespace before anything else of the output
-
-    def feed(self, piece: str) -> tuple[str, str]:
-        reasoning: list[str] = []
-        answer: list[str] = []
-        text = piece
-        if self._state == _BEFORE:
-            if not self._held:
-                stripped = text.lstrip()
-                self._lead.append(text[:len(text) - len(stripped)])
-                text = stripped
-                if not text:
-                    return "", ""
-            text = self._held + text
-            self._held = ""
-            if text.startswith(THINK_OPEN):
-                self._state, self._skip_ws, self._lead = _INSIDE, True, []
-                text = text[len(THINK_OPEN):]
-            elif THINK_OPEN.startswith(text):
-                self._held = text
-                return "", ""
-            else:
-                self._state = _AFTER
-                text = "".join(self._lead) + text
-                self._lead = []
-        if self._state == _INSIDE:
-            text = self._held + text
-            self._held = ""
-            if self._skip_ws:
-                text = text.lstrip()
-                if not text:
-                    return "", ""
-                self._skip_ws = False
-            at = text.find(THINK_CLOSE)
-            if at < 0:
-                k = _held_prefix(text, THINK_CLOSE)
-                self._held = text[len(text) - k:]
-                return text[:len(text) - k], ""
-            reasoning.append(text[:at])
-            text = text[at + len(THINK_CLOSE):]
-            self._state, self._skip_ws = _AFTER, True
-        if self._skip_ws:
-            text = text.lstrip()
-            if text:
-                self._skip_ws = False
-        answer.append(text)
-        return "".join(reasoning), "".join(answer)
-
-    def finish(self) -> tuple[str, str]:
-        """What was held back: a block never closed is reasoning; an output that was only
-        whitespace or the start of ``<think>`` is answer."""
-        held, self._held = self._held, ""
-        if self._state == _INSIDE:
-            return held, ""
-        if self._state == _BEFORE:
-            lead, self._lead = "".join(self._lead), []
-            return "", lead + held
-        return "", held
-
-
-def split_reasoning(text: str, opened: bool = False) -> tuple[str, str]:
-    """A whole output's ``(reasoning, answer)`` (the same split as fed in pieces)."""
-    s = ReasoningSplitter(opened)
-    r1, a1 = s.feed(text)
-    r2, a2 = s.finish()
-    return r1 + r2, a1 + a2
 
 
 # The Python API's results (colibri.generate's Chunk and Generation, which this floor does

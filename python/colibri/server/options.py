@@ -108,7 +108,8 @@ def plan(model: Model, req: SamplingFields, prompt_ids: list[int], sampling_: Sa
          max_tokens: int | None, response_format: Any = None,
          logprobs: int | None = None, tool_format: str | None = None,
          tools: list[dict[str, Any]] | None = None,
-         limits: GrammarLimits | None = None) -> Plan:
+         limits: GrammarLimits | None = None,
+         reasoning_budget: int | None = None) -> Plan:
     """The Plan of a request whose prompt is `prompt_ids`; every option validated, and
     `response_format` compiled within `limits` (None: the defaults), so a grammar that
     cannot be used is a 400 before a stream's 200."""
@@ -130,6 +131,8 @@ def plan(model: Model, req: SamplingFields, prompt_ids: list[int], sampling_: Sa
                                "sampling": sampling_, "stop": stops}
     if req.min_tokens:
         options["min_tokens"] = req.min_tokens
+    if reasoning_budget is not None:
+        options["reasoning_budget"] = reasoning_budget
     try:
         if response_format is not None:
             options["response_format"] = compile_format(
@@ -276,7 +279,10 @@ def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest,
                            param="response_format")
         only = None if choice == "required" else choice.function.name  # type: ignore[union-attr]
         response_format = forced_call_grammar(tools, only, fmt, limits)
-    ids = render_chat(model, template, messages, tools, req.chat_template_kwargs)
+    variables = dict(req.chat_template_kwargs or {})
+    if req.reasoning_effort is not None:
+        variables["reasoning_effort"] = req.reasoning_effort
+    ids = render_chat(model, template, messages, tools, variables)
     k = (req.top_logprobs or 0) if req.logprobs else None
     if req.top_logprobs and not req.logprobs:
         raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
@@ -284,6 +290,7 @@ def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest,
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None \
         else req.max_tokens
     p = plan(model, req, ids, s, max_tokens=max_tokens, response_format=response_format,
-             logprobs=k, tool_format=fmt, tools=tools, limits=limits)
+             logprobs=k, tool_format=fmt, tools=tools, limits=limits,
+             reasoning_budget=req.reasoning_budget)
     p.reasoning = reasoning_mode(model, template, ids)
     return p

@@ -141,6 +141,10 @@ class ChatCompletionRequest(SamplingFields):
     parallel_tool_calls: bool | None = None
     # vLLM's name: further variables for the chat template ({"enable_thinking": false}).
     chat_template_kwargs: dict[str, Any] | None = None
+    # OpenAI's reasoning control, passed to the template as the variable gpt-oss's reads
+    # (other templates ignore it); colibri's cap on reasoning tokens (docs/serving.md).
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    reasoning_budget: int | None = Field(default=None, ge=0, strict=True)
     # Refused when set (options.refuse_unsupported): they would change the answer.
     audio: dict[str, Any] | None = None
     modalities: list[str] | None = None
@@ -180,8 +184,9 @@ class AnthropicTool(Wire):
 
 
 class AnthropicThinking(Wire):
-    """``thinking``: reasoning on or off (the template's ``enable_thinking``). The budget is
-    accepted and not enforced yet (docs/serving.md, Reasoning)."""
+    """``thinking``: reasoning on or off (the template's ``enable_thinking``), and when on
+    at most ``budget_tokens`` of it (colibri.generate.reasoning_budget; docs/serving.md,
+    Reasoning)."""
 
     type: Literal["enabled", "disabled"]
     budget_tokens: int | None = Field(default=None, ge=1, strict=True)
