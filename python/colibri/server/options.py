@@ -133,6 +133,8 @@ def plan(model: Model, req: SamplingFields, prompt_ids: list[int], sampling_: Sa
         options["min_tokens"] = req.min_tokens
     if reasoning_budget is not None:
         options["reasoning_budget"] = reasoning_budget
+    if req.max_time is not None:
+        options["max_time"] = req.max_time
     try:
         if response_format is not None:
             options["response_format"] = compile_format(

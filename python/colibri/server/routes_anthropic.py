@@ -124,7 +124,8 @@ def _plan(st: ServerState, req: MessagesRequest) -> Plan:
                                      if choice == "tool" else None, fmt, st.grammar_limits)
     ids = render_chat(st.model, template, messages, tools, thinking_variables(req.thinking))
     fields = SamplingFields(model=req.model, temperature=req.temperature, top_p=req.top_p,
-                            top_k=req.top_k, stop=req.stop_sequences, max_tokens=req.max_tokens)
+                            top_k=req.top_k, stop=req.stop_sequences, max_tokens=req.max_tokens,
+                            max_time=req.max_time)
     p = plan(st.model, fields, ids, sampling(fields), max_tokens=req.max_tokens,
              response_format=forced, tool_format=fmt, tools=tools, limits=st.grammar_limits,
              reasoning_budget=thinking_budget(req.thinking, req.max_tokens))

@@ -123,6 +123,9 @@ class SamplingFields(Wire):
     min_p: float | None = Field(default=None, ge=0, le=1)
     repetition_penalty: float | None = Field(default=None, ge=1e-3, le=1e3)
     min_tokens: int | None = Field(default=None, ge=0, strict=True)
+    # transformers' name: seconds after which no further token is generated (finish
+    # "length"); the request's own limit below --request-timeout's (docs/serving.md).
+    max_time: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -221,3 +224,4 @@ class MessagesRequest(CountTokensRequest):
     stop_sequences: list[str] | None = None
     stream: bool = False
     metadata: dict[str, Any] | None = None
+    max_time: float | None = Field(default=None, gt=0, allow_inf_nan=False)  # as on OpenAI's
