@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 import colibri as co
-from colibri.generate.reasoning_budget import CLOSING_TEXT
+from colibri.sampling.reasoning_split import closing_text
 from support.realmodel import smollm2_gguf
 
 THINKING = ("{%- for m in messages -%}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
@@ -33,7 +33,7 @@ def model() -> Iterator[co.Model]:
 
 def test_budget_closes_the_block_after_that_many_tokens(model: co.Model) -> None:
     free = model.generate(messages=HI, max_tokens=40, **OPTS)
-    closing = model.tokenizer.encode(CLOSING_TEXT, add_special_tokens=False)
+    closing = model.tokenizer.encode(closing_text("think_opened"), add_special_tokens=False)
     # The reference never closes its block within 40 tokens, so the cap is what acts.
     assert free.text == "" and len(free.reasoning) > 0
     for budget in (0, 1, 6):

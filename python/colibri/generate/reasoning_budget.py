@@ -1,20 +1,21 @@
-"""A cap on a generation's reasoning: at most ``budget`` tokens inside the ``<think>``
-block, then the block is closed for the model.
+"""A cap on a generation's reasoning: at most ``budget`` tokens of it, then colibri ends it
+for the model.
 
-The families that reason in a ``<think>...</think>`` block (colibri.chat.reasoning) have no
-budget of their own; Qwen's model cards and vLLM's thinking budget end the block by writing
-its closing marker into the output once the budget is spent, and the model then answers.
-This stage does that: it reads the output as text (a colibri.sampling.think_block splitter fed
-by a stream decoder, so a marker split over tokens, or written as one added token, is found
-the same way), counts the tokens generated while the block is open, and when the count
-reaches the budget forces the tokens of ``"\\n</think>\\n\\n"`` one at a time (every other
-logit masked, so logprobs, penalties and the sampler see a one-token choice). The forced
-tokens count against ``max_tokens`` like any other.
+The families that reason (a ``<think>...</think>`` block, or gpt-oss's harmony
+``analysis`` channel) have no budget of their own; Qwen's model cards and vLLM's thinking
+budget end the block by writing its closing marker into the output once the budget is
+spent, and the model then answers. This stage does that: it reads the output as text (the
+format's splitter, colibri.sampling.reasoning_split, fed by a stream decoder, so a marker
+split over tokens, or written as one added token, is found the same way), counts the tokens
+generated while the reasoning is open, and when the count reaches the budget forces the
+tokens of the format's closing text (``"\\n</think>\\n\\n"``; harmony's ``<|end|>`` and the
+final channel's header) one at a time (every other logit masked, so logprobs, penalties and
+the sampler see a one-token choice). The forced tokens count against ``max_tokens`` like
+any other.
 
-Where the output starts (inside the block, when the prompt opened it, or before it) is
-read off the prompt's last tokens (colibri.sampling.think_block.prompt_opens_reasoning). An
-output that never opens a block is never touched; a budget of 0 closes a block as soon as
-it is open.
+The format, and whether the output starts inside the reasoning, are read off the prompt's
+last tokens (colibri.sampling.reasoning_split.mode_from_prompt). An output that never
+reasons is never touched; a budget of 0 closes the reasoning as soon as it is open.
 """
 
 from __future__ import annotations
@@ -25,21 +26,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from ..sampling.think_block import (
-    PROMPT_TAIL_TOKENS,
-    THINK_CLOSE,
-    ReasoningSplitter,
-    prompt_opens_reasoning,
-)
+from ..sampling.reasoning_split import Splitter, closing_text, make_splitter, mode_from_prompt
+from ..sampling.think_block import PROMPT_TAIL_TOKENS
 
 if TYPE_CHECKING:
     from ..tokenizers import Tokenizer
 
-__all__ = ["CLOSING_TEXT", "ReasoningBudget"]
-
-CLOSING_TEXT = "\n" + THINK_CLOSE + "\n\n"
-"""What is written for the model when its budget is spent (the templates' own layout of
-the block's end)."""
+__all__ = ["ReasoningBudget"]
 
 
 class ReasoningBudget:
@@ -48,8 +41,8 @@ class ReasoningBudget:
     def __init__(self, budget: int, tokenizer: Tokenizer) -> None:
         self.budget = budget
         self._tokenizer = tokenizer
-        self._closing = tokenizer.encode(CLOSING_TEXT, add_special_tokens=False)
-        self._splitter: ReasoningSplitter | None = None
+        self._closing: list[int] = []
+        self._splitter: Splitter | None = None
         self._detok = tokenizer.stream(strip_leading_space=False)
         self._spent = 0  # tokens chosen while the block was open
         self._forced: list[int] = []  # closing tokens still to write
@@ -57,7 +50,9 @@ class ReasoningBudget:
     def start(self, history: Sequence[int]) -> None:
         """Reads where the output starts off the prompt (the tail of `history`)."""
         tail = self._tokenizer.decode(list(history[-PROMPT_TAIL_TOKENS:]))
-        self._splitter = ReasoningSplitter(prompt_opens_reasoning(tail))
+        mode = mode_from_prompt(tail)
+        self._splitter = make_splitter(mode)
+        self._closing = self._tokenizer.encode(closing_text(mode), add_special_tokens=False)
 
     def apply(self, logits: npt.NDArray[np.floating[Any]]) -> npt.NDArray[np.floating[Any]]:
         """`logits` as they are, or masked to the next closing token once the budget is

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..chat.plain_content import encode_chat
+from ..chat.reasoning import ReasoningMode
 from ..chat.template import ChatTemplate
 from ..chat.tool_templates import has_tool_turns
 from ..errors import ColibriError
@@ -53,7 +54,7 @@ class Plan:
     tools: list[dict[str, Any]] | None = None  # the request's (argument types for parsing)
     # None: the output is not split into reasoning and answer (server/reasoning.py); else
     # whether the prompt opened the reasoning block.
-    reasoning: bool | None = None
+    reasoning: ReasoningMode | None = None  # colibri.chat.reasoning.reasoning_mode
 
     @property
     def positions(self) -> int:

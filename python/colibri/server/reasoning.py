@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..chat.reasoning import ReasoningSplitter, split_reasoning
+from ..chat.reasoning import ReasoningMode
 from ..chat.reasoning import reasoning_mode as _mode
 from ..chat.template import ChatTemplate
+from ..sampling.reasoning_split import Splitter, make_splitter, split_text
 from .errors import ApiError
 
 if TYPE_CHECKING:
@@ -23,19 +24,18 @@ if TYPE_CHECKING:
 __all__ = ["reasoning_mode", "reasoning_splitter", "split_output", "thinking_budget",
            "thinking_variables"]
 
-def reasoning_mode(model: Model, template: ChatTemplate, ids: list[int]) -> bool | None:
-    """None when `template` writes no reasoning blocks (the output is not split); else
-    whether the prompt `ids` opened the block (the output starts inside it)."""
+def reasoning_mode(model: Model, template: ChatTemplate, ids: list[int]) -> ReasoningMode | None:
+    """How the output is split (colibri.chat.reasoning.reasoning_mode); None: not at all."""
     return _mode(template, model.tokenizer, ids)
 
 
-def reasoning_splitter(p: Plan) -> ReasoningSplitter | None:
-    return None if p.reasoning is None else ReasoningSplitter(p.reasoning)
+def reasoning_splitter(p: Plan) -> Splitter | None:
+    return None if p.reasoning is None else make_splitter(p.reasoning)
 
 
 def split_output(p: Plan, text: str) -> tuple[str, str]:
     """A whole output's (reasoning, answer); ("", text) when the template does not reason."""
-    return ("", text) if p.reasoning is None else split_reasoning(text, p.reasoning)
+    return ("", text) if p.reasoning is None else split_text(text, p.reasoning)
 
 
 def thinking_variables(thinking: AnthropicThinking | None) -> dict[str, Any]:
