@@ -112,3 +112,17 @@ def test_the_template_and_its_prompt_are_read_as_harmony(template: ChatTemplate)
     chatml = ChatTemplate("{% for m in messages %}<|im_start|>{{ m.content }}{% endfor %}")
     assert not template_harmony(chatml.source)
     assert reasoning_mode(chatml, _Tail(prompt), [0]) is None  # type: ignore[arg-type]
+
+
+def test_past_reasoning_reaches_the_gpt_oss_template(template: ChatTemplate) -> None:
+    """The server passes an assistant's reasoning back as ``reasoning_content``; gpt-oss's
+    template reads ``thinking``, so it is renamed for it (and only for such templates)."""
+    from colibri.server.options import _reasoning_named_for
+
+    turn = {"role": "assistant", "content": "", "reasoning_content": "Use the tool.",
+            "tool_calls": [CALL]}
+    msgs = _reasoning_named_for(template, [USER, turn])
+    text = template.render(msgs, add_generation_prompt=True, tools=TOOLS)
+    assert "<|channel|>analysis<|message|>Use the tool.<|end|>" in text
+    chatml = ChatTemplate("{% for m in messages %}{{ m.reasoning_content }}{% endfor %}")
+    assert _reasoning_named_for(chatml, [USER, turn])[1] is turn

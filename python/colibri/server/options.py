@@ -224,6 +224,7 @@ def render_chat(model: Model, template: ChatTemplate, messages: list[dict[str, A
     choice), with further template `variables` (``chat_template_kwargs``), the caller's text
     encoded as plain text unless the model's ``special_tokens_in_content`` (``colibri serve
     --allow-special-tokens-in-content``)."""
+    messages = _reasoning_named_for(template, messages)
     try:
         return encode_chat(model.tokenizer, lambda plain: template.render(
             plain(messages), add_generation_prompt=True, tools=plain(tools),
@@ -231,6 +232,18 @@ def render_chat(model: Model, template: ChatTemplate, messages: list[dict[str, A
             special_tokens_in_content=model.special_tokens_in_content)
     except ColibriError as exc:
         raise from_colibri(exc) from exc
+
+
+def _reasoning_named_for(template: ChatTemplate,
+                         messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Past reasoning (``reasoning_content``, vLLM's name) under the name the template reads:
+    gpt-oss's and a few others' read an assistant message's ``thinking`` instead."""
+    src = template.source
+    if "reasoning_content" in src or "thinking" not in src:
+        return messages
+    return [{**{k: v for k, v in m.items() if k != "reasoning_content"},
+             "thinking": m["reasoning_content"]}
+            if "reasoning_content" in m and "thinking" not in m else m for m in messages]
 
 
 def checked_tools(tools: list[dict[str, Any]] | None, limits: GrammarLimits | None,
