@@ -203,7 +203,7 @@ RowRange chunk_partial(const Kernels& kr, const Problem& p, const TaskRows& t, i
     int64_t ra = first, rb = end;  // the rows that see a key of this block
     while (rb > ra && t.start[rb - 1] >= b1) --rb;
     while (ra < rb && t.limit[ra] <= b0) ++ra;
-    if (ra == rb) continue;  // outside every row's window
+    if (ra >= rb) continue;  // outside every row's window
     const Rows kt = rows_for(p.k, t.head, p.dk, t.keys, b0, b1, m.ktile, fused, t.k_span);
     // MLA: the values are the first dv elements of the key rows (same bytes for F32, F16
     // and BF16; Q8_0 rows are whole blocks, so a prefix of blocks).
