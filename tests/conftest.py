@@ -81,11 +81,6 @@ ALLOWED_SKIPS = (
         "O_DIRECT not supported",
         "The temporary directory is on a file system that refuses O_DIRECT (tmpfs); the "
         "core's own O_DIRECT fallback is tested in test_io.py."),
-    AllowedSkip(
-        "tests/oracle/test_oracle_gpt_oss.py::*", "gpt-oss attention pieces not in this build",
-        "The gpt-oss oracle needs the attention unit's sinks, sliding windows and o_proj bias "
-        "(branch s8-attn) as well as the FFN pieces (branch s8-gptoss); once both are merged "
-        "it runs. The FFN half is checked without them by tests/sources/test_gpt_oss.py."),
 )
 
 

@@ -7,10 +7,8 @@ Every logit at every position within 1e-4 of the largest (issue 33's bound), for
 prefill and for a prefill followed by token-by-token decode; the same greedy 20 tokens;
 and the same for llama.cpp's converter's F32 GGUF of such a model.
 
-It needs both halves of gpt-oss: the FFN pieces and loading (branch s8-gptoss) and the
-attention unit's sinks, windows and o_proj bias (branch s8-attn); on a build without the
-latter (``core_spec.ATTENTION_FEATURES`` false) it is skipped, and the FFN half is checked
-on its own by tests/sources/test_gpt_oss.py with attention neutralized.
+The FFN half is also checked on its own, attention neutralized, by
+tests/sources/test_gpt_oss.py.
 """
 
 from __future__ import annotations
@@ -22,19 +20,12 @@ import pytest
 import torch
 
 import colibri
-from colibri.engine import core_spec
 from support.deepseek_factory import convert_with_llama_cpp
 from support.gpt_oss_factory import VOCAB, build_gpt_oss, clamp_shares
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
 
 RTOL = 1e-4
 N_PROMPT, N_GREEDY = 12, 20
-
-pytestmark = pytest.mark.skipif(
-    not core_spec.ATTENTION_FEATURES,
-    reason="gpt-oss attention pieces not in this build (branch s8-attn)",
-)
-
 
 @pytest.fixture(autouse=True)
 def _side_files_in_tmp(tmp_path_factory: pytest.TempPathFactory,

@@ -5,10 +5,9 @@ attention neutralized (from the checkpoint, and from llama.cpp's converter's GGU
 and bad input.
 
 The full oracle (sinks, sliding windows and the o_proj bias included) is
-tests/oracle/test_oracle_gpt_oss.py; it needs the attention unit's gpt-oss pieces. Here
-every o_proj weight and bias is zero (support/gpt_oss_factory.py), so attention adds exactly
-nothing to the residual stream and a build without those pieces computes the same logits:
-``ATTENTION_FEATURES`` is patched on for that reason only.
+tests/oracle/test_oracle_gpt_oss.py. The models here have every o_proj weight and bias zero
+(support/gpt_oss_factory.py): attention adds exactly nothing to the residual stream, so
+what they check is the FFN side and the loading alone.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from safetensors.torch import load_file, save_file
 import colibri
 from colibri import _core
 from colibri.convert import write_container
-from colibri.engine import core_spec
 from colibri.errors import ModelFormatError, UnsupportedError
 from colibri.sources import load_hf
 from colibri.sources.validate import check_config
@@ -149,20 +147,19 @@ def test_bf16_experts_are_moved_exactly(
 # --------------------------------------------------------------------------- the MoE stack
 
 
-def _load(d: Path, monkeypatch: pytest.MonkeyPatch) -> colibri.Model:
-    monkeypatch.setattr(core_spec, "ATTENTION_FEATURES", True)  # see the module docstring
+def _load(d: Path) -> colibri.Model:
     return colibri.Model.load(d, engine=colibri.EngineConfig(context_length=64))
 
 
 def test_moe_stack_matches_transformers(
-    neutral: tuple[Path, torch.nn.Module], monkeypatch: pytest.MonkeyPatch
+    neutral: tuple[Path, torch.nn.Module],
 ) -> None:
     d, model = neutral
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
     gate_share, up_share = clamp_shares(model, ids)
     assert 0.05 < gate_share < 0.95 and 0.05 < up_share < 0.95, (gate_share, up_share)
     ref = reference_logits(model, ids)
-    m = _load(d, monkeypatch)
+    m = _load(d)
     _close(m.session().forward(ids, all_logits=True), ref, "prefill")
     s = m.session()
     half = N_PROMPT // 2
@@ -180,7 +177,7 @@ def test_moe_stack_matches_transformers(
 
 
 def test_llama_cpp_gguf_matches_transformers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """The same MoE stack through llama.cpp's converter (F32): its names, its de-interleaved
     and transposed experts, its metadata; llama.cpp fixes the clamp at 7.0 (its files do not
@@ -192,7 +189,7 @@ def test_llama_cpp_gguf_matches_transformers(
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
     gate_share, up_share = clamp_shares(model, ids)
     assert 0.05 < gate_share < 0.95 and 0.05 < up_share < 0.95, (gate_share, up_share)
-    m = _load(out, monkeypatch)
+    m = _load(out)
     cfg = m.config
     assert (cfg.arch, cfg.swiglu_limit, cfg.sliding_window, cfg.sliding_layers) == (
         "gpt_oss", 7.0, 4, (True, False, True, False))
@@ -255,7 +252,7 @@ def test_mxfp4_scales_that_do_not_match_their_blocks_are_refused(tmp_path: Path)
 
 
 def test_mxfp4_checkpoint_runs_as_its_dequantized_float(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """MXFP4 experts as released (``*_blocks`` / ``*_scales``) against the float32
     checkpoint of their exact dequantization, both with float32 activations: the core's
@@ -268,7 +265,6 @@ def test_mxfp4_checkpoint_runs_as_its_dequantized_float(
     values = write_mxfp4_pair(d, mx, deq)
     m = load_hf(mx)
     assert m.tensors["blk.0.ffn_gate_exps.0"].dtype == "MXFP4"
-    monkeypatch.setattr(core_spec, "ATTENTION_FEATURES", True)  # see the module docstring
     engine = colibri.EngineConfig(context_length=64, activation_precision="float32")
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
     got = colibri.Model.load(mx, engine=engine).session().forward(ids, all_logits=True)
@@ -284,14 +280,13 @@ def test_mxfp4_checkpoint_runs_as_its_dequantized_float(
 
 
 def test_mxfp4_streams_bit_identically_to_resident(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """The side file's experts through an expert cache of 3 slots (8 experts, top-2):
     the same logits, bit for bit, as with every expert resident."""
     d, _ = build_gpt_oss(tmp_path / "f", neutral_attention=True, intermediate_size=32)
     mx = tmp_path / "mx"
     write_mxfp4_pair(d, mx, tmp_path / "deq")
-    monkeypatch.setattr(core_spec, "ATTENTION_FEATURES", True)  # see the module docstring
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
     for precision in ("float32", "int8"):
         resident = colibri.Model.load(mx, engine=sh.engine(precision=precision,
@@ -305,7 +300,7 @@ def test_mxfp4_streams_bit_identically_to_resident(
         sh.assert_same_trace(sh.run_trace(streamed, ids, want.decode_ids), want, precision)
 
 
-def test_native_container_keeps_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_native_container_keeps_the_model(tmp_path: Path) -> None:
     """``colibri convert`` (quant keep) of the MXFP4 checkpoint: the config round-trips
     (sliding_layers as a tuple, the activation and its clamp) and the logits are the same
     bits."""
@@ -314,7 +309,6 @@ def test_native_container_keeps_the_model(tmp_path: Path, monkeypatch: pytest.Mo
     write_mxfp4_pair(d, mx, tmp_path / "deq")
     out = tmp_path / "gpt-oss.colibri"
     write_container(mx, out)
-    monkeypatch.setattr(core_spec, "ATTENTION_FEATURES", True)  # see the module docstring
     engine = colibri.EngineConfig(context_length=64, activation_precision="float32")
     a, b = colibri.Model.load(mx, engine=engine), colibri.Model.load(out, engine=engine)
     assert b.config == a.config and b.config.sliding_layers == (True, False, True, False)

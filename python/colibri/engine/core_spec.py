@@ -34,10 +34,6 @@ _ROUTER = {
     "softmax_group_limited": _core.RouterKind.softmax_group_limited,
 }
 _ACTIVATION = {"silu": _core.FfnActivation.silu, "swiglu_oai": _core.FfnActivation.swiglu_oai}
-# Whether this build's attention unit has gpt-oss's sinks, sliding windows and output bias
-# (branch s8-attn adds them to ModelSpec). Until it does, a model that needs them is
-# refused here rather than run without them.
-ATTENTION_FEATURES = hasattr(_core.ModelSpec(), "attention_sinks")
 
 
 def thread_settings(cfg: ThreadConfig) -> _core.ThreadSettings:
@@ -115,6 +111,10 @@ def model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
     spec.rope_attention_factor = rope.attention_factor
     spec.qk_norm = _QK_NORM[cfg.qk_norm]
     spec.attention_bias = cfg.attention_bias
+    spec.attention_sinks = cfg.attention_sinks
+    spec.sliding_window = cfg.sliding_window
+    spec.sliding_layers = [1 if s else 0 for s in cfg.sliding_layers]
+    spec.attention_out_bias = cfg.attention_out_bias
     spec.n_experts = cfg.n_experts
     spec.n_experts_per_tok = cfg.n_experts_per_tok
     spec.moe_intermediate_size = cfg.moe_intermediate_size
@@ -156,12 +156,6 @@ def _ffn_fields(cfg: ModelConfig, spec: _core.ModelSpec) -> None:
     spec.activation = _ACTIVATION[cfg.activation]
     spec.swiglu_limit = cfg.swiglu_limit
     spec.swiglu_alpha = cfg.swiglu_alpha
-    needs = cfg.attention_sinks or cfg.attention_out_bias or any(cfg.sliding_layers)
-    if needs and not ATTENTION_FEATURES:
-        raise UnsupportedError(
-            f"a {cfg.arch} model needs attention sinks, sliding windows or an output-projection "
-            f"bias, which this build's attention unit does not implement"
-        )
 
 
 def _tensor_spec(t: TensorInfo, checksums: bool, files: Sequence[Path]) -> _core.TensorSpec:
