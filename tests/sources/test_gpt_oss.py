@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 import colibri
 from colibri import _core
 from colibri.convert import write_container
-from colibri.errors import ModelFormatError, UnsupportedError
+from colibri.errors import ModelFormatError, ModelIOError, UnsupportedError
 from colibri.sources import load_hf
 from colibri.sources.validate import check_config
 from support import streaming_helpers as sh
@@ -236,6 +236,25 @@ def test_unknown_activation_and_bad_limits_are_refused(
     (d / "config.json").write_text(json.dumps(raw))
     with pytest.raises(ModelFormatError, match="swiglu_limit"):
         load_hf(d)
+
+
+def test_a_cache_without_room_for_the_side_file_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The re-laid-out experts need their size free in the cache directory: checked before
+    anything is written, and nothing is left behind."""
+    import shutil
+
+    from colibri.sources import fused_experts
+
+    d, _ = build_gpt_oss(tmp_path / "m", neutral_attention=True)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    full = shutil.disk_usage(tmp_path)._replace(free=1000)
+    monkeypatch.setattr(fused_experts.shutil, "disk_usage", lambda _p: full)
+    with pytest.raises(ModelIOError, match=r"GiB free; set XDG_CACHE_HOME"):
+        load_hf(d)
+    assert not any(p.is_file() for p in cache.rglob("*"))
 
 
 def test_mxfp4_scales_that_do_not_match_their_blocks_are_refused(tmp_path: Path) -> None:

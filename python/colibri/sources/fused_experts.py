@@ -38,6 +38,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import ModelFormatError, UnsupportedError
+from ..errors import ModelFormatError, ModelIOError, UnsupportedError
 from .manifest import Extent, ModelConfig, TensorInfo
 from .mxfp4_hf import BLOCK, GGUF_BLOCK_BYTES, check_mxfp4_shapes, relayout_mxfp4
 from .paths import shown
@@ -163,8 +164,22 @@ def _expert_matrices(
 
 
 def _write(path: Path, files: Sequence[Path],
-           layers: list[dict[str, tuple[str, tuple[int, ...], Extent]]]) -> None:  # fmt: skip
-    path.parent.mkdir(parents=True, exist_ok=True)
+           layers: list[dict[str, tuple[str, tuple[int, ...], Extent]]],
+           size: int) -> None:
+    """Writes the side file of `size` bytes, whole or not at all (a clear ModelIOError when
+    the cache directory cannot take it)."""
+    advice = ("set XDG_CACHE_HOME to a directory on a disk with room, or convert the "
+              "checkpoint once with `colibri convert`")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(path.parent).free
+    except OSError as exc:
+        raise ModelIOError(f"cannot use {path.parent} for gpt-oss's re-laid-out experts "
+                           f"({exc.strerror or exc}); {advice}") from exc
+    if free < size:
+        raise ModelIOError(f"gpt-oss's experts are re-laid out once into a {size / 2**30:.1f} "
+                           f"GiB side file, but {path.parent} has {free / 2**30:.1f} GiB free; "
+                           f"{advice}")
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as out:
@@ -177,6 +192,9 @@ def _write(path: Path, files: Sequence[Path],
                 for b in (gub[:, 0::2], gub[:, 1::2], db):
                     out.write(np.ascontiguousarray(b, dtype="<f4").tobytes())
         os.replace(tmp, path)
+    except OSError as exc:
+        raise ModelIOError(f"writing gpt-oss's re-laid-out experts to {path} failed "
+                           f"({exc.strerror or exc}); {advice}") from exc
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -220,5 +238,5 @@ def gpt_oss_experts(
             tensors[name] = TensorInfo(name, "F32", (e_n, width), (Extent(fi, at, n),))
             at += n
     if not (side.is_file() and side.stat().st_size == at):
-        _write(side, files, layers)
+        _write(side, files, layers, at)
     return tensors, consumed, side
