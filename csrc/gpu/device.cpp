@@ -6,11 +6,11 @@
 namespace colibri::gpu {
 
 bool has_gpu_kernel(DType type) {
-  return type == DType::F32 || type == DType::F16 || type == DType::Q8_0 ||
-         type == DType::Q4_0;
+  return type == DType::F32 || type == DType::F16 || type == DType::BF16 ||
+         type == DType::Q8_0 || type == DType::Q4_0;
 }
 
-std::string gpu_kernel_type_names() { return "F32, F16, Q8_0, Q4_0"; }
+std::string gpu_kernel_type_names() { return "F32, F16, BF16, Q8_0, Q4_0"; }
 
 int64_t rows_per_chunk(std::size_t row_bytes, uint64_t split_bytes) {
   if (row_bytes == 0) fail(ErrorKind::InvalidArgument, "a GPU matrix needs at least one column");

@@ -1,5 +1,5 @@
 // The kernels. W is bound as array<u32> holding a chunk of whole rows in their GGUF block
-// bytes (F32, F16, Q8_0, Q4_0); each type supplies `weight(row_off, k)` (one element, for
+// bytes (F32, F16, BF16, Q8_0, Q4_0); each type supplies `weight(row_off, k)` (one element, for
 // dequant) and `row_part(row_off, t)` (thread t's share of a row's dot product with x).
 //
 // Reduction order is fixed, so results are bit-identical run to run: one workgroup per
@@ -10,6 +10,7 @@
 #include "gpu/matvec_wgsl.hpp"
 
 #include "common/errors.hpp"
+#include "gpu/device.hpp"
 
 namespace colibri::gpu {
 
@@ -75,6 +76,21 @@ fn row_part(row_off: u32, t: u32) -> f32 {
 const char* kF16 = R"WGSL(
 fn weight(row_off: u32, k: u32) -> f32 {
   return half_at(row_off + 2u * k);
+}
+fn row_part(row_off: u32, t: u32) -> f32 {
+  var acc = 0.0;
+  for (var k = t; k < p.cols; k += WG) {
+    acc += weight(row_off, k) * x[k];
+  }
+  return acc;
+}
+)WGSL";
+
+// BF16: the high half of an f32, so decoding is a shift.
+const char* kBF16 = R"WGSL(
+fn weight(row_off: u32, k: u32) -> f32 {
+  let off = row_off + 2u * k;
+  return bitcast<f32>(((w[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu) << 16u);
 }
 fn row_part(row_off: u32, t: u32) -> f32 {
   var acc = 0.0;
@@ -174,11 +190,12 @@ std::string matvec_shader(DType type) {
   switch (type) {
     case DType::F32: body = kF32; break;
     case DType::F16: body = kF16; break;
+    case DType::BF16: body = kBF16; break;
     case DType::Q8_0: body = kQ8_0; break;
     case DType::Q4_0: body = kQ4_0; break;
     default:
       fail(ErrorKind::Unsupported, "no GPU kernel for " + dtype_name(type) +
-                                       " weights yet (GPU kernels: F32, F16, Q8_0, Q4_0)");
+                                       " weights yet (GPU kernels: " + gpu_kernel_type_names() + ")");
   }
   return std::string(kPrelude) + body + kEntries;
 }

@@ -4,6 +4,7 @@ missing runtime, no matching adapter, limits too small, bad uploads and bad sett
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -163,3 +164,32 @@ def test_the_gpu_runtime_reads_no_environment_variable() -> None:
     for path in sources:
         text = path.read_text()
         assert "getenv" not in text and "os.environ" not in text, path
+
+
+def test_doctor_lists_the_adapters(lavapipe: str, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from colibri.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["doctor", "--no-measure"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU adapters (WebGPU" in out and "llvmpipe" in out and "(vulkan, cpu)" in out
+    assert "largest binding 128 MiB" in out
+    assert main(["doctor", "--no-measure", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["gpu"]["error"] is None
+    assert any("llvmpipe" in a["name"] for a in record["gpu"]["adapters"])
+
+
+def test_doctor_without_a_gpu_runtime_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from colibri.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "wgpu" else real(name, *a))
+    monkeypatch.chdir(tmp_path)
+    assert main(["doctor", "--no-measure"]) == 0  # a GPU is optional: not an error
+    out = capsys.readouterr().out
+    assert "none usable: no GPU runtime: the wgpu package is not installed" in out

@@ -1,6 +1,7 @@
-"""The GPU matvec kernels (csrc/gpu/matvec_wgsl.cpp) against the CPU scalar reference, on
-lavapipe: dequantization bit for bit, y = W x within the float32 summation bound, two runs
-bit-identical, and a weight split across several bindings equal to the unsplit one."""
+"""The GPU matvec kernels (csrc/gpu/matvec_wgsl.cpp: F32, F16, BF16, Q8_0, Q4_0) against
+the CPU scalar reference, on lavapipe: dequantization bit for bit, y = W x within the
+float32 summation bound, two runs bit-identical, and a weight split across several
+bindings equal to the unsplit one."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from colibri._core import gpu as core_gpu
 from colibri._core import quant as q
 
-TYPES = ("F32", "F16", "Q8_0", "Q4_0")
+TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0")
 ROWS, COLS = 67, 320  # rows: not a multiple of the workgroup; cols: 10 blocks of 32
 U = 2.0 ** -24  # float32 unit roundoff
 
@@ -21,6 +22,9 @@ def weight_bytes(dtype: str, w: np.ndarray) -> np.ndarray:
         return w.astype(np.float32).view(np.uint8).reshape(-1)
     if dtype == "F16":
         return w.astype(np.float16).view(np.uint8).reshape(-1)
+    if dtype == "BF16":  # truncated f32: the top 16 bits of each value
+        top = (w.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+        return top.view(np.uint8).reshape(-1)
     return np.concatenate([q.quantize(dtype, row) for row in w])
 
 
@@ -34,7 +38,7 @@ def sample(dtype: str, rows: int = ROWS, cols: int = COLS, seed: int = 0) -> np.
 
 def test_the_kernel_types_are_the_ones_tested() -> None:
     assert core_gpu.compiled()
-    assert core_gpu.kernel_types() == list(TYPES)
+    assert sorted(core_gpu.kernel_types()) == sorted(TYPES)
 
 
 @pytest.mark.parametrize("dtype", TYPES)
