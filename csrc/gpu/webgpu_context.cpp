@@ -60,7 +60,10 @@ AdapterInfo describe(const Api& api, WGPUAdapter adapter) {
     out.min_storage_offset_alignment = limits.minStorageBufferOffsetAlignment;
   }
   out.shader_f16 = api.wgpuAdapterHasFeature(adapter, WGPUFeatureName_ShaderF16) != 0;
-  out.subgroups = api.wgpuAdapterHasFeature(adapter, WGPUFeatureName_Subgroups) != 0;
+  // wgpu-native reports subgroups as its own feature; the standard name may follow.
+  out.subgroups =
+      api.wgpuAdapterHasFeature(adapter, WGPUFeatureName_Subgroups) != 0 ||
+      api.wgpuAdapterHasFeature(adapter, static_cast<WGPUFeatureName>(WGPUNativeFeature_Subgroup)) != 0;
   return out;
 }
 

@@ -27,6 +27,7 @@ def test_lavapipe_is_listed_with_its_limits(lavapipe: str) -> None:
     assert (lvp.backend, lvp.adapter_type) == ("vulkan", "cpu")
     assert lvp.max_storage_binding_size >= 16 << 20 and lvp.max_workgroup_storage >= 1024
     assert lvp.max_workgroup_invocations >= 64
+    assert lvp.shader_f16 and lvp.subgroups  # lavapipe has both (Mesa 22.3, LLVM 15)
 
 
 def test_the_device_reports_its_adapter(device: core_gpu.Device) -> None:
