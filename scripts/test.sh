@@ -8,13 +8,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # System packages (Debian/Ubuntu names): zlib headers (the core links zlib for the crc32
-# of container blobs), and an aarch64 cross compiler with qemu's user-mode emulator so the
+# of container blobs), an aarch64 cross compiler with qemu's user-mode emulator so the
 # NEON kernels are built and checked on every run (the test_neon_kernels_under_qemu tests
-# in tests/kernels/).
+# in tests/kernels/), and Mesa's Vulkan drivers for lavapipe, the software GPU the GPU
+# kernels are tested on (tests/gpu/).
 need=()
 [ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
 command -v aarch64-linux-gnu-g++ >/dev/null || need+=(g++-aarch64-linux-gnu)
 command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
+compgen -G "/usr/share/vulkan/icd.d/lvp_icd.*.json" >/dev/null || need+=(mesa-vulkan-drivers)
 if [ ${#need[@]} -gt 0 ]; then
   command -v apt-get >/dev/null || { echo "scripts/test.sh: needs ${need[*]} (Debian names)" >&2; exit 1; }
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -17,6 +17,7 @@ static const char* python_class_for(ErrorKind kind) {
     case ErrorKind::ContextOverflow: return "ContextOverflowError";
     case ErrorKind::Unsupported: return "UnsupportedError";
     case ErrorKind::Internal: return "InternalError";
+    case ErrorKind::DeviceUnavailable: return "GPUUnavailableError";
     case ErrorKind::Cancelled: return nullptr;  // a builtin: KeyboardInterrupt
   }
   return "ColibriError";

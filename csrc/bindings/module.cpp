@@ -13,6 +13,7 @@ void bind_engine(py::module_& m);
 void bind_session(py::module_& m);
 void bind_io(py::module_& m);
 void bind_attention(py::module_& m);
+void bind_gpu(py::module_& m);
 }  // namespace colibri::bindings
 
 PYBIND11_MODULE(_core, m) {
@@ -26,4 +27,5 @@ PYBIND11_MODULE(_core, m) {
   bind_session(m);
   bind_io(m);
   bind_attention(m);
+  bind_gpu(m);
 }

@@ -16,6 +16,7 @@ enum class ErrorKind {
   Unsupported,       // a tensor type or feature this build does not implement
   Internal,          // a broken invariant inside the core (a bug)
   Cancelled,         // a forward stopped by its cancellation check (Ctrl-C); nothing changed
+  DeviceUnavailable, // no usable GPU: library missing, no adapter, limits too small, device lost
 };
 
 class Error : public std::runtime_error {

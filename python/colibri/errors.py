@@ -54,6 +54,12 @@ class ContextOverflowError(ColibriError, ValueError):
     """More tokens than the context (KV cache) holds."""
 
 
+class GPUUnavailableError(ColibriError, RuntimeError):
+    """No usable GPU: the ``wgpu`` package (its wgpu-native library) is missing, no
+    Vulkan/Metal adapter was found, the adapter's limits are too small, or the device was
+    lost. The message names which; the CPU path is unaffected."""
+
+
 class InternalError(ColibriError, RuntimeError):
     """A broken invariant inside colibri: a bug, please report it."""
 
@@ -62,6 +68,7 @@ __all__ = [
     "ColibriError",
     "ConfigError",
     "ContextOverflowError",
+    "GPUUnavailableError",
     "InternalError",
     "InvalidRequestError",
     "ModelFormatError",

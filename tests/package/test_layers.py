@@ -23,7 +23,7 @@ FLOORS: list[set[str]] = [
     {"model"},  # Model: the facade over the floors below
     {"chat", "generate"},  # chat templates; sessions and the generation loop
     {"engine", "speculative", "sampling", "tokenizers"},
-    {"convert", "models"},  # the native container writer; named models, hub, demos
+    {"convert", "models", "gpu"},  # container writer; named models, hub, demos; GPU runtime
     {"sources", "settings"},  # model files -> manifests; typed settings
     {"display", "progress", "hardware"},
     {"sizes"},

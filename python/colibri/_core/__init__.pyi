@@ -11,7 +11,8 @@ import typing
 from . import quant
 from . import io
 from . import attention
-__all__: list[str] = ['ActPrecision', 'AttentionKind', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'FfnActivation', 'ModelSpec', 'QkNorm', 'RouterKind', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'attention', 'forward_batch', 'io', 'quant', 'route', 'swiglu_oai']
+from . import gpu
+__all__: list[str] = ['ActPrecision', 'AttentionKind', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'FfnActivation', 'ModelSpec', 'QkNorm', 'RouterKind', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'attention', 'forward_batch', 'gpu', 'io', 'quant', 'route', 'swiglu_oai']
 class WaitPolicy:
     """
     How the compute team waits between parallel regions of a computation.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from typing import Any, TextIO
 
 from ..engine.doctor import (
@@ -18,7 +19,8 @@ from ..engine.doctor import (
     report_dict,
     system_lines,
 )
-from ..errors import ConfigError
+from ..errors import ConfigError, GPUUnavailableError
+from ..gpu import adapter_lines, list_adapters
 
 
 def add_doctor_parser(sub: Any, debug_flag: Any) -> None:
@@ -46,6 +48,16 @@ def add_doctor_parser(sub: Any, debug_flag: Any) -> None:
     debug_flag(doctor, argparse.SUPPRESS)
 
 
+def _gpu_report() -> tuple[list[str], dict[str, Any]]:
+    """The GPU adapters, as lines and as a JSON record; a missing runtime is a line, not an
+    error (the doctor reports the machine, a GPU is optional)."""
+    try:
+        adapters = list_adapters()
+    except GPUUnavailableError as e:
+        return [f"  none usable: {e}"], {"adapters": [], "error": str(e)}
+    return adapter_lines(adapters), {"adapters": [asdict(a) for a in adapters], "error": None}
+
+
 def cmd_doctor(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.read_mib < 1 or args.block_kib < 4:
         raise ConfigError("--read-mib must be >= 1 and --block-kib >= 4")
@@ -65,11 +77,15 @@ def cmd_doctor(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             err.flush()
         reads = measure_reads(file, depths=args.depths, block_bytes=args.block_kib * 1024,
                               bytes_per_row=args.read_mib * MIB)
+    gpu_lines, gpu_record = _gpu_report()
     if args.json:
-        out.write(json.dumps(report_dict(system, reads)) + "\n")
+        out.write(json.dumps({**report_dict(system, reads), "gpu": gpu_record}) + "\n")
     else:
         out.write("colibri doctor\n")
         for line in system_lines(system) + (["", *read_lines(reads)] if reads else []):
+            out.write(line + "\n")
+        out.write("\n  GPU adapters (WebGPU: Vulkan, Metal, DX12):\n")
+        for line in gpu_lines:
             out.write(line + "\n")
     out.flush()
     return 0

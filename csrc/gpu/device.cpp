@@ -1,0 +1,25 @@
+// The parts of the GPU seam that need no graphics API (compiled in every build).
+#include "gpu/device.hpp"
+
+#include "common/errors.hpp"
+
+namespace colibri::gpu {
+
+bool has_gpu_kernel(DType type) {
+  return type == DType::F32 || type == DType::F16 || type == DType::BF16 ||
+         type == DType::Q8_0 || type == DType::Q4_0;
+}
+
+std::string gpu_kernel_type_names() { return "F32, F16, BF16, Q8_0, Q4_0"; }
+
+int64_t rows_per_chunk(std::size_t row_bytes, uint64_t split_bytes) {
+  if (row_bytes == 0) fail(ErrorKind::InvalidArgument, "a GPU matrix needs at least one column");
+  if (row_bytes > split_bytes) {
+    fail(ErrorKind::InvalidArgument,
+         "one row is " + std::to_string(row_bytes) + " bytes, more than the GPU split size (" +
+             std::to_string(split_bytes) + " bytes): a row cannot be split across bindings");
+  }
+  return static_cast<int64_t>(split_bytes / row_bytes);
+}
+
+}  // namespace colibri::gpu

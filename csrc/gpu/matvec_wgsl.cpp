@@ -1,0 +1,203 @@
+// The kernels. W is bound as array<u32> holding a chunk of whole rows in their GGUF block
+// bytes (F32, F16, BF16, Q8_0, Q4_0); each type supplies `weight(row_off, k)` (one element, for
+// dequant) and `row_part(row_off, t)` (thread t's share of a row's dot product with x).
+//
+// Reduction order is fixed, so results are bit-identical run to run: one workgroup per
+// row; thread t sums the elements (or blocks) t, t+64, t+128, ... in increasing order,
+// then a tree over workgroup memory adds partial[t] + partial[t+s] for s = 32, 16, ..., 1.
+// No atomics anywhere. f16 scales are decoded with integer operations (not
+// unpack2x16float, which may flush subnormals), so dequantization is exact everywhere.
+#include "gpu/matvec_wgsl.hpp"
+
+#include "common/errors.hpp"
+#include "gpu/device.hpp"
+
+namespace colibri::gpu {
+
+namespace {
+
+const char* kPrelude = R"WGSL(
+struct Params {
+  rows: u32,       // rows in this chunk
+  cols: u32,
+  row_base: u32,   // first row of this chunk in the whole matrix
+  row_bytes: u32,
+  nx_rows: u32,    // matvec: workgroups along x (rows = x + y * nx_rows)
+  nx_elems: u32,   // dequant: workgroups along x
+  pad0: u32,
+  pad1: u32,
+}
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+
+const WG: u32 = 64u;
+var<workgroup> partial: array<f32, 64>;
+
+fn byte_at(off: u32) -> u32 {
+  return (w[off >> 2u] >> ((off & 3u) * 8u)) & 0xffu;
+}
+
+fn i8_at(off: u32) -> f32 {
+  return f32(bitcast<i32>(byte_at(off) << 24u) >> 24u);
+}
+
+// IEEE half -> f32, exactly (subnormals kept). `off` is even.
+fn half_at(off: u32) -> f32 {
+  let h = (w[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu;
+  let s = (h & 0x8000u) << 16u;
+  let e = (h >> 10u) & 0x1fu;
+  let m = h & 0x3ffu;
+  if (e == 0u) {
+    let v = f32(m) * 5.9604644775390625e-8;  // m * 2^-24
+    return select(v, -v, s != 0u);
+  }
+  if (e == 31u) {
+    return bitcast<f32>(s | 0x7f800000u | (m << 13u));
+  }
+  return bitcast<f32>(s | ((e + 112u) << 23u) | (m << 13u));
+}
+)WGSL";
+
+const char* kF32 = R"WGSL(
+fn weight(row_off: u32, k: u32) -> f32 {
+  return bitcast<f32>(w[(row_off >> 2u) + k]);
+}
+fn row_part(row_off: u32, t: u32) -> f32 {
+  var acc = 0.0;
+  for (var k = t; k < p.cols; k += WG) {
+    acc += weight(row_off, k) * x[k];
+  }
+  return acc;
+}
+)WGSL";
+
+const char* kF16 = R"WGSL(
+fn weight(row_off: u32, k: u32) -> f32 {
+  return half_at(row_off + 2u * k);
+}
+fn row_part(row_off: u32, t: u32) -> f32 {
+  var acc = 0.0;
+  for (var k = t; k < p.cols; k += WG) {
+    acc += weight(row_off, k) * x[k];
+  }
+  return acc;
+}
+)WGSL";
+
+// BF16: the high half of an f32, so decoding is a shift.
+const char* kBF16 = R"WGSL(
+fn weight(row_off: u32, k: u32) -> f32 {
+  let off = row_off + 2u * k;
+  return bitcast<f32>(((w[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu) << 16u);
+}
+fn row_part(row_off: u32, t: u32) -> f32 {
+  var acc = 0.0;
+  for (var k = t; k < p.cols; k += WG) {
+    acc += weight(row_off, k) * x[k];
+  }
+  return acc;
+}
+)WGSL";
+
+// Q8_0: 34-byte blocks of 32: f16 d, int8 q[32]; w = d * q.
+const char* kQ8_0 = R"WGSL(
+fn weight(row_off: u32, k: u32) -> f32 {
+  let off = row_off + (k / 32u) * 34u;
+  return half_at(off) * i8_at(off + 2u + k % 32u);
+}
+fn row_part(row_off: u32, t: u32) -> f32 {
+  var acc = 0.0;
+  let nb = p.cols / 32u;
+  for (var b = t; b < nb; b += WG) {
+    let off = row_off + b * 34u;
+    var s = 0.0;
+    for (var j = 0u; j < 32u; j++) {
+      s += i8_at(off + 2u + j) * x[b * 32u + j];
+    }
+    acc += half_at(off) * s;
+  }
+  return acc;
+}
+)WGSL";
+
+// Q4_0: 18-byte blocks of 32: f16 d, 16 bytes of nibbles; element j < 16 is the low
+// nibble of byte j, element j + 16 its high nibble; w = d * (nibble - 8).
+const char* kQ4_0 = R"WGSL(
+fn nibble(off: u32, j: u32) -> f32 {
+  let b = byte_at(off + 2u + (j & 15u));
+  let q = select(b & 15u, b >> 4u, j >= 16u);
+  return f32(i32(q) - 8);
+}
+fn weight(row_off: u32, k: u32) -> f32 {
+  let off = row_off + (k / 32u) * 18u;
+  return half_at(off) * nibble(off, k % 32u);
+}
+fn row_part(row_off: u32, t: u32) -> f32 {
+  var acc = 0.0;
+  let nb = p.cols / 32u;
+  for (var b = t; b < nb; b += WG) {
+    let off = row_off + b * 18u;
+    var s = 0.0;
+    for (var j = 0u; j < 16u; j++) {
+      let q = byte_at(off + 2u + j);
+      s += f32(i32(q & 15u) - 8) * x[b * 32u + j];
+      s += f32(i32(q >> 4u) - 8) * x[b * 32u + j + 16u];
+    }
+    acc += half_at(off) * s;
+  }
+  return acc;
+}
+)WGSL";
+
+const char* kEntries = R"WGSL(
+@compute @workgroup_size(64)
+fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+  let row = wid.x + wid.y * p.nx_rows;
+  if (row >= p.rows) {
+    return;  // the whole workgroup: row depends on the workgroup id only
+  }
+  partial[t] = row_part(row * p.row_bytes, t);
+  workgroupBarrier();
+  for (var s = WG / 2u; s > 0u; s = s / 2u) {
+    if (t < s) {
+      partial[t] = partial[t] + partial[t + s];
+    }
+    workgroupBarrier();
+  }
+  if (t == 0u) {
+    y[p.row_base + row] = partial[0];
+  }
+}
+
+@compute @workgroup_size(64)
+fn dequant(@builtin(global_invocation_id) gid: vec3<u32>) {
+  _ = x[0];  // x is unused here but part of the shared bind group layout
+  let i = gid.x + gid.y * p.nx_elems * WG;
+  if (i >= p.rows * p.cols) {
+    return;
+  }
+  let row = i / p.cols;
+  y[p.row_base * p.cols + i] = weight(row * p.row_bytes, i % p.cols);
+}
+)WGSL";
+
+}  // namespace
+
+std::string matvec_shader(DType type) {
+  const char* body = nullptr;
+  switch (type) {
+    case DType::F32: body = kF32; break;
+    case DType::F16: body = kF16; break;
+    case DType::BF16: body = kBF16; break;
+    case DType::Q8_0: body = kQ8_0; break;
+    case DType::Q4_0: body = kQ4_0; break;
+    default:
+      fail(ErrorKind::Unsupported, "no GPU kernel for " + dtype_name(type) +
+                                       " weights yet (GPU kernels: " + gpu_kernel_type_names() + ")");
+  }
+  return std::string(kPrelude) + body + kEntries;
+}
+
+}  // namespace colibri::gpu
