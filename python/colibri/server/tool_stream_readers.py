@@ -175,7 +175,7 @@ class JsonCallReader(_Reader):
 _KEY, _KEY_END, _VALUE, _VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
 _GLM_CALL, _GLM_CALL_END = "<tool_call>", "</tool_call>"
 _GLM_HEADER = re.compile(r"<tool_call>[ \t]*" + _NAME + r"\s*")
-_PAIRS, _IN_KEY, _IN_VALUE = range(3, 6)
+_PAIRS, _IN_KEY, _IN_VALUE = range(4, 7)  # after _Reader's states
 
 
 def _pending_prefix(rest: str, *tags: str) -> bool:
