@@ -13,14 +13,15 @@ does (tools.split_answer) and settles the stream with it:
 - a call the parse found that the stream did not open (a format without an incremental
   reader, a reader that gave up on something it did not expect) is sent whole;
 - the content the parse leaves (text after the calls, a malformed call's text) is sent,
-  so the streamed text is the non-streamed content. Two differences the stream cannot
+  so the streamed text is the non-streamed content. Three differences the stream cannot
   avoid, having sent already: whitespace at the very start of an answer with calls (the
-  non-streamed content is stripped), and a call that had opened and then did not parse
-  (its arguments went bad, or the output ended inside them): it stays in the stream with
-  the arguments sent so far, a valid JSON prefix, and its text is also sent as content, as
-  the non-streamed content has it; the finish reason is the non-streamed one. A call opens
-  only once its first argument's value begins, so a call with a wrong header or first key
-  never opens.
+  non-streamed content is stripped); an object with a repeated key (sent twice; the
+  non-streamed string has the last, ``json.loads`` of both is the same); and a call that
+  had opened and then did not parse (its arguments went bad, or the output ended inside
+  them): it stays in the stream with the arguments sent so far, a valid JSON prefix, and
+  its text is also sent as content, as the non-streamed content has it; the finish reason
+  is the non-streamed one. A call opens only once its first argument's value begins, so a
+  call with a wrong header or first key never opens.
 
 Memory: the answer's text (which the non-streamed parse needs too), and what a reader
 holds (colibri.server.tool_stream_readers); text before the first call is sent at once,
