@@ -119,9 +119,11 @@ def test_named_tool_choice_returns_a_valid_call(client: openai.OpenAI, oracle: t
         d = chunk.choices[0].delta
         deltas.extend(d.tool_calls or [])
         finish = chunk.choices[0].finish_reason or finish
-    assert finish == "tool_calls" and len(deltas) == 1
-    assert deltas[0].function.name == "get_weather"
-    assert json.loads(deltas[0].function.arguments) == args
+    # Streamed as written: the call's first delta (index, id, name), then its arguments'
+    # fragments, which concatenate to the arguments.
+    assert finish == "tool_calls" and {d.index for d in deltas} == {0}
+    assert deltas[0].function.name == "get_weather" and deltas[0].id
+    assert json.loads("".join(d.function.arguments or "" for d in deltas)) == args
 
 
 def test_required_and_auto(client: openai.OpenAI, oracle: tuple) -> None:

@@ -9,7 +9,6 @@ scheduler. Stop reasons: ``end_turn`` (the model's end-of-turn token), ``stop_se
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,9 +30,9 @@ from .runner import answer, new_id, run_sample
 from .scheduler import Ticket
 from .sse import DeferredJSON, EventStream, event
 from .state import ServerState, state
+from .tool_stream import CallArgs, CallStart, StreamEvent, ToolStream
 from .tools import (
     FORCED_FORMATS,
-    CallSplitter,
     ToolCall,
     forced_call_grammar,
     split_answer,
@@ -226,6 +225,70 @@ def _thinking_stop(index: int) -> str:
             + event("content_block_stop", {"type": "content_block_stop", "index": index}))
 
 
+class _Blocks:
+    """The content blocks of a streamed message, one open at a time: thinking, text,
+    tool_use (one per call, its input as ``input_json_delta`` fragments: colibri.server.
+    tool_stream). A kind of block other than the open one closes it and starts its own."""
+
+    def __init__(self) -> None:
+        self.index = 0
+        self.open: str | None = None
+        self.call = -1  # the call index of the open tool_use block
+        self.any_text = self.any_call = False
+
+    def close(self) -> list[str]:
+        if self.open is None:
+            return []
+        done = (_thinking_stop(self.index) if self.open == "thinking" else
+                event("content_block_stop", {"type": "content_block_stop", "index": self.index}))
+        self.index, self.open = self.index + 1, None
+        return [done]
+
+    def _start(self, kind: str, block: dict[str, Any]) -> list[str]:
+        out = self.close()
+        self.open = kind
+        return [*out, event("content_block_start", {"type": "content_block_start",
+                                                    "index": self.index,
+                                                    "content_block": block})]
+
+    def _delta(self, delta: dict[str, Any]) -> str:
+        return event("content_block_delta", {"type": "content_block_delta",
+                                             "index": self.index, "delta": delta})
+
+    def thinking(self, text: str) -> list[str]:
+        out = [] if self.open == "thinking" else self.close()
+        out += _thinking_delta(self.index, text, self.open == "thinking")
+        self.open = "thinking"
+        return out
+
+    def text(self, text: str) -> list[str]:
+        out = ([] if self.open == "text"
+               else self._start("text", {"type": "text", "text": ""}))
+        self.any_text = True
+        return out + ([self._delta({"type": "text_delta", "text": text})] if text else [])
+
+    def tool(self, e: StreamEvent) -> list[str]:
+        if isinstance(e, CallStart):
+            out = self._start("tool_use", {"type": "tool_use", "id": e.id, "name": e.name,
+                                           "input": {}})
+            self.call, self.any_call = e.index, True
+            return out
+        assert isinstance(e, CallArgs)
+        if self.open != "tool_use" or self.call != e.index:
+            return []  # a closed block takes no more (ToolStream sends none there)
+        return [self._delta({"type": "input_json_delta", "partial_json": e.text})]
+
+    def send(self, events: list[StreamEvent]) -> list[str]:
+        out: list[str] = []
+        for e in events:
+            if isinstance(e, str):
+                if e:
+                    out += self.text(e)
+            else:
+                out += self.tool(e)
+        return out
+
+
 async def _events(st: ServerState, p: Plan, ticket: Ticket) -> AsyncIterator[str]:
     yield event("message_start", {"type": "message_start", "message": {
         "id": new_id("msg_"), "type": "message", "role": "assistant", "model": st.model_name,
@@ -233,10 +296,10 @@ async def _events(st: ServerState, p: Plan, ticket: Ticket) -> AsyncIterator[str
     pieces: list[str] = []
     token_ids: list[int] = []
     finish = "length"
-    splitter = (CallSplitter(p.tool_format, p.tools) if p.tool_format is not None
-                else None)
+    calls = (ToolStream(p.tool_format, p.tools, "toolu_") if p.tool_format is not None
+             else None)
     thinking = reasoning_splitter(p)
-    index, open_text, open_thinking = 0, False, False
+    blocks = _Blocks()
     try:
         async with ticket:
             async for chunk in ticket.stream(p.prompt_ids, p.sample_options(0)):
@@ -248,59 +311,30 @@ async def _events(st: ServerState, p: Plan, ticket: Ticket) -> AsyncIterator[str
                 reasoning, text = (thinking.feed(chunk.text) if thinking is not None
                                    else ("", chunk.text))
                 if reasoning:
-                    for e in _thinking_delta(index, reasoning, open_thinking):
+                    for e in blocks.thinking(reasoning):
                         yield e
-                    open_thinking = True
-                text = splitter.feed(text) if splitter is not None else text
-                if text and open_thinking:
-                    yield _thinking_stop(index)
-                    index, open_thinking = index + 1, False
-                if text:
-                    if not open_text:
-                        yield event("content_block_start", {
-                            "type": "content_block_start", "index": index,
-                            "content_block": {"type": "text", "text": ""}})
-                        open_text = True
-                    yield event("content_block_delta", {
-                        "type": "content_block_delta", "index": index,
-                        "delta": {"type": "text_delta", "text": text}})
+                events: list[StreamEvent] = (calls.feed(text) if calls is not None
+                                             else [text])
+                for e in blocks.send(events):
+                    yield e
     except (ApiError, ColibriError) as exc:
         yield event("error", from_colibri(exc).anthropic_body())
         return
     held_reasoning, held = thinking.finish() if thinking is not None else ("", "")
     if held_reasoning:
-        for e in _thinking_delta(index, held_reasoning, open_thinking):
+        for e in blocks.thinking(held_reasoning):
             yield e
-        open_thinking = True
-    if open_thinking:
-        yield _thinking_stop(index)
-        index += 1
-    held = splitter.feed(held) if splitter is not None else held
-    rest, calls = (splitter.finish("toolu_", cut=finish == "length") if splitter is not None
-                   else ("", []))
-    rest = held + rest
-    if rest or (not open_text and not calls):
-        if not open_text:
-            yield event("content_block_start", {"type": "content_block_start", "index": index,
-                                                "content_block": {"type": "text", "text": ""}})
-            open_text = True
-        if rest:
-            yield event("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                "delta": {"type": "text_delta", "text": rest}})
-    if open_text:
-        yield event("content_block_stop", {"type": "content_block_stop", "index": index})
-        index += 1
-    for c in calls:
-        yield event("content_block_start", {"type": "content_block_start", "index": index,
-                                            "content_block": {"type": "tool_use", "id": c.id,
-                                                              "name": c.name, "input": {}}})
-        yield event("content_block_delta", {
-            "type": "content_block_delta", "index": index,
-            "delta": {"type": "input_json_delta", "partial_json": json.dumps(c.arguments)}})
-        yield event("content_block_stop", {"type": "content_block_stop", "index": index})
-        index += 1
+    last: list[StreamEvent] = (calls.feed(held) + calls.finish(cut=finish == "length")
+                               if calls is not None else [held])
+    for e in blocks.send(last):
+        yield e
+    if not (blocks.any_text or blocks.any_call):
+        for e in blocks.text(""):  # an answer of nothing: one empty text block
+            yield e
+    for e in blocks.close():
+        yield e
     reason, seq = _stop(st, p, token_ids, "".join(pieces), finish)
-    if calls and not (splitter is not None and splitter.dropped):
+    if calls is not None and calls.calls and not calls.dropped:
         reason, seq = "tool_use", None
     yield event("message_delta", {"type": "message_delta",
                                   "delta": {"stop_reason": reason, "stop_sequence": seq},

@@ -28,7 +28,8 @@ from .runner import (
 from .scheduler import Ticket
 from .sse import DONE, DeferredJSON, EventStream, data
 from .state import ServerState, state
-from .tools import CallSplitter, split_answer
+from .tool_stream import CallArgs, CallStart, StreamEvent, ToolStream
+from .tools import split_answer
 from .wire import ChatCompletionRequest, CompletionRequest
 
 router = APIRouter()
@@ -113,6 +114,26 @@ async def _chat_body(st: ServerState, p: Plan, ticket: Ticket) -> dict[str, Any]
             "usage": usage(len(p.prompt_ids), completion)}
 
 
+def _event_frames(events: list[StreamEvent], lps: Any,
+                  ) -> list[tuple[dict[str, Any], None, Any]]:
+    """A chunk's deltas (delta, finish, logprobs): its text (with the logprobs, sent even
+    without text), then its tool-call deltas: a call's first carries its index, id, type
+    and name, the next ones fragments of its arguments (colibri.server.tool_stream)."""
+    text = "".join(e for e in events if isinstance(e, str))
+    out: list[tuple[dict[str, Any], None, Any]] = []
+    if text or lps is not None:
+        out.append(({"content": text}, None, lps))
+    for e in events:
+        if isinstance(e, CallStart):
+            out.append(({"tool_calls": [{"index": e.index, "id": e.id, "type": "function",
+                                         "function": {"name": e.name, "arguments": ""}}]},
+                        None, None))
+        elif isinstance(e, CallArgs):
+            out.append(({"tool_calls": [{"index": e.index, "function": {"arguments": e.text}}]},
+                        None, None))
+    return out
+
+
 async def _chat_frames(st: ServerState, p: Plan, ticket: Ticket,
                        include_usage: bool) -> AsyncIterator[str]:
     cid, created, tok = new_id("chatcmpl-"), now(), st.model.tokenizer
@@ -129,8 +150,8 @@ async def _chat_frames(st: ServerState, p: Plan, ticket: Ticket,
         async with ticket:
             for i in range(p.n):
                 yield frame(i, {"role": "assistant", "content": ""})
-                splitter = (CallSplitter(p.tool_format, p.tools)
-                            if p.tool_format is not None else None)
+                calls = (ToolStream(p.tool_format, p.tools) if p.tool_format is not None
+                         else None)
                 thinking = reasoning_splitter(p)
                 finish = "length"
                 async for chunk in ticket.stream(p.prompt_ids, p.sample_options(i)):
@@ -138,30 +159,29 @@ async def _chat_frames(st: ServerState, p: Plan, ticket: Ticket,
                         completion += 1
                     reasoning, text = (thinking.feed(chunk.text) if thinking is not None
                                        else ("", chunk.text))
-                    text = splitter.feed(text) if splitter is not None else text
+                    events: list[StreamEvent] = (calls.feed(text) if calls is not None
+                                                 else [text])
                     lps = ({"content": [chat_logprob(chunk.logprobs, tok)]}
                            if chunk.logprobs is not None else None)
                     if reasoning:
                         yield frame(i, {"reasoning_content": reasoning})
-                    if text or lps is not None:
-                        yield frame(i, {"content": text}, logprobs=lps)
+                    for f in _event_frames(events, lps):
+                        yield frame(i, *f)
                     if chunk.finish_reason is not None:
                         finish = chunk.finish_reason
                 held = thinking.finish() if thinking is not None else ("", "")
                 if held[0]:
                     yield frame(i, {"reasoning_content": held[0]})
-                if splitter is None and held[1]:
-                    yield frame(i, {"content": held[1]})
-                if splitter is not None:
-                    held_text = splitter.feed(held[1])
-                    rest, calls = splitter.finish(cut=finish == "length")
-                    rest = held_text + rest
-                    if rest:
-                        yield frame(i, {"content": rest})
-                    if calls:
-                        yield frame(i, {"tool_calls": [c.openai(j)
-                                                       for j, c in enumerate(calls)]})
-                        finish = "length" if splitter.dropped else "tool_calls"
+                if calls is None:
+                    if held[1]:
+                        yield frame(i, {"content": held[1]})
+                else:
+                    events = calls.feed(held[1]) + calls.finish(cut=finish == "length",
+                                                                raw_without_calls=True)
+                    for f in _event_frames(events, None):
+                        yield frame(i, *f)
+                    if calls.calls:
+                        finish = "length" if calls.dropped else "tool_calls"
                 yield frame(i, {}, finish)
     except (ApiError, ColibriError) as exc:
         yield data(error_frame(exc))
