@@ -57,7 +57,9 @@ DETECTED = {
     "llama-cpp-deepseek-r1.jinja": "deepseek_v3",
     "Qwen-Qwen2.5-7B-Instruct.jinja": "hermes", "Qwen-Qwen3-0.6B.jinja": "hermes",
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja": "hermes",
-    "Qwen3-Coder.jinja": None, "deepseek-ai-DeepSeek-V3.2.jinja": None,
+    "Qwen3-Coder.jinja": "qwen3_coder", "Qwen3.5-4B.jinja": "qwen3_coder",
+    "MiniMax-M2.jinja": "minimax_m2",  # (both: tests/server/test_tool_formats_xml.py)
+    "deepseek-ai-DeepSeek-V3.2.jinja": None,
     "meta-llama-Llama-3.1-8B-Instruct.jinja": None,
     "Mistral-Small-3.2-24B-Instruct-2506.jinja": None,
 }

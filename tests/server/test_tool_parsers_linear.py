@@ -31,6 +31,11 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "kimi_k2": KIMI,
     "deepseek_v3": (*DS.values(), "function", "```json\n", "\n```"),
     "deepseek_v31": tuple(DS.values()),
+    "qwen3_coder": ("<tool_call>", "</tool_call>", "<function=f>", "<function=", "</function>",
+                    "<parameter=a>", "<parameter=b>", "</parameter>", "\n", "true", "12"),
+    "minimax_m2": ("<minimax:tool_call>", "</minimax:tool_call>", '<invoke name="f">',
+                   '<invoke name="', "</invoke>", '<parameter name="a">', '<parameter name="b">',
+                   "</parameter>", "12"),
 }
 
 
@@ -72,6 +77,15 @@ HOSTILE: dict[str, list[str]] = {
                     DS["tool call begin"] + DS["tool sep"] + "f```" + "``` x" * 50_000],
     "deepseek_v31": [DS["tool call begin"] + "f" + DS["tool sep"] + " " * 200_000 + "x",
                      (DS["tool call begin"] + "f ") * 30_000],
+    "qwen3_coder": ["<tool_call><function=f>" + "<parameter=a>x</parameter>" * 20_000 + "x",
+                    "<function=f>\n<parameter=" * 20_000 + "</parameter>",
+                    "<function=f><parameter=a>" + "</parameter> x" * 50_000,
+                    "<tool_call>" + " " * 200_000 + "<function=f></function>",
+                    "<parameter=a>x</parameter>" * 20_000 + "<function=f>" * 20_000,
+                    "<function=" + "f" * 200_000],
+    "minimax_m2": ['<invoke name="f">' + '<parameter name="a">x</parameter>' * 20_000 + "x",
+                   '<invoke name="f"><parameter name="' * 20_000 + "</parameter>",
+                   '<invoke name="f"><parameter name="a">' + "</parameter> x" * 50_000],
 }
 
 
@@ -123,10 +137,13 @@ DEEP = "[" * 100_000
      + '{"a": ' + DEEP + "\n```" + DS["tool call end"]),
     ("deepseek_v31", DS["tool call begin"] + "f" + DS["tool sep"] + '{"a": ' + DEEP
      + DS["tool call end"]),
+    ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=b>\n" + DEEP + "\n</parameter>\n"
+     "</function>\n</tool_call>"),
+    ("minimax_m2", '<invoke name="f"><parameter name="b">' + DEEP + "</parameter></invoke>"),
 ])
 def test_deeply_nested_json_is_text(fmt: str, text: str) -> None:
     rest, calls = parse_calls(text, "call_", fmt)
-    if fmt == "glm":  # a value that is not JSON is kept as its text
+    if fmt in ("glm", "qwen3_coder", "minimax_m2"):  # a value not JSON is kept as its text
         assert calls[0].arguments == {"b": DEEP}
     else:
         assert calls == [] and rest == text.strip()

@@ -12,7 +12,10 @@ all appear in the template's source).
 - ``deepseek_v31`` (DeepSeek-V3.1): ``<|tool calls begin|><|tool call begin|>NAME<|tool
   sep|>{JSON}<|tool call end|>...<|tool calls end|>``;
 - ``hermes`` (Qwen2.5, Qwen3, QwQ, Hermes 2 Pro / 3): ``<tool_call>{"name": NAME,
-  "arguments": {JSON}}</tool_call>``.
+  "arguments": {JSON}}</tool_call>``;
+- ``qwen3_coder`` (Qwen3-Coder, Qwen3.5, Nemotron-3-Nano, Step-3.5-Flash) and
+  ``minimax_m2`` (MiniMax-M2): XML-like calls with one tag per parameter, its value raw
+  text typed by the tool's schema (colibri.server.tool_formats_xml).
 
 DeepSeek's markers are written above with ASCII bars and spaces; in its vocabulary (and
 the model's text) the bars are U+FF5C (full-width) and the spaces U+2581.
@@ -49,6 +52,7 @@ from .tool_format_base import (
     _scan_starts,
     _skip_ws,
 )
+from .tool_formats_xml import MINIMAX_M2, QWEN3_CODER, xml_reader, xml_scanner
 
 __all__ = ["FORMATS", "MAX_JSON_DEPTH", "CallFormat", "ToolCall", "template_format"]
 
@@ -261,6 +265,13 @@ FORMATS: dict[str, CallFormat] = {f.name: f for f in (
     CallFormat("deepseek_v31", markers=(_DS_SEP,), opens=(_DS_CALLS, _DS_CALL),
                scan=_scan_deepseek_v31, read=_read_name_args,
                section=(_DS_CALLS, _DS_CALLS_END)),
+    CallFormat("qwen3_coder", markers=("<tool_call>", "<function=", "<parameter="),
+               opens=("<tool_call>", "<function="), scan=xml_scanner(QWEN3_CODER),
+               read=xml_reader(QWEN3_CODER)),
+    CallFormat("minimax_m2", markers=("<minimax:tool_call>", '<invoke name="'),
+               opens=("<minimax:tool_call>", '<invoke name="'), scan=xml_scanner(MINIMAX_M2),
+               read=xml_reader(MINIMAX_M2),
+               section=("<minimax:tool_call>", "</minimax:tool_call>")),
     CallFormat("hermes", markers=("<tool_call>",), absent=("<function=",),
                opens=("<tool_call>",), scan=_scan_hermes, read=_read_hermes),
 )}
