@@ -60,8 +60,10 @@ DETECTED = {
     "Qwen3-Coder.jinja": "qwen3_coder", "Qwen3.5-4B.jinja": "qwen3_coder",
     "MiniMax-M2.jinja": "minimax_m2",  # (both: tests/server/test_tool_formats_xml.py)
     "deepseek-ai-DeepSeek-V3.2.jinja": None,
-    "meta-llama-Llama-3.1-8B-Instruct.jinja": None,
-    "Mistral-Small-3.2-24B-Instruct-2506.jinja": None,
+    "meta-llama-Llama-3.1-8B-Instruct.jinja": "llama3_json",
+    "Mistral-Small-3.2-24B-Instruct-2506.jinja": "mistral",
+    "mistralai-Mistral-Nemo-Instruct-2407.jinja": "mistral_json",
+    # (these three: tests/server/test_tool_formats_json.py)
 }
 
 

@@ -36,6 +36,13 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "minimax_m2": ("<minimax:tool_call>", "</minimax:tool_call>", '<invoke name="f">',
                    '<invoke name="', "</invoke>", '<parameter name="a">', '<parameter name="b">',
                    "</parameter>", "12"),
+    "llama3_json": ('{"name": "f", "parameters": ', '{"name": "f", "arguments": {"a": 1}}',
+                    '"type": "function", ', "<|python_tag|>", "f.call(", 'a="x"', ")", "}",
+                    '{"name"', '{ "type"'),
+    "mistral": ("[TOOL_CALLS]", "f", "[ARGS]", "[CALL_ID]", "abc123xyz", '{"a": 1}',
+                '[{"name": "f", "arguments": {}}]'),
+    "mistral_json": ("[TOOL_CALLS][", '{"name": "f", "arguments": {"a": 1}, "id": "x"}', "]",
+                     ", ", "[TOOL_CALLS]", "f[ARGS]"),
 }
 
 
@@ -86,6 +93,14 @@ HOSTILE: dict[str, list[str]] = {
     "minimax_m2": ['<invoke name="f">' + '<parameter name="a">x</parameter>' * 20_000 + "x",
                    '<invoke name="f"><parameter name="' * 20_000 + "</parameter>",
                    '<invoke name="f"><parameter name="a">' + "</parameter> x" * 50_000],
+    "llama3_json": ['{"name": "f", "parameters": {"a": "' * 20_000,
+                    '{"name": "f", "parameters": [' * 20_000,
+                    '{"name": "' * 50_000, "<|python_tag|>{" * 50_000,
+                    '<|python_tag|>f.call(a="x", ' * 20_000, "{" * 200_000 + '"name": "'],
+    "mistral": ['[TOOL_CALLS]f[ARGS]{"a": [' * 20_000, "[TOOL_CALLS]f[CALL_ID]" * 30_000,
+                "[TOOL_CALLS][" * 50_000, '[TOOL_CALLS]f[ARGS]{"a": "' + "[TOOL_CALLS]" * 50_000],
+    "mistral_json": ['[TOOL_CALLS][{"name": "f", "arguments": {' * 20_000,
+                     "[TOOL_CALLS][" + "[" * 200_000],
 }
 
 
@@ -140,6 +155,9 @@ DEEP = "[" * 100_000
     ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=b>\n" + DEEP + "\n</parameter>\n"
      "</function>\n</tool_call>"),
     ("minimax_m2", '<invoke name="f"><parameter name="b">' + DEEP + "</parameter></invoke>"),
+    ("llama3_json", '{"name": "f", "parameters": {"a": ' + DEEP + "]" * 100_000 + "}}"),
+    ("mistral", '[TOOL_CALLS]f[ARGS]{"a": ' + DEEP + "]" * 100_000 + "}"),
+    ("mistral_json", '[TOOL_CALLS][{"name": "f", "arguments": ' + DEEP + "]" * 100_000 + "}]"),
 ])
 def test_deeply_nested_json_is_text(fmt: str, text: str) -> None:
     rest, calls = parse_calls(text, "call_", fmt)

@@ -13,6 +13,8 @@ all appear in the template's source).
   sep|>{JSON}<|tool call end|>...<|tool calls end|>``;
 - ``hermes`` (Qwen2.5, Qwen3, QwQ, Hermes 2 Pro / 3): ``<tool_call>{"name": NAME,
   "arguments": {JSON}}</tool_call>``;
+- ``llama3_json`` (Llama 3.1-3.3), ``mistral`` and ``mistral_json`` (Mistral's
+  ``[TOOL_CALLS]``): bare JSON calls (colibri.server.tool_formats_json);
 - ``qwen3_coder`` (Qwen3-Coder, Qwen3.5, Nemotron-3-Nano, Step-3.5-Flash) and
   ``minimax_m2`` (MiniMax-M2): XML-like calls with one tag per parameter, its value raw
   text typed by the tool's schema (colibri.server.tool_formats_xml).
@@ -51,6 +53,14 @@ from .tool_format_base import (
     _param_types,
     _scan_starts,
     _skip_ws,
+)
+from .tool_formats_json import (
+    PYTHON_TAG,
+    TOOL_CALLS,
+    read_llama3,
+    read_mistral,
+    scan_llama3,
+    scan_mistral,
 )
 from .tool_formats_xml import MINIMAX_M2, QWEN3_CODER, xml_reader, xml_scanner
 
@@ -274,6 +284,13 @@ FORMATS: dict[str, CallFormat] = {f.name: f for f in (
                section=("<minimax:tool_call>", "</minimax:tool_call>")),
     CallFormat("hermes", markers=("<tool_call>",), absent=("<function=",),
                opens=("<tool_call>",), scan=_scan_hermes, read=_read_hermes),
+    CallFormat("llama3_json", markers=("<|start_header_id|>ipython", '"parameters": '),
+               opens=('{"name"', '{"type"', '{ "name"', '{ "type"', PYTHON_TAG),
+               scan=scan_llama3, read=read_llama3),
+    CallFormat("mistral", markers=(TOOL_CALLS, "[ARGS]"), opens=(TOOL_CALLS,),
+               scan=scan_mistral, read=read_mistral),
+    CallFormat("mistral_json", markers=(TOOL_CALLS + "[",), opens=(TOOL_CALLS,),
+               scan=scan_mistral, read=read_mistral),
 )}
 
 

@@ -99,10 +99,13 @@ def _hermes(funcs: Funcs) -> str:
 def _json_calls(opening: str, closing: str, head: Callable[[dict[str, Any]], str],
                 tail: str) -> Callable[[Funcs], str]:
     """A format whose call is ``head(function) JSON tail`` inside opening/closing."""
+    def around(middle: str, before: str, after: str) -> str:  # (no empty literals)
+        return " ".join(p for p in (before and _lit(before), middle, after and _lit(after)) if p)
+
     def build(funcs: Funcs) -> str:
-        return (f"start: {_lit(opening)} call {_lit(closing)}\n"
+        return (f"start: {around('call', opening, closing)}\n"
                 + _alternatives(funcs, lambda i, f: [
-                    f"f{i}: {_lit(head(f))} {_json(_params(f))} {_lit(tail)}"]))
+                    f"f{i}: {around(_json(_params(f)), head(f), tail)}"]))
     return build
 
 
@@ -191,6 +194,12 @@ BUILDERS: dict[str, Callable[[Funcs], str]] = {
     "deepseek_v3": _json_calls(_DS_OPEN, _DS_CLOSE,
                                lambda f: f"function{_DS_SEP}{f['name']}\n```json\n", "\n```"),
     "deepseek_v31": _json_calls(_DS_OPEN, _DS_CLOSE, lambda f: f"{f['name']}{_DS_SEP}", ""),
+    # Llama 3.x: the call is the whole answer, as its template writes it.
+    "llama3_json": _json_calls("", "", lambda f: f'{{"name": {_lit(f["name"])}, '
+                                                 '"parameters": ', "}"),
+    "mistral": _json_calls("[TOOL_CALLS]", "", lambda f: f"{f['name']}[ARGS]", ""),
+    "mistral_json": _json_calls("[TOOL_CALLS][", "]", lambda f: f'{{"name": {_lit(f["name"])}, '
+                                                              '"arguments": ', "}"),
 }
 
 
