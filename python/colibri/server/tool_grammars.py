@@ -116,8 +116,11 @@ def _bare_value(schema: dict[str, Any], close: str = "") -> str:
     """A parameter's value in a format that writes strings bare (GLM's, Qwen3-Coder's,
     MiniMax-M2's): bare text for a string (its enum, or between its minLength and
     maxLength, without ``<``: the closing tag's first character), JSON otherwise. A
-    `close` is taken into the text's regex (llguidance's lexer takes the longest match:
-    a close that begins with a newline would be eaten by the text before it)."""
+    `close` that begins with a newline (Qwen3-Coder's) is taken into the text's regex,
+    the text not ending in a newline and that newline optional: llguidance's lexer takes
+    the longest match, so a separate close would have its newline eaten by the text,
+    and the parser drops one newline there (a text ending in one would come back short
+    of it)."""
     kind = schema.get("type")
     strings = "enum" in schema and all(isinstance(e, str) for e in schema["enum"])
     if (kind == "string" and ("enum" not in schema or strings)) or (kind is None and strings):
@@ -129,8 +132,15 @@ def _bare_value(schema: dict[str, Any], close: str = "") -> str:
             raise InvalidRequestError(f"a string parameter's minLength/maxLength over "
                                       f"{_MAX_BARE_LENGTH:,} cannot be forced in a format "
                                       "that writes strings bare (GLM, Qwen3-Coder, MiniMax)")
-        tail = close.replace("\n", "\\n").replace("/", "\\/")
-        return f"/[^<]{{{least},{'' if most is None else int(most)}}}{tail}/"
+        upto = "" if most is None else int(most)
+        if not close:
+            return f"/[^<]{{{least},{upto}}}/"
+        upto_less = "" if most is None else int(most) - 1
+        body = "" if most == 0 else f"[^<]{{{max(least - 1, 0)},{upto_less}}}[^<\\n]"
+        if least == 0 and body:
+            body = f"(?:{body})?"
+        tail = close[1:].replace("\n", "\\n").replace("/", "\\/")
+        return f"/{body}\\n?{tail}/"
     return _json(schema) + (f" {_lit(close)}" if close else "")
 
 
