@@ -64,6 +64,7 @@ DETECTED = {
     "Mistral-Small-3.2-24B-Instruct-2506.jinja": "mistral",
     "mistralai-Mistral-Nemo-Instruct-2407.jinja": "mistral_json",
     # (these three: tests/server/test_tool_formats_json.py)
+    "openai-gpt-oss-120b.jinja": "harmony",  # (tests/server/test_tool_formats_harmony.py)
 }
 
 

@@ -43,6 +43,8 @@ MARKERS: dict[str, tuple[str, ...]] = {
                 '[{"name": "f", "arguments": {}}]'),
     "mistral_json": ("[TOOL_CALLS][", '{"name": "f", "arguments": {"a": 1}, "id": "x"}', "]",
                      ", ", "[TOOL_CALLS]", "f[ARGS]"),
+    "harmony": ("<|start|>assistant", "<|channel|>commentary ", "to=functions.f", " json",
+                "<|constrain|>json", "<|message|>", '{"a": 1}', "<|call|>", "<|end|>"),
 }
 
 
@@ -101,6 +103,10 @@ HOSTILE: dict[str, list[str]] = {
                 "[TOOL_CALLS][" * 50_000, '[TOOL_CALLS]f[ARGS]{"a": "' + "[TOOL_CALLS]" * 50_000],
     "mistral_json": ['[TOOL_CALLS][{"name": "f", "arguments": {' * 20_000,
                      "[TOOL_CALLS][" + "[" * 200_000],
+    "harmony": ['to=functions.f<|message|>{"a": "' * 20_000,
+                'to=functions.f<|message|>{"a": [' * 20_000,
+                "to=functions.f json<|message|>{" + " " * 200_000 + "<|call|>" * 10_000,
+                "<|channel|>commentary to=functions." * 30_000],
 }
 
 
@@ -158,6 +164,8 @@ DEEP = "[" * 100_000
     ("llama3_json", '{"name": "f", "parameters": {"a": ' + DEEP + "]" * 100_000 + "}}"),
     ("mistral", '[TOOL_CALLS]f[ARGS]{"a": ' + DEEP + "]" * 100_000 + "}"),
     ("mistral_json", '[TOOL_CALLS][{"name": "f", "arguments": ' + DEEP + "]" * 100_000 + "}]"),
+    ("harmony", '<|channel|>commentary to=functions.f json<|message|>{"a": ' + DEEP
+     + "]" * 100_000 + "}<|call|>"),
 ])
 def test_deeply_nested_json_is_text(fmt: str, text: str) -> None:
     rest, calls = parse_calls(text, "call_", fmt)

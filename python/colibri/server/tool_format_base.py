@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_JSON_DEPTH", "CallFormat", "Found", "Reader", "Scanner", "ToolCall", "Tools"]
+__all__ = ["MAX_JSON_DEPTH", "CallFormat", "Found", "Reader", "Scanner", "ToolCall", "Tools",
+           "json_end"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,25 @@ def _too_deep(text: str) -> bool:
         elif c in "]}":
             depth -= 1
     return False
+
+
+def json_end(text: str, start: int, stop: int | None = None) -> int:
+    """Where the JSON object or array opening at `start` closes (the index after its last
+    bracket), or minus where the reading stopped: it does not close before `stop` (the
+    end of the text when None), or nests deeper than MAX_JSON_DEPTH."""
+    depth = 0
+    stop = len(text) if stop is None else stop
+    for m in _JSON_TOKEN.finditer(text, start, stop):
+        c = text[m.start()]
+        if c in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                return -m.end()
+        elif c in "]}":
+            depth -= 1
+            if depth == 0:
+                return m.end()
+    return -stop
 
 
 _UNREAD = object()

@@ -15,6 +15,8 @@ all appear in the template's source).
   "arguments": {JSON}}</tool_call>``;
 - ``llama3_json`` (Llama 3.1-3.3), ``mistral`` and ``mistral_json`` (Mistral's
   ``[TOOL_CALLS]``): bare JSON calls (colibri.server.tool_formats_json);
+- ``harmony`` (gpt-oss): ``<|channel|>commentary to=functions.NAME <|constrain|>json
+  <|message|>{JSON}<|call|>`` (colibri.server.tool_formats_harmony);
 - ``qwen3_coder`` (Qwen3-Coder, Qwen3.5, Nemotron-3-Nano, Step-3.5-Flash) and
   ``minimax_m2`` (MiniMax-M2): XML-like calls with one tag per parameter, its value raw
   text typed by the tool's schema (colibri.server.tool_formats_xml).
@@ -54,6 +56,7 @@ from .tool_format_base import (
     _scan_starts,
     _skip_ws,
 )
+from .tool_formats_harmony import CALL, RECIPIENT, read_harmony, scan_harmony
 from .tool_formats_json import (
     PYTHON_TAG,
     TOOL_CALLS,
@@ -291,6 +294,10 @@ FORMATS: dict[str, CallFormat] = {f.name: f for f in (
                scan=scan_mistral, read=read_mistral),
     CallFormat("mistral_json", markers=(TOOL_CALLS + "[",), opens=(TOOL_CALLS,),
                scan=scan_mistral, read=read_mistral),
+    CallFormat("harmony", markers=(CALL, "<|channel|>commentary"),
+               opens=("<|start|>assistant to=", "<|start|>assistant<|channel|>commentary to=",
+                      "<|channel|>commentary to=", RECIPIENT),
+               scan=scan_harmony, read=read_harmony),
 )}
 
 

@@ -27,38 +27,19 @@ from collections.abc import Iterator
 from typing import Any
 
 from .tool_format_base import (
-    _JSON_TOKEN,
     _UNREAD,
-    MAX_JSON_DEPTH,
     Found,
     Tools,
     _json,
     _name_at,
     _skip_ws,
+    json_end,
 )
 
 __all__ = ["PYTHON_TAG", "TOOL_CALLS", "read_llama3", "read_mistral", "scan_llama3",
            "scan_mistral"]
 
 PYTHON_TAG, TOOL_CALLS, ARGS, CALL_ID = "<|python_tag|>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
-
-
-def json_end(text: str, start: int) -> int:
-    """Where the JSON object or array opening at `start` closes (the index after its last
-    bracket), or minus where the reading stopped: it does not close, or nests deeper than
-    MAX_JSON_DEPTH."""
-    depth = 0
-    for m in _JSON_TOKEN.finditer(text, start):
-        c = text[m.start()]
-        if c in "[{":
-            depth += 1
-            if depth > MAX_JSON_DEPTH:
-                return -m.end()
-        elif c in "]}":
-            depth -= 1
-            if depth == 0:
-                return m.end()
-    return -len(text)
 
 
 def _value_at(text: str, start: int) -> tuple[Any, int]:

@@ -192,6 +192,16 @@ _DS_OPEN = deepseek_marker("tool calls begin") + deepseek_marker("tool call begi
 _DS_CLOSE = deepseek_marker("tool call end") + deepseek_marker("tool calls end")
 _DS_SEP = deepseek_marker("tool sep")
 
+def _harmony(funcs: Funcs) -> str:
+    """gpt-oss: the generation prompt ends in ``<|start|>assistant``; the call goes to the
+    commentary channel. ``<|call|>`` is one of its end-of-generation tokens: the grammar
+    may end before it (the model's end token, whichever, then stops it) or write it."""
+    return ('start: "<|channel|>commentary to=functions." call "<|call|>"?\n'
+            + _alternatives(funcs, lambda i, f: [
+                f"f{i}: {_lit(f['name'] + ' <|constrain|>json<|message|>')} "
+                f"{_json(_params(f))}"]))
+
+
 BUILDERS: dict[str, Callable[[Funcs], str]] = {
     "hermes": _hermes,
     "glm": _glm,
@@ -210,6 +220,7 @@ BUILDERS: dict[str, Callable[[Funcs], str]] = {
     "mistral": _json_calls("[TOOL_CALLS]", "", lambda f: f"{f['name']}[ARGS]", ""),
     "mistral_json": _json_calls("[TOOL_CALLS][", "]", lambda f: f'{{"name": {_lit(f["name"])}, '
                                                               '"arguments": ', "}"),
+    "harmony": _harmony,
 }
 
 
