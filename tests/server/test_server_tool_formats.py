@@ -255,9 +255,8 @@ def tool_server(request: pytest.FixtureRequest) -> Iterator[tuple[ServerProcess,
 def test_the_server_answers_calls_in_the_template_format(
         tool_server: tuple[ServerProcess, str], smollm2: co.Model) -> None:
     """SmolLM2 served with GLM-4.6's, Kimi-K2's or Qwen3-Coder's template: a forced call
-    comes back as
-    `tool_calls` (whole and streamed); an auto answer is the parse of what the Python API
-    generates on the same prompt."""
+    comes back as `tool_calls` (whole and streamed); an auto answer is the parse of what
+    the Python API generates on the same prompt."""
     server, name = tool_server
     fmt = DETECTED[name]
     assert fmt is not None
