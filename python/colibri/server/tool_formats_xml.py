@@ -47,9 +47,9 @@ class XmlShape:
     """How one family spells a call: ``call`` NAME ``call_end`` then pairs ``key`` K
     ``key_end`` V ``value_end``, then ``end`` (or the end of the text); ``wrapper``, when
     it comes just before the call (whitespace apart), and ``trailer``, just after its end,
-    belong to the call too. ``stop`` also ends
-    the pairs (a wrapper's closing tag where the model left out ``end``). ``newlines``:
-    the template puts a newline on each side of a value (dropped when reading)."""
+    belong to the call too. ``stop`` also ends the pairs (a wrapper's closing tag where
+    the model left out ``end``). ``newlines``: the template puts a newline on each side of
+    a value (dropped when reading)."""
 
     call: str
     call_end: str
@@ -65,8 +65,7 @@ class XmlShape:
 
 QWEN3_CODER = XmlShape(call="<function=", call_end=">", key="<parameter=", key_end=">",
                        value_end="</parameter>", end="</function>", wrapper="<tool_call>",
-                       trailer="</tool_call>",
-                       stop="</tool_call>", newlines=True)
+                       trailer="</tool_call>", stop="</tool_call>", newlines=True)
 MINIMAX_M2 = XmlShape(call='<invoke name="', call_end='">', key='<parameter name="',
                       key_end='">', value_end="</parameter>", end="</invoke>",
                       stop="</minimax:tool_call>")
