@@ -26,11 +26,14 @@ the model's text) the bars are U+FF5C (full-width) and the spaces U+2581.
 
 The formats were read off the templates themselves (llama.cpp's copies, build/test-data/
 templates: what each renders for an assistant's tool calls) and checked against llama.cpp's
-parsers (common/chat*.cpp); tests/server/test_server_tool_formats.py renders calls through each
-template and parses them back. A call that does not parse (bad JSON, no name, a missing
-closing tag in the middle of the text, JSON nested deeper than :data:`MAX_JSON_DEPTH`) stays
-in the text. The model's text is untrusted: each format's scanner reads it in linear time
-(str.find and regexes without nested repetition; tests/server/test_tool_parsers_linear.py).
+parsers (common/chat*.cpp); tests/server/test_server_tool_formats.py and
+test_tool_formats_{xml,json,harmony}.py render calls through each template and parse them
+back. What every format is built from (ToolCall, CallFormat, bounded JSON, the scanning
+helpers) is colibri.server.tool_format_base. A call that does not parse (bad JSON, no
+name, a missing closing tag in the middle of the text, JSON nested deeper than
+:data:`MAX_JSON_DEPTH`) stays in the text. The model's text is untrusted: each format's
+scanner reads it in linear time (str.find and regexes without nested repetition;
+tests/server/test_tool_parsers_linear.py).
 """
 
 from __future__ import annotations
