@@ -59,6 +59,7 @@ DETECTED = {
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja": "hermes",
     "Qwen3-Coder.jinja": "qwen3_coder", "Qwen3.5-4B.jinja": "qwen3_coder",
     "MiniMax-M2.jinja": "minimax_m2",  # (both: tests/server/test_tool_formats_xml.py)
+    "MiniMax-M3.jinja": None,  # (its tags carry a prefix: not hermes's <tool_call>)
     "deepseek-ai-DeepSeek-V3.2.jinja": None,
     "meta-llama-Llama-3.1-8B-Instruct.jinja": "llama3_json",
     "Mistral-Small-3.2-24B-Instruct-2506.jinja": "mistral",

@@ -288,7 +288,9 @@ FORMATS: dict[str, CallFormat] = {f.name: f for f in (
                opens=("<minimax:tool_call>", '<invoke name="'), scan=xml_scanner(MINIMAX_M2),
                read=xml_reader(MINIMAX_M2),
                section=("<minimax:tool_call>", "</minimax:tool_call>")),
-    CallFormat("hermes", markers=("<tool_call>",), absent=("<function=",),
+    # (MiniMax-M3 prefixes its own tags, <tool_call> among them, with "]<]minimax[>[":
+    # not this format.)
+    CallFormat("hermes", markers=("<tool_call>",), absent=("<function=", "]<]minimax[>["),
                opens=("<tool_call>",), scan=_scan_hermes, read=_read_hermes),
     CallFormat("llama3_json", markers=("<|start_header_id|>ipython", '"parameters": '),
                opens=('{"name"', '{"type"', '{ "name"', '{ "type"', PYTHON_TAG),
