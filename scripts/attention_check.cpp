@@ -22,6 +22,8 @@ struct Case {
   int64_t n_pos, n_kv, group, dk, dv;
   bool v_in_k;
   DType type;
+  int64_t window = 0;  // sliding window (0: none)
+  bool sinks = false;  // a sink logit per head, drawn from N(0, 2)
 };
 
 std::vector<uint8_t> store(const std::vector<float>& x, int64_t n, int64_t heads, int64_t dim, DType type) {
@@ -40,7 +42,11 @@ void run_case(const Case& c, Isa isa) {
   for (auto* x : {&q, &k, &v})
     for (float& f : *x) f = nd(rng);
   const std::vector<uint8_t> kb = store(k, c.n_pos, c.n_kv, c.dk, c.type), vb = store(v, c.n_pos, c.n_kv, c.dv, c.type);
+  std::vector<float> sinks(static_cast<std::size_t>(nh));
+  for (float& f : sinks) f = 2.0f * nd(rng);
   attn::Problem p;
+  p.window = c.window;
+  p.sinks = c.sinks ? sinks.data() : nullptr;
   p.n_queries = c.n_pos;
   p.n_kv_heads = c.n_kv;
   p.group = c.group;
@@ -82,10 +88,12 @@ void run_case(const Case& c, Isa isa) {
     attn::run_with(pool2, one, ws, isa);
     for (std::size_t i = 0; i < o.size(); ++i) same = same && o[i] == full[static_cast<std::size_t>(t * nh * c.dv) + i];
   }
-  std::printf("%-6s %-4s pos %4lld kv %lld x %3lld dk %3lld dv %3lld: max err %.2e (%s), deterministic %s\n",
+  std::printf("%-6s %-4s pos %4lld kv %lld x %3lld dk %3lld dv %3lld window %3lld%s: max err %.2e (%s), "
+              "deterministic %s\n",
               isa_name(isa), dtype_name(c.type).c_str(), static_cast<long long>(c.n_pos),
               static_cast<long long>(c.n_kv), static_cast<long long>(c.group), static_cast<long long>(c.dk),
-              static_cast<long long>(c.dv), err, close ? "ok" : "FAIL", same ? "ok" : "FAIL");
+              static_cast<long long>(c.dv), static_cast<long long>(c.window), c.sinks ? " sinks" : "", err,
+              close ? "ok" : "FAIL", same ? "ok" : "FAIL");
   failures += !close + !same;
 }
 
@@ -144,6 +152,8 @@ int main() {
       {200, 1, 2, 96, 96, false, DType::BF16},  {200, 2, 8, 128, 128, false, DType::Q8_0},
       {150, 4, 2, 192, 128, false, DType::F16}, {100, 1, 16, 576, 512, true, DType::F32},
       {70, 1, 128, 576, 512, true, DType::Q8_0},
+      {300, 2, 3, 64, 64, false, DType::F16, 3, true},  // gpt-oss: sliding window + sinks
+      {600, 2, 3, 64, 64, false, DType::F32, 100, true}, {600, 3, 3, 64, 64, false, DType::Q8_0, 257, false},
   };
   for (Isa isa : {Isa::Scalar, Isa::AVX2, Isa::AVX512, Isa::NEON}) {
     if (!attn::kernels_for(isa)) continue;

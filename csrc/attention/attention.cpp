@@ -163,6 +163,7 @@ struct TaskRows {
   int64_t head;          // KV head
   int64_t n_rows;
   const int64_t* limit;  // per row: keys seen (key-index space), non-decreasing
+  const int64_t* start;  // per row: its first key (a sliding window's; else 0), non-decreasing
   Keys keys;
   // Per position, the bytes of K (and of V) to prefetch from this head's row on, for
   // rows read straight from the cache: this head's row, or every head's (the whole
@@ -170,54 +171,67 @@ struct TaskRows {
   int64_t k_span = 0, v_span = 0;
 };
 
-// The partial softmax state of chunk c for the task's rows that reach into it, left in
-// m.pm / m.pl / m.po (rows that do not reach it are untouched). Returns the first such row.
-int64_t chunk_partial(const Kernels& kr, const Problem& p, const TaskRows& t, int64_t c, ThreadMem& m) {
+// Rows [first, end) of a task: those that see a key of a chunk.
+struct RowRange {
+  int64_t first, end;
+};
+
+// The partial softmax state of chunk c for the task's rows that see a key of it, left in
+// m.pm / m.pl / m.po (other rows are untouched) and returned. A row sees keys
+// [start, limit); both bounds are non-decreasing over the rows, so the rows that see a
+// key of a chunk or block are a contiguous range, and a row's blocks are the same ones
+// (those holding a key it sees) whatever the task.
+RowRange chunk_partial(const Kernels& kr, const Problem& p, const TaskRows& t, int64_t c, ThreadMem& m) {
   const int64_t c0 = c * kChunkKeys, n = t.n_rows, last = t.limit[n - 1];
   const bool v_in_k = p.v.data == p.k.data && p.v.pos_stride == p.k.pos_stride &&
                       p.v.head_stride == p.k.head_stride && p.v.type == p.k.type;
-  int64_t first = 0;
+  int64_t first = 0, end = n;
   while (first < n && t.limit[first] <= c0) ++first;
-  const bool fused = n - first <= kFusedRows;
+  while (end > first && t.start[end - 1] >= c0 + kChunkKeys) --end;
+  const bool fused = end - first <= kFusedRows;
   if (!fused) {
     prefetch_rows(p.k, t.head, p.dk, t.keys, c0, std::min(c0 + kChunkKeys, last));
     if (!v_in_k) prefetch_rows(p.v, t.head, p.dv, t.keys, c0, std::min(c0 + kChunkKeys, last));
   }
-  for (int64_t r = first; r < n; ++r) {
+  for (int64_t r = first; r < end; ++r) {
     m.pm[r] = kNegInf;
     m.pl[r] = 0.0f;
     std::fill(m.po + r * p.dv, m.po + (r + 1) * p.dv, 0.0f);
   }
   for (int64_t b0 = c0; b0 < std::min(c0 + kChunkKeys, last); b0 += kBlockKeys) {
     const int64_t b1 = std::min(b0 + kBlockKeys, last);
-    int64_t ra = first;  // the first row that sees a key of this block
-    while (t.limit[ra] <= b0) ++ra;
+    int64_t ra = first, rb = end;  // the rows that see a key of this block
+    while (rb > ra && t.start[rb - 1] >= b1) --rb;
+    while (ra < rb && t.limit[ra] <= b0) ++ra;
+    if (ra >= rb) continue;  // outside every row's window
     const Rows kt = rows_for(p.k, t.head, p.dk, t.keys, b0, b1, m.ktile, fused, t.k_span);
     // MLA: the values are the first dv elements of the key rows (same bytes for F32, F16
     // and BF16; Q8_0 rows are whole blocks, so a prefix of blocks).
     const Rows vt = v_in_k ? kt : rows_for(p.v, t.head, p.dv, t.keys, b0, b1, m.vtile, fused, t.v_span);
     float* s = m.s + ra * kBlockKeys;
-    kr.scores(m.q + ra * p.dk, p.dk, n - ra, kt, b1 - b0, p.dk, p.scale, s, kBlockKeys);
-    for (int64_t r = ra; r < n; ++r) {
+    kr.scores(m.q + ra * p.dk, p.dk, rb - ra, kt, b1 - b0, p.dk, p.scale, s, kBlockKeys);
+    for (int64_t r = ra; r < rb; ++r) {
       float* sr = m.s + r * kBlockKeys;
+      std::fill(sr, sr + (std::max(t.start[r], b0) - b0), kNegInf);  // before the window
       std::fill(sr + (std::min(t.limit[r], b1) - b0), sr + kBlockKeys, kNegInf);
       m.alpha[r] = kr.softmax_block(sr, &m.pm[r], &m.pl[r]);
     }
     // Values: every row's keys in order. Rows share the keys up to the smallest count; the
     // rows that see more continue where the previous ones stopped (a staircase on the
-    // causal diagonal), which is the same sequence of operations per row.
+    // causal diagonal), which is the same sequence of operations per row. Keys before a
+    // row's window are in it with probability 0 (the same in every task).
     int64_t done = std::min(t.limit[ra], b1) - b0;
-    kr.pv(m.po + ra * p.dv, p.dv, n - ra, s, kBlockKeys, m.alpha + ra, vt, done, p.dv);
-    for (int64_t r = ra + 1; r < n; ++r) {
+    kr.pv(m.po + ra * p.dv, p.dv, rb - ra, s, kBlockKeys, m.alpha + ra, vt, done, p.dv);
+    for (int64_t r = ra + 1; r < rb; ++r) {
       const int64_t upto = std::min(t.limit[r], b1) - b0;
       if (upto <= done) continue;
       Rows rest = vt;
       rest.data += done * vt.stride;
-      kr.pv(m.po + r * p.dv, p.dv, n - r, m.s + r * kBlockKeys + done, kBlockKeys, nullptr, rest, upto - done, p.dv);
+      kr.pv(m.po + r * p.dv, p.dv, rb - r, m.s + r * kBlockKeys + done, kBlockKeys, nullptr, rest, upto - done, p.dv);
       done = upto;
     }
   }
-  return first;
+  return RowRange{first, end};
 }
 
 // (m, l, o) <- merge of the running state with a chunk's partial (pm, pl, po).
@@ -229,15 +243,25 @@ void merge(float* m, float* l, float* o, float pm, float pl, const float* po, in
   *m = mx;
 }
 
-void finalize(const float* o, float l, int64_t dv, float* out) {
+// out = o / l, with the head's attention sink (if any) added to the denominator: its
+// exp(sink - m) at the state's max m (the same as merging a state (sink, 1, 0) last).
+void finalize(const float* o, float l, float m, const float* sink, int64_t dv, float* out) {
+  if (sink) l += std::exp(*sink - m);
   for (int64_t i = 0; i < dv; ++i) out[i] = o[i] / l;
 }
+
+const float* sink_of(const Problem& p, int64_t h) { return p.sinks ? p.sinks + h : nullptr; }
 
 const float* q_row(const Problem& p, int64_t t, int64_t h) { return p.q + t * p.q_stride + h * p.q_head_stride; }
 float* out_row(const Problem& p, int64_t t, int64_t h) { return p.out + t * p.out_stride + h * p.out_head_stride; }
 
 int64_t causal_keys(const Problem& p, int64_t t) {
   return p.key_index ? p.key_offsets[t + 1] - p.key_offsets[t] : p.pos0 + t + 1;
+}
+
+// The first key query t sees: the start of its sliding window, else 0.
+int64_t first_key(const Problem& p, int64_t t) {
+  return p.window > 0 ? std::max<int64_t>(0, p.pos0 + t + 1 - p.window) : 0;
 }
 
 // Several queries: each task runs its rows' chunks in order, merging as it goes.
@@ -247,7 +271,7 @@ void run_prefill(ThreadPool& pool, const Kernels& kr, const Problem& p, const Sp
   const int64_t per_qblock = p.n_kv_heads * sp.head_tiles;
   pool.parallel_for(n_qblocks * per_qblock, 1, [&](int64_t begin, int64_t end, int thread) {
     ThreadMem m = carve(ws + thread * per_thread, sp.max_rows, p.dk, p.dv);
-    int64_t limit[kMaxTaskRows];
+    int64_t limit[kMaxTaskRows], start[kMaxTaskRows];
     for (int64_t task = begin; task < end; ++task) {
       const int64_t qb = n_qblocks - 1 - task / per_qblock;  // the longest blocks first
       const int64_t g = (task % per_qblock) / sp.head_tiles, ht = task % sp.head_tiles;
@@ -257,21 +281,24 @@ void run_prefill(ThreadPool& pool, const Kernels& kr, const Problem& p, const Sp
       for (int64_t r = 0; r < n; ++r) {
         const int64_t t = t0 + r / nh, h = g * p.group + h0 + r % nh;
         limit[r] = causal_keys(p, t);
+        start[r] = first_key(p, t);
         std::copy(q_row(p, t, h), q_row(p, t, h) + p.dk, m.q + r * p.dk);
         m.am[r] = kNegInf;
         m.al[r] = 0.0f;
         std::fill(m.ao + r * p.dv, m.ao + (r + 1) * p.dv, 0.0f);
       }
-      const TaskRows rows{g, n, limit, Keys{p.key_index ? p.key_index + p.key_offsets[t0] : nullptr},
+      const TaskRows rows{g, n, limit, start, Keys{p.key_index ? p.key_index + p.key_offsets[t0] : nullptr},
                           static_cast<int64_t>(row_bytes(p.k.type, p.dk)),
                           static_cast<int64_t>(row_bytes(p.v.type, p.dv))};
-      for (int64_t c = 0; c * kChunkKeys < limit[n - 1]; ++c) {
-        const int64_t first = chunk_partial(kr, p, rows, c, m);
-        for (int64_t r = first; r < n; ++r)
+      for (int64_t c = start[0] / kChunkKeys; c * kChunkKeys < limit[n - 1]; ++c) {
+        const RowRange seen = chunk_partial(kr, p, rows, c, m);
+        for (int64_t r = seen.first; r < seen.end; ++r)
           merge(&m.am[r], &m.al[r], m.ao + r * p.dv, m.pm[r], m.pl[r], m.po + r * p.dv, p.dv);
       }
-      for (int64_t r = 0; r < n; ++r)
-        finalize(m.ao + r * p.dv, m.al[r], p.dv, out_row(p, t0 + r / nh, g * p.group + h0 + r % nh));
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t h = g * p.group + h0 + r % nh;
+        finalize(m.ao + r * p.dv, m.al[r], m.am[r], sink_of(p, h), p.dv, out_row(p, t0 + r / nh, h));
+      }
     }
   });
 }
@@ -280,6 +307,7 @@ void run_prefill(ThreadPool& pool, const Kernels& kr, const Problem& p, const Sp
 void run_decode(ThreadPool& pool, const Kernels& kr, const Problem& p, const Split& sp, float* ws,
                 int64_t per_thread, float* shared) {
   const int64_t n_keys = causal_keys(p, 0), n_chunks = div_up(n_keys, kChunkKeys);
+  const int64_t key0 = first_key(p, 0), chunk0 = key0 / kChunkKeys;  // the window's first
   const int64_t heads = p.n_kv_heads * p.group, state = p.dv + 2;  // per head: o, m, l
   float* acc = shared;                    // heads x state: the running state
   float* partials = shared + heads * state;  // kWaveChunks x heads x state
@@ -293,17 +321,17 @@ void run_decode(ThreadPool& pool, const Kernels& kr, const Problem& p, const Spl
   // A long context runs every KV head of a chunk in one task, in order, so the thread
   // reads each position's K and V rows (all heads, contiguous) as one stream; a short one
   // splits the heads too, to give every thread work.
-  const int64_t task_heads = n_chunks >= kAllHeadsChunksPerThread * pool.size() ? p.n_kv_heads : 1;
+  const int64_t task_heads = n_chunks - chunk0 >= kAllHeadsChunksPerThread * pool.size() ? p.n_kv_heads : 1;
   const int64_t per_chunk = p.n_kv_heads / task_heads * sp.head_tiles;
   const auto k_row = static_cast<int64_t>(row_bytes(p.k.type, p.dk));
   const auto v_row = static_cast<int64_t>(row_bytes(p.v.type, p.dv));
   const int64_t k_all = static_cast<int64_t>(p.k.head_stride) * (p.n_kv_heads - 1) + k_row;
   const int64_t v_all = static_cast<int64_t>(p.v.head_stride) * (p.n_kv_heads - 1) + v_row;
-  for (int64_t w0 = 0; w0 < n_chunks; w0 += kWaveChunks) {
+  for (int64_t w0 = chunk0; w0 < n_chunks; w0 += kWaveChunks) {
     const int64_t w1 = std::min(n_chunks, w0 + kWaveChunks);
     pool.parallel_for((w1 - w0) * per_chunk, 1, [&](int64_t begin, int64_t end, int thread) {
       ThreadMem m = carve(ws + thread * per_thread, sp.max_rows, p.dk, p.dv);
-      int64_t limit[kMaxTaskRows];
+      int64_t limit[kMaxTaskRows], start[kMaxTaskRows];
       for (int64_t task = begin; task < end; ++task) {
         const int64_t c = w0 + task / per_chunk, ht = task % sp.head_tiles;
         const int64_t h0 = ht * sp.heads_per_task, n = std::min(p.group, h0 + sp.heads_per_task) - h0;
@@ -311,9 +339,10 @@ void run_decode(ThreadPool& pool, const Kernels& kr, const Problem& p, const Spl
         for (int64_t g = g0; g < g0 + task_heads; ++g) {
           for (int64_t r = 0; r < n; ++r) {
             limit[r] = n_keys;
+            start[r] = key0;
             std::copy(q_row(p, 0, g * p.group + h0 + r), q_row(p, 0, g * p.group + h0 + r) + p.dk, m.q + r * p.dk);
           }
-          TaskRows rows{g, n, limit, keys, k_row, v_row};
+          TaskRows rows{g, n, limit, start, keys, k_row, v_row};
           if (task_heads > 1) {  // the first head asks for the whole positions, the rest find them
             rows.k_span = g == 0 ? k_all : 0;
             rows.v_span = g == 0 ? v_all : 0;
@@ -345,7 +374,7 @@ void run_decode(ThreadPool& pool, const Kernels& kr, const Problem& p, const Spl
   }
   for (int64_t h = 0; h < heads; ++h) {
     const float* a = acc + h * state;
-    finalize(a, a[p.dv + 1], p.dv, out_row(p, 0, h));
+    finalize(a, a[p.dv + 1], a[p.dv], sink_of(p, h), p.dv, out_row(p, 0, h));
   }
 }
 
@@ -363,6 +392,8 @@ void check(const Problem& p) {
     if (side->type == DType::F32 && side->pos_stride % sizeof(float) != 0) bad("F32 rows must be float-aligned");
   }
   if (p.v.data == p.k.data && p.dv > p.dk) bad("values inside the key rows need dv <= dk");
+  if (p.window < 0) bad("the sliding window must be >= 0 (0: none)");
+  if (p.window > 0 && p.key_index) bad("a sliding window needs causal keys, not a sparse key list");
   if (!p.key_index) {
     if (p.pos0 < 0) bad("pos0 must be >= 0");
     return;

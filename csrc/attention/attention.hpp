@@ -4,8 +4,10 @@
 //   out[t, h, :] = sum_j softmax_j(scale * q[t, h, :] . K[g, key_j, :dk]) * V[g, key_j, :dv]
 //
 // for query t < n_queries, query head h = g * group + i (i < group) of KV head g, over the
-// keys query t sees: positions [0, pos0 + t + 1) (causal), or the ascending list of positions
-// key_index[key_offsets[t] .. key_offsets[t + 1]) (DSA's top-k indexer).
+// keys query t sees: positions [0, pos0 + t + 1) (causal), the last `window` of them (a
+// sliding window), or the ascending list of positions key_index[key_offsets[t] ..
+// key_offsets[t + 1]) (DSA's top-k indexer). An attention sink per head adds a term to the
+// softmax's denominator only (gpt-oss).
 //
 // Shapes are the caller's: the key (and query) dim dk may differ from the value dim dv
 // (MLA: 576 / 512 absorbed, 192 / 128 expanded), group is 1..n (MHA 1, GQA 2-16, MLA's
@@ -30,7 +32,9 @@
 // whatever the batch, the work split or the team size: keys are taken in fixed blocks of
 // kBlockKeys at absolute key indices (multiples of kBlockKeys), each chunk of kChunkKeys
 // starts from an empty softmax state, and chunk partials are merged into the running state
-// in chunk order. Prefill and decode both follow it, so a prompt processed as one batch,
+// in chunk order; a sliding window skips the blocks and chunks that hold none of a query's
+// keys and masks the rest (the sink joins at the end, from the merged state). Prefill and
+// decode both follow it, so a prompt processed as one batch,
 // token by token or in any chunking gives bit-identical outputs, for any number of threads.
 // (Bits differ between ISAs; each SIMD version agrees with the scalar reference to float
 // rounding, tested.)
@@ -86,6 +90,15 @@ struct Problem {
   const int32_t* key_index = nullptr;
   const int64_t* key_offsets = nullptr;  // n_queries + 1 entries
   int64_t n_positions = 0;               // sparse: rows available (bounds check)
+
+  // Sliding window (causal keys only): query t, at position pos0 + t, sees only the
+  // `window` positions [pos0 + t + 1 - window, pos0 + t], its own included (transformers'
+  // convention). 0: no window. Masking only: the rows before the window stay in the cache.
+  int64_t window = 0;
+  // Attention sinks: a learned logit per query head (n_kv_heads * group entries, head
+  // h = g * group + i) that joins each softmax's denominator and weighs no value:
+  // out = sum_j exp(s_j - m) v_j / (exp(sink_h - m) + sum_j exp(s_j - m)). nullptr: none.
+  const float* sinks = nullptr;
 };
 
 // Runs the problem on the pool (or inline when called from inside a region). `workspace`

@@ -1,5 +1,7 @@
 // The naive reference the kernels are tested against: per query head, every score, a
 // two-pass softmax and the weighted sum of the values, in double. No blocks, no chunks.
+// A sliding window drops the keys before it; a sink is one more softmax term with no value.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -27,7 +29,8 @@ void reference(const Problem& p) {
     if (p.key_index) {
       for (int64_t i = p.key_offsets[t]; i < p.key_offsets[t + 1]; ++i) keys.push_back(p.key_index[i]);
     } else {
-      for (int64_t j = 0; j <= p.pos0 + t; ++j) keys.push_back(j);
+      const int64_t j0 = p.window > 0 ? std::max<int64_t>(0, p.pos0 + t + 1 - p.window) : 0;
+      for (int64_t j = j0; j <= p.pos0 + t; ++j) keys.push_back(j);
     }
     for (int64_t h = 0; h < p.n_kv_heads * p.group; ++h) {
       const int64_t g = h / p.group;
@@ -41,7 +44,8 @@ void reference(const Problem& p) {
         s[j] = dot * p.scale;
         mx = std::max(mx, s[j]);
       }
-      double sum = 0.0;
+      if (p.sinks) mx = std::max(mx, static_cast<double>(p.sinks[h]));
+      double sum = p.sinks ? std::exp(static_cast<double>(p.sinks[h]) - mx) : 0.0;
       for (double& x : s) sum += (x = std::exp(x - mx));
       std::vector<double> o(static_cast<std::size_t>(p.dv), 0.0);
       for (std::size_t j = 0; j < keys.size(); ++j) {

@@ -18,7 +18,7 @@ void AttentionLayer::forward_segments(AttentionContext& ctx, const float* x, con
 std::unique_ptr<AttentionLayer> make_attention(const ModelSpec& spec, const WeightStore& weights, int64_t layer) {
   switch (spec.attention_kind) {
     case AttentionKind::Gqa:
-      return std::make_unique<GqaAttention>(spec, GqaAttention::resolve(spec, weights, layer));
+      return std::make_unique<GqaAttention>(spec, GqaAttention::resolve(spec, weights, layer), layer);
     case AttentionKind::Mla:
       return std::make_unique<MlaAttention>(spec, weights, layer);
   }

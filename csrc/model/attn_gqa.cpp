@@ -10,10 +10,14 @@
 
 namespace colibri {
 
-GqaAttention::GqaAttention(const ModelSpec& s, GqaWeights weights)
+GqaAttention::GqaAttention(const ModelSpec& s, GqaWeights weights, int64_t layer)
     : w_(weights), hidden_(s.hidden_size), n_heads_(s.n_heads), n_kv_heads_(s.n_kv_heads),
       head_dim_(s.head_dim), qk_norm_(s.qk_norm), eps_(s.rms_norm_eps),
       scale_(s.attention_scale > 0 ? s.attention_scale : 1.0f / std::sqrt(static_cast<float>(s.head_dim))),
+      window_(layer >= 0 && layer < static_cast<int64_t>(s.sliding_layers.size()) &&
+                      s.sliding_layers[static_cast<std::size_t>(layer)]
+                  ? s.sliding_window
+                  : 0),
       rope_inv_freq_(s.rope_inv_freq), rope_factor_(s.rope_attention_factor) {}
 
 GqaWeights GqaAttention::resolve(const ModelSpec& s, const WeightStore& store, int64_t layer) {
@@ -39,6 +43,8 @@ GqaWeights GqaAttention::resolve(const ModelSpec& s, const WeightStore& store, i
     w.q_norm = req(p + "attn_q_norm", 1, full ? qd : s.head_dim);
     w.k_norm = req(p + "attn_k_norm", 1, full ? kvd : s.head_dim);
   }
+  if (s.attention_sinks) w.sinks = req(p + "attn_sinks", 1, s.n_heads);
+  if (s.attention_out_bias) w.o_bias = req(p + "attn_output.bias", 1, d);
   return w;
 }
 
@@ -116,10 +122,14 @@ void GqaAttention::forward_segments(AttentionContext& ctx, const float* x, const
     p.k = attn::KvSide{kv.type(), kv.k(layer, 0), kv.k_row_bytes(layer), head_bytes};
     p.v = attn::KvSide{kv.type(), kv.v(layer, 0), kv.v_row_bytes(layer), head_bytes};
     p.pos0 = sg.pos0;
+    p.window = window_;
+    p.sinks = w_.sinks ? w_.sinks->f32() : nullptr;
     attn::run(ctx.pool, p, ws.kernel);
     row0 += sg.n;
   }
   matmul(ctx.pool, w_.o->view(), ws.attn.data(), n, out, ctx.matmul, ctx.precision);
+  if (w_.o_bias)
+    for (int64_t t = 0; t < n; ++t) add_inplace(out + t * hidden_, w_.o_bias->f32(), hidden_);
 }
 
 void RopeRows::bind(const std::vector<float>& freq, float f, int64_t n) {

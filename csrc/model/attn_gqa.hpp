@@ -1,5 +1,6 @@
 // Grouped-query attention (Llama, Qwen, Mixtral, OLMoE ...): q/k/v projections (+ bias),
-// optional QK-norm, RoPE, KV-cache append, causal softmax attention, output projection.
+// optional QK-norm, RoPE, KV-cache append, causal softmax attention (optionally over a
+// sliding window, with a sink logit per head), output projection (+ bias).
 // n_heads query heads share n_kv_heads key/value heads in groups of n_heads / n_kv_heads.
 #pragma once
 #include <vector>
@@ -18,13 +19,17 @@ struct GqaWeights {
   const Tensor* v_bias = nullptr;
   const Tensor* q_norm = nullptr;  // qk_norm only: (head_dim,) per head or (n * head_dim,) full
   const Tensor* k_norm = nullptr;
+  const Tensor* sinks = nullptr;   // attention_sinks only: (n_heads,)
+  const Tensor* o_bias = nullptr;  // attention_out_bias only: (hidden,)
 };
 
 class GqaAttention final : public AttentionLayer {
  public:
-  GqaAttention(const ModelSpec& spec, GqaWeights weights);
+  // `layer` picks the sliding window (spec.sliding_layers).
+  GqaAttention(const ModelSpec& spec, GqaWeights weights, int64_t layer);
 
-  // blk.{layer}.attn_{q,k,v,output}[.bias], attn_{q,k}_norm, checked against the spec.
+  // blk.{layer}.attn_{q,k,v,output}[.bias], attn_{q,k}_norm, attn_sinks, checked against
+  // the spec.
   static GqaWeights resolve(const ModelSpec& spec, const WeightStore& store, int64_t layer);
 
   KvLayerLayout kv_layout() const override;
@@ -41,6 +46,7 @@ class GqaAttention final : public AttentionLayer {
   QkNorm qk_norm_;
   float eps_;
   float scale_;                    // softmax scale
+  int64_t window_;                 // this layer's sliding window (0: none)
   std::vector<float> rope_inv_freq_;
   float rope_factor_;
 };

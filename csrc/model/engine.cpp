@@ -47,6 +47,15 @@ void check_spec(const ModelSpec& s) {
       fail(ErrorKind::InvalidArgument, "model spec: MLA rotates exactly qk_rope_head_dim dimensions");
     if (s.q_lora_rank < 0) fail(ErrorKind::InvalidArgument, "model spec: q_lora_rank must be >= 0");
   }
+  if (s.sliding_window < 0) fail(ErrorKind::InvalidArgument, "model spec: sliding_window must be >= 0");
+  if (!s.sliding_layers.empty() && static_cast<int64_t>(s.sliding_layers.size()) != s.n_layers)
+    fail(ErrorKind::InvalidArgument, "model spec: sliding_layers must have one entry per layer");
+  const bool any_sliding = std::any_of(s.sliding_layers.begin(), s.sliding_layers.end(), [](uint8_t b) { return b; });
+  if (any_sliding && s.sliding_window == 0)
+    fail(ErrorKind::InvalidArgument, "model spec: sliding_layers need a sliding_window > 0");
+  if ((any_sliding || s.attention_sinks || s.attention_out_bias) && s.attention_kind != AttentionKind::Gqa)
+    fail(ErrorKind::InvalidArgument,
+         "model spec: sliding windows, attention sinks and the output bias are implemented for GQA only");
   if (s.rope_interleaved && s.attention_kind != AttentionKind::Mla)
     fail(ErrorKind::InvalidArgument, "model spec: interleaved RoPE is implemented for MLA only");
   if (s.index_n_heads > 0) {

@@ -45,6 +45,14 @@ struct ModelSpec {
   AttentionKind attention_kind = AttentionKind::Gqa;
   QkNorm qk_norm = QkNorm::None;
   bool attention_bias = false;
+  // GQA extras (gpt-oss): a learned sink logit per query head in every layer
+  // (blk.{i}.attn_sinks), a sliding window of sliding_window positions (0: none; the query's
+  // own included) in the layers marked 1 in sliding_layers (empty: none), and a bias after
+  // the output projection (blk.{i}.attn_output.bias). The cache keeps every position.
+  bool attention_sinks = false;
+  int64_t sliding_window = 0;
+  std::vector<uint8_t> sliding_layers;
+  bool attention_out_bias = false;
   int64_t n_experts = 0;            // routed experts per MoE layer
   int64_t n_experts_per_tok = 0;    // top-k
   int64_t moe_intermediate_size = 0;

@@ -51,6 +51,7 @@ from .tokenizers import Tokenizer
 if TYPE_CHECKING:
     from typing import Unpack
 
+    from .chat.reasoning import ReasoningMode
     from .generate.request import CallOptions, GenerateOptions
 
 __all__ = ["Model", "ModelStats"]
@@ -434,8 +435,8 @@ class Model(Displayable):
         prefill is in no sample's record."""
         check_sample_count(n)
         request, ids = self._prepare(prompt, messages, options, "generate_n")
-        opened = self._reasoning(ids, messages)
-        return [split_result(g, opened) for g in generate_n(self._runner, ids, request, n)]
+        mode = self._reasoning(ids, messages)
+        return [split_result(g, mode) for g in generate_n(self._runner, ids, request, n)]
 
     @overload
     def apply_chat_template(self, messages: str | Messages, *, tools: Tools | None = ...,
@@ -522,7 +523,7 @@ class Model(Displayable):
         return split_chunks(self.stream(ids, **options),  # type: ignore[return-value]
                             self._reasoning(ids, True))
 
-    def _reasoning(self, ids: list[int], templated: object) -> bool | None:
+    def _reasoning(self, ids: list[int], templated: object) -> ReasoningMode | None:
         """colibri.chat.reasoning's mode for a templated generation of `ids`."""
         return reasoning_mode(self.chat_template, self.tokenizer, ids) if templated else None
 

@@ -383,6 +383,8 @@ class ModelSpec:
     arch: str
     attention_bias: bool
     attention_kind: AttentionKind
+    attention_out_bias: bool
+    attention_sinks: bool
     index_rope_interleaved: bool
     norm_topk_prob: bool
     qk_norm: QkNorm
@@ -558,6 +560,18 @@ class ModelSpec:
         ...
     @shared_expert_intermediate_size.setter
     def shared_expert_intermediate_size(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def sliding_layers(self) -> list[int]:
+        ...
+    @sliding_layers.setter
+    def sliding_layers(self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        ...
+    @property
+    def sliding_window(self) -> int:
+        ...
+    @sliding_window.setter
+    def sliding_window(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
     def topk_group(self) -> int:

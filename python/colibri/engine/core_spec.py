@@ -108,6 +108,10 @@ def model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
     spec.rope_attention_factor = rope.attention_factor
     spec.qk_norm = _QK_NORM[cfg.qk_norm]
     spec.attention_bias = cfg.attention_bias
+    spec.attention_sinks = cfg.attention_sinks
+    spec.sliding_window = cfg.sliding_window
+    spec.sliding_layers = [1 if s else 0 for s in cfg.sliding_layers]
+    spec.attention_out_bias = cfg.attention_out_bias
     spec.n_experts = cfg.n_experts
     spec.n_experts_per_tok = cfg.n_experts_per_tok
     spec.moe_intermediate_size = cfg.moe_intermediate_size

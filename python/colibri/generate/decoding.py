@@ -4,7 +4,8 @@ the structured-output mask, log-probabilities and prompt scoring, ``stop_token_i
 the end of a constrained text. A plain request (none of them) skips this module.
 
 Order at each step: processors (in the order given) -> ``min_tokens`` ban on EOS and
-``stop_token_ids`` -> structured-output mask -> the Sampler (logit bias, penalties,
+``stop_token_ids`` -> structured-output mask -> the reasoning budget (forced closing
+tokens, colibri.generate.reasoning_budget) -> the Sampler (logit bias, penalties,
 filters, temperature, draw). Raw log-probabilities are taken from the model's logits
 before any of it.
 """
@@ -24,6 +25,7 @@ from .request import Request
 
 if TYPE_CHECKING:
     from ..tokenizers import Tokenizer
+    from .reasoning_budget import ReasoningBudget
     from .session import Session
     from .structured import Constraint
 
@@ -50,6 +52,11 @@ class Decoder:
             from .structured import Constraint
 
             self.constraint = Constraint(request.response_format, tokenizer, vocab_size)
+        self.budget: ReasoningBudget | None = None
+        if request.reasoning_budget is not None:
+            from .reasoning_budget import ReasoningBudget
+
+            self.budget = ReasoningBudget(request.reasoning_budget, tokenizer)
         self.prompt_logprobs: list[Logprob | None] | None = None
         self.logprobs: list[Logprob] | None = [] if s.logprobs else None
 
@@ -84,6 +91,10 @@ class Decoder:
             x[self._banned] = -np.inf
         if self.constraint is not None:
             x = self.constraint.apply(x)
+        if self.budget is not None:
+            if n_generated == 0:
+                self.budget.start(history)
+            x = self.budget.apply(x)
         tok = sampler(x, history)
         lp = None
         if self.logprobs is not None and self._maker is not None:
@@ -100,6 +111,8 @@ class Decoder:
     def ends_with(self, token_id: int) -> bool:
         """Records the chosen token; True when it ends the text: a ``stop_token_ids``
         entry, or the last token of a complete constrained text."""
+        if self.budget is not None:
+            self.budget.advance(token_id)
         if token_id in self.request.stop_token_ids:
             return True
         if self.constraint is None:

@@ -187,12 +187,15 @@ def stream_tokens(
     decoder: Decoder | None = None,
     progress: Callable[[int, int], object] | None = None,
     speculator: Speculator | None = None,
+    max_time: float | None = None,
 ) -> Generator[Chunk, None, None]:
     """Prefill ``prompt_ids`` (may be empty when the session already holds tokens and
     its last logits) and decode. Yields chunks; calls ``on_done(stats)`` at the end.
     ``decoder`` adds the optional stages (colibri.generate.decoding: logits processors, logprobs,
     structured output, stop token ids, min_tokens); ``speculator`` drafts tokens to verify
-    in batches (colibri.speculative), which never changes the tokens chosen."""
+    in batches (colibri.speculative), which never changes the tokens chosen. ``max_time``:
+    seconds after which no further token is computed (finish "length", as at max_tokens);
+    checked between tokens, so the prefill and the token under way finish first."""
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
         raise InvalidRequestError(f"max_tokens must be an integer >= 0, got {max_tokens!r}")
     room = session.context_length - session.n_tokens
@@ -236,6 +239,9 @@ def stream_tokens(
             elif generated:
                 if session.n_tokens >= session.context_length:
                     finish = "length"  # the context is full: stop as at max_tokens
+                    break
+                if max_time is not None and time.perf_counter() - t0 >= max_time:
+                    finish = "length"  # out of time: stop as at max_tokens
                     break
                 room = min(session.context_length - session.n_tokens - 1,
                            max_tokens - len(generated) - 1)

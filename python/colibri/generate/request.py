@@ -56,6 +56,8 @@ class GenerateOptions(TypedDict, total=False):
     logits_processors: Sequence[LogitsProcessor]
     response_format: ResponseFormat | Mapping[str, Any] | None
     spec: SpecConfig | Mapping[str, Any] | str | None
+    reasoning_budget: int | None
+    max_time: float | None
 
 
 class CallOptions(GenerateOptions, total=False):
@@ -96,6 +98,11 @@ class Request:
     context (Model.fit_prompt says how).
     ``spec``: speculative decoding for this call (a :class:`~colibri.SpecConfig`, a mapping
     of its fields or a drafter name; None: the model's ``EngineConfig.spec``).
+    ``reasoning_budget``: the most tokens the output may spend inside a ``<think>`` block
+    before colibri closes it for the model (colibri.generate.reasoning_budget); None: no
+    cap. ``max_time``: seconds after which no further token is computed (finish
+    ``"length"``, as at ``max_tokens``; transformers' name); checked between tokens, so the
+    prefill and the token under way finish first. None: no limit.
     """
 
     max_tokens: int = 256
@@ -107,6 +114,8 @@ class Request:
     response_format: ResponseFormat | None = None
     truncate: bool = False
     spec: SpecConfig | None = None
+    reasoning_budget: int | None = None
+    max_time: float | None = None
 
     @property
     def plain(self) -> bool:
@@ -114,6 +123,7 @@ class Request:
         s = self.sampling
         return (not self.stop_token_ids and not self.min_tokens and not self.logits_processors
                 and self.response_format is None and not s.logprobs
+                and self.reasoning_budget is None
                 and s.prompt_logprobs is None)  # fmt: skip
 
 
@@ -178,7 +188,15 @@ def parse_request(options: Mapping[str, Any], *, where: str = "generate") -> Req
 
     if not isinstance(truncate, bool):
         raise InvalidRequestError(f"truncate must be True or False, got {truncate!r}")
+    budget = options.get("reasoning_budget")
+    max_time = options.get("max_time")
+    if max_time is not None and (isinstance(max_time, bool)
+                                 or not isinstance(max_time, (int, float, np.integer, np.floating))
+                                 or not 0 < max_time < float("inf")):
+        raise InvalidRequestError(f"max_time must be a number of seconds > 0, got {max_time!r}")
     return Request(
+        max_time=None if max_time is None else float(max_time),
+        reasoning_budget=None if budget is None else _int("reasoning_budget", budget, 0),
         max_tokens=_int("max_tokens", options.get("max_tokens", 256), 0),
         sampling=_sampling(options.get("sampling")),
         stop=stops, stop_token_ids=stop_ids,

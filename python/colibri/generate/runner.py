@@ -183,7 +183,7 @@ class Runner:
         return stream_tokens(
             session, self.tokenizer, ids, max_tokens=request.max_tokens,
             sampling=request.sampling, stop=request.stop, history=history, on_done=done,
-            decoder=decoder, progress=progress,
+            decoder=decoder, progress=progress, max_time=request.max_time,
             speculator=speculator_for(spec, session._core, handle.config.n_mtp_layers,
                                       handle.name, self.spec_memory),
         )  # fmt: skip

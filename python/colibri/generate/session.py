@@ -245,7 +245,7 @@ class Session:
         written by the next forward). ``progress`` for the prompt as in
         :meth:`Model.generate` (default "auto": a bar on a terminal or in Jupyter once the
         prefill has run a second); further options as :meth:`Model.generate`."""
-        ids = [int(t) for t in prompt_ids]
+        ids = self._prompt_ids(prompt_ids)
         result: dict[str, Any] = {}
         return collect(self.stream(ids, max_tokens=max_tokens, sampling=sampling, stop=stop,
                                    progress=progress, _result=result, **options), result, ids)
@@ -262,9 +262,7 @@ class Session:
         **options: Unpack[GenerateOptions],
     ) -> Generator[Chunk, None, None]:
         """Like :meth:`generate`, yielding chunks."""
-        ids = [int(t) for t in prompt_ids]
-        if ids:
-            self._check_ids(ids)
+        ids = self._prompt_ids(prompt_ids)
         request = parse_request({"max_tokens": max_tokens, "sampling": sampling, "stop": stop,
                                  **options}, where="Session.stream")
         callback, bar = prefill_progress(progress, len(ids)) if ids else (None, None)
@@ -284,7 +282,7 @@ class Session:
     ) -> Generation:
         """:meth:`generate` for asyncio; a cancelled call leaves the session as it was
         before it (:mod:`colibri.generate.aio`)."""
-        ids = [int(t) for t in prompt_ids]
+        ids = self._prompt_ids(prompt_ids)
         result: dict[str, Any] = {}
         gen = self.stream(ids, max_tokens=max_tokens, sampling=sampling, stop=stop,
                           progress=False, _result=result, **options)
@@ -331,6 +329,13 @@ class Session:
     def _close(self) -> None:
         """Frees the KV cache (Model.close); every later call raises InvalidRequestError."""
         self._core.close()
+
+    def _prompt_ids(self, prompt_ids: Sequence[int]) -> list[int]:
+        """A continuation's token ids, checked (may be empty)."""
+        if isinstance(prompt_ids, str):
+            raise InvalidRequestError("a session continues from token ids, not text: pass "
+                                      "model.tokenizer.encode(text)")
+        return [int(t) for t in self._check_ids(prompt_ids)] if len(prompt_ids) else []
 
     def _check_ids(self, token_ids: Sequence[int] | npt.ArrayLike) -> npt.NDArray[np.int32]:
         arr = np.asarray(token_ids)

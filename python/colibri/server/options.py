@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..chat.plain_content import encode_chat
+from ..chat.reasoning import ReasoningMode
 from ..chat.template import ChatTemplate
 from ..chat.tool_templates import has_tool_turns
 from ..errors import ColibriError
@@ -53,7 +54,7 @@ class Plan:
     tools: list[dict[str, Any]] | None = None  # the request's (argument types for parsing)
     # None: the output is not split into reasoning and answer (server/reasoning.py); else
     # whether the prompt opened the reasoning block.
-    reasoning: bool | None = None
+    reasoning: ReasoningMode | None = None  # colibri.chat.reasoning.reasoning_mode
 
     @property
     def positions(self) -> int:
@@ -108,7 +109,8 @@ def plan(model: Model, req: SamplingFields, prompt_ids: list[int], sampling_: Sa
          max_tokens: int | None, response_format: Any = None,
          logprobs: int | None = None, tool_format: str | None = None,
          tools: list[dict[str, Any]] | None = None,
-         limits: GrammarLimits | None = None) -> Plan:
+         limits: GrammarLimits | None = None,
+         reasoning_budget: int | None = None) -> Plan:
     """The Plan of a request whose prompt is `prompt_ids`; every option validated, and
     `response_format` compiled within `limits` (None: the defaults), so a grammar that
     cannot be used is a 400 before a stream's 200."""
@@ -130,6 +132,10 @@ def plan(model: Model, req: SamplingFields, prompt_ids: list[int], sampling_: Sa
                                "sampling": sampling_, "stop": stops}
     if req.min_tokens:
         options["min_tokens"] = req.min_tokens
+    if reasoning_budget is not None:
+        options["reasoning_budget"] = reasoning_budget
+    if req.max_time is not None:
+        options["max_time"] = req.max_time
     try:
         if response_format is not None:
             options["response_format"] = compile_format(
@@ -218,6 +224,7 @@ def render_chat(model: Model, template: ChatTemplate, messages: list[dict[str, A
     choice), with further template `variables` (``chat_template_kwargs``), the caller's text
     encoded as plain text unless the model's ``special_tokens_in_content`` (``colibri serve
     --allow-special-tokens-in-content``)."""
+    messages = _reasoning_named_for(template, messages)
     try:
         return encode_chat(model.tokenizer, lambda plain: template.render(
             plain(messages), add_generation_prompt=True, tools=plain(tools),
@@ -225,6 +232,18 @@ def render_chat(model: Model, template: ChatTemplate, messages: list[dict[str, A
             special_tokens_in_content=model.special_tokens_in_content)
     except ColibriError as exc:
         raise from_colibri(exc) from exc
+
+
+def _reasoning_named_for(template: ChatTemplate,
+                         messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Past reasoning (``reasoning_content``, vLLM's name) under the name the template reads:
+    gpt-oss's and a few others' read an assistant message's ``thinking`` instead."""
+    src = template.source
+    if "reasoning_content" in src or "thinking" not in src:
+        return messages
+    return [{**{k: v for k, v in m.items() if k != "reasoning_content"},
+             "thinking": m["reasoning_content"]}
+            if "reasoning_content" in m and "thinking" not in m else m for m in messages]
 
 
 def checked_tools(tools: list[dict[str, Any]] | None, limits: GrammarLimits | None,
@@ -276,7 +295,10 @@ def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest,
                            param="response_format")
         only = None if choice == "required" else choice.function.name  # type: ignore[union-attr]
         response_format = forced_call_grammar(tools, only, fmt, limits)
-    ids = render_chat(model, template, messages, tools, req.chat_template_kwargs)
+    variables = dict(req.chat_template_kwargs or {})
+    if req.reasoning_effort is not None:
+        variables["reasoning_effort"] = req.reasoning_effort
+    ids = render_chat(model, template, messages, tools, variables)
     k = (req.top_logprobs or 0) if req.logprobs else None
     if req.top_logprobs and not req.logprobs:
         raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
@@ -284,6 +306,7 @@ def chat_plan(model: Model, template: ChatTemplate, req: ChatCompletionRequest,
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None \
         else req.max_tokens
     p = plan(model, req, ids, s, max_tokens=max_tokens, response_format=response_format,
-             logprobs=k, tool_format=fmt, tools=tools, limits=limits)
+             logprobs=k, tool_format=fmt, tools=tools, limits=limits,
+             reasoning_budget=req.reasoning_budget)
     p.reasoning = reasoning_mode(model, template, ids)
     return p

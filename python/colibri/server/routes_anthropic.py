@@ -20,7 +20,13 @@ from ..errors import ColibriError
 from .errors import ApiError, from_colibri
 from .options import Plan, checked_tools, pick_template, plan, render_chat, sampling
 from .prompt_size import check_conversation
-from .reasoning import reasoning_mode, reasoning_splitter, split_output, thinking_variables
+from .reasoning import (
+    reasoning_mode,
+    reasoning_splitter,
+    split_output,
+    thinking_budget,
+    thinking_variables,
+)
 from .runner import answer, new_id, run_sample
 from .scheduler import Ticket
 from .sse import DeferredJSON, EventStream, event
@@ -118,9 +124,11 @@ def _plan(st: ServerState, req: MessagesRequest) -> Plan:
                                      if choice == "tool" else None, fmt, st.grammar_limits)
     ids = render_chat(st.model, template, messages, tools, thinking_variables(req.thinking))
     fields = SamplingFields(model=req.model, temperature=req.temperature, top_p=req.top_p,
-                            top_k=req.top_k, stop=req.stop_sequences, max_tokens=req.max_tokens)
+                            top_k=req.top_k, stop=req.stop_sequences, max_tokens=req.max_tokens,
+                            max_time=req.max_time)
     p = plan(st.model, fields, ids, sampling(fields), max_tokens=req.max_tokens,
-             response_format=forced, tool_format=fmt, tools=tools, limits=st.grammar_limits)
+             response_format=forced, tool_format=fmt, tools=tools, limits=st.grammar_limits,
+             reasoning_budget=thinking_budget(req.thinking, req.max_tokens))
     p.reasoning = reasoning_mode(st.model, template, ids)
     return p
 

@@ -123,6 +123,9 @@ class SamplingFields(Wire):
     min_p: float | None = Field(default=None, ge=0, le=1)
     repetition_penalty: float | None = Field(default=None, ge=1e-3, le=1e3)
     min_tokens: int | None = Field(default=None, ge=0, strict=True)
+    # transformers' name: seconds after which no further token is generated (finish
+    # "length"); the request's own limit below --request-timeout's (docs/serving.md).
+    max_time: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -141,6 +144,10 @@ class ChatCompletionRequest(SamplingFields):
     parallel_tool_calls: bool | None = None
     # vLLM's name: further variables for the chat template ({"enable_thinking": false}).
     chat_template_kwargs: dict[str, Any] | None = None
+    # OpenAI's reasoning control, passed to the template as the variable gpt-oss's reads
+    # (other templates ignore it); colibri's cap on reasoning tokens (docs/serving.md).
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    reasoning_budget: int | None = Field(default=None, ge=0, strict=True)
     # Refused when set (options.refuse_unsupported): they would change the answer.
     audio: dict[str, Any] | None = None
     modalities: list[str] | None = None
@@ -180,8 +187,9 @@ class AnthropicTool(Wire):
 
 
 class AnthropicThinking(Wire):
-    """``thinking``: reasoning on or off (the template's ``enable_thinking``). The budget is
-    accepted and not enforced yet (docs/serving.md, Reasoning)."""
+    """``thinking``: reasoning on or off (the template's ``enable_thinking``), and when on
+    at most ``budget_tokens`` of it (colibri.generate.reasoning_budget; docs/serving.md,
+    Reasoning)."""
 
     type: Literal["enabled", "disabled"]
     budget_tokens: int | None = Field(default=None, ge=1, strict=True)
@@ -216,3 +224,4 @@ class MessagesRequest(CountTokensRequest):
     stop_sequences: list[str] | None = None
     stream: bool = False
     metadata: dict[str, Any] | None = None
+    max_time: float | None = Field(default=None, gt=0, allow_inf_nan=False)  # as on OpenAI's

@@ -18,6 +18,8 @@ blk.{i}.attn_norm               (hidden,)
 blk.{i}.attn_q / _k / _v        (heads*head_dim | kv_heads*head_dim, hidden)
 blk.{i}.attn_q.bias (k, v)      (rows,)                       only with attention bias
 blk.{i}.attn_output             (hidden, heads*head_dim)
+blk.{i}.attn_output.bias        (hidden,)                     only with attention_out_bias
+blk.{i}.attn_sinks              (heads,)                      only with attention_sinks
 blk.{i}.attn_q_norm / _k_norm   (head_dim,) or (heads*head_dim,)   see ModelConfig.qk_norm
 blk.{i}.ffn_norm                (hidden,)
 blk.{i}.ffn_gate / _up          (ffn, hidden)                 dense FFN layers
@@ -123,6 +125,14 @@ class ModelConfig:
     rope_scaling: Mapping[str, Any] | None = None  # HF rope_scaling dict (type, factor, ...)
     qk_norm: QkNorm = "none"  # "head": RMSNorm over each head; "full": over all heads (OLMoE)
     attention_bias: bool = False  # q/k/v projections have biases (Qwen2-MoE)
+    # GQA extras (gpt-oss): a learned sink logit per query head in the softmax's denominator
+    # (blk.{i}.attn_sinks); a sliding window of the last sliding_window positions, the
+    # query's own included (0: none), in the layers marked True in sliding_layers (one entry
+    # per layer; empty: none); a bias after the output projection (blk.{i}.attn_output.bias).
+    attention_sinks: bool = False
+    sliding_window: int = 0
+    sliding_layers: tuple[bool, ...] = ()
+    attention_out_bias: bool = False
     n_experts: int = 0  # routed experts per MoE layer (0: dense model)
     n_experts_per_tok: int = 0  # top-k
     moe_intermediate_size: int = 0  # FFN width of one routed expert

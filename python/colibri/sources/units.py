@@ -1,10 +1,11 @@
 """The canonical tensors of each unit the core implements (csrc/model/): grouped-query or
 latent (MLA) attention, the DSA indexer, a dense or routed (MoE) FFN, multi-token-prediction
 layers. A config selects units by its fields (``attention``, ``qk_norm``,
-``attention_bias``, ``moe_layers``, ``shared_expert_*``, ``router_bias``, ``index_*``,
-``n_mtp_layers``), whatever its family, and :func:`expected_shapes` lists the tensors they
-need; validate.order_and_check holds a model to them. A family that needs a new unit adds
-its tensors here (and the unit to the core); one built from these units adds nothing.
+``attention_bias``, ``attention_sinks``, ``attention_out_bias``, ``moe_layers``,
+``shared_expert_*``, ``router_bias``, ``index_*``, ``n_mtp_layers``), whatever its family,
+and :func:`expected_shapes` lists the tensors they need; validate.order_and_check holds a
+model to them. A family that needs a new unit adds its tensors here (and the unit to the
+core); one built from these units adds nothing.
 
 Also here: how MLA's ``kv_b_proj`` of a Hugging Face checkpoint becomes the absorbed
 ``attn_k_b`` / ``attn_v_b`` (:func:`split_kv_b`).
@@ -29,6 +30,10 @@ def _gqa_shapes(cfg: ModelConfig, b: str) -> dict[str, tuple[int, ...]]:
         out[b + "attn_k.bias"] = (kv_rows,)
         out[b + "attn_v.bias"] = (kv_rows,)
     out[b + "attn_output"] = (h, q_rows)
+    if cfg.attention_out_bias:
+        out[b + "attn_output.bias"] = (h,)
+    if cfg.attention_sinks:
+        out[b + "attn_sinks"] = (cfg.n_heads,)
     if cfg.qk_norm == "head":
         out[b + "attn_q_norm"] = (hd,)
         out[b + "attn_k_norm"] = (hd,)

@@ -100,7 +100,39 @@ def check_config(cfg: ModelConfig, where: object) -> None:
     for t in cfg.eos_token_ids:
         as_int(t, "eos_token_ids", where)
     check_rope_scaling(cfg.rope_scaling, cfg.rope_theta, cfg.max_position_embeddings, where)
+    check_attention_extras(cfg, where)
     check_family_fields(cfg, where)
+
+
+def check_attention_extras(cfg: ModelConfig, where: object) -> None:
+    """Attention sinks, sliding windows and the output bias (gpt-oss; GQA only) as data: a
+    window >= 0 that fits the model's context (max_position_embeddings), one sliding_layers
+    entry per layer, and layers marked sliding only with a window."""
+    for name in ("attention_sinks", "attention_out_bias"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise bad(where, name, getattr(cfg, name), "true or false")
+    window = as_int(cfg.sliding_window, "sliding_window", where, lo=0)
+    layers = cfg.sliding_layers
+    if not isinstance(layers, tuple) or not all(isinstance(s, bool) for s in layers):
+        raise bad(where, "sliding_layers", layers, "a list of true/false, one per layer")
+    if layers and len(layers) != cfg.n_layers:
+        raise ModelFormatError(
+            f"{where}: sliding_layers has {len(layers)} entries for {cfg.n_layers} layers"
+        )
+    if window and not layers:
+        raise ModelFormatError(
+            f"{where}: sliding_window {window} needs sliding_layers (one true/false per layer)"
+        )
+    if any(layers) and not window:
+        raise ModelFormatError(f"{where}: sliding_layers marks layers but sliding_window is 0")
+    if window > cfg.max_position_embeddings > 0:
+        raise ModelFormatError(
+            f"{where}: sliding_window {window} is larger than the context length "
+            f"(max_position_embeddings {cfg.max_position_embeddings})"
+        )
+    if cfg.attention != "gqa" and (cfg.attention_sinks or cfg.attention_out_bias or any(layers)):
+        raise UnsupportedError(f"{where}: attention sinks, sliding windows and an output bias "
+                               f"are implemented for GQA attention only")  # fmt: skip
 
 
 _ATTENTION_KINDS = ("gqa", "mla")
