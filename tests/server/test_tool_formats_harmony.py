@@ -3,8 +3,9 @@ colibri.server.tool_formats_harmony), checked against its real template (llama.c
 support.tokenizer_vectors.templates_dir): the call the template writes back parses to the
 same call, whole and streamed a character at a time; the model's own order (recipient
 after the channel, ``<|constrain|>json``) and several calls parse; malformed calls stay
-text; the forced grammar admits a call and nothing else. The other channels (analysis,
-final) are left in the text: splitting them is the reasoning's work, not done yet."""
+text; the forced grammar admits a call and nothing else. After the reasoning splitter
+(colibri.sampling.harmony) the answer holds the final text and the call messages: the
+calls come out, the final text is the content."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from colibri.chat.template import ChatTemplate
+from colibri.sampling.reasoning_split import split_text
 from colibri.server.tool_formats import template_format
 from colibri.server.tools import CallSplitter, forced_call_grammar, parse_calls
 from support.grammar_bytes import accepts
@@ -68,6 +70,22 @@ def test_the_call_the_template_writes_parses_back() -> None:
     shown = "".join(sp.feed(ch) for ch in out)
     rest, streamed = sp.finish()
     assert (shown + rest).strip() == text and _pairs(streamed) == _pairs(calls)
+
+
+def test_after_the_reasoning_splitter() -> None:
+    """The analysis channel is reasoning; the call message reaches the answer verbatim and
+    parses; a final answer after a call is the content."""
+    out = _output("Let me check.")
+    reasoning, answer = split_text(out, "harmony")
+    assert reasoning == "Let me check."
+    text, calls = parse_calls(answer, "call_", "harmony", TOOLS)
+    assert text == "" and _pairs(calls) == [(CALL["name"], CALL["arguments"])]
+    out = ("<|channel|>analysis<|message|>Look it up.<|end|>" + START + MODEL_ORDER
+           + START + "<|channel|>final<|message|>It is noon.<|return|>")
+    reasoning, answer = split_text(out, "harmony")
+    text, calls = parse_calls(answer, "call_", "harmony", TOOLS)
+    assert (reasoning, text) == ("Look it up.", "It is noon.")
+    assert _pairs(calls) == [("get_time", {"city": "Lyon"})]
 
 
 MODEL_ORDER = ('<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>'

@@ -8,11 +8,12 @@ model writes it: ``<|channel|>commentary to=functions.NAME <|constrain|>json<|me
 {JSON}<|call|>``. ``<|call|>`` is one of gpt-oss's end-of-generation tokens, so the last
 call may end with the text instead.
 
-Only the calls are read: the other channels (the reasoning on ``analysis``, the answer on
-``final``) are left in the text as they are. A call spans from its ``<|start|>assistant``
-(either order; the generation prompt ends with it, so the output's first call starts at
-its ``<|channel|>``) to its ``<|call|>``. Each call is read only up to the next
-``to=functions.``, so the scan is linear in the text.
+Only the calls are read: the reasoning splitter (colibri.sampling.harmony) has taken the
+``analysis`` channel out and passed call messages to the answer verbatim; what is not a
+call (the ``final`` text, or any other channel left in) stays in the text. A call spans
+from its ``<|start|>assistant`` (either order; the generation prompt ends with it, so the
+output's first call starts at its ``<|channel|>``) to its ``<|call|>``. Each call is read
+only up to the next ``to=functions.``, so the scan is linear in the text.
 """
 
 from __future__ import annotations
