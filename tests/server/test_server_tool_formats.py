@@ -4,8 +4,8 @@ copies): what a template renders for an assistant's tool calls is the text the m
 trained to write, so it must parse back to those calls (names, arguments as JSON, the
 content outside them), whole and streamed a character at a time. Malformed calls stay in
 the text. The table picks each family's format from its template's source. Forced calls
-(each format's grammar) parse back and match the schema; SmolLM2 served with GLM-4.6's and
-Kimi-K2's templates answers the openai client with tool_calls."""
+(each format's grammar) parse back and match the schema; SmolLM2 served with GLM-4.6's,
+Kimi-K2's and Qwen3-Coder's templates answers the openai client with tool_calls."""
 
 from __future__ import annotations
 
@@ -57,9 +57,15 @@ DETECTED = {
     "llama-cpp-deepseek-r1.jinja": "deepseek_v3",
     "Qwen-Qwen2.5-7B-Instruct.jinja": "hermes", "Qwen-Qwen3-0.6B.jinja": "hermes",
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja": "hermes",
-    "Qwen3-Coder.jinja": None, "deepseek-ai-DeepSeek-V3.2.jinja": None,
-    "meta-llama-Llama-3.1-8B-Instruct.jinja": None,
-    "Mistral-Small-3.2-24B-Instruct-2506.jinja": None,
+    "Qwen3-Coder.jinja": "qwen3_coder", "Qwen3.5-4B.jinja": "qwen3_coder",
+    "MiniMax-M2.jinja": "minimax_m2",  # (both: tests/server/test_tool_formats_xml.py)
+    "MiniMax-M3.jinja": None,  # (its tags carry a prefix: not hermes's <tool_call>)
+    "deepseek-ai-DeepSeek-V3.2.jinja": None,
+    "meta-llama-Llama-3.1-8B-Instruct.jinja": "llama3_json",
+    "Mistral-Small-3.2-24B-Instruct-2506.jinja": "mistral",
+    "mistralai-Mistral-Nemo-Instruct-2407.jinja": "mistral_json",
+    # (these three: tests/server/test_tool_formats_json.py)
+    "openai-gpt-oss-120b.jinja": "harmony",  # (tests/server/test_tool_formats_harmony.py)
 }
 
 
@@ -236,7 +242,8 @@ def test_a_forced_call_parses_and_matches_the_schema(smollm2: co.Model, fmt: str
     jsonschema.validate(calls[0].arguments, STRICT["function"]["parameters"])
 
 
-@pytest.fixture(scope="module", params=["GLM-4.6.jinja", "moonshotai-Kimi-K2.jinja"])
+@pytest.fixture(scope="module", params=["GLM-4.6.jinja", "moonshotai-Kimi-K2.jinja",
+                                        "Qwen3-Coder.jinja"])
 def tool_server(request: pytest.FixtureRequest) -> Iterator[tuple[ServerProcess, str]]:
     name = request.param
     s = ServerProcess(smollm2_gguf(), "-c", "1024", "--chat-template",
@@ -248,9 +255,9 @@ def tool_server(request: pytest.FixtureRequest) -> Iterator[tuple[ServerProcess,
 
 def test_the_server_answers_calls_in_the_template_format(
         tool_server: tuple[ServerProcess, str], smollm2: co.Model) -> None:
-    """SmolLM2 served with GLM-4.6's or Kimi-K2's template: a forced call comes back as
-    `tool_calls` (whole and streamed); an auto answer is the parse of what the Python API
-    generates on the same prompt."""
+    """SmolLM2 served with GLM-4.6's, Kimi-K2's or Qwen3-Coder's template: a forced call
+    comes back as `tool_calls` (whole and streamed); an auto answer is the parse of what
+    the Python API generates on the same prompt."""
     server, name = tool_server
     fmt = DETECTED[name]
     assert fmt is not None

@@ -31,6 +31,20 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "kimi_k2": KIMI,
     "deepseek_v3": (*DS.values(), "function", "```json\n", "\n```"),
     "deepseek_v31": tuple(DS.values()),
+    "qwen3_coder": ("<tool_call>", "</tool_call>", "<function=f>", "<function=", "</function>",
+                    "<parameter=a>", "<parameter=b>", "</parameter>", "\n", "true", "12"),
+    "minimax_m2": ("<minimax:tool_call>", "</minimax:tool_call>", '<invoke name="f">',
+                   '<invoke name="', "</invoke>", '<parameter name="a">', '<parameter name="b">',
+                   "</parameter>", "12"),
+    "llama3_json": ('{"name": "f", "parameters": ', '{"name": "f", "arguments": {"a": 1}}',
+                    '"type": "function", ', "<|python_tag|>", "f.call(", 'a="x"', ")", "}",
+                    '{"name"', '{ "type"'),
+    "mistral": ("[TOOL_CALLS]", "f", "[ARGS]", "[CALL_ID]", "abc123xyz", '{"a": 1}',
+                '[{"name": "f", "arguments": {}}]'),
+    "mistral_json": ("[TOOL_CALLS][", '{"name": "f", "arguments": {"a": 1}, "id": "x"}', "]",
+                     ", ", "[TOOL_CALLS]", "f[ARGS]"),
+    "harmony": ("<|start|>assistant", "<|channel|>commentary ", "to=functions.f", " json",
+                "<|constrain|>json", "<|message|>", '{"a": 1}', "<|call|>", "<|end|>"),
 }
 
 
@@ -72,6 +86,27 @@ HOSTILE: dict[str, list[str]] = {
                     DS["tool call begin"] + DS["tool sep"] + "f```" + "``` x" * 50_000],
     "deepseek_v31": [DS["tool call begin"] + "f" + DS["tool sep"] + " " * 200_000 + "x",
                      (DS["tool call begin"] + "f ") * 30_000],
+    "qwen3_coder": ["<tool_call><function=f>" + "<parameter=a>x</parameter>" * 20_000 + "x",
+                    "<function=f>\n<parameter=" * 20_000 + "</parameter>",
+                    "<function=f><parameter=a>" + "</parameter> x" * 50_000,
+                    "<tool_call>" + " " * 200_000 + "<function=f></function>",
+                    "<parameter=a>x</parameter>" * 20_000 + "<function=f>" * 20_000,
+                    "<function=" + "f" * 200_000],
+    "minimax_m2": ['<invoke name="f">' + '<parameter name="a">x</parameter>' * 20_000 + "x",
+                   '<invoke name="f"><parameter name="' * 20_000 + "</parameter>",
+                   '<invoke name="f"><parameter name="a">' + "</parameter> x" * 50_000],
+    "llama3_json": ['{"name": "f", "parameters": {"a": "' * 20_000,
+                    '{"name": "f", "parameters": [' * 20_000,
+                    '{"name": "' * 50_000, "<|python_tag|>{" * 50_000,
+                    '<|python_tag|>f.call(a="x", ' * 20_000, "{" * 200_000 + '"name": "'],
+    "mistral": ['[TOOL_CALLS]f[ARGS]{"a": [' * 20_000, "[TOOL_CALLS]f[CALL_ID]" * 30_000,
+                "[TOOL_CALLS][" * 50_000, '[TOOL_CALLS]f[ARGS]{"a": "' + "[TOOL_CALLS]" * 50_000],
+    "mistral_json": ['[TOOL_CALLS][{"name": "f", "arguments": {' * 20_000,
+                     "[TOOL_CALLS][" + "[" * 200_000],
+    "harmony": ['to=functions.f<|message|>{"a": "' * 20_000,
+                'to=functions.f<|message|>{"a": [' * 20_000,
+                "to=functions.f json<|message|>{" + " " * 200_000 + "<|call|>" * 10_000,
+                "<|channel|>commentary to=functions." * 30_000],
 }
 
 
@@ -123,10 +158,18 @@ DEEP = "[" * 100_000
      + '{"a": ' + DEEP + "\n```" + DS["tool call end"]),
     ("deepseek_v31", DS["tool call begin"] + "f" + DS["tool sep"] + '{"a": ' + DEEP
      + DS["tool call end"]),
+    ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=b>\n" + DEEP + "\n</parameter>\n"
+     "</function>\n</tool_call>"),
+    ("minimax_m2", '<invoke name="f"><parameter name="b">' + DEEP + "</parameter></invoke>"),
+    ("llama3_json", '{"name": "f", "parameters": {"a": ' + DEEP + "]" * 100_000 + "}}"),
+    ("mistral", '[TOOL_CALLS]f[ARGS]{"a": ' + DEEP + "]" * 100_000 + "}"),
+    ("mistral_json", '[TOOL_CALLS][{"name": "f", "arguments": ' + DEEP + "]" * 100_000 + "}]"),
+    ("harmony", '<|channel|>commentary to=functions.f json<|message|>{"a": ' + DEEP
+     + "]" * 100_000 + "}<|call|>"),
 ])
 def test_deeply_nested_json_is_text(fmt: str, text: str) -> None:
     rest, calls = parse_calls(text, "call_", fmt)
-    if fmt == "glm":  # a value that is not JSON is kept as its text
+    if fmt in ("glm", "qwen3_coder", "minimax_m2"):  # a value not JSON is kept as its text
         assert calls[0].arguments == {"b": DEEP}
     else:
         assert calls == [] and rest == text.strip()

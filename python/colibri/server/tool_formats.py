@@ -12,50 +12,65 @@ all appear in the template's source).
 - ``deepseek_v31`` (DeepSeek-V3.1): ``<|tool calls begin|><|tool call begin|>NAME<|tool
   sep|>{JSON}<|tool call end|>...<|tool calls end|>``;
 - ``hermes`` (Qwen2.5, Qwen3, QwQ, Hermes 2 Pro / 3): ``<tool_call>{"name": NAME,
-  "arguments": {JSON}}</tool_call>``.
+  "arguments": {JSON}}</tool_call>``;
+- ``llama3_json`` (Llama 3.1-3.3), ``mistral`` and ``mistral_json`` (Mistral's
+  ``[TOOL_CALLS]``): bare JSON calls (colibri.server.tool_formats_json);
+- ``harmony`` (gpt-oss): ``<|channel|>commentary to=functions.NAME <|constrain|>json
+  <|message|>{JSON}<|call|>`` (colibri.server.tool_formats_harmony);
+- ``qwen3_coder`` (Qwen3-Coder, Qwen3.5, Nemotron-3-Nano, Step-3.5-Flash) and
+  ``minimax_m2`` (MiniMax-M2): XML-like calls with one tag per parameter, its value raw
+  text typed by the tool's schema (colibri.server.tool_formats_xml).
 
 DeepSeek's markers are written above with ASCII bars and spaces; in its vocabulary (and
 the model's text) the bars are U+FF5C (full-width) and the spaces U+2581.
 
 The formats were read off the templates themselves (llama.cpp's copies, build/test-data/
 templates: what each renders for an assistant's tool calls) and checked against llama.cpp's
-parsers (common/chat*.cpp); tests/server/test_server_tool_formats.py renders calls through each
-template and parses them back. A call that does not parse (bad JSON, no name, a missing
-closing tag in the middle of the text, JSON nested deeper than :data:`MAX_JSON_DEPTH`) stays
-in the text. The model's text is untrusted: each format's scanner reads it in linear time
-(str.find and regexes without nested repetition; tests/server/test_tool_parsers_linear.py).
+parsers (common/chat*.cpp); tests/server/test_server_tool_formats.py and
+test_tool_formats_{xml,json,harmony}.py render calls through each template and parse them
+back. What every format is built from (ToolCall, CallFormat, bounded JSON, the scanning
+helpers) is colibri.server.tool_format_base. A call that does not parse (bad JSON, no
+name, a missing closing tag in the middle of the text, JSON nested deeper than
+:data:`MAX_JSON_DEPTH`) stays in the text. The model's text is untrusted: each format's
+scanner reads it in linear time (str.find and regexes without nested repetition;
+tests/server/test_tool_parsers_linear.py).
 """
 
 from __future__ import annotations
 
-import bisect
-import json
-import re
-import uuid
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["FORMATS", "CallFormat", "ToolCall", "template_format"]
+from .tool_format_base import (
+    _DIGITS,
+    _UNREAD,
+    _WORD_RUN,
+    MAX_JSON_DEPTH,
+    CallFormat,
+    Found,
+    ToolCall,
+    Tools,
+    _body_to,
+    _Good,
+    _json,
+    _name_at,
+    _object,
+    _param_types,
+    _scan_starts,
+    _skip_ws,
+)
+from .tool_formats_harmony import CALL, RECIPIENT, read_harmony, scan_harmony
+from .tool_formats_json import (
+    PYTHON_TAG,
+    TOOL_CALLS,
+    read_llama3,
+    read_mistral,
+    scan_llama3,
+    scan_mistral,
+)
+from .tool_formats_xml import MINIMAX_M2, QWEN3_CODER, xml_reader, xml_scanner
 
-
-@dataclass(frozen=True)
-class ToolCall:
-    name: str
-    arguments: dict[str, Any]
-    id: str
-
-    def openai(self, index: int | None = None) -> dict[str, Any]:
-        d: dict[str, Any] = {"id": self.id, "type": "function",
-                             "function": {"name": self.name,
-                                          "arguments": json.dumps(self.arguments,
-                                                                  ensure_ascii=False)}}
-        if index is not None:
-            d["index"] = index
-        return d
-
-    def anthropic(self) -> dict[str, Any]:
-        return {"type": "tool_use", "id": self.id, "name": self.name, "input": self.arguments}
+__all__ = ["FORMATS", "MAX_JSON_DEPTH", "CallFormat", "ToolCall", "template_format"]
 
 
 def deepseek_marker(words: str) -> str:
@@ -70,161 +85,6 @@ _DS_SEP = deepseek_marker("tool sep")
 _KIMI_CALLS, _KIMI_CALLS_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 _KIMI_CALL, _KIMI_ARGS, _KIMI_CALL_END = ("<|tool_call_begin|>", "<|tool_call_argument_begin|>",
                                           "<|tool_call_end|>")
-
-
-Tools = Sequence[dict[str, Any]] | None
-# One call found in the text: (where it starts, where it ends, what its reader needs).
-Found = tuple[int, int, tuple[Any, ...]]
-# All the calls of a text, left to right, none overlapping; each must run in linear time
-# (the text is the model's output: untrusted).
-Scanner = Callable[[str], Iterator[Found]]
-# (a call's fields, the request's tools) -> (name, arguments, the model's call id)
-Reader = Callable[[tuple[Any, ...], Tools], tuple[str, dict[str, Any], str | None] | None]
-
-
-@dataclass(frozen=True)
-class CallFormat:
-    """How one family writes tool calls: ``markers`` (all in a template's source: that
-    template asks for this format), ``opens`` (the texts that begin the calls: a stream
-    holds back what follows), ``scan`` (finds the calls), ``read`` (a call's name and
-    arguments), ``section`` (the wrapper around all calls, dropped once a call inside
-    parsed)."""
-
-    name: str
-    markers: tuple[str, ...]
-    opens: tuple[str, ...]
-    scan: Scanner
-    read: Reader
-    section: tuple[str, ...] = ()
-    absent: tuple[str, ...] = ()  # none of these in the template's source
-
-    def matches(self, source: str) -> bool:
-        return (all(m in source for m in self.markers)
-                and not any(a in source for a in self.absent))
-
-    def parse(self, text: str, id_prefix: str = "call_", tools: Tools = None,
-              ) -> tuple[str, list[ToolCall]]:
-        """(the text without the parsed calls, stripped; the calls)."""
-        calls: list[ToolCall] = []
-        kept: list[str] = []
-        pos = 0
-        for start, end, fields in self.scan(text):
-            got = self.read(fields, tools)
-            if got is None:
-                continue
-            name, args, call_id = got
-            kept.append(text[pos:start])
-            pos = end
-            calls.append(ToolCall(name, args, call_id or f"{id_prefix}{uuid.uuid4().hex[:24]}"))
-        kept.append(text[pos:])
-        rest = "".join(kept)
-        if calls:
-            for marker in self.section:
-                rest = rest.replace(marker, "")
-        return rest.strip(), calls
-
-
-MAX_JSON_DEPTH = 128
-"""JSON in a call nested deeper than this is not read (the call stays text): json.loads
-would recurse once per level."""
-
-# A JSON string (its closing quote optional, so a match never fails and never
-# backtracks) or a bracket: what _too_deep counts.
-_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.DOTALL)
-
-
-def _too_deep(text: str) -> bool:
-    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
-        return False
-    depth = 0
-    for m in _JSON_TOKEN.finditer(text):
-        c = text[m.start()]
-        if c in "[{":
-            depth += 1
-            if depth > MAX_JSON_DEPTH:
-                return True
-        elif c in "]}":
-            depth -= 1
-    return False
-
-
-_UNREAD = object()
-
-
-def _json(text: str) -> Any:
-    """The JSON value of `text`, or _UNREAD when it is not JSON or nests too deep."""
-    if _too_deep(text):
-        return _UNREAD
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return _UNREAD
-
-
-def _object(body: str) -> dict[str, Any] | None:
-    obj = _json(body)
-    return obj if isinstance(obj, dict) else None
-
-
-# --- scanning: str.find, and regexes without nested repetition, each position read a
-# bounded number of times.
-
-_WS = re.compile(r"\s*")
-_NAME_RUN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
-_WORD_RUN = re.compile(r"\w*")
-_DIGITS = re.compile(r"\d+")
-
-
-def _skip_ws(text: str, pos: int) -> int:
-    m = _WS.match(text, pos)
-    return m.end() if m else pos
-
-
-def _name_at(text: str, pos: int) -> tuple[str, int] | None:
-    m = _NAME_RUN.match(text, pos)
-    return None if m is None else (m.group(), m.end())
-
-
-def _body_to(text: str, a: int, end_marker: str) -> tuple[str, int]:
-    """What ``\\s*(.*?)\\s*(?:END|\\Z)`` reads from `a`: (the body up to the first
-    `end_marker`, or the end of the text, stripped; where the call ends)."""
-    a = _skip_ws(text, a)
-    c = text.find(end_marker, a)
-    if c < 0:
-        return text[a:].rstrip(), len(text)
-    return text[a:c].rstrip(), c + len(end_marker)
-
-
-class _Good:
-    """The positions of `marker` in a text whose next text (after whitespace) is one
-    of `then` (or the end of the text, when `or_end`), found once; :meth:`first` is
-    the first at or after a position."""
-
-    def __init__(self, text: str, marker: str, then: tuple[str, ...], or_end: bool) -> None:
-        self._at: list[int] = []
-        i = text.find(marker)
-        while i >= 0:
-            j = _skip_ws(text, i + len(marker))
-            if (or_end and j == len(text)) or any(text.startswith(t, j) for t in then):
-                self._at.append(i)
-            i = text.find(marker, i + 1)
-
-    def first(self, pos: int) -> int:
-        k = bisect.bisect_left(self._at, pos)
-        return self._at[k] if k < len(self._at) else -1
-
-
-def _scan_starts(text: str, open_: str, at: Callable[[int], Found | None]) -> Iterator[Found]:
-    """What ``finditer`` does with a pattern that begins with `open_`: the call at each
-    `open_` not inside an earlier call."""
-    i = text.find(open_)
-    while i >= 0:
-        found = at(i)
-        if found is None:
-            i = text.find(open_, i + 1)
-        else:
-            yield found
-            i = text.find(open_, max(found[1], i + 1))
 
 
 def _scan_hermes(text: str) -> Iterator[Found]:
@@ -392,15 +252,6 @@ def _read_kimi(f: tuple[Any, ...], tools: Tools) -> tuple[str, dict[str, Any], s
     return name, args, f"functions.{name}:{index}"  # the id Kimi's template writes back
 
 
-def _param_types(tools: Tools, name: str) -> dict[str, Any]:
-    for t in tools or ():
-        f = t.get("function", t)
-        if f.get("name") == name:
-            props = (f.get("parameters") or {}).get("properties") or {}
-            return {k: (v or {}).get("type") for k, v in props.items()}
-    return {}
-
-
 def _read_glm(f: tuple[Any, ...], tools: Tools) -> tuple[str, dict[str, Any], None] | None:
     """GLM writes a string value as it is and any other value as JSON (its template:
     ``v | tojson if v is not string else v``): a value is JSON unless the function's
@@ -430,8 +281,28 @@ FORMATS: dict[str, CallFormat] = {f.name: f for f in (
     CallFormat("deepseek_v31", markers=(_DS_SEP,), opens=(_DS_CALLS, _DS_CALL),
                scan=_scan_deepseek_v31, read=_read_name_args,
                section=(_DS_CALLS, _DS_CALLS_END)),
-    CallFormat("hermes", markers=("<tool_call>",), absent=("<function=",),
+    CallFormat("qwen3_coder", markers=("<tool_call>", "<function=", "<parameter="),
+               opens=("<tool_call>", "<function="), scan=xml_scanner(QWEN3_CODER),
+               read=xml_reader(QWEN3_CODER)),
+    CallFormat("minimax_m2", markers=("<minimax:tool_call>", '<invoke name="'),
+               opens=("<minimax:tool_call>", '<invoke name="'), scan=xml_scanner(MINIMAX_M2),
+               read=xml_reader(MINIMAX_M2),
+               section=("<minimax:tool_call>", "</minimax:tool_call>")),
+    # (MiniMax-M3 prefixes its own tags, <tool_call> among them, with "]<]minimax[>[":
+    # not this format.)
+    CallFormat("hermes", markers=("<tool_call>",), absent=("<function=", "]<]minimax[>["),
                opens=("<tool_call>",), scan=_scan_hermes, read=_read_hermes),
+    CallFormat("llama3_json", markers=("<|start_header_id|>ipython", '"parameters": '),
+               opens=('{"name"', '{"type"', '{ "name"', '{ "type"', PYTHON_TAG),
+               scan=scan_llama3, read=read_llama3),
+    CallFormat("mistral", markers=(TOOL_CALLS, "[ARGS]"), opens=(TOOL_CALLS,),
+               scan=scan_mistral, read=read_mistral),
+    CallFormat("mistral_json", markers=(TOOL_CALLS + "[",), opens=(TOOL_CALLS,),
+               scan=scan_mistral, read=read_mistral),
+    CallFormat("harmony", markers=(CALL, "<|channel|>commentary"),
+               opens=("<|start|>assistant to=", "<|start|>assistant<|channel|>commentary to=",
+                      "<|channel|>commentary to=", RECIPIENT),
+               scan=scan_harmony, read=read_harmony),
 )}
 
 

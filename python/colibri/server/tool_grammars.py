@@ -99,57 +99,114 @@ def _hermes(funcs: Funcs) -> str:
 def _json_calls(opening: str, closing: str, head: Callable[[dict[str, Any]], str],
                 tail: str) -> Callable[[Funcs], str]:
     """A format whose call is ``head(function) JSON tail`` inside opening/closing."""
+    def around(middle: str, before: str, after: str) -> str:  # (no empty literals)
+        return " ".join(p for p in (before and _lit(before), middle, after and _lit(after)) if p)
+
     def build(funcs: Funcs) -> str:
-        return (f"start: {_lit(opening)} call {_lit(closing)}\n"
+        return (f"start: {around('call', opening, closing)}\n"
                 + _alternatives(funcs, lambda i, f: [
-                    f"f{i}: {_lit(head(f))} {_json(_params(f))} {_lit(tail)}"]))
+                    f"f{i}: {around(_json(_params(f)), head(f), tail)}"]))
     return build
 
 
 _MAX_BARE_LENGTH = 100_000  # as GrammarLimits.max_regex_size
 
 
-def _glm_value(schema: dict[str, Any]) -> str:
-    """GLM's value of a parameter: bare text for a string (its enum, or between its
-    minLength and maxLength), JSON otherwise."""
+def _bare_value(schema: dict[str, Any], close: str = "") -> str:
+    """A parameter's value in a format that writes strings bare (GLM's, Qwen3-Coder's,
+    MiniMax-M2's): bare text for a string (its enum, or between its minLength and
+    maxLength, without ``<``: the closing tag's first character), JSON otherwise. A
+    `close` that begins with a newline (Qwen3-Coder's) is taken into the text's regex,
+    the text not ending in a newline and that newline optional: llguidance's lexer takes
+    the longest match, so a separate close would have its newline eaten by the text,
+    and the parser drops one newline there (a text ending in one would come back short
+    of it)."""
     kind = schema.get("type")
     strings = "enum" in schema and all(isinstance(e, str) for e in schema["enum"])
     if (kind == "string" and ("enum" not in schema or strings)) or (kind is None and strings):
         if "enum" in schema:
-            return " | ".join(_lit(e) for e in schema["enum"])
+            alternatives = " | ".join(_lit(e) for e in schema["enum"])
+            return f"({alternatives}) {_lit(close)}" if close else alternatives
         least, most = int(schema.get("minLength") or 0), schema.get("maxLength")
         if max(least, most or 0) > _MAX_BARE_LENGTH:  # a counted regex: its states grow
             raise InvalidRequestError(f"a string parameter's minLength/maxLength over "
-                                      f"{_MAX_BARE_LENGTH:,} cannot be forced in GLM's format")
-        return f"/[^<]{{{least},{'' if most is None else int(most)}}}/"
-    return _json(schema)
+                                      f"{_MAX_BARE_LENGTH:,} cannot be forced in a format "
+                                      "that writes strings bare (GLM, Qwen3-Coder, MiniMax)")
+        upto = "" if most is None else int(most)
+        if not close:
+            return f"/[^<]{{{least},{upto}}}/"
+        upto_less = "" if most is None else int(most) - 1
+        body = "" if most == 0 else f"[^<]{{{max(least - 1, 0)},{upto_less}}}[^<\\n]"
+        if least == 0 and body:
+            body = f"(?:{body})?"
+        tail = close[1:].replace("\n", "\\n").replace("/", "\\/")
+        return f"/{body}\\n?{tail}/"
+    return _json(schema) + (f" {_lit(close)}" if close else "")
 
 
 END_VALUE = "</arg_value>\n"
 
 
-def _glm(funcs: Funcs) -> str:
-    def one(i: int, f: dict[str, Any]) -> list[str]:
-        params = _params(f)
-        props: dict[str, Any] = params.get("properties") or {}
-        required = set(params.get("required") or ())
-        parts, rules = [], []
-        for j, (key, schema) in enumerate(props.items()):
-            opening = _lit("<arg_key>" + key + "</arg_key>\n<arg_value>")
-            rules.append(f"a{i}_{j}: {opening} v{i}_{j} {_lit(END_VALUE)}")
-            rules.append(f"v{i}_{j}: {_glm_value(schema or {})}")
-            parts.append(f"a{i}_{j}" + ("" if key in required else "?"))
-        return [f"f{i}: {_lit(f['name'] + chr(10))} {' '.join(parts)}".rstrip(), *rules]
-    return 'start: "<tool_call>" call "</tool_call>"\n' + _alternatives(funcs, one)
+def _tagged_calls(opening: str, closing: str, head: Callable[[dict[str, Any]], str],
+                  key_open: Callable[[str], str], value_close: str,
+                  tail: str = "") -> Callable[[Funcs], str]:
+    """A format whose call is ``head(function)``, then each parameter (the schema's
+    order; the required ones always) as ``key_open(key) VALUE value_close``
+    (:func:`_bare_value`), then `tail`, inside opening/closing."""
+    merged = not value_close.startswith("<")  # see _bare_value
+    def build(funcs: Funcs) -> str:
+        def one(i: int, f: dict[str, Any]) -> list[str]:
+            params = _params(f)
+            props: dict[str, Any] = params.get("properties") or {}
+            required = set(params.get("required") or ())
+            parts, rules = [], []
+            for j, (key, schema) in enumerate(props.items()):
+                if merged:
+                    rules.append(f"a{i}_{j}: {_lit(key_open(key))} v{i}_{j}")
+                    rules.append(f"v{i}_{j}: {_bare_value(schema or {}, value_close)}")
+                else:
+                    rules.append(f"a{i}_{j}: {_lit(key_open(key))} v{i}_{j} "
+                                 f"{_lit(value_close)}")
+                    rules.append(f"v{i}_{j}: {_bare_value(schema or {})}")
+                parts.append(f"a{i}_{j}" + ("" if key in required else "?"))
+            end = f" {_lit(tail)}" if tail else ""
+            return [f"f{i}: {_lit(head(f))} {' '.join(parts)}".rstrip() + end, *rules]
+        return f"start: {_lit(opening)} call {_lit(closing)}\n" + _alternatives(funcs, one)
+    return build
+
+
+_glm = _tagged_calls("<tool_call>", "</tool_call>", lambda f: f["name"] + "\n",
+                     lambda k: "<arg_key>" + k + "</arg_key>\n<arg_value>", END_VALUE)
+# Qwen3-Coder's template writes each value between newlines (the parser drops them).
+_qwen3_coder = _tagged_calls("<tool_call>\n", "</tool_call>",
+                             lambda f: f"<function={f['name']}>\n",
+                             lambda k: f"<parameter={k}>\n", "\n</parameter>\n",
+                             "</function>\n")
+_minimax_m2 = _tagged_calls("<minimax:tool_call>\n", "</minimax:tool_call>",
+                            lambda f: f'<invoke name="{f["name"]}">\n',
+                            lambda k: f'<parameter name="{k}">', "</parameter>\n",
+                            "</invoke>\n")
 
 
 _DS_OPEN = deepseek_marker("tool calls begin") + deepseek_marker("tool call begin")
 _DS_CLOSE = deepseek_marker("tool call end") + deepseek_marker("tool calls end")
 _DS_SEP = deepseek_marker("tool sep")
 
+def _harmony(funcs: Funcs) -> str:
+    """gpt-oss: the generation prompt ends in ``<|start|>assistant``; the call goes to the
+    commentary channel. ``<|call|>`` is one of its end-of-generation tokens: the grammar
+    may end before it (the model's end token, whichever, then stops it) or write it."""
+    return ('start: "<|channel|>commentary to=functions." call "<|call|>"?\n'
+            + _alternatives(funcs, lambda i, f: [
+                f"f{i}: {_lit(f['name'] + ' <|constrain|>json<|message|>')} "
+                f"{_json(_params(f))}"]))
+
+
 BUILDERS: dict[str, Callable[[Funcs], str]] = {
     "hermes": _hermes,
     "glm": _glm,
+    "qwen3_coder": _qwen3_coder,
+    "minimax_m2": _minimax_m2,
     "kimi_k2": _json_calls("<|tool_calls_section_begin|><|tool_call_begin|>",
                            "<|tool_calls_section_end|>",
                            lambda f: f"functions.{f['name']}:0<|tool_call_argument_begin|>",
@@ -157,6 +214,13 @@ BUILDERS: dict[str, Callable[[Funcs], str]] = {
     "deepseek_v3": _json_calls(_DS_OPEN, _DS_CLOSE,
                                lambda f: f"function{_DS_SEP}{f['name']}\n```json\n", "\n```"),
     "deepseek_v31": _json_calls(_DS_OPEN, _DS_CLOSE, lambda f: f"{f['name']}{_DS_SEP}", ""),
+    # Llama 3.x: the call is the whole answer, as its template writes it.
+    "llama3_json": _json_calls("", "", lambda f: f'{{"name": {_lit(f["name"])}, '
+                                                 '"parameters": ', "}"),
+    "mistral": _json_calls("[TOOL_CALLS]", "", lambda f: f"{f['name']}[ARGS]", ""),
+    "mistral_json": _json_calls("[TOOL_CALLS][", "]", lambda f: f'{{"name": {_lit(f["name"])}, '
+                                                              '"arguments": ', "}"),
+    "harmony": _harmony,
 }
 
 

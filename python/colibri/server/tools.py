@@ -1,12 +1,13 @@
 """Tool calls: which format a chat template writes them in (colibri.server.tool_formats:
-Hermes/Qwen, GLM-4.5/4.6, DeepSeek-V3/R1, DeepSeek-V3.1, Kimi-K2), parsing them back out of
+Hermes/Qwen, GLM-4.5/4.6, DeepSeek-V3/R1, DeepSeek-V3.1, Kimi-K2, Qwen3-Coder/Qwen3.5,
+MiniMax-M2, Llama 3.x, Mistral, gpt-oss), parsing them back out of
 the text (:func:`parse_calls`, and :class:`CallSplitter` for a stream; :func:`split_answer`
 also drops a call that max_tokens cut), and the grammar that forces one
 (``tool_choice="required"`` or a named function: colibri.server.tool_grammars). Which
 template renders the tools: colibri.chat.tool_templates.
 
-A template that renders tools in a format not in the table (Llama 3.1's bare JSON,
-Mistral's ``[TOOL_CALLS]``, Qwen3-Coder's XML ``<function=...>``) still gets the tools in
+A template that renders tools in a format not in the table (Command R's, functionary's,
+DeepSeek-V3.2's DSML) still gets the tools in
 its prompt, but its answers come back as plain text (``content``), never as
 ``tool_calls``, and ``tool_choice="required"``/named is refused there (docs/serving.md).
 """
