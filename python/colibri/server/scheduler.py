@@ -37,15 +37,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from ..generate.batching import StepBatcher
 from ..generate.generation import Chunk
 from ..model import Model
 from .errors import QueueFull, RequestTimeout, ShuttingDown
 from .metrics import Metrics
+
+_T = TypeVar("_T")
 
 
 class Scheduler:
@@ -140,6 +142,25 @@ def kv_position_bytes(model: Model) -> int:
     return max(1, s.kv_bytes)
 
 
+async def _within(aw: Awaitable[_T], seconds: float | None) -> _T:
+    """`aw`'s result, or asyncio.TimeoutError after `seconds` (`aw` is cancelled then).
+    Not ``asyncio.wait_for``: before Python 3.12 it drops a cancellation that comes in
+    the same turn of the loop as the result (it returns the result instead), and the
+    generation of a client that had gone then ran on to its end."""
+    step = asyncio.ensure_future(aw)
+    try:
+        done, _ = await asyncio.wait({step}, timeout=seconds)
+    except asyncio.CancelledError:
+        step.cancel()  # the generation stops (colibri.generate.aio.pump_stream)
+        await asyncio.gather(step, return_exceptions=True)
+        raise
+    if not done:
+        step.cancel()
+        await asyncio.gather(step, return_exceptions=True)
+        raise asyncio.TimeoutError
+    return step.result()
+
+
 class Ticket:
     """One admitted request: ``async with ticket:`` waits for a slot (within the deadline)
     and frees it at exit; :meth:`stream` runs one generation in it. :meth:`release` frees
@@ -168,7 +189,7 @@ class Ticket:
         s._queue.append(self)
         s._dispatch()
         try:
-            await asyncio.wait_for(self._go.wait(), self._left())
+            await _within(self._go.wait(), self._left())
         except asyncio.TimeoutError:
             self.release()
             s.metrics.timeouts_total += 1
@@ -212,7 +233,7 @@ class Ticket:
         try:
             while True:
                 try:
-                    chunk = await asyncio.wait_for(anext(chunks), self._left())
+                    chunk = await _within(anext(chunks), self._left())
                 except StopAsyncIteration:
                     break
                 except asyncio.TimeoutError:
