@@ -70,3 +70,22 @@ def test_the_heap_is_frozen_while_the_monitor_runs_and_collections_are_timed() -
     assert frozen > 1000  # everything that existed at the start
     assert gc.get_freeze_count() == 0  # given back at the end
     assert m.gc_max_pause > 0.0
+
+
+def test_long_texts_are_encoded_with_the_gil_released_and_the_same_ids() -> None:
+    """Texts from _RELEASE_GIL_FROM characters go through the tokenizers library's
+    encode_batch (the GIL released; its encode held it 100 ms for 41k characters): the
+    ids are encode's."""
+    import colibri as co
+    from colibri.tokenizers import core
+    from support.realmodel import smollm2_gguf
+
+    with co.Model.load(smollm2_gguf(), engine=co.EngineConfig(context_length=64)) as m:
+        d = m.tokenizer._d
+        enc = d.hf_plain if d.hf_full is not None else d.fragment_encoder
+        text = "Naïve café — 12,345 tokens\n\t<|im_start|>user  ünïcödé 😀 " * 400
+        for n in (core._RELEASE_GIL_FROM - 1, core._RELEASE_GIL_FROM, len(text)):
+            piece = text[:n]
+            want = enc.encode(piece, add_special_tokens=False).ids
+            assert core._encode_one(enc, piece, False).ids == want, n
+            assert enc.encode_batch([piece], add_special_tokens=False)[0].ids == want, n
