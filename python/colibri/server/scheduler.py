@@ -27,9 +27,11 @@ request needing more than the whole budget runs alone). Otherwise it waits in th
 in arrival order (beyond the queue: 429), and never oversubscribes the KV memory.
 
 Cancellation: a ticket's consumer being cancelled (the client disconnected) raises
-CancelledError inside ``astream``, which stops between tokens and rolls its session back
-(colibri.generate.aio); the slot is released on the way out. The per-request deadline (queue wait
-included) cancels the same way and raises :class:`~colibri.server.errors.RequestTimeout`.
+CancelledError inside the stream, which stops between tokens (a forward still waiting
+for its step is dropped; the session, the request's own, is not rolled back:
+colibri.generate.aio.pump_stream); the slot is released on the way out. The per-request
+deadline (queue wait included) cancels the same way and raises
+:class:`~colibri.server.errors.RequestTimeout`.
 """
 
 from __future__ import annotations
