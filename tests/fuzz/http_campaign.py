@@ -83,6 +83,8 @@ class Summary:
     stalled_by: list[int] = field(default_factory=list)  # with --watch-loop
     loop_max_lag_ms: float = 0.0
     loop_stalls: int = 0
+    gc_max_pause_ms: float = 0.0  # the cyclic GC's longest collection (it stops the loop)
+    gc_stalls: int = 0  # collections over 100 ms
     peak_rss_mb: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -100,7 +102,8 @@ class Summary:
                  f"{self.probe_p99_ms:.0f} ms, max {self.probe_max_ms:.0f} ms, "
                  f"{self.probes_over_budget} over {HEALTH_BUDGET_S * 1000:.0f} ms",
                  f"loop monitor: max lag {self.loop_max_lag_ms:.0f} ms, "
-                 f"{self.loop_stalls} stalls over 100 ms; server peak RSS "
+                 f"{self.loop_stalls} stalls over 100 ms; GC: longest pause "
+                 f"{self.gc_max_pause_ms:.0f} ms, {self.gc_stalls} over 100 ms; server peak RSS "
                  f"{self.peak_rss_mb:.0f} MB"]
         for f in self.failures[:20]:
             lines.append(f"FAIL #{f.index}: {f.problem}\n  {f.request}\n  replay: python -m "
@@ -350,6 +353,8 @@ def run(url: str, seed: int, start: int, n: int, *, pid: int | None = None,
         m = httpx.get(url + "/metrics", timeout=30).text
         s.loop_max_lag_ms = _metric(m, "colibri_event_loop_lag_max_seconds") * 1000
         s.loop_stalls = int(_metric(m, "colibri_event_loop_stalls_total"))
+        s.gc_max_pause_ms = _metric(m, "colibri_gc_pause_max_seconds") * 1000
+        s.gc_stalls = int(_metric(m, "colibri_gc_stalls_total"))
     except httpx.HTTPError:
         s.loop_stalls = -1
     if pid is not None:

@@ -7,11 +7,13 @@ of rows per step, never a timing), and each one's greedy tokens are those it get
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 
 import pytest
 
 import colibri as co
-from colibri.generate.batching import StepBatcher
+from colibri.generate.batching import StepBatcher, StepCancelled
 from support.realmodel import smollm2_gguf
 
 PROMPTS = ["What is the capital of France?", "Name three planets.", "Say hello.",
@@ -97,3 +99,45 @@ def test_a_cancelled_generation_stops_being_waited_for(smollm2: co.Model) -> Non
     finally:
         batcher.detach()
     assert got == want
+
+
+def test_a_cancelled_generations_waiting_forward_is_dropped(smollm2: co.Model) -> None:
+    """StepBatcher.cancel: the forward a cancelled generation has waiting for a step never
+    runs (StepCancelled, the session as before), nor does any it submits until its exit;
+    after the exit its session forwards again. Here the step waits (patience) for another
+    entered generation that sampled and submits nothing, so the row stays pending."""
+    batcher = StepBatcher(max_rows=4, patience=600.0)
+    batcher.attach(smollm2)
+    waited_for, victim = smollm2.session(), smollm2.session()
+    try:
+        batcher.enter(waited_for)
+        waited_for.forward([1, 2, 3])  # from now on every step waits for its next row
+        batcher.enter(victim)
+        errors: list[BaseException] = []
+
+        def forward() -> None:
+            try:
+                victim.forward([4, 5, 6])
+            except BaseException as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=forward)
+        t.start()
+        time.sleep(0.3)
+        assert t.is_alive()  # pending: the step waits for `waited_for`
+        batcher.cancel(victim)
+        t.join(10)
+        assert not t.is_alive() and len(errors) == 1
+        assert isinstance(errors[0], StepCancelled), errors
+        assert victim.n_tokens == 0
+        with pytest.raises(StepCancelled):  # until its exit, every forward is refused
+            victim.forward([4])
+        batcher.exit(victim)
+        batcher.exit(waited_for)
+        assert victim.forward([4, 5, 6]).shape == (smollm2.config.vocab_size,)
+        assert victim.n_tokens == 3
+        batcher.cancel(victim)  # not entered: nothing to cancel
+        victim.forward([7])
+        assert victim.n_tokens == 4
+    finally:
+        batcher.detach()

@@ -117,8 +117,8 @@ class _Failed:
         self.exc = exc
 
 
-async def pump_stream(gen: Generator[Chunk, None, None],
-                      session: Session) -> AsyncGenerator[Chunk, None]:
+async def pump_stream(gen: Generator[Chunk, None, None], session: Session,
+                      restore: bool = True) -> AsyncGenerator[Chunk, None]:
     """:func:`astream_stream` with the generation running ahead of its consumer: ONE
     worker-thread call drives `gen` to its end, handing each chunk to the event loop
     through a queue, so the generation samples and submits its next forward right after
@@ -126,7 +126,11 @@ async def pump_stream(gen: Generator[Chunk, None, None],
     :class:`~colibri.generate.batching.StepBatcher` it is registered (``enter``), so every step
     waits for its row: the server's path. Cancellation as :func:`astream_stream` (the
     generation stops after the token in flight, the session is rolled back); leaving
-    early stops it too, keeping its tokens."""
+    early stops it too, keeping its tokens. Under the batcher a forward still waiting
+    for its step when the generation is cancelled or left is dropped
+    (:meth:`~colibri.generate.batching.StepBatcher.cancel`): it stops before that step.
+    ``restore=False`` skips the roll-back (which for a session with logits is one more
+    forward): for a session nobody uses after the generation."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[object] = asyncio.Queue()
     stop = threading.Event()
@@ -143,6 +147,8 @@ async def pump_stream(gen: Generator[Chunk, None, None],
     def produce() -> None:
         if batcher is not None:
             batcher.enter(session)
+            if stop.is_set():  # cancelled before it entered: the loop's cancel missed it
+                batcher.cancel(session)
         try:
             for chunk in gen:
                 put(chunk)
@@ -172,17 +178,21 @@ async def pump_stream(gen: Generator[Chunk, None, None],
             yield item
     except asyncio.CancelledError as cancelled:
         stop.set()
+        if batcher is not None:
+            batcher.cancel(session)
         await _settle(cf)
         finished = True
-        if session.n_tokens > n0:
-            restore = _STEPS.submit(_restore, session, n0, had_logits)
-            await _settle(restore)
-            if restore.exception() is not None:  # the session could not be restored
-                raise restore.exception() from cancelled  # type: ignore[misc]
+        if restore and session.n_tokens > n0:
+            undo = _STEPS.submit(_restore, session, n0, had_logits)
+            await _settle(undo)
+            if undo.exception() is not None:  # the session could not be restored
+                raise undo.exception() from cancelled  # type: ignore[misc]
         raise
     finally:
         if not finished:  # left early (break / aclose)
             stop.set()
+            if batcher is not None:
+                batcher.cancel(session)
             await _settle(cf)
 
 
@@ -209,6 +219,8 @@ def astream_ids(runner: Runner, ids: list[int], request: Request) -> AsyncGenera
 
 def apump_ids(runner: Runner, ids: list[int], request: Request) -> AsyncGenerator[Chunk, None]:
     """:func:`astream_ids` with the generation running ahead of its consumer
-    (:func:`pump_stream`): the server's path."""
+    (:func:`pump_stream`): the server's path. The session is this generation's own (new,
+    or taken out of the prompt cache) and a cancelled generation's is not cached, so it is
+    not rolled back on cancellation."""
     session, gen = runner.start(ids, request, {})
-    return pump_stream(gen, session)
+    return pump_stream(gen, session, restore=False)

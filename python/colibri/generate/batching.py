@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from .runner import HasRunner, Runner
     from .session import Session
 
-__all__ = ["StepBatcher", "forward_batch"]
+__all__ = ["StepBatcher", "StepCancelled", "forward_batch"]
 
 Logits = npt.NDArray[np.float32]
 
@@ -74,6 +74,11 @@ def forward_batch(sessions: Sequence[Session], token_ids: Sequence[Sequence[int]
     ids = [s._check_ids(t) for s, t in zip(sessions, token_ids, strict=True)]
     out: list[Logits] = _core.forward_batch([s._core for s in sessions], ids, flags)
     return out
+
+
+class StepCancelled(Exception):
+    """A forward dropped before its step ran: its generation was cancelled
+    (:meth:`StepBatcher.cancel`)."""
 
 
 @dataclass(eq=False)
@@ -136,6 +141,7 @@ class StepBatcher:
         self._last_step = 0.0  # seconds of the last decode-only step
         self._copies: list[_Copy] = []  # prefix copies waiting for their leader
         self._paused: set[int] = set()  # entered generations waiting in copy_prefix
+        self._cancelled: set[int] = set()  # entered generations cancelled, until their exit
         self.copies = 0  # prefix copies made
 
     # --- lifetime ---------------------------------------------------------------------
@@ -196,7 +202,28 @@ class StepBatcher:
             self._active = max(0, self._active - 1)
             self._looping.discard(id(session))
             self._expect.discard(id(session))
+            self._cancelled.discard(id(session))
             self._cond.notify_all()
+
+    def cancel(self, session: Session) -> None:
+        """The entered generation on `session` is cancelled (its client left): its forward
+        waiting for a step, and any it submits until its :meth:`exit`, raise
+        :class:`StepCancelled` in its thread instead of running (the session is as before
+        that forward). A step already running with its row finishes. Without this, a
+        cancelled generation ran its next step, a whole prompt for one cut during its
+        prefill, before it could stop."""
+        key = id(session)
+        with self._cond:
+            if key not in self._looping:
+                return  # not entered, or already out (nothing to mark: ids are reused)
+            self._cancelled.add(key)
+            self._expect.discard(key)
+            dropped = [r for r in self._pending if r.session is session]
+            self._pending = [r for r in self._pending if r.session is not session]
+            self._cond.notify_all()
+        for r in dropped:
+            r.error = StepCancelled("the generation was cancelled")
+            r.done.set()
 
     @property
     def active(self) -> int:
@@ -299,6 +326,8 @@ class StepBatcher:
                 ) -> Logits | None:
         row = _Row(session, ids, all_logits)
         with self._cond:
+            if id(session) in self._cancelled:
+                raise StepCancelled("the generation was cancelled")
             if self._stopped:  # detached meanwhile: run alone
                 return self._alone(row)
             self._pending.append(row)

@@ -292,6 +292,17 @@ class _Vocabulary:
         return self._tok.encode(s, add_special_tokens=False, special=False)
 
 
+def prepare(tokenizer: Tokenizer, n_vocab: int) -> None:
+    """Builds llguidance's tokenizer for `tokenizer` now, not at the first request with a
+    grammar: the build holds the GIL for 0.2-0.6 s (llguidance calls back into Python for
+    every token), so a server's event loop stalled that long even with the build on a
+    worker thread. A no-op without llguidance."""
+    try:
+        _lltokenizer(tokenizer, n_vocab)
+    except UnsupportedError:
+        pass
+
+
 def _lltokenizer(tokenizer: Tokenizer, n_vocab: int) -> Any:
     """llguidance's tokenizer for `tokenizer` (built once per tokenizer: ~0.4 s for a 49k
     vocabulary)."""

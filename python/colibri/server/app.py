@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..chat.template import ChatTemplate
 from ..chat.tool_templates import template_for_tools
 from ..generate.grammar_limits import GrammarLimits
+from ..generate.structured import prepare as prepare_grammars
 from ..model import Model
 from . import routes_anthropic, routes_openai
 from .body_limit import DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES, LimitBody
@@ -146,6 +147,8 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Before serving: built at the first request with a grammar, it stalled the loop.
+        await asyncio.to_thread(prepare_grammars, model.tokenizer, model.config.vocab_size)
         async with metrics.loop.running():  # the stall monitor (server/loop_monitor.py)
             yield
         with contextlib.suppress(asyncio.TimeoutError):

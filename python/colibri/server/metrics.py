@@ -177,6 +177,11 @@ def render(metrics: Metrics, scheduler: Scheduler, model: Model) -> str:
             float(m.loop.max_lag))
     _metric(out, "colibri_event_loop_stalls_total", "counter",
             f"Event-loop wake-ups later than {m.loop.stall * 1000:g} ms.", m.loop.stalls)
+    _metric(out, "colibri_gc_pause_max_seconds", "gauge",
+            "The longest pause of Python's cyclic garbage collector since start (it stops "
+            "every thread, the event loop's included).", float(m.loop.gc_max_pause))
+    _metric(out, "colibri_gc_stalls_total", "counter",
+            f"Garbage collections longer than {m.loop.stall * 1000:g} ms.", m.loop.gc_stalls)
     _metric(out, "colibri_process_resident_memory_bytes", "gauge",
             "Resident set size of the server process.", rss_bytes())
     return "\n".join(out) + "\n"

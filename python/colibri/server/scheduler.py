@@ -27,9 +27,11 @@ request needing more than the whole budget runs alone). Otherwise it waits in th
 in arrival order (beyond the queue: 429), and never oversubscribes the KV memory.
 
 Cancellation: a ticket's consumer being cancelled (the client disconnected) raises
-CancelledError inside ``astream``, which stops between tokens and rolls its session back
-(colibri.generate.aio); the slot is released on the way out. The per-request deadline (queue wait
-included) cancels the same way and raises :class:`~colibri.server.errors.RequestTimeout`.
+CancelledError inside the stream, which stops between tokens (a forward still waiting
+for its step is dropped; the session, the request's own, is not rolled back:
+colibri.generate.aio.pump_stream); the slot is released on the way out. The per-request
+deadline (queue wait included) cancels the same way and raises
+:class:`~colibri.server.errors.RequestTimeout`.
 """
 
 from __future__ import annotations
@@ -37,15 +39,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from ..generate.batching import StepBatcher
 from ..generate.generation import Chunk
 from ..model import Model
 from .errors import QueueFull, RequestTimeout, ShuttingDown
 from .metrics import Metrics
+
+_T = TypeVar("_T")
 
 
 class Scheduler:
@@ -140,6 +144,25 @@ def kv_position_bytes(model: Model) -> int:
     return max(1, s.kv_bytes)
 
 
+async def _within(aw: Awaitable[_T], seconds: float | None) -> _T:
+    """`aw`'s result, or asyncio.TimeoutError after `seconds` (`aw` is cancelled then).
+    Not ``asyncio.wait_for``: before Python 3.12 it drops a cancellation that comes in
+    the same turn of the loop as the result (it returns the result instead), and the
+    generation of a client that had gone then ran on to its end."""
+    step = asyncio.ensure_future(aw)
+    try:
+        done, _ = await asyncio.wait({step}, timeout=seconds)
+    except asyncio.CancelledError:
+        step.cancel()  # the generation stops (colibri.generate.aio.pump_stream)
+        await asyncio.gather(step, return_exceptions=True)
+        raise
+    if not done:
+        step.cancel()
+        await asyncio.gather(step, return_exceptions=True)
+        raise asyncio.TimeoutError
+    return step.result()
+
+
 class Ticket:
     """One admitted request: ``async with ticket:`` waits for a slot (within the deadline)
     and frees it at exit; :meth:`stream` runs one generation in it. :meth:`release` frees
@@ -168,7 +191,7 @@ class Ticket:
         s._queue.append(self)
         s._dispatch()
         try:
-            await asyncio.wait_for(self._go.wait(), self._left())
+            await _within(self._go.wait(), self._left())
         except asyncio.TimeoutError:
             self.release()
             s.metrics.timeouts_total += 1
@@ -212,7 +235,7 @@ class Ticket:
         try:
             while True:
                 try:
-                    chunk = await asyncio.wait_for(anext(chunks), self._left())
+                    chunk = await _within(anext(chunks), self._left())
                 except StopAsyncIteration:
                     break
                 except asyncio.TimeoutError:

@@ -2,8 +2,8 @@
 
 :class:`EventStream` sends an async iterator of SSE frames while listening for the
 client's ``http.disconnect``: when it comes, the iterator's task is cancelled at its
-current ``await`` (for a generation: between tokens, where ``Model.astream`` rolls its
-session back), instead of running on until the next write fails. :class:`DeferredJSON`
+current ``await`` (for a generation: between tokens, colibri.generate.aio.pump_stream),
+instead of running on until the next write fails. :class:`DeferredJSON`
 does the same for a non-streamed answer: the result is computed while the disconnect is
 listened for, and only then is the status chosen (an error raised while computing becomes
 its JSON error). Both call ``on_close`` when done, whatever happened (the scheduler's

@@ -17,8 +17,10 @@ _ASCII_SPACE = " \t\n\v\f\r"  # C isspace(), what llama.cpp strips around lstrip
 
 # Texts from this many characters are encoded through encode_batch, which releases the GIL
 # while the Rust code runs (encode holds it: a 6 MB prompt froze every other Python
-# thread, the server's event loop included, for seconds). The ids are the same.
-_RELEASE_GIL_FROM = 1 << 16
+# thread, the server's event loop included, for seconds; 41k characters, the most a
+# 512-token context lets the server tokenize, held it 100-120 ms on a loaded 2-core
+# host). The ids are the same (tests/server/test_loop_hazards.py).
+_RELEASE_GIL_FROM = 1 << 12
 
 
 def _encode_one(enc: Any, text: str, add_special_tokens: bool) -> Any:
