@@ -315,3 +315,22 @@ def test_streaming_time_grows_linearly(fmt: str) -> None:
     big = min(_seconds(HOSTILE[fmt](40_000), fmt) for _ in range(2))
     assert big < 20 * small + 0.05, f"{fmt}: {small:.4f} s, 8x: {big:.4f} s"
     assert set(FORMATS) >= set(HOSTILE)
+
+
+@pytest.mark.parametrize("args", ['{"city": "\\ud800"}', '{"city": "a\\udc00b"}',
+                                  '{"city": "\\ud800\\u0041"}', '{"\\ud800": 1}'])
+def test_lone_surrogates_are_not_returned(args: str) -> None:
+    """json.loads keeps a lone surrogate escape, but no UTF-8 answer can hold one: the call
+    is not read (the text, whose escape is plain ASCII, stays), streamed or not, and
+    everything sent encodes (a 500 at serialization before)."""
+    text = '<tool_call>{"name": "get_weather", "arguments": ' + args + "}</tool_call>"
+    content, calls = _whole("hermes", text)
+    assert calls == [] and content == text
+    streamed, scalls, events, _ = _stream("hermes", text)
+    streamed.encode("utf-8")
+    for e in events:
+        piece = e if isinstance(e, str) else getattr(e, "text", getattr(e, "name", ""))
+        piece.encode("utf-8")
+    assert all("\ud800" not in a and "\udc00" not in a for _, a in scalls)
+    paired = text.replace(args, '{"city": "\\ud83d\\ude00"}')  # a real pair still reads
+    assert _whole("hermes", paired)[1] == [("get_weather", '{"city": "\U0001f600"}')]

@@ -137,12 +137,16 @@ _UNREAD = object()
 
 
 def _json(text: str) -> Any:
-    """The JSON value of `text`, or _UNREAD when it is not JSON or nests too deep."""
+    """The JSON value of `text`, or _UNREAD when it is not JSON, nests too deep, or holds a
+    lone surrogate (``"\\ud800"``: json.loads keeps it, but no UTF-8 answer can carry it)."""
     if _too_deep(text):
         return _UNREAD
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
+        value = json.loads(text)
+        if "\\u" in text:  # only an escape can make a lone surrogate
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        return value
+    except (ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
         return _UNREAD
 
 

@@ -211,14 +211,9 @@ class JsonEcho:
                 self._high_slash = False
                 self._escape = "u"
                 return
-            high, slash = self._high, self._high_slash
-            self._high, self._high_slash = None, False
-            self._out.append(chr(high))  # a lone high surrogate, as json.loads keeps it
-            if slash:
-                self._escape = ""
-                self._escaped(ch)
-            else:
-                self._string(ch, 0)
+            # A lone high surrogate: json.loads keeps it, but no UTF-8 answer can hold it,
+            # so the call is not JSON colibri returns (tool_format_base._json agrees).
+            self.failed = True
             return
         assert self._escape is not None
         if self._escape == "":
@@ -243,8 +238,11 @@ class JsonEcho:
             if 0xDC00 <= code <= 0xDFFF:
                 self._out.append(chr(0x10000 + ((high - 0xD800) << 10) + (code - 0xDC00)))
                 return
-            self._out.append(chr(high))  # lone; this escape is read on its own
+            self.failed = True  # a lone high surrogate (see above)
+            return
         if 0xD800 <= code <= 0xDBFF:
             self._high = code
+        elif 0xDC00 <= code <= 0xDFFF:
+            self.failed = True  # a lone low surrogate
         else:
             self._out.append(_dumped(chr(code)))
