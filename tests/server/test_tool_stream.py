@@ -148,7 +148,7 @@ def test_arguments_stream_fragment_by_fragment() -> None:
 
 SPACINGS = ['{"city":"Lyon","days":3}', '{ "city" : "Lyon" ,\n\t"days" : 3 }',
             '{"city": "L\\u0079on", "days": 3, "x": [ ], "y": { }, "z": -0.0, "w": 1E2}',
-            '{"s": "\\ud83d\\ude00 \\ud800 \\u0001 \\/ \\" \\\\"}', '{}']
+            '{"s": "\\ud83d\\ude00 \\u0001 \\/ \\" \\\\"}', '{}']
 
 
 @pytest.mark.parametrize("args", SPACINGS)
