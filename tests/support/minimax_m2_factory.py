@@ -4,7 +4,8 @@ oracle tests: 3 layers, 4 query and 2 KV heads of 16 dimensions of which 8 are r
 weight and the bias set to non-trivial values.
 
 ``routing_margins`` measures what the tests rely on: that the correction bias changes the
-chosen experts for some tokens, and that no token's k-th and (k+1)-th choices tie.
+chosen experts for some tokens, and that no token's k-th and (k+1)-th choices tie;
+``dequantized_model`` is the model holding the values a quantized GGUF of it stores.
 """
 
 from __future__ import annotations
@@ -76,3 +77,44 @@ def routing_margins(model: torch.nn.Module, ids: list[int]) -> tuple[int, float]
         biased = top.indices[:, :k].sort(dim=-1).values
         changed += int((plain != biased).any(dim=-1).sum())
     return changed, gap
+
+
+_GGUF_TO_HF = {
+    "token_embd": "model.embed_tokens.weight", "output": "lm_head.weight",
+    "output_norm": "model.norm.weight", "attn_norm": "input_layernorm.weight",
+    "ffn_norm": "post_attention_layernorm.weight", "attn_q": "self_attn.q_proj.weight",
+    "attn_k": "self_attn.k_proj.weight", "attn_v": "self_attn.v_proj.weight",
+    "attn_output": "self_attn.o_proj.weight", "attn_q_norm": "self_attn.q_norm.weight",
+    "attn_k_norm": "self_attn.k_norm.weight", "ffn_gate_inp": "mlp.gate.weight",
+    "exp_probs_b": "mlp.e_score_correction_bias", "ffn_down_exps": "mlp.experts.down_proj",
+}  # fmt: skip
+
+
+@torch.no_grad()
+def dequantized_model(model: torch.nn.Module, gguf_path: Path) -> torch.nn.Module:
+    """A copy of ``model`` holding the values a llama.cpp GGUF of it stores (each tensor
+    decoded by the gguf package): the exact reference for a quantized file."""
+    import copy
+
+    import gguf
+
+    out = copy.deepcopy(model)
+    state = out.state_dict()
+    stacks: dict[tuple[str, str], torch.Tensor] = {}
+    for t in gguf.GGUFReader(str(gguf_path)).tensors:
+        value = torch.from_numpy(gguf.quants.dequantize(t.data, t.tensor_type).copy()).float()
+        parts = t.name.rsplit(".", 1)[0].split(".")  # drop .weight / .bias
+        if parts[0] != "blk":
+            state[_GGUF_TO_HF[parts[0]]].copy_(value)
+            continue
+        layer, kind = parts[1], ".".join(parts[2:])
+        if kind in ("ffn_gate_exps", "ffn_up_exps"):
+            stacks[(layer, kind)] = value
+        else:
+            state[f"model.layers.{layer}.{_GGUF_TO_HF[kind]}"].copy_(value)
+    for (layer, kind), value in stacks.items():
+        if kind == "ffn_gate_exps":  # gate_up_proj [E, 2 * ffn, hidden]: gate rows first
+            up = stacks[(layer, "ffn_up_exps")]
+            state[f"model.layers.{layer}.mlp.experts.gate_up_proj"].copy_(
+                torch.cat([value, up], dim=1))
+    return out
