@@ -4,11 +4,17 @@ raw text (colibri.server.tool_formats lists them in its table):
 - ``qwen3_coder`` (Qwen3-Coder, Qwen3.5): ``<tool_call>\\n<function=NAME>\\n<parameter=K>
   \\nV\\n</parameter>\\n...</function>\\n</tool_call>``;
 - ``minimax_m2`` (MiniMax-M2): ``<minimax:tool_call>\\n<invoke name="NAME"><parameter
-  name="K">V</parameter>...</invoke>\\n...</minimax:tool_call>``.
+  name="K">V</parameter>...</invoke>\\n...</minimax:tool_call>``;
+- ``deepseek_v32`` (DeepSeek-V3.2) and ``deepseek_v4`` (DeepSeek-V4, V4-Flash), DeepSeek's
+  DSML: ``<|DSML|function_calls>`` (V4: ``<|DSML|tool_calls>``) around ``<|DSML|invoke
+  name="NAME"><|DSML|parameter name="K" string="true">V</|DSML|parameter>...
+  </|DSML|invoke>`` (the bars U+FF5C, :data:`DSML`).
 
-Both templates write a string value as it is and any other value as text: Qwen's with
-jinja's ``string`` filter for numbers and booleans (``3``, ``True``) and JSON for objects
-and arrays, MiniMax's as JSON. So a value's type comes from the tool's JSON schema
+DSML says how to read a value: ``string="true"``, as it is; ``string="false"``, as JSON
+(the template's ``tojson``; text that is not JSON is typed by the schema, as is a value
+without the attribute). Qwen's and MiniMax's templates write a string value as it is
+and any other value as text: Qwen's with jinja's ``string`` filter for numbers and
+booleans (``3``, ``True``) and JSON for objects and arrays, MiniMax's as JSON. So a value's type comes from the tool's JSON schema
 (:func:`typed_value`): a parameter declared a string keeps its text, a number, boolean,
 object or array is read as one when the text is one, and anything else stays text.
 
@@ -39,7 +45,8 @@ from .tool_format_base import (
     _skip_ws,
 )
 
-__all__ = ["MINIMAX_M2", "QWEN3_CODER", "XmlShape", "typed_value", "xml_reader", "xml_scanner"]
+__all__ = ["DEEPSEEK_V4", "DEEPSEEK_V32", "DSML", "MINIMAX_M2", "QWEN3_CODER", "XmlShape",
+           "typed_value", "xml_reader", "xml_scanner"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +56,9 @@ class XmlShape:
     it comes just before the call (whitespace apart), and ``trailer``, just after its end,
     belong to the call too. ``stop`` also ends the pairs (a wrapper's closing tag where
     the model left out ``end``). ``newlines``: the template puts a newline on each side of
-    a value (dropped when reading)."""
+    a value (dropped when reading). ``string_attr``: ``key_end`` is the key's closing
+    quote, and the value begins with the rest of the tag (DSML's ``string`` attribute,
+    which says how to read the value)."""
 
     call: str
     call_end: str
@@ -61,6 +70,7 @@ class XmlShape:
     trailer: str = ""
     stop: str = ""
     newlines: bool = False
+    string_attr: bool = False  # the value begins with ` string="true|false">` (DSML)
 
 
 QWEN3_CODER = XmlShape(call="<function=", call_end=">", key="<parameter=", key_end=">",
@@ -69,6 +79,19 @@ QWEN3_CODER = XmlShape(call="<function=", call_end=">", key="<parameter=", key_e
 MINIMAX_M2 = XmlShape(call='<invoke name="', call_end='">', key='<parameter name="',
                       key_end='">', value_end="</parameter>", end="</invoke>",
                       stop="</minimax:tool_call>")
+
+DSML = "\uff5cDSML\uff5c"  # DeepSeek's tag prefix: "|DSML|" with full-width bars
+
+
+def _dsml(wrapper: str) -> XmlShape:
+    return XmlShape(call=f'<{DSML}invoke name="', call_end='">', key=f'<{DSML}parameter name="',
+                    key_end='"', value_end=f"</{DSML}parameter>", end=f"</{DSML}invoke>",
+                    stop=f"</{DSML}{wrapper}>", string_attr=True)
+
+
+DEEPSEEK_V32, DEEPSEEK_V4 = _dsml("function_calls"), _dsml("tool_calls")
+# The rest of a DSML parameter's tag: its string attribute (optional), then ">".
+_STRING_ATTR = re.compile(r'[ \t]*(?:string="(true|false)"[ \t]*)?>')
 
 # A function's or parameter's name: no tag characters, quotes or line breaks (so a run
 # never reaches into the next tag: each is read once).
@@ -180,8 +203,19 @@ def xml_reader(shape: XmlShape) -> Reader:
         types = _param_types(tools, name)
         args: dict[str, Any] = {}
         for key, value in pairs:
+            kind = types.get(key)
+            if shape.string_attr:
+                attr = _STRING_ATTR.match(value)
+                if attr is None:
+                    return None
+                value = value[attr.end():]
+                if attr.group(1) == "true":
+                    kind = "string"
+                elif attr.group(1) == "false" and (got := _json(value)) is not _UNREAD:
+                    args[key] = got
+                    continue
             if shape.newlines:
                 value = value.removeprefix("\n").removesuffix("\n")
-            args[key] = typed_value(value, types.get(key))
+            args[key] = typed_value(value, kind)
         return name, args, None
     return read
