@@ -14,9 +14,10 @@ DSML says how to read a value: ``string="true"``, as it is; ``string="false"``, 
 (the template's ``tojson``; text that is not JSON is typed by the schema, as is a value
 without the attribute). Qwen's and MiniMax's templates write a string value as it is
 and any other value as text: Qwen's with jinja's ``string`` filter for numbers and
-booleans (``3``, ``True``) and JSON for objects and arrays, MiniMax's as JSON. So a value's type comes from the tool's JSON schema
-(:func:`typed_value`): a parameter declared a string keeps its text, a number, boolean,
-object or array is read as one when the text is one, and anything else stays text.
+booleans (``3``, ``True``) and JSON for objects and arrays, MiniMax's as JSON. So a
+value's type comes from the tool's JSON schema (:func:`typed_value`): a parameter
+declared a string keeps its text, a number, boolean, object or array is read as one when
+the text is one, and anything else stays text.
 
 A value ends at the first closing tag followed (after whitespace) by the next parameter,
 the call's end or the end of the text, so a value may itself hold the closing tag (code
