@@ -42,6 +42,10 @@ MARKERS: dict[str, tuple[str, ...]] = {
              f'<{DSML}parameter name="b"', ' string="true">', ' string="false">', ">",
              f"</{DSML}parameter>", "12")
        for fmt, wrapper in (("deepseek_v32", "function_calls"), ("deepseek_v4", "tool_calls"))},
+    "kimi_k3": ("<|open|>tools<|sep|>", "<|close|>tools<|sep|>", '<|open|>call tool="f"',
+                '<|open|>call tool="', ' index="1"', "<|sep|>", "<|close|>call<|sep|>",
+                '<|open|>argument key="a"', '<|open|>argument key="b"', ' type="string"',
+                ' type="number"', "<|close|>argument<|sep|>", "12", "&quot;"),
     "llama3_json": ('{"name": "f", "parameters": ', '{"name": "f", "arguments": {"a": 1}}',
                     '"type": "function", ', "<|python_tag|>", "f.call(", 'a="x"', ")", "}",
                     '{"name"', '{ "type"'),
@@ -106,6 +110,12 @@ HOSTILE: dict[str, list[str]] = {
              f'<{DSML}invoke name="f"><{DSML}parameter name="' * 20_000 + f"</{DSML}parameter>",
              f'<{DSML}invoke name="f"><{DSML}parameter name="a">' + f"</{DSML}parameter> x"
              * 50_000] for fmt in ("deepseek_v32", "deepseek_v4")},
+    "kimi_k3": ['<|open|>call tool="f"<|sep|>' + '<|open|>argument key="a"<|sep|>x'
+                '<|close|>argument<|sep|>' * 20_000 + "x",
+                '<|open|>call tool="f"<|sep|><|open|>argument key="' * 20_000 + "<|sep|>",
+                '<|open|>call tool="f" index="1"<|sep|><|open|>argument key="a" type="string"'
+                '<|sep|>' + "<|close|>argument<|sep|> x" * 50_000,
+                '<|open|>call tool="' + '"' * 200_000],
     "llama3_json": ['{"name": "f", "parameters": {"a": "' * 20_000,
                     '{"name": "f", "parameters": [' * 20_000,
                     '{"name": "' * 50_000, "<|python_tag|>{" * 50_000,

@@ -1,5 +1,6 @@
 """Tool calls streamed as written, for the formats whose readers are in
-colibri.server.tool_stream_xml (qwen3_coder, minimax_m2: a parameter at a time) and
+colibri.server.tool_stream_xml (qwen3_coder, minimax_m2, deepseek_v32, deepseek_v4,
+kimi_k3: a parameter at a time) and
 colibri.server.tool_stream_json (llama3_json, mistral, mistral_json, harmony: the JSON
 arguments echoed as ``json.dumps`` writes them). As test_tool_stream.py does for the
 others: each format's calls as its real template renders them (llama.cpp's copies), fed a
@@ -15,11 +16,14 @@ import random
 import time
 
 import pytest
+import test_tool_formats_dsml as dsml
 import test_tool_formats_harmony as harmony
 import test_tool_formats_json as bare
+import test_tool_formats_kimi_k3 as k3
 import test_tool_formats_xml as xml
 from test_tool_stream import _stream, _whole
 
+from colibri.server.tool_formats_xml import DSML
 from colibri.server.tool_stream import CallArgs, CallStart, ToolStream
 
 TOOLS = xml.TOOLS  # the same get_weather / get_time as the JSON and harmony tests', wider
@@ -38,6 +42,9 @@ def _turns() -> list[tuple[str, str, str, int]]:
             out.append((name, fmt, bare._turn(name, content, calls), len(calls)))
     for content in ("", "Let me check."):
         out.append((harmony.NAME, "harmony", harmony._output(content) + HARMONY_SECOND, 2))
+    for name, fmt in sorted(dsml.TEMPLATES.items()):
+        out += [(name, fmt, dsml._turn(name, content), 2) for content in ("", "Let me look.")]
+    out += [(k3.NAME, "kimi_k3", k3._answer(content), 2) for content in ("", "Let me look.")]
     return out
 
 
@@ -141,7 +148,13 @@ PIECES = {"qwen3_coder": ["<tool_call>", "</tool_call>", "<function=", "</parame
           "mistral": ["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "{", "}", '"'],
           "mistral_json": ["[TOOL_CALLS]", "[", "]", "{", "}", '"', ","],
           "harmony": ["<|call|>", "to=functions.", "<|message|>", "<|start|>assistant", "{",
-                      "}"]}
+                      "}"],
+          **{fmt: [f"<{DSML}{w}>", f"</{DSML}{w}>", f'<{DSML}invoke name="', f"</{DSML}invoke>",
+                   f"</{DSML}parameter>", f'<{DSML}parameter name="', ' string="false">', '">']
+             for fmt, w in dsml.WRAPPER.items()},
+          "kimi_k3": ["<|open|>tools<|sep|>", "<|close|>tools<|sep|>", '<|open|>call tool="',
+                      "<|close|>call<|sep|>", "<|close|>argument<|sep|>", "<|sep|>",
+                      '<|open|>argument key="', ' type="number"', '"']}
 
 
 @pytest.mark.parametrize("fmt", sorted(PIECES))
@@ -183,6 +196,8 @@ HOSTILE = {
     "llama3_json": lambda n: '{"name": "f", "parameters": {"a": [' + "1, " * n + "2]}}",
     "mistral": lambda n: "[TOOL_CALLS]f[ARGS]" + '{"a": "' + "\\n" * n + '"}',
     "mistral_json": lambda n: '[TOOL_CALLS][{"name": "f", "arguments": {"a": 1}}' + ", " * n,
+    "kimi_k3": lambda n: ('<|open|>call tool="f"<|sep|><|open|>argument key="a"<|sep|>'
+                          + "<|close|>argument<|sep|> <" * n),
     "harmony": lambda n: "<|channel|>commentary to=functions.f<|message|>{\"a\": " + "[" * 100
                          + "]" * 100 + "}" + " " * n + "x",
 }

@@ -205,6 +205,22 @@ def _dsml(wrapper: str) -> Callable[[Funcs], str]:
                          f"</{DSML}parameter>\n", f"</{DSML}invoke>\n")
 
 
+
+def _attr(text: str) -> str:
+    return text.replace("&", "&amp;").replace('"', "&quot;")  # Kimi-K3's escape_attr
+
+
+_K3_TYPES = {"integer": "number", "number": "number", "boolean": "boolean", "null": "null",
+             "array": "array", "object": "object"}
+# Kimi-K3: a string bare (type="string"), else JSON (its type, as its template names it).
+_kimi_k3 = _tagged_calls("<|open|>tools<|sep|>", "<|close|>tools<|sep|>",
+                         lambda f: f'<|open|>call tool="{_attr(f["name"])}" index="1"<|sep|>',
+                         lambda k, schema: f'<|open|>argument key="{_attr(k)}" type="'
+                         + ("string" if is_bare(schema) else
+                            _K3_TYPES.get(str(schema.get("type")), "object")) + '"<|sep|>',
+                         "<|close|>argument<|sep|>", "<|close|>call<|sep|>")
+
+
 _DS_OPEN = deepseek_marker("tool calls begin") + deepseek_marker("tool call begin")
 _DS_CLOSE = deepseek_marker("tool call end") + deepseek_marker("tool calls end")
 _DS_SEP = deepseek_marker("tool sep")
@@ -226,6 +242,7 @@ BUILDERS: dict[str, Callable[[Funcs], str]] = {
     "minimax_m2": _minimax_m2,
     "deepseek_v32": _dsml("function_calls"),
     "deepseek_v4": _dsml("tool_calls"),
+    "kimi_k3": _kimi_k3,
     "kimi_k2": _json_calls("<|tool_calls_section_begin|><|tool_call_begin|>",
                            "<|tool_calls_section_end|>",
                            lambda f: f"functions.{f['name']}:0<|tool_call_argument_begin|>",

@@ -15,7 +15,7 @@ format's whole parse).
 - Key/value arguments (glm): each ``<arg_key>K</arg_key><arg_value>V</arg_value>`` pair
   is written as JSON when it ends (``{"a": 1``, then ``, "b": "x"``, then ``}``), its value
   read as the whole parse reads it (the tool's schema says whether it is a string);
-  qwen3_coder, minimax_m2, deepseek_v32 and deepseek_v4 the same way, a parameter at a time
+  qwen3_coder, minimax_m2, deepseek_v32, deepseek_v4 and kimi_k3 the same way, a parameter at a time
   (colibri.server.tool_stream_xml).
 
 What the readers share (:class:`CallOpened`, :class:`JsonCallReader`) is
@@ -35,7 +35,7 @@ import re
 from collections.abc import Callable
 
 from .tool_formats import FORMATS, deepseek_marker
-from .tool_formats_xml import DEEPSEEK_V4, DEEPSEEK_V32, MINIMAX_M2, QWEN3_CODER
+from .tool_formats_xml import DEEPSEEK_V4, DEEPSEEK_V32, KIMI_K3, MINIMAX_M2, QWEN3_CODER
 from .tool_stream_base import (
     _HEADER,
     _NAME,
@@ -251,6 +251,7 @@ READERS: dict[str, Callable[[Tools, int], CallReader]] = {
     "minimax_m2": lambda tools, at: XmlCallReader(MINIMAX_M2, tools, at),
     "deepseek_v32": lambda tools, at: XmlCallReader(DEEPSEEK_V32, tools, at),
     "deepseek_v4": lambda tools, at: XmlCallReader(DEEPSEEK_V4, tools, at),
+    "kimi_k3": lambda tools, at: XmlCallReader(KIMI_K3, tools, at),
     "llama3_json": llama3_reader,
     "mistral": mistral_reader,
     "mistral_json": mistral_reader,

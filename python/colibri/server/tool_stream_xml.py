@@ -18,14 +18,12 @@ rest whole. Held back: the header, key or value being read, and a partial closin
 from __future__ import annotations
 
 import json
-import re
 
-from .tool_formats_xml import XmlShape, xml_reader
+from .tool_formats_xml import XmlShape, call_name, label_pattern, xml_reader
 from .tool_stream_base import _HEADER, _OUTSIDE, _WS, MAX_HEADER, CallOpened, Tools, _Reader
 
 __all__ = ["XmlCallReader"]
 
-_LABEL = re.compile(r'[^<>"\n]*')  # tool_formats_xml._LABEL
 _PAIRS, _IN_KEY, _IN_VALUE = range(4, 7)  # after _Reader's states
 
 
@@ -67,7 +65,7 @@ class XmlCallReader(_Reader):
         """The label from `start` and where its `close` ends; or "wait", "no" (not a
         label), "long" (longer than MAX_HEADER: this reader gives up)."""
         window = self._pending[:start + MAX_HEADER]
-        m = _LABEL.match(window, start)
+        m = label_pattern(self._shape).match(window, start)
         assert m is not None
         rest = window[m.end():]
         if rest.startswith(close):
@@ -84,13 +82,14 @@ class XmlCallReader(_Reader):
         if got == "long":
             self._bail()
             return False
-        if got == "no" or not got[0]:  # not a call: the scanner looks on past its start
+        name = None if isinstance(got, str) else call_name(shape, got[0])
+        if name is None:  # not a call: the scanner looks on past its start
             self._advance(1)
             self._state = _OUTSIDE
             return True
         assert not isinstance(got, str)
         before = self._before((shape.wrapper,), skip_ws=True) if shape.wrapper else 0
-        self._name, self._call_at, self._pairs = got[0], self._at - before, 0
+        self._name, self._call_at, self._pairs = name, self._at - before, 0
         self._advance(got[1])
         self._state = _PAIRS
         return True
