@@ -60,7 +60,9 @@ DETECTED = {
     "Qwen3-Coder.jinja": "qwen3_coder", "Qwen3.5-4B.jinja": "qwen3_coder",
     "MiniMax-M2.jinja": "minimax_m2",  # (both: tests/server/test_tool_formats_xml.py)
     "MiniMax-M3.jinja": None,  # (its tags carry a prefix: not hermes's <tool_call>)
-    "deepseek-ai-DeepSeek-V3.2.jinja": None,
+    "deepseek-ai-DeepSeek-V3.2.jinja": "deepseek_v32",
+    "deepseek-ai-DeepSeek-V4.jinja": "deepseek_v4",  # (DSML: test_tool_formats_dsml.py)
+    "Kimi-K3.jinja": "kimi_k3",  # (test_tool_formats_kimi_k3.py)
     "meta-llama-Llama-3.1-8B-Instruct.jinja": "llama3_json",
     "Mistral-Small-3.2-24B-Instruct-2506.jinja": "mistral",
     "mistralai-Mistral-Nemo-Instruct-2407.jinja": "mistral_json",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from colibri.server.tool_formats import FORMATS, MAX_JSON_DEPTH, ToolCall, deepseek_marker
+from colibri.server.tool_formats_xml import DSML
 from colibri.server.tools import CallSplitter, parse_calls
 
 PAIR = "<arg_key>a</arg_key><arg_value>b</arg_value>"
@@ -36,6 +37,15 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "minimax_m2": ("<minimax:tool_call>", "</minimax:tool_call>", '<invoke name="f">',
                    '<invoke name="', "</invoke>", '<parameter name="a">', '<parameter name="b">',
                    "</parameter>", "12"),
+    **{fmt: (f"<{DSML}{wrapper}>", f"</{DSML}{wrapper}>", f'<{DSML}invoke name="f">',
+             f'<{DSML}invoke name="', f"</{DSML}invoke>", f'<{DSML}parameter name="a"',
+             f'<{DSML}parameter name="b"', ' string="true">', ' string="false">', ">",
+             f"</{DSML}parameter>", "12")
+       for fmt, wrapper in (("deepseek_v32", "function_calls"), ("deepseek_v4", "tool_calls"))},
+    "kimi_k3": ("<|open|>tools<|sep|>", "<|close|>tools<|sep|>", '<|open|>call tool="f"',
+                '<|open|>call tool="', ' index="1"', "<|sep|>", "<|close|>call<|sep|>",
+                '<|open|>argument key="a"', '<|open|>argument key="b"', ' type="string"',
+                ' type="number"', "<|close|>argument<|sep|>", "12", "&quot;"),
     "llama3_json": ('{"name": "f", "parameters": ', '{"name": "f", "arguments": {"a": 1}}',
                     '"type": "function", ', "<|python_tag|>", "f.call(", 'a="x"', ")", "}",
                     '{"name"', '{ "type"'),
@@ -95,6 +105,17 @@ HOSTILE: dict[str, list[str]] = {
     "minimax_m2": ['<invoke name="f">' + '<parameter name="a">x</parameter>' * 20_000 + "x",
                    '<invoke name="f"><parameter name="' * 20_000 + "</parameter>",
                    '<invoke name="f"><parameter name="a">' + "</parameter> x" * 50_000],
+    **{fmt: [f'<{DSML}invoke name="f">' + f'<{DSML}parameter name="a" string="true">x'
+             f"</{DSML}parameter>" * 20_000 + "x",
+             f'<{DSML}invoke name="f"><{DSML}parameter name="' * 20_000 + f"</{DSML}parameter>",
+             f'<{DSML}invoke name="f"><{DSML}parameter name="a">' + f"</{DSML}parameter> x"
+             * 50_000] for fmt in ("deepseek_v32", "deepseek_v4")},
+    "kimi_k3": ['<|open|>call tool="f"<|sep|>' + '<|open|>argument key="a"<|sep|>x'
+                '<|close|>argument<|sep|>' * 20_000 + "x",
+                '<|open|>call tool="f"<|sep|><|open|>argument key="' * 20_000 + "<|sep|>",
+                '<|open|>call tool="f" index="1"<|sep|><|open|>argument key="a" type="string"'
+                '<|sep|>' + "<|close|>argument<|sep|> x" * 50_000,
+                '<|open|>call tool="' + '"' * 200_000],
     "llama3_json": ['{"name": "f", "parameters": {"a": "' * 20_000,
                     '{"name": "f", "parameters": [' * 20_000,
                     '{"name": "' * 50_000, "<|python_tag|>{" * 50_000,
@@ -161,6 +182,8 @@ DEEP = "[" * 100_000
     ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=b>\n" + DEEP + "\n</parameter>\n"
      "</function>\n</tool_call>"),
     ("minimax_m2", '<invoke name="f"><parameter name="b">' + DEEP + "</parameter></invoke>"),
+    ("deepseek_v32", f'<{DSML}invoke name="f"><{DSML}parameter name="b" string="false">' + DEEP
+     + f"</{DSML}parameter></{DSML}invoke>"),
     ("llama3_json", '{"name": "f", "parameters": {"a": ' + DEEP + "]" * 100_000 + "}}"),
     ("mistral", '[TOOL_CALLS]f[ARGS]{"a": ' + DEEP + "]" * 100_000 + "}"),
     ("mistral_json", '[TOOL_CALLS][{"name": "f", "arguments": ' + DEEP + "]" * 100_000 + "}]"),
@@ -169,7 +192,7 @@ DEEP = "[" * 100_000
 ])
 def test_deeply_nested_json_is_text(fmt: str, text: str) -> None:
     rest, calls = parse_calls(text, "call_", fmt)
-    if fmt in ("glm", "qwen3_coder", "minimax_m2"):  # a value not JSON is kept as its text
+    if fmt in ("glm", "qwen3_coder", "minimax_m2", "deepseek_v32"):  # a value not JSON: text
         assert calls[0].arguments == {"b": DEEP}
     else:
         assert calls == [] and rest == text.strip()

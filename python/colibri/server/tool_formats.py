@@ -17,9 +17,12 @@ all appear in the template's source).
   ``[TOOL_CALLS]``): bare JSON calls (colibri.server.tool_formats_json);
 - ``harmony`` (gpt-oss): ``<|channel|>commentary to=functions.NAME <|constrain|>json
   <|message|>{JSON}<|call|>`` (colibri.server.tool_formats_harmony);
-- ``qwen3_coder`` (Qwen3-Coder, Qwen3.5, Nemotron-3-Nano, Step-3.5-Flash) and
-  ``minimax_m2`` (MiniMax-M2): XML-like calls with one tag per parameter, its value raw
-  text typed by the tool's schema (colibri.server.tool_formats_xml).
+- ``qwen3_coder`` (Qwen3-Coder, Qwen3.5, Nemotron-3-Nano, Step-3.5-Flash),
+  ``minimax_m2`` (MiniMax-M2), ``deepseek_v32`` (DeepSeek-V3.2), ``deepseek_v4``
+  (DeepSeek-V4) and ``kimi_k3`` (Kimi-K3): XML-like calls with one tag per parameter,
+  its value raw text typed by the tool's schema or by its tag's attribute (DeepSeek's
+  DSML ``string``, Kimi-K3's ``type``)
+  (colibri.server.tool_formats_xml).
 
 DeepSeek's markers are written above with ASCII bars and spaces; in its vocabulary (and
 the model's text) the bars are U+FF5C (full-width) and the spaces U+2581.
@@ -68,7 +71,16 @@ from .tool_formats_json import (
     scan_llama3,
     scan_mistral,
 )
-from .tool_formats_xml import MINIMAX_M2, QWEN3_CODER, xml_reader, xml_scanner
+from .tool_formats_xml import (
+    DEEPSEEK_V4,
+    DEEPSEEK_V32,
+    DSML,
+    KIMI_K3,
+    MINIMAX_M2,
+    QWEN3_CODER,
+    xml_reader,
+    xml_scanner,
+)
 
 __all__ = ["FORMATS", "MAX_JSON_DEPTH", "CallFormat", "ToolCall", "template_format"]
 
@@ -275,6 +287,20 @@ FORMATS: dict[str, CallFormat] = {f.name: f for f in (
                scan=_scan_glm, read=_read_glm),
     CallFormat("kimi_k2", markers=(_KIMI_CALLS, _KIMI_CALL), opens=(_KIMI_CALLS, _KIMI_CALL),
                scan=_scan_kimi, read=_read_kimi, section=(_KIMI_CALLS, _KIMI_CALLS_END)),
+    # DSML's tags are built in the templates' source from the token "|DSML|".
+    CallFormat("deepseek_v32", markers=(DSML, "function_calls>"),
+               opens=(f"<{DSML}function_calls>", f'<{DSML}invoke name="'),
+               scan=xml_scanner(DEEPSEEK_V32), read=xml_reader(DEEPSEEK_V32),
+               section=(f"<{DSML}function_calls>", f"</{DSML}function_calls>")),
+    CallFormat("deepseek_v4", markers=(DSML, "tool_calls>"),
+               opens=(f"<{DSML}tool_calls>", f'<{DSML}invoke name="'),
+               scan=xml_scanner(DEEPSEEK_V4), read=xml_reader(DEEPSEEK_V4),
+               section=(f"<{DSML}tool_calls>", f"</{DSML}tool_calls>")),
+    # Kimi-K3's tags are built in its template's source by open_tag / close_tag.
+    CallFormat("kimi_k3", markers=("open_tag('call'", "open_tag('argument'", "<|open|>"),
+               opens=("<|open|>tools<|sep|>", '<|open|>call tool="'),
+               scan=xml_scanner(KIMI_K3), read=xml_reader(KIMI_K3),
+               section=("<|open|>tools<|sep|>", "<|close|>tools<|sep|>")),
     CallFormat("deepseek_v3", markers=(_DS_SEP, "```json"), opens=(_DS_CALLS, _DS_CALL),
                scan=_scan_deepseek_v3, read=_read_name_args,
                section=(_DS_CALLS, _DS_CALLS_END)),

@@ -4,13 +4,25 @@ raw text (colibri.server.tool_formats lists them in its table):
 - ``qwen3_coder`` (Qwen3-Coder, Qwen3.5): ``<tool_call>\\n<function=NAME>\\n<parameter=K>
   \\nV\\n</parameter>\\n...</function>\\n</tool_call>``;
 - ``minimax_m2`` (MiniMax-M2): ``<minimax:tool_call>\\n<invoke name="NAME"><parameter
-  name="K">V</parameter>...</invoke>\\n...</minimax:tool_call>``.
+  name="K">V</parameter>...</invoke>\\n...</minimax:tool_call>``;
+- ``deepseek_v32`` (DeepSeek-V3.2) and ``deepseek_v4`` (DeepSeek-V4, V4-Flash), DeepSeek's
+  DSML: ``<|DSML|function_calls>`` (V4: ``<|DSML|tool_calls>``) around ``<|DSML|invoke
+  name="NAME"><|DSML|parameter name="K" string="true">V</|DSML|parameter>...
+  </|DSML|invoke>`` (the bars U+FF5C, :data:`DSML`);
+- ``kimi_k3`` (Kimi-K3): ``<|open|>tools<|sep|><|open|>call tool="NAME" index="1"<|sep|>
+  <|open|>argument key="K" type="string"<|sep|>V<|close|>argument<|sep|>...<|close|>call
+  <|sep|>...<|close|>tools<|sep|>`` (its template's JSON-block form, written for
+  arguments given as a string, is not read: it stays text).
 
-Both templates write a string value as it is and any other value as text: Qwen's with
-jinja's ``string`` filter for numbers and booleans (``3``, ``True``) and JSON for objects
-and arrays, MiniMax's as JSON. So a value's type comes from the tool's JSON schema
-(:func:`typed_value`): a parameter declared a string keeps its text, a number, boolean,
-object or array is read as one when the text is one, and anything else stays text.
+DSML says how to read a value: ``string="true"``, as it is; ``string="false"``, as JSON
+(the template's ``tojson``; text that is not JSON is typed by the schema, as is a value
+without the attribute); Kimi-K3 the same with ``type="string"`` or another type. Qwen's
+and MiniMax's templates write a string value as it is and any other value as text:
+Qwen's with jinja's ``string`` filter for numbers and booleans (``3``, ``True``) and JSON
+for objects and arrays, MiniMax's as JSON. So a value's type comes from the tool's JSON
+schema (:func:`typed_value`): a parameter declared a string keeps its text, a number,
+boolean, object or array is read as one when the text is one, and anything else stays
+text.
 
 A value ends at the first closing tag followed (after whitespace) by the next parameter,
 the call's end or the end of the text, so a value may itself hold the closing tag (code
@@ -39,7 +51,8 @@ from .tool_format_base import (
     _skip_ws,
 )
 
-__all__ = ["MINIMAX_M2", "QWEN3_CODER", "XmlShape", "typed_value", "xml_reader", "xml_scanner"]
+__all__ = ["DEEPSEEK_V4", "DEEPSEEK_V32", "DSML", "KIMI_K3", "MINIMAX_M2", "QWEN3_CODER",
+           "XmlShape", "call_name", "label_pattern", "typed_value", "xml_reader", "xml_scanner"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +62,12 @@ class XmlShape:
     it comes just before the call (whitespace apart), and ``trailer``, just after its end,
     belong to the call too. ``stop`` also ends the pairs (a wrapper's closing tag where
     the model left out ``end``). ``newlines``: the template puts a newline on each side of
-    a value (dropped when reading)."""
+    a value (dropped when reading). ``string_attr``: ``key_end`` is the key's closing
+    quote, and the value begins with the rest of the tag (DSML's ``string`` attribute,
+    which says how to read the value). ``name_attrs`` / ``key_attrs`` (Kimi-K3): the
+    label between ``call`` and ``call_end`` (``key`` and ``key_end``) holds the rest of
+    the tag's attributes, quotes included; these read the name (the key and its
+    ``type``) out of it."""
 
     call: str
     call_end: str
@@ -61,6 +79,9 @@ class XmlShape:
     trailer: str = ""
     stop: str = ""
     newlines: bool = False
+    string_attr: bool = False  # the value begins with ` string="true|false">` (DSML)
+    name_attrs: re.Pattern[str] | None = None
+    key_attrs: re.Pattern[str] | None = None
 
 
 QWEN3_CODER = XmlShape(call="<function=", call_end=">", key="<parameter=", key_end=">",
@@ -70,9 +91,49 @@ MINIMAX_M2 = XmlShape(call='<invoke name="', call_end='">', key='<parameter name
                       key_end='">', value_end="</parameter>", end="</invoke>",
                       stop="</minimax:tool_call>")
 
+DSML = "\uff5cDSML\uff5c"  # DeepSeek's tag prefix: "|DSML|" with full-width bars
+
+
+def _dsml(wrapper: str) -> XmlShape:
+    return XmlShape(call=f'<{DSML}invoke name="', call_end='">', key=f'<{DSML}parameter name="',
+                    key_end='"', value_end=f"</{DSML}parameter>", end=f"</{DSML}invoke>",
+                    stop=f"</{DSML}{wrapper}>", string_attr=True)
+
+
+DEEPSEEK_V32, DEEPSEEK_V4 = _dsml("function_calls"), _dsml("tool_calls")
+# The rest of a DSML parameter's tag: its string attribute (optional), then ">".
+_STRING_ATTR = re.compile(r'[ \t]*(?:string="(true|false)"[ \t]*)?>')
+
+# Kimi-K3's XTML: <|open|>TAG ATTR="V"...<|sep|> ... <|close|>TAG<|sep|>, its attribute
+# values escaped (& and " as &amp; and &quot;), its values raw, typed by a type attribute.
+KIMI_K3 = XmlShape(call='<|open|>call tool="', call_end="<|sep|>",
+                   key='<|open|>argument key="', key_end="<|sep|>",
+                   value_end="<|close|>argument<|sep|>", end="<|close|>call<|sep|>",
+                   stop="<|close|>tools<|sep|>",
+                   name_attrs=re.compile(r'([^"]*)"(?:[ \t]+index="\d*")?[ \t]*'),
+                   key_attrs=re.compile(r'([^"]*)"(?:[ \t]+type="(\w*)")?[ \t]*'))
+
 # A function's or parameter's name: no tag characters, quotes or line breaks (so a run
-# never reaches into the next tag: each is read once).
+# never reaches into the next tag: each is read once); with the tag's other attributes
+# (Kimi-K3), quotes allowed.
 _LABEL = re.compile(r'[^<>"\n]*')
+_ATTRS_LABEL = re.compile(r"[^<>\n]*")
+
+
+def label_pattern(shape: XmlShape) -> re.Pattern[str]:
+    return _LABEL if shape.name_attrs is None else _ATTRS_LABEL
+
+
+def _unescape(text: str) -> str:
+    return text.replace("&quot;", '"').replace("&amp;", "&")
+
+
+def call_name(shape: XmlShape, label: str) -> str | None:
+    """The function's name a call's label gives (stripped), or None: not a call."""
+    if shape.name_attrs is not None:
+        m = shape.name_attrs.fullmatch(label)
+        label = "" if m is None else _unescape(m.group(1)).strip()
+    return label or None
 
 
 def xml_scanner(shape: XmlShape) -> Scanner:
@@ -85,7 +146,7 @@ def xml_scanner(shape: XmlShape) -> Scanner:
         call_ends: dict[int, int] = {}  # a pair's start -> where its call ends, -1: none
 
         def label(p: int, close: str) -> tuple[str, int] | None:
-            m = _LABEL.match(text, p)
+            m = label_pattern(shape).match(text, p)
             if m is None or not text.startswith(close, m.end()):
                 return None
             return m.group().strip(), m.end() + len(close)
@@ -130,7 +191,8 @@ def xml_scanner(shape: XmlShape) -> Scanner:
 
         def at(i: int) -> Found | None:
             named = label(i + len(shape.call), shape.call_end)
-            if named is None or not named[0]:
+            name = None if named is None else call_name(shape, named[0])
+            if named is None or name is None:
                 return None
             q = _skip_ws(text, named[1])
             end = call_end(q)
@@ -144,7 +206,7 @@ def xml_scanner(shape: XmlShape) -> Scanner:
             while start > 0 and text[start - 1].isspace():
                 start -= 1
             wrapped = shape.wrapper and text.endswith(shape.wrapper, 0, start)
-            return (start - len(shape.wrapper) if wrapped else i), end, (named[0], args)
+            return (start - len(shape.wrapper) if wrapped else i), end, (name, args)
 
         return _scan_starts(text, shape.call, at)
     return scan
@@ -180,8 +242,25 @@ def xml_reader(shape: XmlShape) -> Reader:
         types = _param_types(tools, name)
         args: dict[str, Any] = {}
         for key, value in pairs:
+            as_text = None  # True: text; False: JSON when it is; None: as the schema says
+            if shape.string_attr:
+                attr = _STRING_ATTR.match(value)
+                if attr is None:
+                    return None
+                value = value[attr.end():]
+                as_text = None if attr.group(1) is None else attr.group(1) == "true"
+            if shape.key_attrs is not None:
+                m = shape.key_attrs.fullmatch(key)
+                if m is None:
+                    return None
+                key = _unescape(m.group(1))
+                as_text = None if m.group(2) is None else m.group(2) == "string"
+            kind = "string" if as_text else types.get(key)
+            if as_text is False and (got := _json(value)) is not _UNREAD:
+                args[key] = got
+                continue
             if shape.newlines:
                 value = value.removeprefix("\n").removesuffix("\n")
-            args[key] = typed_value(value, types.get(key))
+            args[key] = typed_value(value, kind)
         return name, args, None
     return read

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import InvalidRequestError
 from .tool_formats import deepseek_marker
+from .tool_formats_xml import DSML
 
 Funcs = Sequence[dict[str, Any]]  # the OpenAI "function" objects allowed
 
@@ -112,6 +113,14 @@ def _json_calls(opening: str, closing: str, head: Callable[[dict[str, Any]], str
 _MAX_BARE_LENGTH = 100_000  # as GrammarLimits.max_regex_size
 
 
+def is_bare(schema: dict[str, Any]) -> bool:
+    """Whether :func:`_bare_value` writes the value bare (a string) rather than as JSON."""
+    kind = schema.get("type")
+    strings = "enum" in schema and all(isinstance(e, str) for e in schema["enum"])
+    return (kind == "string" and ("enum" not in schema or strings)) or (
+        kind is None and strings)
+
+
 def _bare_value(schema: dict[str, Any], close: str = "") -> str:
     """A parameter's value in a format that writes strings bare (GLM's, Qwen3-Coder's,
     MiniMax-M2's): bare text for a string (its enum, or between its minLength and
@@ -121,9 +130,7 @@ def _bare_value(schema: dict[str, Any], close: str = "") -> str:
     the longest match, so a separate close would have its newline eaten by the text,
     and the parser drops one newline there (a text ending in one would come back short
     of it)."""
-    kind = schema.get("type")
-    strings = "enum" in schema and all(isinstance(e, str) for e in schema["enum"])
-    if (kind == "string" and ("enum" not in schema or strings)) or (kind is None and strings):
+    if is_bare(schema):
         if "enum" in schema:
             alternatives = " | ".join(_lit(e) for e in schema["enum"])
             return f"({alternatives}) {_lit(close)}" if close else alternatives
@@ -148,10 +155,10 @@ END_VALUE = "</arg_value>\n"
 
 
 def _tagged_calls(opening: str, closing: str, head: Callable[[dict[str, Any]], str],
-                  key_open: Callable[[str], str], value_close: str,
+                  key_open: Callable[[str, dict[str, Any]], str], value_close: str,
                   tail: str = "") -> Callable[[Funcs], str]:
     """A format whose call is ``head(function)``, then each parameter (the schema's
-    order; the required ones always) as ``key_open(key) VALUE value_close``
+    order; the required ones always) as ``key_open(key, its schema) VALUE value_close``
     (:func:`_bare_value`), then `tail`, inside opening/closing."""
     merged = not value_close.startswith("<")  # see _bare_value
     def build(funcs: Funcs) -> str:
@@ -162,10 +169,10 @@ def _tagged_calls(opening: str, closing: str, head: Callable[[dict[str, Any]], s
             parts, rules = [], []
             for j, (key, schema) in enumerate(props.items()):
                 if merged:
-                    rules.append(f"a{i}_{j}: {_lit(key_open(key))} v{i}_{j}")
+                    rules.append(f"a{i}_{j}: {_lit(key_open(key, schema or {}))} v{i}_{j}")
                     rules.append(f"v{i}_{j}: {_bare_value(schema or {}, value_close)}")
                 else:
-                    rules.append(f"a{i}_{j}: {_lit(key_open(key))} v{i}_{j} "
+                    rules.append(f"a{i}_{j}: {_lit(key_open(key, schema or {}))} v{i}_{j} "
                                  f"{_lit(value_close)}")
                     rules.append(f"v{i}_{j}: {_bare_value(schema or {})}")
                 parts.append(f"a{i}_{j}" + ("" if key in required else "?"))
@@ -176,16 +183,42 @@ def _tagged_calls(opening: str, closing: str, head: Callable[[dict[str, Any]], s
 
 
 _glm = _tagged_calls("<tool_call>", "</tool_call>", lambda f: f["name"] + "\n",
-                     lambda k: "<arg_key>" + k + "</arg_key>\n<arg_value>", END_VALUE)
+                     lambda k, _: "<arg_key>" + k + "</arg_key>\n<arg_value>", END_VALUE)
 # Qwen3-Coder's template writes each value between newlines (the parser drops them).
 _qwen3_coder = _tagged_calls("<tool_call>\n", "</tool_call>",
                              lambda f: f"<function={f['name']}>\n",
-                             lambda k: f"<parameter={k}>\n", "\n</parameter>\n",
+                             lambda k, _: f"<parameter={k}>\n", "\n</parameter>\n",
                              "</function>\n")
 _minimax_m2 = _tagged_calls("<minimax:tool_call>\n", "</minimax:tool_call>",
                             lambda f: f'<invoke name="{f["name"]}">\n',
-                            lambda k: f'<parameter name="{k}">', "</parameter>\n",
+                            lambda k, _: f'<parameter name="{k}">', "</parameter>\n",
                             "</invoke>\n")
+
+
+
+def _dsml(wrapper: str) -> Callable[[Funcs], str]:
+    """DeepSeek-V3.2's and V4's DSML: a string bare (``string="true"``), else JSON."""
+    return _tagged_calls(f"<{DSML}{wrapper}>\n", f"</{DSML}{wrapper}>",
+                         lambda f: f'<{DSML}invoke name="{f["name"]}">\n',
+                         lambda k, schema: f'<{DSML}parameter name="{k}" string="'
+                                           f'{"true" if is_bare(schema) else "false"}">',
+                         f"</{DSML}parameter>\n", f"</{DSML}invoke>\n")
+
+
+
+def _attr(text: str) -> str:
+    return text.replace("&", "&amp;").replace('"', "&quot;")  # Kimi-K3's escape_attr
+
+
+_K3_TYPES = {"integer": "number", "number": "number", "boolean": "boolean", "null": "null",
+             "array": "array", "object": "object"}
+# Kimi-K3: a string bare (type="string"), else JSON (its type, as its template names it).
+_kimi_k3 = _tagged_calls("<|open|>tools<|sep|>", "<|close|>tools<|sep|>",
+                         lambda f: f'<|open|>call tool="{_attr(f["name"])}" index="1"<|sep|>',
+                         lambda k, schema: f'<|open|>argument key="{_attr(k)}" type="'
+                         + ("string" if is_bare(schema) else
+                            _K3_TYPES.get(str(schema.get("type")), "object")) + '"<|sep|>',
+                         "<|close|>argument<|sep|>", "<|close|>call<|sep|>")
 
 
 _DS_OPEN = deepseek_marker("tool calls begin") + deepseek_marker("tool call begin")
@@ -207,6 +240,9 @@ BUILDERS: dict[str, Callable[[Funcs], str]] = {
     "glm": _glm,
     "qwen3_coder": _qwen3_coder,
     "minimax_m2": _minimax_m2,
+    "deepseek_v32": _dsml("function_calls"),
+    "deepseek_v4": _dsml("tool_calls"),
+    "kimi_k3": _kimi_k3,
     "kimi_k2": _json_calls("<|tool_calls_section_begin|><|tool_call_begin|>",
                            "<|tool_calls_section_end|>",
                            lambda f: f"functions.{f['name']}:0<|tool_call_argument_begin|>",

@@ -174,20 +174,27 @@ class ToolStream:
 
     def _match(self, full: str) -> dict[int, _Opened]:
         """The parse's calls (by index) that the stream opened: the same start in the
-        answer, the same name."""
+        answer, the same name. A call with an empty span at the previous call's end (the
+        later calls of a Mistral list) starts where that call does, as its reader says."""
         if not self._opened:
             return {}
         fmt = self._format
-        starts = [start for start, _, fields in fmt.scan(full)
-                  if fmt.read(fields, self._tools) is not None]
-        if len(starts) != len(self.calls):  # not the parse's calls: match none
+        spans = [(start, end) for start, end, fields in fmt.scan(full)
+                 if fmt.read(fields, self._tools) is not None]
+        if len(spans) != len(self.calls):  # not the parse's calls: match none
             return {}
-        by_start = {c.at: c for c in self._opened}
+        by_start: dict[int, list[_Opened]] = {}
+        for c in self._opened:
+            by_start.setdefault(c.at, []).append(c)
         out = {}
-        for i, (start, call) in enumerate(zip(starts, self.calls, strict=True)):
-            opened = by_start.get(start)
-            if opened is not None and opened.name == call.name:
-                out[i] = opened
+        key, last_end = -1, -1
+        for i, ((start, end), call) in enumerate(zip(spans, self.calls, strict=True)):
+            if not (start == end == last_end):
+                key = start
+            last_end = end
+            waiting = by_start.get(key)
+            if waiting and waiting[0].name == call.name:
+                out[i] = waiting.pop(0)
         return out
 
 

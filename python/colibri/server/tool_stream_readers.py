@@ -10,9 +10,16 @@ format's whole parse).
   :class:`~colibri.server.tool_json_echo.JsonEcho`, which writes them as ``json.dumps``
   would. A call opens once its arguments' first member has reached its value (``{"city":
   "``), so a call whose header or first key is wrong never opens.
+  llama3_json, mistral, mistral_json and harmony read the same way
+  (colibri.server.tool_stream_json).
 - Key/value arguments (glm): each ``<arg_key>K</arg_key><arg_value>V</arg_value>`` pair
   is written as JSON when it ends (``{"a": 1``, then ``, "b": "x"``, then ``}``), its value
-  read as the whole parse reads it (the tool's schema says whether it is a string).
+  read as the whole parse reads it (the tool's schema says whether it is a string);
+  qwen3_coder, minimax_m2, deepseek_v32, deepseek_v4 and kimi_k3 the same way, a parameter at a time
+  (colibri.server.tool_stream_xml).
+
+What the readers share (:class:`CallOpened`, :class:`JsonCallReader`) is
+colibri.server.tool_stream_base.
 
 A reader that meets something it does not expect (a malformed call, a header longer than
 :data:`MAX_HEADER`, a value it cannot follow) stops for good (:attr:`bailed`): the
@@ -25,152 +32,26 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable
 
 from .tool_formats import FORMATS, deepseek_marker
-from .tool_json_echo import JsonEcho
+from .tool_formats_xml import DEEPSEEK_V4, DEEPSEEK_V32, KIMI_K3, MINIMAX_M2, QWEN3_CODER
+from .tool_stream_base import (
+    _HEADER,
+    _NAME,
+    _OUTSIDE,
+    _WS,
+    MAX_HEADER,
+    CallOpened,
+    CallReader,
+    JsonCallReader,
+    Tools,
+    _Reader,
+)
+from .tool_stream_json import harmony_reader, llama3_reader, mistral_reader
+from .tool_stream_xml import XmlCallReader
 
 __all__ = ["MAX_HEADER", "READERS", "CallOpened", "CallReader"]
-
-MAX_HEADER = 512
-"""Most characters a call's header (marker, name, up to its arguments), a GLM key, or the
-whitespace after a closing tag may take while a reader waits for its end."""
-
-Tools = Sequence[dict[str, Any]] | None
-
-
-@dataclass(frozen=True)
-class CallOpened:
-    at: int  # where the call's marker begins in the answer
-    name: str
-    call_id: str | None  # the id the model wrote (Kimi's), or None
-
-
-class CallReader(Protocol):
-    bailed: bool
-
-    def feed(self, text: str) -> list[CallOpened | str]: ...
-
-
-_NAME = r"([A-Za-z0-9_][A-Za-z0-9_.\-]*)"  # tool_formats._NAME_RUN
-_WS = re.compile(r"\s*")
-_OUTSIDE, _HEADER, _ARGS, _TRAILER = range(4)
-
-
-class _Reader:
-    """What the readers share: the text not yet read (`_pending`, small) and where it
-    begins in the answer (`_at`)."""
-
-    def __init__(self, marker: str, start: int) -> None:
-        self.bailed = False
-        self._marker = marker
-        self._pending = ""
-        self._at = start
-        self._state = _OUTSIDE
-
-    def _advance(self, n: int) -> None:
-        self._pending = self._pending[n:]
-        self._at += n
-
-    def _find_call(self) -> bool:
-        """Skips to the next call marker; False when there is none yet (a partial one
-        is kept)."""
-        j = self._pending.find(self._marker)
-        if j < 0:
-            self._advance(max(0, len(self._pending) - len(self._marker) + 1))
-            return False
-        self._advance(j)
-        self._state = _HEADER
-        return True
-
-    def _bail(self) -> None:
-        self.bailed = True
-        self._pending = ""
-
-
-class JsonCallReader(_Reader):
-    """The JSON-argument formats: `header` matches a call's marker up to the ``{`` of its
-    arguments; `naming` turns its match into (name, the model's call id) or None;
-    `trailer`, what closes a call after its arguments (whitespace allowed before each):
-    anything else there stops the reader (the call is not the format's)."""
-
-    def __init__(self, marker: str, header: re.Pattern[str],
-                 naming: Callable[[re.Match[str]], tuple[str, str | None] | None],
-                 trailer: tuple[str, ...], start: int, depth: int = 0) -> None:
-        super().__init__(marker, start)
-        self._header, self._naming, self._depth = header, naming, depth
-        self._trailer, self._closed = trailer, 0
-        self._echo = JsonEcho(depth)
-        self._opened: CallOpened | None = None
-        self._call: tuple[int, str, str | None] = (0, "", None)
-
-    def feed(self, text: str) -> list[CallOpened | str]:
-        if self.bailed:
-            return []
-        out: list[CallOpened | str] = []
-        self._pending += text
-        while not self.bailed and self._pending:
-            if self._state == _OUTSIDE:
-                if not self._find_call():
-                    break
-            elif self._state == _HEADER:
-                if not self._read_header():
-                    break
-            elif self._state == _TRAILER:
-                if not self._read_trailer():
-                    break
-            else:
-                used = self._echo.feed(self._pending)
-                if self._echo.failed:
-                    self._bail()
-                    break
-                if self._echo.started:
-                    if self._opened is None:
-                        self._opened = CallOpened(*self._call)
-                        out.append(self._opened)
-                    fragment = self._echo.take()
-                    if fragment:
-                        out.append(fragment)
-                self._advance(used)
-                if not self._echo.done:
-                    break
-                self._state, self._closed = _TRAILER, 0
-        return out
-
-    def _read_trailer(self) -> bool:
-        while self._closed < len(self._trailer):
-            at = _WS.match(self._pending).end()  # type: ignore[union-attr]
-            tag, rest = self._trailer[self._closed], self._pending[at:]
-            if rest.startswith(tag):
-                self._advance(at + len(tag))
-                self._closed += 1
-                continue
-            if at > MAX_HEADER or not tag.startswith(rest):
-                self._bail()
-            elif at:
-                self._advance(at)
-            return False
-        self._state = _OUTSIDE
-        return True
-
-    def _read_header(self) -> bool:
-        window = self._pending[:MAX_HEADER]
-        m = self._header.match(window)
-        if m is None or m.end() >= len(window) or window[m.end()] != "{":
-            if len(self._pending) >= MAX_HEADER:
-                self._bail()
-            return False
-        named = self._naming(m)
-        if named is None:
-            self._bail()
-            return False
-        self._call = (self._at, *named)
-        self._advance(m.end())
-        self._echo, self._opened, self._state = JsonEcho(self._depth), None, _ARGS
-        return True
-
 
 _KEY, _KEY_END, _VALUE, _VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
 _GLM_CALL, _GLM_CALL_END = "<tool_call>", "</tool_call>"
@@ -366,6 +247,15 @@ READERS: dict[str, Callable[[Tools, int], CallReader]] = {
     "deepseek_v31": lambda tools, at: JsonCallReader(_DS_CALL, _DS_V31, _plain_name,
                                                      (_DS_CALL_END,), at),
     "glm": GlmCallReader,
+    "qwen3_coder": lambda tools, at: XmlCallReader(QWEN3_CODER, tools, at),
+    "minimax_m2": lambda tools, at: XmlCallReader(MINIMAX_M2, tools, at),
+    "deepseek_v32": lambda tools, at: XmlCallReader(DEEPSEEK_V32, tools, at),
+    "deepseek_v4": lambda tools, at: XmlCallReader(DEEPSEEK_V4, tools, at),
+    "kimi_k3": lambda tools, at: XmlCallReader(KIMI_K3, tools, at),
+    "llama3_json": llama3_reader,
+    "mistral": mistral_reader,
+    "mistral_json": mistral_reader,
+    "harmony": harmony_reader,
 }
 """The formats read as they stream, by name; a format not here has its calls sent whole
 at the stream's end."""
