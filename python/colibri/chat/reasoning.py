@@ -6,7 +6,8 @@ Which chat templates reason, and how: :func:`reasoning_mode`. A ``<think>`` temp
 source writes both markers) with thinking on may open the block itself at the end of the
 prompt (DeepSeek-R1 writes its assistant header then ``<think>\\n``): the output then starts
 inside it (read off the rendered prompt's tail). A harmony template (its source writes
-``<|channel|>`` and ``<|message|>``) ends its prompt with ``<|start|>assistant``.
+``<|channel|>`` and ``<|message|>``) ends its prompt with ``<|start|>assistant``. Kimi-K3's
+template ends its prompt by opening its ``think`` (or ``response``) channel.
 
 The splitters (colibri.sampling.think_block and .harmony, chosen by
 colibri.sampling.reasoning_split) split the output into reasoning and answer as it is
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..sampling.harmony import prompt_opens_harmony
 from ..sampling.reasoning_split import ReasoningMode, Splitter, make_splitter, split_text
+from ..sampling.tagged_channels import k3_prompt_channel
 from ..sampling.think_block import (
     PROMPT_TAIL_TOKENS,
     THINK_CLOSE,
@@ -55,10 +57,13 @@ def reasoning_mode(template: ChatTemplate, tokenizer: Tokenizer,
     """How the output of the prompt `ids` that `template` rendered is split: None when the
     template writes no reasoning (or, harmony, when the prompt does not end in its
     generation prompt); ``think_opened`` when the prompt opened the ``<think>`` block."""
+    tail = tokenizer.decode(ids[-PROMPT_TAIL_TOKENS:])
+    channel = k3_prompt_channel(tail)  # Kimi-K3's markers: specific enough on their own
+    if channel is not None:
+        return "k3_think" if channel == "think" else "k3_response"
     harmony, think = template_harmony(template.source), template_reasons(template.source)
     if not harmony and not think:
         return None
-    tail = tokenizer.decode(ids[-PROMPT_TAIL_TOKENS:])
     if harmony:
         return "harmony" if prompt_opens_harmony(tail) else None
     return "think_opened" if prompt_opens_reasoning(tail) else "think"

@@ -32,7 +32,7 @@ def prompt_opens_reasoning(prompt_tail: str) -> bool:
     return prompt_tail.rstrip().endswith(THINK_OPEN)
 
 
-PROMPT_TAIL_TOKENS = 8
+PROMPT_TAIL_TOKENS = 16
 """The prompt's last tokens read to see whether it ends in an open ``<think>``."""
 
 
