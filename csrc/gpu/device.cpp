@@ -6,11 +6,19 @@
 namespace colibri::gpu {
 
 bool has_gpu_kernel(DType type) {
-  return type == DType::F32 || type == DType::F16 || type == DType::BF16 ||
-         type == DType::Q8_0 || type == DType::Q4_0;
+  switch (type) {
+    case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0:
+    case DType::Q4_1: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::IQ4_XS: case DType::MXFP4:
+      return true;
+    default:
+      return false;
+  }
 }
 
-std::string gpu_kernel_type_names() { return "F32, F16, BF16, Q8_0, Q4_0"; }
+std::string gpu_kernel_type_names() {
+  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4";
+}
 
 int64_t rows_per_chunk(std::size_t row_bytes, uint64_t split_bytes) {
   if (row_bytes == 0) fail(ErrorKind::InvalidArgument, "a GPU matrix needs at least one column");
