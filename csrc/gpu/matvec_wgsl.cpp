@@ -36,6 +36,7 @@ struct Params {
 @group(0) @binding(3) var<uniform> p: Params;
 
 const WG: u32 = 64u;
+alias Scales = vec4<f32>;  // a sub-block's decoded scales (see kSub32), as the type uses them
 var<workgroup> partial: array<f32, 64>;
 
 fn byte_at(off: u32) -> u32 {
@@ -159,14 +160,43 @@ fn row_part(row_off: u32, t: u32) -> f32 {
 // the one rounding is the add's, with or without a fused multiply-add: the value is the
 // CPU reference's whether or not the compiler contracts (WGSL does not forbid it).
 const char* kQ4_1 = R"WGSL(
-fn sub_scale(row_off: u32, sb: u32) -> vec2<f32> {
+fn sub_scale(row_off: u32, sb: u32) -> Scales {
   let off = row_off + sb * 20u;
-  return vec2<f32>(half_at(off), half_at(off + 2u));
+  return Scales(half_at(off), half_at(off + 2u), 0.0, 0.0);
 }
-fn sub_value(sc: vec2<f32>, row_off: u32, sb: u32, j: u32) -> f32 {
+fn sub_value(sc: Scales, row_off: u32, sb: u32, j: u32) -> f32 {
   let b = byte_at(row_off + sb * 20u + 4u + (j & 15u));
   let q = select(b & 15u, b >> 4u, j >= 16u);
   return f32(q) * sc.x + sc.y;
+}
+)WGSL";
+
+// Q5_0: 22-byte blocks: f16 d, 4 bytes qh, 16 bytes of nibbles (Q4_0's order); the quant is
+// the nibble plus 16 times bit j of qh (little-endian); w = d * (q - 16).
+// Q5_1: 24-byte blocks: f16 d, f16 m, qh, nibbles; w = d * q + m (the product is exact:
+// 5 bits times 11, so the add is the one rounding, fused or not).
+const char* kQ5 = R"WGSL(
+fn q5_at(off: u32, j: u32) -> u32 {  // off: the block's qh; the nibbles follow it
+  let b = byte_at(off + 4u + (j & 15u));
+  let lo = select(b & 15u, b >> 4u, j >= 16u);
+  return lo | (((byte_at(off + j / 8u) >> (j % 8u)) & 1u) << 4u);
+}
+)WGSL";
+const char* kQ5_0 = R"WGSL(
+fn sub_scale(row_off: u32, sb: u32) -> Scales {
+  return Scales(half_at(row_off + sb * 22u), 0.0, 0.0, 0.0);
+}
+fn sub_value(sc: Scales, row_off: u32, sb: u32, j: u32) -> f32 {
+  return sc.x * f32(i32(q5_at(row_off + sb * 22u + 2u, j)) - 16);
+}
+)WGSL";
+const char* kQ5_1 = R"WGSL(
+fn sub_scale(row_off: u32, sb: u32) -> Scales {
+  let off = row_off + sb * 24u;
+  return Scales(half_at(off), half_at(off + 2u), 0.0, 0.0);
+}
+fn sub_value(sc: Scales, row_off: u32, sb: u32, j: u32) -> f32 {
+  return sc.x * f32(q5_at(row_off + sb * 24u + 4u, j)) + sc.y;
 }
 )WGSL";
 
@@ -237,6 +267,8 @@ std::string matvec_shader(DType type) {
     case DType::Q8_0: body = kQ8_0; driver = ""; break;
     case DType::Q4_0: body = kQ4_0; driver = ""; break;
     case DType::Q4_1: body = kQ4_1; break;
+    case DType::Q5_0: return std::string(kPrelude) + kQ5 + kQ5_0 + kSub32 + kEntries;
+    case DType::Q5_1: return std::string(kPrelude) + kQ5 + kQ5_1 + kSub32 + kEntries;
     default:
       body = wgsl_kquant_body(type);
       if (body == nullptr) body = wgsl_iquant_body(type);

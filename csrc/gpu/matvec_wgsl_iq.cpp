@@ -1,28 +1,85 @@
-// WGSL decoders of IQ4_XS and MXFP4 (layouts in quant/blocks_iq.hpp), element for element
-// the operations of quant/iquants_ref.cpp. IQ4_XS's products are exact in float32 (an 11-bit
-// f16 significand, a 6-bit scale, a 7-bit table value), so fusing changes nothing.
+// WGSL decoders of IQ4_NL, IQ4_XS, IQ2_XXS and MXFP4 (layouts in quant/blocks_iq.hpp),
+// element for element the operations of quant/iquants_ref.cpp. Their products are exact
+// in float32 (IQ4_XS: an 11-bit f16 significand, a 6-bit scale, a 7-bit table value), so
+// fusing changes nothing.
 #include "gpu/matvec_wgsl_types.hpp"
+
+#include <string>
+
+#include "quant/iquant_grids.hpp"
 
 namespace colibri::gpu {
 
 namespace {
+
+const char* kKvaluesIq4nl = R"WGSL(
+var<private> kv_iq4nl: array<f32, 16> = array<f32, 16>(
+  -127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
+  1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+)WGSL";
+
+// IQ4_NL: 18-byte blocks of 32: f16 d, 16 bytes of nibbles (Q4_0's order);
+// w = d * kvalues_iq4nl[nibble] (7 bits times 11: exact).
+const char* kIQ4_NL = R"WGSL(
+fn sub_scale(row_off: u32, sb: u32) -> Scales {
+  return Scales(half_at(row_off + sb * 18u), 0.0, 0.0, 0.0);
+}
+fn sub_value(sc: Scales, row_off: u32, sb: u32, j: u32) -> f32 {
+  let b = byte_at(row_off + sb * 18u + 2u + (j & 15u));
+  return sc.x * kv_iq4nl[select(b & 15u, b >> 4u, j >= 16u)];
+}
+)WGSL";
+
+// IQ2_XXS: 66 bytes: f16 d, then per 32 elements two little-endian words: four 8-bit grid
+// indices (one per 8 elements), then four 7-bit sign groups and a 4-bit scale s in the top
+// bits. w = ((d * (0.5 + s)) * 0.25) * grid magnitude * sign; the 8th sign of a group makes
+// the count of negatives even (kKsignsIq2xs). Every product is exact (11 + 5 + 6 bits).
+// The grid (quant/iquant_grids.hpp) is written into the shader as 512 words.
+const char* kIQ2_XXS = R"WGSL(
+fn u32_at(off: u32) -> u32 {
+  return byte_at(off) | (byte_at(off + 1u) << 8u) | (byte_at(off + 2u) << 16u) | (byte_at(off + 3u) << 24u);
+}
+fn sub_scale(row_off: u32, sb: u32) -> Scales {
+  let off = row_off + (sb / 8u) * 66u;
+  let sg = u32_at(off + 2u + 8u * (sb % 8u) + 4u);
+  return Scales(half_at(off) * (0.5 + f32(sg >> 28u)) * 0.25, 0.0, 0.0, 0.0);
+}
+fn sub_value(sc: Scales, row_off: u32, sb: u32, j: u32) -> f32 {
+  let off = row_off + (sb / 8u) * 66u + 2u + 8u * (sb % 8u);
+  let l = j / 8u;
+  let g = byte_at(off + l);
+  let s7 = (u32_at(off + 4u) >> (7u * l)) & 127u;
+  let signs = s7 | ((countOneBits(s7) & 1u) << 7u);
+  let mag = (iq2xxs_grid[2u * g + (j % 8u) / 4u] >> (8u * (j % 4u))) & 255u;
+  return sc.x * f32(mag) * select(1.0, -1.0, ((signs >> (j % 8u)) & 1u) != 0u);
+}
+)WGSL";
+
+// `name`: array<u32, 2 n> of a table of n uint64 (low word first), as a private variable.
+std::string wgsl_u64_table(const char* name, const uint64_t* table, int n) {
+  std::string out = std::string("var<private> ") + name + ": array<u32, " + std::to_string(2 * n) +
+                    "> = array<u32, " + std::to_string(2 * n) + ">(";
+  for (int i = 0; i < n; ++i) {
+    out += (i % 4 == 0 ? "\n  " : " ");
+    out += std::to_string(static_cast<uint32_t>(table[i])) + "u, " +
+           std::to_string(static_cast<uint32_t>(table[i] >> 32)) + "u,";
+  }
+  return out + ");\n";
+}
 
 // IQ4_XS: 136 bytes: f16 d, u16 scales_h, scales_l[4], qs[128]; sub-block ib's 6-bit scale
 // ls is nibble ib % 2 of scales_l[ib / 2] plus bits 2 ib..2 ib+1 of scales_h as bits 4..5;
 // element j is kvalues_iq4nl at the low (j < 16) or high nibble of qs[16 ib + j % 16];
 // w = (d * (ls - 32)) * kvalue.
 const char* kIQ4_XS = R"WGSL(
-var<private> kv_iq4nl: array<f32, 16> = array<f32, 16>(
-  -127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
-  1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
-fn sub_scale(row_off: u32, sb: u32) -> vec2<f32> {
+fn sub_scale(row_off: u32, sb: u32) -> Scales {
   let off = row_off + (sb / 8u) * 136u;
   let ib = sb % 8u;
   let sh = byte_at(off + 2u) | (byte_at(off + 3u) << 8u);
   let ls = ((byte_at(off + 4u + ib / 2u) >> (4u * (ib % 2u))) & 15u) | (((sh >> (2u * ib)) & 3u) << 4u);
-  return vec2<f32>(half_at(off) * f32(i32(ls) - 32), 0.0);
+  return Scales(half_at(off) * f32(i32(ls) - 32), 0.0, 0.0, 0.0);
 }
-fn sub_value(sc: vec2<f32>, row_off: u32, sb: u32, j: u32) -> f32 {
+fn sub_value(sc: Scales, row_off: u32, sb: u32, j: u32) -> f32 {
   let b = byte_at(row_off + (sb / 8u) * 136u + 8u + 16u * (sb % 8u) + (j & 15u));
   return sc.x * kv_iq4nl[select(b & 15u, b >> 4u, j >= 16u)];
 }
@@ -36,11 +93,11 @@ fn sub_value(sc: vec2<f32>, row_off: u32, sb: u32, j: u32) -> f32 {
 const char* kMXFP4 = R"WGSL(
 var<private> kv_mxfp4: array<f32, 16> = array<f32, 16>(
   0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
-fn sub_scale(row_off: u32, sb: u32) -> vec2<f32> {
+fn sub_scale(row_off: u32, sb: u32) -> Scales {
   let e = byte_at(row_off + sb * 17u);
-  return vec2<f32>(f32(e), select(0.0, bitcast<f32>((e - 1u) << 23u), e >= 2u));
+  return Scales(f32(e), select(0.0, bitcast<f32>((e - 1u) << 23u), e >= 2u), 0.0, 0.0);
 }
-fn sub_value(sc: vec2<f32>, row_off: u32, sb: u32, j: u32) -> f32 {
+fn sub_value(sc: Scales, row_off: u32, sb: u32, j: u32) -> f32 {
   let b = byte_at(row_off + sb * 17u + 1u + (j & 15u));
   let kv = kv_mxfp4[select(b & 15u, b >> 4u, j >= 16u)];
   let e = u32(sc.x);
@@ -60,8 +117,13 @@ fn sub_value(sc: vec2<f32>, row_off: u32, sb: u32, j: u32) -> f32 {
 }  // namespace
 
 const char* wgsl_iquant_body(DType type) {
+  static const std::string iq4nl = std::string(kKvaluesIq4nl) + kIQ4_NL;
+  static const std::string iq4xs = std::string(kKvaluesIq4nl) + kIQ4_XS;
+  static const std::string iq2xxs = wgsl_u64_table("iq2xxs_grid", iq::kIq2xxsGrid, 256) + kIQ2_XXS;
   switch (type) {
-    case DType::IQ4_XS: return kIQ4_XS;
+    case DType::IQ4_NL: return iq4nl.c_str();
+    case DType::IQ4_XS: return iq4xs.c_str();
+    case DType::IQ2_XXS: return iq2xxs.c_str();
     case DType::MXFP4: return kMXFP4;
     default: return nullptr;
   }

@@ -9,7 +9,7 @@
 
 namespace colibri::gpu {
 
-const char* wgsl_kquant_body(DType type);  // Q4_K, Q5_K, Q6_K
-const char* wgsl_iquant_body(DType type);  // IQ4_XS, MXFP4
+const char* wgsl_kquant_body(DType type);  // Q2_K .. Q6_K
+const char* wgsl_iquant_body(DType type);  // IQ4_NL, IQ4_XS, IQ2_XXS, MXFP4
 
 }  // namespace colibri::gpu
