@@ -10,6 +10,6 @@
 namespace colibri::gpu {
 
 const char* wgsl_kquant_body(DType type);  // Q2_K .. Q6_K
-const char* wgsl_iquant_body(DType type);  // IQ4_NL, IQ4_XS, IQ2_XXS, MXFP4
+const char* wgsl_iquant_body(DType type);  // IQ4_NL, IQ4_XS, IQ2_XXS, IQ3_XXS, IQ3_S, MXFP4
 
 }  // namespace colibri::gpu

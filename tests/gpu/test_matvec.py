@@ -13,8 +13,9 @@ from colibri._core import gpu as core_gpu
 from colibri._core import quant as q
 
 TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K",
-         "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "IQ2_XXS", "MXFP4")
-SUPER_BLOCK_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS")  # of 256
+         "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ3_XXS", "IQ3_S", "MXFP4")
+SUPER_BLOCK_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS", "IQ3_XXS",
+                     "IQ3_S")  # 256-element blocks
 ROWS = 67  # not a multiple of the workgroup
 U = 2.0 ** -24  # float32 unit roundoff
 
