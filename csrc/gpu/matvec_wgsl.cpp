@@ -1,8 +1,8 @@
 // The kernels. W is bound as array<u32> holding a chunk of whole rows in their GGUF block
 // bytes; each type supplies `weight(row_off, k)` (one element, for dequant) and
 // `row_part(row_off, t)` (thread t's share of a row's dot product with x). F32, F16, BF16,
-// Q8_0 and Q4_0 are here; Q4_1 and the types in matvec_wgsl_k.cpp / matvec_wgsl_iq.cpp use
-// the 32-element sub-block driver below (kSub32).
+// Q8_0 and Q4_0 are here; Q4_1, Q5_0, Q5_1 (here) and the types in matvec_wgsl_k.cpp /
+// matvec_wgsl_iq.cpp use the 32-element sub-block driver below (kSub32).
 //
 // Reduction order is fixed, so results are bit-identical run to run: one workgroup per
 // row; thread t sums the elements (or blocks) t, t+64, t+128, ... in increasing order,
