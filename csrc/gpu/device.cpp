@@ -6,11 +6,22 @@
 namespace colibri::gpu {
 
 bool has_gpu_kernel(DType type) {
-  return type == DType::F32 || type == DType::F16 || type == DType::BF16 ||
-         type == DType::Q8_0 || type == DType::Q4_0;
+  switch (type) {
+    case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0:
+    case DType::Q4_1: case DType::Q5_0: case DType::Q5_1:
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::IQ4_NL: case DType::IQ4_XS: case DType::IQ2_XXS: case DType::IQ3_XXS:
+    case DType::IQ3_S: case DType::MXFP4:
+      return true;
+    default:
+      return false;
+  }
 }
 
-std::string gpu_kernel_type_names() { return "F32, F16, BF16, Q8_0, Q4_0"; }
+std::string gpu_kernel_type_names() {
+  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, "
+         "IQ4_XS, IQ2_XXS, IQ3_XXS, IQ3_S, MXFP4";
+}
 
 int64_t rows_per_chunk(std::size_t row_bytes, uint64_t split_bytes) {
   if (row_bytes == 0) fail(ErrorKind::InvalidArgument, "a GPU matrix needs at least one column");

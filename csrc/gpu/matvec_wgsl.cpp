@@ -1,6 +1,8 @@
 // The kernels. W is bound as array<u32> holding a chunk of whole rows in their GGUF block
-// bytes (F32, F16, BF16, Q8_0, Q4_0); each type supplies `weight(row_off, k)` (one element, for
-// dequant) and `row_part(row_off, t)` (thread t's share of a row's dot product with x).
+// bytes; each type supplies `weight(row_off, k)` (one element, for dequant) and
+// `row_part(row_off, t)` (thread t's share of a row's dot product with x). F32, F16, BF16,
+// Q8_0 and Q4_0 are here; Q4_1, Q5_0, Q5_1 (here) and the types in matvec_wgsl_k.cpp /
+// matvec_wgsl_iq.cpp use the 32-element sub-block driver below (kSub32).
 //
 // Reduction order is fixed, so results are bit-identical run to run: one workgroup per
 // row; thread t sums the elements (or blocks) t, t+64, t+128, ... in increasing order,
@@ -11,6 +13,7 @@
 
 #include "common/errors.hpp"
 #include "gpu/device.hpp"
+#include "gpu/matvec_wgsl_types.hpp"
 
 namespace colibri::gpu {
 
@@ -33,6 +36,7 @@ struct Params {
 @group(0) @binding(3) var<uniform> p: Params;
 
 const WG: u32 = 64u;
+alias Scales = vec4<f32>;  // a sub-block's decoded scales (see kSub32), as the type uses them
 var<workgroup> partial: array<f32, 64>;
 
 fn byte_at(off: u32) -> u32 {
@@ -151,6 +155,74 @@ fn row_part(row_off: u32, t: u32) -> f32 {
 }
 )WGSL";
 
+// Q4_1: 20-byte blocks of 32: f16 d, f16 m, 16 bytes of nibbles ordered as Q4_0's;
+// w = nibble * d + m. nibble * d is exact in f32 (4 bits times an 11-bit significand), so
+// the one rounding is the add's, with or without a fused multiply-add: the value is the
+// CPU reference's whether or not the compiler contracts (WGSL does not forbid it).
+const char* kQ4_1 = R"WGSL(
+fn sub_scale(row_off: u32, sb: u32) -> Scales {
+  let off = row_off + sb * 20u;
+  return Scales(half_at(off), half_at(off + 2u), 0.0, 0.0);
+}
+fn sub_value(sc: Scales, row_off: u32, sb: u32, j: u32) -> f32 {
+  let b = byte_at(row_off + sb * 20u + 4u + (j & 15u));
+  let q = select(b & 15u, b >> 4u, j >= 16u);
+  return f32(q) * sc.x + sc.y;
+}
+)WGSL";
+
+// Q5_0: 22-byte blocks: f16 d, 4 bytes qh, 16 bytes of nibbles (Q4_0's order); the quant is
+// the nibble plus 16 times bit j of qh (little-endian); w = d * (q - 16).
+// Q5_1: 24-byte blocks: f16 d, f16 m, qh, nibbles; w = d * q + m (the product is exact:
+// 5 bits times 11, so the add is the one rounding, fused or not).
+const char* kQ5 = R"WGSL(
+fn q5_at(off: u32, j: u32) -> u32 {  // off: the block's qh; the nibbles follow it
+  let b = byte_at(off + 4u + (j & 15u));
+  let lo = select(b & 15u, b >> 4u, j >= 16u);
+  return lo | (((byte_at(off + j / 8u) >> (j % 8u)) & 1u) << 4u);
+}
+)WGSL";
+const char* kQ5_0 = R"WGSL(
+fn sub_scale(row_off: u32, sb: u32) -> Scales {
+  return Scales(half_at(row_off + sb * 22u), 0.0, 0.0, 0.0);
+}
+fn sub_value(sc: Scales, row_off: u32, sb: u32, j: u32) -> f32 {
+  return sc.x * f32(i32(q5_at(row_off + sb * 22u + 2u, j)) - 16);
+}
+)WGSL";
+const char* kQ5_1 = R"WGSL(
+fn sub_scale(row_off: u32, sb: u32) -> Scales {
+  let off = row_off + sb * 24u;
+  return Scales(half_at(off), half_at(off + 2u), 0.0, 0.0);
+}
+fn sub_value(sc: Scales, row_off: u32, sb: u32, j: u32) -> f32 {
+  return sc.x * f32(q5_at(row_off + sb * 24u + 4u, j)) + sc.y;
+}
+)WGSL";
+
+// The driver of the types decoded per 32-element sub-block: the type supplies
+// `sub_scale(row_off, sb)` (its sub-block's scales, decoded once) and
+// `sub_value(scales, row_off, sb, j)` (element j of it, exactly as the CPU reference
+// computes it). The matvec sums w * x over the dequantized values, so its error is that of
+// a plain float32 sum whatever the type's scale/min arithmetic.
+const char* kSub32 = R"WGSL(
+fn weight(row_off: u32, k: u32) -> f32 {
+  let sb = k / 32u;
+  return sub_value(sub_scale(row_off, sb), row_off, sb, k % 32u);
+}
+fn row_part(row_off: u32, t: u32) -> f32 {
+  var acc = 0.0;
+  let nsb = p.cols / 32u;
+  for (var sb = t; sb < nsb; sb += WG) {
+    let sc = sub_scale(row_off, sb);
+    for (var j = 0u; j < 32u; j++) {
+      acc += sub_value(sc, row_off, sb, j) * x[sb * 32u + j];
+    }
+  }
+  return acc;
+}
+)WGSL";
+
 const char* kEntries = R"WGSL(
 @compute @workgroup_size(64)
 fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
@@ -187,17 +259,26 @@ fn dequant(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 std::string matvec_shader(DType type) {
   const char* body = nullptr;
+  const char* driver = kSub32;  // all but the first five types
   switch (type) {
-    case DType::F32: body = kF32; break;
-    case DType::F16: body = kF16; break;
-    case DType::BF16: body = kBF16; break;
-    case DType::Q8_0: body = kQ8_0; break;
-    case DType::Q4_0: body = kQ4_0; break;
+    case DType::F32: body = kF32; driver = ""; break;
+    case DType::F16: body = kF16; driver = ""; break;
+    case DType::BF16: body = kBF16; driver = ""; break;
+    case DType::Q8_0: body = kQ8_0; driver = ""; break;
+    case DType::Q4_0: body = kQ4_0; driver = ""; break;
+    case DType::Q4_1: body = kQ4_1; break;
+    case DType::Q5_0: return std::string(kPrelude) + kQ5 + kQ5_0 + kSub32 + kEntries;
+    case DType::Q5_1: return std::string(kPrelude) + kQ5 + kQ5_1 + kSub32 + kEntries;
     default:
-      fail(ErrorKind::Unsupported, "no GPU kernel for " + dtype_name(type) +
-                                       " weights yet (GPU kernels: " + gpu_kernel_type_names() + ")");
+      body = wgsl_kquant_body(type);
+      if (body == nullptr) body = wgsl_iquant_body(type);
+      break;
   }
-  return std::string(kPrelude) + body + kEntries;
+  if (body == nullptr) {
+    fail(ErrorKind::Unsupported, "no GPU kernel for " + dtype_name(type) +
+                                     " weights yet (GPU kernels: " + gpu_kernel_type_names() + ")");
+  }
+  return std::string(kPrelude) + body + driver + kEntries;
 }
 
 }  // namespace colibri::gpu

@@ -1,4 +1,4 @@
-"""The GPU matvec kernels (csrc/gpu/matvec_wgsl.cpp: F32, F16, BF16, Q8_0, Q4_0) against
+"""The GPU matvec kernels (csrc/gpu/matvec_wgsl*.cpp, every type in TYPES) against
 the CPU scalar reference, on lavapipe: dequantization bit for bit, y = W x within the
 float32 summation bound, two runs bit-identical, and a weight split across several
 bindings equal to the unsplit one."""
@@ -8,12 +8,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from colibri import errors
 from colibri._core import gpu as core_gpu
 from colibri._core import quant as q
 
-TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0")
-ROWS, COLS = 67, 320  # rows: not a multiple of the workgroup; cols: 10 blocks of 32
+TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K",
+         "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ3_XXS", "IQ3_S", "MXFP4")
+SUPER_BLOCK_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS", "IQ3_XXS",
+                     "IQ3_S")  # 256-element blocks
+ROWS = 67  # not a multiple of the workgroup
 U = 2.0 ** -24  # float32 unit roundoff
+
+
+def cols_of(dtype: str) -> int:
+    """10 blocks of 32, or 3 super-blocks of 256 (24 sub-blocks: fewer than the 64 threads
+    of a row, so some threads sum nothing)."""
+    return 768 if dtype in SUPER_BLOCK_TYPES else 320
 
 
 def weight_bytes(dtype: str, w: np.ndarray) -> np.ndarray:
@@ -28,7 +38,8 @@ def weight_bytes(dtype: str, w: np.ndarray) -> np.ndarray:
     return np.concatenate([q.quantize(dtype, row) for row in w])
 
 
-def sample(dtype: str, rows: int = ROWS, cols: int = COLS, seed: int = 0) -> np.ndarray:
+def sample(dtype: str, rows: int = ROWS, cols: int | None = None, seed: int = 0) -> np.ndarray:
+    cols = cols_of(dtype) if cols is None else cols
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((rows, cols)).astype(np.float32)
     if dtype == "F16":  # the decoder's edge cases: subnormals, -0, the largest half
@@ -43,25 +54,27 @@ def test_the_kernel_types_are_the_ones_tested() -> None:
 
 @pytest.mark.parametrize("dtype", TYPES)
 def test_dequantization_is_exact(device: core_gpu.Device, dtype: str) -> None:
+    cols = cols_of(dtype)
     data = sample(dtype)
-    m = device.upload(dtype, data, ROWS, COLS)
-    ref = q.dequantize(dtype, data, ROWS, COLS, isa="scalar")
+    m = device.upload(dtype, data, ROWS, cols)
+    ref = q.dequantize(dtype, data, ROWS, cols, isa="scalar")
     got = device.dequantize(m)
-    assert got.shape == (ROWS, COLS)
+    assert got.shape == (ROWS, cols)
     np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
 @pytest.mark.parametrize("dtype", TYPES)
 def test_matvec_within_the_float32_summation_bound(device: core_gpu.Device, dtype: str) -> None:
+    cols = cols_of(dtype)
     data = sample(dtype, seed=1)
-    x = np.random.default_rng(2).standard_normal(COLS).astype(np.float32)
-    w = q.dequantize(dtype, data, ROWS, COLS, isa="scalar").astype(np.float64)
+    x = np.random.default_rng(2).standard_normal(cols).astype(np.float32)
+    w = q.dequantize(dtype, data, ROWS, cols, isa="scalar").astype(np.float64)
     exact = w @ x.astype(np.float64)
-    y = device.matvec(device.upload(dtype, data, ROWS, COLS), x)
-    # The GPU sums COLS float32 products in some fixed order (plus one rounding for a
-    # block's scale): |error| <= (COLS + 2) * u * sum|w x| (the classic bound for a
+    y = device.matvec(device.upload(dtype, data, ROWS, cols), x)
+    # The GPU sums cols float32 products in some fixed order (plus one rounding for a
+    # block's scale): |error| <= (cols + 2) * u * sum|w x| (the classic bound for a
     # recursive sum, u = 2^-24). The float64 reference's own error is far below it.
-    bound = (COLS + 2) * U * (np.abs(w) @ np.abs(x.astype(np.float64)))
+    bound = (cols + 2) * U * (np.abs(w) @ np.abs(x.astype(np.float64)))
     err = np.abs(y.astype(np.float64) - exact)
     assert np.all(err <= bound), f"worst excess {np.max(err - bound)}"
     # and it is a real product, not a lucky zero: the error is a small share of the bound
@@ -70,11 +83,12 @@ def test_matvec_within_the_float32_summation_bound(device: core_gpu.Device, dtyp
 
 @pytest.mark.parametrize("dtype", TYPES)
 def test_two_runs_are_bit_identical(device: core_gpu.Device, dtype: str) -> None:
+    cols = cols_of(dtype)
     data = sample(dtype, seed=3)
-    x = np.random.default_rng(4).standard_normal(COLS).astype(np.float32)
-    m = device.upload(dtype, data, ROWS, COLS)
+    x = np.random.default_rng(4).standard_normal(cols).astype(np.float32)
+    m = device.upload(dtype, data, ROWS, cols)
     first = device.matvec(m, x)
-    again = device.matvec(device.upload(dtype, data, ROWS, COLS), x)
+    again = device.matvec(device.upload(dtype, data, ROWS, cols), x)
     np.testing.assert_array_equal(first.view(np.uint32), device.matvec(m, x).view(np.uint32))
     np.testing.assert_array_equal(first.view(np.uint32), again.view(np.uint32))
 
@@ -84,11 +98,12 @@ def test_a_weight_split_across_bindings_gives_the_same_bits(device: core_gpu.Dev
                                                             dtype: str) -> None:
     """A split size of a few rows forces many chunks (the path a tensor larger than the
     adapter's binding limit takes); each row is summed the same way in any chunk."""
+    cols = cols_of(dtype)
     data = sample(dtype, seed=5)
-    x = np.random.default_rng(6).standard_normal(COLS).astype(np.float32)
-    row_bytes = q.row_bytes(dtype, COLS)
-    whole = device.upload(dtype, data, ROWS, COLS)
-    split = device.upload(dtype, data, ROWS, COLS, split_bytes=3 * row_bytes + 1)
+    x = np.random.default_rng(6).standard_normal(cols).astype(np.float32)
+    row_bytes = q.row_bytes(dtype, cols)
+    whole = device.upload(dtype, data, ROWS, cols)
+    split = device.upload(dtype, data, ROWS, cols, split_bytes=3 * row_bytes + 1)
     assert whole.chunks == 1 and split.chunks == -(-ROWS // 3)
     np.testing.assert_array_equal(device.matvec(split, x).view(np.uint32),
                                   device.matvec(whole, x).view(np.uint32))
@@ -104,3 +119,29 @@ def test_more_rows_than_one_dispatch_dimension(device: core_gpu.Device) -> None:
     y = device.matvec(device.upload("Q8_0", data, rows, cols), x)
     bound = (cols + 2) * U * (np.abs(w) @ np.abs(x.astype(np.float64)))
     assert np.all(np.abs(y - w @ x.astype(np.float64)) <= bound)
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+def test_a_wrong_byte_count_is_refused(device: core_gpu.Device, dtype: str) -> None:
+    cols = cols_of(dtype)
+    data = sample(dtype, rows=2, seed=9).reshape(-1)
+    with pytest.raises(errors.InvalidRequestError, match=f"got {data.size - 1}$"):
+        device.upload(dtype, data[:-1], 2, cols)
+    with pytest.raises(errors.InvalidRequestError, match=f"got {data.size + 1}$"):
+        device.upload(dtype, np.concatenate([data, data[:1]]), 2, cols)
+
+
+def test_mxfp4_scales_below_the_float32_normal_range_dequantize_exactly(
+        device: core_gpu.Device) -> None:
+    """E8M0 exponents 0 and 1 make the scale 2^(e-128) a float32 subnormal, which a GPU may
+    flush; the kernel builds those values with integer operations. Every nibble under
+    e = 0, 1, 2 and a large e, against the CPU reference."""
+    nibbles = np.arange(16, dtype=np.uint8)
+    qs = (nibbles | (nibbles[::-1] << 4)).astype(np.uint8)  # all 16 codes, low and high
+    blocks = [np.concatenate([[e], qs]).astype(np.uint8) for e in (0, 1, 2, 3, 127, 200)]
+    data = np.concatenate(blocks)
+    cols = 32 * len(blocks)
+    ref = q.dequantize("MXFP4", data, 1, cols, isa="scalar")
+    got = device.dequantize(device.upload("MXFP4", data, 1, cols))
+    assert np.count_nonzero(ref[0, :64]) == 56  # subnormals and the first normals, not zeros
+    np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))

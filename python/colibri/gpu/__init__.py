@@ -1,7 +1,7 @@
 """colibri.gpu: the Python side of the GPU runtime (csrc/gpu/, WebGPU through wgpu-native).
 
 What exists today (docs/gpu.md): adapter discovery, opening a device, and matrix-vector
-kernels for F32, F16, BF16, Q8_0 and Q4_0 weights, tested on lavapipe. The forward pass
+kernels for the weight types in docs/gpu.md's table, tested on lavapipe. The forward pass
 does not run on the GPU yet. The runtime's library comes from the ``wgpu`` package (the ``gpu``
 extra); colibri imports and runs on the CPU without it.
 """

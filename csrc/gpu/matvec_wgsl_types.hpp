@@ -1,0 +1,15 @@
+// WGSL decoders of the weight-type families kept in their own files (matvec_wgsl_k.cpp,
+// matvec_wgsl_iq.cpp). Each returns the `sub_scale` / `sub_value` pair that matvec_wgsl.cpp's
+// 32-element sub-block driver calls, or nullptr for a type the family does not hold.
+#pragma once
+
+#include <string>
+
+#include "quant/dtype.hpp"
+
+namespace colibri::gpu {
+
+const char* wgsl_kquant_body(DType type);  // Q2_K .. Q6_K
+const char* wgsl_iquant_body(DType type);  // IQ4_NL, IQ4_XS, IQ2_XXS, IQ3_XXS, IQ3_S, MXFP4
+
+}  // namespace colibri::gpu
