@@ -94,6 +94,48 @@ class _Reader:
         self._pending = ""
 
 
+_PAIRS, _IN_KEY, _IN_VALUE = range(4, 7)  # after _Reader's states
+
+
+class _PairReader(_Reader):
+    """The driver of the readers whose calls write one tag pair per parameter (GLM's,
+    colibri.server.tool_stream_xml's): each reads its header, keys and values in its own
+    ``_read_*`` methods."""
+
+    def feed(self, text: str) -> list[CallOpened | str]:
+        if self.bailed:
+            return []
+        out: list[CallOpened | str] = []
+        self._pending += text
+        while not self.bailed and self._pending and self._step(out):
+            pass
+        return out
+
+    def _step(self, out: list[CallOpened | str]) -> bool:
+        """Reads on from the state it is in; False: wait for more text."""
+        if self._state == _OUTSIDE:
+            return self._find_call()
+        if self._state == _HEADER:
+            return self._read_header()
+        if self._state == _PAIRS:
+            return self._read_pairs(out)
+        if self._state == _IN_KEY:
+            return self._read_key()
+        return self._read_value(out)
+
+    def _read_header(self) -> bool:
+        raise NotImplementedError
+
+    def _read_pairs(self, out: list[CallOpened | str]) -> bool:
+        raise NotImplementedError
+
+    def _read_key(self) -> bool:
+        raise NotImplementedError
+
+    def _read_value(self, out: list[CallOpened | str]) -> bool:
+        raise NotImplementedError
+
+
 class JsonCallReader(_Reader):
     """The JSON-argument formats: `header` matches a call's marker up to the ``{`` of its
     arguments; `naming` turns its match into (name, the model's call id) or None;

@@ -37,16 +37,18 @@ from collections.abc import Callable
 from .tool_formats import FORMATS, deepseek_marker
 from .tool_formats_xml import DEEPSEEK_V4, DEEPSEEK_V32, KIMI_K3, MINIMAX_M2, QWEN3_CODER
 from .tool_stream_base import (
-    _HEADER,
+    _IN_KEY,
+    _IN_VALUE,
     _NAME,
     _OUTSIDE,
+    _PAIRS,
     _WS,
     MAX_HEADER,
     CallOpened,
     CallReader,
     JsonCallReader,
     Tools,
-    _Reader,
+    _PairReader,
 )
 from .tool_stream_json import harmony_reader, llama3_reader, mistral_reader
 from .tool_stream_xml import XmlCallReader
@@ -56,7 +58,6 @@ __all__ = ["MAX_HEADER", "READERS", "CallOpened", "CallReader"]
 _KEY, _KEY_END, _VALUE, _VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
 _GLM_CALL, _GLM_CALL_END = "<tool_call>", "</tool_call>"
 _GLM_HEADER = re.compile(r"<tool_call>[ \t]*" + _NAME + r"\s*")
-_PAIRS, _IN_KEY, _IN_VALUE = range(4, 7)  # after _Reader's states
 
 
 def _pending_prefix(rest: str, *tags: str) -> bool:
@@ -64,7 +65,7 @@ def _pending_prefix(rest: str, *tags: str) -> bool:
     return any(t.startswith(rest) for t in tags)
 
 
-class GlmCallReader(_Reader):
+class GlmCallReader(_PairReader):
     """GLM-4.5/4.6's ``<tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...
     </tool_call>`` (tool_formats._scan_glm: a key ends at the first ``</arg_key>`` that
     ``<arg_value>`` follows; a value at the first ``</arg_value>`` that a key or the
@@ -79,27 +80,6 @@ class GlmCallReader(_Reader):
         self._key = ""
         self._search = 0  # where the next closing tag may begin in _pending
         self._value: list[str] = []
-
-    def feed(self, text: str) -> list[CallOpened | str]:
-        if self.bailed:
-            return []
-        out: list[CallOpened | str] = []
-        self._pending += text
-        while not self.bailed and self._pending and self._step(out):
-            pass
-        return out
-
-    def _step(self, out: list[CallOpened | str]) -> bool:
-        """Reads on from the state it is in; False: wait for more text."""
-        if self._state == _OUTSIDE:
-            return self._find_call()
-        if self._state == _HEADER:
-            return self._read_header()
-        if self._state == _PAIRS:
-            return self._read_pairs(out)
-        if self._state == _IN_KEY:
-            return self._read_key()
-        return self._read_value(out)
 
     def _read_header(self) -> bool:
         window = self._pending[:MAX_HEADER]

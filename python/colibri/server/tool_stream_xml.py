@@ -20,14 +20,23 @@ from __future__ import annotations
 import json
 
 from .tool_formats_xml import XmlShape, call_name, label_pattern, xml_reader
-from .tool_stream_base import _HEADER, _OUTSIDE, _WS, MAX_HEADER, CallOpened, Tools, _Reader
+from .tool_stream_base import (
+    _IN_KEY,
+    _IN_VALUE,
+    _OUTSIDE,
+    _PAIRS,
+    _WS,
+    MAX_HEADER,
+    CallOpened,
+    Tools,
+    _PairReader,
+)
 
 __all__ = ["XmlCallReader"]
 
-_PAIRS, _IN_KEY, _IN_VALUE = range(4, 7)  # after _Reader's states
 
 
-class XmlCallReader(_Reader):
+class XmlCallReader(_PairReader):
     def __init__(self, shape: XmlShape, tools: Tools, start: int) -> None:
         super().__init__(shape.call, start)
         self._shape = shape
@@ -39,27 +48,6 @@ class XmlCallReader(_Reader):
         self._pairs = 0
         self._key = ""
         self._value: list[str] = []
-
-    def feed(self, text: str) -> list[CallOpened | str]:
-        if self.bailed:
-            return []
-        out: list[CallOpened | str] = []
-        self._pending += text
-        while not self.bailed and self._pending and self._step(out):
-            pass
-        return out
-
-    def _step(self, out: list[CallOpened | str]) -> bool:
-        """Reads on from the state it is in; False: wait for more text."""
-        if self._state == _OUTSIDE:
-            return self._find_call()
-        if self._state == _HEADER:
-            return self._read_header()
-        if self._state == _PAIRS:
-            return self._read_pairs(out)
-        if self._state == _IN_KEY:
-            return self._read_key()
-        return self._read_value(out)
 
     def _label(self, start: int, close: str) -> tuple[str, int] | str:
         """The label from `start` and where its `close` ends; or "wait", "no" (not a
