@@ -15,17 +15,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 import colibri
 from support.deepseek_factory import convert_with_llama_cpp
 from support.gpt_oss_factory import VOCAB, build_gpt_oss, clamp_shares
+from support.logit_checks import assert_decode_matches, assert_greedy_matches, assert_within
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
 
-RTOL = 1e-4
 N_PROMPT, N_GREEDY = 12, 20
+
 
 @pytest.fixture(autouse=True)
 def _side_files_in_tmp(tmp_path_factory: pytest.TempPathFactory,
@@ -36,12 +36,6 @@ def _side_files_in_tmp(tmp_path_factory: pytest.TempPathFactory,
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.Module]:
     return build_gpt_oss(tmp_path_factory.mktemp("gpt-oss"))
-
-
-def _close(got: np.ndarray, ref: np.ndarray, what: str) -> None:
-    assert got.shape == ref.shape, (what, got.shape, ref.shape)
-    err, tol = float(np.abs(got - ref).max()), RTOL * float(np.abs(ref).max())
-    assert err <= tol, f"{what}: max |delta| {err:.3g} > {tol:.3g}"
 
 
 def _load(d: Path) -> colibri.Model:
@@ -63,20 +57,23 @@ def test_prefill_and_decode_match_transformers(tiny: tuple[Path, torch.nn.Module
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
     ref = reference_logits(model, ids)
     m = _load(d)
-    _close(m.session().forward(ids, all_logits=True), ref, "prefill")
-    s = m.session()
-    half = N_PROMPT // 2
-    _close(s.forward(ids[:half], all_logits=True), ref[:half], "prefill half")
-    for pos in range(half, N_PROMPT):
-        _close(s.forward([ids[pos]]), ref[pos], f"decode position {pos}")
+    assert_within(m.session().forward(ids, all_logits=True), ref, "prefill")
+    assert_decode_matches(m.session(), ids, ref, "hf")
 
 
 def test_llama_cpp_gguf_matches_transformers(tmp_path: Path) -> None:
     """The model through llama.cpp's converter (F32). llama.cpp fixes the clamp at 7.0 and
     computes YaRN's correction range truncated (its files carry neither), so this model has
     that limit, experts scaled for the clamp to act, and ``truncate`` true."""
-    rope = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
-            "beta_slow": 1.0, "truncate": True, "original_max_position_embeddings": 16}
+    rope = {
+        "rope_type": "yarn",
+        "rope_theta": 150000.0,
+        "factor": 4.0,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": True,
+        "original_max_position_embeddings": 16,
+    }
     d, model = build_gpt_oss(tmp_path / "hf", swiglu_limit=7.0, expert_scale=10.0,
                              rope_parameters=rope)  # fmt: skip
     out = tmp_path / "gpt-oss.f32.gguf"
@@ -84,22 +81,13 @@ def test_llama_cpp_gguf_matches_transformers(tmp_path: Path) -> None:
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
     ref = reference_logits(model, ids)
     s = _load(out).session()
-    _close(s.forward(ids, all_logits=True), ref, "gguf prefill")
+    assert_within(s.forward(ids, all_logits=True), ref, "gguf prefill")
     s.reset()
-    s.forward(ids[: N_PROMPT // 2])
-    for pos in range(N_PROMPT // 2, N_PROMPT):
-        _close(s.forward([ids[pos]]), ref[pos], f"gguf decode position {pos}")
+    assert_decode_matches(s, ids, ref, "gguf")
 
 
 def test_greedy_continuation_matches_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:
     d, model = tiny
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
     ref_tokens, ref_logits = reference_greedy(model, ids, N_GREEDY)
-    s = _load(d).session()
-    logits = s.forward(ids)
-    got: list[int] = []
-    for i in range(N_GREEDY):
-        got.append(int(np.argmax(logits)))
-        _close(logits, ref_logits[i], f"greedy step {i}")
-        logits = s.forward([got[-1]])
-    assert got == ref_tokens
+    assert_greedy_matches(_load(d).session(), ids, ref_tokens, ref_logits)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -24,6 +23,7 @@ from safetensors.torch import load_file, save_file
 import colibri
 from colibri.errors import ModelFormatError
 from support.deepseek_factory import convert_with_llama_cpp
+from support.logit_checks import assert_decode_matches, assert_greedy_matches, assert_within
 from support.minimax_m2_factory import (
     VOCAB,
     build_minimax_m2,
@@ -32,7 +32,6 @@ from support.minimax_m2_factory import (
 )
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
 
-RTOL = 1e-4
 N_PROMPT, N_GREEDY = 12, 20
 SEED = 5  # a seed whose routing has no near-tie on the test sequence (checked below)
 
@@ -40,12 +39,6 @@ SEED = 5  # a seed whose routing has no near-tie on the test sequence (checked b
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.Module]:
     return build_minimax_m2(tmp_path_factory.mktemp("minimax-m2"), seed=SEED)
-
-
-def _close(got: np.ndarray, ref: np.ndarray, what: str) -> None:
-    assert got.shape == ref.shape, (what, got.shape, ref.shape)
-    err, tol = float(np.abs(got - ref).max()), RTOL * float(np.abs(ref).max())
-    assert err <= tol, f"{what}: max |delta| {err:.3g} > {tol:.3g}"
 
 
 def _load(d: Path) -> colibri.Model:
@@ -73,26 +66,15 @@ def test_prefill_and_decode_match_transformers(tiny: tuple[Path, torch.nn.Module
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
     ref = reference_logits(model, ids)
     m = _load(d)
-    _close(m.session().forward(ids, all_logits=True), ref, "prefill")
-    s = m.session()
-    half = N_PROMPT // 2
-    _close(s.forward(ids[:half], all_logits=True), ref[:half], "prefill half")
-    for pos in range(half, N_PROMPT):
-        _close(s.forward([ids[pos]]), ref[pos], f"decode position {pos}")
+    assert_within(m.session().forward(ids, all_logits=True), ref, "prefill")
+    assert_decode_matches(m.session(), ids, ref, "hf")
 
 
 def test_greedy_continuation_matches_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:
     d, model = tiny
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
     ref_tokens, ref_logits = reference_greedy(model, ids, N_GREEDY)
-    s = _load(d).session()
-    logits = s.forward(ids)
-    got: list[int] = []
-    for i in range(N_GREEDY):
-        got.append(int(np.argmax(logits)))
-        _close(logits, ref_logits[i], f"greedy step {i}")
-        logits = s.forward([got[-1]])
-    assert got == ref_tokens
+    assert_greedy_matches(_load(d).session(), ids, ref_tokens, ref_logits)
 
 
 def test_llama_cpp_gguf_matches_transformers(
@@ -108,11 +90,9 @@ def test_llama_cpp_gguf_matches_transformers(
     m = _load(out)
     assert (m.config.arch, m.config.rotary_dim, m.config.router_bias) == ("minimax_m2", 8, True)
     s = m.session()
-    _close(s.forward(ids, all_logits=True), ref, "gguf prefill")
+    assert_within(s.forward(ids, all_logits=True), ref, "gguf prefill")
     s.reset()
-    s.forward(ids[: N_PROMPT // 2])
-    for pos in range(N_PROMPT // 2, N_PROMPT):
-        _close(s.forward([ids[pos]]), ref[pos], f"gguf decode position {pos}")
+    assert_decode_matches(s, ids, ref, "gguf")
 
 
 def test_llama_cpp_q8_0_gguf_matches_its_dequantized_weights(
@@ -130,15 +110,9 @@ def test_llama_cpp_q8_0_gguf_matches_its_dequantized_weights(
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
     ref_tokens, ref_logits = reference_greedy(ref_model, ids, N_GREEDY)
     s = _load(out).session()
-    _close(s.forward(ids, all_logits=True), reference_logits(ref_model, ids), "q8_0 prefill")
+    assert_within(s.forward(ids, all_logits=True), reference_logits(ref_model, ids), "q8_0 prefill")
     s.reset()
-    logits = s.forward(ids)
-    got: list[int] = []
-    for i in range(N_GREEDY):
-        got.append(int(np.argmax(logits)))
-        _close(logits, ref_logits[i], f"q8_0 greedy step {i}")
-        logits = s.forward([got[-1]])
-    assert got == ref_tokens
+    assert_greedy_matches(s, ids, ref_tokens, ref_logits)
 
 
 def _with_tensor(src: Path, dst: Path, name: str, value: torch.Tensor) -> Path:

@@ -37,9 +37,9 @@ from support.gpt_oss_factory import (
     clamp_shares,
     write_mxfp4_pair,
 )
+from support.logit_checks import assert_decode_matches, assert_greedy_matches, assert_within
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
 
-RTOL = 1e-4  # of max |logit|, issue 33's bound for the gpt-oss oracle
 N_PROMPT, N_GREEDY = 12, 20
 
 
@@ -53,12 +53,6 @@ def _side_files_in_tmp(tmp_path_factory: pytest.TempPathFactory,
 @pytest.fixture(scope="module")
 def neutral(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.Module]:
     return build_gpt_oss(tmp_path_factory.mktemp("gpt-oss-neutral"), neutral_attention=True)
-
-
-def _close(got: np.ndarray, ref: np.ndarray, what: str) -> None:
-    assert got.shape == ref.shape, (what, got.shape, ref.shape)
-    err, tol = float(np.abs(got - ref).max()), RTOL * float(np.abs(ref).max())
-    assert err <= tol, f"{what}: max |delta| {err:.3g} > {tol:.3g}"
 
 
 # --------------------------------------------------------------------------- pieces
@@ -160,20 +154,10 @@ def test_moe_stack_matches_transformers(
     assert 0.05 < gate_share < 0.95 and 0.05 < up_share < 0.95, (gate_share, up_share)
     ref = reference_logits(model, ids)
     m = _load(d)
-    _close(m.session().forward(ids, all_logits=True), ref, "prefill")
-    s = m.session()
-    half = N_PROMPT // 2
-    _close(s.forward(ids[:half], all_logits=True), ref[:half], "prefill half")
-    for pos in range(half, N_PROMPT):
-        _close(s.forward([ids[pos]]), ref[pos], f"decode position {pos}")
-    ref_tokens, _ = reference_greedy(model, ids, N_GREEDY)
-    s = m.session()
-    logits = s.forward(ids)
-    got: list[int] = []
-    for _ in range(N_GREEDY):
-        got.append(int(np.argmax(logits)))
-        logits = s.forward([got[-1]])
-    assert got == ref_tokens
+    assert_within(m.session().forward(ids, all_logits=True), ref, "prefill")
+    assert_decode_matches(m.session(), ids, ref, "hf")
+    ref_tokens, ref_greedy_logits = reference_greedy(model, ids, N_GREEDY)
+    assert_greedy_matches(m.session(), ids, ref_tokens, ref_greedy_logits)
 
 
 def test_llama_cpp_gguf_matches_transformers(
@@ -192,9 +176,13 @@ def test_llama_cpp_gguf_matches_transformers(
     m = _load(out)
     cfg = m.config
     assert (cfg.arch, cfg.swiglu_limit, cfg.sliding_window, cfg.sliding_layers) == (
-        "gpt_oss", 7.0, 4, (True, False, True, False))
+        "gpt_oss",
+        7.0,
+        4,
+        (True, False, True, False),
+    )
     assert cfg.attention_sinks and cfg.attention_out_bias and cfg.expert_bias
-    _close(m.session().forward(ids, all_logits=True), reference_logits(model, ids), "gguf")
+    assert_within(m.session().forward(ids, all_logits=True), reference_logits(model, ids), "gguf")
 
 
 # --------------------------------------------------------------------------- bad input
@@ -295,7 +283,7 @@ def test_mxfp4_checkpoint_runs_as_its_dequantized_float(
             for part in ("gate_up_proj", "down_proj"):
                 key = f"model.layers.{i}.mlp.experts.{part}"
                 getattr(layer.mlp.experts, part).copy_(torch.from_numpy(values[key]))
-    _close(want, reference_logits(model, ids), "dequantized float vs transformers")
+    assert_within(want, reference_logits(model, ids), "dequantized float vs transformers")
 
 
 def test_mxfp4_streams_bit_identically_to_resident(
