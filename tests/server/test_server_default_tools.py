@@ -18,13 +18,14 @@ import anthropic
 import jsonschema
 import openai
 import pytest
+from test_tool_stream import _stream
 
 import colibri as co
 from colibri.chat.template import ChatTemplate
 from colibri.chat.tool_templates import template_for_tools
 from colibri.server.errors import ApiError
 from colibri.server.options import pick_template
-from colibri.server.tools import CallSplitter, split_answer
+from colibri.server.tools import split_answer
 from support.realmodel import smollm2_gguf
 from support.server_helpers import ServerProcess
 from support.tokenizer_vectors import templates_dir
@@ -142,12 +143,8 @@ def test_what_a_cut_keeps() -> None:
     text, calls, dropped = split_answer(done + "\n" + partial, "hermes", None, cut=True)
     assert (text, [c.arguments for c in calls], dropped) == ("Let me check.", [{"city": "Paris"}],
                                                              True)
-    sp = CallSplitter("hermes")
-    shown = "".join(sp.feed(ch) for ch in partial)
-    assert shown == "Let me check.\n" and sp.finish(cut=True) == ("", []) and sp.dropped
-    sp = CallSplitter("hermes")
-    shown = "".join(sp.feed(ch) for ch in partial)
-    assert sp.finish() == (partial[len(shown):], []) and not sp.dropped
+    assert _stream("hermes", partial, cut=True, raw=False, tools=None)[:2] == ("Let me check.", [])
+    assert _stream("hermes", partial, tools=None)[:2] == (partial, [])
 
 
 def test_no_tool_template_is_a_400_naming_the_option() -> None:

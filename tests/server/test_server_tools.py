@@ -14,10 +14,12 @@ import anthropic
 import jsonschema
 import openai
 import pytest
+from test_tool_stream import _stream, _whole
 
 import colibri as co
 from colibri.chat.template import ChatTemplate
-from colibri.server.tools import CallSplitter, forced_call_grammar, parse_calls, template_format
+from colibri.server.tool_stream import ToolStream
+from colibri.server.tools import forced_call_grammar, parse_calls, template_format
 from support.realmodel import smollm2_gguf
 from support.server_helpers import ServerProcess
 from support.tokenizer_vectors import templates_dir
@@ -79,16 +81,13 @@ def test_parser_reads_back_what_the_template_writes(qwen_template: Path) -> None
     assert [(c.name, c.arguments) for c in parsed] == [(c["name"], c["arguments"])
                                                        for c in calls]
     # Streamed a character at a time: the same content before the calls, the same calls.
-    sp = CallSplitter()
-    shown = "".join(sp.feed(ch) for ch in turn)
-    rest, streamed = sp.finish()
-    assert shown.strip() == "Let me look." and rest == ""
-    assert [(c.name, c.arguments) for c in streamed] == [(c.name, c.arguments) for c in parsed]
+    content, calls_streamed = _stream("hermes", turn, tools=None)[:2]  # sends leading space
+    assert (content.strip(), calls_streamed) == _whole("hermes", turn, tools=None)
     # Not a call: text that only looks like the start of a tag, or a block without a name.
     assert parse_calls("a <tool_call>{\"x\": 1}</tool_call> b") == (
         "a <tool_call>{\"x\": 1}</tool_call> b", [])
-    sp = CallSplitter()
-    assert sp.feed("x <tool") == "x " and sp.feed("box>") == "<toolbox>"
+    ts = ToolStream("hermes")
+    assert ts.feed("x <tool") == ["x"] and ts.feed("box>") == [" <toolbox>"]
 
 
 def test_named_tool_choice_returns_a_valid_call(client: openai.OpenAI, oracle: tuple) -> None:

@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from test_tool_stream import _stream, _whole
 
 from colibri.chat.template import ChatTemplate
 from colibri.sampling.reasoning_split import split_text
 from colibri.server.tool_formats import template_format
-from colibri.server.tools import CallSplitter, forced_call_grammar, parse_calls
+from colibri.server.tools import forced_call_grammar, parse_calls
 from support.grammar_bytes import accepts
 from support.tokenizer_vectors import templates_dir
 
@@ -66,10 +67,8 @@ def test_the_call_the_template_writes_parses_back() -> None:
     text, calls = parse_calls(out, "call_", "harmony", TOOLS)
     assert _pairs(calls) == [(CALL["name"], CALL["arguments"])]
     assert text == "<|channel|>analysis<|message|>Let me check.<|end|>"  # left as it is
-    sp = CallSplitter("harmony", TOOLS)
-    shown = "".join(sp.feed(ch) for ch in out)
-    rest, streamed = sp.finish()
-    assert (shown + rest).strip() == text and _pairs(streamed) == _pairs(calls)
+    content, calls_streamed = _stream("harmony", out, tools=TOOLS)[:2]  # sends leading space
+    assert (content.strip(), calls_streamed) == _whole("harmony", out, tools=TOOLS)
 
 
 def test_after_the_reasoning_splitter() -> None:
@@ -99,10 +98,8 @@ def test_the_models_order_and_several_calls(end: str) -> None:
     text, calls = parse_calls(out, "call_", "harmony", TOOLS)
     assert _pairs(calls) == [("get_time", {"city": "Lyon"})] * 2
     assert text == "<|channel|>analysis<|message|>Two lookups.<|end|>"
-    sp = CallSplitter("harmony", TOOLS)
-    shown = "".join(sp.feed(ch) for ch in out)
-    rest, streamed = sp.finish()
-    assert (shown + rest).strip() == text and _pairs(streamed) == _pairs(calls)
+    content, calls_streamed = _stream("harmony", out, tools=TOOLS)[:2]  # sends leading space
+    assert (content.strip(), calls_streamed) == _whole("harmony", out, tools=TOOLS)
 
 
 MALFORMED = [

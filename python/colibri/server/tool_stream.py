@@ -106,7 +106,7 @@ class ToolStream:
             if self._make is not None:
                 self._reader = self._make(self._tools, self._length - len(buf) + i)
             return self._text(buf[:i]) + self._read(buf[i:])
-        # Hold back the longest suffix that could start a marker (tools.CallSplitter).
+        # Hold back the longest suffix that could start a marker.
         keep = max((k for o in self._marks
                     for k in range(min(len(o) - 1, len(buf)), 0, -1)
                     if o.startswith(buf[-k:])), default=0)

@@ -1,7 +1,7 @@
 """Tool calls: which format a chat template writes them in (colibri.server.tool_formats:
 Hermes/Qwen, GLM-4.5/4.6, DeepSeek-V3/R1, DeepSeek-V3.1, Kimi-K2, Qwen3-Coder/Qwen3.5,
 MiniMax-M2, Llama 3.x, Mistral, gpt-oss), parsing them back out of
-the text (:func:`parse_calls`, and :class:`CallSplitter` for a stream; :func:`split_answer`
+the text (:func:`parse_calls`; streams: colibri.server.tool_stream; :func:`split_answer`
 also drops a call that max_tokens cut), and the grammar that forces one
 (``tool_choice="required"`` or a named function: colibri.server.tool_grammars). Which
 template renders the tools: colibri.chat.tool_templates.
@@ -25,7 +25,7 @@ from .tool_formats import FORMATS, ToolCall, template_format
 from .tool_grammars import BUILDERS, forced_grammar_text
 from .tool_schema_shape import check_schema_shape
 
-__all__ = ["CallSplitter", "ToolCall", "drop_partial_call", "forced_call_grammar", "parse_calls",
+__all__ = ["ToolCall", "drop_partial_call", "forced_call_grammar", "parse_calls",
            "split_answer", "template_format"]
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -62,51 +62,6 @@ def split_answer(text: str, fmt: str, tools: Sequence[dict[str, Any]] | None,
     if cut:
         content, dropped = drop_partial_call(content, fmt)
     return content, calls, dropped
-
-
-class CallSplitter:
-    """For a stream: :meth:`feed` returns the text that is surely content (everything
-    before the format's first call marker, holding back a partial marker); :meth:`finish`
-    parses what was held back."""
-
-    def __init__(self, fmt: str = "hermes",
-                 tools: Sequence[dict[str, Any]] | None = None) -> None:
-        self._format = FORMATS[fmt]
-        self._tools = tools
-        self._held = ""
-        self._in_call = False
-        self.dropped = False
-
-    def feed(self, text: str) -> str:
-        if self._in_call:
-            self._held += text
-            return ""
-        buf = self._held + text
-        found = [i for i in (buf.find(o) for o in self._format.opens) if i >= 0]
-        if found:
-            i = min(found)
-            self._in_call = True
-            self._held = buf[i:]
-            return buf[:i]
-        # Hold back the longest suffix that could start a marker.
-        keep = max((k for o in self._format.opens
-                    for k in range(min(len(o) - 1, len(buf)), 0, -1)
-                    if o.startswith(buf[-k:])), default=0)
-        self._held = buf[len(buf) - keep:] if keep else ""
-        return buf[:len(buf) - keep]
-
-    def finish(self, id_prefix: str = "call_", cut: bool = False,
-               ) -> tuple[str, list[ToolCall]]:
-        """(the rest of the content, the calls). `cut`: max_tokens ended the answer, so a
-        call left unparsed is dropped (:func:`drop_partial_call`; :attr:`dropped` says
-        whether one was)."""
-        held, self._held = self._held, ""
-        if not self._in_call:
-            return held, []
-        rest, calls = self._format.parse(held, id_prefix, self._tools)
-        if cut:
-            rest, self.dropped = drop_partial_call(rest, self._format.name)
-        return rest, calls
 
 
 class ForcedCallGrammar(Grammar):
