@@ -8,6 +8,7 @@ template writes and nothing else."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -176,3 +177,28 @@ def test_the_forced_grammar_admits_the_templates_call(name: str) -> None:
                     turn.replace(">C<", ">K<").replace("\nC\n", "\nK\n"),  # not in the enum
                     turn.replace("3", "9"), turn[:-5]):
         assert not accepts(grammar, garbage), garbage
+
+
+ENUM_TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {
+    "type": "object", "properties": {"level": {"enum": ["1", "2"]}, "n": {"type": "integer"},
+                                     "mixed": {"enum": ["1", 2]}}}}}]
+
+
+@pytest.mark.parametrize(("fmt", "text"), [
+    ("glm", "<tool_call>f\n<arg_key>level</arg_key>\n<arg_value>2</arg_value>\n<arg_key>n"
+            "</arg_key>\n<arg_value>3</arg_value>\n<arg_key>mixed</arg_key>\n<arg_value>2"
+            "</arg_value>\n</tool_call>"),
+    ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=level>\n2\n</parameter>\n"
+                    "<parameter=n>\n3\n</parameter>\n<parameter=mixed>\n2\n</parameter>\n"
+                    "</function>\n</tool_call>"),
+    ("minimax_m2", '<minimax:tool_call>\n<invoke name="f">\n<parameter name="level">2</parameter>'
+                   '\n<parameter name="n">3</parameter>\n<parameter name="mixed">2</parameter>\n'
+                   "</invoke>\n</minimax:tool_call>"),
+])
+def test_an_untyped_enum_of_strings_stays_text(fmt: str, text: str) -> None:
+    """``{"enum": ["1", "2"]}`` without a ``type``: the value "2" is the string the enum
+    allows, not the number 2 (an enum that also holds numbers is read as JSON); the
+    stream agrees."""
+    _, (call,) = parse_calls(text, "call_", fmt, ENUM_TOOLS)
+    assert call.arguments == {"level": "2", "n": 3, "mixed": 2}
+    assert _stream(fmt, text, tools=ENUM_TOOLS)[1] == [("f", json.dumps(call.arguments))]

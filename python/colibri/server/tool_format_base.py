@@ -220,5 +220,15 @@ def _param_types(tools: Tools, name: str) -> dict[str, Any]:
         f = t.get("function", t)
         if f.get("name") == name:
             props = (f.get("parameters") or {}).get("properties") or {}
-            return {k: (v or {}).get("type") for k, v in props.items()}
+            return {k: _declared_type(v or {}) for k, v in props.items()}
     return {}
+
+
+def _declared_type(schema: dict[str, Any]) -> Any:
+    """A parameter's JSON type: its ``type``, or "string" for an untyped enum of strings
+    (``{"enum": ["1", "2"]}``: its values are text even when they look like numbers)."""
+    kind = schema.get("type")
+    enum = schema.get("enum")
+    if kind is None and isinstance(enum, list) and enum and all(isinstance(e, str) for e in enum):
+        return "string"
+    return kind
