@@ -190,6 +190,20 @@ def _delta(a: Any, b: Any) -> dict[str, Any] | None:
     return d
 
 
+def breakdown(experts: dict[str, Any], n_decode: int) -> dict[str, float]:
+    """Per decode token, from the engine's activity clock (ExpertStats): ms with a read on
+    the device, ms computing (the forward thread, less its waits for experts), ms with
+    neither (sampling, Python between steps, gaps), and the wall ms they cover. Disk-busy
+    and compute overlap: disk + compute + neither - overlap = wall."""
+    ms = 1e3 / n_decode
+    wall = experts["wall_seconds"]
+    return {"disk_busy_ms": experts["disk_busy_seconds"] * ms,
+            "compute_ms": experts["compute_seconds"] * ms,
+            "overlap_ms": experts["io_and_compute_seconds"] * ms,
+            "neither_ms": experts["neither_seconds"] * ms, "wall_ms": wall * ms,
+            "neither_frac": experts["neither_seconds"] / wall}
+
+
 def _request(eng: Any, ids: list[int], n_prompt: int, n_decode: int,
              forced: bool) -> dict[str, Any]:
     """One request: prefill ``ids[:n_prompt]``, then `n_decode` steps, each feeding the
@@ -239,6 +253,9 @@ def _request(eng: Any, ids: list[int], n_prompt: int, n_decode: int,
         out["bytes_read_per_token"] = out["experts"]["bytes_read"] / n_decode
     if out["phases"] is not None:
         out["expert_wait_ms_per_token"] = 1e3 * out["phases"]["expert_wait"] / n_decode
+    ex = out["experts"]
+    if ex is not None and ex.get("wall_seconds"):  # a core with the activity clock
+        out["breakdown"] = breakdown(ex, n_decode)
     return out
 
 
