@@ -86,6 +86,11 @@ class _Colibri:
         st = self.model.stats()
         return getattr(st, "experts", None), getattr(st, "phases", None)
 
+    def forward_snapshot(self) -> Any:
+        """The session's own counters: its forwards' deltas only, not the time between."""
+        fs = getattr(self.session, "forward_stats", None)
+        return fs()[0] if fs is not None else None
+
     def start(self, prompt: list[int]) -> Any:
         self.session = self.model.session()
         return self.session.forward(prompt)
@@ -164,6 +169,9 @@ class _Llama:
     def snapshot(self) -> tuple[Any, Any]:
         return None, None
 
+    def forward_snapshot(self) -> Any:
+        return None
+
     def _logits(self) -> Any:
         import numpy as np
 
@@ -219,6 +227,7 @@ def _request(eng: Any, ids: list[int], n_prompt: int, n_decode: int,
     if hasattr(eng, "start_trace"):  # colibri: every expert read of the decode, timed
         eng.start_trace()
         t_trace = time.monotonic()  # the trace's clock
+    fw1 = eng.forward_snapshot()
     toks = []
     for i in range(n_decode):
         tok = _argmax(logits)  # computed in both modes, so both cost the same
@@ -228,6 +237,7 @@ def _request(eng: Any, ids: list[int], n_prompt: int, n_decode: int,
     t_end = time.monotonic()
     dev2, q2 = cg.device_counters(eng.path), cg.device_queue(eng.path)
     ex2, ph2 = eng.snapshot()
+    fw2 = eng.forward_snapshot()
     dec_s = t2 - t1
     out: dict[str, Any] = {
         "prefill_s": t1 - t0, "prefill_tok_s": len(prompt) / (t1 - t0),
@@ -256,6 +266,12 @@ def _request(eng: Any, ids: list[int], n_prompt: int, n_decode: int,
     ex = out["experts"]
     if ex is not None and ex.get("wall_seconds"):  # a core with the activity clock
         out["breakdown"] = breakdown(ex, n_decode)
+        if fw1 is not None and fw2 is not None and hasattr(fw2, "neither_seconds"):
+            # inside the forwards (the session's own deltas) vs between them (sampling,
+            # Python): where a "neither" gap sits
+            inside = (fw2.neither_seconds - fw1.neither_seconds) * 1e3 / n_decode
+            out["breakdown"].update(neither_in_forward_ms=inside,
+                                    neither_between_ms=out["breakdown"]["neither_ms"] - inside)
     return out
 
 
