@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--wait-policy", default="auto", choices=("auto", "spin", "passive", "hybrid"),
                     help="every child's (streamed and resident alike); 'auto' resolves to "
                          "spin for a resident run, which suffers on shared cores")
+    ap.add_argument("--checksums", type=lambda v: v.split(","), default=["first"],
+                    help="IOConfig.checksums of the streamed children; several (first,off) "
+                         "run side by side in each round")
     ap.add_argument("--max-device", type=cg.parse_size, default="6GiB")
     ap.add_argument("--child-timeout", type=float, default=900)
     args = ap.parse_args(argv)
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
         res_budget = cg.parse_size(args.resident_budget)
         res_spec = {**base, "path": str(dst), "ram_budget": res_budget, "io": dict(io),
                     "cache": {"policy": "lfru", "history": False, "preload": True}}
-        runs: dict[tuple[float | None, float], list[dict[str, Any]]] = {}
+        runs: dict[tuple[float | None, float, str], list[dict[str, Any]]] = {}
         labels: dict[float | None, str] = {}
         resident: list[dict[str, Any]] = []
         for rep in range(args.repeats):
@@ -126,17 +129,22 @@ def main(argv: list[str] | None = None) -> None:
                         r.doc["fio"][labels[speed]] = fio_bound(
                             dst / "experts.bin", chunk, repeats=1, size=256 << 20, log=r.log)
                     for frac in args.budgets:
-                        budget = int(gguf.stat().st_size * frac)
-                        spec = {**base, "path": str(dst), "ram_budget": budget,
-                                "io": dict(io), "cache": {"policy": "lfru", "history": False}}
-                        runs.setdefault((speed, frac), []).append(r.child(spec, budget + margin))
+                        for ck in args.checksums:
+                            budget = int(gguf.stat().st_size * frac)
+                            spec = {**base, "path": str(dst), "ram_budget": budget,
+                                    "io": {**io, "checksums": ck},
+                                    "cache": {"policy": "lfru", "history": False}}
+                            runs.setdefault((speed, frac, ck), []).append(
+                                r.child(spec, budget + margin))
             # Resident: every expert preloaded at load; no read while decoding.
             resident.append(r.child(res_spec, res_budget + margin))
             r.doc.update(runs=[{"device": labels[sp], "speed_gb_s": sp, "budget_frac": f,
-                                "runs": rs} for (sp, f), rs in runs.items()],
+                                "checksums": ck, "runs": rs} for (sp, f, ck), rs in runs.items()],
                          resident=resident)
             r.save()
-        rows = [(labels[sp], sp, f, rs, r.doc["fio"][labels[sp]]) for (sp, f), rs in runs.items()]
+        several = len(args.checksums) > 1
+        rows = [(labels[sp] + (f", checksums {ck}" if several else ""), sp, f, rs,
+                 r.doc["fio"][labels[sp]]) for (sp, f, ck), rs in runs.items()]
     report(r, rows, resident)
     r.save()
     print("wrote", r.path)
