@@ -39,7 +39,8 @@ with none, queueing; ``BENCH_IO_TRACE_DIR`` keeps the raw traces).
 The device bound is measured with fio (_fio.py: installed with apt-get when missing; random
 O_DIRECT reads of the expert size at 1, 2, 4, 8 in flight, huge-page buffers where the
 machine gives them) and every table gives the decode's read rate as a % of each bound,
-named: "% of engine-path bound" and "% of fio device bound".
+named: "% of engine-path bound" and "% of fio device bound". Every colibri row also gives
+the engine's per-token breakdown (ms with a read on the device / computing / neither).
 "disk busy %" is the device's own busy time over the decode (/proc/diskstats; every
 process on the machine counts). Each configuration runs ``--repeats`` children (>= 5 to
 quote), quoted as median (min-max); when two ranges overlap the benchmark says the spread
