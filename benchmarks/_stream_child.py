@@ -86,6 +86,11 @@ class _Colibri:
         st = self.model.stats()
         return getattr(st, "experts", None), getattr(st, "phases", None)
 
+    def forward_snapshot(self) -> Any:
+        """The session's own counters: its forwards' deltas only, not the time between."""
+        fs = getattr(self.session, "forward_stats", None)
+        return fs()[0] if fs is not None else None
+
     def start(self, prompt: list[int]) -> Any:
         self.session = self.model.session()
         return self.session.forward(prompt)
@@ -164,6 +169,9 @@ class _Llama:
     def snapshot(self) -> tuple[Any, Any]:
         return None, None
 
+    def forward_snapshot(self) -> Any:
+        return None
+
     def _logits(self) -> Any:
         import numpy as np
 
@@ -190,6 +198,20 @@ def _delta(a: Any, b: Any) -> dict[str, Any] | None:
     return d
 
 
+def breakdown(experts: dict[str, Any], n_decode: int) -> dict[str, float]:
+    """Per decode token, from the engine's activity clock (ExpertStats): ms with a read on
+    the device, ms computing (the forward thread, less its waits for experts), ms with
+    neither (sampling, Python between steps, gaps), and the wall ms they cover. Disk-busy
+    and compute overlap: disk + compute + neither - overlap = wall."""
+    ms = 1e3 / n_decode
+    wall = experts["wall_seconds"]
+    return {"disk_busy_ms": experts["disk_busy_seconds"] * ms,
+            "compute_ms": experts["compute_seconds"] * ms,
+            "overlap_ms": experts["io_and_compute_seconds"] * ms,
+            "neither_ms": experts["neither_seconds"] * ms, "wall_ms": wall * ms,
+            "neither_frac": experts["neither_seconds"] / wall}
+
+
 def _request(eng: Any, ids: list[int], n_prompt: int, n_decode: int,
              forced: bool) -> dict[str, Any]:
     """One request: prefill ``ids[:n_prompt]``, then `n_decode` steps, each feeding the
@@ -205,6 +227,7 @@ def _request(eng: Any, ids: list[int], n_prompt: int, n_decode: int,
     if hasattr(eng, "start_trace"):  # colibri: every expert read of the decode, timed
         eng.start_trace()
         t_trace = time.monotonic()  # the trace's clock
+    fw1 = eng.forward_snapshot()
     toks = []
     for i in range(n_decode):
         tok = _argmax(logits)  # computed in both modes, so both cost the same
@@ -214,6 +237,7 @@ def _request(eng: Any, ids: list[int], n_prompt: int, n_decode: int,
     t_end = time.monotonic()
     dev2, q2 = cg.device_counters(eng.path), cg.device_queue(eng.path)
     ex2, ph2 = eng.snapshot()
+    fw2 = eng.forward_snapshot()
     dec_s = t2 - t1
     out: dict[str, Any] = {
         "prefill_s": t1 - t0, "prefill_tok_s": len(prompt) / (t1 - t0),
@@ -239,6 +263,15 @@ def _request(eng: Any, ids: list[int], n_prompt: int, n_decode: int,
         out["bytes_read_per_token"] = out["experts"]["bytes_read"] / n_decode
     if out["phases"] is not None:
         out["expert_wait_ms_per_token"] = 1e3 * out["phases"]["expert_wait"] / n_decode
+    ex = out["experts"]
+    if ex is not None and ex.get("wall_seconds"):  # a core with the activity clock
+        out["breakdown"] = breakdown(ex, n_decode)
+        if fw1 is not None and fw2 is not None and hasattr(fw2, "neither_seconds"):
+            # inside the forwards (the session's own deltas) vs between them (sampling,
+            # Python): where a "neither" gap sits
+            inside = (fw2.neither_seconds - fw1.neither_seconds) * 1e3 / n_decode
+            out["breakdown"].update(neither_in_forward_ms=inside,
+                                    neither_between_ms=out["breakdown"]["neither_ms"] - inside)
     return out
 
 

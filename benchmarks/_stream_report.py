@@ -15,6 +15,7 @@ import _cgroup as cg
 import _diskbound as db
 import _variance as var
 from _common import median, print_table
+from _fio import label as fio_label
 
 if TYPE_CHECKING:
     from bench_streaming import Runner
@@ -94,6 +95,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "bound_fraction_io": "bound_fraction_io",
             "decode_read_bytes_per_s": "decode_read_bytes_per_s",
             "device_busy": "device_busy", "device_read_bytes_per_s": "device_read_bytes_per_s",
+            "disk_busy_ms": "breakdown.disk_busy_ms", "compute_ms": "breakdown.compute_ms",
+            "neither_ms": "breakdown.neither_ms", "neither_frac": "breakdown.neither_frac",
         }
         s[p] = {k: median_of(ok, f"{p}.{v}") for k, v in keys.items()}
         s[p]["decode_spread"] = var.spread([dig(r, f"{p}.decode_tok_s") for r in ok])
@@ -104,7 +107,15 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return s
 
 
-def _row(label: str, s: dict[str, Any], p: str) -> list[Any]:
+def breakdown_cell(x: dict[str, Any]) -> str:
+    """The engine's per-token breakdown (_stream_child.breakdown), medians: '-' without."""
+    if x.get("disk_busy_ms") is None:
+        return "-"
+    return (f"{x['disk_busy_ms']:.3g} / {x['compute_ms']:.3g} / {x['neither_ms']:.3g} "
+            f"({100 * x['neither_frac']:.2g}%)")
+
+
+def _row(label: str, s: dict[str, Any], p: str, fio_bps: float | None = None) -> list[Any]:
     x = s[p]
     gb = x["bytes_read_per_token"] if x["bytes_read_per_token"] is not None \
         else x["io_read_bytes_per_token"]
@@ -118,8 +129,9 @@ def _row(label: str, s: dict[str, Any], p: str) -> list[Any]:
             fmt(gb / 1e9 if gb is not None else None),
             fmt(rate / 1e9 if rate is not None else None),
             fmt(frac * 100 if frac is not None else None),
+            fmt(100 * rate / fio_bps if rate and fio_bps else None),
             fmt(x["device_busy"] * 100 if x["device_busy"] is not None else None),
-            fmt(x["expert_wait_ms_per_token"]),
+            fmt(x["expert_wait_ms_per_token"]), breakdown_cell(x),
             fmt(x["cpu_per_wall"]),
             fmt(s["cgroup_peak"] / 2**20 if s["cgroup_peak"] else None),
             f"{s['n'] - s['failed']}/{s['n']}"]
@@ -127,7 +139,9 @@ def _row(label: str, s: dict[str, Any], p: str) -> list[Any]:
 
 HEADERS = ["config", "req", "decode tok/s", "prefill tok/s", "hit in RAM",
            "hit incl. in flight", "prefetch recall",
-           "GB read/tok", "GB/s read", "% of disk bound", "disk busy %", "wait ms/tok",
+           "GB read/tok", "GB/s read", "% of engine-path bound", "% of fio device bound",
+           "disk busy %", "wait ms/tok",
+           "ms/tok disk busy / compute / neither (neither %)",
            "CPU/wall", "cgroup peak MiB", "ok"]
 
 
@@ -167,7 +181,13 @@ def print_part(r: Runner, part: str) -> None:
             "of the run)" if bound else "")
     print(f"\n## {body['title']}\ncgroup limit {cg.fmt_bytes(body['cgroup_limit'])}{btxt}, "
           f"median (min-max) of {r.args.repeats}, load average {os.getloadavg()[0]:.1f}")
-    rows = [_row(label, summary[label], p) for label in summary for p in ("cold", "warm")]
+    fio = r.doc.get("fio_bound") if body["disk_bound"] else None
+    fio_bps = fio["bound_gb_s"] * 1e9 if fio and fio.get("bound_gb_s") else None
+    if body["disk_bound"]:
+        print(f"device bound: {fio_bps / 1e9:.2f} GB/s ({fio_label(fio)}; fio)" if fio_bps
+              else f"device bound: none ({(fio or {}).get('error', 'fio not run')})")
+    rows = [_row(label, summary[label], p, fio_bps) for label in summary
+            for p in ("cold", "warm")]
     body["table"] = print_table(HEADERS, rows)
     labels = list(summary)
     for p in ("cold", "warm"):  # each configuration against the first: rankable or not
@@ -244,6 +264,10 @@ def disk_figures(doc: dict[str, Any]) -> dict[str, float]:
         for k, v in (b.get("figures") or {}).items():
             if v:
                 out[k] = max(out.get(k, 0.0), float(v) * 1e9)
+    fio = doc.get("fio_bound") or {}
+    for d, v in (fio.get("per_depth") or {}).items():  # the device bound, per depth
+        huge = "huge" if str(fio.get("buffers", "")).startswith("huge") else "4k"
+        out[f"fio_depth_{d}_{huge}_pages"] = float(v["median"]) * 1e9
     # --reference-slabs: the bound by the same definition, read into another slab count
     refs = [b.to_dict() if isinstance(b, db.DiskBound) else b
             for b in doc.get("reference_bounds") or []]
@@ -283,9 +307,9 @@ def bound_table(doc: dict[str, Any]) -> dict[str, Any]:
                              fmt(frac * 100 if frac else None),
                              *(fmt(others[k] * 100 if others[k] else None) for k in figs),
                              fmt(busy * 100 if busy is not None else None)])
-    print(f"\n## Against the disk bound: {yard / 1e9:.2f} GB/s (engine read path; the other "
+    print(f"\n## Against the engine-path bound: {yard / 1e9:.2f} GB/s (engine read path; the other "
           "figures: " + ", ".join(f"{k.replace('_', ' ')} {v / 1e9:.2f}" for k, v in figs.items())
           + " GB/s)")
-    print_table(["part", "config", "req", "decode tok/s", "GB/s read", "% of disk bound",
+    print_table(["part", "config", "req", "decode tok/s", "GB/s read", "% of engine-path bound",
                  *(f"% of {k.replace('_', ' ')}" for k in figs), "disk busy %"], rows)
     return out

@@ -36,7 +36,11 @@ of the run** (_diskbound.DiskBound says why; the best burst with ``--sustained-b
 also given against the best sustained sample, the best burst and the bursts' median.
 Every colibri request records its reads' trace (_iotrace.py: reads running at once, time
 with none, queueing; ``BENCH_IO_TRACE_DIR`` keeps the raw traces).
-fio (4 KiB-page and huge-page buffers) is recorded beside it in the JSON, never used.
+The device bound is measured with fio (_fio.py: installed with apt-get when missing; random
+O_DIRECT reads of the expert size at 1, 2, 4, 8 in flight, huge-page buffers where the
+machine gives them) and every table gives the decode's read rate as a % of each bound,
+named: "% of engine-path bound" and "% of fio device bound". Every colibri row also gives
+the engine's per-token breakdown (ms with a read on the device / computing / neither).
 "disk busy %" is the device's own busy time over the decode (/proc/diskstats; every
 process on the machine counts). Each configuration runs ``--repeats`` children (>= 5 to
 quote), quoted as median (min-max); when two ranges overlap the benchmark says the spread
@@ -84,6 +88,7 @@ from typing import Any
 import _cgroup as cg
 import _diskbound as db
 from _common import RESULTS_DIR, git_commit, machine
+from _fio import fio_bound
 from _stream_child import RESULT_MARK, child_main, planned_cache_slots
 from _stream_report import (
     _jsonable,
@@ -427,6 +432,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="also sample the disk into this many slabs (0: one per read in "
                          "flight, the old bound) beside every bound sample, alternating "
                          "which goes first; reported as the reference bound, never used")
+    ap.add_argument("--no-fio", dest="fio", action="store_false",
+                    help="skip the fio device bound (installed with apt-get when missing)")
     ap.add_argument("--child-timeout", type=float, default=1200)
     ap.add_argument("--colibri-source", choices=["container", "gguf"], default="container")
     ap.add_argument("--summarize", metavar="JSON",
@@ -471,7 +478,8 @@ def main(argv: list[str] | None = None) -> None:
                                      "ram_budget": budget, "passages": passages}
         r.log(f"{args.preset} ({args.routing} routing): cgroup {cg.fmt_bytes(limit)}, colibri "
               f"budget {cg.fmt_bytes(budget)}")
-        r.doc["fio"] = db.fio_table(experts, chunk)  # recorded beside the bound, never used
+        # The device bound (fio, huge pages, depths 1-8) beside the engine-path bound
+        r.doc["fio_bound"] = fio_bound(experts, chunk, log=r.log) if args.fio else None
 
         def col(**kw: Any) -> dict[str, Any]:
             base = {"ram_budget": budget, "io": dict(base_io), "cache": dict(base_cache)}

@@ -263,7 +263,11 @@ void bind_engine(py::module_& m) {
       .def_readonly("buffered_reads", &ExpertStoreStats::buffered_reads)
       .def_readonly("inline_reads", &ExpertStoreStats::inline_reads)
       .def_readonly("cap_waits", &ExpertStoreStats::cap_waits)
-      .def_readonly("busy_seconds", &ExpertStoreStats::busy_seconds);
+      .def_readonly("busy_seconds", &ExpertStoreStats::busy_seconds)
+      .def_readonly("io_and_compute_seconds", &ExpertStoreStats::io_and_compute_seconds)
+      .def_readonly("io_only_seconds", &ExpertStoreStats::io_only_seconds)
+      .def_readonly("compute_only_seconds", &ExpertStoreStats::compute_only_seconds)
+      .def_readonly("neither_seconds", &ExpertStoreStats::neither_seconds);
 
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
       .def(py::init([](ModelSpec spec, const std::vector<TensorSpec>& tensors,

@@ -256,11 +256,17 @@ std::size_t ReadPool::in_flight() const {
 bool ReadPool::worker_may_start() const { return cap_ <= 0 || on_device_ + cap_waiters_ < cap_; }
 
 void ReadPool::enter_device() {
-  if (on_device_++ == 0) busy_since_ = std::chrono::steady_clock::now();
+  if (on_device_++ == 0) {
+    busy_since_ = std::chrono::steady_clock::now();
+    if (activity_) activity_->set_disk(true);
+  }
 }
 
 void ReadPool::leave_device(bool wake_worker) {
-  if (--on_device_ == 0) stats_.busy_seconds += seconds_since(busy_since_);
+  if (--on_device_ == 0) {
+    stats_.busy_seconds += seconds_since(busy_since_);
+    if (activity_) activity_->set_disk(false);
+  }
   if (cap_ <= 0) return;
   if (cap_waiters_ > 0) {
     for (auto& [ticket, slot] : slots_)
@@ -281,6 +287,12 @@ void ReadPool::set_max_in_flight(int cap) {
       if (slot.cap_blocked) slot.cv.notify_all();
   }
   work_cv_.notify_all();
+}
+
+void ReadPool::set_activity(ActivityClock* clock) {
+  std::lock_guard<std::mutex> lock(mu_);
+  activity_ = clock;
+  if (activity_) activity_->set_disk(on_device_ > 0);
 }
 
 int ReadPool::max_in_flight() const {

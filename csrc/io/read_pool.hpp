@@ -36,6 +36,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "io/activity_clock.hpp"
 #include "io/direct_reader.hpp"
 
 namespace colibri {
@@ -133,6 +134,9 @@ class ReadPool {
   void set_max_in_flight(int cap);
   int max_in_flight() const;
   const DirectReader& reader() const { return reader_; }
+  // The clock whose "disk" bit follows this pool's reads on the device (null: none); the
+  // caller keeps it alive while the pool runs. Set before reads start.
+  void set_activity(ActivityClock* clock);
   void set_fault(IoFault f) { reader_.set_fault(f); }
 
   // Queues a read. Validates the slab (Error(InvalidArgument)) and the file index here,
@@ -204,6 +208,7 @@ class ReadPool {
   int on_device_ = 0;           // reads inside reader_.read() now
   int cap_waiters_ = 0;         // waiters whose queued read waits for a place under the cap
   std::chrono::steady_clock::time_point busy_since_;  // when on_device_ went 0 -> 1
+  ActivityClock* activity_ = nullptr;  // set_activity
   Ticket next_ = 1;
   bool stop_ = false;
   ReadPoolStats stats_;

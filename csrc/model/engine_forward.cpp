@@ -88,6 +88,7 @@ void Engine::forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* 
     fail(ErrorKind::InvalidArgument, "the expert cache is not configured (Engine.configure_store)");
   // Counts this forward's share of the counters even when it throws (a failed read).
   const CounterDeltaScope delta(stats_out, *store_, phase_, /*count_forward=*/true);
+  const ActivityClock::Scope computing(store_->activity(), true);  // the per-token breakdown
   const auto t_start = std::chrono::steady_clock::now();
   const double wait_before = phase_[kExpertWait];
   ThreadPool::ComputeScope scope(pool_);
@@ -236,6 +237,7 @@ void Engine::mtp_forward(int64_t j, KvCache& kv, int64_t slot0, const float* hid
   // The expert and phase counters of the MTP forward go to the session's figures (not its
   // forward count: that counts trunk forwards).
   const CounterDeltaScope delta(stats_out, *store_, phase_, /*count_forward=*/false);
+  const ActivityClock::Scope computing(store_->activity(), true);
   const std::function<void()> stop_if_cancelled = [&] {
     if (cancelled && *cancelled && (*cancelled)()) {
       store_->abort();

@@ -179,6 +179,7 @@ void ExpertStore::configure(const StoreSettings& settings) {
   const bool auto_cap = settings.max_in_flight == kAutoInFlight;
   // may throw: nothing changed yet. Auto starts with 2 and measures below.
   auto pool = std::make_unique<ReadPool>(files_, auto_workers ? 2 : settings.workers, settings.direct, fault_);
+  pool->set_activity(&activity_);
   abort();
   if (pool_) add_pool(stats_, pool_->stats(), pool_base_);
   pool_ = std::move(pool);
@@ -245,6 +246,7 @@ void ExpertStore::measure_workers(bool set_workers, bool set_cap) {
   const int workers = knee_depth(depth_curve_);
   if (set_workers && workers != pool_->workers()) {
     pool_ = std::make_unique<ReadPool>(files_, workers, settings_.direct, fault_);
+    pool_->set_activity(&activity_);
     pool_base_ = ReadPoolStats{};
     take_stamps();
   }
@@ -615,11 +617,17 @@ void ExpertStore::preload() {
 ExpertStoreStats ExpertStore::stats() const {
   ExpertStoreStats s = stats_;
   if (pool_) add_pool(s, pool_->stats(), pool_base_);
+  const ActivitySeconds a = activity_.seconds();
+  s.io_and_compute_seconds = a.io_and_compute - activity_base_.io_and_compute;
+  s.io_only_seconds = a.io_only - activity_base_.io_only;
+  s.compute_only_seconds = a.compute_only - activity_base_.compute_only;
+  s.neither_seconds = a.neither - activity_base_.neither;
   return s;
 }
 
 void ExpertStore::reset_stats() {
   stats_ = ExpertStoreStats{};
+  activity_base_ = activity_.seconds();
   pool_base_ = pool_ ? pool_->stats() : ReadPoolStats{};
 }
 

@@ -108,6 +108,10 @@ struct ExpertStoreStats {
   // seconds with at least one read on the device.
   uint64_t cap_waits = 0;
   double busy_seconds = 0;
+  // Wall time split by what ran (io/activity_clock.hpp): a read on the device and the
+  // forward thread computing, only the read, only the compute, neither. Their sum is the
+  // wall time since load (or reset_stats); a forward's delta, that forward's wall time.
+  double io_and_compute_seconds = 0, io_only_seconds = 0, compute_only_seconds = 0, neither_seconds = 0;
 };
 
 class ExpertStore {
@@ -171,6 +175,8 @@ class ExpertStore {
   void start_io_trace(std::size_t max_records);
   std::vector<ReadTraceRecord> io_trace() const;
   int64_t io_fallbacks() const;
+  // What the forward thread marks its compute on (the read pool marks the disk).
+  ActivityClock& activity() { return activity_; }
   // Test hook: make the reader fail the way `fault` says (io/direct_reader.hpp).
   void set_fault(IoFault fault);
 
@@ -248,6 +254,8 @@ class ExpertStore {
   std::vector<uint64_t> route_counts_;    // per key
   std::vector<int64_t> pins_;
   ExpertStoreStats stats_;
+  mutable ActivityClock activity_;        // lives as long as the store: every pool marks it
+  ActivitySeconds activity_base_;         // at the last reset_stats
   ReadPoolStats pool_base_;               // pool counters at the last reset
   IoFault fault_ = IoFault::None;
 };

@@ -299,7 +299,9 @@ void FfnBlock::routed_experts(FfnContext& ctx, const FfnWeights& W, const float*
     // `spin` policy keeps it spinning.
     std::optional<ThreadPool::IdleScope> idle;
     if (ctx.pool.settings().policy != WaitPolicy::Spin && !store.ready(layer, e)) idle.emplace(ctx.pool);
+    std::optional<ActivityClock::Scope> waiting(std::in_place, store.activity(), false);  // not compute
     const ExpertViews& w = store.wait(layer, e);
+    waiting.reset();
     idle.reset();
     ctx.phase[kExpertWait] += seconds_since(t0);
 

@@ -53,6 +53,10 @@ inline void add_delta(ExpertStoreStats& out, const ExpertStoreStats& after, cons
   out.inline_reads += after.inline_reads - before.inline_reads;
   out.cap_waits += after.cap_waits - before.cap_waits;
   out.busy_seconds += after.busy_seconds - before.busy_seconds;
+  out.io_and_compute_seconds += after.io_and_compute_seconds - before.io_and_compute_seconds;
+  out.io_only_seconds += after.io_only_seconds - before.io_only_seconds;
+  out.compute_only_seconds += after.compute_only_seconds - before.compute_only_seconds;
+  out.neither_seconds += after.neither_seconds - before.neither_seconds;
 }
 
 inline void add_delta(PhaseSeconds& out, const PhaseSeconds& after, const PhaseSeconds& before) {

@@ -812,6 +812,9 @@ class ExpertStoreStats:
     def checksum_failures(self) -> int:
         ...
     @property
+    def compute_only_seconds(self) -> float:
+        ...
+    @property
     def direct_reads(self) -> int:
         ...
     @property
@@ -839,7 +842,16 @@ class ExpertStoreStats:
     def inline_reads(self) -> int:
         ...
     @property
+    def io_and_compute_seconds(self) -> float:
+        ...
+    @property
+    def io_only_seconds(self) -> float:
+        ...
+    @property
     def misses(self) -> int:
+        ...
+    @property
+    def neither_seconds(self) -> float:
         ...
     @property
     def predicted_routed(self) -> int:

@@ -59,6 +59,13 @@ class ExpertStats(Displayable):
     read_errors: int = 0  # reads that failed (I/O error, short read, checksum)
     cap_waits: int = 0  # demand reads that waited for a place under IOConfig.max_in_flight
     busy_seconds: float = 0.0  # wall time with at least one expert read on the device
+    # The wall time split by what ran (csrc/io/activity_clock.hpp): an expert read on the
+    # device and the forward thread computing (outside its waits for experts), only the
+    # read, only the compute, neither (sampling, Python between forwards, a gap).
+    io_and_compute_seconds: float = 0.0
+    io_only_seconds: float = 0.0
+    compute_only_seconds: float = 0.0
+    neither_seconds: float = 0.0
 
     @property
     def hit_rate(self) -> float:
@@ -82,6 +89,22 @@ class ExpertStats(Displayable):
         """Bytes per second while at least one read was on the device (bytes_read /
         busy_seconds): what the device delivered at the reads in flight it was given."""
         return _ratio(self.bytes_read, self.busy_seconds)
+
+    @property
+    def disk_busy_seconds(self) -> float:
+        """Wall time with at least one expert read on the device (from the activity clock)."""
+        return self.io_and_compute_seconds + self.io_only_seconds
+
+    @property
+    def compute_seconds(self) -> float:
+        """Wall time the forward thread computed (a forward, less its waits for experts)."""
+        return self.io_and_compute_seconds + self.compute_only_seconds
+
+    @property
+    def wall_seconds(self) -> float:
+        """The time the four activity buckets cover: the wall time of the span measured."""
+        return (self.io_and_compute_seconds + self.io_only_seconds
+                + self.compute_only_seconds + self.neither_seconds)
 
     @property
     def prefetch_recall(self) -> float:
@@ -140,6 +163,11 @@ class ExpertStats(Displayable):
                                         f"{self.first_issued} read: {self.first_used} used, "
                                         f"{self.first_wasted} wasted"))
         rows.append(("evictions", str(self.evictions)))
+        if self.wall_seconds > 0:
+            w = self.wall_seconds
+            rows.append(("time", f"disk busy {percent(self.disk_busy_seconds / w)}, compute "
+                                 f"{percent(self.compute_seconds / w)}, neither "
+                                 f"{percent(self.neither_seconds / w)} of {duration(w)}"))
         if self.read_errors or self.checksum_failures:
             rows.append(("errors", f"{self.read_errors} read errors, "
                                    f"{self.checksum_failures} checksum failures"))
@@ -151,7 +179,9 @@ class ExpertStats(Displayable):
                  read_throughput=self.read_throughput,
                  prefetch_recall=self.prefetch_recall,
                  prefetch_accuracy=self.prefetch_accuracy,
-                 first_guess_accuracy=self.first_guess_accuracy)
+                 first_guess_accuracy=self.first_guess_accuracy,
+                 disk_busy_seconds=self.disk_busy_seconds, compute_seconds=self.compute_seconds,
+                 wall_seconds=self.wall_seconds)
         return d
 
 

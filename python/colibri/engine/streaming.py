@@ -338,6 +338,8 @@ def expert_stats_of(s: _core.ExpertStoreStats) -> ExpertStats:
         predicted_routed=s.predicted_routed, routed_after_prediction=s.routed_after_prediction,
         evictions=s.evictions, checksum_failures=s.checksum_failures, read_errors=s.read_errors,
         cap_waits=s.cap_waits, busy_seconds=s.busy_seconds,
+        io_and_compute_seconds=s.io_and_compute_seconds, io_only_seconds=s.io_only_seconds,
+        compute_only_seconds=s.compute_only_seconds, neither_seconds=s.neither_seconds,
     )  # fmt: skip
 
 
