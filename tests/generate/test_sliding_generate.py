@@ -8,6 +8,8 @@ sliding layers keep a ring of 128 positions (csrc/model/kv_cache.hpp):
   changed; Session.holds_prefix says so first;
 * generate_n's greedy samples all equal one generate, even when a sample outruns the ring
   (the prompt is prefilled again);
+* speculative drafts of up to 64 tokens, verified and rolled back through the ring: the
+  same greedy tokens as without drafting;
 * the prompt cache reuses an entry only for a prefix its ring still holds: a prompt that
   shares an older prefix is a miss, and generates what an uncached model does.
 """
@@ -23,6 +25,7 @@ import torch
 
 import colibri as co
 from colibri.errors import InvalidRequestError
+from colibri.settings.spec import SpecConfig
 from support.gpt_oss_factory import VOCAB, build_gpt_oss
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
 from support.tokenizer_vectors import hf_tokenizer_dir, smollm2_gguf
@@ -105,3 +108,18 @@ def test_prompt_cache_misses_a_prefix_the_ring_lost(tiny: tuple[Path, torch.nn.M
     near = IDS[:245] + prompt_ids(5, seed=10, vocab=VOCAB)  # within the ring: a hit
     a, b = cached.generate(near, max_tokens=8), plain.generate(near, max_tokens=8)
     assert a.token_ids == b.token_ids and a.stats.cached_tokens == 245
+
+
+def test_speculative_drafts_rolled_back_through_the_ring(
+        tiny: tuple[Path, torch.nn.Module]) -> None:  # fmt: skip
+    """Prompt-lookup drafts of up to 64 tokens (MAX_DRAFT, what the ring's slack covers),
+    verified in one forward and the rejected ones rolled back: the same 200 greedy tokens
+    as without drafting, and the session holds the same state (its next logits)."""
+    m = _load(tiny[0])
+    prompt = IDS[:40] * 3  # repeats: the drafter finds n-gram matches to propose
+    plain = m.generate(prompt, max_tokens=200, min_tokens=200)
+    spec = m.generate(prompt, max_tokens=200, min_tokens=200,
+                      spec=SpecConfig(drafter="lookup", max_draft=64, ngram_sizes=(2, 1)))
+    assert spec.token_ids == plain.token_ids and len(plain.token_ids) == 200
+    st = spec.stats.spec
+    assert st is not None and sum(st.proposed_at) > 64, st  # drafts were made
