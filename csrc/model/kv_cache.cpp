@@ -93,12 +93,14 @@ bool KvCache::holds_prefix(int64_t n) const {
 }
 
 void KvCache::require_rollback(int64_t L, const char* what) const {
-  if (!holds_rollback(L))
-    fail(ErrorKind::InvalidArgument,
-         std::string(what) + ": the sliding-window layers keep only their last " + std::to_string(max_window_) +
-             " + " + std::to_string(kRingSlack) + " positions, and positions before " + std::to_string(lost_below_) +
-             " are gone; going back to " + std::to_string(L) +
-             " tokens needs the window before it (reset the session and prefill again)");
+  if (holds_rollback(L)) return;
+  int64_t ring = 0;
+  for (int64_t r : ring_) ring = std::max(ring, r);
+  fail(ErrorKind::InvalidArgument,
+       std::string(what) + ": the sliding-window layers keep only their last " + std::to_string(ring) +
+           " positions (window " + std::to_string(max_window_) + " + " + std::to_string(kRingSlack) +
+           ", in blocks of 64), and positions before " + std::to_string(lost_below_) + " are gone; going back to " +
+           std::to_string(L) + " tokens needs the window before it (reset the session and prefill again)");
 }
 
 KvCache::RingState KvCache::save_rings() const {
