@@ -123,3 +123,20 @@ def test_speculative_drafts_rolled_back_through_the_ring(
     assert spec.token_ids == plain.token_ids and len(plain.token_ids) == 200
     st = spec.stats.spec
     assert st is not None and sum(st.proposed_at) > 64, st  # drafts were made
+
+
+def test_server_reserves_the_rings_kv(tiny: tuple[Path, torch.nn.Module]) -> None:
+    """The server's scheduler reserves what a request's session really allocates: the
+    rings hold at most 128 positions, the full layers every one."""
+    from colibri.server.scheduler import Scheduler
+
+    m = _load(tiny[0])
+    sched = Scheduler(m, max_running=2)
+    for n in (64, CONTEXT):  # whole allocation steps (the cache grows 64, 128, 256, 512)
+        s = m.session()
+        s.forward(IDS[:1] * n)
+        assert sched.request_kv_bytes(n) == s._core.kv_allocated_bytes
+    assert sched.kv_budget == 2 * sched.request_kv_bytes(CONTEXT) == 2 * m.stats().memory.kv_bytes
+    ticket = sched.admit(positions=64)
+    assert ticket.kv == sched.request_kv_bytes(64) > 64 * sched.kv_position_bytes
+    sched.close()
