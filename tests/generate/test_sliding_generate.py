@@ -10,6 +10,8 @@ sliding layers keep a ring of 128 positions (csrc/model/kv_cache.hpp):
   (the prompt is prefilled again);
 * speculative drafts of up to 64 tokens, verified and rolled back through the ring: the
   same greedy tokens as without drafting;
+* Session.save / load past the rings continue with the same bits;
+* the server scheduler reserves the rings' KV exactly;
 * the prompt cache reuses an entry only for a prefix its ring still holds: a prompt that
   shares an older prefix is a miss, and generates what an uncached model does.
 """
@@ -140,3 +142,16 @@ def test_server_reserves_the_rings_kv(tiny: tuple[Path, torch.nn.Module]) -> Non
     ticket = sched.admit(positions=64)
     assert ticket.kv == sched.request_kv_bytes(64) > 64 * sched.kv_position_bytes
     sched.close()
+
+
+def test_save_and_load_keep_the_window(tiny: tuple[Path, torch.nn.Module], tmp_path: Path) -> None:
+    """Session.save / Session.load of a session past its rings: the file holds the sliding
+    layers' last window only, and the loaded session continues with the same bits."""
+    m = _load(tiny[0])
+    s = m.session()
+    s.forward(IDS[:280])
+    s.save(tmp_path / "s.colibri")
+    t = co.Session.load(tmp_path / "s.colibri", m)
+    assert t.token_ids == IDS[:280]
+    np.testing.assert_array_equal(t.forward(IDS[280:], all_logits=True),
+                                  s.forward(IDS[280:], all_logits=True))
