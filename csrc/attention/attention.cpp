@@ -136,14 +136,14 @@ Rows rows_for(const KvSide& side, int64_t head, int64_t dim, const Keys& keys, i
               bool fused, int64_t prefetch_span) {
   const auto* base = static_cast<const unsigned char*>(side.data) + static_cast<std::size_t>(head) * side.head_stride;
   if (!keys.index && (fused || side.type == DType::F32)) {
-    Rows r{side.type, base + static_cast<std::size_t>(i0) * side.pos_stride, static_cast<int64_t>(side.pos_stride)};
+    Rows r{side.type, base + side.slot(i0) * side.pos_stride, static_cast<int64_t>(side.pos_stride)};
     r.prefetch = prefetch_span > 0 ? kPrefetchAhead : 0;
     r.row_bytes = prefetch_span;
     return r;
   }
   const DequantizeRowFn dequantize = kernels(side.type).dequantize_row;
   for (int64_t i = i0; i < i1; ++i)
-    dequantize(base + static_cast<std::size_t>(keys.position(i)) * side.pos_stride, tile + (i - i0) * dim, dim);
+    dequantize(base + side.slot(keys.position(i)) * side.pos_stride, tile + (i - i0) * dim, dim);
   return Rows{DType::F32, reinterpret_cast<const unsigned char*>(tile), dim * static_cast<int64_t>(sizeof(float))};
 }
 
@@ -153,7 +153,7 @@ void prefetch_rows(const KvSide& side, int64_t head, int64_t dim, const Keys& ke
   const auto* base = static_cast<const unsigned char*>(side.data) + static_cast<std::size_t>(head) * side.head_stride;
   const std::size_t bytes = row_bytes(side.type, dim);
   for (int64_t i = i0; i < i1; ++i) {
-    const unsigned char* row = base + static_cast<std::size_t>(keys.position(i)) * side.pos_stride;
+    const unsigned char* row = base + side.slot(keys.position(i)) * side.pos_stride;
     for (std::size_t off = 0; off < bytes; off += 64) __builtin_prefetch(row + off, 0, 2);
   }
 }
@@ -394,6 +394,14 @@ void check(const Problem& p) {
   if (p.v.data == p.k.data && p.dv > p.dk) bad("values inside the key rows need dv <= dk");
   if (p.window < 0) bad("the sliding window must be >= 0 (0: none)");
   if (p.window > 0 && p.key_index) bad("a sliding window needs causal keys, not a sparse key list");
+  for (const KvSide* side : {&p.k, &p.v}) {
+    if (side->ring < 0 || side->ring % kBlockKeys != 0) bad("a KV ring must be a multiple of kBlockKeys positions");
+    if (side->ring > 0 && p.key_index) bad("a KV ring needs causal keys, not a sparse key list");
+    // Every query's window (or, without one, every key) must still be in the ring.
+    if (side->ring > 0 && (p.window <= 0 || p.window + p.n_queries - 1 > side->ring))
+      bad("a KV ring of " + std::to_string(side->ring) + " positions cannot hold the windows of " +
+          std::to_string(p.n_queries) + " queries");
+  }
   if (!p.key_index) {
     if (p.pos0 < 0) bad("pos0 must be >= 0");
     return;

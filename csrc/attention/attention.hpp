@@ -64,6 +64,11 @@ struct KvSide {
   const void* data = nullptr;
   std::size_t pos_stride = 0;   // bytes between positions
   std::size_t head_stride = 0;  // bytes between KV heads within a position
+  // A ring of `ring` positions (0: none): position j's rows live at slot j % ring, so only
+  // the last `ring` positions are held (a sliding-window layer's cache, kv_cache.hpp). A
+  // multiple of kBlockKeys, so a block of keys never wraps; causal keys only.
+  int64_t ring = 0;
+  std::size_t slot(int64_t j) const { return static_cast<std::size_t>(ring > 0 ? j % ring : j); }
 };
 
 struct Problem {
@@ -93,7 +98,8 @@ struct Problem {
 
   // Sliding window (causal keys only): query t, at position pos0 + t, sees only the
   // `window` positions [pos0 + t + 1 - window, pos0 + t], its own included (transformers'
-  // convention). 0: no window. Masking only: the rows before the window stay in the cache.
+  // convention). 0: no window. The rows before the window may be gone (a ring, KvSide):
+  // blocks partly before a window read whatever their slots hold, then mask it.
   int64_t window = 0;
   // Attention sinks: a learned logit per query head (n_kv_heads * group entries, head
   // h = g * group + i) that joins each softmax's denominator and weighs no value:

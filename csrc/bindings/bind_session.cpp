@@ -153,6 +153,9 @@ void bind_session(py::module_& m) {
              return s.core->kv_bytes_for(k);
            }, py::arg("n") = py::none(), "Bytes of n positions of KV state (default: the tokens held).")
       .def_property_readonly("kv_allocated_bytes", [](const BoundSession& s) { return s.core->kv_allocated_bytes(); })
+      .def("holds_prefix", [](const BoundSession& s, int64_t n) { return s.core->holds_prefix(n); }, py::arg("n"),
+           "Whether the session can go back to its first n tokens (rollback, export_kv, copy_prefix_from): "
+           "a sliding-window layer keeps only its last window + 64 positions.")
       .def("export_kv", [](BoundSession& s, std::optional<int64_t> n) {
              std::vector<uint8_t> b;
              {

@@ -48,7 +48,9 @@ GqaWeights GqaAttention::resolve(const ModelSpec& s, const WeightStore& store, i
   return w;
 }
 
-KvLayerLayout GqaAttention::kv_layout() const { return KvLayerLayout{n_kv_heads_, head_dim_, n_kv_heads_, head_dim_}; }
+KvLayerLayout GqaAttention::kv_layout() const {
+  return KvLayerLayout{n_kv_heads_, head_dim_, n_kv_heads_, head_dim_, window_};
+}
 
 void GqaAttention::forward(AttentionContext& ctx, const float* x, int64_t n, int64_t pos0, KvCache& kv,
                            int64_t layer, float* out) {
@@ -83,53 +85,71 @@ void GqaAttention::forward_segments(AttentionContext& ctx, const float* x, const
     }
   }
 
-  const int64_t half = static_cast<int64_t>(rope_inv_freq_.size());
   ws.rope_rows.bind(rope_inv_freq_, rope_factor_, n);
   int64_t row0 = 0;
   for (const AttnSegment& sg : segs) {
     KvCache& kv = *sg.kv;
-    for (int64_t i = 0; i < sg.n; ++i) {
-      const int64_t t = row0 + i;
-      float* q = ws.q.data() + t * qd;
-      float* k = ws.k.data() + t * kvd;
-      if (qk_norm_ == QkNorm::Full) {
-        rms_norm_row(q, w_.q_norm->f32(), qd, eps_, q);
-        rms_norm_row(k, w_.k_norm->f32(), kvd, eps_, k);
-      } else if (qk_norm_ == QkNorm::PerHead) {
-        for (int64_t h = 0; h < nh; ++h) rms_norm_row(q + h * hd, w_.q_norm->f32(), hd, eps_, q + h * hd);
-        for (int64_t h = 0; h < nkv; ++h) rms_norm_row(k + h * hd, w_.k_norm->f32(), hd, eps_, k + h * hd);
-      }
-      const float* cos_sin = ws.rope_rows.row(t, sg.pos0 + i);
-      for (int64_t h = 0; h < nh; ++h) rope_head(q + h * hd, cos_sin, 2 * half);
-      for (int64_t h = 0; h < nkv; ++h) rope_head(k + h * hd, cos_sin, 2 * half);
-      kv.store_k(layer, sg.pos0 + i, k);
-      kv.store_v(layer, sg.pos0 + i, ws.v.data() + t * kvd);
+    // A ring layer (kv_cache.hpp) holds ring - window + 1 queries' windows at once: the
+    // segment runs in passes of that many (the same bits: a query's result does not depend
+    // on the batch it runs in, attention.hpp).
+    const int64_t ring = kv.ring(layer);
+    const int64_t pass = ring > 0 ? ring - window_ + 1 : std::max<int64_t>(sg.n, 1);
+    for (int64_t i0 = 0; i0 < sg.n; i0 += pass) {
+      const int64_t i1 = std::min(sg.n, i0 + pass);
+      for (int64_t i = i0; i < i1; ++i) store_row(ws, row0 + i, sg.pos0 + i, kv, layer);
+      attend(ctx, kv, layer, row0 + i0, sg.pos0 + i0, i1 - i0);
     }
-
-    attn::Problem p;
-    p.n_queries = sg.n;
-    p.n_kv_heads = nkv;
-    p.group = nh / nkv;
-    p.dk = p.dv = hd;
-    p.scale = scale_;
-    p.q = ws.q.data() + row0 * qd;
-    p.q_stride = qd;
-    p.q_head_stride = hd;
-    p.out = ws.attn.data() + row0 * qd;
-    p.out_stride = qd;
-    p.out_head_stride = hd;
-    const std::size_t head_bytes = row_bytes(kv.type(), hd);
-    p.k = attn::KvSide{kv.type(), kv.k(layer, 0), kv.k_row_bytes(layer), head_bytes};
-    p.v = attn::KvSide{kv.type(), kv.v(layer, 0), kv.v_row_bytes(layer), head_bytes};
-    p.pos0 = sg.pos0;
-    p.window = window_;
-    p.sinks = w_.sinks ? w_.sinks->f32() : nullptr;
-    attn::run(ctx.pool, p, ws.kernel);
     row0 += sg.n;
   }
   matmul(ctx.pool, w_.o->view(), ws.attn.data(), n, out, ctx.matmul, ctx.precision);
   if (w_.o_bias)
     for (int64_t t = 0; t < n; ++t) add_inplace(out + t * hidden_, w_.o_bias->f32(), hidden_);
+}
+
+// Row t (position pos) of the projections: QK-norm, RoPE, then its key and value stored.
+void GqaAttention::store_row(AttentionScratch& ws, int64_t t, int64_t pos, KvCache& kv, int64_t layer) {
+  const int64_t hd = head_dim_, nh = n_heads_, nkv = n_kv_heads_;
+  const int64_t qd = nh * hd, kvd = nkv * hd;
+  const int64_t half = static_cast<int64_t>(rope_inv_freq_.size());
+  float* q = ws.q.data() + t * qd;
+  float* k = ws.k.data() + t * kvd;
+  if (qk_norm_ == QkNorm::Full) {
+    rms_norm_row(q, w_.q_norm->f32(), qd, eps_, q);
+    rms_norm_row(k, w_.k_norm->f32(), kvd, eps_, k);
+  } else if (qk_norm_ == QkNorm::PerHead) {
+    for (int64_t h = 0; h < nh; ++h) rms_norm_row(q + h * hd, w_.q_norm->f32(), hd, eps_, q + h * hd);
+    for (int64_t h = 0; h < nkv; ++h) rms_norm_row(k + h * hd, w_.k_norm->f32(), hd, eps_, k + h * hd);
+  }
+  const float* cos_sin = ws.rope_rows.row(t, pos);
+  for (int64_t h = 0; h < nh; ++h) rope_head(q + h * hd, cos_sin, 2 * half);
+  for (int64_t h = 0; h < nkv; ++h) rope_head(k + h * hd, cos_sin, 2 * half);
+  kv.store_k(layer, pos, k);
+  kv.store_v(layer, pos, ws.v.data() + t * kvd);
+}
+
+// Attention of the n queries at rows [t0, t0 + n) (positions pos0..) over the cache.
+void GqaAttention::attend(AttentionContext& ctx, KvCache& kv, int64_t layer, int64_t t0, int64_t pos0, int64_t n) {
+  AttentionScratch& ws = ctx.scratch;
+  const int64_t hd = head_dim_, qd = n_heads_ * hd;
+  attn::Problem p;
+  p.n_queries = n;
+  p.n_kv_heads = n_kv_heads_;
+  p.group = n_heads_ / n_kv_heads_;
+  p.dk = p.dv = hd;
+  p.scale = scale_;
+  p.q = ws.q.data() + t0 * qd;
+  p.q_stride = qd;
+  p.q_head_stride = hd;
+  p.out = ws.attn.data() + t0 * qd;
+  p.out_stride = qd;
+  p.out_head_stride = hd;
+  const std::size_t head_bytes = row_bytes(kv.type(), hd);
+  p.k = attn::KvSide{kv.type(), kv.k(layer, 0), kv.k_row_bytes(layer), head_bytes, kv.ring(layer)};
+  p.v = attn::KvSide{kv.type(), kv.v(layer, 0), kv.v_row_bytes(layer), head_bytes, kv.ring(layer)};
+  p.pos0 = pos0;
+  p.window = window_;
+  p.sinks = w_.sinks ? w_.sinks->f32() : nullptr;
+  attn::run(ctx.pool, p, ws.kernel);
 }
 
 void RopeRows::bind(const std::vector<float>& freq, float f, int64_t n) {

@@ -41,6 +41,9 @@ class GqaAttention final : public AttentionLayer {
                         int64_t layer, int64_t hidden, float* out) override;
 
  private:
+  void store_row(AttentionScratch& ws, int64_t t, int64_t pos, KvCache& kv, int64_t layer);
+  void attend(AttentionContext& ctx, KvCache& kv, int64_t layer, int64_t t0, int64_t pos0, int64_t n);
+
   GqaWeights w_;
   int64_t hidden_, n_heads_, n_kv_heads_, head_dim_;
   QkNorm qk_norm_;

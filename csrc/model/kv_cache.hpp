@@ -12,6 +12,17 @@
 // import_from positions [0, n) of every layer as one byte string, copy_prefix from another
 // cache with the same layout and type. The byte string is, layer by layer, the K rows of
 // positions 0..n-1 then the V rows, each at the cache type (docs/architecture.md).
+//
+// Sliding-window layers (KvLayerLayout::window > 0) keep a ring instead: the last
+// kv_ring_positions(window) positions, position p in slot p % ring, so their memory is
+// bounded whatever the context. What the rest of a session can do with them:
+//  - a forward of n tokens from position p needs the window before p intact; the attention
+//    runs a sliding layer in passes of at most ring - window + 1 queries (attn_gqa.cpp);
+//  - rolling back to L tokens needs positions [L - window + 1, L) still in the ring
+//    (holds_rollback): always within the last kRingSlack + 1 tokens (a speculative
+//    draft), refused (Error(InvalidArgument)) beyond what the ring still holds;
+//  - the state of n positions (export, import, copy_prefix) keeps a sliding layer's last
+//    min(n, window) positions only (holds_prefix says whether they are still there).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -28,9 +39,23 @@ namespace colibri {
 struct KvLayerLayout {
   int64_t k_heads = 0, k_dim = 0;
   int64_t v_heads = 0, v_dim = 0;
+  // A sliding-window layer's window (its queries see the last `window` positions, their
+  // own included): the layer keeps a ring of kv_ring_positions(window) positions. 0: all.
+  int64_t window = 0;
   int64_t k_width() const { return k_heads * k_dim; }
   int64_t v_width() const { return v_heads * v_dim; }
 };
+
+// Positions a sliding layer's ring holds beyond its window: how far a session can roll
+// back past its last forward (speculative drafts) and, plus one, the most queries one
+// attention pass of the layer takes.
+constexpr int64_t kRingSlack = 64;
+
+// Positions a layer with this window keeps in a cache of `context` positions: window +
+// kRingSlack rounded up to whole blocks of 64 keys (the attention's unit: a block never
+// wraps), or 0 (keeps every position) without a window or when the ring would not be
+// smaller than the context. colibri.engine.budget.kv_ring_positions mirrors it.
+int64_t kv_ring_positions(int64_t window, int64_t context);
 
 class KvCache {
  public:
@@ -44,10 +69,26 @@ class KvCache {
   int64_t n_layers() const { return static_cast<int64_t>(layout_.size()); }
   const KvLayerLayout& layout(int64_t layer) const { return layout_[static_cast<std::size_t>(layer)]; }
 
-  // Bytes one position takes over all layers, and n positions (what the budget counts).
+  // Bytes one position's rows take over all layers (ring layers included).
   std::size_t bytes_per_position() const { return per_position_; }
-  std::size_t bytes_for(int64_t n) const { return per_position_ * static_cast<std::size_t>(n); }
-  std::size_t bytes() const { return bytes_for(capacity_); }  // allocated now
+  // Bytes of the state of n positions (export_to / import_from): a ring layer's last
+  // min(n, window) positions, every position of the others.
+  std::size_t bytes_for(int64_t n) const;
+  // Bytes the cache allocates to hold n positions (what the budget counts), and now.
+  std::size_t bytes_at(int64_t n) const;
+  std::size_t bytes() const;
+
+  // A ring layer's positions (0: the layer keeps all of them).
+  int64_t ring(int64_t layer) const { return ring_[static_cast<std::size_t>(layer)]; }
+  bool has_ring() const { return max_window_ > 0; }
+  // Whether rolling back to L positions leaves every ring layer the window before L.
+  bool holds_rollback(int64_t L) const;
+  // Whether the state of the first n positions (export, copy) is still in every ring.
+  bool holds_prefix(int64_t n) const;
+  // Throws Error(InvalidArgument) unless holds_rollback(L) (what = the caller's words).
+  void require_rollback(int64_t L, const char* what) const;
+  // The session now holds L positions (a rollback, a reset): require_rollback(L).
+  void truncate(int64_t L);
 
   // Makes positions [0, n) addressable (n <= context_length). Existing entries are kept.
   void reserve(int64_t n);
@@ -55,28 +96,54 @@ class KvCache {
   // Row bytes of one position, and the row itself (valid until the next reserve).
   std::size_t k_row_bytes(int64_t layer) const { return k_row_[static_cast<std::size_t>(layer)]; }
   std::size_t v_row_bytes(int64_t layer) const { return v_row_[static_cast<std::size_t>(layer)]; }
-  uint8_t* k(int64_t layer, int64_t pos) { return k_[static_cast<std::size_t>(layer)].data() + pos * k_row_bytes(layer); }
-  uint8_t* v(int64_t layer, int64_t pos) { return v_[static_cast<std::size_t>(layer)].data() + pos * v_row_bytes(layer); }
+  // (A ring layer's position p is its slot p % ring.)
+  uint8_t* k(int64_t layer, int64_t pos) {
+    return k_[static_cast<std::size_t>(layer)].data() + slot(layer, pos) * k_row_bytes(layer);
+  }
+  uint8_t* v(int64_t layer, int64_t pos) {
+    return v_[static_cast<std::size_t>(layer)].data() + slot(layer, pos) * v_row_bytes(layer);
+  }
   const uint8_t* k(int64_t layer, int64_t pos) const {
-    return k_[static_cast<std::size_t>(layer)].data() + pos * k_row_bytes(layer);
+    return k_[static_cast<std::size_t>(layer)].data() + slot(layer, pos) * k_row_bytes(layer);
   }
   const uint8_t* v(int64_t layer, int64_t pos) const {
-    return v_[static_cast<std::size_t>(layer)].data() + pos * v_row_bytes(layer);
+    return v_[static_cast<std::size_t>(layer)].data() + slot(layer, pos) * v_row_bytes(layer);
   }
 
-  // Converts float rows to the cache type: k_width (v_width) floats of position pos.
+  // Converts float rows to the cache type: k_width (v_width) floats of position pos. A
+  // ring layer's store overwrites position pos - ring (tracked: lost_below).
   void store_k(int64_t layer, int64_t pos, const float* row);
   void store_v(int64_t layer, int64_t pos, const float* row);
 
   // Positions [0, n) of every layer as bytes (bytes_for(n) of them), and back: import makes
   // positions [0, n) hold exactly what was exported. n <= capacity (export) / context (import).
+  // A ring layer: its last min(n, window) positions; export and copy_prefix throw
+  // Error(InvalidArgument) unless holds_prefix(n).
   void export_to(int64_t n, uint8_t* out) const;
   void import_from(int64_t n, const uint8_t* in, std::size_t size);
   // Positions [0, n) copied from another cache of the same layout and type.
   void copy_prefix(const KvCache& other, int64_t n);
   bool same_format(const KvCache& other) const;
 
+  // The ring layers' slots as they are now, and back (Session: a failed forward that wrote
+  // more positions than the slack leaves the session as it was). Empty without rings.
+  struct RingState {
+    std::vector<std::vector<uint8_t>> k, v;
+    int64_t lost_below = 0;
+  };
+  RingState save_rings() const;
+  void restore_rings(RingState state);
+  // Positions below this are overwritten in some ring (0: none lost).
+  int64_t lost_below() const { return lost_below_; }
+
  private:
+  std::size_t slot(int64_t layer, int64_t pos) const {
+    const int64_t r = ring_[static_cast<std::size_t>(layer)];
+    return static_cast<std::size_t>(r > 0 ? pos % r : pos);
+  }
+  int64_t rows_at(std::size_t layer, int64_t n) const;  // rows allocated to hold n positions
+  int64_t state_rows(std::size_t layer, int64_t n) const;  // rows of the state of n positions
+
   int64_t context_;
   std::vector<KvLayerLayout> layout_;
   DType type_;
@@ -84,6 +151,9 @@ class KvCache {
   std::size_t per_position_ = 0;
   int64_t capacity_ = 0;  // positions currently allocated in every layer
   std::vector<std::vector<uint8_t>> k_, v_;
+  std::vector<int64_t> ring_;  // per layer: ring positions (0: all)
+  int64_t max_window_ = 0;     // the widest ring layer's window (0: no ring)
+  int64_t lost_below_ = 0;     // positions below were overwritten in a ring
 };
 
 // Bytes of one position's keys and values at `type` for these layouts (the Python budget's

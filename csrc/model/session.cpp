@@ -98,6 +98,11 @@ void Session::forward(const int32_t* ids, int64_t n, bool all_logits, float* log
   } stats{*this, {}};
   // With MTP on, every position's trunk state (after the final norm) is kept for it.
   std::vector<float> hidden(mtp_ ? static_cast<std::size_t>(n * spec_.hidden_size) : 0);
+  kv_->require_rollback(pos0, "forward");  // the sliding layers' windows are intact
+  // More new positions than the rings' slack overwrite windows the session still needs:
+  // keep the rings to put back if the forward fails (all or nothing, as above).
+  const bool keep_rings = kv_->has_ring() && n > kRingSlack + 1;
+  KvCache::RingState rings = keep_rings ? kv_->save_rings() : KvCache::RingState{};
   try {
     for (int64_t done = 0; done < n;) {
       const int64_t len = std::min(chunk, n - done);
@@ -114,8 +119,12 @@ void Session::forward(const int32_t* ids, int64_t n, bool all_logits, float* log
     if (closing_.load() || (hooks.cancelled && hooks.cancelled()))
       fail(ErrorKind::Cancelled, "the forward was interrupted");
   } catch (const Error& e) {
+    if (keep_rings) kv_->restore_rings(std::move(rings));
     if (e.kind() == ErrorKind::Cancelled && closing_.load())
       fail(ErrorKind::InvalidArgument, "the model was closed during this forward");
+    throw;
+  } catch (...) {
+    if (keep_rings) kv_->restore_rings(std::move(rings));
     throw;
   }
   std::lock_guard<std::mutex> lock(mu_);  // commit: the tokens, their ids and routing at once
@@ -212,6 +221,7 @@ void Session::forward_batch(const std::vector<SessionStep>& steps, const CancelC
     r.logits_out = st.logits_out;
     r.routing_out = routing[i].empty() ? nullptr : routing[i].data();
     pos0[i] = r.pos0;
+    s.kv_->require_rollback(r.pos0, "forward_batch");
     if (s.mtp_) {
       hidden[i].resize(static_cast<std::size_t>(st.n * s.spec_.hidden_size));
       r.hidden_out = hidden[i].data();
@@ -245,12 +255,24 @@ void Session::forward_batch(const std::vector<SessionStep>& steps, const CancelC
       }
     }
   } stats{steps, delta};
+  // As in forward(): the rings of the sessions whose step is longer than their slack.
+  std::vector<KvCache::RingState> rings(steps.size());
+  for (std::size_t i = 0; i < steps.size(); ++i)
+    if (steps[i].session->kv_->has_ring() && steps[i].n > kRingSlack + 1) rings[i] = steps[i].session->kv_->save_rings();
+  auto restore = [&] {
+    for (std::size_t i = 0; i < steps.size(); ++i)
+      if (!rings[i].k.empty()) steps[i].session->kv_->restore_rings(std::move(rings[i]));
+  };
   try {
     engine->forward_batch(rows, &stop, &delta);
     if (closing() || (cancelled && cancelled())) fail(ErrorKind::Cancelled, "the forward was interrupted");
   } catch (const Error& e) {
+    restore();
     if (e.kind() == ErrorKind::Cancelled && closing())
       fail(ErrorKind::InvalidArgument, "the model was closed during this forward");
+    throw;
+  } catch (...) {
+    restore();
     throw;
   }
   for (std::size_t i = 0; i < steps.size(); ++i) {  // commit: every session, each at once
@@ -302,6 +324,7 @@ void Session::reset() {
   Busy busy(*this);
   std::lock_guard<std::mutex> lock(mu_);
   ids_.clear();
+  kv_->truncate(0);
   last_routing_.clear();
   last_routing_tokens_ = 0;
   if (mtp_) mtp_->restart(0);
@@ -314,6 +337,7 @@ void Session::rollback(int64_t n) {
   if (n < 0 || n > held)
     fail(ErrorKind::InvalidArgument,
          "cannot roll back " + std::to_string(n) + " tokens: the session holds " + std::to_string(held));
+  kv_->truncate(held - n);  // refuses going back past what a sliding layer's ring holds
   ids_.resize(static_cast<std::size_t>(held - n));
   if (mtp_) mtp_->truncate(held - n);
 }
@@ -346,6 +370,12 @@ std::size_t Session::kv_bytes_for(int64_t n) const {
   std::lock_guard<std::mutex> lock(mu_);
   require_open();
   return kv_->bytes_for(n);
+}
+
+bool Session::holds_prefix(int64_t n) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  require_open();
+  return n >= 0 && n <= static_cast<int64_t>(ids_.size()) && kv_->holds_prefix(n) && kv_->holds_rollback(n);
 }
 
 std::size_t Session::kv_allocated_bytes() const {

@@ -80,7 +80,12 @@ class Session {
   int64_t context_length() const;
   void reset();
   // Forgets the last n tokens (their KV entries are overwritten by the next forward).
+  // Error(InvalidArgument) when a sliding-window layer's ring no longer holds the window
+  // before the new end (kv_cache.hpp: always fine within kRingSlack + 1 tokens).
   void rollback(int64_t n);
+  // Whether the session can go back to its first n tokens (rollback, export_kv,
+  // copy_prefix_from): always without sliding-window rings (kv_cache.hpp).
+  bool holds_prefix(int64_t n) const;
   // Multi-token prediction (model/mtp.hpp): from now on the session records the trunk's
   // hidden states and keeps the MTP layer's KV cache in step with its tokens. Tokens it
   // already holds have no recorded states: the MTP's context starts after them.

@@ -145,3 +145,54 @@ def write_mxfp4_pair(hf_dir: Path, mx_dir: Path, deq_dir: Path) -> dict[str, np.
         if (hf_dir / "generation_config.json").is_file():
             shutil.copy(hf_dir / "generation_config.json", d)
     return out
+
+
+# llama.cpp's GGUF names for gpt-oss (per layer after "blk.{i}.", and the rest) -> the
+# Hugging Face parameter; the experts are handled apart (fused and interleaved in HF).
+_GGUF_TO_HF = {
+    "token_embd": "model.embed_tokens.weight", "output_norm": "model.norm.weight",
+    "output": "lm_head.weight", "attn_norm": "input_layernorm.weight",
+    "post_attention_norm": "post_attention_layernorm.weight",
+    "attn_q": "self_attn.q_proj.weight", "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k": "self_attn.k_proj.weight", "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v": "self_attn.v_proj.weight", "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output": "self_attn.o_proj.weight", "attn_output.bias": "self_attn.o_proj.bias",
+    "attn_sinks": "self_attn.sinks", "ffn_gate_inp": "mlp.router.weight",
+    "ffn_gate_inp.bias": "mlp.router.bias",
+}  # fmt: skip
+
+
+@torch.no_grad()
+def dequantized_model(model: torch.nn.Module, gguf_path: Path) -> torch.nn.Module:
+    """A copy of ``model`` holding the values a llama.cpp GGUF of it stores (each tensor
+    decoded by the gguf package): the exact reference for a quantized file. The experts go
+    back to transformers' layout: gate and up interleaved in ``gate_up_proj`` [E, hidden,
+    2 * ffn] (gate at even columns), ``down_proj`` [E, ffn, hidden]."""
+    import copy
+
+    import gguf
+
+    out = copy.deepcopy(model)
+    state = out.state_dict()
+    for t in gguf.GGUFReader(str(gguf_path)).tensors:
+        value = torch.from_numpy(gguf.quants.dequantize(t.data, t.tensor_type).copy()).float()
+        name = t.name.removesuffix(".weight")
+        if not name.startswith("blk."):
+            state[_GGUF_TO_HF[name]].copy_(value)
+            continue
+        _, layer, kind = name.split(".", 2)
+        p = f"model.layers.{layer}."
+        experts = p + "mlp.experts."
+        if kind in ("ffn_gate_exps", "ffn_up_exps"):  # [E, ffn, hidden]
+            col = 0 if kind == "ffn_gate_exps" else 1
+            state[experts + "gate_up_proj"][:, :, col::2].copy_(value.transpose(1, 2))
+        elif kind in ("ffn_gate_exps.bias", "ffn_up_exps.bias"):  # [E, ffn]
+            col = 0 if kind.startswith("ffn_gate") else 1
+            state[experts + "gate_up_proj_bias"][:, col::2].copy_(value)
+        elif kind == "ffn_down_exps":  # [E, hidden, ffn]
+            state[experts + "down_proj"].copy_(value.transpose(1, 2))
+        elif kind == "ffn_down_exps.bias":
+            state[experts + "down_proj_bias"].copy_(value)
+        else:
+            state[p + _GGUF_TO_HF[kind]].copy_(value.reshape(state[p + _GGUF_TO_HF[kind]].shape))
+    return out

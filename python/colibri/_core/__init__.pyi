@@ -1068,6 +1068,10 @@ class Session:
         """
         Bytes of n positions of KV state (default: the tokens held).
         """
+    def holds_prefix(self, n: typing.SupportsInt | typing.SupportsIndex) -> bool:
+        """
+        Whether the session can go back to its first n tokens (rollback, export_kv, copy_prefix_from): a sliding-window layer keeps only its last window + 64 positions.
+        """
     def last_routing(self) -> numpy.typing.NDArray[numpy.int32]:
         ...
     def mtp_draft(self, next: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex, return_logits: bool = False) -> tuple[list[int], numpy.typing.NDArray[numpy.float32] | None]:

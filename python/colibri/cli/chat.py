@@ -54,6 +54,8 @@ def _answer(session: Session, ids: list[int], args: argparse.Namespace, out: Tex
     common = common_prefix(session.token_ids, ids)
     if common == len(ids):
         common -= 1  # forward at least one token to get logits
+    if not session.holds_prefix(common):  # a sliding window's ring no longer holds it
+        common = 0
     if session.n_tokens > common:
         session.rollback(session.n_tokens - common)
     pieces: list[str] = []

@@ -37,6 +37,7 @@ __all__ = [
     "format_bytes",
     "kv_bytes",
     "kv_layers_bytes",
+    "kv_ring_positions",
     "kv_row_bytes",
     "parse_bytes",
     "plan_budget",
@@ -284,20 +285,39 @@ def attention_work_floats(n_heads: int, dk: int, dv: int, threads: int) -> int:
     return up((wave + 1) * n_heads * (dv + 2)) + threads * up(per_thread)
 
 
+KV_RING_SLACK = 64
+"""Positions a sliding-window layer's ring keeps beyond its window (csrc/model/kv_cache.hpp
+kRingSlack): how far a session can roll back past its last forward."""
+
+
+def kv_ring_positions(window: int, context_length: int) -> int:
+    """Positions a sliding-window layer keeps in a session's KV cache (the core's
+    ``kv_ring_positions``): ``window + 64`` rounded up to a multiple of 64 (the attention's
+    key block), or 0 (every position: a full layer) without a window or when that ring would
+    not be smaller than the context."""
+    if window <= 0:
+        return 0
+    ring = -(-(window + KV_RING_SLACK) // 64) * 64
+    return ring if ring < context_length else 0
+
+
 def kv_layers_bytes(widths: Sequence[tuple[int, int]], context_length: int,
-                    kv_type: str = "f32") -> int:
+                    kv_type: str = "f32", windows: Sequence[int] = ()) -> int:
     """Bytes of one session's KV cache at the full context for per-layer rows of
     ``(key width, value width)`` values per position, each row stored at ``kv_type``
     (:func:`kv_row_bytes`). GQA: ``n_kv_heads * head_dim`` both (:func:`kv_bytes`); MLA: the
     latent and the shared rope key (``kv_lora_rank + qk_rope_head_dim``) as the key and no
-    value, or the DSA indexer's key as the value on a full indexer layer."""
+    value, or the DSA indexer's key as the value on a full indexer layer. `windows`: per
+    layer, its sliding window (0 or absent: a full layer); a sliding layer keeps a ring of
+    :func:`kv_ring_positions` positions, not the whole context."""
     _count("context_length", context_length)
-    per_token = 0
-    for k, v in widths:
+    total = 0
+    for i, (k, v) in enumerate(widths):
         _count("key width", k)
         _count("value width", v)
-        per_token += kv_row_bytes(kv_type, k) + kv_row_bytes(kv_type, v)
-    return per_token * context_length
+        ring = kv_ring_positions(windows[i], context_length) if i < len(windows) else 0
+        total += (kv_row_bytes(kv_type, k) + kv_row_bytes(kv_type, v)) * (ring or context_length)
+    return total
 
 
 def estimate_work_bytes(

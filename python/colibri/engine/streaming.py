@@ -106,6 +106,13 @@ def kv_layer_widths(c: ModelConfig) -> list[tuple[int, int]]:
     return [_layer_kv_width(c, i) for i in range(c.n_layers)]
 
 
+def kv_layer_windows(c: ModelConfig) -> list[int]:
+    """Per layer, its sliding window (0: a full layer): a sliding layer keeps only a ring of
+    its last positions in a session's KV cache (:func:`budget.kv_ring_positions`)."""
+    marks = list(c.sliding_layers)
+    return [c.sliding_window if i < len(marks) and marks[i] else 0 for i in range(c.n_layers)]
+
+
 def mtp_kv_layer_widths(c: ModelConfig) -> list[tuple[int, int]]:
     """The (key, value) widths of the MTP layer's own KV cache, which a session drafting
     with MTP keeps beside its trunk cache (model/mtp.hpp; the core's
@@ -173,7 +180,7 @@ def _kv_and_work(manifest: Manifest, engine: EngineConfig,
     """(one session's KV cache, its MTP layer's KV cache, the work buffers), bytes."""
     c = manifest.config
     kv_type = session_kv_type(manifest, engine)
-    kv = kv_layers_bytes(kv_layer_widths(c), context_length, kv_type)
+    kv = kv_layers_bytes(kv_layer_widths(c), context_length, kv_type, kv_layer_windows(c))
     mtp_kv = kv_layers_bytes(mtp_kv_layer_widths(c), context_length, kv_type)
     work = estimate_work_bytes(
         vocab_size=c.vocab_size, hidden_size=c.hidden_size,

@@ -13,6 +13,9 @@ the same tokens reuses it instead of prefilling it again.
 - **Bytes**: each entry counts its session's allocated KV bytes; the total stays within
   ``EngineConfig.prompt_cache``, which is part of the RAM budget (``MemoryStats.
   prompt_cache_bytes``).
+- **Sliding windows**: a sliding-window layer keeps only its last positions (a ring), so
+  an entry is reused only for a prefix that ends near its own end (``Session.holds_prefix``);
+  a shorter shared prefix is a miss.
 - **Eviction**: least recently used first; an entry larger than the whole cache is not
   kept.
 - **Numerics**: entries hold state computed under one activation precision and KV type.
@@ -139,7 +142,8 @@ class PromptCache:
             best, best_n = None, 0
             for e in self._entries:
                 n = min(common_prefix(e.tokens, ids), limit)
-                if n > best_n:
+                # (a sliding-window model's entry keeps only the window before its end)
+                if n > best_n and e.session.holds_prefix(n):
                     best, best_n = e, n
             if best is None:
                 self._counts[1] += 1
@@ -169,7 +173,7 @@ class PromptCache:
             best, best_n = None, have
             for e in self._entries:
                 n = min(common_prefix(e.tokens, ids), limit)
-                if n > best_n:
+                if n > best_n and e.session.holds_prefix(n):
                     best, best_n = e, n
             if best is None:
                 return have

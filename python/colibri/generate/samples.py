@@ -71,5 +71,10 @@ def generate_n(runner: Runner, ids: list[int], request: Request, n: int) -> list
         chunks: Any = runner.stream(session, last, sub, result, history=prefix)
         g = collect(chunks, result, ids)
         out.append(replace(g, prompt_logprobs=scores) if scores is not None else g)
-        session.rollback(session.n_tokens - len(prefix))
+        if session.holds_prefix(len(prefix)):
+            session.rollback(session.n_tokens - len(prefix))
+        else:  # a sliding window's ring has moved past the prompt: prefill it again
+            session.reset()
+            if prefix:
+                session.forward(prefix)
     return out

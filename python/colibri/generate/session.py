@@ -321,6 +321,13 @@ class Session:
             )
         self._core.rollback(count)
 
+    def holds_prefix(self, n: int) -> bool:
+        """Whether the session can go back to its first `n` tokens (:meth:`rollback`,
+        :meth:`fork`, the prompt cache's copy). Always, except on a model with
+        sliding-window layers: those keep only their last ``window + 64`` positions, so
+        going back further than that from the end raises InvalidRequestError."""
+        return bool(self._core.holds_prefix(int(n)))
+
     def _rollback_keeping(self, n: int, logits: npt.NDArray[np.float32]) -> None:
         """Forgets the last ``n`` tokens and keeps `logits` as the logits after the new last
         token, in one native call (speculative decoding: the verify forward computed them)."""

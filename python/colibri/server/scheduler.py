@@ -43,6 +43,8 @@ from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
+from ..engine.budget import kv_layers_bytes, kv_ring_positions
+from ..engine.streaming import kv_layer_widths, kv_layer_windows, mtp_kv_layer_widths
 from ..generate.batching import StepBatcher
 from ..generate.generation import Chunk
 from ..model import Model
@@ -78,8 +80,9 @@ class Scheduler:
         self.running = 0  # holding a slot
         self.draining = False  # set at shutdown: new requests get 503
         self.kv_position_bytes = kv_position_bytes(model)
+        self._kv_rings = _ring_layout(model)
         self.kv_budget = (kv_budget if kv_budget is not None
-                          else max_running * model.context_length * self.kv_position_bytes)
+                          else max_running * self.request_kv_bytes(model.context_length))
         self.kv_reserved = 0  # bytes reserved by the running requests
         self._queue: deque[Ticket] = deque()  # tickets waiting in __aenter__, in order
         self.batcher: StepBatcher | None = None
@@ -105,8 +108,19 @@ class Scheduler:
             raise QueueFull(self.waiting, self.retry_after)
         self.waiting += 1
         n = self.model.context_length if positions is None else max(1, positions)
-        kv = min(n, self.model.context_length) * self.kv_position_bytes
+        kv = self.request_kv_bytes(min(n, self.model.context_length))
         return Ticket(self, self.timeout if timeout is None else timeout, kv)
+
+    def request_kv_bytes(self, positions: int) -> int:
+        """KV bytes a session holding `positions` positions takes: kv_position_bytes each,
+        except on a model whose sliding-window layers keep a ring (gpt-oss): those layers
+        hold at most their ring, so a short request costs more per position than the
+        full-context average and a long one less (counted exactly)."""
+        if self._kv_rings is None:
+            return positions * self.kv_position_bytes
+        widths, windows, kv_type, mtp = self._kv_rings
+        return (kv_layers_bytes(widths, positions, kv_type, windows)
+                + kv_layers_bytes(mtp, positions, kv_type))
 
     def _dispatch(self) -> None:
         """Starts the queued tickets at the head of the queue while a slot is free and
@@ -142,6 +156,20 @@ def kv_position_bytes(model: Model) -> int:
     s = model.session()  # no plan: measure a session's allocation for one position
     s.forward([0])
     return max(1, s.kv_bytes)
+
+
+def _ring_layout(model: Model) -> tuple[list[tuple[int, int]], list[int], str,
+                                        list[tuple[int, int]]] | None:
+    """(per-layer KV widths, windows, KV type, the MTP layer's widths) of a model whose
+    sessions keep sliding-window rings at its context; None when none do (every layer's KV
+    grows with the positions)."""
+    c = model.config
+    windows = kv_layer_windows(c)
+    if not any(kv_ring_positions(w, model.context_length) for w in windows):
+        return None
+    mem = model.stats().memory
+    mtp = mtp_kv_layer_widths(c) if mem is not None and mem.mtp_kv_bytes else []
+    return kv_layer_widths(c), windows, model.kv_cache_type, mtp
 
 
 async def _within(aw: Awaitable[_T], seconds: float | None) -> _T:
