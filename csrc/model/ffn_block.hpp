@@ -47,6 +47,9 @@ struct FfnWeights {
   const FfnWeights* next_moe = nullptr;   // is_moe: the next MoE layer's (lookahead), null if none
   ExpertWeights shared;                   // shared expert, when the spec has one
   const Tensor* shared_gate = nullptr;    // (1, hidden) sigmoid gate of the shared expert
+  // spec.hash_layers (DeepSeek-V4): (vocab, n_experts_per_tok) expert ids by token id, F32
+  // holding whole numbers (checked at load); the router's scores weigh them.
+  const Tensor* hash_eid = nullptr;
 };
 
 // One expert's biases (rows of FfnWeights' *_exps_bias), null when the model has none.
@@ -64,6 +67,7 @@ struct FfnContext {
   ActPrecision precision;
   ExpertStore& store;
   PhaseSeconds& phase;
+  const int32_t* token_ids = nullptr;  // the rows' token ids: hash-routed layers need them
 };
 
 class FfnBlock {

@@ -37,6 +37,8 @@ def _rope(cfg: Mapping[str, Any], where: Path) -> tuple[float, dict[str, Any] | 
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(params, dict):
         raise bad(where, "rope_parameters", params, "an object")
+    if isinstance(params.get("main"), dict):  # DeepSeek-V4: its sliding layers' ("main") RoPE
+        params = params["main"]
     if any(isinstance(v, dict) for v in params.values()):
         raise UnsupportedError(f"{where}: per-layer-type RoPE parameters are not supported")
     theta = as_float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)), "rope_theta",
