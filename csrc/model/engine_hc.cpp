@@ -36,6 +36,7 @@ void Engine::decoder_layer_hc(const LayerWeights& L, const std::vector<AttnSegme
                               const std::function<void()>& between) {
   const ModelSpec& s = spec_;
   const int64_t d = s.hidden_size;
+  if (L.ffn.layer == first_moe_) ffn_.prefetch_hash_layer(fctx, L.ffn, n);  // hash layers only
   auto t0 = std::chrono::steady_clock::now();
   ws_.ffn_out.resize(static_cast<std::size_t>(n * d));
   float* collapsed = ws_.ffn_out.data();  // the block's input before its norm

@@ -278,6 +278,13 @@ void FfnBlock::guess_first_layer(FfnContext& ctx, const Tensor& ffn_norm, const 
   ctx.phase[kRouter] += seconds_since(t0);
 }
 
+void FfnBlock::prefetch_hash_layer(FfnContext& ctx, const FfnWeights& W, int64_t n) {
+  if (!ctx.store.settings().prefetch || W.hash_eid == nullptr || ctx.token_ids == nullptr || n > kPrefetchMaxTokens ||
+      ctx.store.empty())
+    return;
+  ctx.store.prefetch(W.layer, hash_experts(W, ctx.token_ids, n, spec_.n_experts_per_tok));
+}
+
 void FfnBlock::remember_first_input(const float* x, int64_t n) {
   const int64_t d = spec_.hidden_size;
   if (guess_base_.size() != static_cast<std::size_t>(d) || n <= 0) return;

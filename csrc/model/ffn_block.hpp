@@ -92,6 +92,10 @@ class FfnBlock {
   // x: the first MoE layer's FFN input before its norm ([n, hidden]): keeps what its
   // attention added to the last row for the next forward's guess.
   void remember_first_input(const float* x, int64_t n);
+  // A hash-routed layer (W.hash_eid): its experts follow from ctx.token_ids alone, so they
+  // are queued as prefetches before its attention (exact, not a guess). The engine calls it
+  // for the first MoE layer; the lookahead covers a hash layer after another MoE layer.
+  void prefetch_hash_layer(FfnContext& ctx, const FfnWeights& W, int64_t n);
 
  private:
   void moe_block(FfnContext& ctx, const FfnWeights& W, const float* h, int64_t n, int32_t* routing_out, float* out);

@@ -83,6 +83,13 @@ def test_prefill_and_decode_match_transformers(tiny: Tiny) -> None:
         _close(s.forward([ids[pos]]), ref[pos], f"decode position {pos}")
 
 
+def test_the_hyper_connections_have_their_own_phase(tiny: Tiny) -> None:
+    m = _load(tiny[0])
+    m.session().forward(prompt_ids(N_PROMPT, vocab=VOCAB))
+    phases = m.stats().phases
+    assert phases.hyper_conn > 0 and phases.attention > 0, phases
+
+
 def test_greedy_continuation_matches_transformers(tiny: Tiny) -> None:
     d, model = tiny
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
@@ -95,6 +102,32 @@ def test_greedy_continuation_matches_transformers(tiny: Tiny) -> None:
         _close(logits, ref_logits[i], f"greedy step {i}")
         logits = s.forward([got[-1]])
     assert got == ref_tokens
+
+
+def test_hash_layers_are_prefetched_exactly(tmp_path: Path) -> None:
+    """Every layer hash-routed, experts streamed through 8 cache slots: the experts of
+    each decode step's layers are read ahead from the token id alone (the first layer's
+    before its attention, the others by the lookahead), every one of them used, and the
+    logits still those of transformers."""
+    d, model = build_deepseek_v4(tmp_path / "hash", seed=3, mlp_layer_types=["hash_moe"] * 3)
+    no_history = colibri.CacheConfig(history=False)
+    probe = colibri.Model.load(d, engine=colibri.EngineConfig(context_length=64, cache=no_history))
+    mem = probe.stats().memory
+    assert mem is not None
+    engine = colibri.EngineConfig(
+        context_length=64, cache=no_history, io=colibri.IOConfig(workers=1, prefetch=True),
+        ram_budget=mem.dense_bytes + mem.kv_bytes + mem.work_bytes + 8 * mem.slot_bytes,
+    )  # fmt: skip
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    ref = reference_logits(model, ids)
+    with colibri.Model.load(d, engine=engine) as m:
+        s = m.session()
+        s.forward(ids[:4])
+        for pos in range(4, N_PROMPT):
+            _close(s.forward([ids[pos]]), ref[pos], f"streamed decode position {pos}")
+        e = m.stats().experts
+    assert e.prefetch_candidates > 0, e
+    assert e.prefetch_candidates_used == e.prefetch_candidates and e.prefetch_wasted == 0, e
 
 
 def _copy(src: Path, dst: Path) -> Path:
