@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 
 import colibri
 from colibri.errors import ModelFormatError, UnsupportedError
+from colibri.generate.batching import forward_batch
 from support.deepseek_v4_factory import VOCAB, build_deepseek_v4, clamp_and_bias_bite
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
 
@@ -128,6 +129,41 @@ def test_hash_layers_are_prefetched_exactly(tmp_path: Path) -> None:
         e = m.stats().experts
     assert e.prefetch_candidates > 0, e
     assert e.prefetch_candidates_used == e.prefetch_candidates and e.prefetch_wasted == 0, e
+
+
+def test_batched_rows_equal_alone(tiny: Tiny) -> None:
+    """Three sessions in one forward (continuous batching) get the logits each gets alone,
+    bit for bit: the hyper-connections, the hash lookup and the attention are per row."""
+    m = _load(tiny[0])
+    prompts = [prompt_ids(n, seed=n, vocab=VOCAB) for n in (3, 12, 7)]
+    want = []
+    for p in prompts:
+        s = m.session()
+        want.append([s.forward(p, all_logits=True).copy(), s.forward([5]).copy()])
+    sessions = [m.session() for _ in prompts]
+    first = forward_batch(sessions, prompts, all_logits=True)
+    second = forward_batch(sessions, [[5]] * len(prompts))
+    for i, w in enumerate(want):
+        assert np.array_equal(first[i], w[0]) and np.array_equal(second[i], w[1]), i
+
+
+def _release_name(name: str) -> str:
+    """transformers' save_pretrained name -> the name DeepSeek's release uses (the source
+    side of transformers' conversion mapping for deepseek_v4)."""
+    name = name.removeprefix("model.")
+    return {"embed_tokens.weight": "embed.weight", "hc_head.hc_fn": "hc_head_fn",
+            "hc_head.hc_base": "hc_head_base", "hc_head.hc_scale": "hc_head_scale"}.get(name, name)
+
+
+def test_the_release_naming_loads_the_same(tiny: Tiny, tmp_path: Path) -> None:
+    d = _copy(tiny[0], tmp_path / "release")
+    sd = load_file(tiny[0] / "model.safetensors")
+    renamed = {_release_name(k): v for k, v in sd.items()}
+    assert "embed.weight" in renamed and "layers.0.attn.wq_a.weight" in renamed
+    save_file(renamed, d / "model.safetensors", metadata={"format": "pt"})
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    _close(_load(d).session().forward(ids, all_logits=True), reference_logits(tiny[1], ids),
+           "release naming")
 
 
 def _copy(src: Path, dst: Path) -> Path:

@@ -26,7 +26,8 @@ from .manifest import ModelConfig
 from .paths import ModelDir
 from .validate import check_layer_count
 
-_HF_LAYER = re.compile(r"^model\.layers\.(\d{1,9})\.")
+# DeepSeek-V4's released checkpoints name their layers without the leading "model.".
+_HF_LAYER = re.compile(r"^(?:model\.)?layers\.(\d{1,9})\.")
 
 
 def _rope(cfg: Mapping[str, Any], where: Path) -> tuple[float, dict[str, Any] | None]:
