@@ -25,6 +25,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import colibri
+from colibri.engine.streaming import kv_floats_per_token
 from colibri.errors import ModelFormatError, UnsupportedError
 from colibri.generate.batching import forward_batch
 from support.deepseek_v4_factory import VOCAB, build_deepseek_v4, clamp_and_bias_bite
@@ -71,6 +72,14 @@ def test_the_model_exercises_what_it_should(tiny: Tiny) -> None:
     assert changed > 0, "the correction bias never changes a choice"
 
 
+def test_the_kv_cache_keeps_one_row_per_position(tiny: Tiny) -> None:
+    """K = V: one head_dim row per position and layer, in the core and in the budget."""
+    m = _load(tiny[0])
+    c = m.config
+    assert m._require_core().kv_layouts == [(1, c.head_dim, 0, 0)] * c.n_layers
+    assert kv_floats_per_token(c) == c.head_dim * c.n_layers
+
+
 def test_prefill_and_decode_match_transformers(tiny: Tiny) -> None:
     d, model = tiny
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
@@ -109,7 +118,7 @@ def test_hash_layers_are_prefetched_exactly(tmp_path: Path) -> None:
     """Every layer hash-routed, experts streamed through 8 cache slots: the experts of
     each decode step's layers are read ahead from the token id alone (the first layer's
     before its attention, the others by the lookahead), every one of them used, and the
-    logits still those of transformers."""
+    logits still those of transformers, bit for bit those of the resident model."""
     d, model = build_deepseek_v4(tmp_path / "hash", seed=3, mlp_layer_types=["hash_moe"] * 3)
     no_history = colibri.CacheConfig(history=False)
     probe = colibri.Model.load(d, engine=colibri.EngineConfig(context_length=64, cache=no_history))
@@ -121,11 +130,15 @@ def test_hash_layers_are_prefetched_exactly(tmp_path: Path) -> None:
     )  # fmt: skip
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
     ref = reference_logits(model, ids)
+    resident = probe.session()
+    resident.forward(ids[:4])
     with colibri.Model.load(d, engine=engine) as m:
         s = m.session()
         s.forward(ids[:4])
         for pos in range(4, N_PROMPT):
-            _close(s.forward([ids[pos]]), ref[pos], f"streamed decode position {pos}")
+            got = s.forward([ids[pos]])
+            _close(got, ref[pos], f"streamed decode position {pos}")
+            assert np.array_equal(got, resident.forward([ids[pos]])), pos  # streamed == resident
         e = m.stats().experts
     assert e.prefetch_candidates > 0, e
     assert e.prefetch_candidates_used == e.prefetch_candidates and e.prefetch_wasted == 0, e
