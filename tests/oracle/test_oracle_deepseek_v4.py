@@ -179,6 +179,23 @@ def test_the_release_naming_loads_the_same(tiny: Tiny, tmp_path: Path) -> None:
            "release naming")
 
 
+def test_saved_forked_and_rolled_back_sessions_continue_exactly(tiny: Tiny, tmp_path: Path) -> None:
+    """The K = V cache through a session file, a fork and a rollback: the next logits are
+    the ones the session itself gives, bit for bit."""
+    m = _load(tiny[0])
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    s = m.session()
+    s.forward(ids[:-1])
+    s.save(tmp_path / "v4.session")
+    fork = s.fork()
+    want = s.forward(ids[-1:]).copy()
+    assert np.array_equal(m.load_session(tmp_path / "v4.session").forward(ids[-1:]), want)
+    assert np.array_equal(fork.forward(ids[-1:]), want)
+    s.forward([7, 9])
+    s.rollback(2)
+    assert np.array_equal(s.forward([5]), fork.forward([5]))
+
+
 def _copy(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
