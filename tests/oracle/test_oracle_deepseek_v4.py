@@ -25,6 +25,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import colibri
+from colibri.convert import write_container
 from colibri.engine.streaming import kv_floats_per_token
 from colibri.errors import ModelFormatError, UnsupportedError
 from colibri.generate.batching import forward_batch
@@ -194,6 +195,25 @@ def test_saved_forked_and_rolled_back_sessions_continue_exactly(tiny: Tiny, tmp_
     s.forward([7, 9])
     s.rollback(2)
     assert np.array_equal(s.forward([5]), fork.forward([5]))
+
+
+def test_the_container_runs_it(tiny: Tiny, tmp_path: Path) -> None:
+    """``colibri convert``: kept as it is, the same logits bit for bit; in Q8_0, the
+    hyper-connection projections and the hash tables stay F32 (the core reads them so) and
+    the model runs."""
+    d = tiny[0]
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    want = _load(d).session().forward(ids, all_logits=True)
+    write_container(d, tmp_path / "keep")
+    assert np.array_equal(_load(tmp_path / "keep").session().forward(ids, all_logits=True), want)
+    write_container(d, tmp_path / "q8", quant="q8_0")
+    m = _load(tmp_path / "q8")
+    types = {n: t.dtype for n, t in m.manifest.tensors.items()}
+    assert types["blk.0.attn_q_a"] == "Q8_0"  # 32 columns: whole Q8_0 blocks
+    assert {types[n] for n in ("output_hc_fn", "blk.1.hc_attn_fn", "blk.2.hc_ffn_fn",
+                               "blk.0.ffn_hash_eid")} == {"F32"}  # fmt: skip
+    got = m.session().forward(ids, all_logits=True)
+    assert np.isfinite(got).all() and got.shape == want.shape
 
 
 def _copy(src: Path, dst: Path) -> Path:
