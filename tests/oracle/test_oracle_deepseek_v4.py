@@ -101,6 +101,15 @@ def test_the_hyper_connections_have_their_own_phase(tiny: Tiny) -> None:
     assert phases.hyper_conn > 0 and phases.attention > 0, phases
 
 
+def test_sigmoid_scoring_matches_transformers(tmp_path: Path) -> None:
+    """scoring_func "sigmoid" (DeepSeek-V3's rule with one group), hash layer included."""
+    d, model = build_deepseek_v4(tmp_path / "sigmoid", seed=4, scoring_func="sigmoid")
+    m = _load(d)
+    assert m.config.router == "sigmoid_grouped"
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    _close(m.session().forward(ids, all_logits=True), reference_logits(model, ids), "sigmoid")
+
+
 def test_greedy_continuation_matches_transformers(tiny: Tiny) -> None:
     d, model = tiny
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
