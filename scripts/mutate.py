@@ -84,6 +84,18 @@ MUTATIONS: dict[str, list[tuple[str, ...]]] = {
                           "topk = s.index_topk - 1;")],
     "dsa-topk-plus-1": [("csrc/model/dsa_indexer.cpp", "topk = s.index_topk;",
                          "topk = s.index_topk + 1;")],
+    # issue 32: DeepSeek-V4's sliding attention keeps the values' rotation (not undone at
+    # the query's position); its hyper-connections mix with one Sinkhorn round, or with the
+    # mixing matrix transposed
+    "v4-output-rope-kept": [("csrc/model/attn_v4.cpp",
+                             "ws.rope[static_cast<std::size_t>(2 * i + 1)] *= -1.0f;",
+                             "ws.rope[static_cast<std::size_t>(2 * i + 1)] *= 1.0f;")],
+    "hc-one-sinkhorn-round": [("csrc/model/hyper_conn.cpp",
+                               "for (int64_t it = 1; it < s.hc_sinkhorn_iters; ++it) {",
+                               "for (int64_t it = 1; it < 1; ++it) {")],
+    "hc-comb-transposed": [("csrc/model/hyper_conn.cpp",
+                            "acc += comb[j * hc + k] * st[j * d + i];",
+                            "acc += comb[k * hc + j] * st[j * d + i];")],
 }
 
 

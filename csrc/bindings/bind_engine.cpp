@@ -51,12 +51,14 @@ void bind_engine(py::module_& m) {
 
   py::enum_<AttentionKind>(m, "AttentionKind")
       .value("gqa", AttentionKind::Gqa)
-      .value("mla", AttentionKind::Mla);
+      .value("mla", AttentionKind::Mla)
+      .value("v4_sliding", AttentionKind::V4Sliding);
 
   py::enum_<RouterKind>(m, "RouterKind")
       .value("softmax_topk", RouterKind::SoftmaxTopK)
       .value("sigmoid_grouped", RouterKind::SigmoidGroupedTopK)
-      .value("softmax_group_limited", RouterKind::SoftmaxGroupLimited);
+      .value("softmax_group_limited", RouterKind::SoftmaxGroupLimited)
+      .value("sqrt_softplus", RouterKind::SqrtSoftplusTopK);
 
   m.def(
       "route",
@@ -93,7 +95,8 @@ void bind_engine(py::module_& m) {
 
   py::enum_<FfnActivation>(m, "FfnActivation")
       .value("silu", FfnActivation::Silu)
-      .value("swiglu_oai", FfnActivation::SwigluOai);
+      .value("swiglu_oai", FfnActivation::SwigluOai)
+      .value("swiglu_clamp", FfnActivation::SwigluClamp);
 
   m.def(
       "swiglu_oai",
@@ -198,7 +201,13 @@ void bind_engine(py::module_& m) {
       .def_readwrite("index_topk", &ModelSpec::index_topk)
       .def_readwrite("indexer_full", &ModelSpec::indexer_full)
       .def_readwrite("index_rope_interleaved", &ModelSpec::index_rope_interleaved)
-      .def_readwrite("n_mtp_layers", &ModelSpec::n_mtp_layers);
+      .def_readwrite("n_mtp_layers", &ModelSpec::n_mtp_layers)
+      .def_readwrite("o_groups", &ModelSpec::o_groups)
+      .def_readwrite("o_lora_rank", &ModelSpec::o_lora_rank)
+      .def_readwrite("hc_mult", &ModelSpec::hc_mult)
+      .def_readwrite("hc_sinkhorn_iters", &ModelSpec::hc_sinkhorn_iters)
+      .def_readwrite("hc_eps", &ModelSpec::hc_eps)
+      .def_readwrite("hash_layers", &ModelSpec::hash_layers);
 
   py::enum_<CachePolicy>(m, "CachePolicy")
       .value("lru", CachePolicy::Lru)

@@ -3,6 +3,7 @@
 #include "common/errors.hpp"
 #include "model/attn_gqa.hpp"
 #include "model/attn_mla.hpp"
+#include "model/attn_v4.hpp"
 
 namespace colibri {
 
@@ -21,6 +22,8 @@ std::unique_ptr<AttentionLayer> make_attention(const ModelSpec& spec, const Weig
       return std::make_unique<GqaAttention>(spec, GqaAttention::resolve(spec, weights, layer), layer);
     case AttentionKind::Mla:
       return std::make_unique<MlaAttention>(spec, weights, layer);
+    case AttentionKind::V4Sliding:
+      return std::make_unique<V4SlidingAttention>(spec, weights, layer);
   }
   fail(ErrorKind::Unsupported, "model spec: unknown attention kind " +
                                    std::to_string(static_cast<int>(spec.attention_kind)));

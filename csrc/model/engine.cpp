@@ -36,6 +36,11 @@ void check_spec(const ModelSpec& s) {
       (s.n_experts <= 0 || s.n_experts_per_tok <= 0 || s.n_experts_per_tok > s.n_experts))
     fail(ErrorKind::InvalidArgument, "model spec: MoE layers need 0 < n_experts_per_tok <= n_experts");
   if (s.n_mtp_layers < 0) fail(ErrorKind::InvalidArgument, "model spec: n_mtp_layers must be >= 0");
+  if (s.hc_mult < 0 || (s.hc_mult > 0 && (s.hc_sinkhorn_iters < 1 || !(s.hc_eps >= 0.0f) || s.n_mtp_layers > 0)))
+    fail(ErrorKind::InvalidArgument,
+         "model spec: hyper-connections need hc_mult >= 0, hc_sinkhorn_iters >= 1, hc_eps >= 0 and no MTP layers");
+  if (!s.hash_layers.empty() && static_cast<int64_t>(s.hash_layers.size()) != s.n_layers)
+    fail(ErrorKind::InvalidArgument, "model spec: hash_layers must have one entry per layer");
   if (s.attention_kind == AttentionKind::Mla) {
     positive(s.kv_lora_rank, "kv_lora_rank");
     positive(s.qk_nope_head_dim, "qk_nope_head_dim");
@@ -53,10 +58,11 @@ void check_spec(const ModelSpec& s) {
   const bool any_sliding = std::any_of(s.sliding_layers.begin(), s.sliding_layers.end(), [](uint8_t b) { return b; });
   if (any_sliding && s.sliding_window == 0)
     fail(ErrorKind::InvalidArgument, "model spec: sliding_layers need a sliding_window > 0");
-  if ((any_sliding || s.attention_sinks || s.attention_out_bias) && s.attention_kind != AttentionKind::Gqa)
+  const bool v4 = s.attention_kind == AttentionKind::V4Sliding;
+  if ((any_sliding || s.attention_sinks || s.attention_out_bias) && s.attention_kind != AttentionKind::Gqa && !v4)
     fail(ErrorKind::InvalidArgument,
          "model spec: sliding windows, attention sinks and the output bias are implemented for GQA only");
-  if (s.rope_interleaved && s.attention_kind != AttentionKind::Mla)
+  if (s.rope_interleaved && s.attention_kind != AttentionKind::Mla && !v4)
     fail(ErrorKind::InvalidArgument, "model spec: interleaved RoPE is implemented for MLA only");
   if (s.index_n_heads > 0) {
     if (s.attention_kind != AttentionKind::Mla)
@@ -150,6 +156,7 @@ std::vector<ExpertSource> expert_sources(const ModelSpec& s, const std::vector<T
 // only cost an unpack). Not MLA's per-head matrices, whose heads need not be whole groups.
 bool lane_layout_pays(const Tensor& t) {
   if (t.name.find("attn_k_b") != std::string::npos || t.name.find("attn_v_b") != std::string::npos) return false;
+  if (t.name.find("attn_output_a") != std::string::npos) return false;  // V4's groups: per-group row blocks
   const DotTile* tile = dot_tile_for(kernels(t.type));
   return tile && tile->packed_rows && tile->packed_tile;
 }
@@ -203,6 +210,7 @@ void Engine::resolve_layers() {
   output_ = s.tie_word_embeddings ? token_embd_ : req("output");
   check_shape(output_, s.vocab_size, d);
 
+  if (s.hc_mult > 0) hc_head_ = resolve_hc(s, weights_, "output_hc", true);
   layers_.resize(static_cast<std::size_t>(s.n_layers));
   for (int64_t i = 0; i < s.n_layers; ++i)
     resolve_layer(layers_[static_cast<std::size_t>(i)], i, !s.moe_layers.empty() && s.moe_layers[static_cast<std::size_t>(i)]);
@@ -250,6 +258,10 @@ void Engine::resolve_layer(LayerWeights& L, int64_t i, bool moe) {
   L.ffn_norm = req(p + "ffn_norm");
   check_shape(L.ffn_norm, 1, d);
   L.ffn = ffn_.resolve(weights_, i, moe);
+  if (s.hc_mult > 0) {
+    L.attn_hc = resolve_hc(s, weights_, p + "hc_attn", false);
+    L.ffn_hc = resolve_hc(s, weights_, p + "hc_ffn", false);
+  }
 }
 
 KvLayerLayout Engine::mtp_kv_layout(int64_t j) const {

@@ -13,6 +13,7 @@
 #include "model/attention_layer.hpp"
 #include "model/expert_store.hpp"
 #include "model/ffn_block.hpp"
+#include "model/hyper_conn.hpp"
 #include "model/kv_cache.hpp"
 #include "model/matmul.hpp"
 #include "model/model_spec.hpp"
@@ -37,6 +38,7 @@ struct LayerWeights {
   std::unique_ptr<AttentionLayer> attention;  // this layer's attention kind, its weights inside
   const Tensor* ffn_norm = nullptr;
   FfnWeights ffn;                      // dense or MoE (model/ffn_block.hpp)
+  HcWeights attn_hc, ffn_hc;           // spec.hc_mult > 0: each block's hyper-connection
 };
 
 // A multi-token-prediction layer: a decoder layer (always MoE) plus the projection that
@@ -182,6 +184,16 @@ class Engine {
   void decoder_layer(const LayerWeights& L, const std::vector<AttnSegment>& segs, int64_t kv_layer, int64_t n,
                      AttentionContext& actx, FfnContext& fctx, int32_t* routing_out,
                      const std::function<void()>& between);
+  // decoder_layer with hyper-connections (spec.hc_mult > 0; model/engine_hc.cpp): ws_.x
+  // holds hc_mult streams per row; each block's input is their collapse, its output is
+  // spread back over them.
+  void decoder_layer_hc(const LayerWeights& L, const std::vector<AttnSegment>& segs, int64_t kv_layer, int64_t n,
+                        AttentionContext& actx, FfnContext& fctx, int32_t* routing_out,
+                        const std::function<void()>& between);
+  // hc_mult > 0: the embedding rows copied into every stream (before the layers), and the
+  // hyper head's collapse back to one row each (after them), in ws_.x.
+  void hc_expand_embedding(int64_t n);
+  void hc_collapse_head(int64_t n);
   void forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* cancelled, struct ForwardStats* stats_out);
   void lm_head(const std::vector<BatchRow>& rows);
   void choose_wait_policy(double wait_seconds, double total_seconds);
@@ -197,6 +209,9 @@ class Engine {
   std::vector<LayerWeights> layers_;
   std::vector<MtpLayerWeights> mtp_;
   int64_t first_moe_ = -1;  // the first MoE layer (the first-layer guess's target)
+  HcWeights hc_head_;        // spec.hc_mult > 0: the hyper head (output_hc_*)
+  HcMix hc_mix_;
+  std::vector<float> hc_tmp_;
   std::unique_ptr<ExpertStore> store_;
   WaitChoice wait_;  // before pool_: the pool starts with wait_.base
   ThreadPool pool_;

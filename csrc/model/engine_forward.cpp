@@ -101,7 +101,7 @@ void Engine::forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* 
     segs.push_back(AttnSegment{r.kv, r.pos0, r.n});
     n += r.n;
   }
-  ws_.x.resize(static_cast<std::size_t>(n * d));
+  ws_.x.resize(static_cast<std::size_t>(n * d * std::max<int64_t>(1, s.hc_mult)));
   ws_.h.resize(static_cast<std::size_t>(n * d));
   ws_.proj.resize(static_cast<std::size_t>(n * d));
   {
@@ -113,6 +113,10 @@ void Engine::forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* 
   }
   AttentionContext actx{pool_, ws_.matmul, precision_, attn_ws_};
   FfnContext fctx{pool_, ws_.matmul, precision_, *store_, phase_};
+  std::vector<int32_t> row_ids;  // every row's token id, for hash-routed layers
+  for (const BatchRow& r : rows) row_ids.insert(row_ids.end(), r.ids, r.ids + r.n);
+  fctx.token_ids = row_ids.data();
+  if (s.hc_mult > 0) hc_expand_embedding(n);
   // The routing of every row in one array (the MoE block writes it by row), split below.
   const bool want_routing =
       k > 0 && std::any_of(rows.begin(), rows.end(), [](const BatchRow& r) { return r.routing_out != nullptr; });
@@ -134,9 +138,14 @@ void Engine::forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* 
     stop_if_cancelled();
     const LayerWeights& L = layers_[static_cast<std::size_t>(li)];
     // The first MoE layer's expert reads start before its attention.
+    if (s.hc_mult > 0) {  // hyper-connections: the streams are not one residual row to guess from
+      decoder_layer_hc(L, segs, li, n, actx, fctx, routing, stop_if_cancelled);
+      continue;
+    }
     if (li == first_moe_) ffn_.guess_first_layer(fctx, *L.ffn_norm, L.ffn, ws_.x.data(), n);
     decoder_layer(L, segs, li, n, actx, fctx, routing, stop_if_cancelled);
   }
+  if (s.hc_mult > 0) hc_collapse_head(n);
   {
     int64_t row = 0;  // every position's state after the final norm, as transformers' hidden_states[-1]
     for (const BatchRow& r : rows) {

@@ -55,6 +55,35 @@ std::vector<int32_t> distinct_routed(const FfnWeights& W, float* logits, int64_t
   return picked;
 }
 
+// Token `id`'s experts in a hash layer (its row of W.hash_eid).
+void hash_row(const FfnWeights& W, int32_t id, int64_t k, int32_t* experts) {
+  const float* row = W.hash_eid->f32() + static_cast<int64_t>(id) * k;
+  for (int64_t j = 0; j < k; ++j) experts[j] = static_cast<int32_t>(row[j]);
+}
+
+// The distinct experts of n tokens in a hash layer, in first-seen order.
+std::vector<int32_t> hash_experts(const FfnWeights& W, const int32_t* ids, int64_t n, int64_t k) {
+  std::vector<int32_t> row(static_cast<std::size_t>(k)), picked;
+  for (int64_t t = 0; t < n; ++t) {
+    hash_row(W, ids[t], k, row.data());
+    for (int32_t e : row)
+      if (std::find(picked.begin(), picked.end(), e) == picked.end()) picked.push_back(e);
+  }
+  return picked;
+}
+
+// blk.{i}.ffn_hash_eid: (vocab, k), every entry a whole number in [0, n_experts).
+const Tensor* resolve_hash_table(const ModelSpec& s, const WeightStore& weights, int64_t i) {
+  const Tensor* t = &weights.get("blk." + std::to_string(i) + ".ffn_hash_eid");
+  check_shape(t, s.vocab_size, s.n_experts_per_tok);
+  const float* v = t->f32();
+  for (int64_t j = 0; j < s.vocab_size * s.n_experts_per_tok; ++j)
+    if (!(v[j] >= 0.0f && v[j] < static_cast<float>(s.n_experts) && v[j] == std::floor(v[j])))
+      fail(ErrorKind::Format, "tensor '" + t->name + "' holds " + std::to_string(v[j]) +
+                                  ", not an expert id in [0, " + std::to_string(s.n_experts) + ")");
+  return t;
+}
+
 void mm(FfnContext& ctx, const Tensor& w, const float* x, int64_t n, float* y) {
   matmul(ctx.pool, w.view(), x, n, y, ctx.matmul, ctx.precision);
 }
@@ -101,11 +130,12 @@ FfnWeights FfnBlock::resolve(const WeightStore& weights, int64_t i, bool moe) co
   W.route = router_.get();
   W.router_bias = opt(p + "exp_probs_b");
   if (W.router_bias) {
-    if (s.router != RouterKind::SigmoidGroupedTopK)
+    if (s.router != RouterKind::SigmoidGroupedTopK && s.router != RouterKind::SqrtSoftplusTopK)
       fail(ErrorKind::Format, "tensor '" + W.router_bias->name +
-                                  "' (a selection bias) is only used by the sigmoid grouped router");
+                                  "' (a selection bias) is only used by the sigmoid and sqrt-softplus routers");
     check_shape(W.router_bias, 1, s.n_experts);
   }
+  if (!s.hash_layers.empty() && s.hash_layers[static_cast<std::size_t>(i)]) W.hash_eid = resolve_hash_table(s, weights, i);
   if (s.router_logit_bias) {
     W.router_logit_bias = req(p + "ffn_gate_inp.bias");
     check_shape(W.router_logit_bias, 1, s.n_experts);
@@ -168,11 +198,13 @@ void FfnBlock::expert_ffn(FfnContext& ctx, const ExpertViews& e, const float* x,
 void FfnBlock::activate(FfnContext& ctx, int64_t elems) {
   float* gate = gate_.data();
   const float* up = up_.data();
-  const bool oai = spec_.activation == FfnActivation::SwigluOai;
+  const FfnActivation act = spec_.activation;
   const float limit = spec_.swiglu_limit, alpha = spec_.swiglu_alpha;
   auto run = [=](int64_t b, int64_t e) {
-    if (oai)
+    if (act == FfnActivation::SwigluOai)
       swiglu_oai_mul(gate + b, up + b, e - b, limit, alpha);
+    else if (act == FfnActivation::SwigluClamp)
+      swiglu_clamp_mul(gate + b, up + b, e - b, limit);
     else
       silu_mul(gate + b, up + b, e - b);
   };
@@ -197,6 +229,10 @@ void FfnBlock::predict_next(FfnContext& ctx, const FfnWeights& W, const float* h
   if (!ctx.store.settings().prefetch || W.next_moe == nullptr || n > kPrefetchMaxTokens) return;
   const int64_t ne = s.n_experts, k = s.n_experts_per_tok;
   const FfnWeights& next = *W.next_moe;
+  if (next.hash_eid) {  // a hash layer's experts are known from the token ids alone: exact
+    if (ctx.token_ids) ctx.store.prefetch(next.layer, hash_experts(next, ctx.token_ids, n, k));
+    return;
+  }
   next_router_.resize(static_cast<std::size_t>(n * ne));
   mm(ctx, *next.router, h, n, next_router_.data());
   // The next layer's whole rule (its bias and groups included), not an approximation.
@@ -240,6 +276,13 @@ void FfnBlock::guess_first_layer(FfnContext& ctx, const Tensor& ffn_norm, const 
   mm(ctx, *W.router, guess_h_.data(), n, next_router_.data());
   ctx.store.prefetch(W.layer, distinct_routed(W, next_router_.data(), n, ne, k), /*first=*/true);
   ctx.phase[kRouter] += seconds_since(t0);
+}
+
+void FfnBlock::prefetch_hash_layer(FfnContext& ctx, const FfnWeights& W, int64_t n) {
+  if (!ctx.store.settings().prefetch || W.hash_eid == nullptr || ctx.token_ids == nullptr || n > kPrefetchMaxTokens ||
+      ctx.store.empty())
+    return;
+  ctx.store.prefetch(W.layer, hash_experts(W, ctx.token_ids, n, spec_.n_experts_per_tok));
 }
 
 void FfnBlock::remember_first_input(const float* x, int64_t n) {
@@ -343,8 +386,15 @@ void FfnBlock::moe_block(FfnContext& ctx, const FfnWeights& W, const float* h, i
   std::vector<int32_t> sel(static_cast<std::size_t>(n * k));
   std::vector<float> weight(static_cast<std::size_t>(n * k));
   const float* bias = W.router_bias ? W.router_bias->f32() : nullptr;
+  if (W.hash_eid && ctx.token_ids == nullptr)
+    fail(ErrorKind::Internal, "layer " + std::to_string(layer) + " routes by token id but the forward gave none");
   for (int64_t t = 0; t < n; ++t) {
-    W.route->route(router_logits_.data() + t * ne, bias, sel.data() + t * k, weight.data() + t * k);
+    if (W.hash_eid) {
+      hash_row(W, ctx.token_ids[t], k, sel.data() + t * k);
+      hash_route_weights(W.route->spec(), router_logits_.data() + t * ne, sel.data() + t * k, weight.data() + t * k);
+    } else {
+      W.route->route(router_logits_.data() + t * ne, bias, sel.data() + t * k, weight.data() + t * k);
+    }
     if (routing_out && layer < s.n_layers)
       for (int64_t j = 0; j < k; ++j) routing_out[(t * s.n_layers + layer) * k + j] = sel[static_cast<std::size_t>(t * k + j)];
   }

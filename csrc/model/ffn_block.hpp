@@ -47,6 +47,9 @@ struct FfnWeights {
   const FfnWeights* next_moe = nullptr;   // is_moe: the next MoE layer's (lookahead), null if none
   ExpertWeights shared;                   // shared expert, when the spec has one
   const Tensor* shared_gate = nullptr;    // (1, hidden) sigmoid gate of the shared expert
+  // spec.hash_layers (DeepSeek-V4): (vocab, n_experts_per_tok) expert ids by token id, F32
+  // holding whole numbers (checked at load); the router's scores weigh them.
+  const Tensor* hash_eid = nullptr;
 };
 
 // One expert's biases (rows of FfnWeights' *_exps_bias), null when the model has none.
@@ -64,6 +67,7 @@ struct FfnContext {
   ActPrecision precision;
   ExpertStore& store;
   PhaseSeconds& phase;
+  const int32_t* token_ids = nullptr;  // the rows' token ids: hash-routed layers need them
 };
 
 class FfnBlock {
@@ -88,6 +92,10 @@ class FfnBlock {
   // x: the first MoE layer's FFN input before its norm ([n, hidden]): keeps what its
   // attention added to the last row for the next forward's guess.
   void remember_first_input(const float* x, int64_t n);
+  // A hash-routed layer (W.hash_eid): its experts follow from ctx.token_ids alone, so they
+  // are queued as prefetches before its attention (exact, not a guess). The engine calls it
+  // for the first MoE layer; the lookahead covers a hash layer after another MoE layer.
+  void prefetch_hash_layer(FfnContext& ctx, const FfnWeights& W, int64_t n);
 
  private:
   void moe_block(FfnContext& ctx, const FfnWeights& W, const float* h, int64_t n, int32_t* routing_out, float* out);

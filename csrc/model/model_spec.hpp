@@ -22,6 +22,7 @@ enum class FfnActivation : int {
   Silu = 0,       // silu(gate) * up
   SwigluOai = 1,  // gpt-oss: g = min(gate, limit), u = clamp(up, -limit, limit),
                   // (u + 1) * g * sigmoid(alpha * g)
+  SwigluClamp = 2,  // DeepSeek-V4: silu(min(gate, limit)) * clamp(up, -limit, limit)
 };
 
 // Which attention unit a layer runs (model/attention_layer.hpp: make_attention).
@@ -30,6 +31,7 @@ enum class AttentionKind : int {
             // Llama, Qwen, Mixtral, OLMoE, GLM-4.5)
   Mla = 1,  // multi-head latent attention (DeepSeek-V2/V3, Kimi-K2, GLM-4.7-Flash, GLM-5),
             // with the DSA lightning indexer when index_n_heads > 0
+  V4Sliding = 2,  // DeepSeek-V4's sliding-window attention (model/attn_v4.hpp)
 };
 
 struct ModelSpec {
@@ -98,6 +100,17 @@ struct ModelSpec {
   // Multi-token-prediction layers after the trunk: loaded (weights resident, experts in
   // the store) but not run by forward().
   int64_t n_mtp_layers = 0;
+  // DeepSeek-V4 (model/attn_v4.hpp, model/hyper_conn.hpp): the grouped output projection
+  // (o_groups groups of heads, each to o_lora_rank values); hyper-connections when
+  // hc_mult > 0 (the residual is hc_mult streams, mixed by Sinkhorn-Knopp iterations with
+  // hc_eps as their floor); MoE layers marked 1 in hash_layers take their experts from
+  // blk.{i}.ffn_hash_eid by token id.
+  int64_t o_groups = 0;
+  int64_t o_lora_rank = 0;
+  int64_t hc_mult = 0;
+  int64_t hc_sinkhorn_iters = 0;
+  float hc_eps = 0.0f;
+  std::vector<uint8_t> hash_layers;
 };
 
 // One tensor of the manifest, as the core sees it.

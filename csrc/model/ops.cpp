@@ -80,6 +80,14 @@ void swiglu_oai_mul(float* gate, const float* up, int64_t n, float limit, float 
   }
 }
 
+void swiglu_clamp_mul(float* gate, const float* up, int64_t n, float limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::min(std::max(up[i], -limit), limit);
+    gate[i] = (g / (1.0f + std::exp(-g))) * u;
+  }
+}
+
 void softmax(float* x, int64_t n) {
   float mx = x[0];
   for (int64_t i = 1; i < n; ++i) mx = x[i] > mx ? x[i] : mx;

@@ -37,6 +37,9 @@ void silu_mul(float* gate, const float* up, int64_t n);
 // gate[i] = (u + 1) * g * sigmoid(alpha * g)
 void swiglu_oai_mul(float* gate, const float* up, int64_t n, float limit, float alpha);
 
+// DeepSeek-V4's clamped SwiGLU: gate[i] = silu(min(gate[i], limit)) * clamp(up[i], -limit, limit)
+void swiglu_clamp_mul(float* gate, const float* up, int64_t n, float limit);
+
 // In-place softmax over n values (max-subtracted, float accumulation).
 void softmax(float* x, int64_t n);
 

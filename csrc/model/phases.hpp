@@ -5,7 +5,7 @@
 
 namespace colibri {
 
-enum Phase : int { kAttention = 0, kDense, kRouter, kExpertMatmul, kExpertWait, kLmHead, kPhases };
+enum Phase : int { kAttention = 0, kDense, kRouter, kExpertMatmul, kExpertWait, kLmHead, kHyperConn, kPhases };
 using PhaseSeconds = std::array<double, kPhases>;
 
 }  // namespace colibri

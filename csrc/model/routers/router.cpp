@@ -11,6 +11,7 @@ namespace colibri {
 std::unique_ptr<Router> make_softmax_topk(const RouterSpec& spec);        // softmax_topk.cpp
 std::unique_ptr<Router> make_sigmoid_grouped(const RouterSpec& spec);     // sigmoid_grouped.cpp
 std::unique_ptr<Router> make_softmax_group_limited(const RouterSpec& spec);  // group_limited.cpp
+std::unique_ptr<Router> make_sqrt_softplus(const RouterSpec& spec);       // sqrt_softplus.cpp
 
 namespace {
 
@@ -28,6 +29,8 @@ std::unique_ptr<Router> make_router(const RouterSpec& s) {
   switch (s.kind) {
     case RouterKind::SoftmaxTopK:
       return make_softmax_topk(s);
+    case RouterKind::SqrtSoftplusTopK:
+      return make_sqrt_softplus(s);
     case RouterKind::SigmoidGroupedTopK:
     case RouterKind::SoftmaxGroupLimited: {
       if (s.n_group <= 0 || s.n_experts % s.n_group != 0)

@@ -23,6 +23,9 @@ enum class RouterKind : int {
   // softmax scores; keep the topk_group groups whose best expert scores highest, top k in
   // them, weights times scaling, optional renormalization (DeepSeek-V2 "group_limited_greedy").
   SoftmaxGroupLimited = 2,
+  // sqrt(softplus(logit)) scores; selection on score + e_score_correction_bias, top k, no
+  // groups; weights from the scores, optional renormalization, times scaling (DeepSeek-V4).
+  SqrtSoftplusTopK = 3,
 };
 
 struct RouterSpec {
@@ -52,6 +55,12 @@ class Router {
 
 // The router of a spec; throws Error(InvalidArgument) naming what is inconsistent.
 std::unique_ptr<Router> make_router(const RouterSpec& spec);
+
+// A hash-routed token (DeepSeek-V4's hash_moe layers: the experts come from a table by
+// token id): the weights of the given experts[top_k] from logits [n_experts] (scratch,
+// overwritten) under the kind's score function (sqrt-softplus, sigmoid, else softmax),
+// then finish_weights. routers/sqrt_softplus.cpp.
+void hash_route_weights(const RouterSpec& spec, float* logits, const int32_t* experts, float* weights);
 
 // The indices of the k largest of values[0, n), best first, ties to the lower index.
 void top_k_indices(const float* values, int64_t n, int64_t k, std::vector<int32_t>& order);

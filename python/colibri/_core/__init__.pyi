@@ -264,10 +264,13 @@ class AttentionKind:
       gqa
     
       mla
+    
+      v4_sliding
     """
     __members__: typing.ClassVar[dict[str, AttentionKind]]
     gqa: typing.ClassVar[AttentionKind]
     mla: typing.ClassVar[AttentionKind]
+    v4_sliding: typing.ClassVar[AttentionKind]
     @typing.overload
     def __eq__(self, other: AttentionKind) -> bool:
         ...
@@ -311,10 +314,13 @@ class RouterKind:
       sigmoid_grouped
     
       softmax_group_limited
+    
+      sqrt_softplus
     """
     __members__: typing.ClassVar[dict[str, RouterKind]]
     sigmoid_grouped: typing.ClassVar[RouterKind]
     softmax_group_limited: typing.ClassVar[RouterKind]
+    sqrt_softplus: typing.ClassVar[RouterKind]
     softmax_topk: typing.ClassVar[RouterKind]
     @typing.overload
     def __eq__(self, other: RouterKind) -> bool:
@@ -357,10 +363,13 @@ class FfnActivation:
       silu
     
       swiglu_oai
+    
+      swiglu_clamp
     """
     __members__: typing.ClassVar[dict[str, FfnActivation]]
     silu: typing.ClassVar[FfnActivation]
     swiglu_oai: typing.ClassVar[FfnActivation]
+    swiglu_clamp: typing.ClassVar[FfnActivation]
     @typing.overload
     def __eq__(self, other: FfnActivation) -> bool:
         ...
@@ -561,6 +570,42 @@ class ModelSpec:
         ...
     @n_mtp_layers.setter
     def n_mtp_layers(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def o_groups(self) -> int:
+        ...
+    @o_groups.setter
+    def o_groups(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def o_lora_rank(self) -> int:
+        ...
+    @o_lora_rank.setter
+    def o_lora_rank(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def hc_mult(self) -> int:
+        ...
+    @hc_mult.setter
+    def hc_mult(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def hc_sinkhorn_iters(self) -> int:
+        ...
+    @hc_sinkhorn_iters.setter
+    def hc_sinkhorn_iters(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def hc_eps(self) -> float:
+        ...
+    @hc_eps.setter
+    def hc_eps(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def hash_layers(self) -> list[int]:
+        ...
+    @hash_layers.setter
+    def hash_layers(self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
         ...
     @property
     def q_lora_rank(self) -> int:

@@ -63,10 +63,16 @@ def check_quant(quant: str) -> str:
     return quant
 
 
+# DeepSeek-V4's 2-D tensors the core reads as F32 only: the hyper-connections' projections
+# and the hash layers' expert-id tables (sources/v4_units.py).
+_F32_MATRICES = ("hc_fn", "hc_attn_fn", "hc_ffn_fn", "ffn_hash_eid")
+
+
 def is_matrix(t: TensorInfo) -> bool:
-    """Whether ``--quant`` applies to ``t``: a 2-D weight that is not a norm, the router or
-    the shared-expert gate."""
-    return len(t.shape) == 2 and not t.name.endswith("_norm") and "ffn_gate_inp" not in t.name
+    """Whether ``--quant`` applies to ``t``: a 2-D weight that is not a norm, the router,
+    the shared-expert gate or one of DeepSeek-V4's F32 matrices."""
+    return (len(t.shape) == 2 and not t.name.endswith(("_norm", *_F32_MATRICES))
+            and "ffn_gate_inp" not in t.name)  # fmt: skip
 
 
 def target_dtype(t: TensorInfo, quant: str, config: ModelConfig | None = None) -> str:

@@ -32,8 +32,10 @@ _ROUTER = {
     "softmax": _core.RouterKind.softmax_topk,
     "sigmoid_grouped": _core.RouterKind.sigmoid_grouped,
     "softmax_group_limited": _core.RouterKind.softmax_group_limited,
+    "sqrt_softplus": _core.RouterKind.sqrt_softplus,
 }
-_ACTIVATION = {"silu": _core.FfnActivation.silu, "swiglu_oai": _core.FfnActivation.swiglu_oai}
+_ACTIVATION = {"silu": _core.FfnActivation.silu, "swiglu_oai": _core.FfnActivation.swiglu_oai,
+               "swiglu_clamp": _core.FfnActivation.swiglu_clamp}
 
 
 def thread_settings(cfg: ThreadConfig) -> _core.ThreadSettings:
@@ -139,6 +141,16 @@ def model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
         spec.qk_rope_head_dim = cfg.qk_rope_head_dim
         spec.v_head_dim = cfg.v_head_dim
         spec.mla_norm_eps = cfg.mla_norm_eps
+    if cfg.attention == "v4_sliding":
+        spec.attention_kind = _core.AttentionKind.v4_sliding
+        spec.q_lora_rank = cfg.q_lora_rank
+        spec.qk_rope_head_dim = cfg.qk_rope_head_dim
+        spec.o_groups = cfg.o_groups
+        spec.o_lora_rank = cfg.o_lora_rank
+    spec.hc_mult = cfg.hc_mult
+    spec.hc_sinkhorn_iters = cfg.hc_sinkhorn_iters
+    spec.hc_eps = cfg.hc_eps
+    spec.hash_layers = [1 if h else 0 for h in cfg.hash_layers]
     if cfg.has_indexer:
         spec.index_n_heads = cfg.index_n_heads
         spec.index_head_dim = cfg.index_head_dim

@@ -195,11 +195,12 @@ class PhaseTimes(Displayable):
     expert_matmul: float = 0.0  # routed experts' gate/up/down
     expert_wait: float = 0.0  # waiting for expert reads (stall)
     lm_head: float = 0.0  # final norm and output projection
+    hyper_conn: float = 0.0  # hyper-connections' collapse and expansion (DeepSeek-V4)
 
     @property
     def total(self) -> float:
         return (self.attention + self.dense + self.router + self.expert_matmul
-                + self.expert_wait + self.lm_head)
+                + self.expert_wait + self.lm_head + self.hyper_conn)
 
     def minus(self, earlier: PhaseTimes) -> PhaseTimes:
         return _minus(self, earlier)

@@ -90,6 +90,8 @@ def resident_bytes(manifest: Manifest) -> int:
 
 def _layer_kv_width(c: ModelConfig, layer: int) -> tuple[int, int]:
     """The (key, value) values one position keeps in layer `layer`'s KV cache."""
+    if c.attention == "v4_sliding":  # DeepSeek-V4: one key-value row (K = V)
+        return c.head_dim, 0
     if not c.is_mla:
         return c.n_kv_heads * c.head_dim, c.n_kv_heads * c.head_dim
     latent = c.kv_lora_rank + c.qk_rope_head_dim
@@ -135,6 +137,15 @@ def _mla_work_floats(c: ModelConfig) -> int:
     per_head = (c.qk_nope_head_dim + rope) + (r + rope) + r + c.v_head_dim
     indexer = c.index_n_heads * c.index_head_dim + c.index_head_dim + c.index_n_heads
     return nh * per_head + c.q_lora_rank + r + rope + indexer
+
+
+def _v4_work_floats(c: ModelConfig) -> int:
+    """Per-token floats of DeepSeek-V4's extra buffers: the q-LoRA row and the grouped
+    projection's middle (csrc/model/attn_v4.cpp), the residual's other hc_mult - 1
+    streams (csrc/model/engine_hc.cpp)."""
+    if c.attention != "v4_sliding":
+        return 0
+    return c.q_lora_rank + c.o_groups * c.o_lora_rank + max(c.hc_mult - 1, 0) * c.hidden_size
 
 
 _FLOAT_TYPES = ("F32", "F16", "BF16")
@@ -191,7 +202,7 @@ def _kv_and_work(manifest: Manifest, engine: EngineConfig,
         context_length=context_length, threads=engine.threads.team_size(),
         # a forward's batch is one prefill chunk (the whole prompt when chunking is off)
         batch=engine.prefill_chunk if engine.prefill_chunk is not None else context_length,
-        extra_per_token=_mla_work_floats(c),
+        extra_per_token=_mla_work_floats(c) + _v4_work_floats(c),
         # MLA attends over the latent row (MQA: the latent and rope key, values the latent)
         attn_key_dim=c.kv_lora_rank + c.qk_rope_head_dim if c.is_mla else 0,
         attn_value_dim=c.kv_lora_rank if c.is_mla else 0,

@@ -26,7 +26,8 @@ from .manifest import ModelConfig
 from .paths import ModelDir
 from .validate import check_layer_count
 
-_HF_LAYER = re.compile(r"^model\.layers\.(\d{1,9})\.")
+# DeepSeek-V4's released checkpoints name their layers without the leading "model.".
+_HF_LAYER = re.compile(r"^(?:model\.)?layers\.(\d{1,9})\.")
 
 
 def _rope(cfg: Mapping[str, Any], where: Path) -> tuple[float, dict[str, Any] | None]:
@@ -37,6 +38,8 @@ def _rope(cfg: Mapping[str, Any], where: Path) -> tuple[float, dict[str, Any] | 
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(params, dict):
         raise bad(where, "rope_parameters", params, "an object")
+    if isinstance(params.get("main"), dict):  # DeepSeek-V4: its sliding layers' ("main") RoPE
+        params = params["main"]
     if any(isinstance(v, dict) for v in params.values()):
         raise UnsupportedError(f"{where}: per-layer-type RoPE parameters are not supported")
     theta = as_float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)), "rope_theta",

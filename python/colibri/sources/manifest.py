@@ -72,13 +72,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 QkNorm = Literal["none", "head", "full"]
-AttentionKind = Literal["gqa", "mla"]
+AttentionKind = Literal["gqa", "mla", "v4_sliding"]
 # Routing rules (csrc/model/routers/): softmax top-k; sigmoid + bias + group-limited top-k
 # (DeepSeek-V3 "noaux_tc"); softmax with group-limited greedy selection (DeepSeek-V2).
-RouterKind = Literal["softmax", "sigmoid_grouped", "softmax_group_limited"]
+# DeepSeek-V4's sqrt(softplus) scores with a selection bias, no groups.
+RouterKind = Literal["softmax", "sigmoid_grouped", "softmax_group_limited", "sqrt_softplus"]
 IndexerType = Literal["full", "shared"]
-# The gated activation of every SwiGLU FFN: silu(gate) * up, or gpt-oss's clamped variant.
-Activation = Literal["silu", "swiglu_oai"]
+# The gated activation of every SwiGLU FFN: silu(gate) * up, gpt-oss's clamped variant, or
+# DeepSeek-V4's (silu(min(gate, limit)) * clamp(up, -limit, limit)).
+Activation = Literal["silu", "swiglu_oai", "swiglu_clamp"]
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,16 @@ class ModelConfig:
     activation: Activation = "silu"
     swiglu_limit: float = 7.0
     swiglu_alpha: float = 1.702
+    # DeepSeek-V4 (sources/v4_units.py): the grouped output projection of its attention
+    # (attention "v4_sliding"); hyper-connections when hc_mult > 0 (the residual is hc_mult
+    # streams; Sinkhorn-Knopp iterations and their floor); MoE layers marked True in
+    # hash_layers route by token id (blk.{i}.ffn_hash_eid).
+    o_groups: int = 0
+    o_lora_rank: int = 0
+    hc_mult: int = 0
+    hc_sinkhorn_iters: int = 0
+    hc_eps: float = 0.0
+    hash_layers: tuple[bool, ...] = ()
 
     @property
     def is_mla(self) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import ModelFormatError
 from .manifest import Extent, ModelConfig
+from .v4_units import hc_shapes, v4_attention_shapes
 
 
 def _gqa_shapes(cfg: ModelConfig, b: str) -> dict[str, tuple[int, ...]]:
@@ -119,22 +120,29 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         out[b + "attn_norm"] = (h,)
         if cfg.is_mla:
             out.update(_mla_shapes(cfg, b, is_full_indexer_layer(cfg, i)))
+        elif cfg.attention == "v4_sliding":
+            out.update(v4_attention_shapes(cfg, b))
         else:
             out.update(_gqa_shapes(cfg, b))
         out[b + "ffn_norm"] = (h,)
         moe = mtp or (bool(cfg.moe_layers) and cfg.moe_layers[i])
         if moe:
             out.update(_moe_shapes(cfg, b))
+            if cfg.hash_layers and cfg.hash_layers[i]:  # chosen by the table: no selection bias
+                out.pop(b + "exp_probs_b", None)
+                out[b + "ffn_hash_eid"] = (cfg.vocab_size, cfg.n_experts_per_tok)
         else:
             f = cfg.intermediate_size
             out[b + "ffn_gate"] = (f, h)
             out[b + "ffn_up"] = (f, h)
             out[b + "ffn_down"] = (h, f)
+        out.update(hc_shapes(cfg, b))
         if mtp:
             out[b + "nextn.eh_proj"] = (h, 2 * h)
             for n in MTP_REQUIRED[1:]:
                 out[b + n] = (h,)
     out["output_norm"] = (h,)
+    out.update(hc_shapes(cfg, "output_", head=True))
     if not cfg.tie_word_embeddings:
         out["output"] = (cfg.vocab_size, h)
     return out

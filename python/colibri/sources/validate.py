@@ -30,6 +30,7 @@ from .quant_types import tensor_nbytes
 from .units import OPTIONAL_SHAPES, optional_shapes
 from .units import expected_shapes as expected_shapes
 from .units import is_full_indexer_layer as is_full_indexer_layer
+from .v4_units import check_v4_fields
 
 # RoPE scaling variants colibri computes (colibri.engine.rope), and the parameters each needs.
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
@@ -102,6 +103,7 @@ def check_config(cfg: ModelConfig, where: object) -> None:
     check_rope_scaling(cfg.rope_scaling, cfg.rope_theta, cfg.max_position_embeddings, where)
     check_attention_extras(cfg, where)
     check_family_fields(cfg, where)
+    check_v4_fields(cfg, where)
 
 
 def check_attention_extras(cfg: ModelConfig, where: object) -> None:
@@ -130,17 +132,18 @@ def check_attention_extras(cfg: ModelConfig, where: object) -> None:
             f"{where}: sliding_window {window} is larger than the context length "
             f"(max_position_embeddings {cfg.max_position_embeddings})"
         )
-    if cfg.attention != "gqa" and (cfg.attention_sinks or cfg.attention_out_bias or any(layers)):
+    extras = cfg.attention_sinks or cfg.attention_out_bias or any(layers)
+    if cfg.attention not in ("gqa", "v4_sliding") and extras:
         raise UnsupportedError(f"{where}: attention sinks, sliding windows and an output bias "
                                f"are implemented for GQA attention only")  # fmt: skip
 
 
-_ATTENTION_KINDS = ("gqa", "mla")
-_ROUTERS = ("softmax", "sigmoid_grouped", "softmax_group_limited")
+_ATTENTION_KINDS = ("gqa", "mla", "v4_sliding")
+_ROUTERS = ("softmax", "sigmoid_grouped", "softmax_group_limited", "sqrt_softplus")
 _INDEXER_TYPES = ("full", "shared")
 
 
-_ACTIVATIONS = ("silu", "swiglu_oai")
+_ACTIVATIONS = ("silu", "swiglu_oai", "swiglu_clamp")
 
 
 def check_ffn_fields(cfg: ModelConfig, where: object) -> None:
@@ -152,7 +155,7 @@ def check_ffn_fields(cfg: ModelConfig, where: object) -> None:
     if cfg.activation not in _ACTIVATIONS:
         raise UnsupportedError(f"{where}: activation {shown(cfg.activation)} is not "
                                f"implemented ({', '.join(_ACTIVATIONS)})")  # fmt: skip
-    if cfg.activation == "swiglu_oai":
+    if cfg.activation in ("swiglu_oai", "swiglu_clamp"):
         as_float(cfg.swiglu_limit, "swiglu_limit", where, lo=0.0, lo_open=True)
         as_float(cfg.swiglu_alpha, "swiglu_alpha", where)
 
@@ -203,7 +206,7 @@ def check_family_fields(cfg: ModelConfig, where: object) -> None:
         eps = as_float(cfg.mla_norm_eps, "mla_norm_eps", where, lo=0.0)
         if eps >= 1.0:
             raise bad(where, "mla_norm_eps", eps, "in [0, 1)")
-    elif cfg.rope_interleaved:
+    elif cfg.rope_interleaved and cfg.attention != "v4_sliding":
         raise UnsupportedError(f"{where}: interleaved RoPE is implemented for MLA models only")
     if not cfg.has_indexer:
         return
