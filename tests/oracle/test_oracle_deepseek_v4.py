@@ -30,6 +30,7 @@ from colibri.engine.streaming import kv_floats_per_token
 from colibri.errors import ModelFormatError, UnsupportedError
 from colibri.generate.batching import forward_batch
 from support.deepseek_v4_factory import VOCAB, build_deepseek_v4, clamp_and_bias_bite
+from support.logit_checks import assert_decode_matches, assert_greedy_matches, assert_within
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
 
 RTOL = 1e-4
@@ -49,8 +50,7 @@ def _err(got: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
 
 
 def _close(got: np.ndarray, ref: np.ndarray, what: str) -> None:
-    err, tol = _err(got, ref)
-    assert err <= tol, f"{what}: max |delta| {err:.3g} > {tol:.3g}"
+    assert_within(got, ref, what, RTOL)
 
 
 def _load(d: Path) -> colibri.Model:
@@ -87,11 +87,7 @@ def test_prefill_and_decode_match_transformers(tiny: Tiny) -> None:
     ref = reference_logits(model, ids)
     m = _load(d)
     _close(m.session().forward(ids, all_logits=True), ref, "prefill")
-    s = m.session()
-    half = N_PROMPT // 2
-    _close(s.forward(ids[:half], all_logits=True), ref[:half], "prefill half")
-    for pos in range(half, N_PROMPT):
-        _close(s.forward([ids[pos]]), ref[pos], f"decode position {pos}")
+    assert_decode_matches(m.session(), ids, ref, "hf")
 
 
 def test_the_hyper_connections_have_their_own_phase(tiny: Tiny) -> None:
@@ -114,14 +110,7 @@ def test_greedy_continuation_matches_transformers(tiny: Tiny) -> None:
     d, model = tiny
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
     ref_tokens, ref_logits = reference_greedy(model, ids, N_GREEDY)
-    s = _load(d).session()
-    logits = s.forward(ids)
-    got: list[int] = []
-    for i in range(N_GREEDY):
-        got.append(int(np.argmax(logits)))
-        _close(logits, ref_logits[i], f"greedy step {i}")
-        logits = s.forward([got[-1]])
-    assert got == ref_tokens
+    assert_greedy_matches(_load(d).session(), ids, ref_tokens, ref_logits)
 
 
 def test_hash_layers_are_prefetched_exactly(tmp_path: Path) -> None:
