@@ -198,6 +198,14 @@ void bind_engine(py::module_& m) {
       .def_readwrite("index_topk", &ModelSpec::index_topk)
       .def_readwrite("indexer_full", &ModelSpec::indexer_full)
       .def_readwrite("index_rope_interleaved", &ModelSpec::index_rope_interleaved)
+      .def_readwrite("linear_layers", &ModelSpec::linear_layers)
+      .def_readwrite("linear_num_key_heads", &ModelSpec::linear_num_key_heads)
+      .def_readwrite("linear_num_value_heads", &ModelSpec::linear_num_value_heads)
+      .def_readwrite("linear_key_head_dim", &ModelSpec::linear_key_head_dim)
+      .def_readwrite("linear_value_head_dim", &ModelSpec::linear_value_head_dim)
+      .def_readwrite("linear_conv_kernel", &ModelSpec::linear_conv_kernel)
+      .def_readwrite("attention_output_gate", &ModelSpec::attention_output_gate)
+      .def_readwrite("norm_weight_offset", &ModelSpec::norm_weight_offset)
       .def_readwrite("n_mtp_layers", &ModelSpec::n_mtp_layers);
 
   py::enum_<CachePolicy>(m, "CachePolicy")

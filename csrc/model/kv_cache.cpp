@@ -42,6 +42,27 @@ KvCache::KvCache(std::vector<KvLayerLayout> layers, int64_t context_length, DTyp
     v_row_.push_back(l.v_width() > 0 ? row_bytes(type_, l.v_width()) : 0);
   }
   per_position_ = kv_bytes_per_position(layout_, type_);
+  for (const auto& l : layout_) {
+    if (l.state_floats < 0) fail(ErrorKind::InvalidArgument, "KV cache: a negative state size");
+    state_.emplace_back(static_cast<std::size_t>(l.state_floats), 0.0f);
+    state_tokens_.push_back(l.state_floats > 0 ? 0 : -1);
+    state_bytes_ += static_cast<std::size_t>(l.state_floats) * sizeof(float);
+  }
+}
+
+int64_t KvCache::state_tokens() const {
+  int64_t n = -2;  // none seen yet
+  for (std::size_t i = 0; i < layout_.size(); ++i) {
+    if (layout_[i].state_floats == 0) continue;
+    if (n == -2) n = state_tokens_[i];
+    else if (state_tokens_[i] != n) return -1;
+  }
+  return n == -2 ? -1 : n;
+}
+
+void KvCache::forget_state() {
+  for (std::size_t i = 0; i < layout_.size(); ++i)
+    if (layout_[i].state_floats > 0) state_tokens_[i] = -1;
 }
 
 void KvCache::reserve(int64_t n) {
@@ -91,13 +112,16 @@ void KvCache::import_from(int64_t n, const uint8_t* in, std::size_t size) {
       in += b;
     }
   }
+  forget_state();
 }
 
 bool KvCache::same_format(const KvCache& o) const {
   if (type_ != o.type_ || layout_.size() != o.layout_.size()) return false;
   for (std::size_t i = 0; i < layout_.size(); ++i) {
     const KvLayerLayout &a = layout_[i], &b = o.layout_[i];
-    if (a.k_heads != b.k_heads || a.k_dim != b.k_dim || a.v_heads != b.v_heads || a.v_dim != b.v_dim) return false;
+    if (a.k_heads != b.k_heads || a.k_dim != b.k_dim || a.v_heads != b.v_heads || a.v_dim != b.v_dim ||
+        a.state_floats != b.state_floats)
+      return false;
   }
   return true;
 }
@@ -115,6 +139,13 @@ void KvCache::copy_prefix(const KvCache& other, int64_t n) {
   for (std::size_t i = 0; i < layout_.size(); ++i) {
     if (k_row_[i]) std::memcpy(k_[i].data(), other.k_[i].data(), static_cast<std::size_t>(n) * k_row_[i]);
     if (v_row_[i]) std::memcpy(v_[i].data(), other.v_[i].data(), static_cast<std::size_t>(n) * v_row_[i]);
+  }
+  // The source's state is the state after exactly its consumed tokens: usable only then.
+  if (has_state() && other.state_tokens() == n) {
+    state_ = other.state_;
+    state_tokens_ = other.state_tokens_;
+  } else {
+    forget_state();
   }
 }
 

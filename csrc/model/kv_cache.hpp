@@ -25,9 +25,14 @@ namespace colibri {
 // values. v_heads == 0 means the layer stores no separate values (MLA: the value is a
 // prefix of the key row). An MLA layer that runs the DSA indexer keeps the indexer's key
 // (one row of index_head_dim) on the V side (attn_mla.hpp).
+//
+// A linear-attention layer (model/linear_attn_gdn.hpp) keeps no rows per position but a
+// recurrent state of a fixed size per sequence: state_floats F32 values, held here beside
+// the rows (whatever the cache type) with the count of tokens it has consumed.
 struct KvLayerLayout {
   int64_t k_heads = 0, k_dim = 0;
   int64_t v_heads = 0, v_dim = 0;
+  int64_t state_floats = 0;
   int64_t k_width() const { return k_heads * k_dim; }
   int64_t v_width() const { return v_heads * v_dim; }
 };
@@ -47,7 +52,20 @@ class KvCache {
   // Bytes one position takes over all layers, and n positions (what the budget counts).
   std::size_t bytes_per_position() const { return per_position_; }
   std::size_t bytes_for(int64_t n) const { return per_position_ * static_cast<std::size_t>(n); }
-  std::size_t bytes() const { return bytes_for(capacity_); }  // allocated now
+  std::size_t bytes() const { return bytes_for(capacity_) + state_bytes(); }  // allocated now
+
+  // Linear-attention layers' recurrent state (see KvLayerLayout): F32, zeroed at first.
+  // state_tokens(layer): the tokens it has consumed, -1 when unknown (after an import, a
+  // copy or a failed forward); state_tokens(): the count all state layers agree on, else -1.
+  // The positions' rows and the state are separate: export_to / import_from / copy_prefix
+  // move the rows only (copy_prefix also the state when the source's holds exactly n).
+  bool has_state() const { return state_bytes_ > 0; }
+  std::size_t state_bytes() const { return state_bytes_; }
+  float* state(int64_t layer) { return state_[static_cast<std::size_t>(layer)].data(); }
+  int64_t state_tokens(int64_t layer) const { return state_tokens_[static_cast<std::size_t>(layer)]; }
+  void set_state_tokens(int64_t layer, int64_t n) { state_tokens_[static_cast<std::size_t>(layer)] = n; }
+  int64_t state_tokens() const;
+  void forget_state();  // every layer's count to -1 (the state must be recomputed)
 
   // Makes positions [0, n) addressable (n <= context_length). Existing entries are kept.
   void reserve(int64_t n);
@@ -84,6 +102,9 @@ class KvCache {
   std::size_t per_position_ = 0;
   int64_t capacity_ = 0;  // positions currently allocated in every layer
   std::vector<std::vector<uint8_t>> k_, v_;
+  std::vector<std::vector<float>> state_;
+  std::vector<int64_t> state_tokens_;
+  std::size_t state_bytes_ = 0;
 };
 
 // Bytes of one position's keys and values at `type` for these layouts (the Python budget's

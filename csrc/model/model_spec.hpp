@@ -98,6 +98,20 @@ struct ModelSpec {
   // Multi-token-prediction layers after the trunk: loaded (weights resident, experts in
   // the store) but not run by forward().
   int64_t n_mtp_layers = 0;
+  // Hybrid linear attention (Qwen3-Next; model/linear_attn_gdn.hpp): per layer 1 where the
+  // layer runs a Gated DeltaNet instead of attention (empty: none), its heads and sizes.
+  std::vector<uint8_t> linear_layers;
+  int64_t linear_num_key_heads = 0;
+  int64_t linear_num_value_heads = 0;
+  int64_t linear_key_head_dim = 0;
+  int64_t linear_value_head_dim = 0;
+  int64_t linear_conv_kernel = 0;
+  // GQA: q_proj's per-head gate (blk.{i}.attn_gate), sigmoid(gate) * attention output
+  // before the output projection.
+  bool attention_output_gate = false;
+  // Added once at load to every residual-stream norm weight (attn_norm, ffn_norm,
+  // output_norm) and QK-norm weight: Qwen3-Next's zero-centred norms scale by 1 + w.
+  float norm_weight_offset = 0.0f;
 };
 
 // One tensor of the manifest, as the core sees it.

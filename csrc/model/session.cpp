@@ -99,6 +99,7 @@ void Session::forward(const int32_t* ids, int64_t n, bool all_logits, float* log
   // With MTP on, every position's trunk state (after the final norm) is kept for it.
   std::vector<float> hidden(mtp_ ? static_cast<std::size_t>(n * spec_.hidden_size) : 0);
   try {
+    replay_state(&stop, &stats.delta, chunk);
     for (int64_t done = 0; done < n;) {
       const int64_t len = std::min(chunk, n - done);
       const bool last = done + len == n;
@@ -114,6 +115,7 @@ void Session::forward(const int32_t* ids, int64_t n, bool all_logits, float* log
     if (closing_.load() || (hooks.cancelled && hooks.cancelled()))
       fail(ErrorKind::Cancelled, "the forward was interrupted");
   } catch (const Error& e) {
+    if (kv_ && kv_->has_state()) kv_->forget_state();  // part of it ran: replayed next time
     if (e.kind() == ErrorKind::Cancelled && closing_.load())
       fail(ErrorKind::InvalidArgument, "the model was closed during this forward");
     throw;
@@ -246,9 +248,12 @@ void Session::forward_batch(const std::vector<SessionStep>& steps, const CancelC
     }
   } stats{steps, delta};
   try {
+    for (const SessionStep& st : steps) st.session->replay_state(&stop, &delta, 0);
     engine->forward_batch(rows, &stop, &delta);
     if (closing() || (cancelled && cancelled())) fail(ErrorKind::Cancelled, "the forward was interrupted");
   } catch (const Error& e) {
+    for (const SessionStep& st : steps)
+      if (st.session->kv_ && st.session->kv_->has_state()) st.session->kv_->forget_state();
     if (e.kind() == ErrorKind::Cancelled && closing())
       fail(ErrorKind::InvalidArgument, "the model was closed during this forward");
     throw;
@@ -402,6 +407,21 @@ void Session::copy_prefix_from(Session& other, int64_t n) {
   last_routing_.clear();
   last_routing_tokens_ = 0;
   if (mtp_) mtp_->restart(n);
+}
+
+void Session::replay_state(const CancelCheck* cancelled, ForwardStats* stats, int64_t chunk) {
+  if (!kv_->has_state()) return;
+  std::vector<int32_t> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ids = ids_;
+  }
+  const auto held = static_cast<int64_t>(ids.size());
+  if (held == 0 || kv_->state_tokens() == held) return;  // a forward at 0 starts from zeros
+  const int64_t step = chunk > 0 ? chunk : held;
+  for (int64_t done = 0; done < held; done += step)
+    engine_->forward(*kv_, done, ids.data() + done, std::min(step, held - done), false, nullptr, nullptr,
+                     cancelled, stats, nullptr);
 }
 
 bool Session::closed() const {

@@ -1,0 +1,123 @@
+"""Qwen3-Next against transformers on a tiny random float32 checkpoint
+(support/qwen3_next_factory.py): Gated DeltaNet linear-attention layers (layers 0 and 2)
+and gated full-attention layers (1 and 3) with partial RoPE and zero-centred norms, a MoE
+FFN with a gated shared expert. The prompt (140 tokens) is longer than two of the 64-token
+chunks transformers' prefill computes the delta rule in (torch_chunk_gated_delta_rule);
+its decode runs the recurrent form (torch_recurrent_gated_delta_rule), as colibri does
+throughout.
+
+Every logit at every position within 1e-4 of the largest, for one prefill, for a prefill
+in chunks and for a prefill followed by token-by-token decode; the same greedy 20 tokens;
+a mutation (the short convolution zeroed) moves the logits far past that bound, so the
+bound is not met by accident.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import colibri
+from support.modelfactory import prompt_ids, reference_greedy, reference_logits
+from support.qwen3_next_factory import VOCAB, build_qwen3_next
+
+RTOL = 1e-4
+N_PROMPT, N_GREEDY = 140, 20
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.Module]:
+    return build_qwen3_next(tmp_path_factory.mktemp("qwen3-next"), seed=0)
+
+
+def close(got: np.ndarray, ref: np.ndarray, what: str) -> None:
+    assert got.shape == ref.shape, (what, got.shape, ref.shape)
+    err, tol = float(np.abs(got - ref).max()), RTOL * float(np.abs(ref).max())
+    assert err <= tol, f"{what}: max |delta| {err:.3g} > {tol:.3g}"
+
+
+def load(d: Path, **engine: object) -> colibri.Model:
+    return colibri.Model.load(d, engine=colibri.EngineConfig(context_length=256, **engine))
+
+
+def test_the_model_exercises_what_it_should(tiny: tuple[Path, torch.nn.Module]) -> None:
+    d, model = tiny
+    cfg = load(d).config
+    assert cfg.arch == "qwen3_next"
+    assert cfg.linear_layers == (True, False, True, False)
+    assert (cfg.rotary_dim, cfg.head_dim, cfg.qk_norm) == (4, 16, "head")
+    assert cfg.attention_output_gate and cfg.norm_weight_offset == 1.0
+    assert cfg.shared_expert_intermediate_size == 12 and cfg.shared_expert_gated
+    la = model.model.layers[0].linear_attn
+    assert la.num_v_heads // la.num_k_heads == 2  # value heads share key heads
+    assert float(la.A_log.std()) > 0.1 and float(la.dt_bias.std()) > 0.1
+
+
+def test_prefill_and_decode_match_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:
+    d, model = tiny
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    ref = reference_logits(model, ids)
+    m = load(d)
+    close(m.session().forward(ids, all_logits=True), ref, "prefill")
+    s = m.session()
+    half = 70
+    close(s.forward(ids[:half], all_logits=True), ref[:half], "prefill half")
+    for pos in range(half, N_PROMPT):
+        close(s.forward([ids[pos]]), ref[pos], f"decode position {pos}")
+
+
+def test_chunked_prefill_matches_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:
+    d, model = tiny
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    ref = reference_logits(model, ids)
+    s = load(d, prefill_chunk=48).session()
+    close(s.forward(ids, all_logits=True), ref, "prefill in chunks of 48")
+
+
+def test_greedy_continuation_matches_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:
+    d, model = tiny
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    ref_tokens, ref_logits = reference_greedy(model, ids, N_GREEDY)
+    s = load(d).session()
+    logits = s.forward(ids)
+    got: list[int] = []
+    for i in range(N_GREEDY):
+        got.append(int(np.argmax(logits)))
+        close(logits, ref_logits[i], f"greedy step {i}")
+        logits = s.forward([got[-1]])
+    assert got == ref_tokens
+
+
+def with_tensor(src: Path, dst: Path, name: str, value: torch.Tensor) -> Path:
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name != "model.safetensors":
+            (dst / f.name).write_bytes(f.read_bytes())
+    sd = load_file(src / "model.safetensors")
+    assert name in sd
+    sd[name] = value
+    save_file(sd, dst / "model.safetensors", metadata={"format": "pt"})
+    return dst
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["model.layers.0.linear_attn.conv1d.weight", "model.layers.2.linear_attn.A_log",
+     "model.layers.0.linear_attn.norm.weight", "model.layers.3.input_layernorm.weight"],
+)  # fmt: skip
+def test_a_mutated_parameter_moves_the_logits_past_the_bound(
+    tiny: tuple[Path, torch.nn.Module], tmp_path: Path, name: str
+) -> None:
+    """The bound is not met by accident: zeroing one small parameter of the checkpoint
+    moves colibri's logits by far more than RTOL of the largest."""
+    d, model = tiny
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    ref = reference_logits(model, ids)
+    shape = dict(model.named_parameters())[name].shape
+    bad = with_tensor(d, tmp_path / "mutated", name, torch.zeros(shape))
+    got = load(bad).session().forward(ids, all_logits=True)
+    assert float(np.abs(got - ref).max()) > 100 * RTOL * float(np.abs(ref).max())
