@@ -88,6 +88,10 @@ def _hf_config(inp: HFInput) -> ModelConfig:
                    "partial_rotary_factor", where, lo=0.0, lo_open=True)  # fmt: skip
     if prf > 1:
         raise ModelFormatError(f"{where}: partial_rotary_factor {prf} > 1")
+    nk, nv = f.int("linear_num_key_heads", lo=1), f.int("linear_num_value_heads", lo=1)
+    if nv % nk:  # checked before the fused projections are cut by these counts
+        raise ModelFormatError(f"{where}: linear_num_value_heads {nv} is not a multiple of "
+                               f"linear_num_key_heads {nk}")  # fmt: skip
     return ModelConfig(
         **inp.base,
         arch=ARCH,
@@ -101,8 +105,8 @@ def _hf_config(inp: HFInput) -> ModelConfig:
         shared_expert_intermediate_size=f.int("shared_expert_intermediate_size", 0, lo=0),
         moe_layers=moe_layers,
         linear_layers=linear_layers(inp.cfg, n_layers, where),
-        linear_num_key_heads=f.int("linear_num_key_heads", lo=1),
-        linear_num_value_heads=f.int("linear_num_value_heads", lo=1),
+        linear_num_key_heads=nk,
+        linear_num_value_heads=nv,
         linear_key_head_dim=f.int("linear_key_head_dim", lo=1),
         linear_value_head_dim=f.int("linear_value_head_dim", lo=1),
         linear_conv_kernel=f.int("linear_conv_kernel_dim", 4, lo=1),
