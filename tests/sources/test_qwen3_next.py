@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from colibri.errors import ModelFormatError, UnsupportedError
 from colibri.sources import load_hf
@@ -35,6 +36,17 @@ def test_the_checkpoint_reads(tiny: Path) -> None:
     assert m.tensors["blk.0.gdn_in_qkv"].shape == (2 * 2 * 8 + 4 * 8, 32)
     assert m.tensors["blk.0.gdn_conv"].shape == (64 * 4,)
     assert m.tensors["blk.1.attn_gate"].shape == (4 * 16, 32)
+
+
+def test_the_mtp_weights_are_skipped_as_transformers_skips_them(tiny: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    d = shutil.copytree(tiny, tmp_path / "m")
+    sd = load_file(d / "model.safetensors")
+    sd["mtp.fc.weight"] = torch.zeros(32, 64)
+    save_file(sd, d / "model.safetensors", metadata={"format": "pt"})
+    m = load_hf(d)
+    assert m.config.n_mtp_layers == 0 and not any("mtp" in n for n in m.tensors)
 
 
 def test_the_default_schedule_is_transformers(tiny: Path, tmp_path: Path) -> None:

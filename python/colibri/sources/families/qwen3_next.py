@@ -17,6 +17,8 @@ behind a sigmoid gate).
   rows; cut into ``attn_q`` and ``attn_gate`` (sigmoid(gate) scales the attention output
   before o_proj). QK-norm per head; partial RoPE (``partial_rotary_factor``, 0.25 by
   default as transformers' config).
+* The multi-token-prediction weights the released checkpoints carry (``mtp.*``) are
+  skipped, as transformers skips them; colibri's MTP drafting does not run them.
 * Norms: the residual-stream RMSNorms and the QK-norms scale by (1 + w) (zero-centred
   weights): ``norm_weight_offset`` 1; the linear layers' gated norm scales by w.
 """
@@ -182,8 +184,8 @@ def _split(
             for part, first in (("attn_q", 0), ("attn_gate", hd)):
                 exts = tuple(_rows(ext, rb, h * 2 * hd + first, hd) for h in range(nh))
                 out[b + part] = TensorInfo(b + part, dtype, (nh * hd, shape[1]), exts)
-        else:
-            continue
+        elif not name.startswith("mtp."):  # the released files' MTP layer: not run, as
+            continue  # transformers' Qwen3NextForCausalLM ignores it (^mtp.*)
         used.add(name)
     return out, frozenset(used), None
 
