@@ -8,8 +8,10 @@
 // the delta rule on a (key dim x value dim) F32 state S:
 //   S *= exp(g);  S += k (beta (v - S^T k))^T;  o = S^T q
 // then o RMS-normed per head, times the norm weight and silu(z), and projected back.
-// This is transformers' torch_recurrent_gated_delta_rule; its chunked form (used there for
-// prefill) computes the same values in another order, so one recurrent form serves both.
+// That is transformers' torch_recurrent_gated_delta_rule, run here for forwards shorter
+// than one 64-token chunk; longer ones run its chunked form (torch_chunk_gated_delta_rule:
+// a triangular solve per chunk, then products with the state), the same values in another
+// order. Both scalar for now (no SIMD kernels yet).
 //
 // The state a sequence carries (the convolution's last conv_kernel - 1 inputs, then every
 // head's S) lives in the session's KvCache (KvLayerLayout::state_floats): fixed size,

@@ -3,8 +3,9 @@
 and gated full-attention layers (1 and 3) with partial RoPE and zero-centred norms, a MoE
 FFN with a gated shared expert. The prompt (140 tokens) is longer than two of the 64-token
 chunks transformers' prefill computes the delta rule in (torch_chunk_gated_delta_rule);
-its decode runs the recurrent form (torch_recurrent_gated_delta_rule), as colibri does
-throughout.
+its decode runs the recurrent form (torch_recurrent_gated_delta_rule). colibri runs the
+chunked form for a forward of 64 tokens or more, the recurrent one otherwise; the two are
+checked against each other too.
 
 Every logit at every position within 1e-4 of the largest, for one prefill, for a prefill
 in chunks and for a prefill followed by token-by-token decode; the same greedy 20 tokens;
@@ -76,6 +77,20 @@ def test_chunked_prefill_matches_transformers(tiny: tuple[Path, torch.nn.Module]
     ref = reference_logits(model, ids)
     s = load(d, prefill_chunk=48).session()
     close(s.forward(ids, all_logits=True), ref, "prefill in chunks of 48")
+
+
+def test_the_chunked_and_recurrent_forms_agree(tiny: tuple[Path, torch.nn.Module]) -> None:
+    """A prefill of 64 tokens or more runs the chunked form (chunks of 64, the last one
+    short), shorter forwards the recurrent one: the same logits to within rounding."""
+    d, _ = tiny
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    m = load(d)
+    chunked = m.session().forward(ids, all_logits=True)
+    s = m.session()
+    recurrent = np.concatenate([s.forward(ids[i : i + 16], all_logits=True)
+                                for i in range(0, N_PROMPT, 16)])  # fmt: skip
+    err = float(np.abs(chunked - recurrent).max())
+    assert err <= 1e-5 * float(np.abs(recurrent).max()), err
 
 
 def test_greedy_continuation_matches_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:
