@@ -136,3 +136,15 @@ def test_a_mutated_parameter_moves_the_logits_past_the_bound(
     bad = with_tensor(d, tmp_path / "mutated", name, torch.zeros(shape))
     got = load(bad).session().forward(ids, all_logits=True)
     assert float(np.abs(got - ref).max()) > 100 * RTOL * float(np.abs(ref).max())
+
+
+def test_a_bf16_checkpoint_matches_transformers_on_its_values(tmp_path: Path) -> None:
+    """The released files are BF16: the fused projections are cut at 2 bytes a value and
+    the convolution (a vector to the loader) widened to F32. Against transformers running
+    the very BF16 values in float32."""
+    _, model = build_qwen3_next(tmp_path / "f32", seed=2)
+    model.to(torch.bfloat16).save_pretrained(tmp_path / "bf16", safe_serialization=True)
+    ref_model = model.float()
+    ids = prompt_ids(80, vocab=VOCAB)
+    got = load(tmp_path / "bf16").session().forward(ids, all_logits=True)
+    close(got, reference_logits(ref_model, ids), "bf16 prefill")

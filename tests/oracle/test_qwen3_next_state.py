@@ -80,6 +80,23 @@ def test_a_failed_forward_leaves_the_state_usable(model: colibri.Model) -> None:
     same(s.forward(IDS[20:25]), fresh(model, IDS[:25]))
 
 
+def test_a_forward_stopped_midway_leaves_the_session_as_before(tmp_path: Path) -> None:
+    """A progress callback that raises after the first chunk: the linear layers' state has
+    consumed that chunk, the session has not; the next forward replays and is exact."""
+    d, _ = build_qwen3_next(tmp_path / "m", seed=1)
+    m = colibri.Model.load(d, engine=colibri.EngineConfig(context_length=256, prefill_chunk=16))
+    s = m.session()
+    s.forward(IDS[:10])
+
+    def stop(done: int, total: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        s.forward(IDS[10:60], progress=stop)
+    assert s.n_tokens == 10
+    same(s.forward(IDS[10:14]), fresh(m, IDS[:14]))
+
+
 def test_the_state_is_counted_in_the_memory_figures(model: colibri.Model) -> None:
     """The budget's KV figure and a session's allocation both hold the state: per linear
     layer the convolution's last 3 inputs of 2 * 16 + 32 channels and 4 heads' 8 x 8
