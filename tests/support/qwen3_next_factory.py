@@ -34,11 +34,29 @@ def qwen3_next_config(**over: Any) -> transformers.Qwen3NextConfig:
     return transformers.Qwen3NextConfig(**args)
 
 
+def qwen3_5_text_config(**over: Any) -> transformers.Qwen3_5MoeTextConfig:
+    """Qwen3.5-MoE's text model at the same sizes (no dense-layer or top-k settings: every
+    FFN is MoE, the top-k weights always renormalized)."""
+    args = qwen3_next_config().to_dict()
+    keep = {f for f in transformers.Qwen3_5MoeTextConfig.__dataclass_fields__} - {
+        "model_type", "architectures"}  # fmt: skip
+    args = {k: v for k, v in args.items() if k in keep}
+    args["rope_parameters"] = {**args["rope_parameters"], "mrope_interleaved": True,
+                               "mrope_section": [1, 1, 0]}  # fmt: skip
+    args.update(over)
+    return transformers.Qwen3_5MoeTextConfig(**args)
+
+
 @torch.no_grad()
-def build_qwen3_next(out: Path, *, seed: int = 0, **over: Any) -> tuple[Path, torch.nn.Module]:
-    """Write the checkpoint to ``out`` (save_pretrained) and return it with the model."""
+def build_qwen3_next(out: Path, *, seed: int = 0, qwen3_5: bool = False,
+                     **over: Any) -> tuple[Path, torch.nn.Module]:  # fmt: skip
+    """Write the checkpoint to ``out`` (save_pretrained) and return it with the model;
+    ``qwen3_5``: Qwen3.5-MoE's text model (Qwen3_5MoeForCausalLM) instead."""
     torch.manual_seed(seed)
-    model = transformers.Qwen3NextForCausalLM(qwen3_next_config(**over)).float().eval()
+    if qwen3_5:
+        model = transformers.Qwen3_5MoeForCausalLM(qwen3_5_text_config(**over)).float().eval()
+    else:
+        model = transformers.Qwen3NextForCausalLM(qwen3_next_config(**over)).float().eval()
     for name, p in model.named_parameters():
         if name.endswith("A_log"):
             p.uniform_(-1.0, 1.0)  # decays exp(A_log) * softplus(.) around 0.2 .. 3

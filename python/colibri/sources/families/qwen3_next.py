@@ -3,6 +3,12 @@ attention layers, with a Qwen2-MoE-style FFN (softmax top-k routing plus a share
 behind a sigmoid gate).
 
 * ``qwen3_next``: Hugging Face ``qwen3_next`` / ``Qwen3NextForCausalLM`` (no GGUF yet).
+* ``qwen3_5_moe``: the text model of Qwen3.5-MoE, Hugging Face ``qwen3_5_moe_text`` /
+  ``Qwen3_5MoeForCausalLM``: the same layers with the linear projections stored apart
+  (``in_proj_qkv`` already in the convolution's channel order, ``in_proj_z``, ``in_proj_b``,
+  ``in_proj_a``), every FFN MoE and the top-k weights always renormalized. Its RoPE is
+  multimodal (sections of the frequencies follow time, height and width positions); for
+  text the three positions are the token's, which is plain RoPE.
 
 * Layer schedule: config.json's ``layer_types`` ("linear_attention" / "full_attention"),
   else transformers' default from ``full_attention_interval`` (every n-th layer full,
@@ -38,6 +44,7 @@ from .qwen_moe import SHARED_EXPERT_NAMES
 from .spec import Family, GGUFInput, HFInput, NameRule
 
 ARCH = "qwen3_next"
+QWEN35 = "qwen3_5_moe"
 _KINDS = {"linear_attention": True, "full_attention": False}
 _NAMES: list[NameRule] = [
     *DECODER_NAMES,
@@ -46,6 +53,7 @@ _NAMES: list[NameRule] = [
     (re.compile(LAYER + r"linear_attn\.dt_bias"), "blk.{0}.gdn_dt_bias"),
     (re.compile(LAYER + r"linear_attn\.norm\.weight"), "blk.{0}.gdn_norm"),
     (re.compile(LAYER + r"linear_attn\.out_proj\.weight"), "blk.{0}.gdn_out"),
+    (re.compile(LAYER + r"linear_attn\.in_proj_(qkv|z|b|a)\.weight"), "blk.{0}.gdn_in_{1}"),
 ]
 _QKVZ = re.compile(LAYER + r"linear_attn\.in_proj_qkvz\.weight")
 _BA = re.compile(LAYER + r"linear_attn\.in_proj_ba\.weight")
@@ -83,6 +91,7 @@ def _hf_config(inp: HFInput) -> ModelConfig:
         raise bad(where, "mlp_only_layers", only_raw, "a list of layer indices")
     only = {as_int(i, "mlp_only_layers", where) for i in only_raw}
     moe_layers = tuple(i not in only and (i + 1) % step == 0 for i in range(n_layers))
+    qwen35 = inp.arch == QWEN35
     head_dim = inp.base["head_dim"]
     params = inp.cfg.get("rope_parameters")
     params = params if isinstance(params, dict) else {}
@@ -96,14 +105,14 @@ def _hf_config(inp: HFInput) -> ModelConfig:
                                f"linear_num_key_heads {nk}")  # fmt: skip
     return ModelConfig(
         **inp.base,
-        arch=ARCH,
+        arch=inp.arch,
         intermediate_size=0 if all(moe_layers) else f.int("intermediate_size", 0, lo=0),
         qk_norm="head",
         rotary_dim=int(head_dim * prf),
         n_experts=n_exp,
         n_experts_per_tok=top_k,
         moe_intermediate_size=f.int("moe_intermediate_size"),
-        norm_topk_prob=f.bool("norm_topk_prob", True),
+        norm_topk_prob=True if qwen35 else f.bool("norm_topk_prob", True),
         shared_expert_intermediate_size=f.int("shared_expert_intermediate_size", 0, lo=0),
         moe_layers=moe_layers,
         linear_layers=linear_layers(inp.cfg, n_layers, where),
@@ -196,11 +205,11 @@ def _gguf_config(inp: GGUFInput) -> ModelConfig:
 
 FAMILY = Family(
     name="qwen3_next",
-    archs=(ARCH,),
+    archs=(ARCH, QWEN35),
     attention=("gqa",),
     routers=("softmax",),
-    hf_model_types={"qwen3_next": ARCH},
-    hf_arch_classes={"Qwen3NextForCausalLM": ARCH},
+    hf_model_types={"qwen3_next": ARCH, "qwen3_5_moe_text": QWEN35},
+    hf_arch_classes={"Qwen3NextForCausalLM": ARCH, "Qwen3_5MoeForCausalLM": QWEN35},
     hf_names=_NAMES,
     hf_config=_hf_config,
     gguf_architectures=(),
