@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 
 import colibri
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
-from support.qwen3_next_factory import VOCAB, build_qwen3_next
+from support.qwen3_next_factory import VOCAB, build_qwen3_5_multimodal, build_qwen3_next
 
 RTOL = 1e-4
 N_PROMPT, N_GREEDY = 140, 20
@@ -172,3 +172,17 @@ def test_qwen3_5_moe_text_model_matches_transformers(tmp_path: Path) -> None:
         got.append(int(np.argmax(logits)))
         logits = s.forward([got[-1]])
     assert got == ref_tokens
+
+
+def test_qwen3_5_moe_multimodal_checkpoint_runs_its_text_model(tmp_path: Path) -> None:
+    """The released form (Qwen3_5MoeForConditionalGeneration): text_config, the text
+    model under model.language_model, the vision tower skipped; text prompts match
+    transformers' multimodal model fed token ids only."""
+    d, model = build_qwen3_5_multimodal(tmp_path / "q35-mm", seed=4)
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    m = load(d)
+    assert m.config.arch == "qwen3_5_moe" and m.config.hidden_size == 32
+    s = m.session()
+    ref = reference_logits(model, ids)
+    close(s.forward(ids[:-1], all_logits=True), ref[:-1], "qwen3.5 multimodal prefill")
+    close(s.forward(ids[-1:]), ref[-1], "qwen3.5 multimodal decode")

@@ -48,15 +48,7 @@ def qwen3_5_text_config(**over: Any) -> transformers.Qwen3_5MoeTextConfig:
 
 
 @torch.no_grad()
-def build_qwen3_next(out: Path, *, seed: int = 0, qwen3_5: bool = False,
-                     **over: Any) -> tuple[Path, torch.nn.Module]:  # fmt: skip
-    """Write the checkpoint to ``out`` (save_pretrained) and return it with the model;
-    ``qwen3_5``: Qwen3.5-MoE's text model (Qwen3_5MoeForCausalLM) instead."""
-    torch.manual_seed(seed)
-    if qwen3_5:
-        model = transformers.Qwen3_5MoeForCausalLM(qwen3_5_text_config(**over)).float().eval()
-    else:
-        model = transformers.Qwen3NextForCausalLM(qwen3_next_config(**over)).float().eval()
+def _randomize(model: torch.nn.Module) -> None:
     for name, p in model.named_parameters():
         if name.endswith("A_log"):
             p.uniform_(-1.0, 1.0)  # decays exp(A_log) * softplus(.) around 0.2 .. 3
@@ -74,6 +66,37 @@ def build_qwen3_next(out: Path, *, seed: int = 0, qwen3_5: bool = False,
             p.normal_(0.0, 1.0 / p.shape[-1] ** 0.5)
         else:
             p.normal_(0.0, 0.2)
+
+
+@torch.no_grad()
+def build_qwen3_5_multimodal(out: Path, *, seed: int = 0) -> tuple[Path, torch.nn.Module]:
+    """Qwen3.5-MoE as released, a multimodal checkpoint (Qwen3_5MoeForConditionalGeneration:
+    the text model under ``model.language_model``, a one-block vision tower under
+    ``model.visual``), with the text model's sizes as above."""
+    torch.manual_seed(seed)
+    vision = dict(depth=1, hidden_size=16, num_heads=2, intermediate_size=32, out_hidden_size=32,
+                  patch_size=2, spatial_merge_size=2, temporal_patch_size=1, in_channels=3,
+                  num_position_embeddings=16)  # fmt: skip
+    cfg = transformers.Qwen3_5MoeConfig(text_config=qwen3_5_text_config().to_dict(),
+                                        vision_config=vision)  # fmt: skip
+    model = transformers.Qwen3_5MoeForConditionalGeneration(cfg).float().eval()
+    _randomize(model)
+    model.save_pretrained(out, safe_serialization=True)
+    model.requires_grad_(False)
+    return out, model
+
+
+@torch.no_grad()
+def build_qwen3_next(out: Path, *, seed: int = 0, qwen3_5: bool = False,
+                     **over: Any) -> tuple[Path, torch.nn.Module]:  # fmt: skip
+    """Write the checkpoint to ``out`` (save_pretrained) and return it with the model;
+    ``qwen3_5``: Qwen3.5-MoE's text model (Qwen3_5MoeForCausalLM) instead."""
+    torch.manual_seed(seed)
+    if qwen3_5:
+        model = transformers.Qwen3_5MoeForCausalLM(qwen3_5_text_config(**over)).float().eval()
+    else:
+        model = transformers.Qwen3NextForCausalLM(qwen3_next_config(**over)).float().eval()
+    _randomize(model)
     model.save_pretrained(out, safe_serialization=True)
     model.requires_grad_(False)
     return out, model

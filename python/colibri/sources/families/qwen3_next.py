@@ -8,7 +8,11 @@ behind a sigmoid gate).
   (``in_proj_qkv`` already in the convolution's channel order, ``in_proj_z``, ``in_proj_b``,
   ``in_proj_a``), every FFN MoE and the top-k weights always renormalized. Its RoPE is
   multimodal (sections of the frequencies follow time, height and width positions); for
-  text the three positions are the token's, which is plain RoPE.
+  text the three positions are the token's, which is plain RoPE. The multimodal
+  checkpoint (``qwen3_5_moe`` / ``Qwen3_5MoeForConditionalGeneration``) loads as its text
+  model: ``text_config`` read over the top level, ``model.language_model.*`` as
+  ``model.*``, the vision tower (``model.visual.*``) skipped. colibri takes text only (an
+  image in a request is refused as every family's is).
 
 * Layer schedule: config.json's ``layer_types`` ("linear_attention" / "full_attention"),
   else transformers' default from ``full_attention_interval`` (every n-th layer full,
@@ -199,6 +203,14 @@ def _split(
     return out, frozenset(used), None
 
 
+def _text_tensor(name: str) -> str | None:
+    """A multimodal Qwen3.5 checkpoint's tensor as its text model names it (None: the
+    vision tower's, skipped)."""
+    if name.startswith("model.language_model."):
+        return "model." + name[len("model.language_model.") :]
+    return None if name.startswith("model.visual.") else name
+
+
 def _gguf_config(inp: GGUFInput) -> ModelConfig:
     raise UnsupportedError(f"{inp.where}: Qwen3-Next GGUF files are not supported yet")
 
@@ -208,11 +220,17 @@ FAMILY = Family(
     archs=(ARCH, QWEN35),
     attention=("gqa",),
     routers=("softmax",),
-    hf_model_types={"qwen3_next": ARCH, "qwen3_5_moe_text": QWEN35},
-    hf_arch_classes={"Qwen3NextForCausalLM": ARCH, "Qwen3_5MoeForCausalLM": QWEN35},
+    hf_model_types={"qwen3_next": ARCH, "qwen3_5_moe_text": QWEN35, "qwen3_5_moe": QWEN35},
+    hf_arch_classes={
+        "Qwen3NextForCausalLM": ARCH,
+        "Qwen3_5MoeForCausalLM": QWEN35,
+        "Qwen3_5MoeForConditionalGeneration": QWEN35,
+    },
     hf_names=_NAMES,
     hf_config=_hf_config,
     gguf_architectures=(),
     gguf_config=_gguf_config,
     hf_experts=_split,
+    hf_text_config="text_config",
+    hf_rename=_text_tensor,
 )
