@@ -107,6 +107,23 @@ def test_greedy_continuation_matches_transformers(tiny: tuple[Path, torch.nn.Mod
     assert got == ref_tokens
 
 
+def test_a_native_container_computes_the_same_bits(
+    tiny: tuple[Path, torch.nn.Module], tmp_path: Path
+) -> None:
+    """``colibri convert`` keeps the cut projections, the convolution vector and the new
+    config fields: the container's logits are the checkpoint's, bit for bit."""
+    from colibri.convert import verify_container, write_container
+
+    d, _ = tiny
+    write_container(d, tmp_path / "native")
+    verify_container(tmp_path / "native")
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    native = load(tmp_path / "native")
+    assert native.config.linear_layers == (True, False, True, False)
+    a = load(d).session().forward(ids, all_logits=True)
+    np.testing.assert_array_equal(native.session().forward(ids, all_logits=True), a)
+
+
 def with_tensor(src: Path, dst: Path, name: str, value: torch.Tensor) -> Path:
     dst.mkdir()
     for f in src.iterdir():
