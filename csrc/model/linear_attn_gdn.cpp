@@ -40,17 +40,22 @@ struct HeadRows {
 constexpr int64_t kChunk = 64;  // transformers' chunk_size
 
 // Token by token (torch_recurrent_gated_delta_rule): S *= exp(g);
-// S += k (beta (v - S^T k))^T; o = S^T q.
+// S += k (beta (v - S^T k))^T; o = S^T q. Two passes over S per token (its operations in
+// transformers' order).
 void delta_rule_recurrent(const HeadRows& r, int64_t n, float* S) {
   const int64_t dk = r.dk, dv = r.dv;
   std::vector<float> delta(static_cast<std::size_t>(dv));
   for (int64_t t = 0; t < n; ++t) {
     const float *q = r.q + t * r.stride, *k = r.k + t * r.stride, *v = r.v + t * r.stride;
     const float beta = r.beta[t * r.gstride], decay = std::exp(r.g[t * r.gstride]);
-    for (int64_t i = 0; i < dk * dv; ++i) S[i] *= decay;
     std::fill(delta.begin(), delta.end(), 0.0f);
-    for (int64_t i = 0; i < dk; ++i)
-      for (int64_t j = 0; j < dv; ++j) delta[static_cast<std::size_t>(j)] += S[i * dv + j] * k[i];
+    for (int64_t i = 0; i < dk; ++i) {  // the decay and S^T k in one pass over S
+      float* Si = S + i * dv;
+      for (int64_t j = 0; j < dv; ++j) {
+        Si[j] *= decay;
+        delta[static_cast<std::size_t>(j)] += Si[j] * k[i];
+      }
+    }
     for (int64_t j = 0; j < dv; ++j) delta[static_cast<std::size_t>(j)] = (v[j] - delta[static_cast<std::size_t>(j)]) * beta;
     float* o = r.out + t * r.ostride;
     std::fill(o, o + dv, 0.0f);
