@@ -204,6 +204,7 @@ void bind_engine(py::module_& m) {
       .def_readwrite("linear_key_head_dim", &ModelSpec::linear_key_head_dim)
       .def_readwrite("linear_value_head_dim", &ModelSpec::linear_value_head_dim)
       .def_readwrite("linear_conv_kernel", &ModelSpec::linear_conv_kernel)
+      .def_readwrite("linear_chunked_min_tokens", &ModelSpec::linear_chunked_min_tokens)
       .def_readwrite("attention_output_gate", &ModelSpec::attention_output_gate)
       .def_readwrite("norm_weight_offset", &ModelSpec::norm_weight_offset)
       .def_readwrite("n_mtp_layers", &ModelSpec::n_mtp_layers);

@@ -145,7 +145,7 @@ void delta_rule_chunked(const HeadRows& r, int64_t n, float* S) {
 GatedDeltaNet::GatedDeltaNet(const ModelSpec& s, GdnWeights weights)
     : w_(weights), hidden_(s.hidden_size), nk_(s.linear_num_key_heads), nv_(s.linear_num_value_heads),
       dk_(s.linear_key_head_dim), dv_(s.linear_value_head_dim), kernel_(s.linear_conv_kernel),
-      channels_(2 * nk_ * dk_ + nv_ * dv_), eps_(s.rms_norm_eps) {}
+      channels_(2 * nk_ * dk_ + nv_ * dv_), chunked_min_(s.linear_chunked_min_tokens), eps_(s.rms_norm_eps) {}
 
 int64_t GatedDeltaNet::state_floats(const ModelSpec& s) {
   const int64_t channels = 2 * s.linear_num_key_heads * s.linear_key_head_dim +
@@ -253,8 +253,8 @@ void GatedDeltaNet::forward(AttentionContext& ctx, const float* x, int64_t n, in
     }
   });
 
-  // The delta rule, one value head per task (its state is its own): the chunked form for
-  // a prefill of at least one chunk, the recurrent one otherwise (the same values).
+  // The delta rule, one value head per task (its state is its own): the chunked form for a
+  // forward of at least chunked_min_ tokens, the recurrent one otherwise (the same values).
   const int64_t group = nv_ / nk_;
   ctx.pool.parallel_for(nv_, 1, [&](int64_t h0, int64_t h1, int) {
     for (int64_t h = h0; h < h1; ++h) {
@@ -262,7 +262,7 @@ void GatedDeltaNet::forward(AttentionContext& ctx, const float* x, int64_t n, in
       HeadRows r{conv + kh * dk_, conv + kd + kh * dk_, conv + 2 * kd + h * dv_, C,
                  b + h, a + h, nv_, o + h * dv_, vd, dk_, dv_};
       float* S = heads + h * dk_ * dv_;
-      if (n >= kChunk) delta_rule_chunked(r, n, S);
+      if (chunked_min_ > 0 && n >= chunked_min_) delta_rule_chunked(r, n, S);
       else delta_rule_recurrent(r, n, S);
     }
   });

@@ -8,10 +8,11 @@
 // the delta rule on a (key dim x value dim) F32 state S:
 //   S *= exp(g);  S += k (beta (v - S^T k))^T;  o = S^T q
 // then o RMS-normed per head, times the norm weight and silu(z), and projected back.
-// That is transformers' torch_recurrent_gated_delta_rule, run here for forwards shorter
-// than one 64-token chunk; longer ones run its chunked form (torch_chunk_gated_delta_rule:
-// a triangular solve per chunk, then products with the state), the same values in another
-// order. Both scalar for now (no SIMD kernels yet).
+// That is transformers' torch_recurrent_gated_delta_rule. Its chunked form
+// (torch_chunk_gated_delta_rule: 64-token chunks, a triangular solve per chunk, then
+// products with the state; the same values in another order) is here too, for forwards of
+// at least ModelSpec::linear_chunked_min_tokens; both scalar, and until the chunked form
+// has blocked SIMD kernels the recurrent one is the faster, so colibri runs it throughout.
 //
 // The state a sequence carries (the convolution's last conv_kernel - 1 inputs, then every
 // head's S) lives in the session's KvCache (KvLayerLayout::state_floats): fixed size,
@@ -54,6 +55,7 @@ class GatedDeltaNet final : public AttentionLayer {
   GdnWeights w_;
   int64_t hidden_, nk_, nv_, dk_, dv_, kernel_;
   int64_t channels_;  // 2 * nk * dk + nv * dv
+  int64_t chunked_min_;  // forwards of at least this many tokens run the chunked form (0: never)
   float eps_;
 };
 

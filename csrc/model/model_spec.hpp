@@ -106,6 +106,10 @@ struct ModelSpec {
   int64_t linear_key_head_dim = 0;
   int64_t linear_value_head_dim = 0;
   int64_t linear_conv_kernel = 0;
+  // Forwards of at least this many tokens run the delta rule's chunked form, shorter ones
+  // the recurrent form (0: always recurrent). Both scalar today, and the recurrent form is
+  // the faster (docs/linear-attention.md), so colibri leaves it 0; the tests set it.
+  int64_t linear_chunked_min_tokens = 0;
   // GQA: q_proj's per-head gate (blk.{i}.attn_gate), sigmoid(gate) * attention output
   // before the output projection.
   bool attention_output_gate = false;

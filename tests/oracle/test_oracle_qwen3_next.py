@@ -4,8 +4,8 @@ and gated full-attention layers (1 and 3) with partial RoPE and zero-centred nor
 FFN with a gated shared expert. The prompt (140 tokens) is longer than two of the 64-token
 chunks transformers' prefill computes the delta rule in (torch_chunk_gated_delta_rule);
 its decode runs the recurrent form (torch_recurrent_gated_delta_rule). colibri runs the
-chunked form for a forward of 64 tokens or more, the recurrent one otherwise; the two are
-checked against each other too.
+recurrent form throughout (today the faster); its chunked form, switched on here for
+forwards of 64 tokens or more, is checked against transformers and the recurrent form.
 
 Every logit at every position within 1e-4 of the largest, for one prefill, for a prefill
 in chunks and for a prefill followed by token-by-token decode; the same greedy 20 tokens;
@@ -16,6 +16,7 @@ bound is not met by accident.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import colibri
+from colibri.engine import handle
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
 from support.qwen3_next_factory import VOCAB, build_qwen3_5_multimodal, build_qwen3_next
 
@@ -41,8 +43,22 @@ def close(got: np.ndarray, ref: np.ndarray, what: str) -> None:
     assert err <= tol, f"{what}: max |delta| {err:.3g} > {tol:.3g}"
 
 
-def load(d: Path, **engine: object) -> colibri.Model:
-    return colibri.Model.load(d, engine=colibri.EngineConfig(context_length=256, **engine))
+def load(d: Path, *, chunked: bool = False, **engine: object) -> colibri.Model:
+    """The model; ``chunked``: forwards of 64 tokens or more run the delta rule's chunked
+    form (ModelSpec.linear_chunked_min_tokens, which colibri leaves 0: recurrent only)."""
+    cfg = colibri.EngineConfig(context_length=256, **engine)
+    if not chunked:
+        return colibri.Model.load(d, engine=cfg)
+    plain = handle.model_spec
+
+    def spec(*args: Any, **kw: Any) -> Any:
+        s = plain(*args, **kw)
+        s.linear_chunked_min_tokens = 64
+        return s
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(handle, "model_spec", spec)
+        return colibri.Model.load(d, engine=cfg)
 
 
 def test_the_model_exercises_what_it_should(tiny: tuple[Path, torch.nn.Module]) -> None:
@@ -58,11 +74,14 @@ def test_the_model_exercises_what_it_should(tiny: tuple[Path, torch.nn.Module]) 
     assert float(la.A_log.std()) > 0.1 and float(la.dt_bias.std()) > 0.1
 
 
-def test_prefill_and_decode_match_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:
+@pytest.mark.parametrize("chunked", [False, True], ids=["recurrent", "chunked"])
+def test_prefill_and_decode_match_transformers(
+    tiny: tuple[Path, torch.nn.Module], chunked: bool
+) -> None:
     d, model = tiny
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
     ref = reference_logits(model, ids)
-    m = load(d)
+    m = load(d, chunked=chunked)
     close(m.session().forward(ids, all_logits=True), ref, "prefill")
     s = m.session()
     half = 70
@@ -80,13 +99,12 @@ def test_chunked_prefill_matches_transformers(tiny: tuple[Path, torch.nn.Module]
 
 
 def test_the_chunked_and_recurrent_forms_agree(tiny: tuple[Path, torch.nn.Module]) -> None:
-    """A prefill of 64 tokens or more runs the chunked form (chunks of 64, the last one
-    short), shorter forwards the recurrent one: the same logits to within rounding."""
+    """The chunked form over 140 tokens (chunks of 64, the last one short) and the
+    recurrent one: the same logits to within rounding."""
     d, _ = tiny
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
-    m = load(d)
-    chunked = m.session().forward(ids, all_logits=True)
-    s = m.session()
+    chunked = load(d, chunked=True).session().forward(ids, all_logits=True)
+    s = load(d).session()
     recurrent = np.concatenate([s.forward(ids[i : i + 16], all_logits=True)
                                 for i in range(0, N_PROMPT, 16)])  # fmt: skip
     err = float(np.abs(chunked - recurrent).max())
@@ -177,6 +195,7 @@ def test_qwen3_5_moe_text_model_matches_transformers(tmp_path: Path) -> None:
     m = load(d)
     assert (m.config.arch, m.config.linear_layers) == ("qwen3_5_moe", (True, False, True, False))
     close(m.session().forward(ids, all_logits=True), ref, "qwen3.5 prefill")
+    close(load(d, chunked=True).session().forward(ids, all_logits=True), ref, "chunked prefill")
     s = m.session()
     s.forward(ids[:100])
     for pos in range(100, N_PROMPT):

@@ -445,6 +445,7 @@ class ModelSpec:
     linear_key_head_dim: int
     linear_value_head_dim: int
     linear_conv_kernel: int
+    linear_chunked_min_tokens: int
     attention_output_gate: bool
     norm_weight_offset: float
     expert_bias: bool
