@@ -95,3 +95,14 @@ def test_value_heads_must_group_over_key_heads(tiny: Path, tmp_path: Path) -> No
     d = with_config(tiny, tmp_path / "m", linear_num_key_heads=3)
     with pytest.raises(ModelFormatError, match="not a multiple of"):
         load_hf(d)
+
+
+def test_the_budget_counts_the_state_and_the_work_buffers(tiny: Path) -> None:
+    """Per session the state (F32, any context): 2 linear layers x (3 history rows of 64
+    channels + 4 heads' 8 x 8 matrices); per token of a forward the linear layer's buffers
+    (2 x 64 channels, 2 x 32 for z and the outputs, 2 x 4 for b and a) and the gate's 64."""
+    from colibri.sources.linear_attn import linear_state_bytes, linear_work_floats
+
+    cfg = load_hf(tiny).config
+    assert linear_state_bytes(cfg) == 4 * 2 * (3 * 64 + 4 * 8 * 8)
+    assert linear_work_floats(cfg) == 64 + 2 * 64 + 2 * 32 + 2 * 4

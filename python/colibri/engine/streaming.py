@@ -24,7 +24,7 @@ from ..errors import ModelIOError, UnsupportedError
 from ..settings.config import EngineConfig, default_history_dir
 from ..settings.table import copy_to_core
 from ..sources import Manifest, ModelConfig
-from ..sources.linear_attn import linear_state_bytes
+from ..sources.linear_attn import linear_state_bytes, linear_work_floats
 from ..sources.validate import is_full_indexer_layer
 from .budget import BudgetPlan, estimate_work_bytes, kv_layers_bytes, plan_budget
 from .stats import ExpertStats, MemoryStats, PhaseTimes
@@ -188,7 +188,7 @@ def _kv_and_work(manifest: Manifest, engine: EngineConfig,
         context_length=context_length, threads=engine.threads.team_size(),
         # a forward's batch is one prefill chunk (the whole prompt when chunking is off)
         batch=engine.prefill_chunk if engine.prefill_chunk is not None else context_length,
-        extra_per_token=_mla_work_floats(c),
+        extra_per_token=_mla_work_floats(c) + linear_work_floats(c),
         # MLA attends over the latent row (MQA: the latent and rope key, values the latent)
         attn_key_dim=c.kv_lora_rank + c.qk_rope_head_dim if c.is_mla else 0,
         attn_value_dim=c.kv_lora_rank if c.is_mla else 0,

@@ -44,6 +44,19 @@ def linear_state_bytes(cfg: ModelConfig) -> int:
     return 4 * per_layer * sum(1 for i in range(cfg.n_layers) if cfg.is_linear(i))
 
 
+def linear_work_floats(cfg: ModelConfig) -> int:
+    """Per-token floats of the buffers the Gated DeltaNet adds to a forward
+    (csrc/model/linear_attn_gdn.cpp: the q/k/v projection and its convolution, z and the
+    heads' outputs, b and a; the convolution's few history rows left out), plus the
+    attention output gate's (attention_output_gate); 0 for a model with neither."""
+    gate = cfg.n_heads * cfg.head_dim if cfg.attention_output_gate else 0
+    if not any(cfg.linear_layers):
+        return gate
+    nv, vd = cfg.linear_num_value_heads, cfg.linear_num_value_heads * cfg.linear_value_head_dim
+    channels = 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim + vd
+    return gate + 2 * channels + 2 * vd + 2 * nv
+
+
 def check_linear_fields(cfg: ModelConfig, where: object) -> None:
     """linear_layers one true/false per layer; when any is true, head counts and sizes > 0
     with the value heads a multiple of the key heads (each key head serves a group of
