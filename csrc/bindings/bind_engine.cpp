@@ -207,7 +207,16 @@ void bind_engine(py::module_& m) {
       .def_readwrite("hc_mult", &ModelSpec::hc_mult)
       .def_readwrite("hc_sinkhorn_iters", &ModelSpec::hc_sinkhorn_iters)
       .def_readwrite("hc_eps", &ModelSpec::hc_eps)
-      .def_readwrite("hash_layers", &ModelSpec::hash_layers);
+      .def_readwrite("hash_layers", &ModelSpec::hash_layers)
+      .def_readwrite("linear_layers", &ModelSpec::linear_layers)
+      .def_readwrite("linear_num_key_heads", &ModelSpec::linear_num_key_heads)
+      .def_readwrite("linear_num_value_heads", &ModelSpec::linear_num_value_heads)
+      .def_readwrite("linear_key_head_dim", &ModelSpec::linear_key_head_dim)
+      .def_readwrite("linear_value_head_dim", &ModelSpec::linear_value_head_dim)
+      .def_readwrite("linear_conv_kernel", &ModelSpec::linear_conv_kernel)
+      .def_readwrite("linear_chunked_min_tokens", &ModelSpec::linear_chunked_min_tokens)
+      .def_readwrite("attention_output_gate", &ModelSpec::attention_output_gate)
+      .def_readwrite("norm_weight_offset", &ModelSpec::norm_weight_offset);
 
   py::enum_<CachePolicy>(m, "CachePolicy")
       .value("lru", CachePolicy::Lru)

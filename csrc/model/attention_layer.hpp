@@ -56,6 +56,8 @@ struct AttentionScratch {
   // Cleared by the engine at the start of every forward.
   std::vector<int32_t> dsa_keys;
   std::vector<int64_t> dsa_offsets;
+  std::vector<float> gdn;  // linear attention (linear_attn_gdn.cpp): projections, conv, outputs
+  std::vector<float> gate;  // GQA with attention_output_gate: the gate per token
 };
 
 // One session's rows in a batched forward (continuous batching): n tokens at positions

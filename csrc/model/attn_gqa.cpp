@@ -45,6 +45,7 @@ GqaWeights GqaAttention::resolve(const ModelSpec& s, const WeightStore& store, i
   }
   if (s.attention_sinks) w.sinks = req(p + "attn_sinks", 1, s.n_heads);
   if (s.attention_out_bias) w.o_bias = req(p + "attn_output.bias", 1, d);
+  if (s.attention_output_gate) w.gate = req(p + "attn_gate", qd, d);
   return w;
 }
 
@@ -101,6 +102,7 @@ void GqaAttention::forward_segments(AttentionContext& ctx, const float* x, const
     }
     row0 += sg.n;
   }
+  if (w_.gate) apply_output_gate(ctx, x, n, qd);
   matmul(ctx.pool, w_.o->view(), ws.attn.data(), n, out, ctx.matmul, ctx.precision);
   if (w_.o_bias)
     for (int64_t t = 0; t < n; ++t) add_inplace(out + t * hidden_, w_.o_bias->f32(), hidden_);
@@ -150,6 +152,15 @@ void GqaAttention::attend(AttentionContext& ctx, KvCache& kv, int64_t layer, int
   p.window = window_;
   p.sinks = w_.sinks ? w_.sinks->f32() : nullptr;
   attn::run(ctx.pool, p, ws.kernel);
+}
+
+// Qwen3-Next: attention output *= sigmoid(x W_gate^T), per element, before o_proj.
+void GqaAttention::apply_output_gate(AttentionContext& ctx, const float* x, int64_t n, int64_t qd) {
+  std::vector<float>& g = ctx.scratch.gate;
+  g.resize(static_cast<std::size_t>(n * qd));
+  matmul(ctx.pool, w_.gate->view(), x, n, g.data(), ctx.matmul, ctx.precision);
+  float* a = ctx.scratch.attn.data();
+  for (int64_t i = 0; i < n * qd; ++i) a[i] *= 1.0f / (1.0f + std::exp(-g[static_cast<std::size_t>(i)]));
 }
 
 void RopeRows::bind(const std::vector<float>& freq, float f, int64_t n) {

@@ -21,6 +21,7 @@ struct GqaWeights {
   const Tensor* k_norm = nullptr;
   const Tensor* sinks = nullptr;   // attention_sinks only: (n_heads,)
   const Tensor* o_bias = nullptr;  // attention_out_bias only: (hidden,)
+  const Tensor* gate = nullptr;    // attention_output_gate only: (n_heads * head_dim, hidden)
 };
 
 class GqaAttention final : public AttentionLayer {
@@ -43,6 +44,7 @@ class GqaAttention final : public AttentionLayer {
  private:
   void store_row(AttentionScratch& ws, int64_t t, int64_t pos, KvCache& kv, int64_t layer);
   void attend(AttentionContext& ctx, KvCache& kv, int64_t layer, int64_t t0, int64_t pos0, int64_t n);
+  void apply_output_gate(AttentionContext& ctx, const float* x, int64_t n, int64_t qd);
 
   GqaWeights w_;
   int64_t hidden_, n_heads_, n_kv_heads_, head_dim_;

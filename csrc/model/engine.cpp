@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "common/errors.hpp"
+#include "model/norm_offset.hpp"
 #include "quant/dot_tiles.hpp"
 
 namespace colibri {
@@ -195,6 +196,7 @@ Engine::Engine(ModelSpec spec, const std::vector<TensorSpec>& tensors,
   lane_bytes_ = weights_.pack_lanes(pool_, lane_layout_pays);
   store_ = std::make_unique<ExpertStore>(spec_.n_layers + spec_.n_mtp_layers, spec_.n_experts,
                                          expert_sources(spec_, tensors, blobs), files);
+  apply_norm_weight_offset(spec_, weights_);
   resolve_layers();
 }
 

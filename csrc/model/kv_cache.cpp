@@ -52,6 +52,27 @@ KvCache::KvCache(std::vector<KvLayerLayout> layers, int64_t context_length, DTyp
     if (ring_.back() > 0) max_window_ = std::max(max_window_, l.window);
   }
   per_position_ = kv_bytes_per_position(layout_, type_);
+  for (const auto& l : layout_) {
+    if (l.state_floats < 0) fail(ErrorKind::InvalidArgument, "KV cache: a negative state size");
+    state_.emplace_back(static_cast<std::size_t>(l.state_floats), 0.0f);
+    state_tokens_.push_back(l.state_floats > 0 ? 0 : -1);
+    state_bytes_ += static_cast<std::size_t>(l.state_floats) * sizeof(float);
+  }
+}
+
+int64_t KvCache::state_tokens() const {
+  int64_t n = -2;  // none seen yet
+  for (std::size_t i = 0; i < layout_.size(); ++i) {
+    if (layout_[i].state_floats == 0) continue;
+    if (n == -2) n = state_tokens_[i];
+    else if (state_tokens_[i] != n) return -1;
+  }
+  return n == -2 ? -1 : n;
+}
+
+void KvCache::forget_state() {
+  for (std::size_t i = 0; i < layout_.size(); ++i)
+    if (layout_[i].state_floats > 0) state_tokens_[i] = -1;
 }
 
 int64_t KvCache::rows_at(std::size_t i, int64_t n) const { return ring_[i] > 0 ? std::min(n, ring_[i]) : n; }
@@ -68,7 +89,7 @@ std::size_t KvCache::bytes_for(int64_t n) const {
 }
 
 std::size_t KvCache::bytes_at(int64_t n) const {
-  std::size_t b = 0;
+  std::size_t b = state_bytes_;  // linear-attention layers' state: the same at any n
   for (std::size_t i = 0; i < layout_.size(); ++i)
     b += static_cast<std::size_t>(rows_at(i, n)) * (k_row_[i] + v_row_[i]);
   return b;
@@ -191,6 +212,7 @@ void KvCache::import_from(int64_t n, const uint8_t* in, std::size_t size) {
     }
   }
   lost_below_ = lost;
+  forget_state();
 }
 
 bool KvCache::same_format(const KvCache& o) const {
@@ -198,7 +220,8 @@ bool KvCache::same_format(const KvCache& o) const {
   for (std::size_t i = 0; i < layout_.size(); ++i) {
     const KvLayerLayout &a = layout_[i], &b = o.layout_[i];
     if (a.k_heads != b.k_heads || a.k_dim != b.k_dim || a.v_heads != b.v_heads || a.v_dim != b.v_dim ||
-        ring_[i] != o.ring_[i] || a.window != b.window)
+        ring_[i] != o.ring_[i] || a.window != b.window ||
+        a.state_floats != b.state_floats)
       return false;
   }
   return true;
@@ -233,6 +256,13 @@ void KvCache::copy_prefix(const KvCache& other, int64_t n) {
     }
   }
   lost_below_ = lost;
+  // The source's state is the state after exactly its consumed tokens: usable only then.
+  if (has_state() && other.state_tokens() == n) {
+    state_ = other.state_;
+    state_tokens_ = other.state_tokens_;
+  } else {
+    forget_state();
+  }
 }
 
 void KvCache::truncate(int64_t L) {

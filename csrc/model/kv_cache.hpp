@@ -36,12 +36,17 @@ namespace colibri {
 // values. v_heads == 0 means the layer stores no separate values (MLA: the value is a
 // prefix of the key row). An MLA layer that runs the DSA indexer keeps the indexer's key
 // (one row of index_head_dim) on the V side (attn_mla.hpp).
+//
+// A linear-attention layer (model/linear_attn_gdn.hpp) keeps no rows per position but a
+// recurrent state of a fixed size per sequence: state_floats F32 values, held here beside
+// the rows (whatever the cache type) with the count of tokens it has consumed.
 struct KvLayerLayout {
   int64_t k_heads = 0, k_dim = 0;
   int64_t v_heads = 0, v_dim = 0;
   // A sliding-window layer's window (its queries see the last `window` positions, their
   // own included): the layer keeps a ring of kv_ring_positions(window) positions. 0: all.
   int64_t window = 0;
+  int64_t state_floats = 0;
   int64_t k_width() const { return k_heads * k_dim; }
   int64_t v_width() const { return v_heads * v_dim; }
 };
@@ -89,6 +94,20 @@ class KvCache {
   void require_rollback(int64_t L, const char* what) const;
   // The session now holds L positions (a rollback, a reset): require_rollback(L).
   void truncate(int64_t L);
+
+  // Linear-attention layers' recurrent state (see KvLayerLayout): F32, zeroed at first.
+  // state_tokens(layer): the tokens it has consumed, -1 when unknown (after an import, a
+  // copy or a failed forward); state_tokens(): the count all state layers agree on, else -1.
+  // The positions' rows and the state are separate: export_to / import_from / copy_prefix
+  // move the rows only (copy_prefix also the state when the source's holds exactly n).
+  // bytes_at() and bytes() count the state too; bytes_for() (an export's size) does not.
+  bool has_state() const { return state_bytes_ > 0; }
+  std::size_t state_bytes() const { return state_bytes_; }
+  float* state(int64_t layer) { return state_[static_cast<std::size_t>(layer)].data(); }
+  int64_t state_tokens(int64_t layer) const { return state_tokens_[static_cast<std::size_t>(layer)]; }
+  void set_state_tokens(int64_t layer, int64_t n) { state_tokens_[static_cast<std::size_t>(layer)] = n; }
+  int64_t state_tokens() const;
+  void forget_state();  // every layer's count to -1 (the state must be recomputed)
 
   // Makes positions [0, n) addressable (n <= context_length). Existing entries are kept.
   void reserve(int64_t n);
@@ -154,6 +173,9 @@ class KvCache {
   std::vector<int64_t> ring_;  // per layer: ring positions (0: all)
   int64_t max_window_ = 0;     // the widest ring layer's window (0: no ring)
   int64_t lost_below_ = 0;     // positions below were overwritten in a ring
+  std::vector<std::vector<float>> state_;
+  std::vector<int64_t> state_tokens_;
+  std::size_t state_bytes_ = 0;
 };
 
 // Bytes of one position's keys and values at `type` for these layouts (the Python budget's

@@ -111,6 +111,24 @@ struct ModelSpec {
   int64_t hc_sinkhorn_iters = 0;
   float hc_eps = 0.0f;
   std::vector<uint8_t> hash_layers;
+  // Hybrid linear attention (Qwen3-Next; model/linear_attn_gdn.hpp): per layer 1 where the
+  // layer runs a Gated DeltaNet instead of attention (empty: none), its heads and sizes.
+  std::vector<uint8_t> linear_layers;
+  int64_t linear_num_key_heads = 0;
+  int64_t linear_num_value_heads = 0;
+  int64_t linear_key_head_dim = 0;
+  int64_t linear_value_head_dim = 0;
+  int64_t linear_conv_kernel = 0;
+  // Forwards of at least this many tokens run the delta rule's chunked form, shorter ones
+  // the recurrent form (0: always recurrent). Both scalar today, and the recurrent form is
+  // the faster (docs/linear-attention.md), so colibri leaves it 0; the tests set it.
+  int64_t linear_chunked_min_tokens = 0;
+  // GQA: q_proj's per-head gate (blk.{i}.attn_gate), sigmoid(gate) * attention output
+  // before the output projection.
+  bool attention_output_gate = false;
+  // Added once at load to every residual-stream norm weight (attn_norm, ffn_norm,
+  // output_norm) and QK-norm weight: Qwen3-Next's zero-centred norms scale by 1 + w.
+  float norm_weight_offset = 0.0f;
 };
 
 // One tensor of the manifest, as the core sees it.

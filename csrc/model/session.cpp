@@ -104,6 +104,7 @@ void Session::forward(const int32_t* ids, int64_t n, bool all_logits, float* log
   const bool keep_rings = kv_->has_ring() && n > kRingSlack + 1;
   KvCache::RingState rings = keep_rings ? kv_->save_rings() : KvCache::RingState{};
   try {
+    replay_state(&stop, &stats.delta, chunk);
     for (int64_t done = 0; done < n;) {
       const int64_t len = std::min(chunk, n - done);
       const bool last = done + len == n;
@@ -120,11 +121,13 @@ void Session::forward(const int32_t* ids, int64_t n, bool all_logits, float* log
       fail(ErrorKind::Cancelled, "the forward was interrupted");
   } catch (const Error& e) {
     if (keep_rings) kv_->restore_rings(std::move(rings));
+    if (kv_ && kv_->has_state()) kv_->forget_state();  // part of it ran: replayed next time
     if (e.kind() == ErrorKind::Cancelled && closing_.load())
       fail(ErrorKind::InvalidArgument, "the model was closed during this forward");
     throw;
   } catch (...) {
     if (keep_rings) kv_->restore_rings(std::move(rings));
+    if (kv_ && kv_->has_state()) kv_->forget_state();
     throw;
   }
   std::lock_guard<std::mutex> lock(mu_);  // commit: the tokens, their ids and routing at once
@@ -264,15 +267,20 @@ void Session::forward_batch(const std::vector<SessionStep>& steps, const CancelC
       if (!rings[i].k.empty()) steps[i].session->kv_->restore_rings(std::move(rings[i]));
   };
   try {
+    for (const SessionStep& st : steps) st.session->replay_state(&stop, &delta, 0);
     engine->forward_batch(rows, &stop, &delta);
     if (closing() || (cancelled && cancelled())) fail(ErrorKind::Cancelled, "the forward was interrupted");
   } catch (const Error& e) {
     restore();
+    for (const SessionStep& st : steps)
+      if (st.session->kv_ && st.session->kv_->has_state()) st.session->kv_->forget_state();
     if (e.kind() == ErrorKind::Cancelled && closing())
       fail(ErrorKind::InvalidArgument, "the model was closed during this forward");
     throw;
   } catch (...) {
     restore();
+    for (const SessionStep& st : steps)
+      if (st.session->kv_ && st.session->kv_->has_state()) st.session->kv_->forget_state();
     throw;
   }
   for (std::size_t i = 0; i < steps.size(); ++i) {  // commit: every session, each at once
@@ -432,6 +440,21 @@ void Session::copy_prefix_from(Session& other, int64_t n) {
   last_routing_.clear();
   last_routing_tokens_ = 0;
   if (mtp_) mtp_->restart(n);
+}
+
+void Session::replay_state(const CancelCheck* cancelled, ForwardStats* stats, int64_t chunk) {
+  if (!kv_->has_state()) return;
+  std::vector<int32_t> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ids = ids_;
+  }
+  const auto held = static_cast<int64_t>(ids.size());
+  if (held == 0 || kv_->state_tokens() == held) return;  // a forward at 0 starts from zeros
+  const int64_t step = chunk > 0 ? chunk : held;
+  for (int64_t done = 0; done < held; done += step)
+    engine_->forward(*kv_, done, ids.data() + done, std::min(step, held - done), false, nullptr, nullptr,
+                     cancelled, stats, nullptr);
 }
 
 bool Session::closed() const {

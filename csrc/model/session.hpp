@@ -124,6 +124,10 @@ class Session {
   class Busy;  // marks the session in use for one call (refuses a second)
   void require_open() const;  // mu_ held
   void release();             // mu_ held, not busy: frees the KV cache, drops the engine
+  // Linear-attention models: brings the recurrent state up to the session's tokens when it
+  // holds another count (after a rollback, an import, a partial copy or a failed forward)
+  // by running them again from position 0 (model/linear_attn_gdn.hpp). Busy held.
+  void replay_state(const CancelCheck* cancelled, ForwardStats* stats, int64_t chunk);
 
   std::shared_ptr<Engine> engine_;
   const ModelSpec spec_;  // a copy: stays readable after close()

@@ -447,6 +447,16 @@ class ModelSpec:
     router: RouterKind
     router_logit_bias: bool
     activation: FfnActivation  # (gpt-oss FFN fields grouped here, off stubgen's order)
+    # Hybrid linear attention (Qwen3-Next), grouped here too.
+    linear_layers: list[int]
+    linear_num_key_heads: int
+    linear_num_value_heads: int
+    linear_key_head_dim: int
+    linear_value_head_dim: int
+    linear_conv_kernel: int
+    linear_chunked_min_tokens: int
+    attention_output_gate: bool
+    norm_weight_offset: float
     expert_bias: bool
     tie_word_embeddings: bool
     def __init__(self) -> None:

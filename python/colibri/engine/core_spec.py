@@ -133,6 +133,7 @@ def model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
     spec.topk_group = cfg.topk_group
     spec.n_mtp_layers = cfg.n_mtp_layers
     _ffn_fields(cfg, spec)
+    _linear_fields(cfg, spec)
     if cfg.is_mla:
         spec.attention_kind = _core.AttentionKind.mla
         spec.q_lora_rank = cfg.q_lora_rank
@@ -199,3 +200,16 @@ def _tensor_spec(t: TensorInfo, checksums: bool, files: Sequence[Path]) -> _core
 def tensor_specs(manifest: Manifest, checksums: bool = True) -> list[_core.TensorSpec]:
     return [_tensor_spec(t, checksums, manifest.files) for t in manifest.tensors.values()
             if t.name not in _SPEC_TENSORS]
+
+
+def _linear_fields(cfg: ModelConfig, spec: _core.ModelSpec) -> None:
+    """Hybrid linear attention (Qwen3-Next): the Gated DeltaNet layers and their sizes, the
+    attention output gate and the norm weight offset."""
+    spec.linear_layers = [1 if cfg.is_linear(i) else 0 for i in range(cfg.n_layers)]
+    spec.linear_num_key_heads = cfg.linear_num_key_heads
+    spec.linear_num_value_heads = cfg.linear_num_value_heads
+    spec.linear_key_head_dim = cfg.linear_key_head_dim
+    spec.linear_value_head_dim = cfg.linear_value_head_dim
+    spec.linear_conv_kernel = cfg.linear_conv_kernel
+    spec.attention_output_gate = cfg.attention_output_gate
+    spec.norm_weight_offset = cfg.norm_weight_offset

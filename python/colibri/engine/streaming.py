@@ -24,6 +24,7 @@ from ..errors import ModelIOError, UnsupportedError
 from ..settings.config import EngineConfig, default_history_dir
 from ..settings.table import copy_to_core
 from ..sources import Manifest, ModelConfig
+from ..sources.linear_attn import linear_state_bytes, linear_work_floats
 from ..sources.validate import is_full_indexer_layer
 from .budget import BudgetPlan, estimate_work_bytes, kv_layers_bytes, plan_budget
 from .stats import ExpertStats, MemoryStats, PhaseTimes
@@ -90,6 +91,8 @@ def resident_bytes(manifest: Manifest) -> int:
 
 def _layer_kv_width(c: ModelConfig, layer: int) -> tuple[int, int]:
     """The (key, value) values one position keeps in layer `layer`'s KV cache."""
+    if c.is_linear(layer):  # a fixed-size recurrent state instead (linear_state_bytes)
+        return 0, 0
     if c.attention == "v4_sliding":  # DeepSeek-V4: one key-value row (K = V)
         return c.head_dim, 0
     if not c.is_mla:
@@ -191,7 +194,9 @@ def _kv_and_work(manifest: Manifest, engine: EngineConfig,
     """(one session's KV cache, its MTP layer's KV cache, the work buffers), bytes."""
     c = manifest.config
     kv_type = session_kv_type(manifest, engine)
-    kv = kv_layers_bytes(kv_layer_widths(c), context_length, kv_type, kv_layer_windows(c))
+    # Linear-attention layers' recurrent state: per session, whatever the context.
+    kv = (kv_layers_bytes(kv_layer_widths(c), context_length, kv_type, kv_layer_windows(c))
+          + linear_state_bytes(c))
     mtp_kv = kv_layers_bytes(mtp_kv_layer_widths(c), context_length, kv_type)
     work = estimate_work_bytes(
         vocab_size=c.vocab_size, hidden_size=c.hidden_size,
@@ -202,7 +207,7 @@ def _kv_and_work(manifest: Manifest, engine: EngineConfig,
         context_length=context_length, threads=engine.threads.team_size(),
         # a forward's batch is one prefill chunk (the whole prompt when chunking is off)
         batch=engine.prefill_chunk if engine.prefill_chunk is not None else context_length,
-        extra_per_token=_mla_work_floats(c) + _v4_work_floats(c),
+        extra_per_token=_mla_work_floats(c) + _v4_work_floats(c) + linear_work_floats(c),
         # MLA attends over the latent row (MQA: the latent and rope key, values the latent)
         attn_key_dim=c.kv_lora_rank + c.qk_rope_head_dim if c.is_mla else 0,
         attn_value_dim=c.kv_lora_rank if c.is_mla else 0,

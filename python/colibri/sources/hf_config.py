@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import UnsupportedError
+from ..errors import ModelFormatError, UnsupportedError
 from .families import HFInput, hf_family
 from .fields import ConfigFields, as_float, bad
 from .manifest import ModelConfig
@@ -76,6 +76,11 @@ def hf_config(
 ) -> ModelConfig:
     """Normalize a config.json (plus what the weights show) into a ModelConfig."""
     fam, arch = hf_family(cfg, d)
+    if fam.hf_text_config and fam.hf_text_config in cfg:
+        text = cfg[fam.hf_text_config]
+        if not isinstance(text, dict):
+            raise ModelFormatError(f"{d / 'config.json'}: {fam.hf_text_config} is not an object")
+        cfg = {**cfg, **text}
     where = d / "config.json"
     f = ConfigFields(cfg, where)
     hidden = f.int("hidden_size")

@@ -284,6 +284,8 @@ def load_hf(path: str | os.PathLike[str], *, allow_fp8: bool = True) -> Manifest
             if name in found:
                 raise ModelFormatError(f"{d}: tensor {shown(name)} appears in more than one shard")
             found[name] = (dtype, shape, Extent(fi, off, length))
+    if fam.hf_rename is not None:  # a multimodal checkpoint: its text model's tensors
+        found = {new: v for name, v in found.items() if (new := fam.hf_rename(name)) is not None}
     cfg = hf_config(raw_cfg, d, set(found), root)
 
     tensors: dict[str, TensorInfo] = {}

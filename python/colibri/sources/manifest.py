@@ -201,6 +201,20 @@ class ModelConfig:
     hc_sinkhorn_iters: int = 0
     hc_eps: float = 0.0
     hash_layers: tuple[bool, ...] = ()
+    # Hybrid linear attention (Qwen3-Next): per layer True where the layer runs a Gated
+    # DeltaNet (csrc/model/linear_attn_gdn.hpp) instead of attention (empty: none), with
+    # its key/value heads, head sizes and short-convolution width. attention_output_gate:
+    # the attention layers' q_proj also gives a per-head gate (blk.{i}.attn_gate),
+    # sigmoid(gate) scaling the attention output before o_proj. norm_weight_offset: added
+    # to the residual-stream and QK-norm weights (zero-centred norms scale by 1 + w).
+    linear_layers: tuple[bool, ...] = ()
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 0
+    attention_output_gate: bool = False
+    norm_weight_offset: float = 0.0
 
     @property
     def is_mla(self) -> bool:
@@ -209,6 +223,11 @@ class ModelConfig:
     @property
     def has_indexer(self) -> bool:
         return self.index_n_heads > 0
+
+    def is_linear(self, layer: int) -> bool:
+        """True when `layer` runs linear attention (a Gated DeltaNet) instead of attention."""
+        layers = self.linear_layers
+        return bool(layers) and layer < len(layers) and layers[layer]
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,8 @@ def _config(raw: Any, where: object) -> ModelConfig:
                 "max_position_embeddings", "tie_word_embeddings"):  # fmt: skip
         if key not in d:
             raise ModelFormatError(f"{where}: config: key {key!r} is missing")
-    for key in ("moe_layers", "eos_token_ids", "indexer_types", "sliding_layers", "hash_layers"):
+    for key in ("moe_layers", "eos_token_ids", "indexer_types", "sliding_layers", "hash_layers",
+                "linear_layers"):
         if key in d:
             d[key] = tuple(as_list(d[key], f"config.{key}", where))
     if d.get("rope_scaling") is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ModelFormatError
+from .linear_attn import gdn_shapes
 from .manifest import Extent, ModelConfig
 from .v4_units import hc_shapes, v4_attention_shapes
 
@@ -30,6 +31,8 @@ def _gqa_shapes(cfg: ModelConfig, b: str) -> dict[str, tuple[int, ...]]:
         out[b + "attn_q.bias"] = (q_rows,)
         out[b + "attn_k.bias"] = (kv_rows,)
         out[b + "attn_v.bias"] = (kv_rows,)
+    if cfg.attention_output_gate:
+        out[b + "attn_gate"] = (q_rows, h)
     out[b + "attn_output"] = (h, q_rows)
     if cfg.attention_out_bias:
         out[b + "attn_output.bias"] = (h,)
@@ -118,7 +121,9 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         b = f"blk.{i}."
         mtp = i >= cfg.n_layers
         out[b + "attn_norm"] = (h,)
-        if cfg.is_mla:
+        if cfg.is_linear(i):
+            out.update(gdn_shapes(cfg, b))
+        elif cfg.is_mla:
             out.update(_mla_shapes(cfg, b, is_full_indexer_layer(cfg, i)))
         elif cfg.attention == "v4_sliding":
             out.update(v4_attention_shapes(cfg, b))

@@ -24,6 +24,7 @@ from ..errors import ModelFormatError, UnsupportedError
 from .families import SUPPORTED_FAMILIES as SUPPORTED_FAMILIES
 from .families import family_of, unsupported_architecture
 from .fields import MAX_DIM, as_bool, as_float, as_int, bad
+from .linear_attn import check_linear_fields
 from .manifest import Extent, ModelConfig, TensorInfo
 from .paths import shown
 from .quant_types import tensor_nbytes
@@ -104,6 +105,7 @@ def check_config(cfg: ModelConfig, where: object) -> None:
     check_attention_extras(cfg, where)
     check_family_fields(cfg, where)
     check_v4_fields(cfg, where)
+    check_linear_fields(cfg, where)
 
 
 def check_attention_extras(cfg: ModelConfig, where: object) -> None:

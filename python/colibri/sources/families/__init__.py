@@ -15,7 +15,17 @@ from typing import Any
 
 from ...errors import UnsupportedArchitectureError
 from ..paths import shown
-from . import deepseek, deepseek_v4, glm, gpt_oss, llama, minimax_m2, olmoe, qwen_moe
+from . import (
+    deepseek,
+    deepseek_v4,
+    glm,
+    gpt_oss,
+    llama,
+    minimax_m2,
+    olmoe,
+    qwen3_next,
+    qwen_moe,
+)
 from .spec import Family, GGUFInput, HFInput
 
 FAMILIES: tuple[Family, ...] = (
@@ -27,6 +37,7 @@ FAMILIES: tuple[Family, ...] = (
     gpt_oss.FAMILY,
     minimax_m2.FAMILY,
     deepseek_v4.FAMILY,
+    qwen3_next.FAMILY,
 )
 
 # Families the forward pass implements, by canonical name (ModelConfig.arch).

@@ -24,7 +24,7 @@ from ..manifest import ModelConfig
 from .common import DECODER_NAMES, LAYER, gguf_gqa_config, hf_expert_counts, refuse_hf_features
 from .spec import Family, GGUFInput, HFInput, NameRule, plain_gguf_name
 
-_SHARED_EXPERT_NAMES: list[NameRule] = [
+SHARED_EXPERT_NAMES: list[NameRule] = [
     (re.compile(LAYER + r"mlp\.shared_expert\.(gate|up|down)_proj\.weight"),
      "blk.{0}.ffn_{1}_shexp"),
     (re.compile(LAYER + r"mlp\.shared_expert_gate\.weight"), "blk.{0}.ffn_gate_inp_shexp"),
@@ -82,7 +82,7 @@ FAMILY = Family(
     routers=("softmax",),
     hf_model_types={"qwen2_moe": "qwen2_moe", "qwen3_moe": "qwen3_moe"},
     hf_arch_classes={"Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3MoeForCausalLM": "qwen3_moe"},
-    hf_names=[*DECODER_NAMES, *_SHARED_EXPERT_NAMES],
+    hf_names=[*DECODER_NAMES, *SHARED_EXPERT_NAMES],
     hf_config=_hf_config,
     gguf_architectures=tuple(_GGUF_ARCHS),
     gguf_config=_gguf_config,

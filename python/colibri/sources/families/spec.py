@@ -99,3 +99,9 @@ class Family:
         [Mapping[str, tuple[str, tuple[int, ...], Extent]], Sequence[Path], ModelConfig, Path],
         tuple[dict[str, TensorInfo], frozenset[str], Path | None],
     ] | None = None
+    # Multimodal checkpoints whose text model colibri runs (Qwen3.5-MoE): the config.json
+    # key whose object holds the text model's settings (read over the top level), and the
+    # stored tensor name -> the name a text-only checkpoint gives it, or None for a tensor
+    # of another modality (skipped).
+    hf_text_config: str | None = None
+    hf_rename: Callable[[str], str | None] | None = None
