@@ -49,8 +49,34 @@ struct EvenSigns {
   }
 
   // Sub-block k's scale in all 16 int16 lanes.
-  __m256i scale(int k) const { return _mm256_shuffle_epi8(ls16, _mm256_set1_epi16(static_cast<short>(0x0100 + 0x0202 * k))); }
+  __m256i scale(int k) const;
 };
+
+// vpshufb controls for the scale picks below, as data: loaded by the shuffle as a memory
+// operand, where a constant written as _mm256_set1_epi16 / _mm256_set_m128i was built with a
+// scalar move, a broadcast and an insert per use. word[k]: int16 k (bytes 2 k, 2 k + 1) in
+// every lane; same[k]: byte k zero-extended into every int16 lane; pair[k]: byte 2 k into
+// lanes 0..7, byte 2 k + 1 into lanes 8..15.
+struct ScalePicks {
+  alignas(32) uint8_t word[8][32];
+  alignas(32) uint8_t same[8][32];
+  alignas(32) uint8_t pair[8][32];
+  constexpr ScalePicks() : word(), same(), pair() {
+    for (int k = 0; k < 8; ++k) {
+      for (int b = 0; b < 32; b += 2) {
+        word[k][b] = static_cast<uint8_t>(2 * k);
+        word[k][b + 1] = static_cast<uint8_t>(2 * k + 1);
+        same[k][b] = static_cast<uint8_t>(k);
+        same[k][b + 1] = 0xff;
+        pair[k][b] = static_cast<uint8_t>(b < 16 ? 2 * k : 2 * k + 1);
+        pair[k][b + 1] = 0xff;
+      }
+    }
+  }
+};
+inline constexpr ScalePicks kScalePicks{};
+
+inline __m256i EvenSigns::scale(int k) const { return _mm256_shuffle_epi8(ls16, load256(kScalePicks.word[k])); }
 
 // Sign bytes (+1 / -1, element 0 lowest) of an 8-weight group from its 7 sign bits, with the
 // 8th sign making the count of negatives even: the bytes kSigns8 holds for kKsignsIq2xs[k].
@@ -159,11 +185,11 @@ inline __m256i odd_scale_bytes(const uint8_t* scales, int nbytes) {
   return _mm256_set_m128i(odd, odd);
 }
 
-// Scale bytes picked into int16 lanes: lanes 0..7 get byte `lo`, lanes 8..15 byte `hi`.
+// Scale bytes picked into int16 lanes: lanes 0..7 get byte `lo`, lanes 8..15 byte `hi`, where
+// hi == lo (0..7) or lo even and hi == lo + 1 (constants once inlined).
 inline __m256i pick_scales(__m256i table, int lo, int hi) {
-  const __m256i ctrl = _mm256_set_m128i(_mm_set1_epi16(static_cast<short>(0xff00 | hi)),
-                                        _mm_set1_epi16(static_cast<short>(0xff00 | lo)));
-  return _mm256_shuffle_epi8(table, ctrl);
+  const uint8_t* ctrl = hi == lo ? kScalePicks.same[lo] : kScalePicks.pair[lo / 2];
+  return _mm256_shuffle_epi8(table, load256(ctrl));
 }
 
 // Four 8-byte grid rows / eight 4-byte grid rows from 16-bit indices.
@@ -278,6 +304,9 @@ inline __m256i shift3x4() {
 // per 16. The grid value g and the delta +-1/8 are one signed byte 8 g +- 1 (|.| <= 9), so one
 // dot per sub-block gives C = 8 A + D for the reference's A (grid) and D (delta) sums; with
 // |C| < 2^24, 0.125f * C is the reference's A + 0.125f * D exactly (both are C / 8, a float).
+// The byte is kept unsigned, u = 8 g +- 1 + 9 in 0..18, so u . q8 is one vpmaddubsw without
+// sign fixes; the 9 q8 per weight that adds are taken back once per super-block from the
+// activations' 16-element block sums, times the same scales (all exact int32 sums).
 float vec_dot_iq1_m(int64_t n, const void* w, const void* a) {
   const BlockIQ1_M* x = static_cast<const BlockIQ1_M*>(w);
   const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
@@ -290,12 +319,14 @@ float vec_dot_iq1_m(int64_t n, const void* w, const void* a) {
     const __m128i lo = _mm_and_si128(qh, m15), hi = _mm_and_si128(_mm_srli_epi16(qh, 4), m15);
     const __m128i nib[2] = {_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi)};
     alignas(32) uint16_t idx[32];
-    __m128i delta[2];  // per group +1 / -1
+    __m256i delta9[2];  // per group 9 + the delta's sign: 8 or 10, in both 128-bit halves
     for (int h = 0; h < 2; ++h) {
       const __m256i q = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qs + 16 * h)));
       const __m256i top = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(nib[h], m7)), 8);
       _mm256_store_si256(reinterpret_cast<__m256i*>(idx + 16 * h), _mm256_or_si256(q, top));
-      delta[h] = _mm_or_si128(_mm_cmpeq_epi8(_mm_and_si128(nib[h], m8), m8), _mm_set1_epi8(1));
+      const __m128i neg = _mm_cmpeq_epi8(_mm_and_si128(nib[h], m8), m8);
+      const __m128i d9 = _mm_sub_epi8(_mm_set1_epi8(10), _mm_and_si128(neg, _mm_set1_epi8(2)));
+      delta9[h] = _mm256_set_m128i(d9, d9);
     }
     // 3-bit scale (lane 2 k + half) = bits 3 m .. 3 m + 2 of scale word j, lane = 4 j + m:
     // shifted to the top by a multiply, then down.
@@ -304,36 +335,38 @@ float vec_dot_iq1_m(int64_t n, const void* w, const void* a) {
     const __m256i words = _mm256_shuffle_epi8(_mm256_set1_epi64x(static_cast<long long>(sc8)),
                                               _mm256_set_epi64x(0x0706070607060706, 0x0504050405040504,
                                                                 0x0302030203020302, 0x0100010001000100));
-    const __m256i s3 = _mm256_srli_epi16(
-        _mm256_mullo_epi16(words, shift3x4()), 13);
+    const __m256i s3 = _mm256_srli_epi16(_mm256_mullo_epi16(words, shift3x4()), 13);
     const __m256i s16 = _mm256_or_si256(_mm256_add_epi16(s3, s3), _mm256_set1_epi16(1));
     const __m128i s8 = _mm_packus_epi16(_mm256_castsi256_si128(s16), _mm256_extracti128_si256(s16, 1));
     const __m256i ls = _mm256_set_m128i(s8, s8);
-    __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      const __m256i dh = _mm256_set_m128i(delta[k / 4], delta[k / 4]);
-      const __m256i spread = _mm256_add_epi8(_mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0),
-                                             _mm256_set1_epi8(static_cast<char>(4 * (k & 3))));
-      const __m256i g = grid_rows4(iq::kIq1sGrid, idx + 4 * k);
-      const __m256i wv = _mm256_add_epi8(_mm256_sign_epi8(eight, g), _mm256_shuffle_epi8(dh, spread));
-      const __m256i p = dot_i8_pairs(wv, load256(y[i].qs + 32 * k));
-      if (k & 1) {
-        acc1 = Ops::madd_acc(acc1, p, pick_scales(ls, 2 * k, 2 * k + 1));
-      } else {
-        acc0 = Ops::madd_acc(acc0, p, pick_scales(ls, 2 * k, 2 * k + 1));
+    // -9 x (scale . block sum) per 16 weights: the offset of u taken back.
+    const __m256i neg9 = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_add_epi16(_mm256_slli_epi16(s16, 3), s16));
+    const __m256i offset = _mm256_madd_epi16(neg9, load256(y[i].bsums));
+    Ops::Acc acc = Ops::acc_zero();
+#pragma GCC unroll 4
+    for (int k = 0; k < 8; k += 2) {
+      __m256i u[2];
+      for (int j = 0; j < 2; ++j) {
+        const int kk = k + j;
+        const __m256i spread = _mm256_add_epi8(
+            _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0),
+            _mm256_set1_epi8(static_cast<char>(4 * (kk & 3))));
+        const __m256i g = grid_rows4(iq::kIq1sGrid, idx + 4 * kk);
+        u[j] = _mm256_add_epi8(_mm256_sign_epi8(eight, g), _mm256_shuffle_epi8(delta9[kk / 4], spread));
       }
+      acc = Ops::pair_madd(acc, u[0], u[1], y[i].qs + 32 * k, pick_scales(ls, 2 * k, 2 * k + 1),
+                           pick_scales(ls, 2 * k + 2, 2 * k + 3));
     }
     sum += fp16_to_fp32(iq::iq1m_scale_bits(x[i].scales)) * y[i].d *
-           (0.125f * static_cast<float>(hsum_epi32(_mm256_add_epi32(acc0, acc1))));
+           (0.125f * static_cast<float>(hsum_epi32(_mm256_add_epi32(Ops::acc_fold(acc), offset))));
   }
   return sum;
 }
 
 // IQ1_S: an 11-bit grid index per 8 weights, a scale and a delta sign per 32 (qh bits
-// 12..15). The grid part is a {-1, 0, 1} dot (activations negated or zeroed by the grid,
-// summed pairwise); the delta part goes through the activations' 16-element block sums as in
-// the reference, 8 sub-blocks at once.
+// 12..15). The grid part is a {-1, 0, 1} dot taken as (g + 1) . q8 (unsigned bytes 0..2, one
+// vpmaddubsw) less the activations' block sums times the same scales; the delta part goes
+// through those block sums as in the reference, 8 sub-blocks at once.
 float vec_dot_iq1_s(int64_t n, const void* w, const void* a) {
   const BlockIQ1_S* x = static_cast<const BlockIQ1_S*>(w);
   const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
@@ -368,18 +401,18 @@ float vec_dot_iq1_s(int64_t n, const void* w, const void* a) {
     __m128i t4 = _mm_add_epi32(dsum, _mm_shuffle_epi32(dsum, 0x4e));
     t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0xb1));
     const int32_t sumd = _mm_cvtsi128_si32(t4);
-    __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      const __m256i g = grid_rows4(iq::kIq1sGrid, idx + 4 * k);
-      const __m256i p = _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(load256(y[i].qs + 32 * k), g));
-      if (k & 1) {
-        acc1 = Ops::madd_acc(acc1, p, pick_scales(ls, k, k));
-      } else {
-        acc0 = Ops::madd_acc(acc0, p, pick_scales(ls, k, k));
-      }
+    // The grid dot's offset: (g + 1) . q8 counts each activation once more, times ls_k.
+    const __m128i offset = _mm_madd_epi16(ls16, bsums);
+    const __m256i one = _mm256_set1_epi8(1);
+    Ops::Acc acc = Ops::acc_zero();
+#pragma GCC unroll 4
+    for (int k = 0; k < 8; k += 2) {
+      const __m256i u0 = _mm256_add_epi8(grid_rows4(iq::kIq1sGrid, idx + 4 * k), one);
+      const __m256i u1 = _mm256_add_epi8(grid_rows4(iq::kIq1sGrid, idx + 4 * k + 4), one);
+      acc = Ops::pair_madd(acc, u0, u1, y[i].qs + 32 * k, pick_scales(ls, k, k), pick_scales(ls, k + 1, k + 1));
     }
-    const float isum = static_cast<float>(hsum_epi32(_mm256_add_epi32(acc0, acc1)));
+    const __m256i grid = _mm256_sub_epi32(Ops::acc_fold(acc), _mm256_inserti128_si256(_mm256_setzero_si256(), offset, 0));
+    const float isum = static_cast<float>(hsum_epi32(grid));
     sum += dd(x[i].d, y[i]) * (isum + 0.125f * static_cast<float>(sumd));
   }
   return sum;
