@@ -168,8 +168,8 @@ float vec_dot_iq3_xxs(int64_t n, const void* w, const void* a) {
 }
 
 // ---- IQ2_XS, IQ2_S, IQ3_S: 9- or 10-bit grid indices, 4-bit scales ------------------------
-// The indices of a super-block are assembled with vector ops into an array first (a
-// scalar assembly costs 3-4 operations per index), the signs are 32 bits per sub-block (IQ2_S,
+// The indices of IQ2_S / IQ3_S are assembled with vector ops into an array first (a scalar
+// assembly costs 3-4 operations per index; IQ2_XS's are one mask each, read in scalar code), the signs are 32 bits per sub-block (IQ2_S,
 // IQ3_S: stored as such; IQ2_XS: 7 per 8 weights plus the even-parity 8th) applied by
 // Ops::pair_dot, and the scales are picked per sub-block by one byte shuffle from a
 // table of the super-block's 16 (or 8) odd scales.
@@ -203,6 +203,17 @@ inline __m256i grid_rows8(const uint32_t* grid, const uint16_t* idx) {
                           static_cast<int>(grid[idx[1]]), static_cast<int>(grid[idx[0]]));
 }
 
+// Four grid rows with their indices computed in scalar code from the block's bytes (IQ2_XS:
+// a load and a mask each): integer work beside the vector work, where indices assembled with
+// vector ops are read back per row with vpextrw (the compiler's choice), on the vector ports.
+// Measured slower than the vector assembly for IQ2_S / IQ3_S / IQ1_* (more scalar work per
+// index there).
+template <class Index>
+inline __m256i grid_rows4_at(const uint64_t* grid, Index index) {
+  return _mm256_set_epi64x(static_cast<long long>(grid[index(3)]), static_cast<long long>(grid[index(2)]),
+                           static_cast<long long>(grid[index(1)]), static_cast<long long>(grid[index(0)]));
+}
+
 float vec_dot_iq2_xs(int64_t n, const void* w, const void* a) {
   const BlockIQ2_XS* x = static_cast<const BlockIQ2_XS*>(w);
   const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
@@ -210,17 +221,15 @@ float vec_dot_iq2_xs(int64_t n, const void* w, const void* a) {
   for (int64_t i = 0; i < n / kQKK; ++i) {
     // qs[g] = 9-bit grid index | 7 sign bits << 9, per 8 weights.
     const __m256i w0 = load256(x[i].qs), w1 = load256(x[i].qs + 16);
-    alignas(32) uint16_t idx[32];
-    const __m256i m9 = _mm256_set1_epi16(511);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(idx), _mm256_and_si256(w0, m9));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(idx + 16), _mm256_and_si256(w1, m9));
+    const uint16_t* qs = x[i].qs;
     const __m256i sign7 = _mm256_packus_epi16(_mm256_srli_epi16(w0, 9), _mm256_srli_epi16(w1, 9));
     const __m256i signs = with_even_parity(_mm256_permute4x64_epi64(sign7, 0xd8));  // group g in byte g
     const __m256i ls = odd_scale_bytes(x[i].scales, 8);
     Ops::Acc acc = Ops::acc_zero();
 #pragma GCC unroll 4
     for (int k = 0; k < 8; k += 2) {
-      const __m256i g0 = grid_rows4(iq::kIq2xsGrid, idx + 4 * k), g1 = grid_rows4(iq::kIq2xsGrid, idx + 4 * k + 4);
+      const __m256i g0 = grid_rows4_at(iq::kIq2xsGrid, [&](int j) { return qs[4 * k + j] & 511; });
+      const __m256i g1 = grid_rows4_at(iq::kIq2xsGrid, [&](int j) { return qs[4 * k + 4 + j] & 511; });
       acc = Ops::pair_dot(acc, g0, g1, y[i].qs + 32 * k, signs, k,
                           pick_scales(ls, 2 * k, 2 * k + 1), pick_scales(ls, 2 * k + 2, 2 * k + 3));
     }
