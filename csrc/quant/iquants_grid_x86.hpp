@@ -5,9 +5,11 @@
 //
 // Per 32 weights: the grid rows are gathered with scalar table loads into one vector (a
 // hardware gather measured slower), the activations get the weights' signs, and unsigned grid
-// x signed activation pairs (vpmaddubsw) are weighted by the sub-block scale. Grid indices,
-// signs and scales are prepared for a whole super-block (8 sub-blocks) at once with vector
-// ops; for IQ2_* / IQ3_* the signs are applied by Ops::pair_dot (AVX2: a byte mask built by
+// x signed activation pairs (vpmaddubsw) are weighted by the sub-block scale. IQ1_* instead
+// make the weights unsigned (an offset per weight, taken back once per super-block from the
+// Q8_K block sums) and need no signs (Ops::pair_madd). Grid indices, signs and scales are
+// prepared for a whole super-block (8 sub-blocks) at once with vector ops (16-bit indices
+// read back 4 per 64-bit word); for IQ2_* / IQ3_* the signs are applied by Ops::pair_dot (AVX2: a byte mask built by
 // compare, then two ymm multiply-adds; AVX-512: one masked subtract and one zmm
 // multiply-add for both sub-blocks). The 8th sign of a 7-bit group (IQ2_XXS, IQ2_XS,
 // IQ3_XXS) is the parity of the other 7, the rule behind kKsignsIq2xs. IQ2_XXS on AVX2
