@@ -329,26 +329,49 @@ inline __m256i shift3x4() {
 // The byte is kept unsigned, u = 8 g +- 1 + 9 in 0..18, so u . q8 is one vpmaddubsw without
 // sign fixes; the 9 q8 per weight that adds are taken back once per super-block from the
 // activations' 16-element block sums, times the same scales (all exact int32 sums).
+//
+// IQ1_M's weight bytes u for every 12-bit (delta sign bit 11 | 11-bit grid index): a group's
+// qh nibble is exactly its index's top 3 bits and its delta bit, so one row load gives the
+// 8 bytes 8 g +- 1 + 9 without vector work per group. Built on first use in scalar code
+// (32 KiB; the grid is not a constant expression), only where this ISA's kernel runs.
+struct Iq1mRows {
+  uint64_t v[4096];
+};
+inline const uint64_t* iq1m_rows() {
+  static const Iq1mRows table = [] {
+    Iq1mRows t{};
+    for (int i = 0; i < 4096; ++i) {
+      const uint64_t g = iq::kIq1sGrid[i & 2047];
+      const int delta9 = i & 2048 ? 8 : 10;  // delta -1 / +1, plus 9
+      uint64_t row = 0;
+      for (int j = 0; j < 8; ++j) {
+        const int gv = static_cast<int8_t>(static_cast<uint8_t>(g >> (8 * j)));
+        row |= static_cast<uint64_t>(8 * gv + delta9) << (8 * j);
+      }
+      t.v[i] = row;
+    }
+    return t;
+  }();
+  return table.v;
+}
+
 float vec_dot_iq1_m(int64_t n, const void* w, const void* a) {
   const BlockIQ1_M* x = static_cast<const BlockIQ1_M*>(w);
   const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
-  const __m128i m7 = _mm_set1_epi8(7), m8 = _mm_set1_epi8(8), m15 = _mm_set1_epi8(15);
-  const __m256i eight = _mm256_set1_epi8(8);
+  const uint64_t* rows = iq1m_rows();
+  const __m128i m15 = _mm_set1_epi8(15);
   float sum = 0.0f;
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    // Group g (0..31): nibble g % 2 of qh[g / 2] = 3 index bits | delta sign << 3.
+    // Group g (0..31): nibble g % 2 of qh[g / 2] = 3 index bits | delta sign << 3; its row
+    // of u is rows[qs[g] | nibble << 8].
     const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qh));
     const __m128i lo = _mm_and_si128(qh, m15), hi = _mm_and_si128(_mm_srli_epi16(qh, 4), m15);
     const __m128i nib[2] = {_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi)};
     alignas(32) uint16_t idx[32];
-    __m256i delta9[2];  // per group 9 + the delta's sign: 8 or 10, in both 128-bit halves
     for (int h = 0; h < 2; ++h) {
       const __m256i q = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].qs + 16 * h)));
-      const __m256i top = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(nib[h], m7)), 8);
+      const __m256i top = _mm256_slli_epi16(_mm256_cvtepu8_epi16(nib[h]), 8);
       _mm256_store_si256(reinterpret_cast<__m256i*>(idx + 16 * h), _mm256_or_si256(q, top));
-      const __m128i neg = _mm_cmpeq_epi8(_mm_and_si128(nib[h], m8), m8);
-      const __m128i d9 = _mm_sub_epi8(_mm_set1_epi8(10), _mm_and_si128(neg, _mm_set1_epi8(2)));
-      delta9[h] = _mm256_set_m128i(d9, d9);
     }
     // 3-bit scale (lane 2 k + half) = bits 3 m .. 3 m + 2 of scale word j, lane = 4 j + m:
     // shifted to the top by a multiply, then down.
@@ -367,17 +390,8 @@ float vec_dot_iq1_m(int64_t n, const void* w, const void* a) {
     Ops::Acc acc = Ops::acc_zero();
 #pragma GCC unroll 4
     for (int k = 0; k < 8; k += 2) {
-      __m256i u[2];
-      for (int j = 0; j < 2; ++j) {
-        const int kk = k + j;
-        const __m256i spread = _mm256_add_epi8(
-            _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0),
-            _mm256_set1_epi8(static_cast<char>(4 * (kk & 3))));
-        const __m256i g = grid_rows4(iq::kIq1sGrid, idx + 4 * kk);
-        u[j] = _mm256_add_epi8(_mm256_sign_epi8(eight, g), _mm256_shuffle_epi8(delta9[kk / 4], spread));
-      }
-      acc = Ops::pair_madd(acc, u[0], u[1], y[i].qs + 32 * k, pick_scales(ls, 2 * k, 2 * k + 1),
-                           pick_scales(ls, 2 * k + 2, 2 * k + 3));
+      acc = Ops::pair_madd(acc, grid_rows4(rows, idx + 4 * k), grid_rows4(rows, idx + 4 * k + 4), y[i].qs + 32 * k,
+                           pick_scales(ls, 2 * k, 2 * k + 1), pick_scales(ls, 2 * k + 2, 2 * k + 3));
     }
     sum += fp16_to_fp32(iq::iq1m_scale_bits(x[i].scales)) * y[i].d *
            (0.125f * static_cast<float>(hsum_epi32(_mm256_add_epi32(Ops::acc_fold(acc), offset))));
