@@ -171,10 +171,10 @@ float vec_dot_iq3_xxs(int64_t n, const void* w, const void* a) {
 
 // ---- IQ2_XS, IQ2_S, IQ3_S: 9- or 10-bit grid indices, 4-bit scales ------------------------
 // The indices of IQ2_S / IQ3_S are assembled with vector ops into an array first (a scalar
-// assembly costs 3-4 operations per index; IQ2_XS's are one mask each, read in scalar code), the signs are 32 bits per sub-block (IQ2_S,
-// IQ3_S: stored as such; IQ2_XS: 7 per 8 weights plus the even-parity 8th) applied by
-// Ops::pair_dot, and the scales are picked per sub-block by one byte shuffle from a
-// table of the super-block's 16 (or 8) odd scales.
+// assembly costs 3-4 operations per index; IQ2_XS's are one mask each, read in scalar code),
+// the signs are 32 bits per sub-block (IQ2_S, IQ3_S: stored as such; IQ2_XS: 7 per 8 weights
+// plus the even-parity 8th) applied by Ops::pair_dot, and the scales are picked per
+// sub-block by one byte shuffle from a table of the super-block's 16 (or 8) odd scales.
 
 // Per 16 weights the odd scale 2 s + 1 of 4-bit scale nibbles: 8 scale bytes (low nibble:
 // weights 0..15 of sub-block k, high: 16..31) -> bytes lo0 hi0 lo1 hi1 .. in both halves.
@@ -399,6 +399,26 @@ float vec_dot_iq1_m(int64_t n, const void* w, const void* a) {
   return sum;
 }
 
+// IQ1_S's grid rows plus 1 (bytes 0..2, the u of the dot below), built on first use like
+// iq1m_rows: the same 16 KiB as the grid, one vector add per 8 weights less.
+struct Iq1sRowsPlusOne {
+  uint64_t v[2048];
+};
+inline const uint64_t* iq1s_rows_plus_one() {
+  static const Iq1sRowsPlusOne table = [] {
+    Iq1sRowsPlusOne t{};
+    for (int i = 0; i < 2048; ++i) {
+      uint64_t row = 0;
+      for (int j = 0; j < 8; ++j) {
+        row |= static_cast<uint64_t>(static_cast<uint8_t>((iq::kIq1sGrid[i] >> (8 * j)) + 1)) << (8 * j);
+      }
+      t.v[i] = row;
+    }
+    return t;
+  }();
+  return table.v;
+}
+
 // IQ1_S: an 11-bit grid index per 8 weights, a scale and a delta sign per 32 (qh bits
 // 12..15). The grid part is a {-1, 0, 1} dot taken as (g + 1) . q8 (unsigned bytes 0..2, one
 // vpmaddubsw) less the activations' block sums times the same scales; the delta part goes
@@ -406,6 +426,7 @@ float vec_dot_iq1_m(int64_t n, const void* w, const void* a) {
 float vec_dot_iq1_s(int64_t n, const void* w, const void* a) {
   const BlockIQ1_S* x = static_cast<const BlockIQ1_S*>(w);
   const BlockQ8K* y = static_cast<const BlockQ8K*>(a);
+  const uint64_t* rows = iq1s_rows_plus_one();
   float sum = 0.0f;
   for (int64_t i = 0; i < n / kQKK; ++i) {
     // Index g (0..31) = qs[g] | bits 3 (g % 4) .. +2 of qh[g / 4] << 8: each qh word copied to
@@ -439,12 +460,10 @@ float vec_dot_iq1_s(int64_t n, const void* w, const void* a) {
     const int32_t sumd = _mm_cvtsi128_si32(t4);
     // The grid dot's offset: (g + 1) . q8 counts each activation once more, times ls_k.
     const __m128i offset = _mm_madd_epi16(ls16, bsums);
-    const __m256i one = _mm256_set1_epi8(1);
     Ops::Acc acc = Ops::acc_zero();
 #pragma GCC unroll 4
     for (int k = 0; k < 8; k += 2) {
-      const __m256i u0 = _mm256_add_epi8(grid_rows4(iq::kIq1sGrid, idx + 4 * k), one);
-      const __m256i u1 = _mm256_add_epi8(grid_rows4(iq::kIq1sGrid, idx + 4 * k + 4), one);
+      const __m256i u0 = grid_rows4(rows, idx + 4 * k), u1 = grid_rows4(rows, idx + 4 * k + 4);
       acc = Ops::pair_madd(acc, u0, u1, y[i].qs + 32 * k, pick_scales(ls, k, k), pick_scales(ls, k + 1, k + 1));
     }
     const __m256i grid = _mm256_sub_epi32(Ops::acc_fold(acc), _mm256_inserti128_si256(_mm256_setzero_si256(), offset, 0));
