@@ -48,6 +48,15 @@ struct Ops {
     acc.hi = madd_acc(acc.hi, _mm256_maddubs_epi16(g1, negate_where(a1, bits, k + 1)), ls1);
     return acc;
   }
+  // Two sub-blocks of unsigned weight bytes u0 | u1 (IQ1_*): acc + (u . the 64 activations at
+  // q8) per pair, times the int16 scales ls0 | ls1.
+  static Acc pair_madd(Acc acc, __m256i u0, __m256i u1, const int8_t* q8, __m256i ls0, __m256i ls1) {
+    const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8));
+    const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32));
+    acc.lo = madd_acc(acc.lo, _mm256_maddubs_epi16(u0, a0), ls0);
+    acc.hi = madd_acc(acc.hi, _mm256_maddubs_epi16(u1, a1), ls1);
+    return acc;
+  }
   // IQ2_XXS's signs from a 128-entry table of sign bytes (measured faster here than
   // negate_where; iquants_grid_x86.hpp).
   static constexpr bool kEvenSignsByTable = true;

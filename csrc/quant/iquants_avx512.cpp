@@ -42,6 +42,13 @@ struct Ops {
     const __m512i ls = _mm512_inserti64x4(_mm512_castsi256_si512(ls0), ls1, 1);
     return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(g, s), ls);
   }
+  // Two sub-blocks of unsigned weight bytes u0 | u1 (IQ1_*) in one zmm: acc + (u . the 64
+  // activations at q8) per pair, times the int16 scales ls0 | ls1.
+  static Acc pair_madd(Acc acc, __m256i u0, __m256i u1, const int8_t* q8, __m256i ls0, __m256i ls1) {
+    const __m512i u = _mm512_inserti64x4(_mm512_castsi256_si512(u0), u1, 1);
+    const __m512i ls = _mm512_inserti64x4(_mm512_castsi256_si512(ls0), ls1, 1);
+    return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, _mm512_loadu_si512(q8)), ls);
+  }
   static constexpr bool kEvenSignsByTable = false;  // pair_dot is faster (iquants_grid_x86.hpp)
 };
 
