@@ -26,6 +26,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import colibri
+from colibri.convert import write_container
 from colibri.errors import ModelFormatError
 from support.logit_checks import (
     FAMILY_RTOL,
@@ -181,3 +182,18 @@ def test_a_sink_on_a_full_layer_is_refused(
               tensors={"model.layers.0.self_attn.attention_sink_bias": torch.ones(4)})  # fmt: skip
     with pytest.raises(ModelFormatError, match="blk.0.attn_sinks"):
         _load(d)
+
+
+def test_native_container_matches_transformers(
+    tiny: tuple[Path, torch.nn.Module], tmp_path: Path
+) -> None:
+    """``colibri convert`` keeps the per-layer-type fields: the container runs the same."""
+    d, model = tiny
+    out = tmp_path / "mimo.colibri"
+    write_container(d, out)
+    m = _load(out)
+    assert (m.config.sliding_n_kv_heads, m.config.sliding_rope_theta, m.config.v_head_dim,
+            m.config.attention_value_scale, m.config.sinks_sliding_only) == (2, 1e4, 8, 0.6, True)
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    assert_within(m.session().forward(ids, all_logits=True), reference_logits(model, ids),
+                  "container")  # fmt: skip
