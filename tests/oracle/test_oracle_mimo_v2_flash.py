@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 
 import colibri
 from colibri.convert import write_container
+from colibri.engine.streaming import kv_layer_widths
 from colibri.errors import ModelFormatError
 from support.logit_checks import (
     FAMILY_RTOL,
@@ -82,6 +83,15 @@ def test_the_model_exercises_what_it_should(tiny: tuple[Path, torch.nn.Module]) 
     attn = [layer.self_attn for layer in model.model.layers]
     assert attn[0].sinks is None and attn[1].sinks is not None
     assert float(attn[1].sinks.abs().min()) > 0.01
+
+
+def test_kv_rows_per_layer_in_the_core_and_the_budget(tiny: tuple[Path, torch.nn.Module]) -> None:
+    """Full layers keep 1 head of 16 + 8, sliding layers 2 heads (in a ring): the core's
+    layouts and the budget's widths agree layer by layer."""
+    m = _load(tiny[0])
+    full, swa = (1, 16, 1, 8), (2, 16, 2, 8)
+    assert m._require_core().kv_layouts == [full, swa, swa, full]
+    assert kv_layer_widths(m.config) == [(16, 8), (32, 16), (32, 16), (16, 8)]
 
 
 def test_prefill_and_decode_match_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:

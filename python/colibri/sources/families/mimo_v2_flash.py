@@ -19,7 +19,7 @@ selection-only correction bias and no shared experts.
   ``attention_value_scale`` as projected (before the cache; the bias, if any, included).
   Softmax scale 1/sqrt(head_dim).
 * RoPE: halves (NEOX) over the first ``int(head_dim * partial_rotary_factor)``
-  dimensions; colibri needs the same rotated width and ``rope_type`` "default" for both
+  dimensions; colibri needs the same, even rotated width and ``rope_type`` "default" for both
   layer types.
 * Routing: DeepSeek-V3's ``sigmoid_grouped`` rule (``n_group`` / ``topk_group``,
   ``norm_topk_prob``, ``routed_scaling_factor``); experts stored one per expert
