@@ -29,6 +29,7 @@ import colibri
 from colibri.convert import write_container
 from colibri.engine.streaming import kv_layer_widths
 from colibri.errors import ModelFormatError
+from colibri.generate.batching import forward_batch
 from support.logit_checks import (
     FAMILY_RTOL,
     assert_decode_matches,
@@ -108,6 +109,23 @@ def test_greedy_continuation_matches_transformers(tiny: tuple[Path, torch.nn.Mod
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
     ref_tokens, ref_logits = reference_greedy(model, ids, N_GREEDY)
     assert_greedy_matches(_load(d).session(), ids, ref_tokens, ref_logits)
+
+
+def test_batched_rows_equal_alone(tiny: tuple[Path, torch.nn.Module]) -> None:
+    """Three sessions in one forward (continuous batching; prompts shorter and longer than
+    the window) get the logits each gets alone, bit for bit: per-layer KV heads, value
+    widths and RoPE in the batched projections and per-session attention."""
+    m = _load(tiny[0])
+    prompts = [prompt_ids(n, seed=n, vocab=VOCAB) for n in (3, 12, 7)]
+    want = []
+    for p in prompts:
+        s = m.session()
+        want.append([s.forward(p, all_logits=True).copy(), s.forward([5]).copy()])
+    sessions = [m.session() for _ in prompts]
+    first = forward_batch(sessions, prompts, all_logits=True)
+    second = forward_batch(sessions, [[5]] * len(prompts))
+    for i, w in enumerate(want):
+        assert np.array_equal(first[i], w[0]) and np.array_equal(second[i], w[1]), i
 
 
 _DEFAULT_ROPE = {"rope_type": "default", "partial_rotary_factor": 0.5}
