@@ -55,7 +55,8 @@ GqaWeights GqaAttention::resolve(const ModelSpec& s, const WeightStore& store, i
     w.q_norm = req(p + "attn_q_norm", 1, full ? qd : s.head_dim);
     w.k_norm = req(p + "attn_k_norm", 1, full ? kvd : s.head_dim);
   }
-  if (s.attention_sinks && (!s.sinks_sliding_only || gqa_sliding(s, layer))) w.sinks = req(p + "attn_sinks", 1, s.n_heads);
+  if (s.attention_sinks && (!s.sinks_sliding_only || gqa_sliding(s, layer)))
+    w.sinks = req(p + "attn_sinks", 1, s.n_heads);
   if (s.attention_out_bias) w.o_bias = req(p + "attn_output.bias", 1, d);
   if (s.attention_output_gate) w.gate = req(p + "attn_gate", ad, d);
   return w;
