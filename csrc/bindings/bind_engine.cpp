@@ -216,7 +216,11 @@ void bind_engine(py::module_& m) {
       .def_readwrite("linear_conv_kernel", &ModelSpec::linear_conv_kernel)
       .def_readwrite("linear_chunked_min_tokens", &ModelSpec::linear_chunked_min_tokens)
       .def_readwrite("attention_output_gate", &ModelSpec::attention_output_gate)
-      .def_readwrite("norm_weight_offset", &ModelSpec::norm_weight_offset);
+      .def_readwrite("norm_weight_offset", &ModelSpec::norm_weight_offset)
+      .def_readwrite("sliding_n_kv_heads", &ModelSpec::sliding_n_kv_heads)
+      .def_readwrite("sliding_rope_inv_freq", &ModelSpec::sliding_rope_inv_freq)
+      .def_readwrite("sinks_sliding_only", &ModelSpec::sinks_sliding_only)
+      .def_readwrite("attention_value_scale", &ModelSpec::attention_value_scale);
 
   py::enum_<CachePolicy>(m, "CachePolicy")
       .value("lru", CachePolicy::Lru)

@@ -10,18 +10,30 @@
 
 namespace colibri {
 
+bool gqa_sliding(const ModelSpec& s, int64_t layer) {
+  return layer >= 0 && layer < static_cast<int64_t>(s.sliding_layers.size()) &&
+         s.sliding_layers[static_cast<std::size_t>(layer)];
+}
+
+int64_t gqa_kv_heads(const ModelSpec& s, int64_t layer) {
+  return gqa_sliding(s, layer) && s.sliding_n_kv_heads > 0 ? s.sliding_n_kv_heads : s.n_kv_heads;
+}
+
+int64_t gqa_v_dim(const ModelSpec& s) { return s.v_head_dim > 0 ? s.v_head_dim : s.head_dim; }
+
 GqaAttention::GqaAttention(const ModelSpec& s, GqaWeights weights, int64_t layer)
-    : w_(weights), hidden_(s.hidden_size), n_heads_(s.n_heads), n_kv_heads_(s.n_kv_heads),
-      head_dim_(s.head_dim), qk_norm_(s.qk_norm), eps_(s.rms_norm_eps),
+    : w_(weights), hidden_(s.hidden_size), n_heads_(s.n_heads), n_kv_heads_(gqa_kv_heads(s, layer)),
+      head_dim_(s.head_dim), v_dim_(gqa_v_dim(s)), qk_norm_(s.qk_norm), eps_(s.rms_norm_eps),
       scale_(s.attention_scale > 0 ? s.attention_scale : 1.0f / std::sqrt(static_cast<float>(s.head_dim))),
-      window_(layer >= 0 && layer < static_cast<int64_t>(s.sliding_layers.size()) &&
-                      s.sliding_layers[static_cast<std::size_t>(layer)]
-                  ? s.sliding_window
-                  : 0),
-      rope_inv_freq_(s.rope_inv_freq), rope_factor_(s.rope_attention_factor) {}
+      window_(gqa_sliding(s, layer) ? s.sliding_window : 0),
+      rope_inv_freq_(gqa_sliding(s, layer) && !s.sliding_rope_inv_freq.empty() ? s.sliding_rope_inv_freq
+                                                                              : s.rope_inv_freq),
+      rope_factor_(s.rope_attention_factor), v_scale_(s.attention_value_scale) {}
 
 GqaWeights GqaAttention::resolve(const ModelSpec& s, const WeightStore& store, int64_t layer) {
-  const int64_t d = s.hidden_size, qd = s.n_heads * s.head_dim, kvd = s.n_kv_heads * s.head_dim;
+  const int64_t nkv = gqa_kv_heads(s, layer), vd = gqa_v_dim(s);
+  const int64_t d = s.hidden_size, qd = s.n_heads * s.head_dim, kvd = nkv * s.head_dim;
+  const int64_t ad = s.n_heads * vd, kvvd = nkv * vd;  // attention output, values
   const std::string p = "blk." + std::to_string(layer) + ".";
   auto req = [&](const std::string& name, int64_t rows, int64_t cols) {
     const Tensor* t = &store.get(name);
@@ -31,26 +43,27 @@ GqaWeights GqaAttention::resolve(const ModelSpec& s, const WeightStore& store, i
   GqaWeights w;
   w.q = req(p + "attn_q", qd, d);
   w.k = req(p + "attn_k", kvd, d);
-  w.v = req(p + "attn_v", kvd, d);
-  w.o = req(p + "attn_output", d, qd);
+  w.v = req(p + "attn_v", kvvd, d);
+  w.o = req(p + "attn_output", d, ad);
   if (s.attention_bias) {
     w.q_bias = req(p + "attn_q.bias", 1, qd);
     w.k_bias = req(p + "attn_k.bias", 1, kvd);
-    w.v_bias = req(p + "attn_v.bias", 1, kvd);
+    w.v_bias = req(p + "attn_v.bias", 1, kvvd);
   }
   if (s.qk_norm != QkNorm::None) {
     const bool full = s.qk_norm == QkNorm::Full;
     w.q_norm = req(p + "attn_q_norm", 1, full ? qd : s.head_dim);
     w.k_norm = req(p + "attn_k_norm", 1, full ? kvd : s.head_dim);
   }
-  if (s.attention_sinks) w.sinks = req(p + "attn_sinks", 1, s.n_heads);
+  if (s.attention_sinks && (!s.sinks_sliding_only || gqa_sliding(s, layer)))
+    w.sinks = req(p + "attn_sinks", 1, s.n_heads);
   if (s.attention_out_bias) w.o_bias = req(p + "attn_output.bias", 1, d);
-  if (s.attention_output_gate) w.gate = req(p + "attn_gate", qd, d);
+  if (s.attention_output_gate) w.gate = req(p + "attn_gate", ad, d);
   return w;
 }
 
 KvLayerLayout GqaAttention::kv_layout() const {
-  return KvLayerLayout{n_kv_heads_, head_dim_, n_kv_heads_, head_dim_, window_};
+  return KvLayerLayout{n_kv_heads_, head_dim_, n_kv_heads_, v_dim_, window_};
 }
 
 void GqaAttention::forward(AttentionContext& ctx, const float* x, int64_t n, int64_t pos0, KvCache& kv,
@@ -64,14 +77,14 @@ void GqaAttention::forward(AttentionContext& ctx, const float* x, int64_t n, int
 void GqaAttention::forward_segments(AttentionContext& ctx, const float* x, const std::vector<AttnSegment>& segs,
                                     int64_t layer, int64_t /*hidden*/, float* out) {
   const int64_t hd = head_dim_, nh = n_heads_, nkv = n_kv_heads_;
-  const int64_t qd = nh * hd, kvd = nkv * hd;
+  const int64_t qd = nh * hd, kvd = nkv * hd, ad = nh * v_dim_, kvvd = nkv * v_dim_;
   int64_t n = 0;
   for (const AttnSegment& sg : segs) n += sg.n;
   AttentionScratch& ws = ctx.scratch;
   ws.q.resize(static_cast<std::size_t>(n * qd));
   ws.k.resize(static_cast<std::size_t>(n * kvd));
-  ws.v.resize(static_cast<std::size_t>(n * kvd));
-  ws.attn.resize(static_cast<std::size_t>(n * qd));
+  ws.v.resize(static_cast<std::size_t>(n * kvvd));
+  ws.attn.resize(static_cast<std::size_t>(n * ad));
 
   {  // q, k and v read the same input: one parallel region for the three
     const WeightView w[3] = {w_.q->view(), w_.k->view(), w_.v->view()};
@@ -82,9 +95,11 @@ void GqaAttention::forward_segments(AttentionContext& ctx, const float* x, const
     for (int64_t t = 0; t < n; ++t) {
       add_inplace(ws.q.data() + t * qd, w_.q_bias->f32(), qd);
       add_inplace(ws.k.data() + t * kvd, w_.k_bias->f32(), kvd);
-      add_inplace(ws.v.data() + t * kvd, w_.v_bias->f32(), kvd);
+      add_inplace(ws.v.data() + t * kvvd, w_.v_bias->f32(), kvvd);
     }
   }
+  if (v_scale_ != 1.0f)  // MiMo-V2-Flash: the projected values (bias included) are scaled
+    for (int64_t i = 0; i < n * kvvd; ++i) ws.v[static_cast<std::size_t>(i)] *= v_scale_;
 
   ws.rope_rows.bind(rope_inv_freq_, rope_factor_, n);
   int64_t row0 = 0;
@@ -102,7 +117,7 @@ void GqaAttention::forward_segments(AttentionContext& ctx, const float* x, const
     }
     row0 += sg.n;
   }
-  if (w_.gate) apply_output_gate(ctx, x, n, qd);
+  if (w_.gate) apply_output_gate(ctx, x, n, ad);
   matmul(ctx.pool, w_.o->view(), ws.attn.data(), n, out, ctx.matmul, ctx.precision);
   if (w_.o_bias)
     for (int64_t t = 0; t < n; ++t) add_inplace(out + t * hidden_, w_.o_bias->f32(), hidden_);
@@ -126,28 +141,28 @@ void GqaAttention::store_row(AttentionScratch& ws, int64_t t, int64_t pos, KvCac
   for (int64_t h = 0; h < nh; ++h) rope_head(q + h * hd, cos_sin, 2 * half);
   for (int64_t h = 0; h < nkv; ++h) rope_head(k + h * hd, cos_sin, 2 * half);
   kv.store_k(layer, pos, k);
-  kv.store_v(layer, pos, ws.v.data() + t * kvd);
+  kv.store_v(layer, pos, ws.v.data() + t * nkv * v_dim_);
 }
 
 // Attention of the n queries at rows [t0, t0 + n) (positions pos0..) over the cache.
 void GqaAttention::attend(AttentionContext& ctx, KvCache& kv, int64_t layer, int64_t t0, int64_t pos0, int64_t n) {
   AttentionScratch& ws = ctx.scratch;
-  const int64_t hd = head_dim_, qd = n_heads_ * hd;
+  const int64_t hd = head_dim_, qd = n_heads_ * hd, vd = v_dim_, ad = n_heads_ * vd;
   attn::Problem p;
   p.n_queries = n;
   p.n_kv_heads = n_kv_heads_;
   p.group = n_heads_ / n_kv_heads_;
-  p.dk = p.dv = hd;
+  p.dk = hd;
+  p.dv = vd;
   p.scale = scale_;
   p.q = ws.q.data() + t0 * qd;
   p.q_stride = qd;
   p.q_head_stride = hd;
-  p.out = ws.attn.data() + t0 * qd;
-  p.out_stride = qd;
-  p.out_head_stride = hd;
-  const std::size_t head_bytes = row_bytes(kv.type(), hd);
-  p.k = attn::KvSide{kv.type(), kv.k(layer, 0), kv.k_row_bytes(layer), head_bytes, kv.ring(layer)};
-  p.v = attn::KvSide{kv.type(), kv.v(layer, 0), kv.v_row_bytes(layer), head_bytes, kv.ring(layer)};
+  p.out = ws.attn.data() + t0 * ad;
+  p.out_stride = ad;
+  p.out_head_stride = vd;
+  p.k = attn::KvSide{kv.type(), kv.k(layer, 0), kv.k_row_bytes(layer), row_bytes(kv.type(), hd), kv.ring(layer)};
+  p.v = attn::KvSide{kv.type(), kv.v(layer, 0), kv.v_row_bytes(layer), row_bytes(kv.type(), vd), kv.ring(layer)};
   p.pos0 = pos0;
   p.window = window_;
   p.sinks = w_.sinks ? w_.sinks->f32() : nullptr;

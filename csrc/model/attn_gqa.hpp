@@ -2,6 +2,9 @@
 // optional QK-norm, RoPE, KV-cache append, causal softmax attention (optionally over a
 // sliding window, with a sink logit per head), output projection (+ bias).
 // n_heads query heads share n_kv_heads key/value heads in groups of n_heads / n_kv_heads.
+// A sliding layer may override the KV heads, the RoPE frequencies and whether it has sinks
+// (ModelSpec's sliding_* fields; MiMo-V2-Flash), and value heads may be narrower than
+// query/key heads (v_head_dim).
 #pragma once
 #include <vector>
 
@@ -12,8 +15,8 @@ namespace colibri {
 struct GqaWeights {
   const Tensor* q = nullptr;       // (n_heads * head_dim, hidden)
   const Tensor* k = nullptr;       // (n_kv_heads * head_dim, hidden)
-  const Tensor* v = nullptr;       // (n_kv_heads * head_dim, hidden)
-  const Tensor* o = nullptr;       // (hidden, n_heads * head_dim)
+  const Tensor* v = nullptr;       // (n_kv_heads * v_dim, hidden)
+  const Tensor* o = nullptr;       // (hidden, n_heads * v_dim)
   const Tensor* q_bias = nullptr;  // attention_bias only
   const Tensor* k_bias = nullptr;
   const Tensor* v_bias = nullptr;
@@ -21,12 +24,12 @@ struct GqaWeights {
   const Tensor* k_norm = nullptr;
   const Tensor* sinks = nullptr;   // attention_sinks only: (n_heads,)
   const Tensor* o_bias = nullptr;  // attention_out_bias only: (hidden,)
-  const Tensor* gate = nullptr;    // attention_output_gate only: (n_heads * head_dim, hidden)
+  const Tensor* gate = nullptr;    // attention_output_gate only: (n_heads * v_dim, hidden)
 };
 
 class GqaAttention final : public AttentionLayer {
  public:
-  // `layer` picks the sliding window (spec.sliding_layers).
+  // `layer` picks the sliding window (spec.sliding_layers) and the sliding overrides.
   GqaAttention(const ModelSpec& spec, GqaWeights weights, int64_t layer);
 
   // blk.{layer}.attn_{q,k,v,output}[.bias], attn_{q,k}_norm, attn_sinks, checked against
@@ -47,13 +50,19 @@ class GqaAttention final : public AttentionLayer {
   void apply_output_gate(AttentionContext& ctx, const float* x, int64_t n, int64_t qd);
 
   GqaWeights w_;
-  int64_t hidden_, n_heads_, n_kv_heads_, head_dim_;
+  int64_t hidden_, n_heads_, n_kv_heads_, head_dim_, v_dim_;
   QkNorm qk_norm_;
   float eps_;
   float scale_;                    // softmax scale
   int64_t window_;                 // this layer's sliding window (0: none)
   std::vector<float> rope_inv_freq_;
   float rope_factor_;
+  float v_scale_;                  // attention_value_scale (1: none)
 };
+
+// Whether `layer` is a sliding-window layer, its KV heads and its value head size.
+bool gqa_sliding(const ModelSpec& spec, int64_t layer);
+int64_t gqa_kv_heads(const ModelSpec& spec, int64_t layer);
+int64_t gqa_v_dim(const ModelSpec& spec);
 
 }  // namespace colibri

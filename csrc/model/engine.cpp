@@ -59,6 +59,11 @@ void check_spec(const ModelSpec& s) {
   const bool any_sliding = std::any_of(s.sliding_layers.begin(), s.sliding_layers.end(), [](uint8_t b) { return b; });
   if (any_sliding && s.sliding_window == 0)
     fail(ErrorKind::InvalidArgument, "model spec: sliding_layers need a sliding_window > 0");
+  if (s.sliding_n_kv_heads < 0 || (s.sliding_n_kv_heads > 0 && s.n_heads % s.sliding_n_kv_heads != 0))
+    fail(ErrorKind::InvalidArgument, "model spec: n_heads must be a multiple of sliding_n_kv_heads");
+  if (!s.sliding_rope_inv_freq.empty() && s.sliding_rope_inv_freq.size() != s.rope_inv_freq.size())
+    fail(ErrorKind::InvalidArgument, "model spec: sliding_rope_inv_freq must rotate as many pairs as rope_inv_freq");
+  if (s.v_head_dim < 0) fail(ErrorKind::InvalidArgument, "model spec: v_head_dim must be >= 0");
   const bool v4 = s.attention_kind == AttentionKind::V4Sliding;
   if ((any_sliding || s.attention_sinks || s.attention_out_bias) && s.attention_kind != AttentionKind::Gqa && !v4)
     fail(ErrorKind::InvalidArgument,

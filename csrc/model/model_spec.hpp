@@ -123,6 +123,15 @@ struct ModelSpec {
   // the recurrent form (0: always recurrent). Both scalar today, and the recurrent form is
   // the faster (docs/linear-attention.md), so colibri leaves it 0; the tests set it.
   int64_t linear_chunked_min_tokens = 0;
+  // GQA per-layer-type overrides (MiMo-V2-Flash), each defaulting to the global value so
+  // other families are unchanged: the sliding layers' KV heads (0: n_kv_heads) and RoPE
+  // (empty: rope_inv_freq; same rotated width); sinks in the sliding layers only; value
+  // heads of v_head_dim values (0: head_dim; MLA reads v_head_dim its own way); values
+  // multiplied by attention_value_scale after their projection (before the cache).
+  int64_t sliding_n_kv_heads = 0;
+  std::vector<float> sliding_rope_inv_freq;
+  bool sinks_sliding_only = false;
+  float attention_value_scale = 1.0f;
   // GQA: q_proj's per-head gate (blk.{i}.attn_gate), sigmoid(gate) * attention output
   // before the output projection.
   bool attention_output_gate = false;

@@ -457,6 +457,7 @@ class ModelSpec:
     linear_chunked_min_tokens: int
     attention_output_gate: bool
     norm_weight_offset: float
+    sinks_sliding_only: bool
     expert_bias: bool
     tie_word_embeddings: bool
     def __init__(self) -> None:
@@ -646,6 +647,24 @@ class ModelSpec:
         ...
     @rope_attention_factor.setter
     def rope_attention_factor(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def attention_value_scale(self) -> float:
+        ...
+    @attention_value_scale.setter
+    def attention_value_scale(self, arg0: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def sliding_n_kv_heads(self) -> int:
+        ...
+    @sliding_n_kv_heads.setter
+    def sliding_n_kv_heads(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def sliding_rope_inv_freq(self) -> list[float]:
+        ...
+    @sliding_rope_inv_freq.setter
+    def sliding_rope_inv_freq(self, arg0: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
         ...
     @property
     def rope_inv_freq(self) -> list[float]:

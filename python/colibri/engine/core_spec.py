@@ -134,6 +134,7 @@ def model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
     spec.n_mtp_layers = cfg.n_mtp_layers
     _ffn_fields(cfg, spec)
     _linear_fields(cfg, spec)
+    _sliding_overrides(cfg, spec, factors)
     if cfg.is_mla:
         spec.attention_kind = _core.AttentionKind.mla
         spec.q_lora_rank = cfg.q_lora_rank
@@ -160,6 +161,22 @@ def model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
                              for i in range(cfg.n_layers)]  # fmt: skip
         spec.index_rope_interleaved = cfg.index_rope_interleaved
     return spec
+
+
+def _sliding_overrides(cfg: ModelConfig, spec: _core.ModelSpec,
+                       factors: npt.NDArray[np.float32] | None) -> None:
+    """GQA per-layer-type overrides (MiMo-V2-Flash): the sliding layers' KV heads, RoPE
+    base and sinks; the value head size and scale. Unset fields leave the global values."""
+    spec.sliding_n_kv_heads = cfg.sliding_n_kv_heads
+    spec.sinks_sliding_only = cfg.sinks_sliding_only
+    spec.attention_value_scale = cfg.attention_value_scale
+    if cfg.attention == "gqa":
+        spec.v_head_dim = cfg.v_head_dim
+    if cfg.sliding_rope_theta:
+        rope = rope_table(cfg.rotary_dim or cfg.head_dim, cfg.sliding_rope_theta,
+                          cfg.rope_scaling, cfg.max_position_embeddings)  # fmt: skip
+        inv = rope.inv_freq if factors is None else (rope.inv_freq / factors).astype(np.float32)
+        spec.sliding_rope_inv_freq = inv.tolist()
 
 
 def _ffn_fields(cfg: ModelConfig, spec: _core.ModelSpec) -> None:

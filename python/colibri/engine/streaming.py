@@ -96,7 +96,7 @@ def _layer_kv_width(c: ModelConfig, layer: int) -> tuple[int, int]:
     if c.attention == "v4_sliding":  # DeepSeek-V4: one key-value row (K = V)
         return c.head_dim, 0
     if not c.is_mla:
-        return c.n_kv_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        return c.kv_heads(layer) * c.head_dim, c.kv_heads(layer) * c.gqa_value_dim
     latent = c.kv_lora_rank + c.qk_rope_head_dim
     return latent, c.index_head_dim if is_full_indexer_layer(c, layer) else 0
 
@@ -178,7 +178,7 @@ def session_kv_type(manifest: Manifest, engine: EngineConfig) -> str:
             rows = {k for k, _ in kv_layer_widths(c)} | {v for _, v in kv_layer_widths(c) if v}
             what = "cached rows (the latent and rope key; the DSA indexer key)"
         else:
-            rows = {c.head_dim}
+            rows = {c.head_dim, c.gqa_value_dim}
             what = "heads"
         odd = sorted(w for w in rows if w % 32)
         if odd:
@@ -202,7 +202,8 @@ def _kv_and_work(manifest: Manifest, engine: EngineConfig,
         vocab_size=c.vocab_size, hidden_size=c.hidden_size,
         intermediate_size=c.intermediate_size, moe_intermediate_size=c.moe_intermediate_size,
         shared_expert_intermediate_size=c.shared_expert_intermediate_size,
-        n_heads=c.n_heads, n_kv_heads=c.n_kv_heads, head_dim=c.head_dim,
+        n_heads=c.n_heads, n_kv_heads=max(c.n_kv_heads, c.sliding_n_kv_heads),
+        head_dim=c.head_dim,
         n_experts=c.n_experts, n_experts_per_tok=c.n_experts_per_tok,
         context_length=context_length, threads=engine.threads.team_size(),
         # a forward's batch is one prefill chunk (the whole prompt when chunking is off)

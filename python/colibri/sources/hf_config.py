@@ -93,7 +93,10 @@ def hf_config(
     check_layer_count(n_layers + n_mtp, tensor_names, "num_hidden_layers", where, _HF_LAYER)
     n_kv = f.int("num_key_value_heads", n_heads)
     head_dim = f.int("head_dim", hidden // n_heads)
-    theta, scaling = _rope(cfg, where)
+    # A family reading per-layer-type RoPE sets rope_theta / rope_scaling itself.
+    rope_cfg = {k: v for k, v in cfg.items() if k != "rope_parameters"} \
+        if fam.hf_rope_by_layer_type else cfg  # fmt: skip
+    theta, scaling = _rope(rope_cfg, where)
     bos = cfg.get("bos_token_id")
     eps = cfg.get("rms_norm_eps")
     base: dict[str, Any] = dict(

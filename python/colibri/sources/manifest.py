@@ -141,6 +141,15 @@ class ModelConfig:
     sliding_window: int = 0
     sliding_layers: tuple[bool, ...] = ()
     attention_out_bias: bool = False
+    # Per-layer-type GQA overrides (MiMo-V2-Flash), each defaulting to the global value: the
+    # sliding layers' KV heads (0: n_kv_heads) and RoPE base (0: rope_theta; the same
+    # rotary_dim and scaling); sinks in the sliding layers only; values scaled by
+    # attention_value_scale after their projection, before the cache. A GQA model's value
+    # heads are v_head_dim wide when it is set (0: head_dim; see gqa_value_dim).
+    sliding_n_kv_heads: int = 0
+    sliding_rope_theta: float = 0.0
+    sinks_sliding_only: bool = False
+    attention_value_scale: float = 1.0
     n_experts: int = 0  # routed experts per MoE layer (0: dense model)
     n_experts_per_tok: int = 0  # top-k
     moe_intermediate_size: int = 0  # FFN width of one routed expert
@@ -223,6 +232,23 @@ class ModelConfig:
     @property
     def has_indexer(self) -> bool:
         return self.index_n_heads > 0
+
+    def is_sliding(self, layer: int) -> bool:
+        marks = self.sliding_layers
+        return bool(marks) and layer < len(marks) and marks[layer]
+
+    def kv_heads(self, layer: int) -> int:
+        """GQA: the KV heads of `layer` (the sliding layers' own count when set)."""
+        return self.sliding_n_kv_heads if self.sliding_n_kv_heads and self.is_sliding(layer) \
+            else self.n_kv_heads  # fmt: skip
+
+    def has_sinks(self, layer: int) -> bool:
+        return self.attention_sinks and (not self.sinks_sliding_only or self.is_sliding(layer))
+
+    @property
+    def gqa_value_dim(self) -> int:
+        """GQA: the values of one head (v_head_dim when set, else head_dim)."""
+        return self.v_head_dim or self.head_dim
 
     def is_linear(self, layer: int) -> bool:
         """True when `layer` runs linear attention (a Gated DeltaNet) instead of attention."""

@@ -21,22 +21,22 @@ from .manifest import Extent, ModelConfig
 from .v4_units import hc_shapes, v4_attention_shapes
 
 
-def _gqa_shapes(cfg: ModelConfig, b: str) -> dict[str, tuple[int, ...]]:
-    h, hd = cfg.hidden_size, cfg.head_dim
-    q_rows, kv_rows = cfg.n_heads * hd, cfg.n_kv_heads * hd
+def _gqa_shapes(cfg: ModelConfig, b: str, layer: int) -> dict[str, tuple[int, ...]]:
+    h, hd, vd, nkv = cfg.hidden_size, cfg.head_dim, cfg.gqa_value_dim, cfg.kv_heads(layer)
+    q_rows, kv_rows, v_rows, o_cols = cfg.n_heads * hd, nkv * hd, nkv * vd, cfg.n_heads * vd
     out: dict[str, tuple[int, ...]] = {
-        b + "attn_q": (q_rows, h), b + "attn_k": (kv_rows, h), b + "attn_v": (kv_rows, h),
+        b + "attn_q": (q_rows, h), b + "attn_k": (kv_rows, h), b + "attn_v": (v_rows, h),
     }
     if cfg.attention_bias:
         out[b + "attn_q.bias"] = (q_rows,)
         out[b + "attn_k.bias"] = (kv_rows,)
-        out[b + "attn_v.bias"] = (kv_rows,)
+        out[b + "attn_v.bias"] = (v_rows,)
     if cfg.attention_output_gate:
-        out[b + "attn_gate"] = (q_rows, h)
-    out[b + "attn_output"] = (h, q_rows)
+        out[b + "attn_gate"] = (o_cols, h)
+    out[b + "attn_output"] = (h, o_cols)
     if cfg.attention_out_bias:
         out[b + "attn_output.bias"] = (h,)
-    if cfg.attention_sinks:
+    if cfg.has_sinks(layer):
         out[b + "attn_sinks"] = (cfg.n_heads,)
     if cfg.qk_norm == "head":
         out[b + "attn_q_norm"] = (hd,)
@@ -128,7 +128,7 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         elif cfg.attention == "v4_sliding":
             out.update(v4_attention_shapes(cfg, b))
         else:
-            out.update(_gqa_shapes(cfg, b))
+            out.update(_gqa_shapes(cfg, b, i))
         out[b + "ffn_norm"] = (h,)
         moe = mtp or (bool(cfg.moe_layers) and cfg.moe_layers[i])
         if moe:

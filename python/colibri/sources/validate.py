@@ -134,10 +134,31 @@ def check_attention_extras(cfg: ModelConfig, where: object) -> None:
             f"{where}: sliding_window {window} is larger than the context length "
             f"(max_position_embeddings {cfg.max_position_embeddings})"
         )
+    _check_gqa_overrides(cfg, where)
     extras = cfg.attention_sinks or cfg.attention_out_bias or any(layers)
     if cfg.attention not in ("gqa", "v4_sliding") and extras:
         raise UnsupportedError(f"{where}: attention sinks, sliding windows and an output bias "
                                f"are implemented for GQA attention only")  # fmt: skip
+
+
+def _check_gqa_overrides(cfg: ModelConfig, where: object) -> None:
+    """MiMo-V2-Flash's per-layer-type GQA fields (manifest.ModelConfig): GQA only, the
+    sliding layers' KV heads a divisor of n_heads, a RoPE base > 0, a value scale > 0."""
+    kv = as_int(cfg.sliding_n_kv_heads, "sliding_n_kv_heads", where, lo=0)
+    if kv and cfg.n_heads % kv:
+        raise bad(where, "sliding_n_kv_heads", kv, f"a divisor of n_heads ({cfg.n_heads})")
+    if cfg.sliding_rope_theta != 0:
+        as_float(cfg.sliding_rope_theta, "sliding_rope_theta", where, lo=0.0, lo_open=True)
+    as_float(cfg.attention_value_scale, "attention_value_scale", where, lo=0.0, lo_open=True)
+    if not isinstance(cfg.sinks_sliding_only, bool):
+        raise bad(where, "sinks_sliding_only", cfg.sinks_sliding_only, "true or false")
+    used = (kv or cfg.sliding_rope_theta or cfg.sinks_sliding_only
+            or cfg.attention_value_scale != 1.0)  # fmt: skip
+    if used and cfg.attention != "gqa":
+        raise UnsupportedError(f"{where}: per-layer-type KV heads, RoPE, sinks and a value "
+                               f"scale are implemented for GQA attention only")  # fmt: skip
+    if cfg.attention == "gqa":
+        as_int(cfg.v_head_dim, "v_head_dim", where, lo=0)
 
 
 _ATTENTION_KINDS = ("gqa", "mla", "v4_sliding")

@@ -21,6 +21,7 @@ from . import (
     glm,
     gpt_oss,
     llama,
+    mimo_v2_flash,
     minimax_m2,
     olmoe,
     qwen3_next,
@@ -38,6 +39,7 @@ FAMILIES: tuple[Family, ...] = (
     minimax_m2.FAMILY,
     deepseek_v4.FAMILY,
     qwen3_next.FAMILY,
+    mimo_v2_flash.FAMILY,
 )
 
 # Families the forward pass implements, by canonical name (ModelConfig.arch).

@@ -105,3 +105,6 @@ class Family:
     # of another modality (skipped).
     hf_text_config: str | None = None
     hf_rename: Callable[[str], str | None] | None = None
+    # config.json's rope_parameters are keyed by layer type (MiMo-V2-Flash): the shared
+    # reader leaves them to the family's hf_config instead of refusing them.
+    hf_rope_by_layer_type: bool = False
