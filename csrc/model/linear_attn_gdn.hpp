@@ -57,6 +57,7 @@ class GatedDeltaNet final : public AttentionLayer {
   int64_t channels_;  // 2 * nk * dk + nv * dv
   int64_t chunked_min_;  // forwards of at least this many tokens run the chunked form (0: never)
   float eps_;
+  bool a_neg_exp_, v_tiled_;  // ModelSpec::linear_a_neg_exp / linear_v_tiled
 };
 
 }  // namespace colibri

@@ -123,6 +123,11 @@ struct ModelSpec {
   // the recurrent form (0: always recurrent). Both scalar today, and the recurrent form is
   // the faster (docs/linear-attention.md), so colibri leaves it 0; the tests set it.
   int64_t linear_chunked_min_tokens = 0;
+  // As llama.cpp's GGUF files store them: blk.{i}.gdn_a_log holds A = -exp(A_log) itself
+  // (linear_a_neg_exp); the value heads are in "tiled" order, value head h reading key
+  // head h % nk instead of h / (nv / nk) (linear_v_tiled: llama.cpp's Qwen3.5 files).
+  bool linear_a_neg_exp = false;
+  bool linear_v_tiled = false;
   // GQA: q_proj's per-head gate (blk.{i}.attn_gate), sigmoid(gate) * attention output
   // before the output projection.
   bool attention_output_gate = false;
