@@ -67,7 +67,8 @@ def test_the_file_maps_to_the_checkpoints_config(tiny: Tiny) -> None:
     same = ("arch", "n_layers", "linear_layers", "linear_num_key_heads", "linear_num_value_heads",
             "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel", "rotary_dim",
             "head_dim", "qk_norm", "n_experts", "n_experts_per_tok", "moe_intermediate_size",
-            "shared_expert_intermediate_size", "norm_topk_prob", "attention_output_gate")  # fmt: skip
+            "shared_expert_intermediate_size", "norm_topk_prob",
+            "attention_output_gate")  # fmt: skip
     assert {k: getattr(gg, k) for k in same} == {k: getattr(hf, k) for k in same}
 
 
@@ -127,6 +128,33 @@ def test_a_convolution_width_off_the_metadata_is_refused(tiny: Tiny, tmp_path: P
     u32 = (4).to_bytes(4, "little")  # GGUF value type 4: uint32
     bad = _patched(files["f32"], tmp_path / "bad.gguf", key + u32 + (4).to_bytes(4, "little"),
                    key + u32 + (3).to_bytes(4, "little"))  # fmt: skip
-    with pytest.raises(ModelFormatError, match=r"'blk\.0\.ssm_conv1d\.weight' has shape "
-                                               r"\(64, 4\), but the convolution is 3 wide"):  # fmt: skip
+    msg = r"'blk\.0\.ssm_conv1d\.weight' has shape \(64, 4\), but the convolution is 3 wide"
+    with pytest.raises(ModelFormatError, match=msg):
         load(bad)
+
+
+@pytest.mark.parametrize("flag", ["linear_a_neg_exp", "linear_v_tiled"])
+def test_the_core_needs_what_the_file_says(tiny: Tiny, flag: str) -> None:
+    """The bound is not met by accident: the core told the opposite of one of the file's
+    conventions (A taken as log A; Qwen3.5's value heads paired in grouped order) moves
+    the logits far past it. (Qwen3-Next's file is grouped: the pairing flag is moot.)"""
+    from colibri.engine import handle
+
+    _, model, files = tiny
+    cfg = load(files["f32"]).config
+    if flag == "linear_v_tiled" and not cfg.linear_v_tiled:
+        return
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    ref = reference_logits(model, ids)
+    plain = handle.model_spec
+
+    def spec(*args: object, **kw: object) -> object:
+        s = plain(*args, **kw)
+        setattr(s, flag, not getattr(s, flag))
+        return s
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(handle, "model_spec", spec)
+        m = load(files["f32"])
+    got = m.session().forward(ids, all_logits=True)
+    assert float(np.abs(got - ref).max()) > 1e-2 * float(np.abs(ref).max())

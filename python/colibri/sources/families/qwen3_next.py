@@ -45,8 +45,8 @@ from ..fields import as_float, as_int, bad
 from ..manifest import Extent, ModelConfig, TensorInfo
 from ..paths import shown
 from .common import DECODER_NAMES, LAYER, hf_expert_counts, refuse_hf_features
-from .qwen_moe import SHARED_EXPERT_NAMES
 from .qwen3_next_gguf import GGUF_ARCHS, MTP_KEY, gguf_config, gguf_name, gguf_tensors
+from .qwen_moe import SHARED_EXPERT_NAMES
 from .spec import Family, HFInput, NameRule
 
 ARCH = "qwen3_next"

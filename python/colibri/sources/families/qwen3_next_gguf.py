@@ -81,14 +81,14 @@ def gguf_config(inp: GGUFInput) -> ModelConfig:
     nk, nv = meta.int(f"{a}.ssm.group_count", lo=1), meta.int(f"{a}.ssm.time_step_rank", lo=1)
     dk, inner = meta.int(f"{a}.ssm.state_size", lo=1), meta.int(f"{a}.ssm.inner_size", lo=1)
     if inner % nv or nv % nk:
-        raise ModelFormatError(f"{where}: {a}.ssm.inner_size {inner} / time_step_rank {nv} / "
-                               f"group_count {nk} do not divide into value and key heads")  # fmt: skip
+        raise ModelFormatError(f"{where}: {a}.ssm.inner_size {inner}, time_step_rank {nv}, "
+                               f"group_count {nk}: not whole value and key heads")  # fmt: skip
+    dense = tensors.get(f"blk.{first_dense}.ffn_gate") if first_dense is not None else None
     return ModelConfig(
         **{**inp.base, "n_layers": n_layers},
         arch=arch,
         head_dim=head_dim,
-        intermediate_size=tensors[f"blk.{first_dense}.ffn_gate"].shape[0]
-        if first_dense is not None and f"blk.{first_dense}.ffn_gate" in tensors else 0,
+        intermediate_size=dense.shape[0] if dense is not None else 0,
         qk_norm="head",
         rotary_dim=meta.int(f"{a}.rope.dimension_count", head_dim, lo=0),
         n_experts=meta.int(f"{a}.expert_count", lo=1),
@@ -116,11 +116,12 @@ def _schedule(inp: GGUFInput, n_layers: int) -> tuple[bool, ...]:
     if flags is None:
         every = meta.int(f"{a}.full_attention_interval", 4, lo=1)
         return tuple(bool((i + 1) % every) for i in range(n_layers))
-    if not isinstance(flags, list) or len(flags) < n_layers or not all(
-        isinstance(f, bool) for f in flags
-    ):
+    blocks = inp.base["n_layers"]  # block_count, MTP layers included
+    if not isinstance(flags, list) or len(flags) != blocks or any(
+        not isinstance(f, bool) for f in flags
+    ):  # fmt: skip
         raise ModelFormatError(f"{inp.where}: {a}.attention.recurrent_layers must be "
-                               f"{inp.base['n_layers']} true/false values")  # fmt: skip
+                               f"{blocks} true/false values")  # fmt: skip
     return tuple(flags[:n_layers])
 
 
