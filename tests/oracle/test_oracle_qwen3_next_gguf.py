@@ -10,13 +10,15 @@ one prefill and for a prefill followed by token-by-token decode; the same greedy
 Q8_0 files (embeddings, head, projections and expert gate/up in Q8_0, expert down in F16,
 norms, convolution, A and dt_bias in F32) against transformers running the very values
 the file stores (support/qwen3_next_gguf.dequantized_model): the same bound and the same
-greedy tokens. Measured (seed 0, 140 tokens): colibri within 1.9e-6 (Qwen3-Next) and
-9.2e-6 (Qwen3.5) of max |logit| from the dequantized reference, while the Q8_0 weights
-themselves move transformers' logits by 51% and 36% of max |logit| from the float model's
-(25% and 26% over the first 12 tokens). This tiny random model is that sensitive (32-wide
-rows are one Q8_0 block each; the embeddings' quantization alone moves it 21%, every other
-group of tensors 1 to 20%), which is why a quantized file is checked against the values
-it stores and not against the float model.
+greedy tokens. A file with an MTP layer runs its trunk.
+
+Measured (seed 0, 140 tokens): colibri within 1.9e-6 (Qwen3-Next) and 9.2e-6 (Qwen3.5) of
+max |logit| from the dequantized reference, while the Q8_0 weights themselves move
+transformers' logits by 51% and 36% of max |logit| from the float model's (25% and 26%
+over the first 12 tokens). This tiny random model is that sensitive (32-wide rows are one
+Q8_0 block each; the embeddings' quantization alone moves it 21%, every other group of
+tensors 0.7 to 20%), which is why a quantized file is checked against the values it stores
+and not against the float model.
 
 The converter supports both architectures (and, not tested here, Qwen3.5's dense
 ``qwen35``, which colibri does not run). Bad input: a linear layer's missing ssm tensor and
@@ -34,10 +36,11 @@ import torch
 
 import colibri
 from colibri.errors import ModelFormatError
+from support.deepseek_factory import convert_with_llama_cpp
 from support.logit_checks import assert_decode_matches, assert_greedy_matches, assert_within
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
 from support.qwen3_next_factory import VOCAB, build_qwen3_next
-from support.qwen3_next_gguf import convert, dequantized_model
+from support.qwen3_next_gguf import convert, dequantized_model, with_mtp_layer
 
 N_PROMPT, N_GREEDY = 140, 20
 VARIANTS = {"qwen3next": ("qwen3_next", False), "qwen35moe": ("qwen3_5_moe", True)}
@@ -102,6 +105,22 @@ def test_q8_0_matches_its_dequantized_weights(tiny: Tiny, tmp_path: Path) -> Non
     assert_decode_matches(m.session(), ids, ref, "q8_0")
     ref_tokens, ref_logits = reference_greedy(ref_model, ids, N_GREEDY)
     assert_greedy_matches(m.session(), ids, ref_tokens, ref_logits)
+
+
+def test_a_file_with_an_mtp_layer_runs_its_trunk(tiny: Tiny, tmp_path: Path) -> None:
+    """Converted without ``--no-mtp``, a checkpoint with an MTP layer gives a file whose
+    block_count counts it (``nextn_predict_layers`` 1, its ``blk.4.*`` and ``nextn.*``
+    tensors present); colibri drops it, as the checkpoint path skips ``mtp.*``: the same
+    logits, bit for bit, as the file without it."""
+    d, _, files = tiny
+    mtp = with_mtp_layer(d, tmp_path / "hf-mtp")
+    out = tmp_path / "mtp.f32.gguf"
+    convert_with_llama_cpp(mtp, out, "f32")
+    m = load(out)
+    assert (m.config.n_layers, m.config.n_mtp_layers) == (4, 0)
+    ids = prompt_ids(40, vocab=VOCAB)
+    got = m.session().forward(ids, all_logits=True)
+    np.testing.assert_array_equal(got, load(files["f32"]).session().forward(ids, all_logits=True))
 
 
 def _patched(src: Path, dst: Path, old: bytes, new: bytes) -> Path:

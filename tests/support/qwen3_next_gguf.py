@@ -120,3 +120,27 @@ def dequantized_model(hf_dir: Path, gguf_path: Path, out: Path, *, qwen3_5: bool
     save_file(sd, out / "model.safetensors", metadata={"format": "pt"})
     model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     return model.eval().requires_grad_(False)
+
+
+def with_mtp_layer(src: Path, dst: Path) -> Path:
+    """The checkpoint plus an MTP layer as the released files carry one (``mtp.layers.0.*``:
+    a full-attention decoder layer, here layer 1's values; ``mtp.fc``; its norms), which
+    the converter keeps as block_count's last layer (``nextn_predict_layers`` 1)."""
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name != "model.safetensors":
+            shutil.copy(f, dst / f.name)
+    sd = load_file(src / "model.safetensors")
+    for k in list(sd):
+        if k.startswith("model.layers.1."):
+            sd["mtp.layers.0." + k[len("model.layers.1.") :]] = sd[k].clone()
+    h = sd["model.norm.weight"].shape[0]
+    g = torch.Generator().manual_seed(0)
+    sd["mtp.fc.weight"] = torch.randn(h, 2 * h, generator=g)
+    for n in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+        sd[f"mtp.{n}.weight"] = torch.randn(h, generator=g)
+    save_file(sd, dst / "model.safetensors", metadata={"format": "pt"})
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg["mtp_num_hidden_layers"] = 1  # Qwen3.5 declares it; Qwen3-Next's converter counts
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
