@@ -123,6 +123,24 @@ def test_a_file_with_an_mtp_layer_runs_its_trunk(tiny: Tiny, tmp_path: Path) -> 
     np.testing.assert_array_equal(got, load(files["f32"]).session().forward(ids, all_logits=True))
 
 
+@pytest.mark.parametrize("kind", ["f32", "q8_0"])
+def test_a_native_container_of_the_file_computes_the_same_bits(
+    tiny: Tiny, tmp_path: Path, kind: str
+) -> None:
+    """``colibri convert`` of the GGUF keeps the cut tensors and the file's conventions
+    (``linear_a_neg_exp``, ``linear_v_tiled``): the same logits, bit for bit."""
+    from colibri.convert import verify_container, write_container
+
+    _, _, files = tiny
+    write_container(files[kind], tmp_path / "native")
+    verify_container(tmp_path / "native")
+    native = load(tmp_path / "native")
+    assert native.config.linear_a_neg_exp
+    ids = prompt_ids(40, vocab=VOCAB)
+    a = load(files[kind]).session().forward(ids, all_logits=True)
+    np.testing.assert_array_equal(native.session().forward(ids, all_logits=True), a)
+
+
 def _patched(src: Path, dst: Path, old: bytes, new: bytes) -> Path:
     """A copy of the file with the first ``old`` (in the header) replaced by ``new``."""
     data = src.read_bytes()
