@@ -215,6 +215,8 @@ void bind_engine(py::module_& m) {
       .def_readwrite("linear_value_head_dim", &ModelSpec::linear_value_head_dim)
       .def_readwrite("linear_conv_kernel", &ModelSpec::linear_conv_kernel)
       .def_readwrite("linear_chunked_min_tokens", &ModelSpec::linear_chunked_min_tokens)
+      .def_readwrite("linear_a_neg_exp", &ModelSpec::linear_a_neg_exp)
+      .def_readwrite("linear_v_tiled", &ModelSpec::linear_v_tiled)
       .def_readwrite("attention_output_gate", &ModelSpec::attention_output_gate)
       .def_readwrite("norm_weight_offset", &ModelSpec::norm_weight_offset)
       .def_readwrite("sliding_n_kv_heads", &ModelSpec::sliding_n_kv_heads)

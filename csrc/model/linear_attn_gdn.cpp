@@ -145,7 +145,8 @@ void delta_rule_chunked(const HeadRows& r, int64_t n, float* S) {
 GatedDeltaNet::GatedDeltaNet(const ModelSpec& s, GdnWeights weights)
     : w_(weights), hidden_(s.hidden_size), nk_(s.linear_num_key_heads), nv_(s.linear_num_value_heads),
       dk_(s.linear_key_head_dim), dv_(s.linear_value_head_dim), kernel_(s.linear_conv_kernel),
-      channels_(2 * nk_ * dk_ + nv_ * dv_), chunked_min_(s.linear_chunked_min_tokens), eps_(s.rms_norm_eps) {}
+      channels_(2 * nk_ * dk_ + nv_ * dv_), chunked_min_(s.linear_chunked_min_tokens), eps_(s.rms_norm_eps),
+      a_neg_exp_(s.linear_a_neg_exp), v_tiled_(s.linear_v_tiled) {}
 
 int64_t GatedDeltaNet::state_floats(const ModelSpec& s) {
   const int64_t channels = 2 * s.linear_num_key_heads * s.linear_key_head_dim +
@@ -248,7 +249,8 @@ void GatedDeltaNet::forward(AttentionContext& ctx, const float* x, int64_t n, in
       }
       for (int64_t h = 0; h < nv_; ++h) {
         b[t * nv_ + h] = 1.0f / (1.0f + std::exp(-b[t * nv_ + h]));
-        a[t * nv_ + h] = -std::exp(a_log[h]) * softplus(a[t * nv_ + h] + dt_bias[h]);
+        const float A = a_neg_exp_ ? a_log[h] : -std::exp(a_log[h]);
+        a[t * nv_ + h] = A * softplus(a[t * nv_ + h] + dt_bias[h]);
       }
     }
   });
@@ -258,7 +260,7 @@ void GatedDeltaNet::forward(AttentionContext& ctx, const float* x, int64_t n, in
   const int64_t group = nv_ / nk_;
   ctx.pool.parallel_for(nv_, 1, [&](int64_t h0, int64_t h1, int) {
     for (int64_t h = h0; h < h1; ++h) {
-      const int64_t kh = h / group;
+      const int64_t kh = v_tiled_ ? h % nk_ : h / group;
       HeadRows r{conv + kh * dk_, conv + kd + kh * dk_, conv + 2 * kd + h * dv_, C,
                  b + h, a + h, nv_, o + h * dv_, vd, dk_, dv_};
       float* S = heads + h * dk_ * dv_;

@@ -4,7 +4,8 @@
 // short convolution's channels), the output gate z, and per value head b and a; a causal
 // depthwise convolution over the last conv_kernel inputs of every q/k/v channel, then
 // silu; q and k L2-normed per head, q scaled by 1/sqrt(key head dim); beta = sigmoid(b),
-// decay g = -exp(A_log) * softplus(a + dt_bias); per value head h (key head h / (nv / nk))
+// decay g = -exp(A_log) * softplus(a + dt_bias); per value head h (key head h / (nv / nk),
+// or h % nk for llama.cpp's tiled files: ModelSpec::linear_v_tiled)
 // the delta rule on a (key dim x value dim) F32 state S:
 //   S *= exp(g);  S += k (beta (v - S^T k))^T;  o = S^T q
 // then o RMS-normed per head, times the norm weight and silu(z), and projected back.
@@ -57,6 +58,7 @@ class GatedDeltaNet final : public AttentionLayer {
   int64_t channels_;  // 2 * nk * dk + nv * dv
   int64_t chunked_min_;  // forwards of at least this many tokens run the chunked form (0: never)
   float eps_;
+  bool a_neg_exp_, v_tiled_;  // ModelSpec::linear_a_neg_exp / linear_v_tiled
 };
 
 }  // namespace colibri

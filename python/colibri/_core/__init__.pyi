@@ -454,6 +454,8 @@ class ModelSpec:
     linear_key_head_dim: int
     linear_value_head_dim: int
     linear_conv_kernel: int
+    linear_a_neg_exp: bool
+    linear_v_tiled: bool
     linear_chunked_min_tokens: int
     attention_output_gate: bool
     norm_weight_offset: float

@@ -230,3 +230,5 @@ def _linear_fields(cfg: ModelConfig, spec: _core.ModelSpec) -> None:
     spec.linear_conv_kernel = cfg.linear_conv_kernel
     spec.attention_output_gate = cfg.attention_output_gate
     spec.norm_weight_offset = cfg.norm_weight_offset
+    spec.linear_a_neg_exp = cfg.linear_a_neg_exp
+    spec.linear_v_tiled = cfg.linear_v_tiled

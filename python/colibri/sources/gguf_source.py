@@ -202,6 +202,8 @@ def load_gguf(path: str | os.PathLike[str]) -> Manifest:
         raise ModelFormatError(f"{p}: tensor 'token_embd' is missing or not a matrix")
     base = _base(meta, arch, tensors, blocks)
     cfg = fam.gguf_config(GGUFInput(arch, meta, tensors, p, base))
+    if fam.gguf_tensors is not None:
+        tensors = fam.gguf_tensors(tensors, cfg, p)
     if arch in fam.gguf_permuted:
         tensors = _unpermuted(tensors, cfg.n_heads, cfg.n_kv_heads)
     ordered = order_and_check(tensors, cfg, p)

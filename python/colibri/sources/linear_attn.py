@@ -72,6 +72,9 @@ def check_linear_fields(cfg: ModelConfig, where: object) -> None:
     if not isinstance(cfg.attention_output_gate, bool):
         raise bad(where, "attention_output_gate", cfg.attention_output_gate, "true or false")
     as_float(cfg.norm_weight_offset, "norm_weight_offset", where)
+    for key in ("linear_a_neg_exp", "linear_v_tiled"):
+        if not isinstance(getattr(cfg, key), bool):
+            raise bad(where, key, getattr(cfg, key), "true or false")
     if not any(layers):
         return
     if cfg.is_mla or cfg.n_mtp_layers:

@@ -2,7 +2,8 @@
 attention layers, with a Qwen2-MoE-style FFN (softmax top-k routing plus a shared expert
 behind a sigmoid gate).
 
-* ``qwen3_next``: Hugging Face ``qwen3_next`` / ``Qwen3NextForCausalLM`` (no GGUF yet).
+* ``qwen3_next``: Hugging Face ``qwen3_next`` / ``Qwen3NextForCausalLM``; GGUF
+  ``qwen3next`` (qwen3_next_gguf.py reads llama.cpp's files).
 * ``qwen3_5_moe``: the text model of Qwen3.5-MoE, Hugging Face ``qwen3_5_moe_text`` /
   ``Qwen3_5MoeForCausalLM``: the same layers with the linear projections stored apart
   (``in_proj_qkv`` already in the convolution's channel order, ``in_proj_z``, ``in_proj_b``,
@@ -12,7 +13,7 @@ behind a sigmoid gate).
   checkpoint (``qwen3_5_moe`` / ``Qwen3_5MoeForConditionalGeneration``) loads as its text
   model: ``text_config`` read over the top level, ``model.language_model.*`` as
   ``model.*``, the vision tower (``model.visual.*``) skipped. colibri takes text only (an
-  image in a request is refused as every family's is).
+  image in a request is refused as every family's is). GGUF ``qwen35moe``.
 
 * Layer schedule: config.json's ``layer_types`` ("linear_attention" / "full_attention"),
   else transformers' default from ``full_attention_interval`` (every n-th layer full,
@@ -44,8 +45,9 @@ from ..fields import as_float, as_int, bad
 from ..manifest import Extent, ModelConfig, TensorInfo
 from ..paths import shown
 from .common import DECODER_NAMES, LAYER, hf_expert_counts, refuse_hf_features
+from .qwen3_next_gguf import GGUF_ARCHS, MTP_KEY, gguf_config, gguf_name, gguf_tensors
 from .qwen_moe import SHARED_EXPERT_NAMES
-from .spec import Family, GGUFInput, HFInput, NameRule
+from .spec import Family, HFInput, NameRule
 
 ARCH = "qwen3_next"
 QWEN35 = "qwen3_5_moe"
@@ -211,10 +213,6 @@ def _text_tensor(name: str) -> str | None:
     return None if name.startswith("model.visual.") else name
 
 
-def _gguf_config(inp: GGUFInput) -> ModelConfig:
-    raise UnsupportedError(f"{inp.where}: Qwen3-Next GGUF files are not supported yet")
-
-
 FAMILY = Family(
     name="qwen3_next",
     archs=(ARCH, QWEN35),
@@ -228,8 +226,11 @@ FAMILY = Family(
     },
     hf_names=_NAMES,
     hf_config=_hf_config,
-    gguf_architectures=(),
-    gguf_config=_gguf_config,
+    gguf_architectures=tuple(GGUF_ARCHS),
+    gguf_config=gguf_config,
+    gguf_name=gguf_name,
+    gguf_tensors=gguf_tensors,
+    gguf_mtp_key=MTP_KEY,
     hf_experts=_split,
     hf_text_config="text_config",
     hf_rename=_text_tensor,

@@ -82,6 +82,11 @@ class Family:
         plain_gguf_name
     )
     gguf_permuted: tuple[str, ...] = ()
+    # GGUF tensors the core reads cut or named by the config (Qwen3-Next's fused
+    # projections): (tensors by canonical name, config, file) -> the tensors to check.
+    gguf_tensors: Callable[
+        [dict[str, TensorInfo], ModelConfig, Path], dict[str, TensorInfo]
+    ] | None = None
     # Multi-token-prediction layers, counted before the layer-count check: HF, the layers
     # past num_hidden_layers the checkpoint carries (cfg, n_layers, names, dir) -> count;
     # GGUF, the "{arch}.<key>" that says how many of block_count's layers are MTP layers
