@@ -105,3 +105,12 @@ class Family:
     # of another modality (skipped).
     hf_text_config: str | None = None
     hf_rename: Callable[[str], str | None] | None = None
+    # Tensors a GGUF stores in a type the core does not read (DeepSeek-V4's I32 hash
+    # tables): the stored names that match are set aside before the type check and handed,
+    # with the config, to gguf_side (file, {stored name: (type, shape, extent)}, config) ->
+    # (canonical tensors, a side file they point into, index 1; None when they need none).
+    gguf_side_names: re.Pattern[str] | None = None
+    gguf_side: Callable[
+        [Path, Mapping[str, tuple[str, tuple[int, ...], Extent]], ModelConfig],
+        tuple[dict[str, TensorInfo], Path | None],
+    ] | None = None
