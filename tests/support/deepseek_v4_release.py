@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -44,6 +45,28 @@ def mxfp4_round(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
 _EXPERT = re.compile(r"model\.layers\.\d+\.ffn\.experts\.\d+\.w[123]\.weight")
 
 
+# The dense projections the release stores as FP8 (E4M3, one E8M0 scale per 128 x 128
+# block); llama.cpp's converter turns exactly these into Q8_0.
+_FP8 = re.compile(r"layers\.\d+\.(?:attn\.w(?:q_a|q_b|kv|o_a|o_b)|ffn\.shared_experts\.w[123])"
+                  r"\.weight")
+# Widths that are multiples of 32, so every Q8_0 and MXFP4 row is whole blocks.
+RELEASE_SHAPE = dict(moe_intermediate_size=32, q_lora_rank=32, o_lora_rank=16)
+
+
+def fp8_round(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(E4M3 weight, E8M0 scales [ceil(rows/128), ceil(cols/128)] uint8, the values they
+    encode) for a float matrix."""
+    rows, cols = w.shape
+    br, bc = -(-rows // 128), -(-cols // 128)
+    pad = torch.zeros(br * 128, bc * 128)
+    pad[:rows, :cols] = w
+    amax = pad.reshape(br, 128, bc, 128).abs().amax(dim=(1, 3)).clamp_min(2.0**-100)
+    exp = torch.ceil(torch.log2(amax / 448.0))
+    scale = torch.exp2(exp).repeat_interleave(128, 0).repeat_interleave(128, 1)[:rows, :cols]
+    q = (w / scale).to(torch.float8_e4m3fn)
+    return q, (exp + 127).to(torch.uint8), q.float() * scale
+
+
 def _release_name(name: str) -> str:
     name = name.removeprefix("model.")
     name = name.replace("embed_tokens.", "embed.").replace("hc_head.hc_", "hc_head_")
@@ -51,14 +74,15 @@ def _release_name(name: str) -> str:
 
 
 @torch.no_grad()
-def build_release_v4(out: Path, *, seed: int = 0, **over: object
+def build_release_v4(out: Path, *, seed: int = 0, fp8: bool = False, **over: Any
                      ) -> tuple[Path, torch.nn.Module]:  # fmt: skip
     """Write the release-layout checkpoint to ``out``; return it with the transformers model
-    (experts rounded to MXFP4). Expert widths must be multiples of 32."""
+    (experts rounded to MXFP4; with ``fp8`` the dense projections stored as FP8 and rounded
+    to it too)."""
     hf = out.parent / (out.name + "-hf")
-    _, model = build_deepseek_v4(hf, seed=seed, moe_intermediate_size=32, **over)
+    _, model = build_deepseek_v4(hf, seed=seed, **{**RELEASE_SHAPE, **over})
     with safe_open(str(hf / "model.safetensors"), "pt") as f:
-        saved = {n: f.get_tensor(n) for n in f.keys()}  # noqa: SIM118
+        saved = {n: f.get_tensor(n) for n in f.keys()}
     shutil.rmtree(hf)
     tensors = {_release_name(n): t for n, t in saved.items() if not _EXPERT.fullmatch(n)}
     for li, layer in enumerate(model.model.layers):
@@ -74,6 +98,12 @@ def build_release_v4(out: Path, *, seed: int = 0, **over: object
                 base = f"layers.{li}.ffn.experts.{e}.{key}"
                 tensors[base + ".weight"] = packed.contiguous()
                 tensors[base + ".scale"] = scales.contiguous()
+    if fp8:
+        live = dict(model.named_parameters())
+        for name in [n for n in tensors if _FP8.fullmatch(n)]:
+            q, scales, values = fp8_round(tensors[name].float())
+            tensors[name], tensors[name[: -len(".weight")] + ".scale"] = q, scales
+            live[_live_name(name)].copy_(values)
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / "model.safetensors"))
     cfg = model.config.to_dict()
@@ -81,3 +111,73 @@ def build_release_v4(out: Path, *, seed: int = 0, **over: object
     cfg["compress_ratios"] = [0] * cfg["num_hidden_layers"]
     (out / "config.json").write_text(json.dumps(cfg, indent=1))
     return out, model
+
+
+_LIVE = {"attn.wq_a": "self_attn.q_a_proj", "attn.wq_b": "self_attn.q_b_proj",
+         "attn.wkv": "self_attn.kv_proj", "attn.wo_a": "self_attn.o_a_proj",
+         "attn.wo_b": "self_attn.o_b_proj", "ffn.shared_experts.w1": "mlp.shared_experts.gate_proj",
+         "ffn.shared_experts.w3": "mlp.shared_experts.up_proj",
+         "ffn.shared_experts.w2": "mlp.shared_experts.down_proj"}  # fmt: skip
+
+
+def _live_name(name: str) -> str:
+    """A release weight name -> the transformers model's parameter."""
+    m = re.fullmatch(r"layers\.(\d+)\.(.+)\.weight", name)
+    assert m is not None, name
+    return f"model.layers.{m.group(1)}.{_LIVE[m.group(2)]}.weight"
+
+
+# GGUF names (blk.{i}. and .weight / .bias dropped) -> the transformers model's parameters.
+_GGUF_TO_HF = {
+    "token_embd": "model.embed_tokens.weight", "output": "lm_head.weight",
+    "output_norm": "model.norm.weight", "output_hc_fn": "model.hc_head.hc_fn",
+    "output_hc_base": "model.hc_head.hc_base", "output_hc_scale": "model.hc_head.hc_scale",
+    "attn_sinks": "self_attn.sinks", "attn_q_a": "self_attn.q_a_proj.weight",
+    "attn_q_a_norm": "self_attn.q_a_norm.weight", "attn_q_b": "self_attn.q_b_proj.weight",
+    "attn_kv": "self_attn.kv_proj.weight", "attn_kv_a_norm": "self_attn.kv_norm.weight",
+    "attn_output_a": "self_attn.o_a_proj.weight", "attn_output_b": "self_attn.o_b_proj.weight",
+    "attn_norm": "input_layernorm.weight", "ffn_norm": "post_attention_layernorm.weight",
+    "ffn_gate_inp": "mlp.gate.weight", "exp_probs_b": "mlp.gate.e_score_correction_bias",
+    "ffn_gate_shexp": "mlp.shared_experts.gate_proj.weight",
+    "ffn_up_shexp": "mlp.shared_experts.up_proj.weight",
+    "ffn_down_shexp": "mlp.shared_experts.down_proj.weight",
+    "ffn_down_exps": "mlp.experts.down_proj",
+    "hc_attn_fn": "attn_hc.fn", "hc_attn_base": "attn_hc.base", "hc_attn_scale": "attn_hc.scale",
+    "hc_ffn_fn": "ffn_hc.fn", "hc_ffn_base": "ffn_hc.base", "hc_ffn_scale": "ffn_hc.scale",
+}  # fmt: skip
+
+
+def dequantized_v4(model: torch.nn.Module, gguf_path: Path) -> tuple[torch.nn.Module, set[str]]:
+    """A copy of ``model`` holding the values a llama.cpp GGUF of it stores (each tensor
+    decoded by the gguf package), and the GGUF types present: the exact reference for a
+    quantized file."""
+    import copy
+
+    import gguf
+
+    out = copy.deepcopy(model)
+    state = out.state_dict()
+    stacks: dict[tuple[str, str], torch.Tensor] = {}
+    types: set[str] = set()
+    for t in gguf.GGUFReader(str(gguf_path)).tensors:
+        types.add(t.tensor_type.name)
+        parts = t.name.rsplit(".", 1)[0].split(".")
+        if parts[-1] == "ffn_gate_tid2eid":
+            got = torch.from_numpy(t.data.copy()).long()
+            assert torch.equal(got, state[f"model.layers.{parts[1]}.mlp.gate.tid2eid"])
+            continue
+        value = torch.from_numpy(gguf.quants.dequantize(t.data, t.tensor_type).copy()).float()
+        if parts[0] != "blk":
+            state[_GGUF_TO_HF[parts[0]]].copy_(value)
+            continue
+        layer, kind = parts[1], parts[2]
+        if kind in ("ffn_gate_exps", "ffn_up_exps"):
+            stacks[(layer, kind)] = value
+        else:
+            state[f"model.layers.{layer}.{_GGUF_TO_HF[kind]}"].copy_(value)
+    for (layer, kind), value in stacks.items():
+        if kind == "ffn_gate_exps":  # gate_up_proj [E, 2 * ffn, hidden]: gate rows first
+            up = stacks[(layer, "ffn_up_exps")]
+            state[f"model.layers.{layer}.mlp.experts.gate_up_proj"].copy_(
+                torch.cat([value, up], dim=1))
+    return out, types

@@ -218,7 +218,7 @@ def load_gguf(path: str | os.PathLike[str]) -> Manifest:
         side_tensors, side_file = fam.gguf_side(p, side, cfg)
         tensors.update(side_tensors)
         if side_file is not None:
-            files, sizes = files + (side_file,), sizes + (os.stat(side_file).st_size,)
+            files, sizes = (*files, side_file), (*sizes, os.stat(side_file).st_size)
     ordered = order_and_check(tensors, cfg, p)
     check_extents(ordered, files, sizes)
     return Manifest(source="gguf", path=p, files=files, config=cfg, tensors=ordered,
