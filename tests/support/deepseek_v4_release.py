@@ -181,3 +181,43 @@ def dequantized_v4(model: torch.nn.Module, gguf_path: Path) -> tuple[torch.nn.Mo
             state[f"model.layers.{layer}.mlp.experts.gate_up_proj"].copy_(
                 torch.cat([value, up], dim=1))
     return out, types
+
+
+def container_model(model: torch.nn.Module, manifest: Any) -> torch.nn.Module:
+    """A copy of ``model`` (a transformers DeepSeek-V4) holding the values a colibri
+    manifest's tensors store, decoded by the core's scalar kernels: the exact reference
+    for a quantized container. The hash tables must be the model's own."""
+    import copy
+
+    import numpy as np
+
+    from colibri.convert.quantize import decode
+
+    out = copy.deepcopy(model)
+    state = out.state_dict()
+    names = {**_GGUF_TO_HF, "attn_kv_norm": "self_attn.kv_norm.weight"}
+    for t in manifest.tensors.values():
+        raw = b"".join(np.fromfile(manifest.files[e.file], np.uint8, e.length, offset=e.offset)
+                       .tobytes() for e in t.extents)  # fmt: skip
+        cols = int(t.shape[-1])
+        rows = int(np.prod(t.shape[:-1])) if len(t.shape) > 1 else 1
+        value = torch.from_numpy(decode(t.dtype, np.frombuffer(raw, np.uint8).copy(), rows, cols)
+                                 .reshape(t.shape).copy())  # fmt: skip
+        parts = t.name.split(".")
+        if parts[0] != "blk":
+            state[names[parts[0]]].copy_(value)
+            continue
+        layer, kind = parts[1], parts[2]
+        prefix = f"model.layers.{layer}."
+        if kind == "ffn_hash_eid":
+            assert torch.equal(value.long(), state[prefix + "mlp.gate.tid2eid"]), t.name
+        elif kind in ("ffn_gate_exps", "ffn_up_exps"):
+            stack = state[prefix + "mlp.experts.gate_up_proj"]
+            ffn = stack.shape[1] // 2
+            half = slice(0, ffn) if kind == "ffn_gate_exps" else slice(ffn, 2 * ffn)
+            stack[int(parts[3]), half].copy_(value)
+        elif kind == "ffn_down_exps":
+            state[prefix + "mlp.experts.down_proj"][int(parts[3])].copy_(value)
+        else:
+            state[prefix + names[kind]].copy_(value)
+    return out
