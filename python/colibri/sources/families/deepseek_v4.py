@@ -66,7 +66,9 @@ _NAMES: list[NameRule] = [
     (re.compile(_L + r"attn\.q_norm\.weight"), "blk.{0}.attn_q_a_norm"),
     (re.compile(_L + r"attn\.wq_b\.weight"), "blk.{0}.attn_q_b"),
     (re.compile(_L + r"attn\.wkv\.weight"), "blk.{0}.attn_kv"),
-    (re.compile(_L + r"attn\.norm\.weight"), "blk.{0}.attn_kv_norm"),
+    # attn.kv_norm as llama.cpp's converter reads the released checkpoint, attn.norm as
+    # transformers' save_pretrained writes it
+    (re.compile(_L + r"attn\.(?:kv_)?norm\.weight"), "blk.{0}.attn_kv_norm"),
     (re.compile(_L + r"attn\.wo_a\.weight"), "blk.{0}.attn_output_a"),
     (re.compile(_L + r"attn\.wo_b\.weight"), "blk.{0}.attn_output_b"),
     (re.compile(_L + r"attn\.attn_sink"), "blk.{0}.attn_sinks"),
