@@ -104,14 +104,21 @@ def _check_layers(meta: GGUFFields, fam: Family, arch: str, header: GGUFHeader) 
     return blocks
 
 
+SideTensors = dict[str, tuple[str, tuple[int, ...], Extent]]
+
+
 def _tensors(
-    header: GGUFHeader, p: Path, fam: Family, arch: str, n_expert: int
+    header: GGUFHeader, p: Path, fam: Family, arch: str, n_expert: int, side: SideTensors
 ) -> dict[str, TensorInfo]:
     """The file's tensors by canonical name (the family's), stacked experts split one per
-    expert."""
+    expert; those the family reads into a side file (Family.gguf_side_names) go to
+    ``side`` instead."""
     tensors: dict[str, TensorInfo] = {}
     for t in header.tensors:
         ext = Extent(0, header.data_offset(t), t.n_bytes)
+        if fam.gguf_side_names is not None and fam.gguf_side_names.fullmatch(t.name):
+            side[t.name] = (t.type_name, t.shape, ext)
+            continue
         check_dtype(t.name, t.type_name, p)
         m = _EXPS.match(t.name)
         if m:
@@ -197,7 +204,8 @@ def load_gguf(path: str | os.PathLike[str]) -> Manifest:
         if any(d == 0 for d in t.dims):
             raise ModelFormatError(f"{p}: tensor {shown(t.name)} has a zero dimension {t.shape}")
     blocks = _check_layers(meta, fam, arch, header)
-    tensors = _tensors(header, p, fam, arch, n_expert)
+    side: SideTensors = {}
+    tensors = _tensors(header, p, fam, arch, n_expert, side)
     if "token_embd" not in tensors or len(tensors["token_embd"].shape) != 2:
         raise ModelFormatError(f"{p}: tensor 'token_embd' is missing or not a matrix")
     base = _base(meta, arch, tensors, blocks)
@@ -206,7 +214,14 @@ def load_gguf(path: str | os.PathLike[str]) -> Manifest:
         tensors = fam.gguf_tensors(tensors, cfg, p)
     if arch in fam.gguf_permuted:
         tensors = _unpermuted(tensors, cfg.n_heads, cfg.n_kv_heads)
+    files: tuple[Path, ...] = (p.resolve(),)
+    sizes: tuple[int, ...] = (size,)
+    if side and fam.gguf_side is not None:  # e.g. DeepSeek-V4's hash tables, as F32
+        side_tensors, side_file = fam.gguf_side(p, side, cfg)
+        tensors.update(side_tensors)
+        if side_file is not None:
+            files, sizes = (*files, side_file), (*sizes, os.stat(side_file).st_size)
     ordered = order_and_check(tensors, cfg, p)
-    check_extents(ordered, (p,), (size,))
-    return Manifest(source="gguf", path=p, files=(p.resolve(),), config=cfg, tensors=ordered,
+    check_extents(ordered, files, sizes)
+    return Manifest(source="gguf", path=p, files=files, config=cfg, tensors=ordered,
                     metadata=md)  # fmt: skip

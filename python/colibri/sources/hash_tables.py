@@ -7,7 +7,9 @@ checked (its shape against the vocabulary and top-k, every entry an expert of th
 and copied as F32 (exact: expert ids are far below 2**24) into a small side file in
 ``$XDG_CACHE_HOME/colibri/relayout`` (as gpt-oss's experts are, sources/fused_experts.py),
 named by the shards' sizes and modification times and rewritten only when they change.
-The manifest then holds ``blk.{i}.ffn_hash_eid`` pointing into it.
+The manifest then holds ``blk.{i}.ffn_hash_eid`` pointing into it. A GGUF written by
+llama.cpp's converter holds the same tables as I32 ``blk.{i}.ffn_gate_tid2eid.weight``
+and gets the same side file (:func:`v4_gguf_hash_tables`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from .manifest import Extent, ModelConfig, TensorInfo
 from .paths import shown
 
 Found = Mapping[str, tuple[str, tuple[int, ...], Extent]]
-_TABLE = re.compile(r"(?:model\.)?layers\.(\d+)\.ffn\.gate\.tid2eid")
+# As the checkpoint names it, or as llama.cpp's converter writes it (I32, one per layer).
+_TABLE = re.compile(r"(?:model\.)?layers\.(\d+)\.ffn\.gate\.tid2eid"
+                    r"|blk\.(\d+)\.ffn_gate_tid2eid\.weight")
 _INT: dict[str, np.dtype[Any]] = {"I64": np.dtype("<i8"), "I32": np.dtype("<i4")}
 
 
@@ -67,7 +71,7 @@ def v4_hash_tables(found: Found, files: Sequence[Path], cfg: ModelConfig, d: Pat
     tables: list[tuple[int, str, npt.NDArray[np.float32]]] = []
     for name, (dtype, shape, ext) in found.items():
         if m := _TABLE.fullmatch(name):
-            layer = int(m.group(1))
+            layer = int(m.group(1) or m.group(2))
             tables.append((layer, name, _table(files, name, dtype, shape, ext, cfg, layer)))
     if not tables:
         return {}, frozenset(), None
@@ -96,3 +100,11 @@ def v4_hash_tables(found: Found, files: Sequence[Path], cfg: ModelConfig, d: Pat
         out[cname] = TensorInfo(cname, "F32", tuple(t.shape), (Extent(index, offset, t.nbytes),))
         offset += t.nbytes
     return out, frozenset(n for _, n, _ in tables), side
+
+
+def v4_gguf_hash_tables(path: Path, found: Found, cfg: ModelConfig
+                        ) -> tuple[dict[str, TensorInfo], Path | None]:  # fmt: skip
+    """The gguf_side hook of the deepseek_v4 family: the file's I32 tables, as
+    :func:`v4_hash_tables` makes a checkpoint's."""
+    tensors, _, side = v4_hash_tables(found, [path], cfg, path.parent)
+    return tensors, side

@@ -3,7 +3,10 @@
 key-value head and a grouped output projection, MoE layers routed by sqrt(softplus)
 scores, the first of them by a frozen token-id -> experts table (hash layers).
 
-* ``deepseek_v4``: Hugging Face ``deepseek_v4`` / ``DeepseekV4ForCausalLM``. No GGUF.
+* ``deepseek_v4``: Hugging Face ``deepseek_v4`` / ``DeepseekV4ForCausalLM``; GGUF
+  ``deepseek4`` as llama.cpp's converter writes it (from the checkpoint as DeepSeek
+  released it: routed experts MXFP4, the hash tables I32 ``ffn_gate_tid2eid``, hash
+  layers without their unused gate bias; no tensor is permuted or rescaled).
 
 What runs (colibri's first slice of V4): ``sliding_attention`` layers only: a q-LoRA
 query normed per head without weight, one key-value head (K = V), partial interleaved
@@ -36,10 +39,10 @@ from __future__ import annotations
 import re
 
 from ...errors import ModelFormatError, UnsupportedError
-from ..fields import as_float, as_int, bad
-from ..hash_tables import v4_hash_tables
+from ..fields import as_float, as_int, bad, f32_decimal
+from ..hash_tables import v4_gguf_hash_tables, v4_hash_tables
 from ..manifest import ModelConfig, RouterKind
-from .spec import Family, GGUFInput, HFInput, NameRule
+from .spec import Family, GGUFInput, HFInput, NameRule, plain_gguf_name
 
 ARCH = "deepseek_v4"
 SUPPORTED_LAYER_TYPES = ("sliding_attention",)
@@ -63,7 +66,9 @@ _NAMES: list[NameRule] = [
     (re.compile(_L + r"attn\.q_norm\.weight"), "blk.{0}.attn_q_a_norm"),
     (re.compile(_L + r"attn\.wq_b\.weight"), "blk.{0}.attn_q_b"),
     (re.compile(_L + r"attn\.wkv\.weight"), "blk.{0}.attn_kv"),
-    (re.compile(_L + r"attn\.norm\.weight"), "blk.{0}.attn_kv_norm"),
+    # attn.kv_norm as llama.cpp's converter reads the released checkpoint, attn.norm as
+    # transformers' save_pretrained writes it
+    (re.compile(_L + r"attn\.(?:kv_)?norm\.weight"), "blk.{0}.attn_kv_norm"),
     (re.compile(_L + r"attn\.wo_a\.weight"), "blk.{0}.attn_output_a"),
     (re.compile(_L + r"attn\.wo_b\.weight"), "blk.{0}.attn_output_b"),
     (re.compile(_L + r"attn\.attn_sink"), "blk.{0}.attn_sinks"),
@@ -158,8 +163,99 @@ def _hf_config(inp: HFInput) -> ModelConfig:
     )
 
 
-def _no_gguf(inp: GGUFInput) -> ModelConfig:
-    raise UnsupportedError(f"{inp.where}: DeepSeek-V4 GGUF files are not supported")
+_GGUF_GATING: dict[int, RouterKind] = {4: "sqrt_softplus", 2: "sigmoid_grouped"}
+
+
+def _gguf_clamp(inp: GGUFInput, n_layers: int) -> float:
+    """swiglu_clamp_exp / _shexp: one limit per layer, the same everywhere (config.json's
+    one swiglu_limit, which is all the converter writes)."""
+    values: list[float] = []
+    for key in ("swiglu_clamp_exp", "swiglu_clamp_shexp"):
+        v = inp.meta.get(f"{inp.arch}.{key}")
+        v = v if isinstance(v, list) else [v] * n_layers
+        if len(v) != n_layers:
+            raise bad(inp.where, f"{inp.arch}.{key}", v, f"{n_layers} values, one per layer")
+        values += [f32_decimal(x, f"{inp.arch}.{key}", inp.where) for x in v]
+    if any(x != values[0] for x in values) or values[0] <= 0:
+        raise UnsupportedError(f"{inp.where}: DeepSeek-V4 with per-layer or non-positive "
+                               f"SwiGLU limits {values}")  # fmt: skip
+    return values[0]
+
+
+def _gguf_config(inp: GGUFInput) -> ModelConfig:
+    """llama.cpp's ``deepseek4`` keys, as its converter writes them (conversion/deepseek.py)."""
+    a, meta, tensors, base = inp.arch, inp.meta, inp.tensors, inp.base
+    n_layers = base["n_layers"]
+    ratios = meta.get(f"{a}.attention.compress_ratios", [0] * n_layers)
+    ratios = ratios if isinstance(ratios, list) else [ratios] * n_layers
+    if len(ratios) != n_layers:
+        raise bad(inp.where, f"{a}.attention.compress_ratios", ratios,
+                  f"{n_layers} values, one per layer")  # fmt: skip
+    if any(r != 0 for r in ratios):
+        raise UnsupportedError(f"{inp.where}: DeepSeek-V4 layers with compressed attention "
+                               f"(compress_ratios {ratios}) are not implemented yet (colibri "
+                               f"runs sliding_attention layers, ratio 0)")  # fmt: skip
+    if meta.int(f"{a}.nextn_predict_layers", 0, lo=0):
+        raise UnsupportedError(f"{inp.where}: DeepSeek-V4's multi-token-prediction layers are "
+                               f"not implemented")  # fmt: skip
+    gating = meta.int(f"{a}.expert_gating_func", 4)
+    if gating not in _GGUF_GATING:
+        raise UnsupportedError(f"{inp.where}: DeepSeek-V4 with expert_gating_func {gating} "
+                               f"(4: sqrt-softplus, 2: sigmoid)")  # fmt: skip
+    n_shared = meta.int(f"{a}.expert_shared_count", 1, lo=0)
+    if n_shared > 1:
+        raise UnsupportedError(f"{inp.where}: DeepSeek-V4 with {n_shared} shared experts")
+    head_dim = meta.int(f"{a}.attention.key_length")
+    if meta.int(f"{a}.attention.value_length", head_dim) != head_dim:
+        raise UnsupportedError(f"{inp.where}: key and value head sizes differ")
+    n_hash = meta.int(f"{a}.hash_layer_count", 0, lo=0)
+    if n_hash > n_layers:
+        raise bad(inp.where, f"{a}.hash_layer_count", n_hash, f"at most {n_layers}")
+    rope_dim = meta.int(f"{a}.rope.dimension_count")
+    moe_ffn = meta.int(f"{a}.expert_feed_forward_length")
+    return ModelConfig(
+        **base,
+        arch=ARCH,
+        head_dim=head_dim,
+        intermediate_size=0,
+        rotary_dim=rope_dim,
+        rope_interleaved=True,
+        attention="v4_sliding",
+        q_lora_rank=meta.int(f"{a}.attention.q_lora_rank"),
+        qk_rope_head_dim=rope_dim,
+        attention_sinks=True,
+        sliding_window=meta.int(f"{a}.attention.sliding_window"),
+        sliding_layers=tuple(True for _ in range(n_layers)),
+        o_groups=meta.int(f"{a}.attention.output_group_count"),
+        o_lora_rank=meta.int(f"{a}.attention.output_lora_rank"),
+        n_experts=meta.int(f"{a}.expert_count"),
+        n_experts_per_tok=meta.int(f"{a}.expert_used_count"),
+        moe_intermediate_size=moe_ffn,
+        shared_expert_intermediate_size=moe_ffn * n_shared,
+        shared_expert_gated=False,
+        norm_topk_prob=True,  # as on the HF path (the file's expert_weights_norm aside)
+        moe_layers=tuple(True for _ in range(n_layers)),
+        # The converter writes tid2eid for the first hash_layer_count layers, and drops
+        # their gate bias (a hash layer selects by table, never by biased score).
+        hash_layers=tuple(i < n_hash for i in range(n_layers)),
+        router=_GGUF_GATING[gating],
+        routed_scaling_factor=meta.positive(f"{a}.expert_weights_scale", 1.0),
+        router_bias=any(n.endswith(".exp_probs_b") for n in tensors),
+        activation="swiglu_clamp",
+        swiglu_limit=_gguf_clamp(inp, n_layers),
+        hc_mult=meta.int(f"{a}.hyper_connection.count"),
+        hc_sinkhorn_iters=meta.int(f"{a}.hyper_connection.sinkhorn_iterations"),
+        hc_eps=meta.f32(f"{a}.hyper_connection.epsilon"),
+    )
+
+
+def _gguf_name(arch: str, name: str, shape: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
+    """llama.cpp's names, canonical once ``.weight`` / ``.bias`` is dropped, but for the
+    key-value norm (``attn_kv_a_norm``, as MLA's) and the correction bias."""
+    if name.endswith(".exp_probs_b.bias"):
+        return name[: -len(".bias")], shape
+    cname, shape = plain_gguf_name(arch, name, shape)
+    return re.sub(r"^(blk\.\d+\.)attn_kv_a_norm$", r"\1attn_kv_norm", cname), shape
 
 
 FAMILY = Family(
@@ -171,7 +267,10 @@ FAMILY = Family(
     hf_arch_classes={"DeepseekV4ForCausalLM": ARCH},
     hf_names=_NAMES,
     hf_config=_hf_config,
-    gguf_architectures=(),
-    gguf_config=_no_gguf,
+    gguf_architectures=("deepseek4",),
+    gguf_config=_gguf_config,
+    gguf_name=_gguf_name,
     hf_experts=v4_hash_tables,
+    gguf_side_names=re.compile(r"blk\.\d+\.ffn_gate_tid2eid\.weight"),
+    gguf_side=v4_gguf_hash_tables,
 )

@@ -113,3 +113,12 @@ class Family:
     # config.json's rope_parameters are keyed by layer type (MiMo-V2-Flash): the shared
     # reader leaves them to the family's hf_config instead of refusing them.
     hf_rope_by_layer_type: bool = False
+    # Tensors a GGUF stores in a type the core does not read (DeepSeek-V4's I32 hash
+    # tables): the stored names that match are set aside before the type check and handed,
+    # with the config, to gguf_side (file, {stored name: (type, shape, extent)}, config) ->
+    # (canonical tensors, a side file they point into, index 1; None when they need none).
+    gguf_side_names: re.Pattern[str] | None = None
+    gguf_side: Callable[
+        [Path, Mapping[str, tuple[str, tuple[int, ...], Extent]], ModelConfig],
+        tuple[dict[str, TensorInfo], Path | None],
+    ] | None = None
