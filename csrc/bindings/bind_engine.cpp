@@ -215,6 +215,8 @@ void bind_engine(py::module_& m) {
       .def_readwrite("linear_value_head_dim", &ModelSpec::linear_value_head_dim)
       .def_readwrite("linear_conv_kernel", &ModelSpec::linear_conv_kernel)
       .def_readwrite("linear_chunked_min_tokens", &ModelSpec::linear_chunked_min_tokens)
+      .def_readwrite("linear_kda", &ModelSpec::linear_kda)
+      .def_readwrite("mla_no_rope", &ModelSpec::mla_no_rope)
       .def_readwrite("attention_output_gate", &ModelSpec::attention_output_gate)
       .def_readwrite("norm_weight_offset", &ModelSpec::norm_weight_offset);
 

@@ -20,6 +20,7 @@ from . import (
     deepseek_v4,
     glm,
     gpt_oss,
+    kimi_linear,
     llama,
     minimax_m2,
     olmoe,
@@ -38,6 +39,7 @@ FAMILIES: tuple[Family, ...] = (
     minimax_m2.FAMILY,
     deepseek_v4.FAMILY,
     qwen3_next.FAMILY,
+    kimi_linear.FAMILY,
 )
 
 # Families the forward pass implements, by canonical name (ModelConfig.arch).

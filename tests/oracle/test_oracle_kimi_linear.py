@@ -1,0 +1,124 @@
+"""Kimi-Linear against transformers on a tiny random float32 checkpoint
+(support/kimi_linear_factory.py): Kimi Delta Attention layers (0, 1 and 3: channel-wise
+decay, sigmoid output gate) and a NoPE MLA layer (2), a dense first FFN then a MoE FFN
+with sigmoid group-limited routing, a selection bias and a shared expert. The prompt (140
+tokens) is longer than two of the 64-token chunks transformers' prefill computes the delta
+rule in (chunk_kimi_delta_attention); its decode runs the recurrent form
+(recurrent_kimi_delta_attention), which colibri runs throughout.
+
+Every logit at every position within 1e-4 of the largest, for one prefill, for a prefill
+in chunks and for a prefill followed by token-by-token decode; the same greedy 20 tokens;
+a mutation of one small parameter moves the logits far past that bound, so the bound is
+not met by accident.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import colibri
+from support.kimi_linear_factory import VOCAB, build_kimi_linear
+from support.logit_checks import assert_decode_matches, assert_greedy_matches, assert_within
+from support.modelfactory import prompt_ids, reference_greedy, reference_logits
+
+RTOL = 1e-4
+N_PROMPT, N_GREEDY = 140, 20
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.Module]:
+    return build_kimi_linear(tmp_path_factory.mktemp("kimi-linear"), seed=0)
+
+
+def load(d: Path, **engine: object) -> colibri.Model:
+    return colibri.Model.load(d, engine=colibri.EngineConfig(context_length=256, **engine))
+
+
+def test_the_model_exercises_what_it_should(tiny: tuple[Path, torch.nn.Module]) -> None:
+    d, model = tiny
+    cfg = load(d).config
+    assert cfg.arch == "kimi_linear" and cfg.linear_kda and cfg.is_mla and cfg.mla_no_rope
+    assert cfg.linear_layers == (True, True, False, True)
+    assert cfg.moe_layers == (False, True, True, True)
+    assert (cfg.router, cfg.router_bias, cfg.n_group) == ("sigmoid_grouped", True, 2)
+    assert cfg.shared_expert_intermediate_size == 8 and cfg.q_lora_rank == 0
+    fg = model.model.layers[0].self_attn.forget_gate
+    assert float(fg.A_log.std()) > 0.1 and float(fg.dt_bias.std()) > 0.1
+
+
+def test_prefill_and_decode_match_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:
+    d, model = tiny
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    ref = reference_logits(model, ids)
+    m = load(d)
+    assert_within(m.session().forward(ids, all_logits=True), ref, "prefill", RTOL)
+    assert_decode_matches(m.session(), ids, ref, "hf")  # 70 tokens at once, then one by one
+
+
+def test_chunked_prefill_matches_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:
+    d, model = tiny
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    ref = reference_logits(model, ids)
+    s = load(d, prefill_chunk=48).session()
+    assert_within(s.forward(ids, all_logits=True), ref, "prefill in chunks of 48", RTOL)
+
+
+def test_greedy_continuation_matches_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:
+    d, model = tiny
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    ref_tokens, ref_logits = reference_greedy(model, ids, N_GREEDY)
+    assert_greedy_matches(load(d).session(), ids, ref_tokens, ref_logits)
+
+
+def with_tensor(src: Path, dst: Path, name: str, value: torch.Tensor) -> Path:
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name != "model.safetensors":
+            (dst / f.name).write_bytes(f.read_bytes())
+    sd = load_file(src / "model.safetensors")
+    assert name in sd
+    sd[name] = value
+    save_file(sd, dst / "model.safetensors", metadata={"format": "pt"})
+    return dst
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["model.layers.0.self_attn.k_conv1d.weight", "model.layers.1.self_attn.A_log",
+     "model.layers.3.self_attn.dt_bias", "model.layers.0.self_attn.o_norm.weight",
+     "model.layers.1.self_attn.g_b_proj.weight", "model.layers.2.self_attn.kv_a_layernorm.weight",
+     "model.layers.2.block_sparse_moe.gate.e_score_correction_bias"],
+)  # fmt: skip
+def test_a_mutated_parameter_moves_the_logits_past_the_bound(
+    tiny: tuple[Path, torch.nn.Module], tmp_path: Path, name: str
+) -> None:
+    """The bound is not met by accident: zeroing one small parameter of the checkpoint
+    moves colibri's logits by far more than RTOL of the largest."""
+    d, model = tiny
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    ref = reference_logits(model, ids)
+    shape = load_file(d / "model.safetensors")[name].shape
+    bad = with_tensor(d, tmp_path / "mutated", name, torch.zeros(shape))
+    got = load(bad).session().forward(ids, all_logits=True)
+    assert float(np.abs(got - ref).max()) > 100 * RTOL * float(np.abs(ref).max())
+
+
+def test_an_unknown_layer_kind_is_refused(
+    tiny: tuple[Path, torch.nn.Module], tmp_path: Path
+) -> None:
+    d, _ = tiny
+    dst = tmp_path / "odd"
+    dst.mkdir()
+    for f in d.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["layer_types"][1] = "sliding_attention"
+    (dst / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(colibri.errors.UnsupportedError, match="sliding_attention"):
+        load(dst)
