@@ -455,6 +455,8 @@ class ModelSpec:
     linear_value_head_dim: int
     linear_conv_kernel: int
     linear_chunked_min_tokens: int
+    linear_kda: bool
+    mla_no_rope: bool
     attention_output_gate: bool
     norm_weight_offset: float
     expert_bias: bool
