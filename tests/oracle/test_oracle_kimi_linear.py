@@ -76,6 +76,55 @@ def test_greedy_continuation_matches_transformers(tiny: tuple[Path, torch.nn.Mod
     assert_greedy_matches(load(d).session(), ids, ref_tokens, ref_logits)
 
 
+def test_a_native_container_computes_the_same_bits(
+    tiny: tuple[Path, torch.nn.Module], tmp_path: Path
+) -> None:
+    """``colibri convert`` keeps the joined convolution vector, A_log as a vector and the
+    new config fields (linear_kda, mla_no_rope): the container's logits are the
+    checkpoint's, bit for bit."""
+    from colibri.convert import verify_container, write_container
+
+    d, _ = tiny
+    write_container(d, tmp_path / "native")
+    verify_container(tmp_path / "native")
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    native = load(tmp_path / "native")
+    assert native.config.linear_kda and native.config.mla_no_rope
+    a = load(d).session().forward(ids, all_logits=True)
+    np.testing.assert_array_equal(native.session().forward(ids, all_logits=True), a)
+
+
+def test_a_bf16_checkpoint_matches_transformers_on_its_values(tmp_path: Path) -> None:
+    """BF16 files: the three convolutions joined at 2 bytes a value and widened to F32 with
+    A_log and dt_bias. Against transformers running the very BF16 values in float32."""
+    _, model = build_kimi_linear(tmp_path / "f32", seed=2)
+    model.to(torch.bfloat16).save_pretrained(tmp_path / "bf16", safe_serialization=True)
+    ref_model = model.float()
+    ids = prompt_ids(80, vocab=VOCAB)
+    got = load(tmp_path / "bf16").session().forward(ids, all_logits=True)
+    assert_within(got, reference_logits(ref_model, ids), "bf16 prefill", RTOL)
+
+
+def test_the_released_names_of_the_dense_mlp_load(
+    tiny: tuple[Path, torch.nn.Module], tmp_path: Path
+) -> None:
+    """transformers saves the dense layers' MLP under ``block_sparse_moe.`` (it renames
+    every ``mlp.`` on save); the released checkpoints name it ``mlp.``: both load alike."""
+    d, _ = tiny
+    dst = tmp_path / "released"
+    dst.mkdir()
+    for f in d.iterdir():
+        if f.name != "model.safetensors":
+            (dst / f.name).write_bytes(f.read_bytes())
+    sd = load_file(d / "model.safetensors")
+    sd = {k.replace("layers.0.block_sparse_moe.", "layers.0.mlp."): v for k, v in sd.items()}
+    assert "model.layers.0.mlp.down_proj.weight" in sd
+    save_file(sd, dst / "model.safetensors", metadata={"format": "pt"})
+    ids = prompt_ids(40, vocab=VOCAB)
+    np.testing.assert_array_equal(load(dst).session().forward(ids, all_logits=True),
+                                  load(d).session().forward(ids, all_logits=True))  # fmt: skip
+
+
 def with_tensor(src: Path, dst: Path, name: str, value: torch.Tensor) -> Path:
     dst.mkdir()
     for f in src.iterdir():
@@ -107,6 +156,24 @@ def test_a_mutated_parameter_moves_the_logits_past_the_bound(
     bad = with_tensor(d, tmp_path / "mutated", name, torch.zeros(shape))
     got = load(bad).session().forward(ids, all_logits=True)
     assert float(np.abs(got - ref).max()) > 100 * RTOL * float(np.abs(ref).max())
+
+
+def test_a_layer_neither_list_names_is_refused(
+    tiny: tuple[Path, torch.nn.Module], tmp_path: Path
+) -> None:
+    """Without layer_types, linear_attn_config's lists give the schedule: a layer in
+    neither is refused, not guessed."""
+    d, _ = tiny
+    dst = tmp_path / "gap"
+    dst.mkdir()
+    for f in d.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((d / "config.json").read_text())
+    del cfg["layer_types"]
+    cfg["linear_attn_config"]["kda_layers"] = [1, 2]  # layer 4 (index 3) in neither list
+    (dst / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(colibri.errors.UnsupportedError, match="layer 3 has kind None"):
+        load(dst)
 
 
 def test_an_unknown_layer_kind_is_refused(
