@@ -44,11 +44,92 @@ void kda_recurrent(const float* q, const float* k, const float* v, int64_t strid
   }
 }
 
+
+constexpr int64_t kChunk = 64;  // transformers' chunk_size
+
+// The chunked form (chunk_kimi_delta_attention) for one head, chunks of kChunk tokens, c_i
+// the running sum of the channel decays in the chunk (a vector per token):
+// T = I + strictly-lower (beta_i sum_a k_i[a] k_j[a] e^(c_i[a] - c_j[a]));
+// U = T^-1 (beta v), W = T^-1 (beta e^(c) * k); per chunk, with the state S on entry:
+//   v' = U - W S;  o_i = (e^(c_i) * q_i) S + sum_(j<=i) (sum_a q_i[a] k_j[a] e^(c_i[a] - c_j[a])) v'_j;
+//   S = diag(e^(c_last)) S + sum_i (e^(c_last - c_i) * k_i) v'_i^T.
+// Arguments as kda_recurrent's.
+void kda_chunked(const float* q, const float* k, const float* v, int64_t stride, const float* g,
+                 const float* beta, int64_t bstride, float* out, int64_t ostride, int64_t n, int64_t d,
+                 float* S) {
+  std::vector<float> c(kChunk * d), U(kChunk * d), W(kChunk * d), e(d);
+  auto decayed_dot = [&](const float* x, int64_t i, const float* y, int64_t j) {  // sum_a x y e^(c_i - c_j)
+    const float *ci = c.data() + i * d, *cj = c.data() + j * d;
+    float acc = 0.0f;
+    for (int64_t a = 0; a < d; ++a) acc += x[a] * y[a] * std::exp(ci[a] - cj[a]);
+    return acc;
+  };
+  for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
+    const int64_t L = std::min(kChunk, n - t0);
+    auto qr = [&](int64_t i) { return q + (t0 + i) * stride; };
+    auto kr = [&](int64_t i) { return k + (t0 + i) * stride; };
+    auto vr = [&](int64_t i) { return v + (t0 + i) * stride; };
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t a = 0; a < d; ++a)
+        c[static_cast<std::size_t>(i * d + a)] = (i ? c[static_cast<std::size_t>((i - 1) * d + a)] : 0.0f) +
+                                                 g[(t0 + i) * ostride + a];
+    for (int64_t i = 0; i < L; ++i) {  // forward substitution through the unit lower-triangular T
+      float* Ui = U.data() + i * d;
+      float* Wi = W.data() + i * d;
+      const float bi = beta[(t0 + i) * bstride];
+      for (int64_t a = 0; a < d; ++a) {
+        Ui[a] = bi * vr(i)[a];
+        Wi[a] = bi * std::exp(c[static_cast<std::size_t>(i * d + a)]) * kr(i)[a];
+      }
+      for (int64_t j = 0; j < i; ++j) {
+        const float tij = bi * decayed_dot(kr(i), i, kr(j), j);
+        const float *Uj = U.data() + j * d, *Wj = W.data() + j * d;
+        for (int64_t a = 0; a < d; ++a) {
+          Ui[a] -= tij * Uj[a];
+          Wi[a] -= tij * Wj[a];
+        }
+      }
+    }
+    for (int64_t i = 0; i < L; ++i) {  // U becomes v' = U - W S
+      float* Ui = U.data() + i * d;
+      const float* Wi = W.data() + i * d;
+      for (int64_t a = 0; a < d; ++a)
+        for (int64_t x = 0; x < d; ++x) Ui[x] -= Wi[a] * S[a * d + x];
+    }
+    for (int64_t i = 0; i < L; ++i) {
+      float* o = out + (t0 + i) * ostride;
+      std::fill(o, o + d, 0.0f);
+      for (int64_t a = 0; a < d; ++a) {
+        const float qa = std::exp(c[static_cast<std::size_t>(i * d + a)]) * qr(i)[a];
+        for (int64_t x = 0; x < d; ++x) o[x] += qa * S[a * d + x];
+      }
+      for (int64_t j = 0; j <= i; ++j) {
+        const float w = decayed_dot(qr(i), i, kr(j), j);
+        const float* Uj = U.data() + j * d;
+        for (int64_t x = 0; x < d; ++x) o[x] += w * Uj[x];
+      }
+    }
+    const float* last = c.data() + (L - 1) * d;
+    for (int64_t a = 0; a < d; ++a) {
+      const float el = std::exp(last[a]);
+      for (int64_t x = 0; x < d; ++x) S[a * d + x] *= el;
+    }
+    for (int64_t i = 0; i < L; ++i) {
+      const float* Ui = U.data() + i * d;
+      for (int64_t a = 0; a < d; ++a) {
+        const float ka = std::exp(last[a] - c[static_cast<std::size_t>(i * d + a)]) * kr(i)[a];
+        for (int64_t x = 0; x < d; ++x) S[a * d + x] += ka * Ui[x];
+      }
+    }
+  }
+}
+
 }  // namespace
 
 KimiDeltaAttention::KimiDeltaAttention(const ModelSpec& s, KdaWeights weights)
     : w_(weights), hidden_(s.hidden_size), nh_(s.linear_num_value_heads), d_(s.linear_value_head_dim),
-      kernel_(s.linear_conv_kernel), channels_(3 * nh_ * d_), eps_(s.rms_norm_eps) {}
+      kernel_(s.linear_conv_kernel), channels_(3 * nh_ * d_), chunked_min_(s.linear_chunked_min_tokens),
+      eps_(s.rms_norm_eps) {}
 
 KdaWeights KimiDeltaAttention::resolve(const ModelSpec& s, const WeightStore& store, int64_t layer) {
   const int64_t nh = s.linear_num_value_heads, d = s.linear_value_head_dim, h = s.hidden_size;
@@ -143,11 +224,13 @@ void KimiDeltaAttention::forward(AttentionContext& ctx, const float* x, int64_t 
     }
   });
 
-  // The delta rule, one head per task (its state is its own).
+  // The delta rule, one head per task (its state is its own): the chunked form for a
+  // forward of at least chunked_min_ tokens, the recurrent one otherwise (the same values).
+  const bool chunked = chunked_min_ > 0 && n >= chunked_min_;
   ctx.pool.parallel_for(nh_, 1, [&](int64_t h0, int64_t h1, int) {
     for (int64_t h = h0; h < h1; ++h)
-      kda_recurrent(conv + h * d, conv + vd + h * d, conv + 2 * vd + h * d, C, g + h * d, beta + h, nh_,
-                    o + h * d, vd, n, d, heads + h * d * d);
+      (chunked ? kda_chunked : kda_recurrent)(conv + h * d, conv + vd + h * d, conv + 2 * vd + h * d, C,
+                                              g + h * d, beta + h, nh_, o + h * d, vd, n, d, heads + h * d * d);
   });
 
   // Gated RMSNorm over each head's output: o / rms(o) * weight * sigmoid(gate).

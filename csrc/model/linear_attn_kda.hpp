@@ -8,9 +8,11 @@
 // state S, row i of S decayed by its own channel's exp(g_i):
 //   S = diag(exp(g)) S;  S += k (beta (v - S^T k))^T;  o = S^T q
 // then o RMS-normed per head, times the norm weight and sigmoid(gate) (gate = g_b(g_a(x)),
-// low-rank again), and projected back. That is transformers' recurrent_kimi_delta_attention
-// (its prefill runs chunk_kimi_delta_attention, the same values in another order); only
-// the recurrent form is here, scalar.
+// low-rank again), and projected back. That is transformers' recurrent_kimi_delta_attention;
+// its chunked form (chunk_kimi_delta_attention, which transformers' prefill runs: the same
+// values in another order) is here too, for forwards of at least
+// ModelSpec::linear_chunked_min_tokens (0, recurrent only, as for Gated DeltaNet); both
+// scalar.
 //
 // The state (the convolution's last conv_kernel - 1 inputs of the 3 nh d channels, then
 // every head's S) lives in the session's KvCache as Gated DeltaNet's does, the same size
@@ -54,7 +56,8 @@ class KimiDeltaAttention final : public AttentionLayer {
  private:
   KdaWeights w_;
   int64_t hidden_, nh_, d_, kernel_;
-  int64_t channels_;  // 3 * nh * d
+  int64_t channels_;     // 3 * nh * d
+  int64_t chunked_min_;  // forwards of at least this many tokens run the chunked form (0: never)
   float eps_;
 };
 

@@ -4,7 +4,9 @@ decay, sigmoid output gate) and a NoPE MLA layer (2), a dense first FFN then a M
 with sigmoid group-limited routing, a selection bias and a shared expert. The prompt (140
 tokens) is longer than two of the 64-token chunks transformers' prefill computes the delta
 rule in (chunk_kimi_delta_attention); its decode runs the recurrent form
-(recurrent_kimi_delta_attention), which colibri runs throughout.
+(recurrent_kimi_delta_attention), which colibri runs throughout; its chunked form,
+switched on here for forwards of 64 tokens or more, is checked against transformers and
+the recurrent form.
 
 Every logit at every position within 1e-4 of the largest, for one prefill, for a prefill
 in chunks and for a prefill followed by token-by-token decode; the same greedy 20 tokens;
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,6 +26,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import colibri
+from colibri.engine import handle
 from support.kimi_linear_factory import VOCAB, build_kimi_linear
 from support.logit_checks import assert_decode_matches, assert_greedy_matches, assert_within
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
@@ -36,8 +40,22 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.Modul
     return build_kimi_linear(tmp_path_factory.mktemp("kimi-linear"), seed=0)
 
 
-def load(d: Path, **engine: object) -> colibri.Model:
-    return colibri.Model.load(d, engine=colibri.EngineConfig(context_length=256, **engine))
+def load(d: Path, *, chunked: bool = False, **engine: object) -> colibri.Model:
+    """The model; ``chunked``: forwards of 64 tokens or more run the delta rule's chunked
+    form (ModelSpec.linear_chunked_min_tokens, which colibri leaves 0: recurrent only)."""
+    cfg = colibri.EngineConfig(context_length=256, **engine)
+    if not chunked:
+        return colibri.Model.load(d, engine=cfg)
+    plain = handle.model_spec
+
+    def spec(*args: Any, **kw: Any) -> Any:
+        s = plain(*args, **kw)
+        s.linear_chunked_min_tokens = 64
+        return s
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(handle, "model_spec", spec)
+        return colibri.Model.load(d, engine=cfg)
 
 
 def test_the_model_exercises_what_it_should(tiny: tuple[Path, torch.nn.Module]) -> None:
@@ -52,11 +70,14 @@ def test_the_model_exercises_what_it_should(tiny: tuple[Path, torch.nn.Module]) 
     assert float(fg.A_log.std()) > 0.1 and float(fg.dt_bias.std()) > 0.1
 
 
-def test_prefill_and_decode_match_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:
+@pytest.mark.parametrize("chunked", [False, True], ids=["recurrent", "chunked"])
+def test_prefill_and_decode_match_transformers(
+    tiny: tuple[Path, torch.nn.Module], chunked: bool
+) -> None:
     d, model = tiny
     ids = prompt_ids(N_PROMPT, vocab=VOCAB)
     ref = reference_logits(model, ids)
-    m = load(d)
+    m = load(d, chunked=chunked)
     assert_within(m.session().forward(ids, all_logits=True), ref, "prefill", RTOL)
     assert_decode_matches(m.session(), ids, ref, "hf")  # 70 tokens at once, then one by one
 
@@ -67,6 +88,19 @@ def test_chunked_prefill_matches_transformers(tiny: tuple[Path, torch.nn.Module]
     ref = reference_logits(model, ids)
     s = load(d, prefill_chunk=48).session()
     assert_within(s.forward(ids, all_logits=True), ref, "prefill in chunks of 48", RTOL)
+
+
+def test_the_chunked_and_recurrent_forms_agree(tiny: tuple[Path, torch.nn.Module]) -> None:
+    """The chunked form over 140 tokens (chunks of 64, the last one short) and the
+    recurrent one: the same logits to within rounding."""
+    d, _ = tiny
+    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
+    chunked = load(d, chunked=True).session().forward(ids, all_logits=True)
+    s = load(d).session()
+    recurrent = np.concatenate([s.forward(ids[i : i + 16], all_logits=True)
+                                for i in range(0, N_PROMPT, 16)])  # fmt: skip
+    err = float(np.abs(chunked - recurrent).max())
+    assert err <= 1e-5 * float(np.abs(recurrent).max()), err
 
 
 def test_greedy_continuation_matches_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:
