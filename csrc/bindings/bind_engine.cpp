@@ -217,6 +217,8 @@ void bind_engine(py::module_& m) {
       .def_readwrite("linear_chunked_min_tokens", &ModelSpec::linear_chunked_min_tokens)
       .def_readwrite("linear_a_neg_exp", &ModelSpec::linear_a_neg_exp)
       .def_readwrite("linear_v_tiled", &ModelSpec::linear_v_tiled)
+      .def_readwrite("linear_kda", &ModelSpec::linear_kda)
+      .def_readwrite("mla_no_rope", &ModelSpec::mla_no_rope)
       .def_readwrite("attention_output_gate", &ModelSpec::attention_output_gate)
       .def_readwrite("norm_weight_offset", &ModelSpec::norm_weight_offset)
       .def_readwrite("sliding_n_kv_heads", &ModelSpec::sliding_n_kv_heads)

@@ -5,6 +5,7 @@
 #include "model/attn_mla.hpp"
 #include "model/attn_v4.hpp"
 #include "model/linear_attn_gdn.hpp"
+#include "model/linear_attn_kda.hpp"
 
 namespace colibri {
 
@@ -18,8 +19,11 @@ void AttentionLayer::forward_segments(AttentionContext& ctx, const float* x, con
 }
 
 std::unique_ptr<AttentionLayer> make_attention(const ModelSpec& spec, const WeightStore& weights, int64_t layer) {
-  if (layer < static_cast<int64_t>(spec.linear_layers.size()) && spec.linear_layers[static_cast<std::size_t>(layer)])
+  if (layer < static_cast<int64_t>(spec.linear_layers.size()) && spec.linear_layers[static_cast<std::size_t>(layer)]) {
+    if (spec.linear_kda)
+      return std::make_unique<KimiDeltaAttention>(spec, KimiDeltaAttention::resolve(spec, weights, layer));
     return std::make_unique<GatedDeltaNet>(spec, GatedDeltaNet::resolve(spec, weights, layer));
+  }
   switch (spec.attention_kind) {
     case AttentionKind::Gqa:
       return std::make_unique<GqaAttention>(spec, GqaAttention::resolve(spec, weights, layer), layer);

@@ -16,6 +16,7 @@ namespace colibri {
 namespace {
 
 void rope_part(const ModelSpec& s, float* x, const float* cos_sin) {
+  if (s.mla_no_rope) return;  // Kimi-Linear: the rope part of q and k stays as projected
   const auto rot = static_cast<int64_t>(s.rope_inv_freq.size()) * 2;
   if (s.rope_interleaved)
     rope_head_interleaved(x, cos_sin, rot);

@@ -6,24 +6,12 @@
 #include <string>
 
 #include "common/errors.hpp"
+#include "model/linear_attn_common.hpp"
 #include "threadpool/threadpool.hpp"
 
 namespace colibri {
 
 namespace {
-
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
-
-// torch.nn.functional.softplus (beta 1, threshold 20).
-float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
-
-// x *= 1 / sqrt(sum x^2 + 1e-6): transformers' l2norm (the FLA library's).
-void l2_normalize(float* x, int64_t n) {
-  double ss = 0.0;
-  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-  const float inv = 1.0f / std::sqrt(static_cast<float>(ss) + 1e-6f);
-  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
-}
 
 // One value head's inputs over n tokens: row t's q / k / v at q + t * stride ..., its beta
 // and log decay at beta[t * gstride], g[t * gstride]; its output at out + t * ostride.
@@ -191,15 +179,7 @@ KvLayerLayout GatedDeltaNet::kv_layout() const {
 void GatedDeltaNet::forward(AttentionContext& ctx, const float* x, int64_t n, int64_t pos0, KvCache& kv,
                             int64_t layer, float* out) {
   const int64_t C = channels_, K = kernel_, vd = nv_ * dv_, hist = K - 1;
-  float* state = kv.state(layer);
-  if (pos0 == 0) {
-    std::fill(state, state + kv.layout(layer).state_floats, 0.0f);
-  } else if (kv.state_tokens(layer) != pos0) {
-    fail(ErrorKind::Internal, "linear-attention layer " + std::to_string(layer) + ": its state holds " +
-                                  std::to_string(kv.state_tokens(layer)) + " tokens, the forward starts at " +
-                                  std::to_string(pos0));
-  }
-  kv.set_state_tokens(layer, -1);  // until this forward completes
+  float* state = begin_linear_state(kv, layer, pos0);
   float* conv_hist = state;                 // [hist][C]: the last inputs, oldest first
   float* heads = state + hist * C;          // [nv][dk][dv]
 
@@ -221,17 +201,7 @@ void GatedDeltaNet::forward(AttentionContext& ctx, const float* x, int64_t n, in
   }
 
   // Causal depthwise convolution over [history, new inputs], then silu.
-  std::memcpy(ext, conv_hist, static_cast<std::size_t>(hist * C) * sizeof(float));
-  const float* cw = w_.conv->f32();  // [C][K]
-  ctx.pool.parallel_for(C, 0, [&](int64_t c0, int64_t c1, int) {
-    for (int64_t c = c0; c < c1; ++c)
-      for (int64_t t = 0; t < n; ++t) {
-        float acc = 0.0f;
-        for (int64_t j = 0; j < K; ++j) acc += cw[c * K + j] * ext[(t + j) * C + c];
-        conv[t * C + c] = silu(acc);
-      }
-  });
-  std::memcpy(conv_hist, ext + n * C, static_cast<std::size_t>(hist * C) * sizeof(float));
+  short_conv_silu(ctx.pool, w_.conv->f32(), conv_hist, ext, n, C, K, conv);
 
   // Per token: q and k L2-normed per key head (q also scaled), in place; beta and the log
   // decay g per value head, in place of b and a.
@@ -243,14 +213,14 @@ void GatedDeltaNet::forward(AttentionContext& ctx, const float* x, int64_t n, in
     for (int64_t t = t0; t < t1; ++t) {
       float* row = conv + t * C;
       for (int64_t j = 0; j < nk_; ++j) {
-        l2_normalize(row + j * dk_, dk_);
+        lin_l2_normalize(row + j * dk_, dk_);
         for (int64_t i = 0; i < dk_; ++i) row[j * dk_ + i] *= q_scale;
-        l2_normalize(row + kd + j * dk_, dk_);
+        lin_l2_normalize(row + kd + j * dk_, dk_);
       }
       for (int64_t h = 0; h < nv_; ++h) {
         b[t * nv_ + h] = 1.0f / (1.0f + std::exp(-b[t * nv_ + h]));
         const float A = a_neg_exp_ ? a_log[h] : -std::exp(a_log[h]);
-        a[t * nv_ + h] = A * softplus(a[t * nv_ + h] + dt_bias[h]);
+        a[t * nv_ + h] = A * lin_softplus(a[t * nv_ + h] + dt_bias[h]);
       }
     }
   });
@@ -278,7 +248,7 @@ void GatedDeltaNet::forward(AttentionContext& ctx, const float* x, int64_t n, in
       double ss = 0.0;
       for (int64_t j = 0; j < dv_; ++j) ss += static_cast<double>(oh[j]) * oh[j];
       const float inv = 1.0f / std::sqrt(static_cast<float>(ss / static_cast<double>(dv_)) + eps_);
-      for (int64_t j = 0; j < dv_; ++j) oh[j] = nw[j] * (oh[j] * inv) * silu(zh[j]);
+      for (int64_t j = 0; j < dv_; ++j) oh[j] = nw[j] * (oh[j] * inv) * lin_silu(zh[j]);
     }
   });
   matmul(ctx.pool, w_.out->view(), o, n, out, ctx.matmul, ctx.precision);

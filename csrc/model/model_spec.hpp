@@ -91,6 +91,7 @@ struct ModelSpec {
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
   float mla_norm_eps = 1e-6f;       // eps of the q-LoRA and latent RMSNorms
+  bool mla_no_rope = false;         // no rotation at all (Kimi-Linear's NoPE MLA layers)
   // DSA lightning indexer (index_n_heads > 0).
   int64_t index_n_heads = 0;
   int64_t index_head_dim = 0;
@@ -119,6 +120,9 @@ struct ModelSpec {
   int64_t linear_key_head_dim = 0;
   int64_t linear_value_head_dim = 0;
   int64_t linear_conv_kernel = 0;
+  // The linear layers run Kimi Delta Attention (Kimi-Linear; model/linear_attn_kda.hpp:
+  // channel-wise decay, nk = nv, dk = dv) instead of Gated DeltaNet.
+  bool linear_kda = false;
   // Forwards of at least this many tokens run the delta rule's chunked form, shorter ones
   // the recurrent form (0: always recurrent). Both scalar today, and the recurrent form is
   // the faster (docs/linear-attention.md), so colibri leaves it 0; the tests set it.

@@ -457,6 +457,8 @@ class ModelSpec:
     linear_a_neg_exp: bool
     linear_v_tiled: bool
     linear_chunked_min_tokens: int
+    linear_kda: bool
+    mla_no_rope: bool
     attention_output_gate: bool
     norm_weight_offset: float
     sinks_sliding_only: bool

@@ -143,6 +143,7 @@ def model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
         spec.qk_rope_head_dim = cfg.qk_rope_head_dim
         spec.v_head_dim = cfg.v_head_dim
         spec.mla_norm_eps = cfg.mla_norm_eps
+        spec.mla_no_rope = cfg.mla_no_rope
     if cfg.attention == "v4_sliding":
         spec.attention_kind = _core.AttentionKind.v4_sliding
         spec.q_lora_rank = cfg.q_lora_rank
@@ -228,6 +229,7 @@ def _linear_fields(cfg: ModelConfig, spec: _core.ModelSpec) -> None:
     spec.linear_key_head_dim = cfg.linear_key_head_dim
     spec.linear_value_head_dim = cfg.linear_value_head_dim
     spec.linear_conv_kernel = cfg.linear_conv_kernel
+    spec.linear_kda = cfg.linear_kda
     spec.attention_output_gate = cfg.attention_output_gate
     spec.norm_weight_offset = cfg.norm_weight_offset
     spec.linear_a_neg_exp = cfg.linear_a_neg_exp

@@ -32,6 +32,25 @@ def gdn_shapes(cfg: ModelConfig, b: str) -> dict[str, tuple[int, ...]]:
     }  # fmt: skip
 
 
+def kda_shapes(cfg: ModelConfig, b: str) -> dict[str, tuple[int, ...]]:
+    """Kimi Delta Attention's tensors of one layer (csrc/model/linear_attn_kda.hpp): the
+    q/k/v and output projections under the attention names, ``kda_conv`` (the q, k and v
+    channels x kernel as one vector), the low-rank decay (``kda_f_a``, ``kda_f_b``) and
+    output gate (``kda_g_a``, ``kda_g_b``) projections, ``kda_a_log`` per head,
+    ``kda_dt_bias`` per channel, ``kda_b`` (beta per head), ``kda_norm`` (over a head)."""
+    h, d = cfg.hidden_size, cfg.linear_value_head_dim
+    vd = cfg.linear_num_value_heads * d
+    return {
+        b + "attn_q": (vd, h), b + "attn_k": (vd, h), b + "attn_v": (vd, h),
+        b + "kda_conv": (3 * vd * cfg.linear_conv_kernel,),
+        b + "kda_f_a": (d, h), b + "kda_f_b": (vd, d),
+        b + "kda_a_log": (cfg.linear_num_value_heads,), b + "kda_dt_bias": (vd,),
+        b + "kda_b": (cfg.linear_num_value_heads, h),
+        b + "kda_g_a": (d, h), b + "kda_g_b": (vd, d),
+        b + "kda_norm": (d,), b + "attn_output": (h, vd),
+    }  # fmt: skip
+
+
 def linear_state_bytes(cfg: ModelConfig) -> int:
     """Bytes of one session's recurrent state over the linear layers (F32, whatever the KV
     cache type; the core's KvLayerLayout.state_floats): per layer the convolution's last
@@ -53,6 +72,8 @@ def linear_work_floats(cfg: ModelConfig) -> int:
     if not any(cfg.linear_layers):
         return gate
     nv, vd = cfg.linear_num_value_heads, cfg.linear_num_value_heads * cfg.linear_value_head_dim
+    if cfg.linear_kda:  # linear_attn_kda.cpp: q/k/v, their convolution and projections, f_a, g_a
+        return gate + 9 * vd + 2 * cfg.linear_value_head_dim + nv
     channels = 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim + vd
     return gate + 2 * channels + 2 * vd + 2 * nv
 
@@ -77,9 +98,11 @@ def check_linear_fields(cfg: ModelConfig, where: object) -> None:
             raise bad(where, key, getattr(cfg, key), "true or false")
     if not any(layers):
         return
-    if cfg.is_mla or cfg.n_mtp_layers:
-        raise UnsupportedError(f"{where}: linear-attention layers are implemented beside GQA "
-                               f"attention only, without MTP layers")  # fmt: skip
+    if not isinstance(cfg.linear_kda, bool):
+        raise bad(where, "linear_kda", cfg.linear_kda, "true or false")
+    if (cfg.is_mla and not cfg.linear_kda) or cfg.n_mtp_layers:
+        raise UnsupportedError(f"{where}: Gated DeltaNet layers are implemented beside GQA "
+                               f"attention only, and linear layers without MTP layers")  # fmt: skip
     nk = as_int(cfg.linear_num_key_heads, "linear_num_key_heads", where, lo=1)
     nv = as_int(cfg.linear_num_value_heads, "linear_num_value_heads", where, lo=1)
     as_int(cfg.linear_key_head_dim, "linear_key_head_dim", where, lo=1)
@@ -88,3 +111,6 @@ def check_linear_fields(cfg: ModelConfig, where: object) -> None:
     if nv % nk:
         raise ModelFormatError(f"{where}: linear_num_value_heads {nv} is not a multiple of "
                                f"linear_num_key_heads {nk}")  # fmt: skip
+    if cfg.linear_kda and (nk != nv or cfg.linear_key_head_dim != cfg.linear_value_head_dim):
+        raise ModelFormatError(f"{where}: Kimi Delta Attention needs as many key as value heads "
+                               f"of one size")  # fmt: skip

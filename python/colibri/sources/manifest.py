@@ -182,6 +182,7 @@ class ModelConfig:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     mla_norm_eps: float = 1e-6  # eps of the q-LoRA and latent RMSNorms
+    mla_no_rope: bool = False  # no rotation at all (Kimi-Linear's NoPE MLA layers)
     # DSA lightning indexer (index_n_heads > 0): per layer "full" (own indexer) or "shared"
     # (the previous full layer's selection); index_topk keys per query.
     index_n_heads: int = 0
@@ -222,6 +223,9 @@ class ModelConfig:
     linear_key_head_dim: int = 0
     linear_value_head_dim: int = 0
     linear_conv_kernel: int = 0
+    # The linear layers run Kimi Delta Attention (Kimi-Linear; csrc/model/linear_attn_kda.hpp:
+    # a decay per key channel, as many key as value heads of one size) instead.
+    linear_kda: bool = False
     attention_output_gate: bool = False
     norm_weight_offset: float = 0.0
     # As llama.cpp's GGUF files store the Gated DeltaNet (families/qwen3_next_gguf.py):

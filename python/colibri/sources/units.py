@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ModelFormatError
-from .linear_attn import gdn_shapes
+from .linear_attn import gdn_shapes, kda_shapes
 from .manifest import Extent, ModelConfig
 from .v4_units import hc_shapes, v4_attention_shapes
 
@@ -122,7 +122,7 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         mtp = i >= cfg.n_layers
         out[b + "attn_norm"] = (h,)
         if cfg.is_linear(i):
-            out.update(gdn_shapes(cfg, b))
+            out.update(kda_shapes(cfg, b) if cfg.linear_kda else gdn_shapes(cfg, b))
         elif cfg.is_mla:
             out.update(_mla_shapes(cfg, b, is_full_indexer_layer(cfg, i)))
         elif cfg.attention == "v4_sliding":

@@ -20,6 +20,7 @@ from . import (
     deepseek_v4,
     glm,
     gpt_oss,
+    kimi_linear,
     llama,
     mimo_v2_flash,
     minimax_m2,
@@ -40,6 +41,7 @@ FAMILIES: tuple[Family, ...] = (
     deepseek_v4.FAMILY,
     qwen3_next.FAMILY,
     mimo_v2_flash.FAMILY,
+    kimi_linear.FAMILY,
 )
 
 # Families the forward pass implements, by canonical name (ModelConfig.arch).
