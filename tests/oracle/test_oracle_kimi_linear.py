@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -26,8 +25,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import colibri
-from colibri.engine import handle
 from support.kimi_linear_factory import VOCAB, build_kimi_linear
+from support.linear_attn_models import assert_forms_agree, load
 from support.logit_checks import assert_decode_matches, assert_greedy_matches, assert_within
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
 
@@ -38,24 +37,6 @@ N_PROMPT, N_GREEDY = 140, 20
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.nn.Module]:
     return build_kimi_linear(tmp_path_factory.mktemp("kimi-linear"), seed=0)
-
-
-def load(d: Path, *, chunked: bool = False, **engine: object) -> colibri.Model:
-    """The model; ``chunked``: forwards of 64 tokens or more run the delta rule's chunked
-    form (ModelSpec.linear_chunked_min_tokens, which colibri leaves 0: recurrent only)."""
-    cfg = colibri.EngineConfig(context_length=256, **engine)
-    if not chunked:
-        return colibri.Model.load(d, engine=cfg)
-    plain = handle.model_spec
-
-    def spec(*args: Any, **kw: Any) -> Any:
-        s = plain(*args, **kw)
-        s.linear_chunked_min_tokens = 64
-        return s
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(handle, "model_spec", spec)
-        return colibri.Model.load(d, engine=cfg)
 
 
 def test_the_model_exercises_what_it_should(tiny: tuple[Path, torch.nn.Module]) -> None:
@@ -93,14 +74,7 @@ def test_chunked_prefill_matches_transformers(tiny: tuple[Path, torch.nn.Module]
 def test_the_chunked_and_recurrent_forms_agree(tiny: tuple[Path, torch.nn.Module]) -> None:
     """The chunked form over 140 tokens (chunks of 64, the last one short) and the
     recurrent one: the same logits to within rounding."""
-    d, _ = tiny
-    ids = prompt_ids(N_PROMPT, vocab=VOCAB)
-    chunked = load(d, chunked=True).session().forward(ids, all_logits=True)
-    s = load(d).session()
-    recurrent = np.concatenate([s.forward(ids[i : i + 16], all_logits=True)
-                                for i in range(0, N_PROMPT, 16)])  # fmt: skip
-    err = float(np.abs(chunked - recurrent).max())
-    assert err <= 1e-5 * float(np.abs(recurrent).max()), err
+    assert_forms_agree(tiny[0], prompt_ids(N_PROMPT, vocab=VOCAB))
 
 
 def test_greedy_continuation_matches_transformers(tiny: tuple[Path, torch.nn.Module]) -> None:
