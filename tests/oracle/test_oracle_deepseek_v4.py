@@ -15,7 +15,6 @@ shape or naming an expert the layer does not have.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from colibri.convert import write_container
 from colibri.engine.streaming import kv_floats_per_token
 from colibri.errors import ModelFormatError, UnsupportedError
 from colibri.generate.batching import forward_batch
+from support.checkpoint_edits import with_config, with_tensor
 from support.deepseek_v4_factory import VOCAB, build_deepseek_v4, clamp_and_bias_bite
 from support.logit_checks import assert_decode_matches, assert_greedy_matches, assert_within
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
@@ -219,23 +219,6 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def _with_tensor(src: Path, dst: Path, name: str, value: torch.Tensor) -> Path:
-    _copy(src, dst)
-    sd = load_file(src / "model.safetensors")
-    assert name in sd, sorted(sd)
-    sd[name] = value
-    save_file(sd, dst / "model.safetensors", metadata={"format": "pt"})
-    return dst
-
-
-def _with_config(src: Path, dst: Path, **over: object) -> Path:
-    _copy(src, dst)
-    cfg = json.loads((src / "config.json").read_text())
-    cfg.update(over)
-    (dst / "config.json").write_text(json.dumps(cfg))
-    return dst
-
-
 _MUTATIONS = {
     # A hyper-connection's comb base of the last layer, the first layer's sinks, one token's
     # hash-table row (the prompt's first token routed to two other experts).
@@ -258,7 +241,7 @@ def test_a_changed_parameter_misses_the_bound(tiny: Tiny, tmp_path: Path, what: 
         value[ids[0]] = torch.tensor(row[: value.shape[1]])
     else:
         value = change(value)
-    bad = _with_tensor(d, tmp_path / "changed", name, value)
+    bad = with_tensor(d, tmp_path / "changed", name, value)
     got = _load(bad).session().forward(ids, all_logits=True)
     err, tol = _err(got, reference_logits(model, ids))
     assert err > tol, f"{what}: changing it moved no logit past the bound ({err:.3g})"
@@ -282,7 +265,7 @@ def test_a_changed_parameter_misses_the_bound(tiny: Tiny, tmp_path: Path, what: 
 def test_layer_types_colibri_does_not_run_are_refused(
     tiny: Tiny, tmp_path: Path, key: str, types: list[str], error: type[Exception], match: str
 ) -> None:
-    d = _with_config(tiny[0], tmp_path / "bad", **{key: types})
+    d = with_config(tiny[0], tmp_path / "bad", **{key: types})
     with pytest.raises(error, match=match):
         _load(d)
 
@@ -290,10 +273,10 @@ def test_layer_types_colibri_does_not_run_are_refused(
 def test_a_hash_table_of_the_wrong_shape_is_refused(tiny: Tiny, tmp_path: Path) -> None:
     name = "model.layers.0.ffn.gate.tid2eid"
     table = load_file(tiny[0] / "model.safetensors")[name]
-    d = _with_tensor(tiny[0], tmp_path / "rows", name, table[: VOCAB - 1].clone())
+    d = with_tensor(tiny[0], tmp_path / "rows", name, table[: VOCAB - 1].clone())
     with pytest.raises(ModelFormatError, match=rf"has shape \({VOCAB - 1}, 2\).*vocab_size"):
         _load(d)
-    d = _with_tensor(tiny[0], tmp_path / "cols", name, table[:, :1].clone())
+    d = with_tensor(tiny[0], tmp_path / "cols", name, table[:, :1].clone())
     with pytest.raises(ModelFormatError, match=r"has shape \(128, 1\)"):
         _load(d)
 
@@ -302,6 +285,6 @@ def test_a_hash_table_naming_a_missing_expert_is_refused(tiny: Tiny, tmp_path: P
     name = "model.layers.0.ffn.gate.tid2eid"
     table = load_file(tiny[0] / "model.safetensors")[name].clone()
     table[7, 1] = 8  # the layers have experts 0..7
-    d = _with_tensor(tiny[0], tmp_path / "bad", name, table)
+    d = with_tensor(tiny[0], tmp_path / "bad", name, table)
     with pytest.raises(ModelFormatError, match="names expert 8, outside the layer's 8 experts"):
         _load(d)

@@ -25,6 +25,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import colibri
+from support.checkpoint_edits import with_tensor
 from support.kimi_linear_factory import VOCAB, build_kimi_linear
 from support.linear_attn_models import assert_forms_agree, load
 from support.logit_checks import assert_decode_matches, assert_greedy_matches, assert_within
@@ -131,18 +132,6 @@ def test_the_released_names_of_the_dense_mlp_load(
     ids = prompt_ids(40, vocab=VOCAB)
     np.testing.assert_array_equal(load(dst).session().forward(ids, all_logits=True),
                                   load(d).session().forward(ids, all_logits=True))  # fmt: skip
-
-
-def with_tensor(src: Path, dst: Path, name: str, value: torch.Tensor) -> Path:
-    dst.mkdir()
-    for f in src.iterdir():
-        if f.name != "model.safetensors":
-            (dst / f.name).write_bytes(f.read_bytes())
-    sd = load_file(src / "model.safetensors")
-    assert name in sd
-    sd[name] = value
-    save_file(sd, dst / "model.safetensors", metadata={"format": "pt"})
-    return dst
 
 
 @pytest.mark.parametrize(

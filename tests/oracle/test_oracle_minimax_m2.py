@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 import colibri
 from colibri.errors import ModelFormatError
+from support.checkpoint_edits import with_tensor
 from support.deepseek_factory import convert_with_llama_cpp
 from support.logit_checks import assert_decode_matches, assert_greedy_matches, assert_within
 from support.minimax_m2_factory import (
@@ -115,18 +115,6 @@ def test_llama_cpp_q8_0_gguf_matches_its_dequantized_weights(
     assert_greedy_matches(s, ids, ref_tokens, ref_logits)
 
 
-def _with_tensor(src: Path, dst: Path, name: str, value: torch.Tensor) -> Path:
-    dst.mkdir()
-    for f in src.iterdir():
-        if f.name != "model.safetensors":
-            (dst / f.name).write_bytes(f.read_bytes())
-    sd = load_file(src / "model.safetensors")
-    assert name in sd
-    sd[name] = value
-    save_file(sd, dst / "model.safetensors", metadata={"format": "pt"})
-    return dst
-
-
 @pytest.mark.parametrize(
     ("name", "size", "canonical"),
     [
@@ -138,6 +126,6 @@ def _with_tensor(src: Path, dst: Path, name: str, value: torch.Tensor) -> Path:
 def test_a_tensor_of_the_wrong_size_is_refused(
     tiny: tuple[Path, torch.nn.Module], tmp_path: Path, name: str, size: int, canonical: str
 ) -> None:
-    d = _with_tensor(tiny[0], tmp_path / "bad", name, torch.ones(size))
+    d = with_tensor(tiny[0], tmp_path / "bad", name, torch.ones(size))
     with pytest.raises(ModelFormatError, match=rf"'{canonical}' has shape \({size},\)"):
         _load(d)

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
+from support.checkpoint_edits import with_tensor
 from support.linear_attn_models import assert_forms_agree, load
 from support.logit_checks import assert_decode_matches, assert_greedy_matches, assert_within
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
@@ -101,18 +101,6 @@ def test_a_native_container_computes_the_same_bits(
     assert native.config.linear_layers == (True, False, True, False)
     a = load(d).session().forward(ids, all_logits=True)
     np.testing.assert_array_equal(native.session().forward(ids, all_logits=True), a)
-
-
-def with_tensor(src: Path, dst: Path, name: str, value: torch.Tensor) -> Path:
-    dst.mkdir()
-    for f in src.iterdir():
-        if f.name != "model.safetensors":
-            (dst / f.name).write_bytes(f.read_bytes())
-    sd = load_file(src / "model.safetensors")
-    assert name in sd
-    sd[name] = value
-    save_file(sd, dst / "model.safetensors", metadata={"format": "pt"})
-    return dst
 
 
 @pytest.mark.parametrize(
