@@ -132,7 +132,40 @@ class _PairReader(_Reader):
     def _read_key(self) -> bool:
         raise NotImplementedError
 
+    # Each reader sets these: the tag that ends a value, the tags that may follow it (a
+    # value ends at the first value end that one of them follows, whitespace between).
+    _value_end: str
+    _closers: tuple[str, ...]
+    _value: list[str]
+
     def _read_value(self, out: list[CallOpened | str]) -> bool:
+        end, p = self._value_end, self._pending
+        e = p.find(end)
+        if e < 0:
+            keep = len(end) - 1
+            if len(p) > keep:
+                self._value.append(p[:len(p) - keep])
+                self._advance(len(p) - keep)
+            return False
+        after = _WS.match(p, e + len(end)).end()  # type: ignore[union-attr]
+        rest = p[after:]
+        if rest.startswith(self._closers):
+            self._pair(out, "".join(self._value) + p[:e])
+            self._advance(after)
+            self._state = _PAIRS
+            return True
+        if any(c.startswith(rest) for c in self._closers):  # maybe the value's end: wait
+            self._value.append(p[:e])
+            self._advance(e)
+            if after - e > MAX_HEADER:
+                self._bail()
+            return False
+        self._value.append(p[:e + 1])  # a closing tag inside the value
+        self._advance(e + 1)
+        return True
+
+    def _pair(self, out: list[CallOpened | str], value: str) -> None:
+        """One parameter read whole: its value parsed, sent as JSON."""
         raise NotImplementedError
 
 

@@ -79,7 +79,8 @@ class GlmCallReader(_PairReader):
         self._pairs = 0
         self._key = ""
         self._search = 0  # where the next closing tag may begin in _pending
-        self._value: list[str] = []
+        self._value = []
+        self._value_end, self._closers = _VALUE_END, (_KEY, _GLM_CALL_END)
 
     def _read_header(self) -> bool:
         window = self._pending[:MAX_HEADER]
@@ -138,32 +139,6 @@ class GlmCallReader(_PairReader):
         else:
             self._search = k
         return False
-
-    def _read_value(self, out: list[CallOpened | str]) -> bool:
-        p = self._pending
-        e = p.find(_VALUE_END)
-        if e < 0:
-            keep = len(_VALUE_END) - 1
-            if len(p) > keep:
-                self._value.append(p[:len(p) - keep])
-                self._advance(len(p) - keep)
-            return False
-        after = _WS.match(p, e + len(_VALUE_END)).end()  # type: ignore[union-attr]
-        rest = p[after:]
-        if rest.startswith((_KEY, _GLM_CALL_END)):
-            self._pair(out, "".join(self._value) + p[:e])
-            self._advance(after)
-            self._state = _PAIRS
-            return True
-        if _pending_prefix(rest, _KEY, _GLM_CALL_END):  # maybe the value's end: wait
-            self._value.append(p[:e])
-            self._advance(e)
-            if after - e > MAX_HEADER:
-                self._bail()
-            return False
-        self._value.append(p[:e + 1])  # a closing tag inside the value
-        self._advance(e + 1)
-        return True
 
     def _pair(self, out: list[CallOpened | str], value: str) -> None:
         got = FORMATS["glm"].read((self._name, [(self._key, value)]), self._tools)

@@ -42,12 +42,13 @@ class XmlCallReader(_PairReader):
         self._shape = shape
         self._read = xml_reader(shape)
         self._tools = tools
+        self._value_end = shape.value_end
         self._closers = tuple(t for t in (shape.key, shape.end, shape.stop) if t)
         self._name = ""
         self._call_at = 0
         self._pairs = 0
         self._key = ""
-        self._value: list[str] = []
+        self._value = []
 
     def _label(self, start: int, close: str) -> tuple[str, int] | str:
         """The label from `start` and where its `close` ends; or "wait", "no" (not a
@@ -114,32 +115,6 @@ class XmlCallReader(_PairReader):
         self._key = got[0]
         self._advance(got[1])
         self._state, self._value = _IN_VALUE, []
-        return True
-
-    def _read_value(self, out: list[CallOpened | str]) -> bool:
-        end, p = self._shape.value_end, self._pending
-        e = p.find(end)
-        if e < 0:
-            keep = len(end) - 1
-            if len(p) > keep:
-                self._value.append(p[:len(p) - keep])
-                self._advance(len(p) - keep)
-            return False
-        after = _WS.match(p, e + len(end)).end()  # type: ignore[union-attr]
-        rest = p[after:]
-        if rest.startswith(self._closers):
-            self._pair(out, "".join(self._value) + p[:e])
-            self._advance(after)
-            self._state = _PAIRS
-            return True
-        if any(c.startswith(rest) for c in self._closers):  # maybe the value's end: wait
-            self._value.append(p[:e])
-            self._advance(e)
-            if after - e > MAX_HEADER:
-                self._bail()
-            return False
-        self._value.append(p[:e + 1])  # a closing tag inside the value
-        self._advance(e + 1)
         return True
 
     def _pair(self, out: list[CallOpened | str], value: str) -> None:
