@@ -1,6 +1,7 @@
 """KV-cache bytes of one session of gpt-oss-20b and -120b at 4k and 64k tokens of context,
 with every layer keeping every position (before sliding-window rings) and with the sliding
-layers keeping a ring of their last window + 64 positions (csrc/model/kv_cache.hpp).
+layers keeping a ring of their last window + 64 positions (csrc/model/kv_cache.hpp); and
+of a DeepSeek-V4-Flash-shaped model's sliding-window attention at 4k, 64k and 1M tokens.
 
 Pure arithmetic, no weights: each model's config.json as released (the fields that shape
 the KV cache) goes through colibri's own config reader (the gpt_oss family), then the
@@ -38,6 +39,14 @@ MODELS = {
 CONTEXTS = (4096, 65536)
 KV_TYPES = ("f16", "f32")
 
+# DeepSeek-V4-Flash's shape as transformers' DeepseekV4Config defaults give it (5.25):
+# 43 layers, one shared K = V row of head_dim 512 per position, sliding_window 128. Every
+# V4 layer has this sliding-window branch; the released layers are compressed ones (CSA /
+# HCA) that also keep compressed keys (and CSA an indexer's keys), which colibri does not
+# run yet: only the sliding branch's cache, what colibri's V4 unit keeps, is counted here.
+V4_LAYERS, V4_HEAD_DIM, V4_WINDOW = 43, 512, 128
+V4_CONTEXTS = (4096, 65536, 1 << 20)
+
 
 def model_config(cfg: dict[str, Any]) -> ModelConfig:
     n = cfg["num_hidden_layers"]
@@ -60,12 +69,28 @@ def rows() -> list[tuple[str, str, int, int, int]]:
     return out
 
 
+def v4_rows() -> list[tuple[str, int, int, int]]:
+    """(KV type, context, bytes with every position, bytes with the rings) of the
+    V4-Flash-shaped sliding-window attention: the widths and windows kv_layer_widths /
+    kv_layer_windows give a V4 model (tests/oracle/test_oracle_deepseek_v4_ring.py)."""
+    widths, windows = [(V4_HEAD_DIM, 0)] * V4_LAYERS, [V4_WINDOW] * V4_LAYERS
+    return [(kv_type, ctx, kv_layers_bytes(widths, ctx, kv_type),
+             kv_layers_bytes(widths, ctx, kv_type, windows))
+            for kv_type in KV_TYPES for ctx in V4_CONTEXTS]  # fmt: skip
+
+
 def main() -> None:
     print(f"sliding layers keep {kv_ring_positions(128, 1 << 20)} positions (window 128 + 64)")
     print(f"{'model':<14}{'KV':<5}{'context':>8}{'full MiB':>11}{'ring MiB':>11}{'saved':>8}")
     for name, kv_type, ctx, full, ring in rows():
         print(f"{name:<14}{kv_type:<5}{ctx:>8}{full / 2**20:>11.1f}{ring / 2**20:>11.1f}"
               f"{1 - ring / full:>8.0%}")
+    print(f"\nDeepSeek-V4-Flash shape ({V4_LAYERS} layers, K = V rows of {V4_HEAD_DIM}, window "
+          f"{V4_WINDOW}): the sliding-window branch only, compressed layers' keys not counted")
+    print(f"{'KV':<5}{'context':>9}{'full MiB':>12}{'ring MiB':>11}{'saved':>8}")
+    for kv_type, ctx, full, ring in v4_rows():
+        print(f"{kv_type:<5}{ctx:>9}{full / 2**20:>12.1f}{ring / 2**20:>11.1f}"
+              f"{1 - ring / full:>8.2%}")
 
 
 if __name__ == "__main__":

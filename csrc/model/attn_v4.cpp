@@ -1,5 +1,6 @@
 #include "model/attn_v4.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "attention/attention.hpp"
@@ -51,7 +52,7 @@ V4SlidingAttention::V4SlidingAttention(const ModelSpec& s, const WeightStore& st
   for (const Tensor* t : {w_.q_a_norm, w_.kv_norm, w_.sinks}) t->f32();  // refuses other types at load
 }
 
-KvLayerLayout V4SlidingAttention::kv_layout() const { return KvLayerLayout{1, head_dim_, 0, 0}; }
+KvLayerLayout V4SlidingAttention::kv_layout() const { return KvLayerLayout{1, head_dim_, 0, 0, window_}; }
 
 void V4SlidingAttention::forward(AttentionContext& ctx, const float* x, int64_t n, int64_t pos0, KvCache& kv,
                                  int64_t layer, float* out) {
@@ -82,27 +83,18 @@ void V4SlidingAttention::forward(AttentionContext& ctx, const float* x, int64_t 
     }
     rms_norm_row(k, w_.kv_norm->f32(), hd, eps_, k);
     rope_head_interleaved(k + nope, ws.rope.data(), rd);
-    kv.store_k(layer, pos0 + t, k);
   }
 
-  attn::Problem p;
-  p.n_queries = n;
-  p.n_kv_heads = 1;
-  p.group = nh;
-  p.dk = p.dv = hd;
-  p.scale = scale_;
-  p.q = ws.q.data();
-  p.q_stride = qd;
-  p.q_head_stride = hd;
-  p.out = ws.attn.data();
-  p.out_stride = qd;
-  p.out_head_stride = hd;
-  p.k = attn::KvSide{kv.type(), kv.k(layer, 0), kv.k_row_bytes(layer), 0};
-  p.v = p.k;  // K = V
-  p.pos0 = pos0;
-  p.window = window_;
-  p.sinks = w_.sinks->f32();
-  attn::run(ctx.pool, p, ws.kernel);
+  // The layer keeps a ring (kv_cache.hpp), which holds ring - window + 1 queries' windows
+  // at once: the rows are stored and attended in passes of that many, as attn_gqa.cpp does
+  // (the same bits: a query's result does not depend on the batch it runs in).
+  const int64_t ring = kv.ring(layer);
+  const int64_t pass = ring > 0 ? ring - window_ + 1 : std::max<int64_t>(n, 1);
+  for (int64_t i0 = 0; i0 < n; i0 += pass) {
+    const int64_t i1 = std::min(n, i0 + pass);
+    for (int64_t t = i0; t < i1; ++t) kv.store_k(layer, pos0 + t, ws.k.data() + t * hd);
+    attend(ctx, kv, layer, i0, pos0 + i0, i1 - i0);
+  }
 
   // The values carried their position's rotation: undo it at the query's (sin negated).
   for (int64_t t = 0; t < n; ++t) {
@@ -114,6 +106,31 @@ void V4SlidingAttention::forward(AttentionContext& ctx, const float* x, int64_t 
   ws.mla_lat.resize(static_cast<std::size_t>(n * gr));
   head_matmul(ctx, w_.o_a->view(), groups_, ws.attn.data(), qd, gin, n, ws.mla_lat.data(), gr, group_rank_);
   matmul(ctx.pool, w_.o_b->view(), ws.mla_lat.data(), n, out, ctx.matmul, ctx.precision);
+}
+
+// Attention of the n queries at rows [t0, t0 + n) (positions pos0..) over the cache.
+void V4SlidingAttention::attend(AttentionContext& ctx, KvCache& kv, int64_t layer, int64_t t0, int64_t pos0,
+                                int64_t n) {
+  AttentionScratch& ws = ctx.scratch;
+  const int64_t hd = head_dim_, qd = n_heads_ * hd;
+  attn::Problem p;
+  p.n_queries = n;
+  p.n_kv_heads = 1;
+  p.group = n_heads_;
+  p.dk = p.dv = hd;
+  p.scale = scale_;
+  p.q = ws.q.data() + t0 * qd;
+  p.q_stride = qd;
+  p.q_head_stride = hd;
+  p.out = ws.attn.data() + t0 * qd;
+  p.out_stride = qd;
+  p.out_head_stride = hd;
+  p.k = attn::KvSide{kv.type(), kv.k(layer, 0), kv.k_row_bytes(layer), 0, kv.ring(layer)};
+  p.v = p.k;  // K = V
+  p.pos0 = pos0;
+  p.window = window_;
+  p.sinks = w_.sinks->f32();
+  attn::run(ctx.pool, p, ws.kernel);
 }
 
 }  // namespace colibri

@@ -31,11 +31,14 @@ class V4SlidingAttention final : public AttentionLayer {
   // against the spec.
   V4SlidingAttention(const ModelSpec& spec, const WeightStore& weights, int64_t layer);
 
-  KvLayerLayout kv_layout() const override;  // one head of head_dim values (K = V)
+  // One head of head_dim values (K = V), a ring of the window's positions.
+  KvLayerLayout kv_layout() const override;
   void forward(AttentionContext& ctx, const float* x, int64_t n, int64_t pos0, KvCache& kv, int64_t layer,
                float* out) override;
 
  private:
+  void attend(AttentionContext& ctx, KvCache& kv, int64_t layer, int64_t t0, int64_t pos0, int64_t n);
+
   V4AttnWeights w_;
   int64_t hidden_, n_heads_, head_dim_, rope_dim_, q_lora_, groups_, group_rank_, window_;
   float eps_, scale_;

@@ -17,7 +17,8 @@
 // kv_ring_positions(window) positions, position p in slot p % ring, so their memory is
 // bounded whatever the context. What the rest of a session can do with them:
 //  - a forward of n tokens from position p needs the window before p intact; the attention
-//    runs a sliding layer in passes of at most ring - window + 1 queries (attn_gqa.cpp);
+//    runs a sliding layer in passes of at most ring - window + 1 queries (attn_gqa.cpp,
+//    attn_v4.cpp);
 //  - rolling back to L tokens needs positions [L - window + 1, L) still in the ring
 //    (holds_rollback): always within the last kRingSlack + 1 tokens (a speculative
 //    draft), refused (Error(InvalidArgument)) beyond what the ring still holds;
