@@ -71,6 +71,8 @@ def _hf_tensors(name: str, v: np.ndarray) -> dict[str, np.ndarray]:
         return {f"{p}block_sparse_moe.shared_experts.{kind.split('_')[1]}_proj.weight": v}
     if kind in _PLAIN:
         return {f"{p}{_PLAIN[kind]}.weight": v}
+    if kind in ("attn_k_b", "attn_v_b"):  # the halves of kv_b_proj: joined by the caller
+        return {kind: v}
     raise AssertionError(f"unmapped quantized tensor {name}")
 
 
@@ -81,13 +83,27 @@ def dequantized_model(hf_dir: Path, gguf_path: Path, out: Path) -> torch.nn.Modu
     import gguf
 
     sd = load_file(hf_dir / "model.safetensors")
+    kv_b: dict[str, dict[str, np.ndarray]] = {}
     for t in gguf.GGUFReader(str(gguf_path)).tensors:
         if t.tensor_type == gguf.GGMLQuantizationType.F32:
             continue
         value = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
-        for k, v in _hf_tensors(t.name.removesuffix(".weight"), value).items():
+        name = t.name.removesuffix(".weight")
+        for k, v in _hf_tensors(name, value).items():
+            if k in ("attn_k_b", "attn_v_b"):
+                kv_b.setdefault(name.split(".")[1], {})[k] = v
+                continue
             assert k in sd and tuple(sd[k].shape) == v.shape, (k, v.shape)
             sd[k] = torch.from_numpy(np.ascontiguousarray(v))
+    for layer, parts in kv_b.items():
+        # attn_k_b [heads, kv_lora, nope] (each head's nope rows transposed), attn_v_b
+        # [heads, v, kv_lora]: kv_b_proj has per head its nope rows then its v rows.
+        k_b, v_b = parts["attn_k_b"], parts["attn_v_b"]
+        joined = np.concatenate([k_b.transpose(0, 2, 1), v_b], axis=1)
+        key = f"model.layers.{layer}.self_attn.kv_b_proj.weight"
+        joined = joined.reshape(-1, joined.shape[2])
+        assert tuple(sd[key].shape) == joined.shape, (key, joined.shape)
+        sd[key] = torch.from_numpy(np.ascontiguousarray(joined))
     out.mkdir(parents=True, exist_ok=True)
     for f in hf_dir.iterdir():
         if f.name != "model.safetensors":
