@@ -22,7 +22,8 @@ which is why a quantized file is checked against the values it stores and not ag
 the float model. MLA's ``attn_k_b`` / ``attn_v_b`` (16-wide rows) are F16 in that file:
 the reference joins their decoded values back into ``kv_b_proj``.
 
-Bad input: a KDA layer's missing ssm tensor is a ModelFormatError naming it.
+A native container written from either file computes the same bits. Bad input: a KDA
+layer's missing ssm tensor is a ModelFormatError naming it.
 """
 
 from __future__ import annotations
@@ -95,6 +96,24 @@ def test_q8_0_matches_its_dequantized_weights(tiny: Tiny, tmp_path: Path) -> Non
     assert_decode_matches(m.session(), ids, ref, "q8_0")
     ref_tokens, ref_logits = reference_greedy(ref_model, ids, N_GREEDY)
     assert_greedy_matches(m.session(), ids, ref_tokens, ref_logits)
+
+
+@pytest.mark.parametrize("kind", ["f32", "q8_0"])
+def test_a_native_container_of_the_file_computes_the_same_bits(
+    tiny: Tiny, tmp_path: Path, kind: str
+) -> None:
+    """``colibri convert`` of the GGUF keeps the joined convolutions and
+    ``linear_a_neg_exp``: the same logits, bit for bit."""
+    from colibri.convert import verify_container, write_container
+
+    _, _, files = tiny
+    write_container(files[kind], tmp_path / "native")
+    verify_container(tmp_path / "native")
+    native = load(tmp_path / "native")
+    assert native.config.linear_a_neg_exp
+    ids = prompt_ids(40, vocab=VOCAB)
+    a = load(files[kind]).session().forward(ids, all_logits=True)
+    np.testing.assert_array_equal(native.session().forward(ids, all_logits=True), a)
 
 
 def _renamed(src: Path, dst: Path, old: bytes, new: bytes) -> Path:
