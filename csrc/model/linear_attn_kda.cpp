@@ -129,7 +129,7 @@ void kda_chunked(const float* q, const float* k, const float* v, int64_t stride,
 KimiDeltaAttention::KimiDeltaAttention(const ModelSpec& s, KdaWeights weights)
     : w_(weights), hidden_(s.hidden_size), nh_(s.linear_num_value_heads), d_(s.linear_value_head_dim),
       kernel_(s.linear_conv_kernel), channels_(3 * nh_ * d_), chunked_min_(s.linear_chunked_min_tokens),
-      eps_(s.rms_norm_eps) {}
+      eps_(s.rms_norm_eps), a_neg_exp_(s.linear_a_neg_exp) {}
 
 KdaWeights KimiDeltaAttention::resolve(const ModelSpec& s, const WeightStore& store, int64_t layer) {
   const int64_t nh = s.linear_num_value_heads, d = s.linear_value_head_dim, h = s.hidden_size;
@@ -216,7 +216,8 @@ void KimiDeltaAttention::forward(AttentionContext& ctx, const float* x, int64_t 
         lin_l2_normalize(row + h * d, d);
         for (int64_t i = 0; i < d; ++i) row[h * d + i] *= q_scale;
         lin_l2_normalize(row + vd + h * d, d);
-        const float rate = std::exp(a_log[h]);
+        // exp(A_log); a GGUF stores -exp(A_log) (ModelSpec::linear_a_neg_exp)
+        const float rate = a_neg_exp_ ? -a_log[h] : std::exp(a_log[h]);
         float* gh = g + t * vd + h * d;
         for (int64_t i = 0; i < d; ++i) gh[i] = -rate * lin_softplus(gh[i] + dt_bias[h * d + i]);
         beta[t * nh_ + h] = 1.0f / (1.0f + std::exp(-beta[t * nh_ + h]));

@@ -59,6 +59,7 @@ class KimiDeltaAttention final : public AttentionLayer {
   int64_t channels_;     // 3 * nh * d
   int64_t chunked_min_;  // forwards of at least this many tokens run the chunked form (0: never)
   float eps_;
+  bool a_neg_exp_;  // ModelSpec::linear_a_neg_exp: kda_a_log holds -exp(A_log)
 };
 
 }  // namespace colibri

@@ -136,8 +136,8 @@ struct ModelSpec {
   std::vector<float> sliding_rope_inv_freq;
   bool sinks_sliding_only = false;
   float attention_value_scale = 1.0f;
-  // As llama.cpp's GGUF files store them: blk.{i}.gdn_a_log holds A = -exp(A_log) itself
-  // (linear_a_neg_exp); the value heads are in "tiled" order, value head h reading key
+  // As llama.cpp's GGUF files store them: blk.{i}.gdn_a_log / kda_a_log holds
+  // A = -exp(A_log) itself (linear_a_neg_exp); the value heads are in "tiled" order, value head h reading key
   // head h % nk instead of h / (nv / nk) (linear_v_tiled: llama.cpp's Qwen3.5 files).
   bool linear_a_neg_exp = false;
   bool linear_v_tiled = false;

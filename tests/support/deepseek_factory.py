@@ -236,6 +236,7 @@ import gguf
 import conversion.deepseek  # architecture modules register their classes on import
 import conversion.glm
 import conversion.gpt_oss
+import conversion.kimi_linear
 from conversion import base
 
 def placeholder_vocab(self):

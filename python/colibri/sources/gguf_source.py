@@ -11,7 +11,8 @@ computes. What every architecture shares is read here:
   n_expert]) become one TensorInfo per expert, ``blk.N.ffn_gate_exps.E``, each with its own
   slice of the stack.
 * The keys every architecture has (``embedding_length``, ``block_count``,
-  ``attention.head_count`` / ``head_count_kv``, ``attention.layer_norm_rms_epsilon``,
+  ``attention.head_count`` / ``head_count_kv`` (per layer with 0 for the layers without
+  attention, as hybrids write it: its one non-zero count), ``attention.layer_norm_rms_epsilon``,
   ``rope.freq_base``, ``rope.scaling.*``, ``context_length``, the tokenizer's bos / eos /
   eot ids), with block_count checked against the tensors present before anything loops
   over it.
@@ -31,7 +32,7 @@ from typing import Any
 
 from ..errors import ModelFormatError, UnsupportedError
 from .families import Family, GGUFInput, gguf_family
-from .fields import GGUFFields, as_str, f32_decimal
+from .fields import GGUFFields, as_int, as_str, f32_decimal
 from .gguf_header import GGUFHeader, GGUFHeaderError, read_gguf_header
 from .manifest import Extent, Manifest, TensorInfo
 from .paths import shown
@@ -157,7 +158,7 @@ def _base(meta: GGUFFields, arch: str, tensors: dict[str, TensorInfo], blocks: i
         hidden_size=meta.int(f"{a}.embedding_length"),
         n_layers=blocks,
         n_heads=n_heads,
-        n_kv_heads=meta.int(f"{a}.attention.head_count_kv", n_heads),
+        n_kv_heads=_kv_heads(meta, a, n_heads),
         rms_norm_eps=meta.f32(f"{a}.attention.layer_norm_rms_epsilon"),
         rope_theta=meta.f32(f"{a}.rope.freq_base", 10000.0),
         max_position_embeddings=meta.int(f"{a}.context_length", lo=0),
@@ -166,6 +167,18 @@ def _base(meta: GGUFFields, arch: str, tensors: dict[str, TensorInfo], blocks: i
         bos_token_id=meta.optional_int("tokenizer.ggml.bos_token_id"),
         eos_token_ids=tuple(eos),
     )
+
+
+def _kv_heads(meta: GGUFFields, a: str, n_heads: int) -> int:
+    """attention.head_count_kv; a per-layer list whose layers without attention say 0
+    (llama.cpp's hybrids: Kimi-Linear's KDA layers) is its one non-zero count."""
+    key = f"{a}.attention.head_count_kv"
+    raw = meta.md.get(key)
+    if isinstance(raw, list) and 0 in raw:
+        counts = {v for v in raw if v != 0}
+        if len(counts) == 1:
+            return as_int(counts.pop(), f"GGUF metadata {key}", meta.where, lo=1)
+    return meta.int(key, n_heads)
 
 
 def _unpermuted(tensors: dict[str, TensorInfo], n_heads: int, n_kv: int

@@ -3,7 +3,8 @@ latent attention (MLA) layers without RoPE, with a DeepSeek-V3-style MoE FFN (si
 scores plus a selection bias, group-limited top-k, renormalized and scaled weights, shared
 experts added unweighted).
 
-* ``kimi_linear``: Hugging Face ``kimi_linear`` / ``KimiLinearForCausalLM`` (no GGUF yet).
+* ``kimi_linear``: Hugging Face ``kimi_linear`` / ``KimiLinearForCausalLM``; GGUF
+  ``kimi-linear`` (kimi_linear_gguf.py reads llama.cpp's files).
 
 * Layer schedule: config.json's ``layer_types`` ("linear_attention" / "full_attention"),
   else ``linear_attn_config``'s ``kda_layers`` / ``full_attn_layers`` (1-indexed, as the
@@ -42,7 +43,8 @@ from ..paths import shown
 from .common import DECODER_NAMES, LAYER
 from .deepseek import _KV_B, _MLA_NAMES, MLA_NORM_EPS
 from .deepseek_moe import MOE_NAMES
-from .spec import Family, GGUFInput, HFInput, NameRule
+from .kimi_linear_gguf import GGUF_ARCHS, gguf_config, gguf_name, gguf_tensors
+from .spec import Family, HFInput, NameRule
 
 ARCH = "kimi_linear"
 _KINDS = {"linear_attention": True, "full_attention": False}
@@ -225,10 +227,6 @@ def _split(
     return out, frozenset(used), None
 
 
-def _gguf_config(inp: GGUFInput) -> ModelConfig:
-    raise UnsupportedError(f"{inp.where}: Kimi-Linear GGUF files are not supported yet")
-
-
 FAMILY = Family(
     name="kimi_linear",
     archs=(ARCH,),
@@ -239,7 +237,9 @@ FAMILY = Family(
     hf_names=_NAMES,
     hf_config=_hf_config,
     hf_kv_b=_KV_B,
-    gguf_architectures=(),
-    gguf_config=_gguf_config,
+    gguf_architectures=GGUF_ARCHS,
+    gguf_config=gguf_config,
+    gguf_name=gguf_name,
+    gguf_tensors=gguf_tensors,
     hf_experts=_split,
 )
