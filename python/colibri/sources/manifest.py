@@ -229,8 +229,9 @@ class ModelConfig:
     attention_output_gate: bool = False
     norm_weight_offset: float = 0.0
     # As llama.cpp's GGUF files store the Gated DeltaNet (families/qwen3_next_gguf.py) and
-    # KDA (kimi_linear_gguf.py): gdn_a_log / kda_a_log holds -exp(A_log) itself; the value heads in tiled order (value head h
-    # reads key head h % linear_num_key_heads, not h / (value heads per key head)).
+    # KDA (kimi_linear_gguf.py): gdn_a_log / kda_a_log holds -exp(A_log) itself; the value
+    # heads in tiled order (value head h reads key head h % linear_num_key_heads, not
+    # h / (value heads per key head)).
     linear_a_neg_exp: bool = False
     linear_v_tiled: bool = False
 
