@@ -76,6 +76,7 @@ streams through mmap and the page cache, its designed way.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -323,7 +324,7 @@ def _passage_ids(gguf: Path, need: int) -> list[list[int]]:
 def _container(gguf: Path) -> Path:
     """The native container of `gguf` in build/bench-data (``colibri convert`` it first
     when missing)."""
-    dst = BENCH_DATA / (gguf.name.split(".Q")[0] + ".colibri")
+    dst = BENCH_DATA / (gguf.name.split(".Q")[0].removesuffix(".MXFP4.gguf") + ".colibri")
     if not (dst / "manifest.json").exists():
         env = dict(os.environ)
         env.setdefault("PYTHONPATH", f"{REPO / 'python'}:{REPO / 'build/dev/bench'}")
@@ -338,6 +339,10 @@ def _synthetic(name: str, routing: str = "local") -> Path:
 
     if name in PRESETS:
         return Path(ensure_preset(with_routing(name, routing)))
+    from synthetic_gpt_oss import GPT_OSS_PRESETS, ensure_gpt_oss_preset
+
+    if name in GPT_OSS_PRESETS:
+        return ensure_gpt_oss_preset(dataclasses.replace(GPT_OSS_PRESETS[name], routing=routing))
     from synthetic_deepseek import FAMILY_PRESETS, family_with_routing
 
     return Path(ensure_preset(family_with_routing(FAMILY_PRESETS[name], routing)))

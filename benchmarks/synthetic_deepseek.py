@@ -287,8 +287,10 @@ def _writer(p: FamilyPreset, path: Path, seed: int) -> gguf.GGUFWriter:
 
 
 def write_family_gguf(preset: FamilyPreset | str, path: str | os.PathLike[str], seed: int = 0,
-                      progress: Any = None) -> WriteReport:  # fmt: skip
-    """Write ``preset`` with weights drawn from ``seed`` to ``path`` (atomically)."""
+                      progress: Any = None, writer: Any = None) -> WriteReport:  # fmt: skip
+    """Write ``preset`` with weights drawn from ``seed`` to ``path`` (atomically). ``writer``
+    makes the header (another family's preset: synthetic_gpt_oss.py); the data is written
+    the same way for every family."""
     p = FAMILY_PRESETS[preset] if isinstance(preset, str) else preset
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -297,7 +299,7 @@ def write_family_gguf(preset: FamilyPreset | str, path: str | os.PathLike[str], 
     total = sum(t.nbytes for t in specs)
     rss_before = _rss_now()
     t0 = time.perf_counter()
-    w = _writer(p, tmp, seed)
+    w = (writer or _writer)(p, tmp, seed)
     try:
         w.write_header_to_file()
         w.write_kv_data_to_file()

@@ -59,6 +59,11 @@ DEFAULT_DIR = REPO / "build" / "bench-data"
 
 Q4_0 = gguf.GGMLQuantizationType.Q4_0
 F32 = gguf.GGMLQuantizationType.F32
+MXFP4 = gguf.GGMLQuantizationType.MXFP4
+MXFP4_BLOCK_BYTES = 17  # E8M0 exponent + 16 bytes of FP4 (E2M1) nibbles, 32 weights
+# Standard deviation of ggml's doubled E2M1 table (0, 1, 2, 3, 4, 6, 8, 12 and negatives)
+# over uniform codes; a block's values are table * 2^(e - 128).
+_MXFP4_STD = float(np.sqrt(2 * (1 + 4 + 9 + 16 + 36 + 64 + 144) / 16))
 QK4_0 = 32  # weights per Q4_0 block
 Q4_0_BLOCK_BYTES = 18  # fp16 scale + 16 bytes of nibbles
 CHUNK_BLOCKS = 1 << 20  # Q4_0 blocks generated at a time: 18 MiB
@@ -174,14 +179,14 @@ class Preset:
         }
 
 
-Kind = Literal["q4_0", "norm", "router"]
+Kind = Literal["q4_0", "mxfp4", "norm", "router"]
 
 
 @dataclass(frozen=True)
 class TensorSpec:
     name: str  # GGUF name
     shape: tuple[int, ...]  # NumPy / PyTorch order (GGML ne reversed)
-    kind: Kind  # q4_0 matrix, F32 RMSNorm weight, F32 router
+    kind: Kind  # q4_0 / mxfp4 matrix, F32 RMSNorm weight, F32 router (or any F32 vector)
     std: float = 0.0  # target standard deviation of the weights (matrices, router)
     zero_rows: int = 0  # routing regime: the last rows of each matrix are zero
     col_scale: tuple[int, float, float] | None = None  # regime: (width, outside, inside)
@@ -192,11 +197,13 @@ class TensorSpec:
 
     @property
     def nbytes(self) -> int:
+        if self.kind == "mxfp4":
+            return self.n // QK4_0 * MXFP4_BLOCK_BYTES
         return q4_0_nbytes(self.n) if self.kind == "q4_0" else 4 * self.n
 
     @property
     def ggml_type(self) -> gguf.GGMLQuantizationType:
-        return Q4_0 if self.kind == "q4_0" else F32
+        return {"q4_0": Q4_0, "mxfp4": MXFP4}.get(self.kind, F32)
 
 
 def q4_0_nbytes(n_weights: int) -> int:
@@ -332,12 +339,28 @@ def tensor_chunks(spec: TensorSpec, seed: int) -> Iterator[npt.NDArray[Any]]:
             scale *= d_base
             buf["d"] = scale.astype(np.float16)
             yield raw
+    elif spec.kind == "mxfp4":
+        yield from _mxfp4_chunks(spec, rng)
     elif spec.kind == "norm":
         yield (1.0 + 0.1 * rng.standard_normal(spec.n, dtype=np.float32)).astype("<f4")
     else:  # router
         for start in range(0, spec.n, CHUNK_F32):
             n = min(CHUNK_F32, spec.n - start)
             yield (spec.std * rng.standard_normal(n, dtype=np.float32)).astype("<f4")
+
+
+def _mxfp4_chunks(spec: TensorSpec, rng: np.random.Generator) -> Iterator[npt.NDArray[Any]]:
+    """MXFP4 blocks: uniform random nibbles (the table is symmetric, so no rank-one drift)
+    and a power-of-two scale per block, half the blocks at ``e`` and half at ``e - 1``, with
+    ``e`` chosen so the matrix's standard deviation is about ``spec.std``."""
+    blocks = spec.n // QK4_0
+    e = int(np.ceil(128 + np.log2(spec.std / _MXFP4_STD)))
+    for start in range(0, blocks, CHUNK_BLOCKS):
+        nb = min(CHUNK_BLOCKS, blocks - start)
+        words = rng.integers(0, 1 << 32, size=-(-nb * MXFP4_BLOCK_BYTES // 4), dtype=np.uint32)
+        raw = words.view(np.uint8)[: nb * MXFP4_BLOCK_BYTES]
+        raw.reshape(nb, MXFP4_BLOCK_BYTES)[:, 0] = e - (raw[::MXFP4_BLOCK_BYTES] & 1)
+        yield raw
 
 
 # --------------------------------------------------------------------------- writer

@@ -58,6 +58,8 @@ BLOCK_BYTES = 18
 # Tensors whose output rows are hidden dimensions of the residual stream.
 RESIDUAL_WRITERS = ("attn_output.weight", "ffn_down_exps.weight", "ffn_down_shexp.weight",
                     "ffn_down.weight")  # fmt: skip
+# F32 biases added to the residual stream (gpt-oss): their last dimension is the hidden one.
+RESIDUAL_BIASES = ("attn_output.bias", "ffn_down_exps.bias")
 ROUTER = "ffn_gate_inp.weight"
 # The residual stream's variance grows by about two sublayer outputs per layer, so the
 # channel's share of a router's input falls as 1/sqrt(1 + 2 * layer): the token weight of
@@ -113,6 +115,8 @@ def shape_specs(specs: list[TensorSpec], routing: str, hidden: int) -> list[Tens
     for t in specs:
         if t.name.endswith(RESIDUAL_WRITERS) and t.shape[-2] == hidden:
             t = dataclasses.replace(t, zero_rows=width)
+        elif t.name.endswith(RESIDUAL_BIASES) and t.shape[-1] == hidden:
+            t = dataclasses.replace(t, zero_rows=width)
         elif t.name.endswith(ROUTER):
             grow = float(np.sqrt(1.0 + DEPTH_GROWTH * _layer_of(t.name)))
             t = dataclasses.replace(t, col_scale=(width, r.full, scale_in * grow))
@@ -125,7 +129,24 @@ def reshape_chunks(spec: TensorSpec, chunks: Iterator[npt.NDArray[Any]]
     """Apply a spec's ``zero_rows`` / ``col_scale`` to the chunks the generator draws (same
     draws, so every other byte is what the regime-free file holds)."""
     block_t = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
-    if spec.zero_rows:
+    if spec.zero_rows and spec.kind in ("router", "norm"):  # a bias: its last entries
+        cols = spec.shape[-1]
+        start = 0
+        for vals in chunks:
+            col = np.arange(start, start + vals.size) % cols
+            start += vals.size
+            yield np.where(col >= cols - spec.zero_rows, np.float32(0), vals).astype("<f4")
+    elif spec.zero_rows and spec.kind == "mxfp4":  # every code 0 (+0.0) in those rows
+        rows, bpr = spec.shape[-2], spec.shape[-1] // QK
+        mx_t = np.dtype([("e", "u1"), ("qs", "u1", (16,))])
+        start = 0
+        for raw in chunks:
+            blocks = raw.view(mx_t)
+            row = (np.arange(start, start + blocks.size) // bpr) % rows
+            blocks["qs"][row >= rows - spec.zero_rows] = 0
+            start += blocks.size
+            yield raw
+    elif spec.zero_rows:
         rows, bpr = spec.shape[-2], spec.shape[-1] // QK
         start = 0
         for raw in chunks:
