@@ -1,6 +1,8 @@
-"""Resident decode with absorbed multi-head latent attention at long contexts: colibri vs
-llama-cpp-python on the same deepseek2 GGUF (synthetic_deepseek.py's ``ds3-small``: 4 layers,
-8 heads, kv_lora 512 + rope 64, every expert resident).
+"""Resident decode at long contexts: colibri vs llama-cpp-python on the same synthetic MoE
+GGUF, every expert resident. ``--preset ds3-small`` (the default; synthetic_deepseek.py: a
+deepseek2 file, 4 layers, absorbed multi-head latent attention, kv_lora 512 + rope 64) or
+any other synthetic preset, e.g. ``oss20-attn`` (synthetic_gpt_oss.py: gpt-oss-20b's
+attention, sinks and a 128-token window on every other layer).
 
 For each context length the KV cache is filled with a prefill of ``context - decode``
 token ids (the same ids for both engines), then ``--decode`` tokens are decoded one by one

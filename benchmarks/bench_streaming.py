@@ -339,10 +339,10 @@ def _synthetic(name: str, routing: str = "local") -> Path:
 
     if name in PRESETS:
         return Path(ensure_preset(with_routing(name, routing)))
-    from synthetic_gpt_oss import GPT_OSS_PRESETS, ensure_gpt_oss_preset
+    from synthetic_gpt_oss import GPT_OSS_PRESETS
 
     if name in GPT_OSS_PRESETS:
-        return ensure_gpt_oss_preset(dataclasses.replace(GPT_OSS_PRESETS[name], routing=routing))
+        return ensure_preset(dataclasses.replace(GPT_OSS_PRESETS[name], routing=routing))
     from synthetic_deepseek import FAMILY_PRESETS, family_with_routing
 
     return Path(ensure_preset(family_with_routing(FAMILY_PRESETS[name], routing)))

@@ -135,8 +135,9 @@ class GptOssPreset:
 # gpt-oss-120b (openai/gpt-oss-120b config.json): 36 layers, hidden 2880, 64 query heads and
 # 8 KV heads of 64, 128 experts of 2880, top-4, window 128 on every other layer; scaled to a
 # hidden and expert width of 1152 so 9.8 GB of experts fit a shared disk. gpt-oss-20b: 24
-# layers, the same attention, 32 experts; kept at full width with 8 experts (a resident
-# decode step reads top-4 experts whatever their count) for the context sweep.
+# layers, the same attention, 32 experts; here at half the hidden width (the attention's
+# heads kept, so its cost per context token is the real one) with 8 experts (a resident
+# decode step computes top-4 experts whatever their count), so a 4k prefill fits minutes.
 GPT_OSS_PRESETS: dict[str, GptOssPreset] = {
     p.name: p
     for p in (
@@ -152,10 +153,10 @@ GPT_OSS_PRESETS: dict[str, GptOssPreset] = {
             "sinks, window 128) at hidden 1152: 9.7 GB of experts",
         ),
         GptOssPreset(
-            "oss20-attn", n_layers=24, hidden=2880, n_heads=64, n_kv_heads=8, head_dim=64,
-            n_experts=8, top_k=4, expert_ffn=2880, vocab=32768,
-            description="gpt-oss-20b's shapes (24 layers, hidden 2880, 64/8 heads of 64, "
-            "top-4 of 2880-wide MXFP4 experts), 8 experts instead of 32: resident sweeps",
+            "oss20-attn", n_layers=24, hidden=1440, n_heads=64, n_kv_heads=8, head_dim=64,
+            n_experts=8, top_k=4, expert_ffn=1440, vocab=32768,
+            description="gpt-oss-20b's attention (24 layers, 64/8 heads of 64, sinks, window "
+            "128) at half its hidden width (1440), 8 experts of 32: resident sweeps",
         ),
     )
 }  # fmt: skip

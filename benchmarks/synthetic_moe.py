@@ -535,11 +535,15 @@ def ensure_preset(
     progress: Progress | None = None,
 ) -> Path:
     """The preset's file under ``root`` (build/bench-data/), written on first use. The
-    DeepSeek-V3 / GLM-4.5-shaped presets (synthetic_deepseek.FAMILY_PRESETS) too."""
+    DeepSeek-V3 / GLM-4.5-shaped presets (synthetic_deepseek.FAMILY_PRESETS) and the
+    gpt-oss-shaped ones (synthetic_gpt_oss.GPT_OSS_PRESETS) too."""
     from synthetic_deepseek import FAMILY_PRESETS, FamilyPreset, ensure_family_preset
+    from synthetic_gpt_oss import GPT_OSS_PRESETS, GptOssPreset, ensure_gpt_oss_preset
 
     if isinstance(preset, FamilyPreset) or (isinstance(preset, str) and preset in FAMILY_PRESETS):
         return ensure_family_preset(preset, seed, root, progress)
+    if isinstance(preset, GptOssPreset) or (isinstance(preset, str) and preset in GPT_OSS_PRESETS):
+        return ensure_gpt_oss_preset(preset, seed, root, progress)
     path = default_path(preset, seed, root)
     if not path.is_file():
         write_synthetic_gguf(preset, path, seed, progress)
