@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-extra-bufts", action="store_true",
                     help="llama.cpp use_extra_bufts=False (AMX hosts; say so where quoted)")
+    ap.add_argument("--activation-precision", default="auto", choices=("auto", "int8", "float32"),
+                    help="colibri's (auto: float32 for models under 1 GiB of weights, as "
+                    "ds3-small; int8 is llama.cpp's arithmetic)")
     ap.add_argument("--cpu-time", action="store_true",
                     help="rates per CPU second of the process (use with --threads 1)")
     args = ap.parse_args(argv)
@@ -92,7 +95,8 @@ def main(argv: list[str] | None = None) -> None:
     contexts = [int(c) for c in args.contexts.split(",")]
     top = max(contexts)
     cfg = colibri.EngineConfig(context_length=top, cache=colibri.CacheConfig(preload=True),
-                               threads=colibri.ThreadConfig(n=args.threads))  # fmt: skip
+                               threads=colibri.ThreadConfig(n=args.threads),
+                               activation_precision=args.activation_precision)  # fmt: skip
     model = colibri.Model.load(gguf, engine=cfg)
     kw: dict[str, Any] = {}
     if args.no_extra_bufts:
@@ -132,6 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         "decode": args.decode, "repeats": args.repeats, "load_average": load,
         "load_average_start": load0, "clock": "cpu" if args.cpu_time else "wall",
         "llama_no_extra_bufts": args.no_extra_bufts, "contexts": results,
+        "activation_precision": model.engine_config.activation_precision.value,
     })  # fmt: skip
     print("wrote", path)
 
