@@ -237,6 +237,7 @@ import conversion.deepseek  # architecture modules register their classes on imp
 import conversion.glm
 import conversion.gpt_oss
 import conversion.kimi_linear
+import conversion.mimo
 from conversion import base
 
 def placeholder_vocab(self):

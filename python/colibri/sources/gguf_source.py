@@ -143,8 +143,8 @@ def _tensors(
     return tensors
 
 
-def _base(meta: GGUFFields, arch: str, tensors: dict[str, TensorInfo], blocks: int
-          ) -> dict[str, Any]:  # fmt: skip
+def _base(meta: GGUFFields, arch: str, tensors: dict[str, TensorInfo], blocks: int,
+          kv_by_layer: bool) -> dict[str, Any]:  # fmt: skip
     """The ModelConfig fields every architecture reads the same way (GGUFInput.base)."""
     a, md = arch, meta.md
     n_heads = meta.int(f"{a}.attention.head_count")
@@ -158,7 +158,7 @@ def _base(meta: GGUFFields, arch: str, tensors: dict[str, TensorInfo], blocks: i
         hidden_size=meta.int(f"{a}.embedding_length"),
         n_layers=blocks,
         n_heads=n_heads,
-        n_kv_heads=_kv_heads(meta, a, n_heads),
+        n_kv_heads=_kv_heads(meta, a, n_heads, kv_by_layer),
         rms_norm_eps=meta.f32(f"{a}.attention.layer_norm_rms_epsilon"),
         rope_theta=meta.f32(f"{a}.rope.freq_base", 10000.0),
         max_position_embeddings=meta.int(f"{a}.context_length", lo=0),
@@ -169,11 +169,15 @@ def _base(meta: GGUFFields, arch: str, tensors: dict[str, TensorInfo], blocks: i
     )
 
 
-def _kv_heads(meta: GGUFFields, a: str, n_heads: int) -> int:
+def _kv_heads(meta: GGUFFields, a: str, n_heads: int, by_layer: bool) -> int:
     """attention.head_count_kv; a per-layer list whose layers without attention say 0
-    (llama.cpp's hybrids: Kimi-Linear's KDA layers) is its one non-zero count."""
+    (llama.cpp's hybrids: Kimi-Linear's KDA layers) is its one non-zero count; for a
+    family that reads the list itself (``by_layer``: MiMo-V2-Flash's full and sliding
+    layers differ), layer 0's."""
     key = f"{a}.attention.head_count_kv"
     raw = meta.md.get(key)
+    if by_layer and isinstance(raw, list) and raw:
+        return as_int(raw[0], f"GGUF metadata {key}[0]", meta.where, lo=1)
     if isinstance(raw, list) and 0 in raw:
         counts = {v for v in raw if v != 0}
         if len(counts) == 1:
@@ -221,7 +225,7 @@ def load_gguf(path: str | os.PathLike[str]) -> Manifest:
     tensors = _tensors(header, p, fam, arch, n_expert, side)
     if "token_embd" not in tensors or len(tensors["token_embd"].shape) != 2:
         raise ModelFormatError(f"{p}: tensor 'token_embd' is missing or not a matrix")
-    base = _base(meta, arch, tensors, blocks)
+    base = _base(meta, arch, tensors, blocks, fam.gguf_kv_heads_by_layer)
     cfg = fam.gguf_config(GGUFInput(arch, meta, tensors, p, base))
     if fam.gguf_tensors is not None:
         tensors = fam.gguf_tensors(tensors, cfg, p)

@@ -3,7 +3,8 @@ its full layers, a dense first layer, then MoE layers routed by sigmoid scores w
 selection-only correction bias and no shared experts.
 
 * ``mimo_v2_flash``: Hugging Face ``mimo_v2_flash`` / ``MiMoV2FlashForCausalLM``
-  (transformers 5.25). No GGUF reader yet.
+  (transformers 5.25); GGUF ``mimo2`` (llama.cpp's LLM_ARCH_MIMO2, read by
+  mimo_v2_flash_gguf.py).
 
 * config.json is read as transformers' ``MiMoV2FlashConfig`` reads it, with its defaults
   for what a file leaves out: ``layer_types`` (full at layer 0 and every 6th, else
@@ -39,7 +40,14 @@ from ...errors import UnsupportedError
 from ..fields import as_float, bad
 from ..manifest import ModelConfig
 from .common import DECODER_NAMES, LAYER, refuse_hf_features
-from .spec import Family, GGUFInput, HFInput, NameRule
+from .mimo_v2_flash_gguf import (
+    GGUF_ARCHS,
+    GGUF_MTP_KEY,
+    gguf_config,
+    gguf_name,
+    gguf_tensors,
+)
+from .spec import Family, HFInput, NameRule
 
 ARCH = "mimo_v2_flash"
 _NAMES: list[NameRule] = [
@@ -163,10 +171,6 @@ def _hf_config(inp: HFInput) -> ModelConfig:
     )
 
 
-def _no_gguf(inp: GGUFInput) -> ModelConfig:
-    raise UnsupportedError(f"{inp.where}: MiMo-V2-Flash GGUF files are not supported")
-
-
 FAMILY = Family(
     name="mimo_v2_flash",
     archs=(ARCH,),
@@ -176,8 +180,12 @@ FAMILY = Family(
     hf_arch_classes={"MiMoV2FlashForCausalLM": ARCH},
     hf_names=_NAMES,
     hf_config=_hf_config,
-    gguf_architectures=(),
-    gguf_config=_no_gguf,
+    gguf_architectures=GGUF_ARCHS,
+    gguf_config=gguf_config,
+    gguf_name=gguf_name,
+    gguf_tensors=gguf_tensors,
+    gguf_kv_heads_by_layer=True,
+    gguf_mtp_key=GGUF_MTP_KEY,
     hf_rename=_mtp_dropped,
     hf_rope_by_layer_type=True,
 )

@@ -82,6 +82,9 @@ class Family:
         plain_gguf_name
     )
     gguf_permuted: tuple[str, ...] = ()
+    # attention.head_count_kv may list per-layer counts that differ (MiMo-V2-Flash's full
+    # and sliding layers): GGUFInput.base takes layer 0's, gguf_config reads the list.
+    gguf_kv_heads_by_layer: bool = False
     # GGUF tensors the core reads cut or named by the config (Qwen3-Next's fused
     # projections): (tensors by canonical name, config, file) -> the tensors to check.
     gguf_tensors: Callable[
