@@ -2,7 +2,8 @@
 // bytes; each type supplies `weight(row_off, k)` (one element, for dequant) and
 // `row_part(row_off, t)` (thread t's share of a row's dot product with x). F32, F16, BF16,
 // Q8_0 and Q4_0 are here; Q4_1, Q5_0, Q5_1 (here) and the types in matvec_wgsl_k.cpp /
-// matvec_wgsl_iq.cpp use the 32-element sub-block driver below (kSub32).
+// matvec_wgsl_iq.cpp / matvec_wgsl_iq_table.cpp use the 32-element sub-block driver below
+// (kSub32); F8_E4M3 is matvec_wgsl_fp8.cpp.
 //
 // Reduction order is fixed, so results are bit-identical run to run: one workgroup per
 // row; thread t sums the elements (or blocks) t, t+64, t+128, ... in increasing order,
@@ -27,8 +28,8 @@ struct Params {
   row_bytes: u32,
   nx_rows: u32,    // matvec: workgroups along x (rows = x + y * nx_rows)
   nx_elems: u32,   // dequant: workgroups along x
-  pad0: u32,
-  pad1: u32,
+  aux0: u32,       // F8_E4M3: block_rows of its scales (matvec_wgsl_fp8.cpp)
+  aux1: u32,       // F8_E4M3: block_cols
 }
 @group(0) @binding(0) var<storage, read> w: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -47,9 +48,17 @@ fn i8_at(off: u32) -> f32 {
   return f32(bitcast<i32>(byte_at(off) << 24u) >> 24u);
 }
 
+// The little-endian u16 at an even byte offset.
+fn u16_at(off: u32) -> u32 {
+  return (w[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu;
+}
+
 // IEEE half -> f32, exactly (subnormals kept). `off` is even.
 fn half_at(off: u32) -> f32 {
-  let h = (w[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu;
+  return half_bits(u16_at(off));
+}
+
+fn half_bits(h: u32) -> f32 {
   let s = (h & 0x8000u) << 16u;
   let e = (h >> 10u) & 0x1fu;
   let m = h & 0x3ffu;
@@ -269,9 +278,11 @@ std::string matvec_shader(DType type) {
     case DType::Q4_1: body = kQ4_1; break;
     case DType::Q5_0: return std::string(kPrelude) + kQ5 + kQ5_0 + kSub32 + kEntries;
     case DType::Q5_1: return std::string(kPrelude) + kQ5 + kQ5_1 + kSub32 + kEntries;
+    case DType::F8_E4M3: body = wgsl_fp8_body(); driver = ""; break;
     default:
       body = wgsl_kquant_body(type);
       if (body == nullptr) body = wgsl_iquant_body(type);
+      if (body == nullptr) body = wgsl_iquant_table_body(type);
       break;
   }
   if (body == nullptr) {

@@ -55,8 +55,9 @@ fn sub_value(sc: Scales, row_off: u32, sb: u32, j: u32) -> f32 {
 // A grid table as a private array<u32> of the shader, `words` long (a uint64 table is two
 // words per entry, low word first: the byte order of the CPU's own reads). Such an array is
 // initialised in every invocation, and lavapipe's compile time grows steeply with its size
-// (tried: 1024 words took about 15 s to compile, 2048 about 80 s), so IQ2_XS and IQ2_S,
-// whose grids are that large, are left for a storage binding of their table.
+// (tried: 1024 words took about 15 s to compile, 2048 about 80 s), so IQ2_XS, IQ2_S,
+// IQ1_S and IQ1_M, whose grids are that large, read theirs from a storage binding
+// (matvec_wgsl_iq_table.cpp).
 std::string wgsl_table(const char* name, const uint32_t* words, int n) {
   const std::string type = "array<u32, " + std::to_string(n) + ">";
   std::string out = std::string("var<private> ") + name + ": " + type + " = " + type + "(";
@@ -176,6 +177,8 @@ fn sub_value(sc: Scales, row_off: u32, sb: u32, j: u32) -> f32 {
 )WGSL";
 
 }  // namespace
+
+const char* wgsl_grid_helpers() { return kGridHelpers; }
 
 const char* wgsl_iquant_body(DType type) {
   static const std::string iq4nl = std::string(kKvaluesIq4nl) + kIQ4_NL;
