@@ -16,8 +16,8 @@ constexpr unsigned kParamsBytes = 32;      // struct Params below
 // type without a GPU kernel.
 std::string matvec_shader(DType type);
 
-// Binding 4 of the shaders that have one: the lattice table of IQ2_XS, IQ2_S, IQ1_S, IQ1_M
-// (uploaded once per device, shader_table), or an F8_E4M3 chunk's block scales.
+// Binding 4 of the shaders that have one: the lattice of an i-quant with one (IQ2_*, IQ3_*,
+// IQ1_*; uploaded once per device, shader_table), or an F8_E4M3 chunk's block scales.
 constexpr unsigned kAuxBinding = 4;
 // The words of the table `type`'s shader reads at kAuxBinding; empty for the other types.
 const std::vector<uint32_t>& shader_table(DType type);
