@@ -157,7 +157,11 @@ class WebGpuDevice final : public Device {
                                              std::to_string(scale_row_bytes) +
                                              " bytes, more than the GPU split size");
       }
-      total += 4 * static_cast<uint64_t>(scales->count);
+      for (int64_t r0 = 0; r0 < rows; r0 += per_chunk) {  // as the chunks below will hold them
+        const int64_t last = std::min(r0 + per_chunk, rows) - 1;
+        total += static_cast<uint64_t>(last / scales->block_rows - r0 / scales->block_rows + 1) *
+                 scale_row_bytes;
+      }
     }
     if (ctx_->memory_budget != 0 && ctx_->resident + total > ctx_->memory_budget) {
       fail(ErrorKind::InvalidArgument,

@@ -12,6 +12,8 @@ import pytest
 from colibri import errors
 from colibri._core import gpu as core_gpu
 from colibri._core import quant as q
+from colibri.gpu import open_device
+from colibri.settings.gpu import GPUConfig
 
 ROWS, COLS = 67, 320
 U = 2.0 ** -24  # float32 unit roundoff
@@ -115,9 +117,21 @@ def test_resident_bytes_count_the_scales(device: core_gpu.Device) -> None:
     before = device.resident_bytes
     m = upload(device, codes, scales, 5, 48, split_bytes=3 * COLS + 1)
     # each chunk of 3 rows holds the one or two scale rows its rows use
-    assert device.resident_bytes - before >= codes.size + scales.nbytes
+    chunks = [(r0, min(r0 + 3, ROWS) - 1) for r0 in range(0, ROWS, 3)]
+    scale_rows = sum(last // 5 - r0 // 5 + 1 for r0, last in chunks)
+    assert device.resident_bytes - before == codes.size + scale_rows * scales.shape[1] * 4
     del m
     assert device.resident_bytes == before
+
+
+def test_the_memory_budget_counts_the_scales(lavapipe: str) -> None:
+    codes, scales = sample(5, 48, seed=7)
+    small = open_device(GPUConfig(adapter="llvmpipe", memory_budget=codes.size + 8))
+    with pytest.raises(errors.InvalidRequestError, match="would pass the GPU memory budget"):
+        upload(small, codes, scales, 5, 48)
+    enough = open_device(GPUConfig(adapter="llvmpipe", memory_budget=codes.size + scales.nbytes))
+    m = upload(enough, codes, scales, 5, 48)
+    assert m.chunks == 1 and enough.resident_bytes == codes.size + scales.nbytes
 
 
 def test_bad_fp8_uploads_are_refused(device: core_gpu.Device) -> None:
