@@ -102,6 +102,23 @@ void bind_gpu(py::module_& m) {
            py::arg("split_bytes") = 0, py::keep_alive<0, 1>(),
            "Upload rows x cols weights in their GGUF block bytes, in chunks of at most "
            "split_bytes (0: the adapter's binding limit).")
+      .def("upload_fp8", [](gpu::Device& d, const ByteArray& codes, const FloatArray& scales,
+                            int64_t rows, int64_t cols, int64_t block_rows, int64_t block_cols,
+                            uint64_t split_bytes) {
+             const gpu::ScaleBlocks s{scales.data(), static_cast<std::size_t>(scales.size()),
+                                      block_rows, block_cols};
+             PyMatrix out;
+             {
+               py::gil_scoped_release nogil;
+               out.m = d.upload_scaled_matrix(DType::F8_E4M3, rows, cols, codes.data(),
+                                              static_cast<std::size_t>(codes.size()), s, split_bytes);
+             }
+             return out;
+           }, py::arg("codes"), py::arg("scales"), py::arg("rows"), py::arg("cols"),
+           py::arg("block_rows"), py::arg("block_cols"), py::arg("split_bytes") = 0,
+           py::keep_alive<0, 1>(),
+           "Upload rows x cols F8_E4M3 codes with their F32 block scales [ceil(rows / "
+           "block_rows), ceil(cols / block_cols)] (as quant.fp8_dequantize takes them).")
       .def("matvec", [](gpu::Device& d, const PyMatrix& w, const FloatArray& x) {
              if (x.ndim() != 1 || x.shape(0) != w.m->cols()) {
                fail(ErrorKind::InvalidArgument, "x must be a 1-D array of " +

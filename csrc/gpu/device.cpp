@@ -12,6 +12,8 @@ bool has_gpu_kernel(DType type) {
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
     case DType::IQ4_NL: case DType::IQ4_XS: case DType::IQ2_XXS: case DType::IQ3_XXS:
     case DType::IQ3_S: case DType::MXFP4:
+    case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ1_S: case DType::IQ1_M:
+    case DType::F8_E4M3:
       return true;
     default:
       return false;
@@ -19,8 +21,19 @@ bool has_gpu_kernel(DType type) {
 }
 
 std::string gpu_kernel_type_names() {
-  return "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, "
-         "IQ4_XS, IQ2_XXS, IQ3_XXS, IQ3_S, MXFP4";
+  std::string names;
+  for (DType t : all_types()) {
+    if (!has_gpu_kernel(t)) continue;
+    if (!names.empty()) names += ", ";
+    names += dtype_name(t);
+  }
+  return names;
+}
+
+std::unique_ptr<Matrix> Device::upload_scaled_matrix(DType type, int64_t, int64_t, const uint8_t*,
+                                                     std::size_t, const ScaleBlocks&, uint64_t) {
+  fail(ErrorKind::Unsupported, "this GPU device has no kernels for " + dtype_name(type) +
+                                   " weights with block scales");
 }
 
 int64_t rows_per_chunk(std::size_t row_bytes, uint64_t split_bytes) {

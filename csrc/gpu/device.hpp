@@ -53,6 +53,15 @@ class Matrix {
   virtual std::size_t chunks() const = 0;  // how many bindings the rows are split into
 };
 
+// The F32 block scales of an F8_E4M3 matrix (quant/fp8.hpp): S [ceil(rows / block_rows),
+// ceil(cols / block_cols)], row-major, `count` floats.
+struct ScaleBlocks {
+  const float* data = nullptr;
+  std::size_t count = 0;
+  int64_t block_rows = 0;
+  int64_t block_cols = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -63,6 +72,13 @@ class Device {
   virtual std::unique_ptr<Matrix> upload_matrix(DType type, int64_t rows, int64_t cols,
                                                 const uint8_t* bytes, std::size_t nbytes,
                                                 uint64_t split_bytes) = 0;
+  // An F8_E4M3 matrix (`bytes`: one e4m3 code per element) with its block scales; each
+  // chunk holds its rows' codes and, in a second binding, the scale rows they use. The
+  // default refuses (Unsupported): a device without FP8 kernels.
+  virtual std::unique_ptr<Matrix> upload_scaled_matrix(DType type, int64_t rows, int64_t cols,
+                                                       const uint8_t* bytes, std::size_t nbytes,
+                                                       const ScaleBlocks& scales,
+                                                       uint64_t split_bytes);
   // y[rows] = W x[cols], computed on the device and read back (blocks until done). Each
   // y element is summed in one fixed order, so two runs give the same bits.
   virtual void matvec(const Matrix& w, const float* x, float* y) = 0;

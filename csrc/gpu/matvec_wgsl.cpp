@@ -2,7 +2,8 @@
 // bytes; each type supplies `weight(row_off, k)` (one element, for dequant) and
 // `row_part(row_off, t)` (thread t's share of a row's dot product with x). F32, F16, BF16,
 // Q8_0 and Q4_0 are here; Q4_1, Q5_0, Q5_1 (here) and the types in matvec_wgsl_k.cpp /
-// matvec_wgsl_iq.cpp use the 32-element sub-block driver below (kSub32).
+// matvec_wgsl_iq.cpp / matvec_wgsl_iq_table.cpp use the 32-element sub-block driver below
+// (kSub32); F8_E4M3 is matvec_wgsl_fp8.cpp.
 //
 // Reduction order is fixed, so results are bit-identical run to run: one workgroup per
 // row; thread t sums the elements (or blocks) t, t+64, t+128, ... in increasing order,
@@ -27,8 +28,8 @@ struct Params {
   row_bytes: u32,
   nx_rows: u32,    // matvec: workgroups along x (rows = x + y * nx_rows)
   nx_elems: u32,   // dequant: workgroups along x
-  pad0: u32,
-  pad1: u32,
+  aux0: u32,       // F8_E4M3: block_rows of its scales (matvec_wgsl_fp8.cpp)
+  aux1: u32,       // F8_E4M3: block_cols
 }
 @group(0) @binding(0) var<storage, read> w: array<u32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
@@ -47,9 +48,28 @@ fn i8_at(off: u32) -> f32 {
   return f32(bitcast<i32>(byte_at(off) << 24u) >> 24u);
 }
 
+// The little-endian u32 at any byte offset: one word, or two funnelled (the second read
+// only when the value straddles them, so never past the end of the binding).
+fn u32_at(off: u32) -> u32 {
+  let i = off >> 2u;
+  let s = (off & 3u) * 8u;
+  if (s == 0u) {
+    return w[i];
+  }
+  return (w[i] >> s) | (w[i + 1u] << (32u - s));
+}
+
+// The little-endian u16 at an even byte offset.
+fn u16_at(off: u32) -> u32 {
+  return (w[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu;
+}
+
 // IEEE half -> f32, exactly (subnormals kept). `off` is even.
 fn half_at(off: u32) -> f32 {
-  let h = (w[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu;
+  return half_bits(u16_at(off));
+}
+
+fn half_bits(h: u32) -> f32 {
   let s = (h & 0x8000u) << 16u;
   let e = (h >> 10u) & 0x1fu;
   let m = h & 0x3ffu;
@@ -105,7 +125,8 @@ fn row_part(row_off: u32, t: u32) -> f32 {
 }
 )WGSL";
 
-// Q8_0: 34-byte blocks of 32: f16 d, int8 q[32]; w = d * q.
+// Q8_0: 34-byte blocks of 32: f16 d, int8 q[32]; w = d * q. The matvec reads the quants
+// four to a word (u32_at), summing them in the element order j = 0..31.
 const char* kQ8_0 = R"WGSL(
 fn weight(row_off: u32, k: u32) -> f32 {
   let off = row_off + (k / 32u) * 34u;
@@ -117,8 +138,13 @@ fn row_part(row_off: u32, t: u32) -> f32 {
   for (var b = t; b < nb; b += WG) {
     let off = row_off + b * 34u;
     var s = 0.0;
-    for (var j = 0u; j < 32u; j++) {
-      s += i8_at(off + 2u + j) * x[b * 32u + j];
+    for (var i = 0u; i < 8u; i++) {
+      let q = u32_at(off + 2u + 4u * i);
+      let j = b * 32u + 4u * i;
+      s += f32(bitcast<i32>(q << 24u) >> 24u) * x[j];
+      s += f32(bitcast<i32>(q << 16u) >> 24u) * x[j + 1u];
+      s += f32(bitcast<i32>(q << 8u) >> 24u) * x[j + 2u];
+      s += f32(bitcast<i32>(q) >> 24u) * x[j + 3u];
     }
     acc += half_at(off) * s;
   }
@@ -127,7 +153,8 @@ fn row_part(row_off: u32, t: u32) -> f32 {
 )WGSL";
 
 // Q4_0: 18-byte blocks of 32: f16 d, 16 bytes of nibbles; element j < 16 is the low
-// nibble of byte j, element j + 16 its high nibble; w = d * (nibble - 8).
+// nibble of byte j, element j + 16 its high nibble; w = d * (nibble - 8). The matvec reads
+// the nibbles four bytes to a word.
 const char* kQ4_0 = R"WGSL(
 fn nibble(off: u32, j: u32) -> f32 {
   let b = byte_at(off + 2u + (j & 15u));
@@ -144,10 +171,14 @@ fn row_part(row_off: u32, t: u32) -> f32 {
   for (var b = t; b < nb; b += WG) {
     let off = row_off + b * 18u;
     var s = 0.0;
-    for (var j = 0u; j < 16u; j++) {
-      let q = byte_at(off + 2u + j);
-      s += f32(i32(q & 15u) - 8) * x[b * 32u + j];
-      s += f32(i32(q >> 4u) - 8) * x[b * 32u + j + 16u];
+    for (var i = 0u; i < 4u; i++) {
+      let word = u32_at(off + 2u + 4u * i);
+      for (var k = 0u; k < 4u; k++) {
+        let q = (word >> (8u * k)) & 255u;
+        let j = b * 32u + 4u * i + k;
+        s += f32(i32(q & 15u) - 8) * x[j];
+        s += f32(i32(q >> 4u) - 8) * x[j + 16u];
+      }
     }
     acc += half_at(off) * s;
   }
@@ -204,12 +235,16 @@ fn sub_value(sc: Scales, row_off: u32, sb: u32, j: u32) -> f32 {
 // `sub_scale(row_off, sb)` (its sub-block's scales, decoded once) and
 // `sub_value(scales, row_off, sb, j)` (element j of it, exactly as the CPU reference
 // computes it). The matvec sums w * x over the dequantized values, so its error is that of
-// a plain float32 sum whatever the type's scale/min arithmetic.
-const char* kSub32 = R"WGSL(
+// a plain float32 sum whatever the type's scale/min arithmetic. A type may bring its own
+// row_part (reading its bytes a word at a time) that sums the same values in the same order
+// (kSub32Rows is then left out).
+const char* kSub32Weight = R"WGSL(
 fn weight(row_off: u32, k: u32) -> f32 {
   let sb = k / 32u;
   return sub_value(sub_scale(row_off, sb), row_off, sb, k % 32u);
 }
+)WGSL";
+const char* kSub32Rows = R"WGSL(
 fn row_part(row_off: u32, t: u32) -> f32 {
   var acc = 0.0;
   let nsb = p.cols / 32u;
@@ -255,11 +290,15 @@ fn dequant(@builtin(global_invocation_id) gid: vec3<u32>) {
 }
 )WGSL";
 
+// The types whose body defines row_part itself (over the sub-block driver's weight()).
+bool own_row_part(DType type) { return type == DType::Q4_K || type == DType::IQ2_XXS; }
+
 }  // namespace
 
 std::string matvec_shader(DType type) {
+  const std::string sub32 = std::string(kSub32Weight) + (own_row_part(type) ? "" : kSub32Rows);
   const char* body = nullptr;
-  const char* driver = kSub32;  // all but the first five types
+  const char* driver = sub32.c_str();  // all but the first five types and FP8
   switch (type) {
     case DType::F32: body = kF32; driver = ""; break;
     case DType::F16: body = kF16; driver = ""; break;
@@ -267,11 +306,13 @@ std::string matvec_shader(DType type) {
     case DType::Q8_0: body = kQ8_0; driver = ""; break;
     case DType::Q4_0: body = kQ4_0; driver = ""; break;
     case DType::Q4_1: body = kQ4_1; break;
-    case DType::Q5_0: return std::string(kPrelude) + kQ5 + kQ5_0 + kSub32 + kEntries;
-    case DType::Q5_1: return std::string(kPrelude) + kQ5 + kQ5_1 + kSub32 + kEntries;
+    case DType::Q5_0: return std::string(kPrelude) + kQ5 + kQ5_0 + sub32 + kEntries;
+    case DType::Q5_1: return std::string(kPrelude) + kQ5 + kQ5_1 + sub32 + kEntries;
+    case DType::F8_E4M3: body = wgsl_fp8_body(); driver = ""; break;
     default:
       body = wgsl_kquant_body(type);
       if (body == nullptr) body = wgsl_iquant_body(type);
+      if (body == nullptr) body = wgsl_iquant_grid_body(type);
       break;
   }
   if (body == nullptr) {

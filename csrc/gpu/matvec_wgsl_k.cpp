@@ -25,7 +25,8 @@ fn scale_min_k4(off: u32, s: u32) -> vec2<f32> {
 
 // Q4_K: 144 bytes: f16 d, f16 dmin, 12 scale bytes, 128 bytes of nibbles; sub-block s's
 // element j is the low (s even) or high nibble of qs[32 (s / 2) + j];
-// w = (d * sc) * q - dmin * m.
+// w = (d * sc) * q - dmin * m. Its row_part reads the nibbles a word at a time (rows are
+// whole 144-byte blocks, so every block is 4-aligned) and sums sub_value's values in order.
 const char* kQ4_K = R"WGSL(
 fn sub_scale(row_off: u32, sb: u32) -> Scales {
   let off = row_off + (sb / 8u) * 144u;
@@ -37,6 +38,23 @@ fn sub_value(sc: Scales, row_off: u32, sb: u32, j: u32) -> f32 {
   let b = byte_at(row_off + (sb / 8u) * 144u + 16u + 32u * (s / 2u) + j);
   let q = select(b & 15u, b >> 4u, (s & 1u) != 0u);
   return sc.x * f32(q) - sc.y;
+}
+fn row_part(row_off: u32, t: u32) -> f32 {  // sub_value's values, the nibbles 8 to a word
+  var acc = 0.0;
+  let nsb = p.cols / 32u;
+  for (var sb = t; sb < nsb; sb += WG) {
+    let sc = sub_scale(row_off, sb);
+    let s = sb % 8u;
+    let qs = (row_off + (sb / 8u) * 144u + 16u + 32u * (s / 2u)) >> 2u;  // 144-byte blocks: aligned
+    let shift = 4u * (s & 1u);
+    for (var i = 0u; i < 8u; i++) {
+      let word = w[qs + i] >> shift;
+      for (var k = 0u; k < 4u; k++) {
+        acc += (sc.x * f32((word >> (8u * k)) & 15u) - sc.y) * x[sb * 32u + 4u * i + k];
+      }
+    }
+  }
+  return acc;
 }
 )WGSL";
 

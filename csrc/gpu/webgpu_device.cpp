@@ -17,16 +17,18 @@ namespace {
 constexpr uint64_t kMaxSplit = uint64_t{1} << 31;
 
 struct Params {  // the shader's struct Params, field for field
-  uint32_t rows, cols, row_base, row_bytes, nx_rows, nx_elems, pad0, pad1;
+  uint32_t rows, cols, row_base, row_bytes, nx_rows, nx_elems, aux0, aux1;
 };
 static_assert(sizeof(Params) == kParamsBytes, "Params must match the WGSL struct");
 
 struct Chunk {
   WGPUBuffer weights = nullptr;
   WGPUBuffer params = nullptr;
+  WGPUBuffer scales = nullptr;  // F8_E4M3: the scale rows of this chunk's rows
   int64_t row0 = 0;
   int64_t rows = 0;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;        // of weights
+  uint64_t scale_bytes = 0;  // of scales
 };
 
 // x, y workgroup counts covering `n` workgroups within the per-dimension limit.
@@ -41,9 +43,10 @@ class WebGpuMatrix final : public Matrix {
       : ctx_(std::move(ctx)), type_(type), rows_(rows), cols_(cols) {}
   ~WebGpuMatrix() override {
     for (Chunk& c : chunks_) {
-      ctx_->resident -= c.bytes;
+      ctx_->resident -= c.bytes + c.scale_bytes;
       if (c.weights != nullptr) ctx_->api->wgpuBufferRelease(c.weights);
       if (c.params != nullptr) ctx_->api->wgpuBufferRelease(c.params);
+      if (c.scales != nullptr) ctx_->api->wgpuBufferRelease(c.scales);
     }
   }
   DType type() const override { return type_; }
@@ -65,6 +68,7 @@ class WebGpuDevice final : public Device {
       ctx_->api->wgpuComputePipelineRelease(entry.second.first);
       ctx_->api->wgpuComputePipelineRelease(entry.second.second);
     }
+    for (auto& entry : tables_) ctx_->api->wgpuBufferRelease(entry.second);
   }
   const AdapterInfo& adapter() const override { return ctx_->info; }
   uint64_t resident_bytes() const override { return ctx_->resident; }
@@ -72,6 +76,50 @@ class WebGpuDevice final : public Device {
   std::unique_ptr<Matrix> upload_matrix(DType type, int64_t rows, int64_t cols,
                                         const uint8_t* bytes, std::size_t nbytes,
                                         uint64_t split_bytes) override {
+    if (type == DType::F8_E4M3) {
+      fail(ErrorKind::InvalidArgument,
+           "F8_E4M3 weights need their block scales (upload them with upload_scaled_matrix)");
+    }
+    return upload(type, rows, cols, bytes, nbytes, nullptr, split_bytes);
+  }
+
+  std::unique_ptr<Matrix> upload_scaled_matrix(DType type, int64_t rows, int64_t cols,
+                                               const uint8_t* bytes, std::size_t nbytes,
+                                               const ScaleBlocks& scales,
+                                               uint64_t split_bytes) override {
+    if (type != DType::F8_E4M3) {
+      fail(ErrorKind::InvalidArgument, "only F8_E4M3 weights come with block scales, not " +
+                                           dtype_name(type));
+    }
+    if (rows <= 0 || cols <= 0 || scales.block_rows <= 0 || scales.block_cols <= 0 ||
+        scales.block_rows > UINT32_MAX || scales.block_cols > UINT32_MAX) {
+      fail(ErrorKind::InvalidArgument, "F8_E4M3: shapes and block sizes must be positive");
+    }
+    const int64_t srows = (rows + scales.block_rows - 1) / scales.block_rows;
+    const int64_t scols = (cols + scales.block_cols - 1) / scales.block_cols;
+    if (scales.data == nullptr || scales.count != static_cast<std::size_t>(srows * scols)) {
+      fail(ErrorKind::InvalidArgument, "F8_E4M3 block scales of " + std::to_string(rows) + " x " +
+                                           std::to_string(cols) + " weights are " +
+                                           std::to_string(srows) + " x " + std::to_string(scols) +
+                                           " floats, got " + std::to_string(scales.count));
+    }
+    return upload(type, rows, cols, bytes, nbytes, &scales, split_bytes);
+  }
+
+  void matvec(const Matrix& w, const float* x, float* y) override {
+    run(as_webgpu(w), x, y, /*dequant=*/false);
+  }
+
+  void dequantize(const Matrix& w, float* out) override {
+    run(as_webgpu(w), nullptr, out, /*dequant=*/true);
+  }
+
+ private:
+  // Uploads in chunks of whole rows; `scales` (F8_E4M3 only, else nullptr): each chunk also
+  // gets the scale rows its rows use, within the same split size.
+  std::unique_ptr<Matrix> upload(DType type, int64_t rows, int64_t cols, const uint8_t* bytes,
+                                 std::size_t nbytes, const ScaleBlocks* scales,
+                                 uint64_t split_bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!has_gpu_kernel(type)) {
       fail(ErrorKind::Unsupported, "no GPU kernel for " + dtype_name(type) +
@@ -93,10 +141,31 @@ class WebGpuDevice final : public Device {
                                            " bytes is above the adapter's binding limit (" +
                                            std::to_string(limit) + ")");
     }
-    const int64_t per_chunk = rows_per_chunk(rb, split_bytes);
-    if (ctx_->memory_budget != 0 && ctx_->resident + nbytes > ctx_->memory_budget) {
+    int64_t per_chunk = rows_per_chunk(rb, split_bytes);
+    uint64_t total = nbytes;
+    // F8_E4M3: bytes of one row of scales (a chunk of n rows uses at most
+    // (n - 1) / block_rows + 2 of them, which must fit the split size too)
+    const uint64_t scale_row_bytes =
+        scales == nullptr ? 0 : 4 * static_cast<uint64_t>((cols + scales->block_cols - 1) / scales->block_cols);
+    if (scales != nullptr) {
+      while (per_chunk > 1 && static_cast<uint64_t>((per_chunk - 1) / scales->block_rows + 2) *
+                                      scale_row_bytes > split_bytes) {
+        per_chunk /= 2;
+      }
+      if (scale_row_bytes > split_bytes) {
+        fail(ErrorKind::InvalidArgument, "one row of F8_E4M3 block scales is " +
+                                             std::to_string(scale_row_bytes) +
+                                             " bytes, more than the GPU split size");
+      }
+      for (int64_t r0 = 0; r0 < rows; r0 += per_chunk) {  // as the chunks below will hold them
+        const int64_t last = std::min(r0 + per_chunk, rows) - 1;
+        total += static_cast<uint64_t>(last / scales->block_rows - r0 / scales->block_rows + 1) *
+                 scale_row_bytes;
+      }
+    }
+    if (ctx_->memory_budget != 0 && ctx_->resident + total > ctx_->memory_budget) {
       fail(ErrorKind::InvalidArgument,
-           "uploading " + std::to_string(nbytes) + " bytes of weights would pass the GPU memory "
+           "uploading " + std::to_string(total) + " bytes of weights would pass the GPU memory "
            "budget (" + std::to_string(ctx_->resident.load()) + " of " +
            std::to_string(ctx_->memory_budget) + " bytes in use)");
     }
@@ -111,6 +180,20 @@ class WebGpuDevice final : public Device {
       m->chunks_.push_back(c);  // owned by m from here: released if a later step throws
       ctx_->resident += c.bytes;
       ctx_->write_buffer(c.weights, bytes + rb * static_cast<std::size_t>(r0), c.bytes);
+      if (scales != nullptr) {  // scale rows row0 / block_rows .. (last row) / block_rows
+        const int64_t first = r0 / scales->block_rows;
+        const int64_t count = (r0 + c.rows - 1) / scales->block_rows - first + 1;
+        const uint64_t sbytes = static_cast<uint64_t>(count) * scale_row_bytes;
+        Chunk& owned = m->chunks_.back();
+        owned.scales = ctx_->create_buffer(sbytes, WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst,
+                                           "colibri scales");
+        owned.scale_bytes = sbytes;  // counted once it exists, as the weights above
+        ctx_->resident += sbytes;
+        ctx_->write_buffer(owned.scales,
+                           reinterpret_cast<const uint8_t*>(scales->data) +
+                               static_cast<uint64_t>(first) * scale_row_bytes,
+                           owned.scale_bytes);
+      }
       const auto [nx_rows, ny_rows] = grid(static_cast<uint64_t>(c.rows),
                                            ctx_->info.max_workgroups_per_dimension);
       const auto [nx_el, ny_el] = grid((static_cast<uint64_t>(c.rows) * cols + kMatvecWorkgroup - 1) /
@@ -119,7 +202,9 @@ class WebGpuDevice final : public Device {
       (void)ny_rows;
       (void)ny_el;
       const Params p{static_cast<uint32_t>(c.rows), static_cast<uint32_t>(cols),
-                     static_cast<uint32_t>(r0), static_cast<uint32_t>(rb), nx_rows, nx_el, 0, 0};
+                     static_cast<uint32_t>(r0), static_cast<uint32_t>(rb), nx_rows, nx_el,
+                     scales != nullptr ? static_cast<uint32_t>(scales->block_rows) : 0,
+                     scales != nullptr ? static_cast<uint32_t>(scales->block_cols) : 0};
       m->chunks_.back().params = ctx_->create_buffer(
           sizeof p, WGPUBufferUsage_Uniform | WGPUBufferUsage_CopyDst, "colibri params");
       ctx_->write_buffer(m->chunks_.back().params, &p, sizeof p);
@@ -128,21 +213,27 @@ class WebGpuDevice final : public Device {
     return m;
   }
 
-  void matvec(const Matrix& w, const float* x, float* y) override {
-    run(as_webgpu(w), x, y, /*dequant=*/false);
-  }
-
-  void dequantize(const Matrix& w, float* out) override {
-    run(as_webgpu(w), nullptr, out, /*dequant=*/true);
-  }
-
- private:
   const WebGpuMatrix& as_webgpu(const Matrix& w) const {
     const auto* m = dynamic_cast<const WebGpuMatrix*>(&w);
     if (m == nullptr || m->ctx_ != ctx_) {
       fail(ErrorKind::InvalidArgument, "the matrix was uploaded to another GPU device");
     }
     return *m;
+  }
+
+  // The lattice table `type`'s shader reads at kAuxBinding, uploaded on first use and kept
+  // for the device's life; nullptr for a type without one.
+  WGPUBuffer table(DType type) {
+    const std::vector<uint32_t>& words = shader_table(type);
+    if (words.empty()) return nullptr;
+    auto it = tables_.find(type);
+    if (it != tables_.end()) return it->second;
+    const uint64_t size = 4 * static_cast<uint64_t>(words.size());
+    WGPUBuffer b = ctx_->create_buffer(size, WGPUBufferUsage_Storage | WGPUBufferUsage_CopyDst,
+                                       "colibri lattice");
+    tables_.emplace(type, b);
+    ctx_->write_buffer(b, words.data(), size);
+    return b;
   }
 
   // The (matvec, dequant) pipelines of `type`, compiled on first use.
@@ -208,8 +299,9 @@ class WebGpuDevice final : public Device {
     WGPUComputePassEncoder pass = api.wgpuCommandEncoderBeginComputePass(encoder, nullptr);
     cleanup.add([&api, pass] { api.wgpuComputePassEncoderRelease(pass); });
     api.wgpuComputePassEncoderSetPipeline(pass, pipeline);
+    WGPUBuffer lattice = table(m.type_);
     for (const Chunk& c : m.chunks_) {
-      WGPUBindGroupEntry entries[4] = {};
+      WGPUBindGroupEntry entries[5] = {};
       entries[0] = {nullptr, 0, c.weights, 0, (c.bytes + 3) & ~uint64_t{3}, nullptr, nullptr};
       entries[1] = {nullptr, 1, xb, 0, WGPU_WHOLE_SIZE, nullptr, nullptr};
       entries[2] = {nullptr, 2, yb, 0, WGPU_WHOLE_SIZE, nullptr, nullptr};
@@ -217,6 +309,11 @@ class WebGpuDevice final : public Device {
       WGPUBindGroupDescriptor bd = WGPU_BIND_GROUP_DESCRIPTOR_INIT;
       bd.layout = layout;
       bd.entryCount = 4;
+      WGPUBuffer aux = c.scales != nullptr ? c.scales : lattice;
+      if (aux != nullptr) {
+        entries[4] = {nullptr, kAuxBinding, aux, 0, WGPU_WHOLE_SIZE, nullptr, nullptr};
+        bd.entryCount = 5;
+      }
       bd.entries = entries;
       WGPUBindGroup group = api.wgpuDeviceCreateBindGroup(ctx_->device, &bd);
       cleanup.add([&api, group] { api.wgpuBindGroupRelease(group); });
@@ -239,6 +336,7 @@ class WebGpuDevice final : public Device {
   std::shared_ptr<Context> ctx_;
   std::mutex mutex_;
   std::map<DType, std::pair<WGPUComputePipeline, WGPUComputePipeline>> pipelines_;
+  std::map<DType, WGPUBuffer> tables_;  // lattices at kAuxBinding, one per type
 };
 
 }  // namespace

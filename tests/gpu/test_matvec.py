@@ -13,9 +13,11 @@ from colibri._core import gpu as core_gpu
 from colibri._core import quant as q
 
 TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K",
-         "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ3_XXS", "IQ3_S", "MXFP4")
-SUPER_BLOCK_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS", "IQ3_XXS",
-                     "IQ3_S")  # 256-element blocks
+         "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S",
+         "IQ1_S", "IQ1_M", "MXFP4")
+SUPER_BLOCK_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS", "IQ2_XS",
+                     "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M")  # 256-element blocks
+SCALED_TYPES = ("F8_E4M3",)  # with block scales: tests/gpu/test_matvec_fp8.py
 ROWS = 67  # not a multiple of the workgroup
 U = 2.0 ** -24  # float32 unit roundoff
 
@@ -49,7 +51,14 @@ def sample(dtype: str, rows: int = ROWS, cols: int | None = None, seed: int = 0)
 
 def test_the_kernel_types_are_the_ones_tested() -> None:
     assert core_gpu.compiled()
-    assert sorted(core_gpu.kernel_types()) == sorted(TYPES)
+    assert sorted(core_gpu.kernel_types()) == sorted(TYPES + SCALED_TYPES)
+
+
+def test_every_weight_type_of_the_cpu_has_a_gpu_kernel() -> None:
+    """The CPU's weight types (GGUF's and the scaled FP8), all on the GPU: none left to
+    fall back for (activation formats such as Q8_K are not weights)."""
+    cpu = set(q.type_names("weight")) | set(q.type_names("scaled_weight"))
+    assert cpu == set(TYPES + SCALED_TYPES)
 
 
 @pytest.mark.parametrize("dtype", TYPES)
