@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import colibri
+from colibri._core import gpu as core_gpu
 from colibri.cli.parser import engine_from_args, parse_args
 from colibri.errors import ConfigError, GPUUnavailableError
 from colibri.settings.config import EngineConfig, GPUConfig
+from support.fp8_factory import write_fp8_pair
 from support.logit_checks import assert_decode_matches, assert_greedy_matches, assert_within
 from support.modelfactory import (
     TinyModel,
@@ -149,6 +152,29 @@ def test_a_quantized_model_on_the_gpu_matches_the_cpu_float32_path(lavapipe: str
         st = m.stats().gpu
         assert st is not None and "Q8_0" in {x.dtype for x in st.on_gpu}
         assert_within(m.session().forward(ids, all_logits=True), cpu, "Q8_0 on the GPU")
+
+
+def test_a_matrix_without_a_gpu_kernel_stays_on_the_cpu_and_says_so(
+        lavapipe: str, tmp_path: Path) -> None:  # fmt: skip
+    """The tiny Llama with its q_proj in FP8 (F8_E4M3 with block scales), the rest BF16:
+    a matrix runs on the GPU exactly when its type has a GPU kernel (FP8 had none when this
+    was written), the others on the CPU with the type named, and the logits are the
+    dequantized twin's."""
+    fp8, twin = write_fp8_pair(llama().hf_dir, tmp_path / "fp8", tmp_path / "deq", (32, 48),
+                               ("q_proj",))
+    ids = prompt_ids(N_PROMPT)
+    ref = reference_logits(transformers_model(str(twin)), ids)
+    kernels = set(core_gpu.kernel_types())
+    with colibri.Model.load(fp8, engine=gpu_engine()) as m:
+        st = m.stats().gpu
+        assert st is not None
+        q = next(x for x in st.matrices if x.name == "blk.0.attn_q")
+        assert q.dtype == "F8_E4M3"
+        for x in st.matrices:
+            if x.dtype not in kernels:
+                assert not x.on_gpu and f"no GPU kernel for {x.dtype}" in x.reason
+        assert "BF16" in {x.dtype for x in st.on_gpu}
+        assert_within(m.session().forward(ids, all_logits=True), ref, "FP8 and BF16")
 
 
 def test_a_bogus_adapter_is_a_clear_error_and_the_cpu_still_works(lavapipe: str) -> None:
