@@ -36,7 +36,31 @@ DType dtype_from_name(const std::string& name) {
   }
 }
 
-
+// Engine::gpu_report as Model.stats().gpu's raw record (colibri.engine.gpu_offload).
+py::object gpu_report_dict(const Engine& e) {
+  std::unique_ptr<GpuReport> r;
+  {
+    py::gil_scoped_release release;
+    r = e.gpu_report();
+  }
+  if (!r) return py::none();
+  py::dict d;
+  d["adapter"] = r->adapter.name;
+  d["backend"] = r->adapter.backend;
+  d["adapter_type"] = r->adapter.adapter_type;
+  d["weight_bytes"] = r->weight_bytes;
+  d["products"] = r->counters.products;
+  d["columns"] = r->counters.columns;
+  d["dispatches"] = r->counters.dispatches;
+  d["bytes_uploaded"] = r->counters.bytes_uploaded;
+  d["bytes_read_back"] = r->counters.bytes_read_back;
+  d["seconds"] = r->counters.seconds;
+  py::list placements;
+  for (const GpuPlacement& p : r->placements)
+    placements.append(py::make_tuple(p.name, dtype_name(p.type), p.rows, p.cols, p.bytes, p.on_gpu, p.reason));
+  d["matrices"] = placements;
+  return d;
+}
 }  // namespace
 
 void bind_engine(py::module_& m) {
@@ -322,6 +346,13 @@ void bind_engine(py::module_& m) {
       .def("store_stats", &Engine::store_stats, py::call_guard<py::gil_scoped_release>())
       .def("reset_store_stats", &Engine::reset_store_stats, py::call_guard<py::gil_scoped_release>())
       .def("phase_seconds", &Engine::phase_seconds, py::call_guard<py::gil_scoped_release>())
+      .def("use_gpu", &Engine::use_gpu, py::arg("library_path"), py::arg("adapter_index"),
+           py::arg("memory_budget") = 0, py::call_guard<py::gil_scoped_release>(),
+           "Run the linear layers on adapter `adapter_index` of the wgpu-native library at "
+           "library_path (docs/gpu.md); memory_budget: bytes of weights at most, 0 = no limit.")
+      .def("gpu_report", &gpu_report_dict,
+           "None on the CPU; else the adapter, the GPU counters and 'matrices': (name, type, "
+           "rows, cols, bytes, on_gpu, reason) for every resident matrix.")
       .def("last_dsa_selection", &Engine::last_dsa_selection, py::call_guard<py::gil_scoped_release>(),
            "Test hook: (keys, offsets) of the last forward's last full DSA indexer layer; query "
            "t attended to keys[offsets[t]:offsets[t + 1]] (positions). Both empty without one.")

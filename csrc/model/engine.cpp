@@ -325,6 +325,20 @@ void Engine::reset_store_stats() {
   std::lock_guard<std::mutex> lock(mu_);
   store_->reset_stats();
   phase_ = PhaseSeconds{};
+  if (gpu_) gpu_->reset_counters();
+}
+
+void Engine::use_gpu(const std::string& library_path, int adapter_index, uint64_t memory_budget) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (gpu_) fail(ErrorKind::InvalidArgument, "the engine already runs on a GPU");
+  auto device = gpu::open_webgpu_device(library_path, adapter_index, gpu::RequiredLimits{}, memory_budget);
+  gpu_ = std::make_unique<GpuOffload>(std::move(device), weights_, output_, memory_budget);
+}
+
+std::unique_ptr<GpuReport> Engine::gpu_report() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!gpu_) return nullptr;
+  return std::make_unique<GpuReport>(gpu_->report());
 }
 
 void Engine::preload_experts() {

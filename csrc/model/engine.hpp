@@ -13,6 +13,7 @@
 #include "model/attention_layer.hpp"
 #include "model/expert_store.hpp"
 #include "model/ffn_block.hpp"
+#include "model/gpu_linear.hpp"
 #include "model/hyper_conn.hpp"
 #include "model/kv_cache.hpp"
 #include "model/matmul.hpp"
@@ -130,6 +131,15 @@ class Engine {
   void start_io_trace(std::size_t max_records) { store_->start_io_trace(max_records); }
   std::vector<ReadTraceRecord> io_trace() const { return store_->io_trace(); }
   PhaseSeconds phase_seconds() const;
+
+  // EngineConfig(device="gpu"): opens adapter `adapter_index` of the wgpu-native library at
+  // `library_path` and uploads the linear layers the first GPU slice runs there
+  // (model/gpu_linear.hpp); `memory_budget` bytes of weights at most (0: no limit), the
+  // rest stays on the CPU. Once per engine, before any forward. Throws DeviceUnavailable
+  // (no usable adapter) leaving the engine on the CPU.
+  void use_gpu(const std::string& library_path, int adapter_index, uint64_t memory_budget);
+  // Where the matrices run and the GPU counters; null when the engine runs on the CPU only.
+  std::unique_ptr<GpuReport> gpu_report() const;
   // Test hook: the DSA key selection (model/dsa_indexer.hpp) of the last forward's last
   // full indexer layer, in the attention kernels' sparse form: the queries' keys are
   // keys[offsets[t] .. offsets[t + 1]). Empty for a model without the indexer.
@@ -224,6 +234,8 @@ class Engine {
   // One forward at a time per engine (shared pool, workspace, store); also guards the
   // store's and phases' counters against a stats call from another thread.
   mutable std::mutex mu_;
+  // Last: destroyed first, it detaches the tensors it points at the GPU.
+  std::unique_ptr<GpuOffload> gpu_;
 };
 
 }  // namespace colibri

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/errors.hpp"
+#include "model/gpu_linear.hpp"
 #include "quant/dot_tiles.hpp"
 #include "quant/lane_pack.hpp"
 #include "threadpool/threadpool.hpp"
@@ -280,12 +281,28 @@ void matmul_with(ThreadPool& pool, const TypeKernels& k, const WeightView& w, co
 
 void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t n_tokens, float* y,
             ScratchBuffer& scratch, ActPrecision precision) {
+  if (w.gpu != nullptr) return gpu_matmul(*w.gpu, w, x, n_tokens, y);  // EngineConfig(device="gpu")
   matmul_with(pool, kernels(w.type, precision), w, x, n_tokens, y, scratch);
 }
 
 void matmul_multi(ThreadPool& pool, const WeightView* weights, float* const* outputs, int n_weights,
                   const float* x, int64_t n_tokens, ScratchBuffer& scratch, ActPrecision precision) {
   if (n_weights <= 0) return;
+  if (std::any_of(weights, weights + n_weights, [](const WeightView& w) { return w.gpu != nullptr; })) {
+    // Weights on a GPU are computed there, one after the other; the rest share one region.
+    std::vector<WeightView> cpu;
+    std::vector<float*> cpu_out;
+    for (int i = 0; i < n_weights; ++i) {
+      if (weights[i].gpu != nullptr) {
+        gpu_matmul(*weights[i].gpu, weights[i], x, n_tokens, outputs[i]);
+      } else {
+        cpu.push_back(weights[i]);
+        cpu_out.push_back(outputs[i]);
+      }
+    }
+    matmul_multi(pool, cpu.data(), cpu_out.data(), static_cast<int>(cpu.size()), x, n_tokens, scratch, precision);
+    return;
+  }
   const TypeKernels* small[16];
   std::unique_ptr<const TypeKernels*[]> big;
   const TypeKernels** ks = small;

@@ -21,6 +21,7 @@
 namespace colibri {
 
 class ThreadPool;
+struct GpuLinear;  // a weight uploaded to a GPU (model/gpu_linear.hpp)
 
 // A read-only matrix in its storage type. Row r starts at data + r * row_bytes(type, cols).
 struct WeightView {
@@ -32,6 +33,9 @@ struct WeightView {
   // Rows in the row-lane layout (quant/lane_pack.hpp; Q4_1 / Q8_0, rows a multiple of 8):
   // same bytes per row, same results, read directly by the AVX-512 row-lane kernels.
   bool lanes = false;
+  // Set when the matrix is also on a GPU (EngineConfig(device="gpu")): matmul() and
+  // matmul_multi() then compute it there (model/gpu_linear.hpp); matmul_with() ignores it.
+  const GpuLinear* gpu = nullptr;
 };
 
 // Reusable working memory for the quantized activations. Grows on demand, never shrinks,
@@ -47,7 +51,7 @@ class ScratchBuffer {
   std::size_t capacity_ = 0;
 };
 
-// y = x W^T for one weight. x: [n_tokens, w.cols] floats; y: [n_tokens, w.rows] floats.
+// y = x W^T for one weight (on the GPU when w.gpu is set). x: [n_tokens, w.cols] floats; y: [n_tokens, w.rows] floats.
 // Uses the best kernels for w.type (kernels(w.type)). Throws Error(InvalidArgument) for
 // bad shapes, Error(Unsupported) for a type without kernels.
 // `precision` chooses how activations meet quantized weights (quant/float_act.hpp).

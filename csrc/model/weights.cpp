@@ -285,4 +285,11 @@ const Tensor* WeightStore::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
+std::vector<Tensor*> WeightStore::all() {
+  std::vector<Tensor*> out;
+  out.reserve(tensors_.size());
+  for (auto& entry : tensors_) out.push_back(&entry.second);
+  return out;
+}
+
 }  // namespace colibri

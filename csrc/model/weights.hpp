@@ -27,8 +27,9 @@ struct Tensor {
   std::size_t nbytes = 0;
   BlockScales scales{};     // F8_E4M3: its block scales (in the arena after `data`)
   bool lanes = false;       // rows in the row-lane layout (WeightStore::pack_lanes)
+  const GpuLinear* gpu = nullptr;  // its GPU copy, when the engine offloaded it (gpu_linear.hpp)
 
-  WeightView view() const { return WeightView{type, rows, cols, data, scales, lanes}; }
+  WeightView view() const { return WeightView{type, rows, cols, data, scales, lanes, gpu}; }
   const float* f32() const;  // vector tensors must be F32 (norms, biases); throws otherwise
 };
 
@@ -53,6 +54,8 @@ class WeightStore {
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   const Tensor& get(const std::string& name) const;       // throws Format naming the tensor
   const Tensor* find(const std::string& name) const;      // nullptr if absent
+  // Every tensor, in name order, for the engine to attach GPU copies to (Tensor::gpu).
+  std::vector<Tensor*> all();
   std::size_t total_bytes() const { return total_bytes_; }
 
  private:

@@ -17,6 +17,7 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 from . import errors
 from ._version import __version__
 from .engine.budget import BudgetPlan
+from .engine.gpu_offload import GPUStats
 from .engine.stats import ExpertStats, MemoryStats, PhaseTimes
 from .generate.generation import Chunk, Generation, GenerationStats
 from .generate.session import Session
@@ -27,6 +28,7 @@ from .settings.config import (
     CacheConfig,
     CachePolicy,
     EngineConfig,
+    GPUConfig,
     IOConfig,
     SpecConfig,
     ThreadConfig,
@@ -44,6 +46,8 @@ __all__ = [
     "Chunk",
     "EngineConfig",
     "ExpertStats",
+    "GPUConfig",
+    "GPUStats",
     "Generation",
     "GenerationStats",
     "Grammar",

@@ -121,6 +121,10 @@ def model_stats_rows(s: Any) -> list[tuple[str, str]]:
         rows.append(("prefetch", s.prefetch))
     if getattr(s, "io", ""):
         rows.append(("expert reads", s.io))
+    gpu = getattr(s, "gpu", None)
+    if gpu is not None:
+        rows.append(("gpu", f"{gpu.adapter}: {len(gpu.on_gpu)} matrices, {gpu.dispatches} "
+                            "dispatches"))
     spec = getattr(s, "spec", None)
     if spec is not None:
         rows.append(("speculative", f"{spec.drafter}: {spec.accepted}/{spec.drafted} drafts "

@@ -23,6 +23,7 @@ from .chat.plain_content import chat_text, encode_chat
 from .chat.reasoning import asplit_chunks, reasoning_mode, split_chunks, split_result
 from .chat.template import ChatTemplate
 from .display import Displayable, model_rows
+from .engine.gpu_offload import gpu_stats
 from .engine.handle import EngineHandle, load_engine
 from .engine.streaming import (
     expert_stats,
@@ -540,7 +541,9 @@ class Model(Displayable):
     def stats(self) -> ModelStats:
         """The model's figures now: generations, tokens and time since load, the streaming
         tier's expert-cache and I/O counters and time per phase since load (or
-        :meth:`reset_stats`), the RAM budget split, the wait policy in effect, and the
+        :meth:`reset_stats`), the GPU's (``gpu``, None on the CPU: the adapter, dispatches,
+        transfers, which matrices run where and why), the RAM budget split, the wait policy
+        in effect, and the
         last generation to finish (``last``; from any thread: a generation's own record is
         its ``Generation.stats``). Cheap: safe to call during generation."""
         core = self._require_core()
@@ -552,6 +555,7 @@ class Model(Displayable):
             wait_policy=wait_policy_name(core),
             prefetch=prefetch_state_name(core, handle.engine_config.io.prefetch),
             io=io_name(core) if int(core.streamed_experts) else "",
+            gpu=gpu_stats(core),
         )  # fmt: skip
 
     def reset_spec_memory(self) -> None:
@@ -561,7 +565,7 @@ class Model(Displayable):
         self._runner.spec_memory.reset()
 
     def reset_stats(self) -> None:
-        """Zeroes the cumulative expert, I/O and phase counters (not the cache)."""
+        """Zeroes the cumulative expert, I/O, phase and GPU counters (not the cache)."""
         self._require_core().reset_store_stats()
 
     def save_routing_history(self) -> None:

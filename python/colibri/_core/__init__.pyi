@@ -1000,6 +1000,14 @@ class Engine:
         """
     def phase_seconds(self) -> typing.Annotated[list[float], "FixedSize(6)"]:
         ...
+    def use_gpu(self, library_path: str, adapter_index: int, memory_budget: int = 0) -> None:
+        """
+        Run the linear layers on adapter `adapter_index` of the wgpu-native library at library_path (docs/gpu.md); memory_budget: bytes of weights at most, 0 = no limit.
+        """
+    def gpu_report(self) -> typing.Any:
+        """
+        None on the CPU; else the adapter, the GPU counters and 'matrices': (name, type, rows, cols, bytes, on_gpu, reason) for every resident matrix.
+        """
     def preload_experts(self) -> None:
         ...
     def reset_store_stats(self) -> None:

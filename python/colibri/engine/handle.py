@@ -26,6 +26,7 @@ from .core_spec import (
     tensor_specs,
     thread_settings,
 )
+from .gpu_offload import attach_device
 from .streaming import (
     RoutingHistory,
     check_resident_fits,
@@ -123,6 +124,7 @@ def load_engine(path: Path, engine: EngineConfig | None) -> EngineHandle:
         expert_blobs(manifest),
     )
     core.activation_precision = ACT_PRECISION[engine.activation_precision]
+    attach_device(core, engine)  # device="gpu": the linear layers go up now
     plan = plan_store(manifest, engine, core, context_length)
     core.configure_store(store_settings(engine, plan.cache_bytes))
     history = RoutingHistory.for_model(manifest, engine)

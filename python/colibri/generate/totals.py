@@ -7,6 +7,7 @@ import threading
 from dataclasses import dataclass, field
 
 from ..display import Displayable, model_stats_rows
+from ..engine.gpu_offload import GPUStats
 from ..engine.stats import ExpertStats, MemoryStats, PhaseTimes
 from ..speculative import SpecStats
 from .generation import GenerationStats, rate
@@ -40,6 +41,8 @@ class ModelStats(Displayable):
     io: str = ""  # expert-read workers, and the measured depth curve under workers="auto"
     # Speculative decoding summed over every generation that drafted (None: none did).
     spec: SpecStats | None = None
+    # EngineConfig(device="gpu"): the GPU's share since load (None: the CPU only).
+    gpu: GPUStats | None = None
 
     @property
     def prefill_tok_s(self) -> float:
@@ -76,11 +79,13 @@ class Totals:
                 self._spec = stats.spec if self._spec is None else self._spec + stats.spec
 
     def model_stats(self, *, memory: MemoryStats | None, experts: ExpertStats,
-                    phases: PhaseTimes, wait_policy: str, prefetch: str, io: str) -> ModelStats:
+                    phases: PhaseTimes, wait_policy: str, prefetch: str, io: str,
+                    gpu: GPUStats | None = None) -> ModelStats:
         """The totals so far with the engine's figures of now."""
         with self._lock:
             g, p, n, ps, ds, nd = self._counts
             last, spec = self._last, self._spec
         return ModelStats(int(g), int(p), int(n), float(ps), float(ds), int(nd), last,
                           memory=memory, experts=experts, phases=phases,
-                          wait_policy=wait_policy, prefetch=prefetch, io=io, spec=spec)
+                          wait_policy=wait_policy, prefetch=prefetch, io=io, spec=spec,
+                          gpu=gpu)

@@ -38,6 +38,7 @@ from .fields import (
     optional_path,
     sub_config,
 )
+from .gpu import GPUConfig
 from .paths import default_history_dir
 from .spec import SPEC, DrafterName, SpecConfig
 from .table import Flag, Setting, Settings
@@ -54,7 +55,9 @@ __all__ = [
     "CacheConfig",
     "CachePolicy",
     "Checksums",
+    "Device",
     "EngineConfig",
+    "GPUConfig",
     "IOConfig",
     "KvCacheType",
     "SpecConfig",
@@ -171,6 +174,11 @@ class KvCacheType(str, Enum):
 
 
 KvCacheTypeName = Literal["auto", "f32", "f16", "bf16", "q8_0"]
+
+Device = Literal["cpu", "gpu", "auto"]
+"""Where the model computes (``EngineConfig.device``; docs/gpu.md): ``"cpu"``, ``"gpu"``
+(the linear layers on a WebGPU adapter, the rest on the CPU) or ``"auto"`` (the CPU until a
+GPU is measured faster: today always the CPU)."""
 
 
 
@@ -470,6 +478,26 @@ class EngineConfig(Settings):
         SPEC, default=None, doc="speculative decoding for every generation of the model")
     """Speculative decoding for every generation of the model (default off); a call's
     ``spec=`` overrides it. Never changes the tokens (see docs/speculative.md)."""
+
+    device: Setting[Device, Device] = Setting(
+        one_of("cpu", "gpu", "auto"), default="cpu", kw_only=True,
+        doc="where the model computes: cpu; gpu (the linear layers on a WebGPU adapter, "
+            "the rest on the CPU); auto (the CPU until a GPU is measured faster)",
+        flag=Flag("--device"))
+    """``"cpu"`` (default), ``"gpu"`` or ``"auto"``. ``"gpu"`` runs the linear layers
+    (attention projections, dense FFN, shared experts, LM head) on the adapter ``gpu``
+    chooses and everything else on the CPU (docs/gpu.md); with no usable adapter the load
+    raises :class:`colibri.errors.GPUUnavailableError` naming what is missing. ``"auto"``
+    is the CPU today: no GPU has been measured faster than the CPU path yet, and a software
+    adapter (lavapipe) never is. The GPU products use float32 activations, whatever
+    ``activation_precision`` says, so the numbers differ from the CPU's by the summation
+    order (and, under int8, by the activation rounding the GPU does not do)."""
+
+    gpu: Setting[GPUConfig | Mapping[str, Any] | None, GPUConfig] = Setting(
+        sub_config(GPUConfig), default=None, kw_only=True,
+        doc="with device=\"gpu\": which adapter and how much of its memory")
+    """The GPU's settings (:class:`GPUConfig`: the adapter, a memory budget for the
+    uploaded weights); used with ``device="gpu"``. A mapping is accepted."""
 
     def resolve_activation_precision(self, weight_bytes: int) -> ActivationPrecision:
         """``activation_precision`` unless it is ``"auto"``, which gives ``float32`` for a

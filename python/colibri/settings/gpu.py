@@ -2,9 +2,8 @@
 
 Validated like every other settings class (an unknown name or a bad value raises
 :class:`colibri.errors.ConfigError` naming the field and, for a misspelling, the closest
-name). Only the GPU kernels exist so far (docs/gpu.md): the forward pass does not run on
-the GPU yet, so nothing here is an :class:`EngineConfig` field; ``colibri.gpu.open_device``
-takes it.
+name). It is ``EngineConfig.gpu``, used with ``EngineConfig(device="gpu")`` (docs/gpu.md:
+what runs on the GPU so far); ``colibri.gpu.open_device`` takes it too.
 """
 
 from __future__ import annotations
@@ -12,11 +11,16 @@ from __future__ import annotations
 from ..errors import ConfigError
 from ..sizes import format_bytes, parse_bytes
 from .fields import MAX_RAM_BUDGET
-from .table import Check, Setting, Settings
+from .table import Check, Flag, Setting, Settings
 
 __all__ = ["GPUConfig"]
 
 MAX_ADAPTER_INDEX = 255
+
+
+def _adapter_flag(text: str) -> int | str:
+    """``--gpu-adapter``'s text: an index when it is all digits, else part of a name."""
+    return int(text) if text.strip().isdigit() else text
 
 
 def _adapter(field: str, value: object) -> int | str | None:
@@ -68,7 +72,9 @@ class GPUConfig(Settings):
     adapter: Setting[int | str | None, int | str | None] = Setting(
         ADAPTER, default=None,
         doc="the adapter: its index in colibri doctor's list, part of its name "
-            "(case-insensitive), or None for the first discrete, then integrated GPU")
+            "(case-insensitive), or None for the first discrete, then integrated GPU",
+        flag=Flag("--gpu-adapter", metavar="N|NAME", parse=_adapter_flag,
+                  default_text="the first discrete, then integrated GPU, then any"))
     """The adapter to open: an index into :func:`colibri.gpu.list_adapters` (the order
     ``colibri doctor`` prints), a case-insensitive part of its name (``"nvidia"``,
     ``"llvmpipe"``), or ``None`` (default): the first discrete GPU, else the first
@@ -76,8 +82,11 @@ class GPUConfig(Settings):
 
     memory_budget: Setting[int | str | None, int | None] = Setting(
         MEMORY_BUDGET, default=None,
-        doc="bytes of GPU memory weights may take on the device, e.g. 6GiB; None: no limit")
+        doc="bytes of GPU memory weights may take on the device, e.g. 6GiB; None: no limit",
+        flag=Flag("--gpu-memory-budget", metavar="SIZE", default_text="no limit"))
     """Bytes of GPU memory the uploaded weights may take (an int or a size text such as
-    ``"6GiB"``); an upload past it raises :class:`colibri.errors.InvalidRequestError`.
+    ``"6GiB"``). In a model load, a matrix that would pass it stays on the CPU (and
+    ``Model.stats().gpu`` says so); a direct ``Device.upload`` past it raises
+    :class:`colibri.errors.InvalidRequestError`.
     ``None`` (default): no limit beyond the adapter's (WebGPU does not report how much
     memory an adapter has)."""
