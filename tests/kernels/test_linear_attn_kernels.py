@@ -45,8 +45,9 @@ def _inputs(seed: int, n: int, dk: int, dv: int, channel: bool) -> tuple[np.ndar
     return q.astype(np.float32), k, v, beta, g, S
 
 
-def _reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np.ndarray, g: np.ndarray,
-               S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _reference(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np.ndarray, g: np.ndarray, S: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The recurrent form in float64."""
     S = S.astype(np.float64)
     out = np.zeros((q.shape[0], v.shape[1]))
@@ -112,6 +113,8 @@ def test_a_model_gives_the_same_logits_on_every_isa(
     for isa in ISAS:
         L.set_isa(isa)
         s = load(d, chunked=chunked).session()
-        logits[isa] = np.concatenate([s.forward(ids[:131], all_logits=True), s.forward(ids[131:], all_logits=True)])
+        logits[isa] = np.concatenate(
+            [s.forward(ids[:131], all_logits=True), s.forward(ids[131:], all_logits=True)]
+        )
     for isa in ISAS:
         assert np.array_equal(logits[isa], logits["scalar"]), isa
