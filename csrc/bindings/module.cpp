@@ -13,6 +13,7 @@ void bind_engine(py::module_& m);
 void bind_session(py::module_& m);
 void bind_io(py::module_& m);
 void bind_attention(py::module_& m);
+void bind_linear_attn(py::module_& m);
 void bind_gpu(py::module_& m);
 }  // namespace colibri::bindings
 
@@ -27,5 +28,6 @@ PYBIND11_MODULE(_core, m) {
   bind_session(m);
   bind_io(m);
   bind_attention(m);
+  bind_linear_attn(m);
   bind_gpu(m);
 }

@@ -7,128 +7,10 @@
 
 #include "common/errors.hpp"
 #include "model/linear_attn_common.hpp"
+#include "model/linear_attn_rules.hpp"
 #include "threadpool/threadpool.hpp"
 
 namespace colibri {
-
-namespace {
-
-// One value head's inputs over n tokens: row t's q / k / v at q + t * stride ..., its beta
-// and log decay at beta[t * gstride], g[t * gstride]; its output at out + t * ostride.
-struct HeadRows {
-  const float *q, *k, *v;
-  int64_t stride;
-  const float *beta, *g;
-  int64_t gstride;
-  float* out;
-  int64_t ostride;
-  int64_t dk, dv;
-};
-
-constexpr int64_t kChunk = 64;  // transformers' chunk_size
-
-// Token by token (torch_recurrent_gated_delta_rule): S *= exp(g);
-// S += k (beta (v - S^T k))^T; o = S^T q. Two passes over S per token (its operations in
-// transformers' order).
-void delta_rule_recurrent(const HeadRows& r, int64_t n, float* S) {
-  const int64_t dk = r.dk, dv = r.dv;
-  std::vector<float> delta(static_cast<std::size_t>(dv));
-  for (int64_t t = 0; t < n; ++t) {
-    const float *q = r.q + t * r.stride, *k = r.k + t * r.stride, *v = r.v + t * r.stride;
-    const float beta = r.beta[t * r.gstride], decay = std::exp(r.g[t * r.gstride]);
-    std::fill(delta.begin(), delta.end(), 0.0f);
-    for (int64_t i = 0; i < dk; ++i) {  // the decay and S^T k in one pass over S
-      float* Si = S + i * dv;
-      for (int64_t j = 0; j < dv; ++j) {
-        Si[j] *= decay;
-        delta[static_cast<std::size_t>(j)] += Si[j] * k[i];
-      }
-    }
-    for (int64_t j = 0; j < dv; ++j) delta[static_cast<std::size_t>(j)] = (v[j] - delta[static_cast<std::size_t>(j)]) * beta;
-    float* o = r.out + t * r.ostride;
-    std::fill(o, o + dv, 0.0f);
-    for (int64_t i = 0; i < dk; ++i) {
-      float* Si = S + i * dv;
-      for (int64_t j = 0; j < dv; ++j) {
-        Si[j] += k[i] * delta[static_cast<std::size_t>(j)];
-        o[j] += Si[j] * q[i];
-      }
-    }
-  }
-}
-
-float dot(const float* x, const float* y, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += x[i] * y[i];
-  return s;
-}
-
-// The chunked form (torch_chunk_gated_delta_rule), chunks of kChunk tokens, c the log
-// decays' running sum in the chunk: T = I + strictly-lower (beta_i k_i.k_j e^(c_i - c_j));
-// U = T^-1 (beta v), W = T^-1 (beta e^c k); per chunk, with the state S on entry:
-//   v' = U - W S;  o_i = e^(c_i) q_i S + sum_(j<=i) (q_i.k_j) e^(c_i - c_j) v'_j;
-//   S = e^(c_last) S + sum_i e^(c_last - c_i) k_i v'_i^T.
-void delta_rule_chunked(const HeadRows& r, int64_t n, float* S) {
-  const int64_t dk = r.dk, dv = r.dv;
-  std::vector<float> c(kChunk), T(kChunk * kChunk), U(kChunk * dv), W(kChunk * dk);
-  for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
-    const int64_t L = std::min(kChunk, n - t0);
-    auto q = [&](int64_t i) { return r.q + (t0 + i) * r.stride; };
-    auto k = [&](int64_t i) { return r.k + (t0 + i) * r.stride; };
-    auto v = [&](int64_t i) { return r.v + (t0 + i) * r.stride; };
-    auto beta = [&](int64_t i) { return r.beta[(t0 + i) * r.gstride]; };
-    float run = 0.0f;
-    for (int64_t i = 0; i < L; ++i) c[static_cast<std::size_t>(i)] = run += r.g[(t0 + i) * r.gstride];
-    for (int64_t i = 0; i < L; ++i) {
-      // Forward substitution through the unit lower-triangular T, row by row.
-      float* Ui = U.data() + i * dv;
-      float* Wi = W.data() + i * dk;
-      const float bi = beta(i), ec = std::exp(c[static_cast<std::size_t>(i)]);
-      for (int64_t x = 0; x < dv; ++x) Ui[x] = bi * v(i)[x];
-      for (int64_t x = 0; x < dk; ++x) Wi[x] = bi * ec * k(i)[x];
-      for (int64_t j = 0; j < i; ++j) {
-        const float tij = bi * dot(k(i), k(j), dk) *
-                          std::exp(c[static_cast<std::size_t>(i)] - c[static_cast<std::size_t>(j)]);
-        const float *Uj = U.data() + j * dv, *Wj = W.data() + j * dk;
-        for (int64_t x = 0; x < dv; ++x) Ui[x] -= tij * Uj[x];
-        for (int64_t x = 0; x < dk; ++x) Wi[x] -= tij * Wj[x];
-      }
-    }
-    for (int64_t i = 0; i < L; ++i) {  // U becomes v' = U - W S
-      float* Ui = U.data() + i * dv;
-      const float* Wi = W.data() + i * dk;
-      for (int64_t a = 0; a < dk; ++a)
-        for (int64_t x = 0; x < dv; ++x) Ui[x] -= Wi[a] * S[a * dv + x];
-    }
-    for (int64_t i = 0; i < L; ++i) {
-      float* o = r.out + (t0 + i) * r.ostride;
-      const float ec = std::exp(c[static_cast<std::size_t>(i)]);
-      std::fill(o, o + dv, 0.0f);
-      for (int64_t a = 0; a < dk; ++a) {
-        const float qa = ec * q(i)[a];
-        for (int64_t x = 0; x < dv; ++x) o[x] += qa * S[a * dv + x];
-      }
-      for (int64_t j = 0; j <= i; ++j) {
-        const float w = dot(q(i), k(j), dk) *
-                        std::exp(c[static_cast<std::size_t>(i)] - c[static_cast<std::size_t>(j)]);
-        const float* Uj = U.data() + j * dv;
-        for (int64_t x = 0; x < dv; ++x) o[x] += w * Uj[x];
-      }
-    }
-    const float last = c[static_cast<std::size_t>(L - 1)], el = std::exp(last);
-    for (int64_t i = 0; i < dk * dv; ++i) S[i] *= el;
-    for (int64_t i = 0; i < L; ++i) {
-      const float w = std::exp(last - c[static_cast<std::size_t>(i)]);
-      const float* Ui = U.data() + i * dv;
-      for (int64_t a = 0; a < dk; ++a) {
-        const float ka = w * k(i)[a];
-        for (int64_t x = 0; x < dv; ++x) S[a * dv + x] += ka * Ui[x];
-      }
-    }
-  }
-}
-
-}  // namespace
 
 GatedDeltaNet::GatedDeltaNet(const ModelSpec& s, GdnWeights weights)
     : w_(weights), hidden_(s.hidden_size), nk_(s.linear_num_key_heads), nv_(s.linear_num_value_heads),
@@ -228,14 +110,15 @@ void GatedDeltaNet::forward(AttentionContext& ctx, const float* x, int64_t n, in
   // The delta rule, one value head per task (its state is its own): the chunked form for a
   // forward of at least chunked_min_ tokens, the recurrent one otherwise (the same values).
   const int64_t group = nv_ / nk_;
+  const bool chunked = chunked_min_ > 0 && n >= chunked_min_;
+  const linattn::Kernels& kern = linattn::active();
   ctx.pool.parallel_for(nv_, 1, [&](int64_t h0, int64_t h1, int) {
     for (int64_t h = h0; h < h1; ++h) {
       const int64_t kh = v_tiled_ ? h % nk_ : h / group;
-      HeadRows r{conv + kh * dk_, conv + kd + kh * dk_, conv + 2 * kd + h * dv_, C,
-                 b + h, a + h, nv_, o + h * dv_, vd, dk_, dv_};
+      const linattn::HeadRows r{conv + kh * dk_, conv + kd + kh * dk_, conv + 2 * kd + h * dv_, C, b + h, nv_,
+                                a + h, nv_, false, o + h * dv_, vd, dk_, dv_};
       float* S = heads + h * dk_ * dv_;
-      if (chunked_min_ > 0 && n >= chunked_min_) delta_rule_chunked(r, n, S);
-      else delta_rule_recurrent(r, n, S);
+      (chunked ? linattn::delta_rule_chunked : linattn::delta_rule_recurrent)(kern, r, n, S);
     }
   });
 

@@ -12,8 +12,9 @@
 // That is transformers' torch_recurrent_gated_delta_rule. Its chunked form
 // (torch_chunk_gated_delta_rule: 64-token chunks, a triangular solve per chunk, then
 // products with the state; the same values in another order) is here too, for forwards of
-// at least ModelSpec::linear_chunked_min_tokens; both scalar, and until the chunked form
-// has blocked SIMD kernels the recurrent one is the faster, so colibri runs it throughout.
+// at least ModelSpec::linear_chunked_min_tokens. Both are in linear_attn_rules.hpp, on the
+// SIMD kernels of linear_attn_kernels.hpp; the recurrent one is the faster on a CPU (it
+// does less arithmetic per token: docs/linear-attention.md), so colibri runs it throughout.
 //
 // The state a sequence carries (the convolution's last conv_kernel - 1 inputs, then every
 // head's S) lives in the session's KvCache (KvLayerLayout::state_floats): fixed size,

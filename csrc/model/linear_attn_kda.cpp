@@ -7,124 +7,9 @@
 
 #include "common/errors.hpp"
 #include "model/linear_attn_common.hpp"
+#include "model/linear_attn_rules.hpp"
 
 namespace colibri {
-
-namespace {
-
-// Token by token (recurrent_kimi_delta_attention) for one head: rows of q/k/v at
-// stride `stride`, the channel decays g and the outputs at stride `ostride`, beta at
-// beta[t * bstride]. S is (d x d), row i the key channel i.
-void kda_recurrent(const float* q, const float* k, const float* v, int64_t stride, const float* g,
-                   const float* beta, int64_t bstride, float* out, int64_t ostride, int64_t n, int64_t d,
-                   float* S) {
-  std::vector<float> delta(static_cast<std::size_t>(d));
-  for (int64_t t = 0; t < n; ++t) {
-    const float *qt = q + t * stride, *kt = k + t * stride, *vt = v + t * stride, *gt = g + t * ostride;
-    std::fill(delta.begin(), delta.end(), 0.0f);
-    for (int64_t i = 0; i < d; ++i) {  // the channel's decay and S^T k in one pass
-      float* Si = S + i * d;
-      const float decay = std::exp(gt[i]);
-      for (int64_t j = 0; j < d; ++j) {
-        Si[j] *= decay;
-        delta[static_cast<std::size_t>(j)] += Si[j] * kt[i];
-      }
-    }
-    const float b = beta[t * bstride];
-    for (int64_t j = 0; j < d; ++j) delta[static_cast<std::size_t>(j)] = (vt[j] - delta[static_cast<std::size_t>(j)]) * b;
-    float* o = out + t * ostride;
-    std::fill(o, o + d, 0.0f);
-    for (int64_t i = 0; i < d; ++i) {
-      float* Si = S + i * d;
-      for (int64_t j = 0; j < d; ++j) {
-        Si[j] += kt[i] * delta[static_cast<std::size_t>(j)];
-        o[j] += Si[j] * qt[i];
-      }
-    }
-  }
-}
-
-
-constexpr int64_t kChunk = 64;  // transformers' chunk_size
-
-// The chunked form (chunk_kimi_delta_attention) for one head, chunks of kChunk tokens, c_i
-// the running sum of the channel decays in the chunk (a vector per token):
-// T = I + strictly-lower (beta_i sum_a k_i[a] k_j[a] e^(c_i[a] - c_j[a]));
-// U = T^-1 (beta v), W = T^-1 (beta e^(c) * k); per chunk, with the state S on entry:
-//   v' = U - W S;  o_i = (e^(c_i) * q_i) S + sum_(j<=i) (sum_a q_i[a] k_j[a] e^(c_i[a] - c_j[a])) v'_j;
-//   S = diag(e^(c_last)) S + sum_i (e^(c_last - c_i) * k_i) v'_i^T.
-// Arguments as kda_recurrent's.
-void kda_chunked(const float* q, const float* k, const float* v, int64_t stride, const float* g,
-                 const float* beta, int64_t bstride, float* out, int64_t ostride, int64_t n, int64_t d,
-                 float* S) {
-  std::vector<float> c(kChunk * d), U(kChunk * d), W(kChunk * d), e(d);
-  auto decayed_dot = [&](const float* x, int64_t i, const float* y, int64_t j) {  // sum_a x y e^(c_i - c_j)
-    const float *ci = c.data() + i * d, *cj = c.data() + j * d;
-    float acc = 0.0f;
-    for (int64_t a = 0; a < d; ++a) acc += x[a] * y[a] * std::exp(ci[a] - cj[a]);
-    return acc;
-  };
-  for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
-    const int64_t L = std::min(kChunk, n - t0);
-    auto qr = [&](int64_t i) { return q + (t0 + i) * stride; };
-    auto kr = [&](int64_t i) { return k + (t0 + i) * stride; };
-    auto vr = [&](int64_t i) { return v + (t0 + i) * stride; };
-    for (int64_t i = 0; i < L; ++i)
-      for (int64_t a = 0; a < d; ++a)
-        c[static_cast<std::size_t>(i * d + a)] = (i ? c[static_cast<std::size_t>((i - 1) * d + a)] : 0.0f) +
-                                                 g[(t0 + i) * ostride + a];
-    for (int64_t i = 0; i < L; ++i) {  // forward substitution through the unit lower-triangular T
-      float* Ui = U.data() + i * d;
-      float* Wi = W.data() + i * d;
-      const float bi = beta[(t0 + i) * bstride];
-      for (int64_t a = 0; a < d; ++a) {
-        Ui[a] = bi * vr(i)[a];
-        Wi[a] = bi * std::exp(c[static_cast<std::size_t>(i * d + a)]) * kr(i)[a];
-      }
-      for (int64_t j = 0; j < i; ++j) {
-        const float tij = bi * decayed_dot(kr(i), i, kr(j), j);
-        const float *Uj = U.data() + j * d, *Wj = W.data() + j * d;
-        for (int64_t a = 0; a < d; ++a) {
-          Ui[a] -= tij * Uj[a];
-          Wi[a] -= tij * Wj[a];
-        }
-      }
-    }
-    for (int64_t i = 0; i < L; ++i) {  // U becomes v' = U - W S
-      float* Ui = U.data() + i * d;
-      const float* Wi = W.data() + i * d;
-      for (int64_t a = 0; a < d; ++a)
-        for (int64_t x = 0; x < d; ++x) Ui[x] -= Wi[a] * S[a * d + x];
-    }
-    for (int64_t i = 0; i < L; ++i) {
-      float* o = out + (t0 + i) * ostride;
-      std::fill(o, o + d, 0.0f);
-      for (int64_t a = 0; a < d; ++a) {
-        const float qa = std::exp(c[static_cast<std::size_t>(i * d + a)]) * qr(i)[a];
-        for (int64_t x = 0; x < d; ++x) o[x] += qa * S[a * d + x];
-      }
-      for (int64_t j = 0; j <= i; ++j) {
-        const float w = decayed_dot(qr(i), i, kr(j), j);
-        const float* Uj = U.data() + j * d;
-        for (int64_t x = 0; x < d; ++x) o[x] += w * Uj[x];
-      }
-    }
-    const float* last = c.data() + (L - 1) * d;
-    for (int64_t a = 0; a < d; ++a) {
-      const float el = std::exp(last[a]);
-      for (int64_t x = 0; x < d; ++x) S[a * d + x] *= el;
-    }
-    for (int64_t i = 0; i < L; ++i) {
-      const float* Ui = U.data() + i * d;
-      for (int64_t a = 0; a < d; ++a) {
-        const float ka = std::exp(last[a] - c[static_cast<std::size_t>(i * d + a)]) * kr(i)[a];
-        for (int64_t x = 0; x < d; ++x) S[a * d + x] += ka * Ui[x];
-      }
-    }
-  }
-}
-
-}  // namespace
 
 KimiDeltaAttention::KimiDeltaAttention(const ModelSpec& s, KdaWeights weights)
     : w_(weights), hidden_(s.hidden_size), nh_(s.linear_num_value_heads), d_(s.linear_value_head_dim),
@@ -228,10 +113,13 @@ void KimiDeltaAttention::forward(AttentionContext& ctx, const float* x, int64_t 
   // The delta rule, one head per task (its state is its own): the chunked form for a
   // forward of at least chunked_min_ tokens, the recurrent one otherwise (the same values).
   const bool chunked = chunked_min_ > 0 && n >= chunked_min_;
+  const linattn::Kernels& kern = linattn::active();
   ctx.pool.parallel_for(nh_, 1, [&](int64_t h0, int64_t h1, int) {
-    for (int64_t h = h0; h < h1; ++h)
-      (chunked ? kda_chunked : kda_recurrent)(conv + h * d, conv + vd + h * d, conv + 2 * vd + h * d, C,
-                                              g + h * d, beta + h, nh_, o + h * d, vd, n, d, heads + h * d * d);
+    for (int64_t h = h0; h < h1; ++h) {
+      const linattn::HeadRows r{conv + h * d, conv + vd + h * d, conv + 2 * vd + h * d, C, beta + h, nh_,
+                                g + h * d,    vd,                true,                  o + h * d, vd, d, d};
+      (chunked ? linattn::delta_rule_chunked : linattn::delta_rule_recurrent)(kern, r, n, heads + h * d * d);
+    }
   });
 
   // Gated RMSNorm over each head's output: o / rms(o) * weight * sigmoid(gate).

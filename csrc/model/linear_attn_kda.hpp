@@ -11,8 +11,8 @@
 // low-rank again), and projected back. That is transformers' recurrent_kimi_delta_attention;
 // its chunked form (chunk_kimi_delta_attention, which transformers' prefill runs: the same
 // values in another order) is here too, for forwards of at least
-// ModelSpec::linear_chunked_min_tokens (0, recurrent only, as for Gated DeltaNet); both
-// scalar.
+// ModelSpec::linear_chunked_min_tokens (0, recurrent only, as for Gated DeltaNet); both in
+// linear_attn_rules.hpp on the SIMD kernels of linear_attn_kernels.hpp.
 //
 // The state (the convolution's last conv_kernel - 1 inputs of the 3 nh d channels, then
 // every head's S) lives in the session's KvCache as Gated DeltaNet's does, the same size

@@ -124,8 +124,9 @@ struct ModelSpec {
   // channel-wise decay, nk = nv, dk = dv) instead of Gated DeltaNet.
   bool linear_kda = false;
   // Forwards of at least this many tokens run the delta rule's chunked form, shorter ones
-  // the recurrent form (0: always recurrent). Both scalar today, and the recurrent form is
-  // the faster (docs/linear-attention.md), so colibri leaves it 0; the tests set it.
+  // the recurrent form (0: always recurrent). With the SIMD kernels as without, the
+  // recurrent form is the faster (docs/linear-attention.md), so colibri leaves it 0; the
+  // tests set it.
   int64_t linear_chunked_min_tokens = 0;
   // GQA per-layer-type overrides (MiMo-V2-Flash), each defaulting to the global value so
   // other families are unchanged: the sliding layers' KV heads (0: n_kv_heads) and RoPE

@@ -11,8 +11,9 @@ import typing
 from . import quant
 from . import io
 from . import attention
+from . import linear_attn
 from . import gpu
-__all__: list[str] = ['ActPrecision', 'AttentionKind', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'FfnActivation', 'ModelSpec', 'QkNorm', 'RouterKind', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'attention', 'forward_batch', 'gpu', 'io', 'quant', 'route', 'swiglu_oai']
+__all__: list[str] = ['ActPrecision', 'AttentionKind', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'FfnActivation', 'ModelSpec', 'QkNorm', 'RouterKind', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'attention', 'forward_batch', 'gpu', 'io', 'linear_attn', 'quant', 'route', 'swiglu_oai']
 class WaitPolicy:
     """
     How the compute team waits between parallel regions of a computation.
