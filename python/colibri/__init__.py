@@ -26,6 +26,7 @@ from .sampling import Sampler, Sampling, StopChecker
 from .settings.config import (
     CacheConfig,
     CachePolicy,
+    ClusterConfig,
     EngineConfig,
     IOConfig,
     SpecConfig,
@@ -42,6 +43,7 @@ __all__ = [
     "CachePolicy",
     "Choice",
     "Chunk",
+    "ClusterConfig",
     "EngineConfig",
     "ExpertStats",
     "Generation",

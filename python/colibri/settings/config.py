@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError
 from ..sizes import format_bytes, parse_bytes
+from .cluster import CLUSTER, ClusterConfig
 from .fields import (
     BOOL,
     MAX_RAM_BUDGET,
@@ -54,6 +55,7 @@ __all__ = [
     "CacheConfig",
     "CachePolicy",
     "Checksums",
+    "ClusterConfig",
     "EngineConfig",
     "IOConfig",
     "KvCacheType",
@@ -470,6 +472,13 @@ class EngineConfig(Settings):
         SPEC, default=None, doc="speculative decoding for every generation of the model")
     """Speculative decoding for every generation of the model (default off); a call's
     ``spec=`` overrides it. Never changes the tokens (see docs/speculative.md)."""
+
+    cluster: Setting[ClusterConfig | Mapping[str, Any] | None, ClusterConfig | None] = Setting(
+        CLUSTER, default=None,
+        doc="routed experts computed by expert workers on a Ray cluster (None: all here)")
+    """Routed experts computed by expert workers on a Ray cluster (docs/cluster.md):
+    ``None`` (default) computes every expert in this process. A mapping is accepted. The
+    outputs are the same bits either way."""
 
     def resolve_activation_precision(self, weight_bytes: int) -> ActivationPrecision:
         """``activation_precision`` unless it is ``"auto"``, which gives ``float32`` for a
