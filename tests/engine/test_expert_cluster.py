@@ -8,7 +8,6 @@ workers. The same over Ray actors: test_expert_cluster_ray.py (slow)."""
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 
 import numpy as np
 import pytest
