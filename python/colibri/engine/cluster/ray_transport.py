@@ -6,6 +6,7 @@ cluster (the optional ``ray`` extra)."""
 from __future__ import annotations
 
 import importlib
+import re
 import socket
 import time
 from collections.abc import Sequence
@@ -141,9 +142,18 @@ class RayTransport:
         self._actors = []
 
 
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception)): (.*)$")
+
+
 def _cause(e: BaseException) -> str:
-    """Ray wraps a worker's exception (RayTaskError / RayActorError): its own message."""
+    """The worker's own exception, as one line. Ray wraps it (RayTaskError, ActorDiedError
+    from a failed __init__) in a message holding the remote traceback; its last exception
+    line is the worker's."""
     cause = getattr(e, "cause", None)
-    if isinstance(cause, BaseException):
+    if isinstance(cause, BaseException) and not hasattr(cause, "cause"):
         return f"{type(cause).__name__}: {cause}"
-    return f"{type(e).__name__}: {e}"
+    for line in reversed(str(e).splitlines()):
+        m = _EXCEPTION_LINE.match(line.strip())
+        if m:
+            return f"{m.group(1)}: {m.group(2)}"
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
