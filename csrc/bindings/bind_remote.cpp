@@ -2,7 +2,8 @@
 // callables as the coordinator's RemoteExperts (colibri.engine.cluster sends the rows to
 // Ray actors there), Engine.compute_experts is a worker's side. The forward runs with the
 // GIL released; the callables take it for the call only. An exception they raise unwinds the
-// forward as Error(Cluster) (colibri.errors.ClusterError) carrying its message.
+// forward as Error(Cluster) (colibri.errors.ClusterError) carrying its message, or as
+// Error(Cancelled) (KeyboardInterrupt) for a Ctrl-C.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -31,6 +32,13 @@ std::string describe(py::error_already_set& e) {
   return type == "ClusterError" ? text : type + ": " + text;
 }
 
+// Ctrl-C while waiting for the workers stops the forward as the cancel check does
+// (KeyboardInterrupt, the session unchanged); any other exception is a ClusterError.
+[[noreturn]] void fail_with(bool interrupted, const std::string& error) {
+  if (interrupted) fail(ErrorKind::Cancelled, "the forward was interrupted");
+  fail(ErrorKind::Cluster, error);
+}
+
 class PyRemoteExperts final : public RemoteExperts {
  public:
   PyRemoteExperts(int64_t n_layers, int64_t n_experts, std::vector<uint8_t> mask, int64_t hidden, py::object start,
@@ -49,6 +57,7 @@ class PyRemoteExperts final : public RemoteExperts {
 
   void start(const RemoteBatch& b) override {
     std::string error;
+    bool interrupted = false;
     {
       py::gil_scoped_acquire gil;
       try {
@@ -57,14 +66,16 @@ class PyRemoteExperts final : public RemoteExperts {
         py::array_t<float> rows({b.total_rows(), hidden_}, b.rows.data());
         start_(b.layer, experts, counts, rows);
       } catch (py::error_already_set& e) {
+        interrupted = e.matches(PyExc_KeyboardInterrupt);
         error = describe(e);
       }
     }
-    if (!error.empty()) fail(ErrorKind::Cluster, error);
+    if (!error.empty()) fail_with(interrupted, error);
   }
 
   void finish(const RemoteBatch& b, float* out) override {
     std::string error;
+    bool interrupted = false;
     {
       py::gil_scoped_acquire gil;
       try {
@@ -76,10 +87,11 @@ class PyRemoteExperts final : public RemoteExperts {
         else
           std::memcpy(out, got.data(), static_cast<std::size_t>(m * hidden_) * sizeof(float));
       } catch (py::error_already_set& e) {
+        interrupted = e.matches(PyExc_KeyboardInterrupt);
         error = describe(e);
       }
     }
-    if (!error.empty()) fail(ErrorKind::Cluster, error);
+    if (!error.empty()) fail_with(interrupted, error);
   }
 
   void cancel() noexcept override {

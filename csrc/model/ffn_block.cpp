@@ -258,7 +258,8 @@ void FfnBlock::predict_next(FfnContext& ctx, const FfnWeights& W, const float* h
   const int64_t ne = s.n_experts, k = s.n_experts_per_tok;
   const FfnWeights& next = *W.next_moe;
   if (next.hash_eid) {  // a hash layer's experts are known from the token ids alone: exact
-    if (ctx.token_ids) ctx.store.prefetch(next.layer, local_only(ctx, next.layer, hash_experts(next, ctx.token_ids, n, k)));
+    if (ctx.token_ids)
+      ctx.store.prefetch(next.layer, local_only(ctx, next.layer, hash_experts(next, ctx.token_ids, n, k)));
     return;
   }
   next_router_.resize(static_cast<std::size_t>(n * ne));
@@ -339,9 +340,19 @@ void FfnBlock::routed_experts(FfnContext& ctx, const FfnWeights& W, const float*
   slot_out_.resize(static_cast<std::size_t>(n * k * d));
   xe_.resize(static_cast<std::size_t>(n * d));
   ye_.resize(static_cast<std::size_t>(n * d));
-  // Experts computed elsewhere go out first: the workers compute while this side does.
+  // Experts computed elsewhere go out first: the workers compute while this side does
+  // (the shared expert now, whose sum comes after the routed one either way, then the
+  // local experts).
   RemoteGuard remote;
-  if (start_remote(ctx, W, h, n, sel, &distinct)) remote.remote = ctx.remote;
+  if (start_remote(ctx, W, h, n, sel, &distinct)) {
+    remote.remote = ctx.remote;
+    if (*shared_pending) {
+      const auto t0 = std::chrono::steady_clock::now();
+      shared_expert(ctx, W, h, n);
+      *shared_pending = false;
+      ctx.phase[kDense] += seconds_since(t0);
+    }
+  }
   store.settle(layer, distinct);
   std::stable_partition(distinct.begin(), distinct.end(),
                         [&](int32_t e) { return store.cached(layer, e); });

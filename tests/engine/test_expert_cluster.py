@@ -111,12 +111,14 @@ def test_worker_with_another_model_file_is_refused(tiny_models: dict[str, TinyMo
 
 
 class _FailingTransport(LocalTransport):
-    def __init__(self, inner: LocalTransport, fail_on_call: int, shape: bool = False) -> None:
+    """In-process workers whose `fail_on_call`-th layer fails the way `mode` says."""
+
+    def __init__(self, inner: LocalTransport, fail_on_call: int, mode: str) -> None:
         super().__init__([])
         self._inner = inner
         self._calls = 0
         self._fail_on = fail_on_call
-        self._shape = shape
+        self._mode = mode
 
     def hello(self, timeout: float):  # type: ignore[no-untyped-def]
         return self._inner.hello(timeout)
@@ -125,17 +127,21 @@ class _FailingTransport(LocalTransport):
         self._calls += 1
         out = self._inner.gather(pending, layer, timeout)
         if self._calls == self._fail_on:
-            if self._shape:
+            if self._mode == "shape":
                 return [(a[:-1], t) for a, t in out]
+            if self._mode == "interrupt":
+                raise KeyboardInterrupt
             raise ClusterError(f"expert worker 0 failed on layer {layer}: it broke")
         return out
 
 
-@pytest.mark.parametrize("shape", [False, True])
+@pytest.mark.parametrize("mode,error", [("error", ClusterError), ("shape", ClusterError),
+                                        ("interrupt", KeyboardInterrupt)])
 def test_worker_failure_raises_and_session_keeps_serving(tiny_models: dict[str, TinyModel],
-                                                         shape: bool) -> None:
-    """A worker failing (or answering with the wrong shape) mid-forward: ClusterError, the
-    session unchanged, and the next forward computes the same bits as before."""
+                                                         mode: str, error: type) -> None:
+    """A worker failing (or answering with the wrong shape, or Ctrl-C while waiting for it)
+    mid-forward: ClusterError (KeyboardInterrupt), the session unchanged, and the next
+    forward computes the same bits as before."""
     path = tiny_models["mixtral"].gguf["Q8_0"]
     with colibri.Model.load(path, engine=ENGINE) as single:
         want = single.session().forward(PROMPT)
@@ -144,11 +150,11 @@ def test_worker_failure_raises_and_session_keeps_serving(tiny_models: dict[str, 
     from colibri.engine.cluster import ExpertWorker
 
     inner = LocalTransport([ExpertWorker(str(path), cfg, 0)])
-    handle.cluster = attach_cluster(_FailingTransport(inner, fail_on_call=2, shape=shape),
+    handle.cluster = attach_cluster(_FailingTransport(inner, fail_on_call=2, mode=mode),
                                     handle.manifest, cfg, handle.core)
     with colibri.Model(handle) as model:
         s = model.session()
-        with pytest.raises(ClusterError, match="worker 0|wrong shape"):
+        with pytest.raises(error):
             s.forward(PROMPT)
         assert s.n_tokens == 0
         np.testing.assert_array_equal(s.forward(PROMPT), want)
@@ -165,6 +171,12 @@ def test_unreachable_address_is_a_cluster_error(tiny_models: dict[str, TinyModel
     engine = ENGINE.replace(cluster=ClusterConfig(address=address, connect_timeout=5))
     with pytest.raises(ClusterError, match=f"the Ray cluster at {address} does not answer"):
         colibri.Model.load(tiny_models["qwen3_moe"].gguf["Q8_0"], engine=engine)
+
+
+def test_dense_model_is_refused(tiny_models: dict[str, TinyModel]) -> None:
+    engine = ENGINE.replace(cluster=ClusterConfig(address="local"))
+    with pytest.raises(ConfigError, match="has no routed experts"):
+        colibri.Model.load(tiny_models["llama"].gguf["Q8_0"], engine=engine)
 
 
 def test_cluster_config_is_validated() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ... import _core
-from ...errors import InternalError
+from ...errors import ConfigError, InternalError
 from ...settings.cluster import ClusterConfig
 from ...settings.config import EngineConfig
 from ...sources import Manifest
@@ -46,6 +46,10 @@ def connect_cluster(path: Path, manifest: Manifest, engine: EngineConfig,
     with `engine`'s settings (resolved: the same arithmetic), and attaches them."""
     from .ray_transport import RayTransport
 
+    if manifest.config.n_experts == 0:
+        raise ConfigError(f"EngineConfig.cluster: {manifest.path.name} has no routed experts, "
+                          "so expert workers would have nothing to compute; load it without "
+                          "a cluster")
     return attach_cluster(RayTransport(path, engine, _cluster_of(engine)), manifest, engine,
                           core)
 
