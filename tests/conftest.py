@@ -77,6 +77,11 @@ ALLOWED_SKIPS = (
         "dependency; these slow tests run where it is installed (docs/testing.md). The "
         "server the replicas run is tested on every run by tests/server/test_server_*.py."),
     AllowedSkip(
+        "tests/engine/test_expert_cluster_ray.py::*", "Ray is not installed",
+        "Ray is the optional ray extra (colibri[ray]), not a test dependency; these slow tests "
+        "run where it is installed (docs/testing.md). The seam and the coordinator they use "
+        "are tested on every run without Ray by tests/engine/test_expert_cluster.py."),
+    AllowedSkip(
         "tests/bench_tools/test_bench_helpers.py::test_disk_bandwidth_small_file",
         "O_DIRECT not supported",
         "The temporary directory is on a file system that refuses O_DIRECT (tmpfs); the "

@@ -18,6 +18,7 @@ static const char* python_class_for(ErrorKind kind) {
     case ErrorKind::Unsupported: return "UnsupportedError";
     case ErrorKind::Internal: return "InternalError";
     case ErrorKind::DeviceUnavailable: return "GPUUnavailableError";
+    case ErrorKind::Cluster: return "ClusterError";
     case ErrorKind::Cancelled: return nullptr;  // a builtin: KeyboardInterrupt
   }
   return "ColibriError";

@@ -10,6 +10,7 @@ void bind_quant(py::module_& m);
 void bind_iquants(py::module_& m);  // after bind_quant: adds to colibri._core.quant
 void bind_threads(py::module_& m);
 void bind_engine(py::module_& m);
+void bind_remote(py::module_& m);  // after bind_engine: adds to colibri._core.Engine
 void bind_session(py::module_& m);
 void bind_io(py::module_& m);
 void bind_attention(py::module_& m);
@@ -25,6 +26,7 @@ PYBIND11_MODULE(_core, m) {
   bind_iquants(m);
   bind_threads(m);
   bind_engine(m);
+  bind_remote(m);
   bind_session(m);
   bind_io(m);
   bind_attention(m);

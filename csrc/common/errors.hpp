@@ -17,6 +17,7 @@ enum class ErrorKind {
   Internal,          // a broken invariant inside the core (a bug)
   Cancelled,         // a forward stopped by its cancellation check (Ctrl-C); nothing changed
   DeviceUnavailable, // no usable GPU: library missing, no adapter, limits too small, device lost
+  Cluster,           // an expert worker failed or answered wrongly (-> ClusterError)
 };
 
 class Error : public std::runtime_error {

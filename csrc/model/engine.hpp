@@ -19,6 +19,7 @@
 #include "model/matmul.hpp"
 #include "model/model_spec.hpp"
 #include "model/phases.hpp"
+#include "model/remote_experts.hpp"
 #include "model/weights.hpp"
 #include "threadpool/threadpool.hpp"
 
@@ -145,6 +146,17 @@ class Engine {
   // keys[offsets[t] .. offsets[t + 1]). Empty for a model without the indexer.
   std::pair<std::vector<int32_t>, std::vector<int64_t>> last_dsa_selection() const;
 
+  // Expert workers (model/remote_experts.hpp; model/engine_remote.cpp). The coordinator's
+  // side: the experts `remote` owns are computed through it from the next forward on (null:
+  // every expert here again); its mask must be [n_layers + n_mtp_layers][n_experts]. A
+  // worker's side: compute_experts runs experts[i] over counts[i] rows of `rows`
+  // ([sum(counts), hidden]) of store layer `layer` into out (same layout), one call at a
+  // time with the forwards.
+  void set_remote_experts(std::shared_ptr<RemoteExperts> remote);
+  bool has_remote_experts() const { return remote_ != nullptr; }
+  void compute_experts(int64_t layer, const std::vector<int32_t>& experts, const std::vector<int64_t>& counts,
+                       const float* rows, float* out);
+
   // Forward of n tokens at positions [pos0, pos0 + n) with the given KV cache (owned by a
   // session). Writes logits of the last position, or of every position when all_logits;
   // none when logits_out is null (a prefill chunk that is not the last: the lm_head is
@@ -228,6 +240,7 @@ class Engine {
   Workspace ws_;
   AttentionScratch attn_ws_;
   FfnBlock ffn_{spec_};  // the FFN of every layer, its routing rule and MoE prefetch state
+  std::shared_ptr<RemoteExperts> remote_;  // null: every routed expert computed here
   PhaseSeconds phase_{};
   double wait_share_ = 0.0;      // smoothed expert-wait share of recent forwards (Auto)
   ActPrecision precision_ = ActPrecision::Int8;

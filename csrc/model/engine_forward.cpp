@@ -113,6 +113,7 @@ void Engine::forward_rows(const std::vector<BatchRow>& rows, const CancelCheck* 
   }
   AttentionContext actx{pool_, ws_.matmul, precision_, attn_ws_};
   FfnContext fctx{pool_, ws_.matmul, precision_, *store_, phase_};
+  fctx.remote = remote_.get();
   std::vector<int32_t> row_ids;  // every row's token id, for hash-routed layers
   for (const BatchRow& r : rows) row_ids.insert(row_ids.end(), r.ids, r.ids + r.n);
   fctx.token_ids = row_ids.data();
@@ -273,6 +274,7 @@ void Engine::mtp_forward(int64_t j, KvCache& kv, int64_t slot0, const float* hid
   mm(*M.eh_proj, ws_.mtp_cat.data(), n, ws_.x.data());
   AttentionContext actx{pool_, ws_.matmul, precision_, attn_ws_};
   FfnContext fctx{pool_, ws_.matmul, precision_, *store_, phase_};
+  fctx.remote = remote_.get();
   decoder_layer(M.block, {AttnSegment{&kv, slot0, n}}, 0, n, actx, fctx, nullptr, stop_if_cancelled);
 
   const auto t0 = std::chrono::steady_clock::now();

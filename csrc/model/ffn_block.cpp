@@ -88,6 +88,34 @@ void mm(FfnContext& ctx, const Tensor& w, const float* x, int64_t n, float* y) {
   matmul(ctx.pool, w.view(), x, n, y, ctx.matmul, ctx.precision);
 }
 
+// Predicted experts less those computed elsewhere: this side never reads them.
+std::vector<int32_t> local_only(const FfnContext& ctx, int64_t layer, std::vector<int32_t> experts) {
+  if (ctx.remote != nullptr)
+    experts.erase(std::remove_if(experts.begin(), experts.end(),
+                                 [&](int32_t e) { return ctx.remote->owns(layer, e); }),
+                  experts.end());
+  return experts;
+}
+
+// Expert e's rows of the layer's expert biases (none when the model has none).
+ExpertBiases expert_biases(const ModelSpec& s, const FfnWeights& W, int32_t e) {
+  ExpertBiases eb;
+  if (W.gate_exps_bias) {
+    eb.gate = W.gate_exps_bias->f32() + static_cast<int64_t>(e) * s.moe_intermediate_size;
+    eb.up = W.up_exps_bias->f32() + static_cast<int64_t>(e) * s.moe_intermediate_size;
+    eb.down = W.down_exps_bias->f32() + static_cast<int64_t>(e) * s.hidden_size;
+  }
+  return eb;
+}
+
+// Forgets a started remote batch when the MoE block unwinds before finishing it.
+struct RemoteGuard {
+  RemoteExperts* remote = nullptr;
+  ~RemoteGuard() {
+    if (remote) remote->cancel();
+  }
+};
+
 }  // namespace
 
 FfnBlock::FfnBlock(const ModelSpec& spec) : spec_(spec) {
@@ -230,13 +258,14 @@ void FfnBlock::predict_next(FfnContext& ctx, const FfnWeights& W, const float* h
   const int64_t ne = s.n_experts, k = s.n_experts_per_tok;
   const FfnWeights& next = *W.next_moe;
   if (next.hash_eid) {  // a hash layer's experts are known from the token ids alone: exact
-    if (ctx.token_ids) ctx.store.prefetch(next.layer, hash_experts(next, ctx.token_ids, n, k));
+    if (ctx.token_ids)
+      ctx.store.prefetch(next.layer, local_only(ctx, next.layer, hash_experts(next, ctx.token_ids, n, k)));
     return;
   }
   next_router_.resize(static_cast<std::size_t>(n * ne));
   mm(ctx, *next.router, h, n, next_router_.data());
   // The next layer's whole rule (its bias and groups included), not an approximation.
-  ctx.store.prefetch(next.layer, distinct_routed(next, next_router_.data(), n, ne, k));
+  ctx.store.prefetch(next.layer, local_only(ctx, next.layer, distinct_routed(next, next_router_.data(), n, ne, k)));
 }
 
 // The first-layer guess (issue 14, "the per-token gap"): nothing predicts the first MoE
@@ -274,7 +303,8 @@ void FfnBlock::guess_first_layer(FfnContext& ctx, const Tensor& ffn_norm, const 
   }
   next_router_.resize(static_cast<std::size_t>(n * ne));
   mm(ctx, *W.router, guess_h_.data(), n, next_router_.data());
-  ctx.store.prefetch(W.layer, distinct_routed(W, next_router_.data(), n, ne, k), /*first=*/true);
+  ctx.store.prefetch(W.layer, local_only(ctx, W.layer, distinct_routed(W, next_router_.data(), n, ne, k)),
+                     /*first=*/true);
   ctx.phase[kRouter] += seconds_since(t0);
 }
 
@@ -282,7 +312,7 @@ void FfnBlock::prefetch_hash_layer(FfnContext& ctx, const FfnWeights& W, int64_t
   if (!ctx.store.settings().prefetch || W.hash_eid == nullptr || ctx.token_ids == nullptr || n > kPrefetchMaxTokens ||
       ctx.store.empty())
     return;
-  ctx.store.prefetch(W.layer, hash_experts(W, ctx.token_ids, n, spec_.n_experts_per_tok));
+  ctx.store.prefetch(W.layer, local_only(ctx, W.layer, hash_experts(W, ctx.token_ids, n, spec_.n_experts_per_tok)));
 }
 
 void FfnBlock::remember_first_input(const float* x, int64_t n) {
@@ -307,13 +337,26 @@ void FfnBlock::routed_experts(FfnContext& ctx, const FfnWeights& W, const float*
   std::vector<int32_t> distinct(sel);
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  slot_out_.resize(static_cast<std::size_t>(n * k * d));
+  xe_.resize(static_cast<std::size_t>(n * d));
+  ye_.resize(static_cast<std::size_t>(n * d));
+  // Experts computed elsewhere go out first: the workers compute while this side does
+  // (the shared expert now, whose sum comes after the routed one either way, then the
+  // local experts).
+  RemoteGuard remote;
+  if (start_remote(ctx, W, h, n, sel, &distinct)) {
+    remote.remote = ctx.remote;
+    if (*shared_pending) {
+      const auto t0 = std::chrono::steady_clock::now();
+      shared_expert(ctx, W, h, n);
+      *shared_pending = false;
+      ctx.phase[kDense] += seconds_since(t0);
+    }
+  }
   store.settle(layer, distinct);
   std::stable_partition(distinct.begin(), distinct.end(),
                         [&](int32_t e) { return store.cached(layer, e); });
 
-  slot_out_.resize(static_cast<std::size_t>(n * k * d));
-  xe_.resize(static_cast<std::size_t>(n * d));
-  ye_.resize(static_cast<std::size_t>(n * d));
   std::vector<int64_t> slots;
   std::size_t next_request = 0, next_compute = 0;
   bool predicted = false;
@@ -356,19 +399,103 @@ void FfnBlock::routed_experts(FfnContext& ctx, const FfnWeights& W, const float*
     for (int64_t r = 0; r < m; ++r)
       std::memcpy(xe_.data() + r * d, h + (slots[static_cast<std::size_t>(r)] / k) * d,
                   static_cast<std::size_t>(d) * sizeof(float));
-    ExpertBiases eb;
-    if (W.gate_exps_bias) {
-      eb.gate = W.gate_exps_bias->f32() + static_cast<int64_t>(e) * s.moe_intermediate_size;
-      eb.up = W.up_exps_bias->f32() + static_cast<int64_t>(e) * s.moe_intermediate_size;
-      eb.down = W.down_exps_bias->f32() + static_cast<int64_t>(e) * d;
-    }
-    expert_ffn(ctx, w, xe_.data(), m, s.moe_intermediate_size, ye_.data(), eb);
+    expert_ffn(ctx, w, xe_.data(), m, s.moe_intermediate_size, ye_.data(), expert_biases(s, W, e));
     for (int64_t r = 0; r < m; ++r)
       std::memcpy(slot_out_.data() + slots[static_cast<std::size_t>(r)] * d, ye_.data() + r * d,
                   static_cast<std::size_t>(d) * sizeof(float));
     store.release(layer, e);
     store.pump_prefetch();  // reads finished meanwhile: idle capacity for the lookahead
     ctx.phase[kExpertMatmul] += seconds_since(t0);
+  }
+  if (remote.remote) {
+    finish_remote(ctx);
+    remote.remote = nullptr;
+  }
+}
+
+bool FfnBlock::start_remote(FfnContext& ctx, const FfnWeights& W, const float* h, int64_t n,
+                            const std::vector<int32_t>& sel, std::vector<int32_t>* distinct) {
+  if (ctx.remote == nullptr) return false;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t layer = W.layer, d = spec_.hidden_size, k = spec_.n_experts_per_tok;
+  RemoteBatch& b = remote_;
+  b.layer = layer;
+  b.experts.clear();
+  b.counts.clear();
+  b.rows.clear();
+  remote_slots_.clear();
+  std::vector<int32_t> local;
+  for (int32_t e : *distinct) {
+    if (!ctx.remote->owns(layer, e)) {
+      local.push_back(e);
+      continue;
+    }
+    // The same rows in the same order as the local path would give this expert.
+    int64_t m = 0;
+    for (int64_t i = 0; i < n * k; ++i)
+      if (sel[static_cast<std::size_t>(i)] == e) {
+        const float* row = h + (i / k) * d;
+        b.rows.insert(b.rows.end(), row, row + d);
+        remote_slots_.push_back(i);
+        ++m;
+      }
+    b.experts.push_back(e);
+    b.counts.push_back(m);
+  }
+  distinct->swap(local);
+  if (b.experts.empty()) return false;
+  ctx.remote->start(b);
+  ctx.phase[kRouter] += seconds_since(t0);
+  return true;
+}
+
+// Waits for the remote batch and parks each row's result in its (token, slot) place.
+void FfnBlock::finish_remote(FfnContext& ctx) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t d = spec_.hidden_size;
+  remote_out_.resize(remote_slots_.size() * static_cast<std::size_t>(d));
+  ctx.remote->finish(remote_, remote_out_.data());
+  for (std::size_t r = 0; r < remote_slots_.size(); ++r)
+    std::memcpy(slot_out_.data() + remote_slots_[r] * d, remote_out_.data() + static_cast<int64_t>(r) * d,
+                static_cast<std::size_t>(d) * sizeof(float));
+  ctx.phase[kExpertWait] += seconds_since(t0);
+}
+
+void FfnBlock::compute_experts(FfnContext& ctx, const FfnWeights& W, const std::vector<int32_t>& experts,
+                               const std::vector<int64_t>& counts, const float* rows, float* out) {
+  const ModelSpec& s = spec_;
+  const int64_t layer = W.layer, d = s.hidden_size;
+  if (!W.is_moe) fail(ErrorKind::InvalidArgument, "layer " + std::to_string(layer) + " has no routed experts");
+  if (experts.size() != counts.size())
+    fail(ErrorKind::InvalidArgument, "compute_experts: give one row count per expert");
+  ExpertStore& store = ctx.store;
+  int64_t row = 0;
+  try {
+    for (std::size_t i = 0; i < experts.size(); ++i) {
+      const int32_t e = experts[i];
+      const int64_t m = counts[i];
+      if (e < 0 || e >= s.n_experts || m < 0)
+        fail(ErrorKind::InvalidArgument, "compute_experts: expert " + std::to_string(e) + " with " +
+                                             std::to_string(m) + " rows is out of range");
+      if (m == 0) continue;
+      auto t0 = std::chrono::steady_clock::now();
+      if (!store.request(layer, e))
+        fail(ErrorKind::Internal, "the expert cache has no free slot for layer " + std::to_string(layer));
+      const ExpertViews& w = store.wait(layer, e);
+      ctx.phase[kExpertWait] += seconds_since(t0);
+      t0 = std::chrono::steady_clock::now();
+      // Through xe_ and ye_ as in routed_experts: the kernels see the same buffers' rows.
+      xe_.assign(rows + row * d, rows + (row + m) * d);
+      ye_.resize(static_cast<std::size_t>(m * d));
+      expert_ffn(ctx, w, xe_.data(), m, s.moe_intermediate_size, ye_.data(), expert_biases(s, W, e));
+      std::memcpy(out + row * d, ye_.data(), static_cast<std::size_t>(m * d) * sizeof(float));
+      store.release(layer, e);
+      row += m;
+      ctx.phase[kExpertMatmul] += seconds_since(t0);
+    }
+  } catch (...) {
+    store.abort();
+    throw;
   }
 }
 

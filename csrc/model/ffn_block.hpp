@@ -15,6 +15,7 @@
 #include "model/matmul.hpp"
 #include "model/model_spec.hpp"
 #include "model/phases.hpp"
+#include "model/remote_experts.hpp"
 #include "model/routers/router.hpp"
 #include "model/weights.hpp"
 
@@ -68,6 +69,7 @@ struct FfnContext {
   ExpertStore& store;
   PhaseSeconds& phase;
   const int32_t* token_ids = nullptr;  // the rows' token ids: hash-routed layers need them
+  RemoteExperts* remote = nullptr;     // experts computed elsewhere (model/remote_experts.hpp)
 };
 
 class FfnBlock {
@@ -96,11 +98,22 @@ class FfnBlock {
   // are queued as prefetches before its attention (exact, not a guess). The engine calls it
   // for the first MoE layer; the lookahead covers a hash layer after another MoE layer.
   void prefetch_hash_layer(FfnContext& ctx, const FfnWeights& W, int64_t n);
+  // An expert worker's side of model/remote_experts.hpp: experts[i] over counts[i] rows of
+  // `rows` ([sum(counts), hidden], expert after expert), each through the store and the same
+  // kernels as the MoE block's, into out (same layout). Error(InvalidArgument) for an expert
+  // or layer out of range.
+  void compute_experts(FfnContext& ctx, const FfnWeights& W, const std::vector<int32_t>& experts,
+                       const std::vector<int64_t>& counts, const float* rows, float* out);
 
  private:
   void moe_block(FfnContext& ctx, const FfnWeights& W, const float* h, int64_t n, int32_t* routing_out, float* out);
   void routed_experts(FfnContext& ctx, const FfnWeights& W, const float* h, int64_t n, const std::vector<int32_t>& sel,
                       bool* shared_pending);
+  // Moves the remote experts out of `distinct` into remote_ and starts their batch; false
+  // when there are none.
+  bool start_remote(FfnContext& ctx, const FfnWeights& W, const float* h, int64_t n, const std::vector<int32_t>& sel,
+                    std::vector<int32_t>* distinct);
+  void finish_remote(FfnContext& ctx);
   void shared_expert(FfnContext& ctx, const FfnWeights& W, const float* h, int64_t n);
   void predict_next(FfnContext& ctx, const FfnWeights& W, const float* h, int64_t n);
   void expert_ffn(FfnContext& ctx, const ExpertViews& e, const float* x, int64_t n, int64_t ffn, float* out,
@@ -113,6 +126,11 @@ class FfnBlock {
   // expert output, one expert's input and output rows, the lookahead's router logits, the
   // shared expert's output.
   std::vector<float> gate_, up_, router_logits_, slot_out_, xe_, ye_, next_router_, shared_out_;
+  // The layer's batch for the remote experts, the (token, slot) place of each of its rows,
+  // and their results.
+  RemoteBatch remote_;
+  std::vector<int64_t> remote_slots_;
+  std::vector<float> remote_out_;
   // The first-layer guess's context part: what the first MoE layer's attention added to the
   // residual stream of the latest forward's last row (its FFN input minus its input);
   // guess_base_ keeps that input of the current forward's last row.

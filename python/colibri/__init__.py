@@ -27,6 +27,7 @@ from .sampling import Sampler, Sampling, StopChecker
 from .settings.config import (
     CacheConfig,
     CachePolicy,
+    ClusterConfig,
     EngineConfig,
     GPUConfig,
     IOConfig,
@@ -44,6 +45,7 @@ __all__ = [
     "CachePolicy",
     "Choice",
     "Chunk",
+    "ClusterConfig",
     "EngineConfig",
     "ExpertStats",
     "GPUConfig",

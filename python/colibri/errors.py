@@ -60,11 +60,18 @@ class GPUUnavailableError(ColibriError, RuntimeError):
     lost. The message names which; the CPU path is unaffected."""
 
 
+class ClusterError(ColibriError, ConnectionError):
+    """An expert cluster (``EngineConfig.cluster``) cannot serve: its Ray address does not
+    answer, a worker runs another model file (fingerprint), or a worker failed or answered
+    wrongly during a forward. The message names the worker and what to do."""
+
+
 class InternalError(ColibriError, RuntimeError):
     """A broken invariant inside colibri: a bug, please report it."""
 
 
 __all__ = [
+    "ClusterError",
     "ColibriError",
     "ConfigError",
     "ContextOverflowError",

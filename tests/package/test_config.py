@@ -132,7 +132,8 @@ def test_from_dict_and_round_trip() -> None:
                            "cache": CacheConfig().to_dict(), "prefill_chunk": 512,
                            "kv_cache_type": "auto", "prompt_cache": 0,
                            "spec": {"drafter": "off", "max_draft": 8, "ngram_sizes": [3, 2, 1]},
-                           "device": "cpu", "gpu": {"adapter": None, "memory_budget": None}}
+                           "device": "cpu", "gpu": {"adapter": None, "memory_budget": None},
+                           "cluster": None}
     assert EngineConfig.from_dict(e.to_dict()) == e
     assert EngineConfig.from_dict({}) == EngineConfig()
     # A ThreadConfig object is accepted where a mapping is.

@@ -987,6 +987,10 @@ class Engine:
     activation_precision: ActPrecision
     def __init__(self, spec: ModelSpec, tensors: collections.abc.Sequence[TensorSpec], files: collections.abc.Sequence[str], threads: ThreadSettings, blobs: collections.abc.Sequence[ExpertBlob] = []) -> None:
         ...
+    def compute_experts(self, layer: typing.SupportsInt | typing.SupportsIndex, experts: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], counts: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], rows: typing.Annotated[numpy.typing.ArrayLike, numpy.float32]) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        An expert worker's side: experts[i] over counts[i] rows of `rows` (store layer `layer`)
+        """
     def configure_store(self, settings: StoreSettings) -> None:
         ...
     def configure_threads(self, settings: ThreadSettings) -> None:
@@ -1017,6 +1021,10 @@ class Engine:
         ...
     def route_counts(self) -> numpy.typing.NDArray[numpy.uint64]:
         ...
+    def set_remote_experts(self, mask: typing.Any, start: typing.Any = None, finish: typing.Any = None, cancel: typing.Any = None) -> None:
+        """
+        Experts computed elsewhere from the next forward on: mask [layers][experts] (nonzero: remote), start(layer, experts, counts, rows), finish() -> rows' results, cancel(); mask None: every expert here
+        """
     def set_expert_pins(self, keys: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
         ...
     def set_io_fault(self, fault: str) -> None:
@@ -1054,6 +1062,9 @@ class Engine:
         """
         Whether the first-layer guess's own governor has its reads on now.
         """
+    @property
+    def has_remote_experts(self) -> bool:
+        ...
     @property
     def io_depth_curve(self) -> list[tuple[int, float]]:
         """

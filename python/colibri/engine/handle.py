@@ -10,6 +10,7 @@ the Model, so it does not depend on the facade above it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +39,9 @@ from .streaming import (
     with_resolved_precision,
 )
 
+if TYPE_CHECKING:
+    from .cluster import ExpertCluster, WorkerStats
+
 __all__ = ["EngineHandle", "load_engine"]
 
 
@@ -46,7 +50,8 @@ class EngineHandle:
 
     def __init__(self, manifest: Manifest, engine: EngineConfig, core: _core.Engine,
                  plan: BudgetPlan | None = None, history: RoutingHistory | None = None,
-                 history_base: npt.NDArray[np.uint64] | None = None) -> None:
+                 history_base: npt.NDArray[np.uint64] | None = None,
+                 cluster: ExpertCluster | None = None) -> None:
         self.manifest = manifest
         self.engine_config = engine
         self._core: _core.Engine | None = core
@@ -58,6 +63,8 @@ class EngineHandle:
         self._history_base = history_base
         self.name = manifest.path.name
         self.kv_type = session_kv_type(manifest, engine)
+        # The expert workers computing the routed experts (EngineConfig.cluster), or None.
+        self.cluster = cluster
 
     @property
     def config(self) -> ModelConfig:
@@ -102,8 +109,19 @@ class EngineHandle:
             return
         history.save(base + core.route_counts())
 
+    def cluster_stats(self) -> list[WorkerStats]:
+        """Per expert worker: requests, rows, bytes, round-trip and wait time (empty
+        without a cluster)."""
+        return self.cluster.stats() if self.cluster is not None else []
+
     def release(self) -> None:
-        """Drops the engine: its memory is freed once no session holds it. Idempotent."""
+        """Drops the engine: its memory is freed once no session holds it, and stops its
+        expert workers. Idempotent."""
+        if self._core is not None and self.cluster is not None:
+            self._core.set_remote_experts(None)
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
         self._core = None
 
 
@@ -131,6 +149,11 @@ def load_engine(path: Path, engine: EngineConfig | None) -> EngineHandle:
     base = history.load() if history is not None else None
     if base is not None and engine.cache.policy is CachePolicy.PINNED:
         core.set_expert_pins(pin_order(base))
-    if engine.cache.preload and plan.cache_slots >= int(core.streamed_experts):
+    cluster = None
+    if engine.cluster is not None:  # the workers compute every routed expert: none to preload
+        from .cluster import connect_cluster
+
+        cluster = connect_cluster(path, manifest, engine, core)
+    elif engine.cache.preload and plan.cache_slots >= int(core.streamed_experts):
         core.preload_experts()
-    return EngineHandle(manifest, engine, core, plan, history, base)
+    return EngineHandle(manifest, engine, core, plan, history, base, cluster)

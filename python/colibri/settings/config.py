@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError
 from ..sizes import format_bytes, parse_bytes
+from .cluster import CLUSTER, ClusterConfig
 from .fields import (
     BOOL,
     MAX_RAM_BUDGET,
@@ -55,6 +56,7 @@ __all__ = [
     "CacheConfig",
     "CachePolicy",
     "Checksums",
+    "ClusterConfig",
     "Device",
     "EngineConfig",
     "GPUConfig",
@@ -498,6 +500,13 @@ class EngineConfig(Settings):
         doc="with device=\"gpu\": which adapter and how much of its memory")
     """The GPU's settings (:class:`GPUConfig`: the adapter, a memory budget for the
     uploaded weights); used with ``device="gpu"``. A mapping is accepted."""
+
+    cluster: Setting[ClusterConfig | Mapping[str, Any] | None, ClusterConfig | None] = Setting(
+        CLUSTER, default=None,
+        doc="routed experts computed by expert workers on a Ray cluster (None: all here)")
+    """Routed experts computed by expert workers on a Ray cluster (docs/cluster.md):
+    ``None`` (default) computes every expert in this process. A mapping is accepted. The
+    outputs are the same bits either way."""
 
     def resolve_activation_precision(self, weight_bytes: int) -> ActivationPrecision:
         """``activation_precision`` unless it is ``"auto"``, which gives ``float32`` for a
