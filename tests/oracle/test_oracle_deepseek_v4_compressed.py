@@ -23,6 +23,7 @@ import torch
 from safetensors.torch import load_file
 
 import colibri
+from colibri.convert import write_container
 from colibri.engine.streaming import _kv_and_work
 from colibri.generate.batching import forward_batch
 from support.checkpoint_edits import with_tensor
@@ -38,7 +39,8 @@ IDS = prompt_ids(N_PROMPT, vocab=VOCAB)
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Tiny:
-    return build_deepseek_v4(tmp_path_factory.mktemp("deepseek-v4-compressed"), seed=19, **COMPRESSED)
+    d = tmp_path_factory.mktemp("deepseek-v4-compressed")
+    return build_deepseek_v4(d, seed=19, **COMPRESSED)
 
 
 @pytest.fixture(scope="module")
@@ -116,13 +118,14 @@ def test_saved_forked_and_rolled_back_sessions_continue_exactly(tiny: Tiny, tmp_
     want = s.forward(IDS[-1:]).copy()
     np.testing.assert_array_equal(m.load_session(tmp_path / "v4c.session").forward(IDS[-1:]), want)
     np.testing.assert_array_equal(fork.forward(IDS[-1:]), want)
-    for back in (3, 8):  # 48 -> 45 (inside a window), 48 + 2 - 8 = 42... then again
+    for back in (3, 8):  # to 47 tokens (inside a window), then to 42
         s.forward([7, 9])
         s.rollback(back)
         n = s.n_tokens
         fresh = m.session()
         fresh.forward([*IDS, 7, 9][:n])
-        np.testing.assert_array_equal(s.forward([5]), fresh.forward([5]), err_msg=f"rollback {back}")
+        np.testing.assert_array_equal(s.forward([5]), fresh.forward([5]),
+                                      err_msg=f"rollback {back}")  # fmt: skip
 
 
 def test_the_compressed_state_is_counted(tiny: Tiny) -> None:
@@ -155,13 +158,33 @@ _MUTATIONS = {  # the release's names (transformers' save_pretrained writes them
 
 
 @pytest.mark.parametrize("what", sorted(_MUTATIONS))
-def test_a_changed_weight_misses_the_bound(tiny: Tiny, tmp_path: Path, ref: np.ndarray, what: str) -> None:
+def test_a_changed_weight_misses_the_bound(tiny: Tiny, tmp_path: Path, ref: np.ndarray,
+                                          what: str) -> None:
     d = tiny[0]
     name = _MUTATIONS[what]
     sd = load_file(d / "model.safetensors")
     name = name if name in sd else "model." + name
     value = sd[name].clone()
     value = value + 0.5 * torch.randn(value.shape, generator=torch.Generator().manual_seed(1))
-    got = _load(with_tensor(d, tmp_path / "changed", name, value)).session().forward(IDS, all_logits=True)
+    changed = _load(with_tensor(d, tmp_path / "changed", name, value))
+    got = changed.session().forward(IDS, all_logits=True)
     err, tol = float(np.abs(got - ref).max()), RTOL * float(np.abs(ref).max())
     assert err > tol, f"{what}: changing it moved no logit past the bound ({err:.3g})"
+
+
+def test_the_container_runs_it(tiny: Tiny, tmp_path: Path) -> None:
+    """``colibri convert``: kept, the same logits bit for bit; in Q8_0 the compressors'
+    position biases stay F32 (the core reads them so) and the model runs."""
+    d = tiny[0]
+    want = _load(d).session().forward(IDS, all_logits=True)
+    write_container(d, tmp_path / "keep")
+    np.testing.assert_array_equal(_load(tmp_path / "keep").session().forward(IDS, all_logits=True),
+                                  want)  # fmt: skip
+    write_container(d, tmp_path / "q8", quant="q8_0")
+    m = _load(tmp_path / "q8")
+    types = {n: t.dtype for n, t in m.manifest.tensors.items()}
+    assert types["blk.1.attn_compressor_kv"] == "Q8_0"
+    assert {types[n] for n in ("blk.1.attn_compressor_ape", "blk.1.indexer_compressor_ape",
+                               "blk.2.attn_compressor_ape")} == {"F32"}  # fmt: skip
+    got = m.session().forward(IDS, all_logits=True)
+    assert np.isfinite(got).all() and got.shape == want.shape

@@ -115,10 +115,10 @@ def indexer_margins(model: torch.nn.Module, ids: list[int]) -> list[float]:
     cfg = model.config
     rate, k = cfg.compress_rates["compressed_sparse_attention"], cfg.index_topk
     scores: list[torch.Tensor] = []
-    hooks = [layer.self_attn.compressor.indexer.scorer.register_forward_hook(
-        lambda mod, args, out: scores.append(out[0]))
-        for layer in model.model.layers
-        if layer.self_attn.compressor is not None and hasattr(layer.self_attn.compressor, "indexer")]  # fmt: skip
+    indexers = [layer.self_attn.compressor.indexer for layer in model.model.layers
+                if hasattr(layer.self_attn.compressor, "indexer")]  # fmt: skip
+    hooks = [ix.scorer.register_forward_hook(lambda mod, args, out: scores.append(out[0]))
+             for ix in indexers]  # fmt: skip
     try:
         model(input_ids=torch.tensor([ids]), use_cache=False)
     finally:

@@ -226,7 +226,8 @@ def _compressed_fields(inp: HFInput, attn: list[str]) -> dict[str, Any]:
                csa_layers=tuple(t == "compressed_sparse_attention" for t in attn),
                compress_rope_theta=theta, compress_rope_scaling=scaling)  # fmt: skip
     if "compressed_sparse_attention" in attn:
-        out.update(index_n_heads=f.int("index_n_heads", 64), index_head_dim=f.int("index_head_dim", 128),
+        out.update(index_n_heads=f.int("index_n_heads", 64),
+                   index_head_dim=f.int("index_head_dim", 128),
                    index_topk=f.int("index_topk", 512))  # fmt: skip
     return out
 
@@ -259,10 +260,8 @@ def _gguf_config(inp: GGUFInput) -> ModelConfig:
     if len(ratios) != n_layers:
         raise bad(inp.where, f"{a}.attention.compress_ratios", ratios,
                   f"{n_layers} values, one per layer")  # fmt: skip
-    if any(r != 0 for r in ratios):
-        raise UnsupportedError(f"{inp.where}: DeepSeek-V4 layers with compressed attention "
-                               f"(compress_ratios {ratios}) are not implemented yet (colibri "
-                               f"runs sliding_attention layers, ratio 0)")  # fmt: skip
+    compressed = _gguf_compressed(inp, [as_int(r, f"{a}.attention.compress_ratios", inp.where,
+                                               lo=0, hi=1 << 20) for r in ratios])  # fmt: skip
     if meta.int(f"{a}.nextn_predict_layers", 0, lo=0):
         raise UnsupportedError(f"{inp.where}: DeepSeek-V4's multi-token-prediction layers are "
                                f"not implemented")  # fmt: skip
@@ -282,7 +281,7 @@ def _gguf_config(inp: GGUFInput) -> ModelConfig:
     rope_dim = meta.int(f"{a}.rope.dimension_count")
     moe_ffn = meta.int(f"{a}.expert_feed_forward_length")
     return ModelConfig(
-        **base,
+        **{**base, **compressed},
         arch=ARCH,
         head_dim=head_dim,
         intermediate_size=0,
@@ -315,6 +314,29 @@ def _gguf_config(inp: GGUFInput) -> ModelConfig:
         hc_sinkhorn_iters=meta.int(f"{a}.hyper_connection.sinkhorn_iterations"),
         hc_eps=meta.f32(f"{a}.hyper_connection.epsilon"),
     )
+
+
+def _gguf_compressed(inp: GGUFInput, ratios: list[int]) -> dict[str, Any]:
+    """The compressed layers' fields from a ``deepseek4`` file: the converter's
+    compress_ratios (0: sliding), CSA where the layer has the indexer's tensors, the
+    indexer's keys, compress_rope_freq_base, and the file's RoPE scaling (the compressed
+    layers' only, as transformers applies it)."""
+    a, meta = inp.arch, inp.meta
+    if not any(ratios):
+        return {}
+    names = set(inp.tensors)
+    csa = tuple(any(f"blk.{i}.indexer.proj{x}" in names for x in ("", ".weight"))
+                for i in range(len(ratios)))  # fmt: skip
+    out: dict[str, Any] = dict(
+        compress_ratios=tuple(ratios), csa_layers=csa,
+        compress_rope_theta=meta.positive(f"{a}.attention.compress_rope_freq_base", 160000.0),
+        compress_rope_scaling=inp.base.get("rope_scaling"), rope_scaling=None,
+    )  # fmt: skip
+    if any(csa):
+        out.update(index_n_heads=meta.int(f"{a}.attention.indexer.head_count"),
+                   index_head_dim=meta.int(f"{a}.attention.indexer.key_length"),
+                   index_topk=meta.int(f"{a}.attention.indexer.top_k"))  # fmt: skip
+    return out
 
 
 def _gguf_name(arch: str, name: str, shape: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
