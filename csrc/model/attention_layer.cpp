@@ -4,6 +4,7 @@
 #include "model/attn_gqa.hpp"
 #include "model/attn_mla.hpp"
 #include "model/attn_v4.hpp"
+#include "model/attn_v4_compressed.hpp"
 #include "model/linear_attn_gdn.hpp"
 #include "model/linear_attn_kda.hpp"
 
@@ -30,6 +31,9 @@ std::unique_ptr<AttentionLayer> make_attention(const ModelSpec& spec, const Weig
     case AttentionKind::Mla:
       return std::make_unique<MlaAttention>(spec, weights, layer);
     case AttentionKind::V4Sliding:
+      if (layer < static_cast<int64_t>(spec.compress_ratios.size()) &&
+          spec.compress_ratios[static_cast<std::size_t>(layer)] > 0)
+        return std::make_unique<V4CompressedAttention>(spec, weights, layer);
       return std::make_unique<V4SlidingAttention>(spec, weights, layer);
   }
   fail(ErrorKind::Unsupported, "model spec: unknown attention kind " +

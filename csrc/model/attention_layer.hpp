@@ -1,6 +1,7 @@
 // The seam between the engine's layer loop and one layer's attention. Each attention kind
 // (grouped-query attention, attn_gqa; multi-head latent attention with or without the DSA
-// indexer, attn_mla + dsa_indexer) is a small unit
+// indexer, attn_mla + dsa_indexer; DeepSeek-V4's sliding and compressed layers, attn_v4 +
+// attn_v4_compressed) is a small unit
 // with its own weights struct, its own KV-cache layout and its own forward, chosen per
 // layer from the spec when the model loads (make_attention). The engine only orchestrates:
 // it norms the residual stream, calls the layer's unit, adds the result back.
@@ -58,6 +59,12 @@ struct AttentionScratch {
   std::vector<int64_t> dsa_offsets;
   std::vector<float> gdn;  // linear attention (linear_attn_gdn.cpp): projections, conv, outputs
   std::vector<float> gate;  // GQA with attention_output_gate: the gate per token
+  // DeepSeek-V4 compressed layers (attn_v4_compressed.cpp): a compressor's projections, the
+  // indexer's queries and head weights, a pass's window rows as F32; the entries query t
+  // attends to, v4c_sel[v4c_off[t] .. v4c_off[t + 1]).
+  std::vector<float> v4c_kv, v4c_gate, v4c_iq, v4c_iw, v4c_rows;
+  std::vector<int32_t> v4c_sel;
+  std::vector<int64_t> v4c_off;
 };
 
 // One session's rows in a batched forward (continuous batching): n tokens at positions

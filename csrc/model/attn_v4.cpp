@@ -30,6 +30,12 @@ V4SlidingAttention::V4SlidingAttention(const ModelSpec& s, const WeightStore& st
       group_rank_(s.o_lora_rank), window_(s.sliding_window), eps_(s.rms_norm_eps),
       scale_(s.attention_scale > 0 ? s.attention_scale : 1.0f / std::sqrt(static_cast<float>(s.head_dim))),
       rope_inv_freq_(s.rope_inv_freq), rope_factor_(s.rope_attention_factor) {
+  if (layer < static_cast<int64_t>(s.compress_ratios.size()) && s.compress_ratios[static_cast<std::size_t>(layer)] > 0) {
+    if (s.compress_rope_inv_freq.size() != s.rope_inv_freq.size())
+      fail(ErrorKind::InvalidArgument, "model spec: compress_rope_inv_freq must rotate as many pairs as rope_inv_freq");
+    rope_inv_freq_ = s.compress_rope_inv_freq;  // the compressed layers' queries and keys: "compress"
+    rope_factor_ = s.compress_rope_attention_factor;
+  }
   if (q_lora_ <= 0 || groups_ <= 0 || group_rank_ <= 0 || (n_heads_ * head_dim_) % groups_ != 0)
     fail(ErrorKind::InvalidArgument,
          "model spec: V4 attention needs q_lora_rank > 0, o_lora_rank > 0 and o_groups dividing n_heads * head_dim");
@@ -56,6 +62,22 @@ KvLayerLayout V4SlidingAttention::kv_layout() const { return KvLayerLayout{1, he
 
 void V4SlidingAttention::forward(AttentionContext& ctx, const float* x, int64_t n, int64_t pos0, KvCache& kv,
                                  int64_t layer, float* out) {
+  project(ctx, x, n, pos0);
+  AttentionScratch& ws = ctx.scratch;
+  // The layer keeps a ring (kv_cache.hpp), which holds ring - window + 1 queries' windows
+  // at once: the rows are stored and attended in passes of that many, as attn_gqa.cpp does
+  // (the same bits: a query's result does not depend on the batch it runs in).
+  const int64_t ring = kv.ring(layer);
+  const int64_t pass = ring > 0 ? ring - window_ + 1 : std::max<int64_t>(n, 1);
+  for (int64_t i0 = 0; i0 < n; i0 += pass) {
+    const int64_t i1 = std::min(n, i0 + pass);
+    for (int64_t t = i0; t < i1; ++t) kv.store_k(layer, pos0 + t, ws.k.data() + t * head_dim_);
+    attend(ctx, kv, layer, i0, pos0 + i0, i1 - i0);
+  }
+  project_out(ctx, n, pos0, out);
+}
+
+void V4SlidingAttention::project(AttentionContext& ctx, const float* x, int64_t n, int64_t pos0) {
   const int64_t hd = head_dim_, nh = n_heads_, qd = nh * hd, rd = rope_dim_, nope = hd - rd;
   AttentionScratch& ws = ctx.scratch;
   ws.mla_qa.resize(static_cast<std::size_t>(n * q_lora_));
@@ -84,18 +106,13 @@ void V4SlidingAttention::forward(AttentionContext& ctx, const float* x, int64_t 
     rms_norm_row(k, w_.kv_norm->f32(), hd, eps_, k);
     rope_head_interleaved(k + nope, ws.rope.data(), rd);
   }
+}
 
-  // The layer keeps a ring (kv_cache.hpp), which holds ring - window + 1 queries' windows
-  // at once: the rows are stored and attended in passes of that many, as attn_gqa.cpp does
-  // (the same bits: a query's result does not depend on the batch it runs in).
-  const int64_t ring = kv.ring(layer);
-  const int64_t pass = ring > 0 ? ring - window_ + 1 : std::max<int64_t>(n, 1);
-  for (int64_t i0 = 0; i0 < n; i0 += pass) {
-    const int64_t i1 = std::min(n, i0 + pass);
-    for (int64_t t = i0; t < i1; ++t) kv.store_k(layer, pos0 + t, ws.k.data() + t * hd);
-    attend(ctx, kv, layer, i0, pos0 + i0, i1 - i0);
-  }
-
+void V4SlidingAttention::project_out(AttentionContext& ctx, int64_t n, int64_t pos0, float* out) {
+  const int64_t hd = head_dim_, nh = n_heads_, qd = nh * hd, rd = rope_dim_, nope = hd - rd;
+  const int64_t half = static_cast<int64_t>(rope_inv_freq_.size());
+  AttentionScratch& ws = ctx.scratch;
+  ws.rope.resize(static_cast<std::size_t>(2 * half));
   // The values carried their position's rotation: undo it at the query's (sin negated).
   for (int64_t t = 0; t < n; ++t) {
     rope_cos_sin(pos0 + t, rope_inv_freq_.data(), half, rope_factor_, ws.rope.data());

@@ -70,7 +70,12 @@ void check_spec(const ModelSpec& s) {
          "model spec: sliding windows, attention sinks and the output bias are implemented for GQA only");
   if (s.rope_interleaved && s.attention_kind != AttentionKind::Mla && !v4)
     fail(ErrorKind::InvalidArgument, "model spec: interleaved RoPE is implemented for MLA only");
-  if (s.index_n_heads > 0) {
+  if (!s.compress_ratios.empty() &&
+      (!v4 || static_cast<int64_t>(s.compress_ratios.size()) != s.n_layers ||
+       (!s.csa_layers.empty() && s.csa_layers.size() != s.compress_ratios.size())))
+    fail(ErrorKind::InvalidArgument,
+         "model spec: compress_ratios (and csa_layers) need V4 attention and one entry per layer");
+  if (s.index_n_heads > 0 && !v4) {  // a V4 indexer is checked by its layer (attn_v4_compressed.cpp)
     if (s.attention_kind != AttentionKind::Mla)
       fail(ErrorKind::InvalidArgument, "model spec: the DSA indexer needs MLA attention");
     positive(s.index_head_dim, "index_head_dim");

@@ -71,7 +71,7 @@ void Engine::forward_batch(const std::vector<BatchRow>& rows, const CancelCheck*
         fail(ErrorKind::InvalidArgument, "forward_batch: two rows share one KV cache (one row per session)");
   }
   for (const BatchRow& r : rows) r.kv->reserve(r.pos0 + r.n);  // before any of them is written
-  if (rows.size() > 1 && spec_.index_n_heads > 0) {
+  if (rows.size() > 1 && spec_.index_n_heads > 0 && spec_.attention_kind == AttentionKind::Mla) {
     // DSA: a "shared" layer reuses the key selection of the forward's last indexer layer,
     // which is one sequence's; the rows go one after the other.
     for (const BatchRow& r : rows) forward_rows({r}, cancelled, stats_out);

@@ -53,17 +53,19 @@ KvCache::KvCache(std::vector<KvLayerLayout> layers, int64_t context_length, DTyp
   }
   per_position_ = kv_bytes_per_position(layout_, type_);
   for (const auto& l : layout_) {
-    if (l.state_floats < 0) fail(ErrorKind::InvalidArgument, "KV cache: a negative state size");
-    state_.emplace_back(static_cast<std::size_t>(l.state_floats), 0.0f);
-    state_tokens_.push_back(l.state_floats > 0 ? 0 : -1);
-    state_bytes_ += static_cast<std::size_t>(l.state_floats) * sizeof(float);
+    if (l.state_floats < 0 || l.comp_rate < 0 || l.comp_floats < 0)
+      fail(ErrorKind::InvalidArgument, "KV cache: a negative state size");
+    const int64_t floats = l.state_floats_at(context_);
+    state_.emplace_back(static_cast<std::size_t>(floats), 0.0f);
+    state_tokens_.push_back(floats > 0 ? 0 : -1);
+    state_bytes_ += static_cast<std::size_t>(floats) * sizeof(float);
   }
 }
 
 int64_t KvCache::state_tokens() const {
   int64_t n = -2;  // none seen yet
   for (std::size_t i = 0; i < layout_.size(); ++i) {
-    if (layout_[i].state_floats == 0) continue;
+    if (state_[i].empty()) continue;
     if (n == -2) n = state_tokens_[i];
     else if (state_tokens_[i] != n) return -1;
   }
@@ -72,7 +74,7 @@ int64_t KvCache::state_tokens() const {
 
 void KvCache::forget_state() {
   for (std::size_t i = 0; i < layout_.size(); ++i)
-    if (layout_[i].state_floats > 0) state_tokens_[i] = -1;
+    if (!state_[i].empty()) state_tokens_[i] = -1;
 }
 
 int64_t KvCache::rows_at(std::size_t i, int64_t n) const { return ring_[i] > 0 ? std::min(n, ring_[i]) : n; }
@@ -221,7 +223,8 @@ bool KvCache::same_format(const KvCache& o) const {
     const KvLayerLayout &a = layout_[i], &b = o.layout_[i];
     if (a.k_heads != b.k_heads || a.k_dim != b.k_dim || a.v_heads != b.v_heads || a.v_dim != b.v_dim ||
         ring_[i] != o.ring_[i] || a.window != b.window ||
-        a.state_floats != b.state_floats)
+        a.state_floats != b.state_floats || a.comp_rate != b.comp_rate || a.comp_floats != b.comp_floats ||
+        state_[i].size() != o.state_[i].size())
       return false;
   }
   return true;

@@ -41,6 +41,11 @@ namespace colibri {
 // A linear-attention layer (model/linear_attn_gdn.hpp) keeps no rows per position but a
 // recurrent state of a fixed size per sequence: state_floats F32 values, held here beside
 // the rows (whatever the cache type) with the count of tokens it has consumed.
+//
+// A DeepSeek-V4 compressed layer (model/attn_v4_compressed.hpp) keeps, in that same F32
+// state, its compressors' pending inputs (state_floats) and one entry of comp_floats values
+// per comp_rate positions of the context: its state is state_floats +
+// ceil(context / comp_rate) * comp_floats values (state_floats_at).
 struct KvLayerLayout {
   int64_t k_heads = 0, k_dim = 0;
   int64_t v_heads = 0, v_dim = 0;
@@ -48,7 +53,12 @@ struct KvLayerLayout {
   // own included): the layer keeps a ring of kv_ring_positions(window) positions. 0: all.
   int64_t window = 0;
   int64_t state_floats = 0;
+  int64_t comp_rate = 0, comp_floats = 0;
   int64_t k_width() const { return k_heads * k_dim; }
+  // The F32 state of this layer in a cache of `context` positions.
+  int64_t state_floats_at(int64_t context) const {
+    return state_floats + (comp_rate > 0 ? (context + comp_rate - 1) / comp_rate * comp_floats : 0);
+  }
   int64_t v_width() const { return v_heads * v_dim; }
 };
 

@@ -112,6 +112,15 @@ struct ModelSpec {
   int64_t hc_sinkhorn_iters = 0;
   float hc_eps = 0.0f;
   std::vector<uint8_t> hash_layers;
+  // V4's compressed layers (model/attn_v4_compressed.hpp): per layer the compression rate
+  // (0 or empty: a sliding-only layer), 1 in csa_layers where the layer is compressed sparse
+  // attention (an overlapping compressor and the lightning indexer, with index_n_heads,
+  // index_head_dim, index_topk) rather than heavily compressed attention; the RoPE of
+  // those layers (their queries, keys and compressed entries: "compress" in the config).
+  std::vector<int64_t> compress_ratios;
+  std::vector<uint8_t> csa_layers;
+  std::vector<float> compress_rope_inv_freq;
+  float compress_rope_attention_factor = 1.0f;
   // Hybrid linear attention (Qwen3-Next; model/linear_attn_gdn.hpp): per layer 1 where the
   // layer runs a Gated DeltaNet instead of attention (empty: none), its heads and sizes.
   std::vector<uint8_t> linear_layers;

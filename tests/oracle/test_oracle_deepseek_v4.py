@@ -9,7 +9,7 @@ Every logit at every position within 1e-4 of the largest, for one prefill and fo
 prefill followed by token-by-token decode; the same greedy 20 tokens; a checkpoint with
 one parameter changed (a hyper-connection base, a sink, a hash table row) missing that
 bound, so the comparison sees each part; and the inputs colibri does not run refused:
-an unknown or compressed layer type, an unknown MLP type, a hash table of the wrong
+an unknown layer type, an unknown MLP type, a hash table of the wrong
 shape or naming an expert the layer does not have.
 """
 
@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 import colibri
 from colibri.convert import write_container
 from colibri.engine.streaming import kv_floats_per_token
-from colibri.errors import ModelFormatError, UnsupportedError
+from colibri.errors import ModelFormatError
 from colibri.generate.batching import forward_batch
 from support.checkpoint_edits import with_config, with_tensor
 from support.deepseek_v4_factory import VOCAB, build_deepseek_v4, clamp_and_bias_bite
@@ -252,10 +252,6 @@ def test_a_changed_parameter_misses_the_bound(tiny: Tiny, tmp_path: Path, what: 
     [
         ("layer_types", ["sliding_attention", "full_attention", "sliding_attention"],
          ModelFormatError, "unknown layer types full_attention"),
-        ("layer_types", ["sliding_attention", "compressed_sparse_attention",
-                         "heavily_compressed_attention"],
-         UnsupportedError, "compressed_sparse_attention, heavily_compressed_attention are not "
-                           "implemented"),
         ("mlp_layer_types", ["hash_moe", "dense", "moe"], ModelFormatError,
          "unknown layer types dense"),
         ("mlp_layer_types", ["moe", "moe", "moe"], ModelFormatError,

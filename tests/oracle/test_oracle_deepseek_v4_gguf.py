@@ -12,11 +12,12 @@ hash-routed, hyper-connections of 3 streams.
   greedy continuation. (Those Q8_0 values move this tiny model's logits by about 15% of
   max |logit| from the FP8 model's: 0.55 of 3.77 measured; colibri measured 1.3e-6 from
   the dequantized reference.)
+* Compressed layers (sliding, CSA, HCA, CSA; support/deepseek_v4_factory.py COMPRESSED):
+  the same bound for prefill and prefill + decode over 48 tokens, the same greedy tokens.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import colibri
-from colibri.errors import UnsupportedError
 from support.deepseek_factory import convert_with_llama_cpp
-from support.deepseek_v4_factory import VOCAB, build_deepseek_v4
+from support.deepseek_v4_factory import COMPRESSED, VOCAB, build_deepseek_v4, indexer_margins
 from support.deepseek_v4_release import build_release_v4, dequantized_v4
 from support.logit_checks import assert_decode_matches, assert_greedy_matches, assert_within
 from support.modelfactory import prompt_ids, reference_greedy, reference_logits
@@ -92,18 +92,25 @@ def test_fp8_projections_become_q8_0_and_match_their_values(tmp_path: Path, outt
     assert_greedy_matches(s, ids, ref_tokens, ref_logits)
 
 
-def test_compressed_layers_in_a_gguf_are_refused(release: Tiny, tmp_path: Path) -> None:
-    d = tmp_path / "csa"
-    d.mkdir()
-    for f in release[0].iterdir():
-        (d / f.name).write_bytes(f.read_bytes())
-    cfg = json.loads((d / "config.json").read_text())
-    cfg["compress_ratios"] = [0, 4, 0]
-    (d / "config.json").write_text(json.dumps(cfg))
-    out = tmp_path / "csa.gguf"
+def test_compressed_layers_match_transformers(tmp_path: Path) -> None:
+    """The compressed model of test_oracle_deepseek_v4_compressed.py (sliding, CSA, HCA,
+    CSA) in the release's layout, converted: the compressors and the indexer read from the
+    file's compress_ratios, indexer keys and tensors; a 48-token prompt within 1e-4 of
+    transformers for prefill and prefill + decode, the same greedy 20 tokens."""
+    d, model = build_release_v4(tmp_path / "ckpt", seed=19, **COMPRESSED)
+    out = tmp_path / "v4c.gguf"
     convert_with_llama_cpp(d, out, "f32")
-    with pytest.raises(UnsupportedError, match="compress"):
-        _load(out)
+    m = colibri.Model.load(out, engine=colibri.EngineConfig(context_length=128))
+    cfg = m.config
+    assert cfg.compress_ratios == (0, 4, 8, 4) and cfg.csa_layers == (False, True, False, True)
+    assert (cfg.index_n_heads, cfg.index_head_dim, cfg.index_topk) == (8, 16, 3)
+    ids = prompt_ids(48, vocab=VOCAB)
+    ref_tokens, ref_logits = reference_greedy(model, ids, N_GREEDY)
+    assert min(indexer_margins(model, ids + ref_tokens[:-1])) > 1e-4  # no ties to break
+    ref = reference_logits(model, ids)
+    assert_within(m.session().forward(ids, all_logits=True), ref, "prefill")
+    assert_decode_matches(m.session(), ids, ref, "gguf")
+    assert_greedy_matches(m.session(), ids, ref_tokens, ref_logits)
 
 
 def test_the_release_name_of_the_kv_norm_reads(tmp_path: Path) -> None:

@@ -92,3 +92,45 @@ def clamp_and_bias_bite(model: torch.nn.Module, ids: list[int]) -> tuple[int, in
             biased = (score + mod.gate.e_score_correction_bias).topk(k, dim=-1).indices
             changed += int((plain != biased.sort(dim=-1).values).any(dim=-1).sum())
     return clamped, changed
+
+
+# A model with every V4 layer type: sliding, compressed sparse (rate 4: overlapping
+# compressor + lightning indexer keeping 3 of the closed entries) and heavily compressed
+# (rate 8), under a 48-token prompt: 12 CSA windows and 6 HCA windows close in it.
+COMPRESSED_LAYERS = ["sliding_attention", "compressed_sparse_attention",
+                     "heavily_compressed_attention", "compressed_sparse_attention"]  # fmt: skip
+COMPRESSED = dict(
+    num_hidden_layers=len(COMPRESSED_LAYERS), layer_types=COMPRESSED_LAYERS,
+    mlp_layer_types=["hash_moe"] + ["moe"] * (len(COMPRESSED_LAYERS) - 1),
+    compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
+    index_n_heads=8, index_head_dim=16, index_topk=3, max_position_embeddings=256,
+)  # fmt: skip
+
+
+@torch.no_grad()
+def indexer_margins(model: torch.nn.Module, ids: list[int]) -> list[float]:
+    """Per CSA layer, over one forward of ``ids``: the smallest gap between the last score
+    the lightning indexer keeps and the first it drops, over the queries that have more
+    closed entries than index_topk (0 when none has: the selection never acts)."""
+    cfg = model.config
+    rate, k = cfg.compress_rates["compressed_sparse_attention"], cfg.index_topk
+    scores: list[torch.Tensor] = []
+    indexers = [layer.self_attn.compressor.indexer for layer in model.model.layers
+                if hasattr(layer.self_attn.compressor, "indexer")]  # fmt: skip
+    hooks = [ix.scorer.register_forward_hook(lambda mod, args, out: scores.append(out[0]))
+             for ix in indexers]  # fmt: skip
+    try:
+        model(input_ids=torch.tensor([ids]), use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    margins = []
+    for s in scores:  # [S, T]
+        gap = float("inf")
+        for t in range(s.shape[0]):
+            closed = (t + 1) // rate
+            if closed > k:
+                top = s[t, :closed].sort(descending=True).values
+                gap = min(gap, float(top[k - 1] - top[k]))
+        margins.append(0.0 if gap == float("inf") else gap)
+    return margins

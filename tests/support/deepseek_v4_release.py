@@ -108,7 +108,9 @@ def build_release_v4(out: Path, *, seed: int = 0, fp8: bool = False, **over: Any
     save_file(tensors, str(out / "model.safetensors"))
     cfg = model.config.to_dict()
     cfg["num_hash_layers"] = sum(t == "hash_moe" for t in cfg["mlp_layer_types"])
-    cfg["compress_ratios"] = [0] * cfg["num_hidden_layers"]
+    rates = cfg.get("compress_rates") or {}
+    cfg["compress_ratios"] = [0 if t == "sliding_attention" else rates[t]
+                              for t in cfg["layer_types"]]  # fmt: skip
     (out / "config.json").write_text(json.dumps(cfg, indent=1))
     return out, model
 

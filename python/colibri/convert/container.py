@@ -362,8 +362,9 @@ def _container_json(
                 }
             experts.append(rec)
     config = asdict(manifest.config)
-    if config["rope_scaling"] is not None:
-        config["rope_scaling"] = dict(manifest.config.rope_scaling or {})
+    for key in ("rope_scaling", "compress_rope_scaling"):
+        if config[key] is not None:
+            config[key] = dict(getattr(manifest.config, key) or {})
     doc = {
         "format": FORMAT,
         "version": VERSION,

@@ -63,9 +63,9 @@ def check_quant(quant: str) -> str:
     return quant
 
 
-# DeepSeek-V4's 2-D tensors the core reads as F32 only: the hyper-connections' projections
-# and the hash layers' expert-id tables (sources/v4_units.py).
-_F32_MATRICES = ("hc_fn", "hc_attn_fn", "hc_ffn_fn", "ffn_hash_eid")
+# DeepSeek-V4's 2-D tensors the core reads as F32 only: the hyper-connections' projections,
+# the hash layers' expert-id tables and the compressors' position biases (sources/v4_units.py).
+_F32_MATRICES = ("hc_fn", "hc_attn_fn", "hc_ffn_fn", "ffn_hash_eid", "compressor_ape")
 
 
 def is_matrix(t: TensorInfo) -> bool:

@@ -150,11 +150,21 @@ def model_spec(manifest: Manifest, context_length: int) -> _core.ModelSpec:
         spec.qk_rope_head_dim = cfg.qk_rope_head_dim
         spec.o_groups = cfg.o_groups
         spec.o_lora_rank = cfg.o_lora_rank
+        if any(cfg.compress_ratios):  # the compressed layers (attn_v4_compressed.hpp)
+            spec.compress_ratios = list(cfg.compress_ratios)
+            spec.csa_layers = [1 if c else 0 for c in cfg.csa_layers]
+            rope_c = rope_table(cfg.rotary_dim or cfg.head_dim, cfg.compress_rope_theta,
+                                cfg.compress_rope_scaling, cfg.max_position_embeddings)  # fmt: skip
+            spec.compress_rope_inv_freq = rope_c.inv_freq.tolist()
+            spec.compress_rope_attention_factor = rope_c.attention_factor
+            spec.index_n_heads = cfg.index_n_heads
+            spec.index_head_dim = cfg.index_head_dim
+            spec.index_topk = cfg.index_topk
     spec.hc_mult = cfg.hc_mult
     spec.hc_sinkhorn_iters = cfg.hc_sinkhorn_iters
     spec.hc_eps = cfg.hc_eps
     spec.hash_layers = [1 if h else 0 for h in cfg.hash_layers]
-    if cfg.has_indexer:
+    if cfg.has_indexer and cfg.is_mla:
         spec.index_n_heads = cfg.index_n_heads
         spec.index_head_dim = cfg.index_head_dim
         spec.index_topk = cfg.index_topk

@@ -25,6 +25,7 @@ from ..settings.config import EngineConfig, default_history_dir
 from ..settings.table import copy_to_core
 from ..sources import Manifest, ModelConfig
 from ..sources.linear_attn import linear_state_bytes, linear_work_floats
+from ..sources.v4_units import v4_compressed_state_bytes
 from ..sources.validate import is_full_indexer_layer
 from .budget import BudgetPlan, estimate_work_bytes, kv_layers_bytes, plan_budget
 from .stats import ExpertStats, MemoryStats, PhaseTimes
@@ -142,13 +143,27 @@ def _mla_work_floats(c: ModelConfig) -> int:
     return nh * per_head + c.q_lora_rank + r + rope + indexer
 
 
-def _v4_work_floats(c: ModelConfig) -> int:
+def _v4_work_floats(c: ModelConfig, context_length: int) -> int:
     """Per-token floats of DeepSeek-V4's extra buffers: the q-LoRA row and the grouped
     projection's middle (csrc/model/attn_v4.cpp), the residual's other hc_mult - 1
-    streams (csrc/model/engine_hc.cpp)."""
+    streams (csrc/model/engine_hc.cpp); on compressed layers a compressor's projections,
+    the indexer's queries and head weights and each query's list of entries
+    (csrc/model/attn_v4_compressed.cpp)."""
     if c.attention != "v4_sliding":
         return 0
-    return c.q_lora_rank + c.o_groups * c.o_lora_rank + max(c.hc_mult - 1, 0) * c.hidden_size
+    base = c.q_lora_rank + c.o_groups * c.o_lora_rank + max(c.hc_mult - 1, 0) * c.hidden_size
+    compressed = 0
+    for i, rate in enumerate(c.compress_ratios):
+        if not rate:
+            continue
+        entries = -(-context_length // rate)
+        if i < len(c.csa_layers) and c.csa_layers[i]:
+            width = 2 * max(c.head_dim, c.index_head_dim)
+            extra = c.index_n_heads * (c.index_head_dim + 1) + min(entries, c.index_topk)
+        else:
+            width, extra = c.head_dim, entries
+        compressed = max(compressed, 2 * width + extra)
+    return base + compressed
 
 
 _FLOAT_TYPES = ("F32", "F16", "BF16")
@@ -195,8 +210,9 @@ def _kv_and_work(manifest: Manifest, engine: EngineConfig,
     c = manifest.config
     kv_type = session_kv_type(manifest, engine)
     # Linear-attention layers' recurrent state: per session, whatever the context.
+    # V4's compressed layers: their compressors' state and entries, F32, per context.
     kv = (kv_layers_bytes(kv_layer_widths(c), context_length, kv_type, kv_layer_windows(c))
-          + linear_state_bytes(c))
+          + linear_state_bytes(c) + v4_compressed_state_bytes(c, context_length))
     mtp_kv = kv_layers_bytes(mtp_kv_layer_widths(c), context_length, kv_type)
     work = estimate_work_bytes(
         vocab_size=c.vocab_size, hidden_size=c.hidden_size,
@@ -208,7 +224,8 @@ def _kv_and_work(manifest: Manifest, engine: EngineConfig,
         context_length=context_length, threads=engine.threads.team_size(),
         # a forward's batch is one prefill chunk (the whole prompt when chunking is off)
         batch=engine.prefill_chunk if engine.prefill_chunk is not None else context_length,
-        extra_per_token=_mla_work_floats(c) + _v4_work_floats(c) + linear_work_floats(c),
+        extra_per_token=_mla_work_floats(c) + _v4_work_floats(c, context_length)
+        + linear_work_floats(c),
         # MLA attends over the latent row (MQA: the latent and rope key, values the latent)
         attn_key_dim=c.kv_lora_rank + c.qk_rope_head_dim if c.is_mla else 0,
         attn_value_dim=c.kv_lora_rank if c.is_mla else 0,

@@ -211,6 +211,14 @@ class ModelConfig:
     hc_sinkhorn_iters: int = 0
     hc_eps: float = 0.0
     hash_layers: tuple[bool, ...] = ()
+    # V4's compressed layers (csrc/model/attn_v4_compressed.hpp): per layer the compression
+    # rate (0 or empty: sliding only), True in csa_layers for compressed sparse attention
+    # (overlapping compressor + the lightning indexer, index_* above) rather than heavily
+    # compressed; their RoPE ("compress": base and scaling; 0: none).
+    compress_ratios: tuple[int, ...] = ()
+    csa_layers: tuple[bool, ...] = ()
+    compress_rope_theta: float = 0.0
+    compress_rope_scaling: Mapping[str, Any] | None = None
     # Hybrid linear attention (Qwen3-Next): per layer True where the layer runs a Gated
     # DeltaNet (csrc/model/linear_attn_gdn.hpp) instead of attention (empty: none), with
     # its key/value heads, head sizes and short-convolution width. attention_output_gate:

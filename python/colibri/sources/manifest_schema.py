@@ -120,11 +120,12 @@ def _config(raw: Any, where: object) -> ModelConfig:
         if key not in d:
             raise ModelFormatError(f"{where}: config: key {key!r} is missing")
     for key in ("moe_layers", "eos_token_ids", "indexer_types", "sliding_layers", "hash_layers",
-                "linear_layers"):
+                "linear_layers", "compress_ratios", "csa_layers"):
         if key in d:
             d[key] = tuple(as_list(d[key], f"config.{key}", where))
-    if d.get("rope_scaling") is not None:
-        d["rope_scaling"] = dict(as_dict(d["rope_scaling"], "config.rope_scaling", where))
+    for key in ("rope_scaling", "compress_rope_scaling"):
+        if d.get(key) is not None:
+            d[key] = dict(as_dict(d[key], f"config.{key}", where))
     cfg = ModelConfig(**d)
     check_config(cfg, where)
     return cfg

@@ -105,6 +105,9 @@ def check_config(cfg: ModelConfig, where: object) -> None:
     check_attention_extras(cfg, where)
     check_family_fields(cfg, where)
     check_v4_fields(cfg, where)
+    if cfg.compress_ratios:
+        check_rope_scaling(cfg.compress_rope_scaling, cfg.compress_rope_theta,
+                           cfg.max_position_embeddings, where)  # fmt: skip
     check_linear_fields(cfg, where)
 
 
@@ -231,7 +234,7 @@ def check_family_fields(cfg: ModelConfig, where: object) -> None:
             raise bad(where, "mla_norm_eps", eps, "in [0, 1)")
     elif cfg.rope_interleaved and cfg.attention != "v4_sliding":
         raise UnsupportedError(f"{where}: interleaved RoPE is implemented for MLA models only")
-    if not cfg.has_indexer:
+    if not cfg.has_indexer or cfg.attention == "v4_sliding":  # V4's own: v4_units
         return
     if cfg.attention != "mla" or cfg.q_lora_rank < 1:
         raise UnsupportedError(f"{where}: the DSA indexer needs MLA with q-LoRA")

@@ -8,14 +8,16 @@ scores, the first of them by a frozen token-id -> experts table (hash layers).
   released it: routed experts MXFP4, the hash tables I32 ``ffn_gate_tid2eid``, hash
   layers without their unused gate bias; no tensor is permuted or rescaled).
 
-What runs (colibri's first slice of V4): ``sliding_attention`` layers only: a q-LoRA
-query normed per head without weight, one key-value head (K = V), partial interleaved
-RoPE on the trailing ``qk_rope_head_dim`` values of each head with the plain "main" RoPE
-(``rope_theta``), a learned sink per head, a window of ``sliding_window`` positions, the
-rotation undone on the output, ``o_groups`` x ``o_lora_rank`` grouped output projection
-(csrc/model/attn_v4.cpp). The compressed layer types (``compressed_sparse_attention``,
-``heavily_compressed_attention``: the compressors and the lightning indexer) are refused
-with an UnsupportedError naming them, as are the multi-token-prediction layers.
+What runs: every layer type of ``layer_types``. ``sliding_attention``: a q-LoRA query
+normed per head without weight, one key-value head (K = V), partial interleaved RoPE on
+the trailing ``qk_rope_head_dim`` values of each head with the plain "main" RoPE
+(``rope_theta``, never scaled), a learned sink per head, a window of ``sliding_window``
+positions, the rotation undone on the output, ``o_groups`` x ``o_lora_rank`` grouped
+output projection (csrc/model/attn_v4.cpp). ``heavily_compressed_attention`` and
+``compressed_sparse_attention`` add compressed entries of the whole past to that window
+(``compress_rates``; CSA with the lightning indexer choosing ``index_topk`` of them), and
+rotate with the "compress" RoPE (``compress_rope_theta``, YaRN where configured;
+csrc/model/attn_v4_compressed.cpp). The multi-token-prediction layers are refused.
 
 * Routing: ``scoring_func`` ``sqrtsoftplus`` (csrc/model/routers/sqrt_softplus.cpp) or
   ``sigmoid`` (DeepSeek-V3's rule with one group): top k of score +
@@ -37,6 +39,7 @@ with an UnsupportedError naming them, as are the multi-token-prediction layers.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ...errors import ModelFormatError, UnsupportedError
 from ..fields import as_float, as_int, bad, f32_decimal
@@ -45,7 +48,6 @@ from ..manifest import ModelConfig, RouterKind
 from .spec import Family, GGUFInput, HFInput, NameRule, plain_gguf_name
 
 ARCH = "deepseek_v4"
-SUPPORTED_LAYER_TYPES = ("sliding_attention",)
 KNOWN_LAYER_TYPES = ("sliding_attention", "compressed_sparse_attention",
                      "heavily_compressed_attention")  # fmt: skip
 MLP_LAYER_TYPES = ("hash_moe", "moe")
@@ -72,6 +74,18 @@ _NAMES: list[NameRule] = [
     (re.compile(_L + r"attn\.wo_a\.weight"), "blk.{0}.attn_output_a"),
     (re.compile(_L + r"attn\.wo_b\.weight"), "blk.{0}.attn_output_b"),
     (re.compile(_L + r"attn\.attn_sink"), "blk.{0}.attn_sinks"),
+    # the compressed layers' compressors (and CSA's lightning indexer with its own), as
+    # llama.cpp's converter names them
+    (re.compile(_L + r"attn\.compressor\.w(kv|gate)\.weight"), "blk.{0}.attn_compressor_{1}"),
+    (re.compile(_L + r"attn\.compressor\.ape"), "blk.{0}.attn_compressor_ape"),
+    (re.compile(_L + r"attn\.compressor\.norm\.weight"), "blk.{0}.attn_compressor_norm"),
+    (re.compile(_L + r"attn\.indexer\.compressor\.w(kv|gate)\.weight"),
+     "blk.{0}.indexer_compressor_{1}"),
+    (re.compile(_L + r"attn\.indexer\.compressor\.ape"), "blk.{0}.indexer_compressor_ape"),
+    (re.compile(_L + r"attn\.indexer\.compressor\.norm\.weight"),
+     "blk.{0}.indexer_compressor_norm"),
+    (re.compile(_L + r"attn\.indexer\.wq_b\.weight"), "blk.{0}.indexer.attn_q_b"),
+    (re.compile(_L + r"attn\.indexer\.weights_proj\.weight"), "blk.{0}.indexer.proj"),
     (re.compile(_L + r"ffn\.gate\.weight"), "blk.{0}.ffn_gate_inp"),
     (re.compile(_L + r"ffn\.gate\.bias"), "blk.{0}.exp_probs_b"),
     (re.compile(_L + r"ffn\.experts\.(\d+)\.w1\.weight"), "blk.{0}.ffn_gate_exps.{1}"),
@@ -100,11 +114,6 @@ def _hf_config(inp: HFInput) -> ModelConfig:
     cfg, f, where = inp.cfg, inp.fields, inp.fields.where
     n_layers = inp.base["n_layers"]
     attn = _layer_types(inp, "layer_types", KNOWN_LAYER_TYPES, n_layers)
-    refused = sorted({t for t in attn if t not in SUPPORTED_LAYER_TYPES})
-    if refused:
-        raise UnsupportedError(f"{inp.d}: DeepSeek-V4 layer types {', '.join(refused)} are not "
-                               f"implemented yet (colibri runs {', '.join(SUPPORTED_LAYER_TYPES)} "
-                               f"layers)")  # fmt: skip
     mlp = _layer_types(inp, "mlp_layer_types", MLP_LAYER_TYPES, n_layers)
     for key, want in (("hidden_act", "silu"), ("attention_bias", False), ("mlp_bias", False)):
         if cfg.get(key, want) != want:
@@ -127,10 +136,12 @@ def _hf_config(inp: HFInput) -> ModelConfig:
     scaling = as_float(cfg.get("routed_scaling_factor", 1.5), "routed_scaling_factor", where,
                        lo=0.0, lo_open=True)  # fmt: skip
     limit = as_float(cfg.get("swiglu_limit", 10.0), "swiglu_limit", where, lo=0.0, lo_open=True)
+    compressed = _compressed_fields(inp, attn)
     hc = as_int(cfg.get("hc_mult", 4), "hc_mult", where, lo=1, hi=64)
     iters = as_int(cfg.get("hc_sinkhorn_iters", 20), "hc_sinkhorn_iters", where, lo=1, hi=1000)
     return ModelConfig(
-        **{**inp.base, "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False))
+        **{**inp.base, **compressed,
+           "tie_word_embeddings": bool(cfg.get("tie_word_embeddings", False))
            or not any(n in names for n in ("head.weight", "lm_head.weight"))},
         arch=ARCH,
         intermediate_size=0,
@@ -163,6 +174,64 @@ def _hf_config(inp: HFInput) -> ModelConfig:
     )
 
 
+def _compress_rope(inp: HFInput) -> tuple[float, dict[str, Any] | None]:
+    """(theta, scaling) of the compressed layers' RoPE: ``rope_parameters["compress"]``, or
+    as transformers builds it from a flat config: ``compress_rope_theta`` with the top-level
+    scaling (YaRN's attention factor 1 unless given)."""
+    cfg, where = inp.cfg, inp.fields.where
+    rp = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(rp, dict):
+        raise bad(where, "rope_parameters", rp, "an object")
+    if isinstance(rp.get("compress"), dict):
+        params = dict(rp["compress"])
+    else:
+        params = {k: v for k, v in rp.items() if k not in ("main", "compress", "rope_theta")}
+        params["rope_theta"] = cfg.get("compress_rope_theta", 160000.0)
+        if params.get("rope_type", params.get("type")) == "yarn":
+            params.setdefault("attention_factor", 1.0)
+    theta = as_float(params.get("rope_theta", 160000.0), "compress rope_theta", where, lo=0.0,
+                     lo_open=True)  # fmt: skip
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind in (None, "default"):
+        return theta, None
+    scaling = {k: v for k, v in params.items()
+               if k not in ("rope_theta", "type", "partial_rotary_factor")}  # fmt: skip
+    scaling["rope_type"] = kind
+    scaling.setdefault("original_max_position_embeddings", cfg.get("max_position_embeddings"))
+    return theta, scaling
+
+
+def _compressed_fields(inp: HFInput, attn: list[str]) -> dict[str, Any]:
+    """The compressed layers' fields (ModelConfig.compress_ratios ...), none when every
+    layer is sliding; a flat config's scaling is the compressed layers' only (transformers
+    builds the sliding layers' "main" RoPE unscaled)."""
+    cfg, f, where = inp.cfg, inp.fields, inp.fields.where
+    rp = cfg.get("rope_parameters")
+    nested = isinstance(rp, dict) and isinstance(rp.get("main"), dict)
+    out: dict[str, Any] = {} if nested else {"rope_scaling": None}
+    if all(t == "sliding_attention" for t in attn):
+        return out
+    rates = cfg.get("compress_rates") or {}
+    if not isinstance(rates, dict):
+        raise bad(where, "compress_rates", rates, "an object of layer type -> rate")
+    ratios = []
+    for t in attn:
+        if t == "sliding_attention":
+            ratios.append(0)
+            continue
+        ratios.append(as_int(rates.get(t, 4 if t == "compressed_sparse_attention" else 128),
+                             f"compress_rates.{t}", where, lo=1, hi=1 << 20))  # fmt: skip
+    theta, scaling = _compress_rope(inp)
+    out.update(compress_ratios=tuple(ratios),
+               csa_layers=tuple(t == "compressed_sparse_attention" for t in attn),
+               compress_rope_theta=theta, compress_rope_scaling=scaling)  # fmt: skip
+    if "compressed_sparse_attention" in attn:
+        out.update(index_n_heads=f.int("index_n_heads", 64),
+                   index_head_dim=f.int("index_head_dim", 128),
+                   index_topk=f.int("index_topk", 512))  # fmt: skip
+    return out
+
+
 _GGUF_GATING: dict[int, RouterKind] = {4: "sqrt_softplus", 2: "sigmoid_grouped"}
 
 
@@ -191,10 +260,8 @@ def _gguf_config(inp: GGUFInput) -> ModelConfig:
     if len(ratios) != n_layers:
         raise bad(inp.where, f"{a}.attention.compress_ratios", ratios,
                   f"{n_layers} values, one per layer")  # fmt: skip
-    if any(r != 0 for r in ratios):
-        raise UnsupportedError(f"{inp.where}: DeepSeek-V4 layers with compressed attention "
-                               f"(compress_ratios {ratios}) are not implemented yet (colibri "
-                               f"runs sliding_attention layers, ratio 0)")  # fmt: skip
+    compressed = _gguf_compressed(inp, [as_int(r, f"{a}.attention.compress_ratios", inp.where,
+                                               lo=0, hi=1 << 20) for r in ratios])  # fmt: skip
     if meta.int(f"{a}.nextn_predict_layers", 0, lo=0):
         raise UnsupportedError(f"{inp.where}: DeepSeek-V4's multi-token-prediction layers are "
                                f"not implemented")  # fmt: skip
@@ -214,7 +281,7 @@ def _gguf_config(inp: GGUFInput) -> ModelConfig:
     rope_dim = meta.int(f"{a}.rope.dimension_count")
     moe_ffn = meta.int(f"{a}.expert_feed_forward_length")
     return ModelConfig(
-        **base,
+        **{**base, **compressed},
         arch=ARCH,
         head_dim=head_dim,
         intermediate_size=0,
@@ -247,6 +314,29 @@ def _gguf_config(inp: GGUFInput) -> ModelConfig:
         hc_sinkhorn_iters=meta.int(f"{a}.hyper_connection.sinkhorn_iterations"),
         hc_eps=meta.f32(f"{a}.hyper_connection.epsilon"),
     )
+
+
+def _gguf_compressed(inp: GGUFInput, ratios: list[int]) -> dict[str, Any]:
+    """The compressed layers' fields from a ``deepseek4`` file: the converter's
+    compress_ratios (0: sliding), CSA where the layer has the indexer's tensors, the
+    indexer's keys, compress_rope_freq_base, and the file's RoPE scaling (the compressed
+    layers' only, as transformers applies it)."""
+    a, meta = inp.arch, inp.meta
+    if not any(ratios):
+        return {}
+    names = set(inp.tensors)
+    csa = tuple(any(f"blk.{i}.indexer.proj{x}" in names for x in ("", ".weight"))
+                for i in range(len(ratios)))  # fmt: skip
+    out: dict[str, Any] = dict(
+        compress_ratios=tuple(ratios), csa_layers=csa,
+        compress_rope_theta=meta.positive(f"{a}.attention.compress_rope_freq_base", 160000.0),
+        compress_rope_scaling=inp.base.get("rope_scaling"), rope_scaling=None,
+    )  # fmt: skip
+    if any(csa):
+        out.update(index_n_heads=meta.int(f"{a}.attention.indexer.head_count"),
+                   index_head_dim=meta.int(f"{a}.attention.indexer.key_length"),
+                   index_topk=meta.int(f"{a}.attention.indexer.top_k"))  # fmt: skip
+    return out
 
 
 def _gguf_name(arch: str, name: str, shape: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
