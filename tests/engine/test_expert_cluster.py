@@ -8,6 +8,7 @@ workers. The same over Ray actors: test_expert_cluster_ray.py (slow)."""
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from colibri.settings.cluster import ClusterConfig
 from colibri.settings.config import EngineConfig, ThreadConfig
 from support.cluster_helpers import assert_same_run, forward_run, local_cluster_model
 from support.deepseek_factory import build_tiny
+from support.gpt_oss_factory import build_gpt_oss
 from support.modelfactory import TinyModel
 
 PROMPT = [1, 17, 93, 4, 250, 61, 8, 130, 77, 19, 201, 3, 45, 99, 12, 180]
@@ -101,6 +103,19 @@ def test_mtp_layer_experts_and_shared_expert() -> None:
     assert mtp_layer > 0
     for i, (a, b) in enumerate(zip(got, want, strict=True)):
         np.testing.assert_array_equal(a, b, err_msg=f"glm4_moe with MTP, 3 workers, array {i}")
+
+
+def test_expert_biases_and_clamped_swiglu(tmp_path: Path) -> None:
+    """gpt-oss: per-expert biases (added by the worker, from its own resident copy), the
+    router's logit bias, the clamped SwiGLU, sliding-window attention with sinks."""
+    d, _ = build_gpt_oss(tmp_path / "hf", swiglu_limit=7.0, expert_scale=10.0)
+    engine = ENGINE.replace(activation_precision="float32", context_length=64)
+    prompt = [t % 128 for t in PROMPT]  # the factory's vocabulary
+    with colibri.Model.load(d, engine=engine) as single:
+        want = forward_run(single, prompt)
+    for workers in (2, 3):
+        with local_cluster_model(d, engine, workers) as model:
+            assert_same_run(forward_run(model, prompt), want, f"gpt-oss, {workers} workers")
 
 
 def test_worker_with_another_model_file_is_refused(tiny_models: dict[str, TinyModel]) -> None:
