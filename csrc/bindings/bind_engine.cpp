@@ -13,7 +13,9 @@
 #include <optional>
 #include <tuple>
 
+#include "bindings/attention_args.hpp"
 #include "common/errors.hpp"
+#include "model/act_kernels.hpp"
 #include "model/engine.hpp"
 #include "model/ops.hpp"
 
@@ -61,6 +63,27 @@ py::object gpu_report_dict(const Engine& e) {
   d["matrices"] = placements;
   return d;
 }
+
+// A copy of gate (the kernels work in place), after checking the two vectors agree.
+py::array_t<float> activation_input(const py::array_t<float, py::array::c_style | py::array::forcecast>& gate,
+                                    const py::array_t<float, py::array::c_style | py::array::forcecast>& up,
+                                    const char* what) {
+  if (gate.ndim() != 1 || up.ndim() != 1 || gate.shape(0) != up.shape(0))
+    fail(ErrorKind::InvalidArgument, std::string(what) + ": gate and up must be vectors of one length");
+  py::array_t<float> out(gate.shape(0));
+  std::copy(gate.data(), gate.data() + gate.shape(0), out.mutable_data());
+  return out;
+}
+
+// None: the kernels the FFN blocks run; else exactly that ISA's.
+const ActKernels& activation_kernels(const std::optional<std::string>& isa) {
+  if (!isa) return best_act_kernels();
+  const std::optional<Isa> which = attention_args::parse_isa(isa);
+  const ActKernels* k = which ? act_kernels_for(*which) : nullptr;
+  if (!k) fail(ErrorKind::InvalidArgument, "no clamped-SwiGLU kernels for ISA '" + *isa + "' on this CPU");
+  return *k;
+}
+
 }  // namespace
 
 void bind_engine(py::module_& m) {
@@ -125,16 +148,30 @@ void bind_engine(py::module_& m) {
   m.def(
       "swiglu_oai",
       [](py::array_t<float, py::array::c_style | py::array::forcecast> gate,
-         py::array_t<float, py::array::c_style | py::array::forcecast> up, float limit, float alpha) {
-        if (gate.ndim() != 1 || up.ndim() != 1 || gate.shape(0) != up.shape(0))
-          fail(ErrorKind::InvalidArgument, "swiglu_oai: gate and up must be vectors of one length");
-        py::array_t<float> out(gate.shape(0));
-        std::copy(gate.data(), gate.data() + gate.shape(0), out.mutable_data());
-        swiglu_oai_mul(out.mutable_data(), up.data(), gate.shape(0), limit, alpha);
+         py::array_t<float, py::array::c_style | py::array::forcecast> up, float limit, float alpha,
+         const std::optional<std::string>& isa) {
+        py::array_t<float> out = activation_input(gate, up, "swiglu_oai");
+        const ActKernels& k = activation_kernels(isa);
+        k.swiglu_oai(out.mutable_data(), up.data(), gate.shape(0), limit, alpha);
         return out;
       },
-      py::arg("gate"), py::arg("up"), py::arg("limit"), py::arg("alpha"),
-      "gpt-oss's clamped SwiGLU over two vectors, as the FFN blocks run it.");
+      py::arg("gate"), py::arg("up"), py::arg("limit"), py::arg("alpha"), py::arg("isa") = py::none(),
+      "gpt-oss's clamped SwiGLU over two vectors, as the FFN blocks run it. isa: None (the "
+      "best, as the FFN blocks), or scalar / avx2 / avx512 (ValueError where not available).");
+
+  m.def(
+      "swiglu_clamp",
+      [](py::array_t<float, py::array::c_style | py::array::forcecast> gate,
+         py::array_t<float, py::array::c_style | py::array::forcecast> up, float limit,
+         const std::optional<std::string>& isa) {
+        py::array_t<float> out = activation_input(gate, up, "swiglu_clamp");
+        const ActKernels& k = activation_kernels(isa);
+        k.swiglu_clamp(out.mutable_data(), up.data(), gate.shape(0), limit);
+        return out;
+      },
+      py::arg("gate"), py::arg("up"), py::arg("limit"), py::arg("isa") = py::none(),
+      "DeepSeek-V4's clamped SwiGLU over two vectors, as the FFN blocks run it; isa as for "
+      "swiglu_oai.");
 
   py::class_<Extent>(m, "Extent")
       .def(py::init([](int32_t file, uint64_t offset, uint64_t length) { return Extent{file, offset, length}; }),

@@ -1,5 +1,7 @@
 #include "model/ops.hpp"
 
+#include "model/act_kernels.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -72,7 +74,7 @@ void silu_mul(float* gate, const float* up, int64_t n) {
   }
 }
 
-void swiglu_oai_mul(float* gate, const float* up, int64_t n, float limit, float alpha) {
+void swiglu_oai_mul_scalar(float* gate, const float* up, int64_t n, float limit, float alpha) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = std::min(gate[i], limit);
     const float u = std::min(std::max(up[i], -limit), limit);
@@ -80,12 +82,20 @@ void swiglu_oai_mul(float* gate, const float* up, int64_t n, float limit, float 
   }
 }
 
-void swiglu_clamp_mul(float* gate, const float* up, int64_t n, float limit) {
+void swiglu_clamp_mul_scalar(float* gate, const float* up, int64_t n, float limit) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = std::min(gate[i], limit);
     const float u = std::min(std::max(up[i], -limit), limit);
     gate[i] = (g / (1.0f + std::exp(-g))) * u;
   }
+}
+
+void swiglu_oai_mul(float* gate, const float* up, int64_t n, float limit, float alpha) {
+  best_act_kernels().swiglu_oai(gate, up, n, limit, alpha);
+}
+
+void swiglu_clamp_mul(float* gate, const float* up, int64_t n, float limit) {
+  best_act_kernels().swiglu_clamp(gate, up, n, limit);
 }
 
 void softmax(float* x, int64_t n) {

@@ -34,7 +34,8 @@ float dot_lanes8(const float* a, const float* b, int64_t n);
 void silu_mul(float* gate, const float* up, int64_t n);
 
 // gpt-oss's clamped SwiGLU: g = min(gate[i], limit), u = clamp(up[i], -limit, limit),
-// gate[i] = (u + 1) * g * sigmoid(alpha * g)
+// gate[i] = (u + 1) * g * sigmoid(alpha * g). This and swiglu_clamp_mul run the best ISA's
+// kernels (act_kernels.hpp, which also declares the scalar reference).
 void swiglu_oai_mul(float* gate, const float* up, int64_t n, float limit, float alpha);
 
 // DeepSeek-V4's clamped SwiGLU: gate[i] = silu(min(gate[i], limit)) * clamp(up[i], -limit, limit)

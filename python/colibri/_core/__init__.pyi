@@ -13,7 +13,7 @@ from . import io
 from . import attention
 from . import linear_attn
 from . import gpu
-__all__: list[str] = ['ActPrecision', 'AttentionKind', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'FfnActivation', 'ModelSpec', 'QkNorm', 'RouterKind', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'attention', 'forward_batch', 'gpu', 'io', 'linear_attn', 'quant', 'route', 'swiglu_oai']
+__all__: list[str] = ['ActPrecision', 'AttentionKind', 'CachePolicy', 'ChecksumMode', 'Engine', 'ExpertBlob', 'ExpertStoreStats', 'Extent', 'FfnActivation', 'ModelSpec', 'QkNorm', 'RouterKind', 'Session', 'StoreSettings', 'TensorSpec', 'ThreadPool', 'ThreadPoolStats', 'ThreadSettings', 'WaitPolicy', 'attention', 'forward_batch', 'gpu', 'io', 'linear_attn', 'quant', 'route', 'swiglu_clamp', 'swiglu_oai']
 class WaitPolicy:
     """
     How the compute team waits between parallel regions of a computation.
@@ -1248,7 +1248,11 @@ def route(kind: RouterKind, logits: typing.Annotated[numpy.typing.ArrayLike, num
     """
     One routing rule (csrc/model/routers/) on router logits [tokens, experts]: (experts, weights), each [tokens, top_k], best first. The MoE layers and the lookahead prefetch run the same code.
     """
-def swiglu_oai(gate: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], up: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], limit: typing.SupportsFloat | typing.SupportsIndex, alpha: typing.SupportsFloat | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.float32]:
+def swiglu_clamp(gate: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], up: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], limit: typing.SupportsFloat | typing.SupportsIndex, isa: str | None = None) -> numpy.typing.NDArray[numpy.float32]:
     """
-    gpt-oss's clamped SwiGLU over two vectors, as the FFN blocks run it.
+    DeepSeek-V4's clamped SwiGLU over two vectors, as the FFN blocks run it; isa as for swiglu_oai.
+    """
+def swiglu_oai(gate: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], up: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], limit: typing.SupportsFloat | typing.SupportsIndex, alpha: typing.SupportsFloat | typing.SupportsIndex, isa: str | None = None) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    gpt-oss's clamped SwiGLU over two vectors, as the FFN blocks run it. isa: None (the best, as the FFN blocks), or scalar / avx2 / avx512 (ValueError where not available).
     """
