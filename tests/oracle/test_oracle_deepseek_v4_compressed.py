@@ -108,7 +108,7 @@ def test_batched_rows_equal_alone(tiny: Tiny) -> None:
 
 def test_saved_forked_and_rolled_back_sessions_continue_exactly(tiny: Tiny, tmp_path: Path) -> None:
     """The compressed state through a session file, a fork and rollbacks (to inside a
-    window and to a window's end): the next logits bit for bit those of a session fed the
+    window and to where windows close): the next logits bit for bit those of a session fed the
     same tokens from the start."""
     m = _load(tiny[0])
     s = m.session()
@@ -118,7 +118,7 @@ def test_saved_forked_and_rolled_back_sessions_continue_exactly(tiny: Tiny, tmp_
     want = s.forward(IDS[-1:]).copy()
     np.testing.assert_array_equal(m.load_session(tmp_path / "v4c.session").forward(IDS[-1:]), want)
     np.testing.assert_array_equal(fork.forward(IDS[-1:]), want)
-    for back in (3, 8):  # to 47 tokens (inside a window), then to 42
+    for back in (3, 10):  # to 47 tokens (inside windows), then to 40 (where they close)
         s.forward([7, 9])
         s.rollback(back)
         n = s.n_tokens
