@@ -42,8 +42,8 @@ KV_TYPES = ("f16", "f32")
 # DeepSeek-V4-Flash's shape as transformers' DeepseekV4Config defaults give it (5.25):
 # 43 layers, one shared K = V row of head_dim 512 per position, sliding_window 128. Every
 # V4 layer has this sliding-window branch; the released layers are compressed ones (CSA /
-# HCA) that also keep compressed keys (and CSA an indexer's keys), which colibri does not
-# run yet: only the sliding branch's cache, what colibri's V4 unit keeps, is counted here.
+# HCA) that also keep compressed entries (and CSA an indexer's keys) in an F32 state
+# (docs/deepseek.md): only the sliding branch's rows are counted here.
 V4_LAYERS, V4_HEAD_DIM, V4_WINDOW = 43, 512, 128
 V4_CONTEXTS = (4096, 65536, 1 << 20)
 
@@ -86,7 +86,7 @@ def main() -> None:
         print(f"{name:<14}{kv_type:<5}{ctx:>8}{full / 2**20:>11.1f}{ring / 2**20:>11.1f}"
               f"{1 - ring / full:>8.0%}")
     print(f"\nDeepSeek-V4-Flash shape ({V4_LAYERS} layers, K = V rows of {V4_HEAD_DIM}, window "
-          f"{V4_WINDOW}): the sliding-window branch only, compressed layers' keys not counted")
+          f"{V4_WINDOW}): the sliding-window branch only, compressed layers' state not counted")
     print(f"{'KV':<5}{'context':>9}{'full MiB':>12}{'ring MiB':>11}{'saved':>8}")
     for kv_type, ctx, full, ring in v4_rows():
         print(f"{kv_type:<5}{ctx:>9}{full / 2**20:>12.1f}{ring / 2**20:>11.1f}"

@@ -49,7 +49,8 @@ def ref(tiny: Tiny) -> np.ndarray:
 
 
 def _load(d: Path, **engine: object) -> colibri.Model:
-    return colibri.Model.load(d, engine=colibri.EngineConfig(context_length=CONTEXT, **engine))
+    return colibri.Model.load(d, engine=colibri.EngineConfig(**{"context_length": CONTEXT,
+                                                                **engine}))  # fmt: skip
 
 
 def test_the_model_exercises_what_it_should(tiny: Tiny) -> None:
@@ -108,7 +109,7 @@ def test_batched_rows_equal_alone(tiny: Tiny) -> None:
 
 def test_saved_forked_and_rolled_back_sessions_continue_exactly(tiny: Tiny, tmp_path: Path) -> None:
     """The compressed state through a session file, a fork and rollbacks (to inside a
-    window and to a window's end): the next logits bit for bit those of a session fed the
+    window and to where windows close): the next logits bit for bit those of a session fed the
     same tokens from the start."""
     m = _load(tiny[0])
     s = m.session()
@@ -118,7 +119,7 @@ def test_saved_forked_and_rolled_back_sessions_continue_exactly(tiny: Tiny, tmp_
     want = s.forward(IDS[-1:]).copy()
     np.testing.assert_array_equal(m.load_session(tmp_path / "v4c.session").forward(IDS[-1:]), want)
     np.testing.assert_array_equal(fork.forward(IDS[-1:]), want)
-    for back in (3, 8):  # to 47 tokens (inside a window), then to 42
+    for back in (3, 10):  # to 47 tokens (inside windows), then to 40 (where they close)
         s.forward([7, 9])
         s.rollback(back)
         n = s.n_tokens
@@ -188,3 +189,24 @@ def test_the_container_runs_it(tiny: Tiny, tmp_path: Path) -> None:
                                "blk.2.attn_compressor_ape")} == {"F32"}  # fmt: skip
     got = m.session().forward(IDS, all_logits=True)
     assert np.isfinite(got).all() and got.shape == want.shape
+
+
+def test_the_sliding_ring_with_compressed_layers(tiny: Tiny) -> None:
+    """At a context of 256 every layer keeps a ring of 128 window rows, so a 200-token
+    prompt runs in passes of 124 queries and the ring wraps while the compressed entries
+    cover the whole past: within the bound of transformers at every position (the
+    indexer's choices clear), chunks of 7 and token by token bit-identical, the allocation
+    the budget's figure."""
+    d, model = tiny
+    ids = prompt_ids(200, seed=8, vocab=VOCAB)
+    assert min(indexer_margins(model, ids)) > 1e-4
+    m = _load(d, context_length=256)
+    want = m.session().forward(ids, all_logits=True)
+    assert_within(want, reference_logits(model, ids), "ring prefill", RTOL)
+    s = m.session()
+    got = np.concatenate([s.forward(ids[i:i + 7], all_logits=True) for i in range(0, 200, 7)])
+    np.testing.assert_array_equal(got, want)
+    s = m.session()
+    np.testing.assert_array_equal(np.stack([s.forward([t]) for t in ids]), want)
+    kv, _, _ = _kv_and_work(m.manifest, m.engine_config, 256)
+    assert s.kv_bytes == kv
