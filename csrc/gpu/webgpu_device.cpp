@@ -106,14 +106,6 @@ class WebGpuDevice final : public Device {
     return upload(type, rows, cols, bytes, nbytes, &scales, split_bytes);
   }
 
-  void matvec(const Matrix& w, const float* x, float* y) override {
-    run(as_webgpu(w), x, y, /*dequant=*/false);
-  }
-
-  void dequantize(const Matrix& w, float* out) override {
-    run(as_webgpu(w), nullptr, out, /*dequant=*/true);
-  }
-
  private:
   // Uploads in chunks of whole rows; `scales` (F8_E4M3 only, else nullptr): each chunk also
   // gets the scale rows its rows use, within the same split size.
@@ -213,6 +205,16 @@ class WebGpuDevice final : public Device {
     return m;
   }
 
+ public:
+  void matvec(const Matrix& w, const float* x, float* y) override {
+    run(as_webgpu(w), x, y, /*dequant=*/false);
+  }
+
+  void dequantize(const Matrix& w, float* out) override {
+    run(as_webgpu(w), nullptr, out, /*dequant=*/true);
+  }
+
+ private:
   const WebGpuMatrix& as_webgpu(const Matrix& w) const {
     const auto* m = dynamic_cast<const WebGpuMatrix*>(&w);
     if (m == nullptr || m->ctx_ != ctx_) {
