@@ -502,7 +502,7 @@ class EngineConfig(Settings):
     uploaded weights); used with ``device="gpu"``. A mapping is accepted."""
 
     cluster: Setting[ClusterConfig | Mapping[str, Any] | None, ClusterConfig | None] = Setting(
-        CLUSTER, default=None,
+        CLUSTER, default=None, kw_only=True,
         doc="routed experts computed by expert workers on a Ray cluster (None: all here)")
     """Routed experts computed by expert workers on a Ray cluster (docs/cluster.md):
     ``None`` (default) computes every expert in this process. A mapping is accepted. The
