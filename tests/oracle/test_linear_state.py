@@ -145,3 +145,25 @@ def test_the_state_is_counted_in_the_memory_figures(
     s = model.session()
     s.forward(ids[:10])  # the rows grow in steps of at least 64 positions; the state is whole
     assert s.kv_bytes == 64 * fam.row_bytes + fam.state_bytes
+
+
+def test_the_server_reserves_the_state_whatever_the_request_length(
+    model: colibri.Model, ids: list[int], family: tuple[str, Family]
+) -> None:
+    """The server's scheduler reserves what a request's session allocates: the state in
+    full even for a short request (averaging it over the context's positions, as it once
+    did, reserved a 10-token request a 25th of it)."""
+    from colibri.server.scheduler import Scheduler
+
+    fam = family[1]
+    sched = Scheduler(model, max_running=2)
+    try:
+        assert sched.kv_fixed_bytes == fam.state_bytes
+        assert sched.kv_position_bytes == fam.row_bytes
+        s = model.session()
+        s.forward(ids[:10])
+        assert sched.request_kv_bytes(64) == s.kv_bytes  # rows grow in steps of 64
+        assert sched.kv_budget == 2 * model.stats().memory.kv_bytes
+    finally:
+        sched.close()
+

@@ -210,3 +210,13 @@ def test_the_sliding_ring_with_compressed_layers(tiny: Tiny) -> None:
     np.testing.assert_array_equal(np.stack([s.forward([t]) for t in ids]), want)
     kv, _, _ = _kv_and_work(m.manifest, m.engine_config, 256)
     assert s.kv_bytes == kv
+    from colibri.server.scheduler import Scheduler
+
+    sched = Scheduler(m)  # the server reserves what such a session allocates, state included
+    try:
+        assert sched.request_kv_bytes(256) == kv
+        short = m.session()
+        short.forward(ids[:10])
+        assert sched.request_kv_bytes(64) == short.kv_bytes  # rows grow in steps of 64
+    finally:
+        sched.close()

@@ -48,6 +48,8 @@ from ..engine.streaming import kv_layer_widths, kv_layer_windows, mtp_kv_layer_w
 from ..generate.batching import StepBatcher
 from ..generate.generation import Chunk
 from ..model import Model
+from ..sources.linear_attn import linear_state_bytes
+from ..sources.v4_units import v4_compressed_state_bytes
 from .errors import QueueFull, RequestTimeout, ShuttingDown
 from .metrics import Metrics
 
@@ -79,6 +81,7 @@ class Scheduler:
         self.waiting = 0  # admitted, waiting for a slot
         self.running = 0  # holding a slot
         self.draining = False  # set at shutdown: new requests get 503
+        self.kv_fixed_bytes = fixed_state_bytes(model)
         self.kv_position_bytes = kv_position_bytes(model)
         self._kv_rings = _ring_layout(model)
         self.kv_budget = (kv_budget if kv_budget is not None
@@ -112,14 +115,15 @@ class Scheduler:
         return Ticket(self, self.timeout if timeout is None else timeout, kv)
 
     def request_kv_bytes(self, positions: int) -> int:
-        """KV bytes a session holding `positions` positions takes: kv_position_bytes each,
-        except on a model whose sliding-window layers keep a ring (gpt-oss): those layers
-        hold at most their ring, so a short request costs more per position than the
-        full-context average and a long one less (counted exactly)."""
+        """KV bytes a session holding `positions` positions takes: the state that does not
+        grow with positions (fixed_state_bytes) and kv_position_bytes each, except on a
+        model whose sliding-window layers keep a ring (gpt-oss): those layers hold at most
+        their ring, so a short request costs more per position than the full-context
+        average and a long one less (counted exactly)."""
         if self._kv_rings is None:
-            return positions * self.kv_position_bytes
+            return self.kv_fixed_bytes + positions * self.kv_position_bytes
         widths, windows, kv_type, mtp = self._kv_rings
-        return (kv_layers_bytes(widths, positions, kv_type, windows)
+        return (self.kv_fixed_bytes + kv_layers_bytes(widths, positions, kv_type, windows)
                 + kv_layers_bytes(mtp, positions, kv_type))
 
     def _dispatch(self) -> None:
@@ -146,16 +150,26 @@ class Scheduler:
             await asyncio.sleep(0.05)
 
 
+def fixed_state_bytes(model: Model) -> int:
+    """Bytes of a session's state that do not grow with its positions: the linear-attention
+    layers' recurrent state (Qwen3-Next, Kimi-Linear) and DeepSeek-V4's compressed layers'
+    state, which a session reserves for the whole context when it opens."""
+    c = model.config
+    return linear_state_bytes(c) + v4_compressed_state_bytes(c, model.context_length)
+
+
 def kv_position_bytes(model: Model) -> int:
     """KV bytes one position of a session takes (every layer's keys and values at the
     model's KV type, and the MTP layer's own cache on a model that has one: any request may
-    draft with it): the budget plan's one session at the full context, per position."""
+    draft with it): the budget plan's one session at the full context, less the fixed
+    state (fixed_state_bytes), per position."""
+    fixed = fixed_state_bytes(model)
     mem = model.stats().memory
     if mem is not None and mem.session_kv_bytes > 0:
-        return max(1, -(-mem.session_kv_bytes // model.context_length))
+        return max(1, -(-(mem.session_kv_bytes - fixed) // model.context_length))
     s = model.session()  # no plan: measure a session's allocation for one position
     s.forward([0])
-    return max(1, s.kv_bytes)
+    return max(1, s.kv_bytes - fixed)
 
 
 def _ring_layout(model: Model) -> tuple[list[tuple[int, int]], list[int], str,
