@@ -57,6 +57,20 @@ void gpu_matmul(const GpuLinear& g, const WeightView& w, const float* x, int64_t
   c.bytes_read_back += static_cast<uint64_t>(n * w.rows) * sizeof(float);
 }
 
+// One matrix onto the device in its stored bytes; FP8 with its block scales, copied out of
+// the arena first because they need not be 4-aligned there (quant/fp8.hpp).
+std::unique_ptr<gpu::Matrix> GpuOffload::upload(const Tensor& t, const uint8_t* bytes) {
+  if (t.type != DType::F8_E4M3) return device_->upload_matrix(t.type, t.rows, t.cols, bytes, t.nbytes, 0);
+  const BlockScales& b = t.scales;
+  if (b.data == nullptr || b.block_rows <= 0 || b.block_cols <= 0)
+    fail(ErrorKind::Internal, "tensor '" + t.name + "': F8_E4M3 without its block scales");
+  const int64_t count = ((t.rows + b.block_rows - 1) / b.block_rows) * ((t.cols + b.block_cols - 1) / b.block_cols);
+  std::vector<float> scales(static_cast<std::size_t>(count));
+  std::memcpy(scales.data(), b.data, scales.size() * sizeof(float));
+  const gpu::ScaleBlocks s{scales.data(), scales.size(), b.block_rows, b.block_cols};
+  return device_->upload_scaled_matrix(t.type, t.rows, t.cols, bytes, t.nbytes, s, 0);
+}
+
 GpuOffload::GpuOffload(std::unique_ptr<gpu::Device> device, WeightStore& weights, const Tensor* lm_head,
                        uint64_t memory_budget)
     : device_(std::move(device)) {
@@ -66,10 +80,6 @@ GpuOffload::GpuOffload(std::unique_ptr<gpu::Device> device, WeightStore& weights
       if (t->rows <= 1) continue;  // vectors: norms, biases
       GpuPlacement p{t->name, t->type, t->rows, t->cols, t->nbytes, false, ""};
       p.reason = gpu_offload_exclusion(t->name, t == lm_head);
-      // FP8 needs its block scales uploaded beside the codes (a Device method of its own,
-      // once it exists): on the CPU until then, whatever has_gpu_kernel says.
-      if (p.reason.empty() && t->type == DType::F8_E4M3)
-        p.reason = "F8_E4M3 needs its block scales on the GPU: not wired into the engine yet";
       if (p.reason.empty() && !gpu::has_gpu_kernel(t->type))
         p.reason = "no GPU kernel for " + dtype_name(t->type) + " weights yet";
       if (p.reason.empty() && memory_budget != 0 && device_->resident_bytes() + t->nbytes > memory_budget)
@@ -81,8 +91,7 @@ GpuOffload::GpuOffload(std::unique_ptr<gpu::Device> device, WeightStore& weights
           unpack_lane_rows(t->type, t->data, t->cols, 0, t->rows, unpacked.data());
           bytes = unpacked.data();
         }
-        GpuLinear g{device_.get(), device_->upload_matrix(t->type, t->rows, t->cols, bytes, t->nbytes, 0),
-                    &counters_};
+        GpuLinear g{device_.get(), upload(*t, bytes), &counters_};
         linears_.push_back(std::move(g));
         t->gpu = &linears_.back();
         attached_.push_back(t);

@@ -89,6 +89,7 @@ class GpuOffload {
   GpuReport report() const { return GpuReport{adapter(), weight_bytes(), counters_, placements_}; }
 
  private:
+  std::unique_ptr<gpu::Matrix> upload(const Tensor& t, const uint8_t* bytes);
   void detach();
 
   std::unique_ptr<gpu::Device> device_;
