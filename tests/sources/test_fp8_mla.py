@@ -29,29 +29,13 @@ import colibri
 from colibri._core import quant as q
 from colibri.sources.fp8_parts import part_scales
 from colibri.sources.hf_source import Fp8TensorInfo, load_hf
-from support.deepseek_factory import build_tiny, prompt_ids, transformers_model
-from support.fp8_factory import OFFICIAL, write_fp8_pair
+from support.deepseek_factory import prompt_ids, transformers_model
+from support.fp8_factory import OFFICIAL, fp8_deepseek
 from support.modelfactory import reference_logits
 from support.streaming_helpers import assert_same_trace, budget_for_slots, engine, prompt, run_trace
 
 ODD = (24, 16)  # heads of nope + v = 32 rows start at rows 0, 32, 64, 96: inside blocks
-# The Linear weights DeepSeek-V3's FP8 release stores in FP8 (router, norms, embeddings and
-# lm_head stay BF16; e_score_correction_bias F32).
-_FP8_PROJ = ("q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj",
-             "gate_proj", "up_proj", "down_proj", "eh_proj", "wq_b", "wk")  # fmt: skip
 CONTEXT = 64
-
-
-def fp8_deepseek(root: Path, block: tuple[int, int],
-                 variant: str = "deepseek_v3") -> tuple[Path, Path]:
-    """(FP8 checkpoint, its dequantized F32 twin) of a tiny MLA model."""
-    hf = build_tiny(variant, with_gguf=False).hf_dir
-    tag = f"{variant}-{block[0]}x{block[1]}"
-    fp8_dir, ref_dir = root / f"{tag}-fp8", root / tag
-    if fp8_dir.is_dir():
-        return fp8_dir, ref_dir
-    return write_fp8_pair(hf, fp8_dir, ref_dir, block, _FP8_PROJ,
-                          keep_f32=("e_score_correction_bias",))
 
 
 @pytest.fixture(scope="module")

@@ -71,3 +71,26 @@ def write_fp8_pair(hf: Path, fp8_dir: Path, ref_dir: Path, block: tuple[int, int
     (fp8_dir / "config.json").write_text(json.dumps(dict(cfg, quantization_config=qcfg)))
     (ref_dir / "config.json").write_text(json.dumps(cfg))
     return fp8_dir, ref_dir
+
+
+# The Linear weights DeepSeek-V3's FP8 release stores in FP8 (router, norms, embeddings and
+# lm_head stay BF16; e_score_correction_bias F32).
+DEEPSEEK_FP8_PROJECTIONS = (
+    "q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj",
+    "gate_proj", "up_proj", "down_proj", "eh_proj", "wq_b", "wk")  # fmt: skip
+
+
+def fp8_deepseek(root: Path, block: tuple[int, int],
+                 variant: str = "deepseek_v3") -> tuple[Path, Path]:
+    """(FP8 checkpoint, its dequantized F32 twin) of a tiny DeepSeek / GLM-family model
+    (support.deepseek_factory), cached under `root`."""
+    from support.deepseek_factory import build_tiny
+
+    hf = build_tiny(variant, with_gguf=False).hf_dir
+    tag = f"{variant}-{block[0]}x{block[1]}"
+    fp8_dir, ref_dir = root / f"{tag}-fp8", root / tag
+    if fp8_dir.is_dir():
+        return fp8_dir, ref_dir
+    return write_fp8_pair(hf, fp8_dir, ref_dir, block, DEEPSEEK_FP8_PROJECTIONS,
+                          keep_f32=("e_score_correction_bias",))
+
