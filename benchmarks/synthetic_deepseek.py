@@ -39,11 +39,10 @@ from synthetic_moe import (
     _fmt,
     _ProgressLine,
     _rss_now,
+    add_tokenizer,
     peak_rss_bytes,
     q4_0_nbytes,
-    special_ids,
     tensor_chunks,
-    vocabulary,
 )
 from synthetic_routing import regime, shape_specs
 
@@ -271,16 +270,7 @@ def _writer(p: FamilyPreset, path: Path, seed: int) -> gguf.GGUFWriter:
         w.add_rope_dimension_count(p.head_dim // 2)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    tokens, types, merges = vocabulary(p.vocab)
-    ids = special_ids()
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(ids["<|endoftext|>"])
-    w.add_eos_token_id(ids["<|im_end|>"])
-    w.add_add_bos_token(False)
+    add_tokenizer(w, p.vocab)
     for t in p.tensors():
         w.add_tensor_info(t.name, t.shape, np.dtype(np.float32), t.nbytes, raw_dtype=t.ggml_type)
     return w

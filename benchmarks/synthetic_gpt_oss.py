@@ -35,8 +35,7 @@ from synthetic_moe import (
     TensorSpec,
     _fmt,
     _ProgressLine,
-    special_ids,
-    vocabulary,
+    add_tokenizer,
 )
 from synthetic_routing import regime, shape_specs
 
@@ -187,16 +186,7 @@ def _writer(p: GptOssPreset, path: Path, seed: int) -> gguf.GGUFWriter:
     w.add_expert_feed_forward_length(p.expert_ffn)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    tokens, types, merges = vocabulary(p.vocab)
-    ids = special_ids()
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(ids["<|endoftext|>"])
-    w.add_eos_token_id(ids["<|im_end|>"])
-    w.add_add_bos_token(False)
+    add_tokenizer(w, p.vocab)
     for t in p.tensors():
         w.add_tensor_info(t.name, t.shape, np.dtype(np.float32), t.nbytes, raw_dtype=t.ggml_type)
     return w

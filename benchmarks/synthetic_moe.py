@@ -411,6 +411,22 @@ def peak_rss_bytes() -> int:
     return int(kb) * (1 if sys.platform == "darwin" else 1024)
 
 
+def add_tokenizer(w: gguf.GGUFWriter, vocab: int, pad: bool = False) -> None:
+    """The byte-level BPE tokenizer of an ``vocab``-token synthetic model (every writer's)."""
+    tokens, types, merges = vocabulary(vocab)
+    ids = special_ids()
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(ids["<|endoftext|>"])
+    w.add_eos_token_id(ids["<|im_end|>"])
+    if pad:
+        w.add_pad_token_id(ids["<|endoftext|>"])
+    w.add_add_bos_token(False)
+
+
 def _writer(preset: Preset, path: Path, seed: int) -> gguf.GGUFWriter:
     arch = gguf.MODEL_ARCH.QWEN3MOE
     w = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
@@ -436,17 +452,7 @@ def _writer(preset: Preset, path: Path, seed: int) -> gguf.GGUFWriter:
     w.add_expert_feed_forward_length(preset.expert_ffn)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    tokens, types, merges = vocabulary(preset.vocab)
-    ids = special_ids()
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(ids["<|endoftext|>"])
-    w.add_eos_token_id(ids["<|im_end|>"])
-    w.add_pad_token_id(ids["<|endoftext|>"])
-    w.add_add_bos_token(False)
+    add_tokenizer(w, preset.vocab, pad=True)
     w.add_chat_template(CHAT_TEMPLATE)
     for t in preset.tensors():
         w.add_tensor_info(t.name, t.shape, np.dtype(np.float32), t.nbytes, raw_dtype=t.ggml_type)
