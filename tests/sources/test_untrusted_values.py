@@ -356,6 +356,12 @@ def test_nan_logits_are_a_model_error(tiny_models: dict[str, TinyModel], tmp_pat
      ModelFormatError, "tokenizer_files"),
     ("dense not a list", lambda m: m.update(dense={}), ModelFormatError, "dense"),
     ("config type", lambda m: m["config"].update(n_heads="4"), ModelFormatError, "n_heads"),
+    # A model without linear layers still has their fields (found by the model-file fuzz
+    # campaign: a list here was a TypeError in the budget's linear_state_bytes).
+    ("linear field type", lambda m: m["config"].update(linear_conv_kernel=[0]),
+     ModelFormatError, "linear_conv_kernel"),
+    ("linear flag type", lambda m: m["config"].update(linear_kda=[0]), ModelFormatError,
+     "linear_kda"),
     ("source kind", lambda m: m["source"].update(kind="onnx"), ModelFormatError, "kind"),
 ])  # fmt: skip
 def test_container_manifest_schema(container: Path, tmp_path: Path, what: str,

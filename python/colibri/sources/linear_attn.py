@@ -57,6 +57,8 @@ def linear_state_bytes(cfg: ModelConfig) -> int:
     ``linear_conv_kernel - 1`` inputs of every q/k/v channel and one (key dim x value dim)
     matrix per value head. Qwen3-Next-80B-A3B: 36 layers x (3 x 8192 + 32 x 128 x 128)
     floats, about 75 MiB, for any context length."""
+    if not any(cfg.linear_layers):
+        return 0
     nv, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
     channels = 2 * cfg.linear_num_key_heads * dk + nv * dv
     per_layer = (cfg.linear_conv_kernel - 1) * channels + nv * dk * dv
@@ -93,13 +95,15 @@ def check_linear_fields(cfg: ModelConfig, where: object) -> None:
     if not isinstance(cfg.attention_output_gate, bool):
         raise bad(where, "attention_output_gate", cfg.attention_output_gate, "true or false")
     as_float(cfg.norm_weight_offset, "norm_weight_offset", where)
-    for key in ("linear_a_neg_exp", "linear_v_tiled"):
+    for key in ("linear_a_neg_exp", "linear_v_tiled", "linear_kda"):
         if not isinstance(getattr(cfg, key), bool):
             raise bad(where, key, getattr(cfg, key), "true or false")
+    # Typed whatever the layers are: the budget and the core's spec read them on any model.
+    for key in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                "linear_value_head_dim", "linear_conv_kernel"):  # fmt: skip
+        as_int(getattr(cfg, key), key, where)
     if not any(layers):
         return
-    if not isinstance(cfg.linear_kda, bool):
-        raise bad(where, "linear_kda", cfg.linear_kda, "true or false")
     if (cfg.is_mla and not cfg.linear_kda) or cfg.n_mtp_layers:
         raise UnsupportedError(f"{where}: Gated DeltaNet layers are implemented beside GQA "
                                f"attention only, and linear layers without MTP layers")  # fmt: skip
